@@ -1,0 +1,35 @@
+# virtlauncher — see README.md.
+GO ?= go
+export PATH := $(PATH):/usr/local/go/bin
+export CGO_ENABLED := 0
+
+BINS := virt-launcher virt-launcher-monitor vlctl
+
+.PHONY: all deps build test demo bench fuzz-long vet clean
+
+all: build
+
+deps:
+	@./scripts/install-deps
+
+build:
+	@mkdir -p bin
+	$(GO) build -o bin/ ./cmd/...
+
+vet:
+	gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$') | (! grep .)
+	$(GO) vet ./...
+
+# The README's test command: everything, against the real daemon and QEMU.
+test: deps vet build
+	$(GO) test -count=1 -timeout 25m ./...
+
+# The README's main job: boot an example VM and show its console.
+demo: deps build
+	./bin/vlctl convert --emulation examples/vmi-testguest.yaml
+
+bench: deps build
+	$(GO) run ./bench
+
+clean:
+	rm -rf bin

@@ -1,0 +1,43 @@
+package cmdserver
+
+import (
+	"context"
+
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+)
+
+// SyncOptions is what the launcher uses of VirtualMachineOptions (the
+// rest of that message is accepted and ignored).
+type SyncOptions struct {
+	SMBIOS                    *facts.SMBIOS // nil: keep the launcher's default
+	MemBalloonStatsPeriod     *uint32       // nil: keep the launcher's default
+	PreallocatedVolumes       []string
+	FreePageReportingDisabled bool
+	BochsDisplayForEFIGuests  bool
+	SerialConsoleLogDisabled  bool
+	InterfaceDomainAttachment map[string]string
+}
+
+// Manager is the domain manager the command server drives. The server
+// serialises mutating calls itself only through the manager: the manager is
+// responsible for one-operation-at-a-time, and Domain must never wait behind
+// a long Sync.
+type Manager interface {
+	Sync(ctx context.Context, vmi *v1.VirtualMachineInstance, opts SyncOptions) error
+	Pause(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	Unpause(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	Shutdown(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	Kill(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	Delete(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	Reset(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	SoftReboot(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	// Domain returns the current Domain JSON object, or nil when no domain
+	// is defined.
+	Domain(ctx context.Context) (*domainjson.Domain, error)
+	// DomainStats returns the stats JSON (KubeVirt's DomainStats keys).
+	DomainStats(ctx context.Context) ([]byte, error)
+	QemuVersion(ctx context.Context) (string, error)
+}

@@ -1,0 +1,76 @@
+// Package converter turns a defaulted VirtualMachineInstance into a libvirt
+// domain. It is a pure function of its inputs: every fact about the world
+// comes in through a Context, so it can be tested with tables and fuzzed.
+//
+// The work is split into small configurators, one per concern, that run in a
+// fixed order (KubeVirt's order, so that a later configurator overriding an
+// earlier one behaves the same way).
+package converter
+
+import (
+	"fmt"
+
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter/compute"
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/converter/hostdev"
+	"github.com/virtlauncher/virtlauncher/internal/converter/network"
+	"github.com/virtlauncher/virtlauncher/internal/converter/storage"
+)
+
+// Context is the converter's view of the outside world.
+type Context = facts.Context
+
+// Configurator is one step of the conversion.
+type Configurator = facts.Configurator
+
+// Configurators returns the ordered list of steps for one conversion.
+func Configurators(c *Context) []Configurator {
+	return []Configurator{
+		compute.Metadata{},
+		network.New(c),
+		compute.TPM{},
+		compute.Channels{},
+		compute.Clock{},
+		compute.RNG{Ctx: c},
+		compute.Input{},
+		compute.Balloon{Ctx: c},
+		compute.Graphics{Ctx: c},
+		compute.Sound{},
+		hostdev.New(c),
+		compute.Watchdog{Ctx: c},
+		compute.Console{Ctx: c},
+		compute.Panic{},
+		compute.Features{Ctx: c},
+		compute.SysInfo{Ctx: c},
+		compute.OS{Ctx: c},
+		storage.New(c),
+		compute.USBRedir{Ctx: c},
+		compute.Controllers{Ctx: c},
+		compute.CPU{Ctx: c},
+		compute.Memory{Ctx: c},
+		compute.MemoryBacking{},
+		compute.RebootPolicy{},
+		compute.Hypervisor{Ctx: c},
+	}
+}
+
+// Convert builds the domain for vmi. The VMI must already carry KubeVirt's
+// defaults (internal/vmi applies them); the converter does not guess.
+func Convert(vmi *v1.VirtualMachineInstance, c *Context) (*libvirtxml.Domain, error) {
+	if vmi == nil {
+		return nil, fmt.Errorf("convert: no VMI")
+	}
+	if c == nil {
+		return nil, fmt.Errorf("convert %s/%s: no context", vmi.Namespace, vmi.Name)
+	}
+	dom := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{}}
+	for _, step := range Configurators(c) {
+		if err := step.Configure(vmi, dom); err != nil {
+			return nil, fmt.Errorf("convert %s/%s: %w", vmi.Namespace, vmi.Name, err)
+		}
+	}
+	return dom, nil
+}

@@ -1,0 +1,103 @@
+// Package facts holds what the converter needs to know about the world
+// outside the VMI: file formats, device addresses, cluster settings, paths.
+// The launcher gathers these from the real system; tests and fuzzing make them
+// up. Keeping them in one plain struct is what makes the converter pure.
+package facts
+
+import (
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+)
+
+// Configurator fills in one concern of the domain (one device kind, or one
+// top-level element group). Configurators run in a fixed order; each reads the
+// VMI and the facts it was built with and writes only its own part of dom.
+type Configurator interface {
+	Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error
+}
+
+// SMBIOS is the cluster's SMBIOS system information (virt-handler sends it in
+// VirtualMachineOptions).
+type SMBIOS struct {
+	Manufacturer, Product, Version, SKU, Family string
+}
+
+// EFI names the firmware files found in --ovmf-path. An empty name means the
+// file is not installed; the converter refuses a VMI that needs it.
+type EFI struct {
+	Code, Vars             string // insecure boot
+	SecureCode, SecureVars string // secure boot
+}
+
+// Volume holds facts about one volume's backing storage.
+type Volume struct {
+	// Format of the image a containerDisk or ephemeral overlay sits on
+	// ("raw" or "qcow2"), as qemu-img reports it.
+	BackingFormat string
+	// Block is true when the volume is a block device, not a file.
+	Block bool
+	// NoDirectIO is true when the image's file system refuses O_DIRECT, so
+	// cache=none cannot be used (KubeVirt then picks writethrough).
+	NoDirectIO bool
+	// Preallocated volumes get no discard=unmap.
+	Preallocated bool
+}
+
+// Interface holds what the network phase learned about one VMI interface.
+type Interface struct {
+	MAC string // pod interface MAC when the spec gives none
+	MTU uint   // pod interface MTU; 0 leaves it to libvirt
+	Tap string // tap device name; empty means derive it as KubeVirt does
+}
+
+// Context is every outside fact the converter may use. The zero value plus
+// DefaultContext's settings describe a plain amd64 KubeVirt node.
+type Context struct {
+	Layout layout.Layout
+
+	// Arch is the guest architecture in GOARCH spelling: amd64, arm64, s390x.
+	Arch string
+	// Emulation makes the domain type "qemu" (TCG) instead of "kvm" and
+	// replaces host CPU models, which TCG cannot provide.
+	Emulation bool
+	// NonRoot selects the non-root paths (NVRAM under the private dir).
+	NonRoot bool
+
+	SMBIOS                    SMBIOS
+	MemBalloonStatsPeriod     uint32
+	FreePageReportingDisabled bool
+	SerialConsoleLogDisabled  bool
+	BochsForEFIGuests         bool
+	UseLaunchSecurity         bool
+
+	EFI EFI
+
+	// Volumes by volume name.
+	Volumes map[string]Volume
+	// Interfaces by VMI interface name.
+	Interfaces map[string]Interface
+	// PCIAddresses of host devices by device name (gpus, hostDevices, and
+	// SR-IOV interfaces by interface name), e.g. "0000:81:00.1".
+	PCIAddresses map[string]string
+}
+
+// Default returns the facts of a stock KubeVirt amd64 node with default
+// cluster settings, in the given layout.
+func Default(l layout.Layout) *Context {
+	return &Context{
+		Layout:                l,
+		Arch:                  "amd64",
+		NonRoot:               true,
+		SMBIOS:                SMBIOS{Manufacturer: "KubeVirt", Product: "None", Family: "KubeVirt"},
+		MemBalloonStatsPeriod: 10,
+		BochsForEFIGuests:     true,
+		EFI: EFI{
+			Code:       "/usr/share/OVMF/OVMF_CODE_4M.fd",
+			Vars:       "/usr/share/OVMF/OVMF_VARS_4M.fd",
+			SecureCode: "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd",
+			SecureVars: "/usr/share/OVMF/OVMF_VARS_4M.ms.fd",
+		},
+	}
+}

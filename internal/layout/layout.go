@@ -1,0 +1,186 @@
+// Package layout knows where every file of a launcher lives: the directories
+// KubeVirt's pod template mounts, and the file names inside them that
+// virt-handler, the converter and the disk preparation must agree on.
+//
+// In a pod the roots are KubeVirt's fixed paths; standalone they all move
+// under one working directory (see Under), so several launchers can share a
+// machine without touching /var/run.
+package layout
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Layout holds the root directories. Every path a launcher builds is derived
+// from these by the methods below; nothing else in the tree joins paths from
+// user input.
+type Layout struct {
+	ShareDir         string // /var/run/kubevirt
+	PrivateDir       string // /var/run/kubevirt-private
+	EphemeralDiskDir string // /var/run/kubevirt-ephemeral-disks
+	ContainerDiskDir string // /var/run/kubevirt/container-disks
+	HotplugDiskDir   string // /var/run/kubevirt/hotplug-disks
+	LibvirtRunDir    string // /var/run/libvirt (empty disks live here in KubeVirt)
+}
+
+// Default is the layout inside a KubeVirt launcher pod.
+func Default() Layout {
+	return Layout{
+		ShareDir:         "/var/run/kubevirt",
+		PrivateDir:       "/var/run/kubevirt-private",
+		EphemeralDiskDir: "/var/run/kubevirt-ephemeral-disks",
+		ContainerDiskDir: "/var/run/kubevirt/container-disks",
+		HotplugDiskDir:   "/var/run/kubevirt/hotplug-disks",
+		LibvirtRunDir:    "/var/run/libvirt",
+	}
+}
+
+// Under places every root below dir, for a standalone launcher. The names are
+// short on purpose: unix socket paths are limited to 107 bytes.
+func Under(dir string) Layout {
+	return Layout{
+		ShareDir:         filepath.Join(dir, "share"),
+		PrivateDir:       filepath.Join(dir, "private"),
+		EphemeralDiskDir: filepath.Join(dir, "ephemeral"),
+		ContainerDiskDir: filepath.Join(dir, "share", "container-disks"),
+		HotplugDiskDir:   filepath.Join(dir, "share", "hotplug-disks"),
+		LibvirtRunDir:    filepath.Join(dir, "libvirt-run"),
+	}
+}
+
+// CheckName refuses a name that could leave its directory when used as a
+// path element. Volume names are validated as DNS-1123 labels earlier; this is
+// the last line of defence for every path built from user input.
+func CheckName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("name %q cannot be used as a file name", name)
+	}
+	return nil
+}
+
+// SocketsDir holds launcher-init-sock / launcher-sock.
+func (l Layout) SocketsDir() string { return filepath.Join(l.ShareDir, "sockets") }
+
+// InitSocket is where the command server listens before it is ready.
+func (l Layout) InitSocket() string { return filepath.Join(l.SocketsDir(), "launcher-init-sock") }
+
+// ReadySocket is the name the init socket is renamed to once ready.
+func (l Layout) ReadySocket() string { return filepath.Join(l.SocketsDir(), "launcher-sock") }
+
+// NotifySocket is the handler's event pipe inside the pod.
+func (l Layout) NotifySocket() string { return filepath.Join(l.ShareDir, "domain-notify-pipe.sock") }
+
+// VMIPrivateDir holds the serial console, its log and the VNC socket.
+func (l Layout) VMIPrivateDir(uid string) string { return filepath.Join(l.PrivateDir, uid) }
+
+// SerialSocket is the serial console's unix socket.
+func (l Layout) SerialSocket(uid string) string {
+	return filepath.Join(l.VMIPrivateDir(uid), "virt-serial0")
+}
+
+// SerialLog is the serial console's log file.
+func (l Layout) SerialLog(uid string) string {
+	return filepath.Join(l.VMIPrivateDir(uid), "virt-serial0-log")
+}
+
+// VNCSocket is the VNC server's unix socket.
+func (l Layout) VNCSocket(uid string) string { return filepath.Join(l.VMIPrivateDir(uid), "virt-vnc") }
+
+// USBRedirSocket is the n-th USB redirection socket.
+func (l Layout) USBRedirSocket(uid string, n int) string {
+	return filepath.Join(l.VMIPrivateDir(uid), "virt-usbredir-"+strconv.Itoa(n))
+}
+
+// ContainerDiskImage is the n-th container disk (n = index in spec.volumes).
+func (l Layout) ContainerDiskImage(n int) string {
+	return filepath.Join(l.ContainerDiskDir, fmt.Sprintf("disk_%d.img", n))
+}
+
+// KernelBootDir holds the kernel and initrd of a kernelBoot container.
+func (l Layout) KernelBootDir() string { return filepath.Join(l.ContainerDiskDir, "kernel-boot") }
+
+// DiskOverlay is the qcow2 overlay of a containerDisk or ephemeral volume.
+func (l Layout) DiskOverlay(vol string) string {
+	return filepath.Join(l.EphemeralDiskDir, "disk-data", vol, "disk.qcow2")
+}
+
+// CloudInitNoCloudISO is the NoCloud seed image.
+func (l Layout) CloudInitNoCloudISO(namespace, name string) string {
+	return filepath.Join(l.EphemeralDiskDir, "cloud-init-data", namespace, name, "noCloud.iso")
+}
+
+// CloudInitConfigDriveISO is the ConfigDrive seed image.
+func (l Layout) CloudInitConfigDriveISO(namespace, name string) string {
+	return filepath.Join(l.EphemeralDiskDir, "cloud-init-data", namespace, name, "configdrive.iso")
+}
+
+// EmptyDisk is the qcow2 image of an emptyDisk volume.
+func (l Layout) EmptyDisk(vol string) string {
+	return filepath.Join(l.LibvirtRunDir, "empty-disks", vol+".qcow2")
+}
+
+// PVCDisk is where a filesystem PVC / DataVolume (or a handler-rewritten
+// hostDisk) image lives.
+func (l Layout) PVCDisk(vol string) string {
+	return filepath.Join(l.PrivateDir, "vmi-disks", vol, "disk.img")
+}
+
+// HostDisk is where a hostDisk volume's image is reached inside the pod.
+func (l Layout) HostDisk(vol, path string) string {
+	return filepath.Join(l.PrivateDir, "vmi-disks", vol, filepath.Base(path))
+}
+
+// BlockDevice is the device node of a block PVC.
+func (l Layout) BlockDevice(vol string) string { return filepath.Join("/dev", vol) }
+
+// HotplugFile and HotplugBlock are a hotplugged volume's image or device.
+func (l Layout) HotplugFile(vol string) string  { return filepath.Join(l.HotplugDiskDir, vol+".img") }
+func (l Layout) HotplugBlock(vol string) string { return filepath.Join(l.HotplugDiskDir, vol) }
+
+// ConfigMapISO, SecretISO, DownwardAPIISO, SysprepISO are the ISOs built from
+// the matching source directories below.
+func (l Layout) ConfigMapISO(vol string) string {
+	return filepath.Join(l.PrivateDir, "config-map-disks", vol+".iso")
+}
+func (l Layout) SecretISO(vol string) string {
+	return filepath.Join(l.PrivateDir, "secret-disks", vol+".iso")
+}
+func (l Layout) DownwardAPIISO(vol string) string {
+	return filepath.Join(l.PrivateDir, "downwardapi-disks", vol+".iso")
+}
+func (l Layout) SysprepISO(vol string) string {
+	return filepath.Join(l.PrivateDir, "sysprep-disks", vol+".iso")
+}
+func (l Layout) ServiceAccountISO() string {
+	return filepath.Join(l.PrivateDir, "service-account-disk", "service-account.iso")
+}
+func (l Layout) DownwardMetricsDisk() string {
+	return filepath.Join(l.PrivateDir, "downwardapi-disks", "vhostmd0")
+}
+
+// Source directories of config volumes, as the pod mounts them.
+func (l Layout) ConfigMapSource(vol string) string {
+	return filepath.Join(l.PrivateDir, "config-map", vol)
+}
+func (l Layout) SecretSource(vol string) string { return filepath.Join(l.PrivateDir, "secret", vol) }
+func (l Layout) DownwardAPISource(vol string) string {
+	return filepath.Join(l.PrivateDir, "downwardapi", vol)
+}
+func (l Layout) SysprepSource(vol string) string { return filepath.Join(l.PrivateDir, "sysprep", vol) }
+func (l Layout) ServiceAccountSource() string {
+	return filepath.Join(l.PrivateDir, "service-account")
+}
+
+// NVRAMDir holds per-VM EFI variable stores.
+func (l Layout) NVRAMDir() string { return filepath.Join(l.PrivateDir, "libvirt", "qemu", "nvram") }
+
+// LibvirtDir is the libvirt daemon's private state (XDG dirs in session mode).
+func (l Layout) LibvirtDir() string { return filepath.Join(l.PrivateDir, "libvirt") }
+
+// VifCache is the handler's record of a pod interface before bridging.
+func (l Layout) VifCache(podIface string) string {
+	return filepath.Join(l.PrivateDir, "vif-cache-"+podIface+".json")
+}
