@@ -1,0 +1,24 @@
+// Command vlctl plays virt-handler's part on one machine: it converts and
+// runs VMI manifests and drives a launcher over its command socket.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "vlctl",
+		Short:         "Run and drive virtlauncher VMs on one machine",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newConvertCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "vlctl:", err)
+		os.Exit(1)
+	}
+}
