@@ -1,0 +1,201 @@
+// Package logging writes KubeVirt-style JSON log lines through log/slog.
+//
+// Every line is one JSON object with its keys sorted, as KubeVirt's launcher
+// and monitor write them (kubevirt-wire.md 5.7):
+//
+//	{"component":"virt-launcher","kind":"VirtualMachineInstance","level":"error",
+//	 "msg":"Failed to sync vmi","name":"vm1","namespace":"ns1","pos":"server.go:272",
+//	 "reason":"...","timestamp":"2025-01-02T03:04:05.123456Z","uid":"..."}
+//
+// Keys: component, level (info, warning, error, fatal), msg, pos (file.go:line
+// of the caller), timestamp (UTC, microseconds). An error attribute becomes
+// "reason": an attribute whose key is "reason", "err" or "error", or any
+// attribute whose value is an error. Object-scoped lines carry kind, name,
+// namespace and uid (see ForObject and ForVMI); relayed lines carry
+// subcomponent (libvirt, qemu). Any other attribute is written under its own
+// key, sorted with the rest; groups are flattened as "group.key".
+//
+// # Verbosity
+//
+// KubeVirt filters with glog-style V-levels; the default verbosity is 2 and
+// VIRT_LAUNCHER_LOG_VERBOSITY overrides -v. They map to slog levels as:
+//
+//	V(0..2)  -> slog.LevelInfo (always shown unless verbosity < 0)
+//	V(n>2)   -> slog.Level(2-n): V(3) = -1, V(4) = -2, V(6) = slog.LevelDebug
+//	warning  -> slog.LevelWarn, error -> slog.LevelError, fatal -> LevelFatal
+//
+// A logger built with verbosity v shows every record at or above V(v), so
+// -v 6 (the level at which KubeVirt also turns on libvirt debug logs) shows
+// slog.Debug lines. Records below Warn are written with level "info", as
+// KubeVirt writes its V(n).Info lines.
+package logging
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+)
+
+// DefaultVerbosity is KubeVirt's default -v.
+const DefaultVerbosity = 2
+
+// LevelFatal is logged as "fatal". slog has no fatal level; callers exit
+// themselves after logging at it.
+const LevelFatal = slog.Level(12)
+
+// EnvVerbosity is the environment variable that overrides -v.
+const EnvVerbosity = "VIRT_LAUNCHER_LOG_VERBOSITY"
+
+// V returns the slog level of a KubeVirt V(n) line.
+func V(n int) slog.Level {
+	if n <= DefaultVerbosity {
+		return slog.LevelInfo
+	}
+	return slog.Level(DefaultVerbosity - n)
+}
+
+// Verbosity returns the effective verbosity: the integer in
+// VIRT_LAUNCHER_LOG_VERBOSITY if it is set and valid, else flagValue.
+func Verbosity(flagValue int) int {
+	if s := os.Getenv(EnvVerbosity); s != "" {
+		if v, err := strconv.Atoi(s); err == nil {
+			return v
+		}
+	}
+	return flagValue
+}
+
+// New returns a logger writing JSON lines for component to w, showing
+// records at or above V(verbosity).
+func New(w io.Writer, component string, verbosity int) *slog.Logger {
+	return slog.New(NewHandler(w, component, verbosity))
+}
+
+// NewHandler is New's handler, for callers that wrap it.
+func NewHandler(w io.Writer, component string, verbosity int) *Handler {
+	min := V(verbosity)
+	if verbosity < 0 {
+		min = slog.LevelWarn
+	}
+	h := &Handler{out: &output{w: w}, min: min}
+	h.attrs = []field{{key: "component", val: appendString(nil, component)}}
+	return h
+}
+
+// Handler is the slog.Handler behind New. It is safe for concurrent use.
+type Handler struct {
+	out    *output
+	min    slog.Level
+	prefix string  // group prefix for attributes added later, "a.b."
+	attrs  []field // pre-encoded attributes from WithAttrs
+}
+
+type output struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// field is one key with its value already encoded as JSON.
+type field struct {
+	key string
+	val []byte
+}
+
+// Enabled reports whether a record at level l would be written.
+func (h *Handler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.min }
+
+// WithAttrs returns a handler that adds attrs to every record.
+func (h *Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	if len(attrs) == 0 {
+		return h
+	}
+	h2 := *h
+	h2.attrs = make([]field, len(h.attrs), len(h.attrs)+len(attrs))
+	copy(h2.attrs, h.attrs)
+	for _, a := range attrs {
+		h2.attrs = appendAttr(h2.attrs, h.prefix, a)
+	}
+	return &h2
+}
+
+// WithGroup returns a handler that prefixes later attribute keys with name.
+func (h *Handler) WithGroup(name string) slog.Handler {
+	if name == "" {
+		return h
+	}
+	h2 := *h
+	h2.prefix = h.prefix + name + "."
+	return &h2
+}
+
+// Handle writes one line.
+func (h *Handler) Handle(_ context.Context, r slog.Record) error {
+	fields := make([]field, 0, len(h.attrs)+r.NumAttrs()+4)
+	fields = append(fields, h.attrs...)
+	r.Attrs(func(a slog.Attr) bool {
+		fields = appendAttr(fields, h.prefix, a)
+		return true
+	})
+	fields = append(fields,
+		field{key: "level", val: appendString(nil, levelName(r.Level))},
+		field{key: "msg", val: appendString(nil, r.Message)},
+		field{key: "timestamp", val: appendString(nil, formatTime(r))},
+	)
+	if pos := position(r.PC); pos != "" {
+		fields = append(fields, field{key: "pos", val: appendString(nil, pos)})
+	}
+	fields = sortDedup(fields)
+
+	buf := make([]byte, 0, 256)
+	buf = append(buf, '{')
+	for i, f := range fields {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendString(buf, f.key)
+		buf = append(buf, ':')
+		buf = append(buf, f.val...)
+	}
+	buf = append(buf, '}', '\n')
+
+	h.out.mu.Lock()
+	defer h.out.mu.Unlock()
+	_, err := h.out.w.Write(buf)
+	return err
+}
+
+func levelName(l slog.Level) string {
+	switch {
+	case l >= LevelFatal:
+		return "fatal"
+	case l >= slog.LevelError:
+		return "error"
+	case l >= slog.LevelWarn:
+		return "warning"
+	default:
+		return "info"
+	}
+}
+
+// sortDedup sorts fields by key (insertion sort: lines have a dozen keys)
+// and keeps the last value of a repeated key, so a record's own attribute
+// overrides one from With, and the handler's level/msg/timestamp/pos
+// override any user attribute of that name.
+func sortDedup(fs []field) []field {
+	for i := 1; i < len(fs); i++ {
+		for j := i; j > 0 && fs[j].key < fs[j-1].key; j-- {
+			fs[j], fs[j-1] = fs[j-1], fs[j]
+		}
+	}
+	out := fs[:0]
+	for i, f := range fs {
+		if i+1 < len(fs) && fs[i+1].key == f.key {
+			continue // a later one wins; the sort is stable
+		}
+		out = append(out, f)
+	}
+	return out
+}
