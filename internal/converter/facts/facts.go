@@ -41,8 +41,12 @@ type Volume struct {
 	// NoDirectIO is true when the image's file system refuses O_DIRECT, so
 	// cache=none cannot be used (KubeVirt then picks writethrough).
 	NoDirectIO bool
-	// Preallocated volumes get no discard=unmap.
+	// Preallocated volumes get no discard=unmap, and io=native with cache=none.
 	Preallocated bool
+	// LogicalBlockSize and PhysicalBlockSize are the probed block sizes of
+	// the volume, used for disks with blockSize.matchVolume. 0 means unknown:
+	// the disk then gets QEMU's defaults.
+	LogicalBlockSize, PhysicalBlockSize uint
 }
 
 // Interface holds what the network phase learned about one VMI interface.
@@ -78,6 +82,11 @@ type Context struct {
 	Volumes map[string]Volume
 	// Interfaces by VMI interface name.
 	Interfaces map[string]Interface
+	// CPUSet is the pod's dedicated host CPUs, in order, for VMIs with
+	// dedicatedCpuPlacement (the CPU manager's choice). vCPU i is pinned to
+	// CPUSet[i]; an isolated emulator thread takes the next one.
+	CPUSet []uint
+
 	// PCIAddresses of host devices by device name (gpus, hostDevices, and
 	// SR-IOV interfaces by interface name), e.g. "0000:81:00.1".
 	PCIAddresses map[string]string

@@ -1,0 +1,132 @@
+package compute
+
+import (
+	"fmt"
+	"strconv"
+
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+)
+
+// TCGModel is the CPU model used instead of host-model/host-passthrough under
+// emulation: TCG cannot copy the host CPU, and "max" gives a guest every
+// feature TCG implements (modern distributions need x86-64-v2 at least).
+const TCGModel = "max"
+
+// maxVCPUs is the most vCPUs KubeVirt lets one VMI have.
+const maxVCPUs = 512
+
+// CPU fills <cpu> (mode, model, features, topology), <vcpu> and, for CPU
+// hotplug, <vcpus>; with dedicated CPUs it also pins them (<cputune>).
+type CPU struct{ Ctx *facts.Context }
+
+var featurePolicies = map[string]bool{"": true, "force": true, "require": true, "optional": true, "disable": true, "forbid": true}
+
+func (c CPU) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+	spec := vmi.Spec.Domain.CPU
+	if spec == nil {
+		spec = &v1.CPU{}
+	}
+	a := arch(vmi, c.Ctx)
+	sockets, cores, threads := facts.Topology(vmi)
+	booted := uint64(sockets) * uint64(cores) * uint64(threads)
+	if booted > maxVCPUs {
+		return fmt.Errorf("spec.domain.cpu: %d vCPUs (sockets x cores x threads) is more than %d", booted, maxVCPUs)
+	}
+	out := &libvirtxml.DomainCPU{}
+	model := spec.Model
+	if model == "" {
+		model = v1.DefaultCPUModel
+		if a == "arm64" {
+			model = v1.CPUModeHostPassthrough
+		}
+	}
+	switch {
+	case c.Ctx.Emulation && (model == v1.CPUModeHostModel || model == v1.CPUModeHostPassthrough):
+		out.Mode = "custom"
+		out.Model = &libvirtxml.DomainCPUModel{Value: TCGModel}
+	case model == v1.CPUModeHostModel || model == v1.CPUModeHostPassthrough:
+		out.Mode = model
+	default:
+		out.Mode = "custom"
+		out.Model = &libvirtxml.DomainCPUModel{Value: model}
+	}
+	listedMPX := false
+	for i, f := range spec.Features {
+		if f.Name == "" {
+			return fmt.Errorf("spec.domain.cpu.features[%d].name: must not be empty", i)
+		}
+		if !featurePolicies[f.Policy] {
+			return fmt.Errorf("spec.domain.cpu.features[%d].policy: %q is not one of force, require, optional, disable, forbid", i, f.Policy)
+		}
+		listedMPX = listedMPX || f.Name == "mpx"
+		out.Features = append(out.Features, libvirtxml.DomainCPUFeature{Name: f.Name, Policy: f.Policy})
+	}
+	if a == "amd64" && out.Mode == "custom" && out.Model.Value == model && !listedMPX {
+		// Named models may carry MPX, which current hosts lack (KubeVirt does the same).
+		out.Features = append(out.Features, libvirtxml.DomainCPUFeature{Name: "mpx", Policy: "disable"})
+	}
+
+	total := booted
+	topoSockets := sockets
+	if spec.MaxSockets != 0 && a != "arm64" {
+		if spec.MaxSockets < sockets {
+			return fmt.Errorf("spec.domain.cpu.maxSockets: %d is less than sockets %d", spec.MaxSockets, sockets)
+		}
+		topoSockets = spec.MaxSockets
+		total = uint64(topoSockets) * uint64(cores) * uint64(threads)
+		if total > maxVCPUs {
+			return fmt.Errorf("spec.domain.cpu.maxSockets: %d vCPUs (maxSockets x cores x threads) is more than %d", total, maxVCPUs)
+		}
+	}
+	out.Topology = &libvirtxml.DomainCPUTopology{Sockets: int(topoSockets), Cores: int(cores), Threads: int(threads)}
+	dom.CPU = out
+	dom.VCPU = &libvirtxml.DomainVCPU{Placement: "static", Value: uint(total)}
+	if total > booted {
+		perSocket := uint64(cores) * uint64(threads)
+		vcpus := &libvirtxml.DomainVCPUs{}
+		for id := uint64(0); id < total; id++ {
+			vcpus.VCPU = append(vcpus.VCPU, libvirtxml.DomainVCPUsVCPU{
+				Id:           uintPtr(uint(id)),
+				Enabled:      yesNo(id < booted),
+				Hotpluggable: yesNo(id >= perSocket),
+			})
+		}
+		dom.VCPUs = vcpus
+	}
+	if spec.DedicatedCPUPlacement {
+		return c.pin(vmi, spec, dom, total)
+	}
+	return nil
+}
+
+// pin places each vCPU on its own host CPU from the pod's dedicated set.
+func (c CPU) pin(vmi *v1.VirtualMachineInstance, spec *v1.CPU, dom *libvirtxml.Domain, total uint64) error {
+	need := total
+	if spec.IsolateEmulatorThread {
+		need++
+	}
+	if uint64(len(c.Ctx.CPUSet)) < need {
+		return fmt.Errorf("spec.domain.cpu.dedicatedCpuPlacement: needs %d dedicated host CPUs from the pod's CPU manager, the launcher knows %d", need, len(c.Ctx.CPUSet))
+	}
+	tune := &libvirtxml.DomainCPUTune{}
+	for i := uint64(0); i < total; i++ {
+		tune.VCPUPin = append(tune.VCPUPin, libvirtxml.DomainCPUTuneVCPUPin{
+			VCPU: uint(i), CPUSet: strconv.FormatUint(uint64(c.Ctx.CPUSet[i]), 10),
+		})
+	}
+	if spec.IsolateEmulatorThread {
+		tune.EmulatorPin = &libvirtxml.DomainCPUTuneEmulatorPin{CPUSet: strconv.FormatUint(uint64(c.Ctx.CPUSet[total]), 10)}
+	}
+	dom.CPUTune = tune
+	if arch(vmi, c.Ctx) == "amd64" && !c.Ctx.Emulation {
+		f := features(dom)
+		if f.KVM == nil {
+			f.KVM = &libvirtxml.DomainFeatureKVM{}
+		}
+		f.KVM.HintDedicated = &libvirtxml.DomainFeatureState{State: "on"}
+	}
+	return nil
+}

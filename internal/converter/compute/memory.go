@@ -1,0 +1,111 @@
+package compute
+
+import (
+	"fmt"
+	"strconv"
+
+	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+)
+
+// Memory fills <memory>, <currentMemory> and, for memory hotplug,
+// <maxMemory>. libvirt 9.0 needs a guest NUMA node whenever <maxMemory> is
+// set, and memfd-backed memory wants one too, so this configurator also adds
+// KubeVirt's synthetic single NUMA cell in those cases.
+type Memory struct{ Ctx *facts.Context }
+
+// MemfdAnnotation set to "false" keeps hugepages off memfd.
+const MemfdAnnotation = "kubevirt.io/memfd"
+
+// MaxMemorySlots is the slot count written on <maxMemory>. KubeVirt writes 0
+// (it hotplugs virtio-mem, which takes no DIMM slot), but libvirt 9.0's schema
+// requires the attribute and its qemu driver wants it non-zero, so we use 1.
+const MaxMemorySlots = 1
+
+func (m Memory) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+	guest := guestMemoryBytes(vmi)
+	if guest <= 0 {
+		return fmt.Errorf("spec.domain.memory.guest: not set (nor resources.requests.memory)")
+	}
+	if guest < 1<<20 {
+		return fmt.Errorf("spec.domain.memory.guest: %d bytes is less than 1 MiB", guest)
+	}
+	dom.Memory = &libvirtxml.DomainMemory{Value: uint(guest), Unit: "b"}
+	dom.CurrentMemory = &libvirtxml.DomainCurrentMemory{Value: uint(guest), Unit: "b"}
+	numa := useMemfd(vmi)
+	if spec := vmi.Spec.Domain.Memory; spec != nil && spec.MaxGuest != nil {
+		maxGuest := spec.MaxGuest.Value()
+		switch {
+		case maxGuest < guest:
+			return fmt.Errorf("spec.domain.memory.maxGuest: %s is less than guest memory", spec.MaxGuest.String())
+		case maxGuest > guest:
+			dom.MaximumMemory = &libvirtxml.DomainMaxMemory{Value: uint(maxGuest), Unit: "b", Slots: MaxMemorySlots}
+			numa = true
+		}
+	}
+	if numa && arch(vmi, m.Ctx) != "s390x" && dom.CPU != nil && dom.VCPU != nil {
+		dom.CPU.Numa = &libvirtxml.DomainNuma{Cell: []libvirtxml.DomainCell{{
+			ID:     uintPtr(0),
+			CPUs:   "0-" + strconv.FormatUint(uint64(dom.VCPU.Value-1), 10),
+			Memory: uint(guest >> 10),
+			Unit:   "KiB",
+		}}}
+	}
+	return nil
+}
+
+// guestMemoryBytes is the guest memory: memory.guest, else the memory
+// request, else the limit, else the hugepage size (KubeVirt's default order).
+func guestMemoryBytes(vmi *v1.VirtualMachineInstance) int64 {
+	spec := vmi.Spec.Domain.Memory
+	if spec != nil && spec.Guest != nil {
+		return spec.Guest.Value()
+	}
+	res := vmi.Spec.Domain.Resources
+	if q, ok := res.Requests[k8sv1.ResourceMemory]; ok {
+		return q.Value()
+	}
+	if q, ok := res.Limits[k8sv1.ResourceMemory]; ok {
+		return q.Value()
+	}
+	if spec != nil && spec.Hugepages != nil {
+		if q, err := resource.ParseQuantity(spec.Hugepages.PageSize); err == nil {
+			return q.Value()
+		}
+	}
+	return 0
+}
+
+// useMemfd: hugepages are backed by memfd unless the annotation says not to.
+func useMemfd(vmi *v1.VirtualMachineInstance) bool {
+	m := vmi.Spec.Domain.Memory
+	return m != nil && m.Hugepages != nil && vmi.Annotations[MemfdAnnotation] != "false"
+}
+
+// MemoryBacking adds hugepages (with the spec's page size) and memfd backing.
+type MemoryBacking struct{}
+
+func (MemoryBacking) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+	m := vmi.Spec.Domain.Memory
+	if m == nil || m.Hugepages == nil {
+		return nil
+	}
+	q, err := resource.ParseQuantity(m.Hugepages.PageSize)
+	if err != nil || q.Value() < 4096 {
+		return fmt.Errorf("spec.domain.memory.hugepages.pageSize: %q is not a page size such as 2Mi or 1Gi", m.Hugepages.PageSize)
+	}
+	mb := &libvirtxml.DomainMemoryBacking{
+		MemoryHugePages: &libvirtxml.DomainMemoryHugepages{Hugepages: []libvirtxml.DomainMemoryHugepage{{
+			Size: uint(q.Value() >> 10), Unit: "KiB",
+		}}},
+	}
+	if useMemfd(vmi) {
+		mb.MemorySource = &libvirtxml.DomainMemorySource{Type: "memfd"}
+	}
+	dom.MemoryBacking = mb
+	return nil
+}

@@ -1,0 +1,53 @@
+package compute
+
+import (
+	"bytes"
+	"encoding/xml"
+	"fmt"
+
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+)
+
+// DefaultGracePeriodSeconds is what KubeVirt uses when the VMI sets no
+// terminationGracePeriodSeconds.
+const DefaultGracePeriodSeconds = 30
+
+// Metadata names the domain "<namespace>_<name>" and records the VMI's UID and
+// grace period in a KubeVirt metadata block, so that a restarted launcher can
+// recover them from the domain itself.
+type Metadata struct{}
+
+type kubevirtMetadata struct {
+	XMLName     xml.Name `xml:"http://kubevirt.io kubevirt"`
+	UID         string   `xml:"uid"`
+	GracePeriod struct {
+		Seconds int64 `xml:"deletionGracePeriodSeconds"`
+	} `xml:"graceperiod"`
+}
+
+func (Metadata) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+	if vmi.Name == "" {
+		return fmt.Errorf("metadata.name: must not be empty")
+	}
+	ns := vmi.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	dom.Name = ns + "_" + vmi.Name
+
+	md := kubevirtMetadata{UID: string(vmi.UID)}
+	md.GracePeriod.Seconds = DefaultGracePeriodSeconds
+	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil {
+		if *g < 0 {
+			return fmt.Errorf("spec.terminationGracePeriodSeconds: %d is negative", *g)
+		}
+		md.GracePeriod.Seconds = *g
+	}
+	var buf bytes.Buffer
+	if err := xml.NewEncoder(&buf).Encode(md); err != nil {
+		return fmt.Errorf("metadata: %w", err)
+	}
+	dom.Metadata = &libvirtxml.DomainMetadata{XML: buf.String()}
+	return nil
+}

@@ -1,0 +1,145 @@
+package storage
+
+import (
+	"fmt"
+
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+)
+
+func fileSource(path string) *libvirtxml.DomainDiskSource {
+	return &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}}
+}
+
+func blockSource(dev string) *libvirtxml.DomainDiskSource {
+	return &libvirtxml.DomainDiskSource{Block: &libvirtxml.DomainDiskSourceBlock{Dev: dev}}
+}
+
+// source sets the disk's source, format and backing store from its volume.
+// Every path comes from the layout; block or file and the backing format come
+// from the Context's volume facts.
+func (s configurator) source(vmi *v1.VirtualMachineInstance, vol *v1.Volume, volIndex int, out *libvirtxml.DomainDisk, dev device) error {
+	l := s.ctx.Layout
+	vf := s.ctx.Volumes[vol.Name]
+	field := fmt.Sprintf("spec.volumes[%d]", volIndex)
+	if err := layout.CheckName(vol.Name); err != nil {
+		return fmt.Errorf("%s.name: %w", field, err)
+	}
+	var src *libvirtxml.DomainDiskSource
+	format := "raw"
+	n := 0
+	set := func(sr *libvirtxml.DomainDiskSource, f string) {
+		n++
+		src, format = sr, f
+	}
+	pvc := func(hotplug bool) *libvirtxml.DomainDiskSource {
+		switch {
+		case hotplug && vf.Block:
+			return blockSource(l.HotplugBlock(vol.Name))
+		case hotplug:
+			return fileSource(l.HotplugFile(vol.Name))
+		case vf.Block:
+			return blockSource(l.BlockDevice(vol.Name))
+		}
+		return fileSource(l.PVCDisk(vol.Name))
+	}
+	if v := vol.ContainerDisk; v != nil {
+		backing, err := backingFormat(vf.BackingFormat, field)
+		if err != nil {
+			return err
+		}
+		set(fileSource(l.DiskOverlay(vol.Name)), "qcow2")
+		out.BackingStore = &libvirtxml.DomainDiskBackingStore{
+			Format: &libvirtxml.DomainDiskFormat{Type: backing},
+			Source: fileSource(l.ContainerDiskImage(volIndex)),
+		}
+	}
+	if v := vol.Ephemeral; v != nil {
+		if v.PersistentVolumeClaim == nil {
+			return fmt.Errorf("%s.ephemeral.persistentVolumeClaim: must be set", field)
+		}
+		set(fileSource(l.DiskOverlay(vol.Name)), "qcow2")
+		out.BackingStore = &libvirtxml.DomainDiskBackingStore{
+			Format: &libvirtxml.DomainDiskFormat{Type: "raw"},
+			Source: pvc(false),
+		}
+	}
+	if v := vol.PersistentVolumeClaim; v != nil {
+		set(pvc(v.Hotpluggable), "raw")
+	}
+	if v := vol.DataVolume; v != nil {
+		set(pvc(v.Hotpluggable), "raw")
+	}
+	if v := vol.HostDisk; v != nil {
+		if v.Path == "" {
+			return fmt.Errorf("%s.hostDisk.path: must be set", field)
+		}
+		set(fileSource(l.HostDisk(vol.Name, v.Path)), "raw")
+	}
+	if vol.EmptyDisk != nil {
+		set(fileSource(l.EmptyDisk(vol.Name)), "qcow2")
+	}
+	if vol.CloudInitNoCloud != nil {
+		set(fileSource(l.CloudInitNoCloudISO(namespace(vmi), vmi.Name)), "raw")
+	}
+	if vol.CloudInitConfigDrive != nil {
+		set(fileSource(l.CloudInitConfigDriveISO(namespace(vmi), vmi.Name)), "raw")
+	}
+	if vol.ConfigMap != nil {
+		set(fileSource(l.ConfigMapISO(vol.Name)), "raw")
+	}
+	if vol.Secret != nil {
+		set(fileSource(l.SecretISO(vol.Name)), "raw")
+	}
+	if vol.DownwardAPI != nil {
+		set(fileSource(l.DownwardAPIISO(vol.Name)), "raw")
+	}
+	if vol.ServiceAccount != nil {
+		set(fileSource(l.ServiceAccountISO()), "raw")
+	}
+	if vol.Sysprep != nil {
+		set(fileSource(l.SysprepISO(vol.Name)), "raw")
+	}
+	if vol.DownwardMetrics != nil {
+		if dev.kind != "disk" || dev.bus != v1.DiskBusVirtio {
+			return fmt.Errorf("%s.downwardMetrics: needs a disk on the virtio bus", field)
+		}
+		set(fileSource(l.DownwardMetricsDisk()), "raw")
+		out.ReadOnly = &libvirtxml.DomainDiskReadOnly{}
+	}
+	if vol.MemoryDump != nil {
+		return fmt.Errorf("%s.memoryDump: not supported as a disk", field)
+	}
+	if vol.ContainerPath != nil {
+		return fmt.Errorf("%s.containerPath: not supported as a disk (it is a filesystem)", field)
+	}
+	switch n {
+	case 0:
+		return fmt.Errorf("%s: no volume source set", field)
+	case 1:
+	default:
+		return fmt.Errorf("%s: only one volume source may be set, found %d", field, n)
+	}
+	out.Source = src
+	out.Driver.Type = format
+	return nil
+}
+
+func backingFormat(f, field string) (string, error) {
+	switch f {
+	case "":
+		return "raw", nil
+	case "raw", "qcow2":
+		return f, nil
+	}
+	return "", fmt.Errorf("%s.containerDisk: image format %q is not raw or qcow2", field, f)
+}
+
+func namespace(vmi *v1.VirtualMachineInstance) string {
+	if vmi.Namespace == "" {
+		return "default"
+	}
+	return vmi.Namespace
+}
