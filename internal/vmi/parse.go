@@ -1,0 +1,220 @@
+package vmi
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+	v1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// MaxManifestBytes bounds the input Parse accepts. A VMI with the largest
+// cloud-init payloads we allow is far below it.
+const MaxManifestBytes = 8 << 20
+
+const (
+	kindVMI = "VirtualMachineInstance"
+	kindVM  = "VirtualMachine"
+	group   = "kubevirt.io"
+)
+
+// servedVersions are the kubevirt.io API versions whose VMI/VM schema is the
+// one kubevirt.io/api/core/v1 describes (v1alpha3 is served by KubeVirt as
+// an alias of v1).
+var servedVersions = map[string]bool{"v1": true, "v1alpha3": true}
+
+// Parse reads YAML or JSON: a VirtualMachineInstance, or a VirtualMachine
+// (its spec.template becomes the VMI; name, namespace, labels and
+// annotations come from the VM when the template has none).
+//
+// Decoding is strict: unknown fields, duplicate fields and wrong types are
+// errors naming the field path. A document of another kind (or an apiVersion
+// outside kubevirt.io) is an error naming `kind`. An empty apiVersion and
+// kind is read as a VMI, which is what virt-handler sends. A YAML stream may
+// hold several `---` documents, but exactly one object.
+func Parse(data []byte) (*v1.VirtualMachineInstance, error) {
+	if len(data) > MaxManifestBytes {
+		return nil, fmt.Errorf("manifest is %d bytes, more than the %d allowed", len(data), MaxManifestBytes)
+	}
+	doc, err := singleDocument(data)
+	if err != nil {
+		return nil, err
+	}
+	tree, err := parseTree(doc)
+	if err != nil {
+		return nil, err
+	}
+	root, ok := tree.(*object)
+	if !ok {
+		return nil, fmt.Errorf("manifest is a %s, not an object", describe(tree))
+	}
+
+	kind, err := kindOf(root)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case kindVMI:
+		out := &v1.VirtualMachineInstance{}
+		if err := decodeStrict(doc, root, out); err != nil {
+			return nil, err
+		}
+		out.APIVersion = v1.SchemeGroupVersion.String()
+		out.Kind = kindVMI
+		return out, nil
+	default: // kindVM
+		vm := &v1.VirtualMachine{}
+		if err := decodeStrict(doc, root, vm); err != nil {
+			return nil, err
+		}
+		return vmiFromVM(vm)
+	}
+}
+
+// singleDocument turns the input into the JSON of its one object.
+func singleDocument(data []byte) ([]byte, error) {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, errors.New("manifest is empty")
+	}
+	if trimmed[0] == '{' && json.Valid(trimmed) {
+		return trimmed, nil // JSON, as virt-handler sends it; parsed as is
+	}
+	var docs [][]byte
+	r := k8syaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for n := 1; ; n++ {
+		chunk, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read YAML document %d: %w", n, err)
+		}
+		js, err := yaml.YAMLToJSONStrict(chunk)
+		if err != nil {
+			return nil, fmt.Errorf("YAML document %d: %w", n, err)
+		}
+		if s := string(bytes.TrimSpace(js)); s == "null" || s == "" {
+			continue // an empty document, e.g. before a leading ---
+		}
+		docs = append(docs, js)
+	}
+	switch len(docs) {
+	case 0:
+		return nil, errors.New("manifest holds no object")
+	case 1:
+		return docs[0], nil
+	default:
+		return nil, fmt.Errorf("manifest holds %d objects; want exactly one VirtualMachineInstance or VirtualMachine", len(docs))
+	}
+}
+
+// kindOf reads apiVersion and kind and says which of the two kinds we accept
+// the document is.
+func kindOf(root *object) (string, error) {
+	str := func(key string) (string, error) {
+		v, ok := root.vals[key]
+		if !ok || v == nil {
+			return "", nil
+		}
+		s, ok := v.(string)
+		if !ok {
+			return "", fieldErr(key, "wrong type: expected string, got %s", describe(v))
+		}
+		return s, nil
+	}
+	apiVersion, err := str("apiVersion")
+	if err != nil {
+		return "", err
+	}
+	kind, err := str("kind")
+	if err != nil {
+		return "", err
+	}
+	if kind == "" {
+		if apiVersion != "" {
+			return "", fieldErr("kind", "required when apiVersion (%q) is set", apiVersion)
+		}
+		return kindVMI, nil // virt-handler's VMI JSON carries no type meta
+	}
+	if kind != kindVMI && kind != kindVM {
+		return "", fieldErr("kind", "%q (apiVersion %q) is not supported: want %s or %s of %s/v1",
+			kind, apiVersion, kindVMI, kindVM, group)
+	}
+	if apiVersion != "" {
+		g, ver, found := strings.Cut(apiVersion, "/")
+		if !found || g != group || !servedVersions[ver] {
+			return "", fieldErr("kind", "%s of apiVersion %q is not supported: want %s/v1", kind, apiVersion, group)
+		}
+	}
+	return kind, nil
+}
+
+// decodeStrict checks tree against out's type and then decodes doc into out.
+func decodeStrict(doc []byte, tree *object, out any) error {
+	c := newChecker()
+	c.check("", tree, reflect.TypeOf(out))
+	if len(c.errs) > 0 {
+		return errors.Join(c.errs...)
+	}
+	if err := json.Unmarshal(doc, out); err != nil {
+		// The check above mirrors encoding/json; reaching here is a gap in it.
+		return fmt.Errorf("decode: %w", err)
+	}
+	return nil
+}
+
+// vmiFromVM builds the VMI a VirtualMachine would start.
+func vmiFromVM(vm *v1.VirtualMachine) (*v1.VirtualMachineInstance, error) {
+	var errs []error
+	if vm.Spec.Instancetype != nil {
+		errs = append(errs, fieldErr("spec.instancetype",
+			"instancetypes are expanded by a KubeVirt cluster (virt-api); expand it first"))
+	}
+	if vm.Spec.Preference != nil {
+		errs = append(errs, fieldErr("spec.preference",
+			"preferences are expanded by a KubeVirt cluster (virt-api); expand it first"))
+	}
+	if vm.Spec.Template == nil {
+		errs = append(errs, fieldErr("spec.template", "required: a VirtualMachine needs a template"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	t := vm.Spec.Template
+	out := &v1.VirtualMachineInstance{
+		TypeMeta:   vm.TypeMeta,
+		ObjectMeta: *t.ObjectMeta.DeepCopy(),
+		Spec:       *t.Spec.DeepCopy(),
+	}
+	out.APIVersion = v1.SchemeGroupVersion.String()
+	out.Kind = kindVMI
+	if out.Name == "" {
+		out.Name = vm.Name
+	}
+	if out.Namespace == "" {
+		out.Namespace = vm.Namespace
+	}
+	if len(out.Labels) == 0 && len(vm.Labels) > 0 {
+		out.Labels = copyMap(vm.Labels)
+	}
+	if len(out.Annotations) == 0 && len(vm.Annotations) > 0 {
+		out.Annotations = copyMap(vm.Annotations)
+	}
+	return out, nil
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
