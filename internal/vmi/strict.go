@@ -418,4 +418,3 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
-
