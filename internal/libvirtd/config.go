@@ -1,0 +1,190 @@
+package libvirtd
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// Config describes one private pair of daemons.
+type Config struct {
+	// Dir is the launcher's private libvirt directory (layout.LibvirtDir()).
+	// The generated config files are written here. In session mode it is
+	// also $XDG_CONFIG_HOME/libvirt, so the daemon finds qemu.conf there and
+	// keeps its domain definitions under Dir/qemu.
+	Dir string
+	// RuntimeDir is $XDG_RUNTIME_DIR in session mode: the sockets end up in
+	// RuntimeDir/libvirt (in a pod /var/run, giving KubeVirt's
+	// /var/run/libvirt/virtqemud-sock). In root mode it is the unix_sock_dir
+	// parent as well.
+	RuntimeDir string
+	// CacheHome is $XDG_CACHE_HOME in session mode. libvirt keeps its QEMU
+	// capability cache in CacheHome/libvirt/qemu/capabilities and the QEMU
+	// logs in CacheHome/libvirt/qemu/log. Empty means the parent of Dir.
+	CacheHome string
+
+	// Root selects system mode (qemu:///system), for a launcher running as
+	// uid 0 inside a container. It uses host-wide paths (/run/libvirt,
+	// /var/lib/libvirt) for the QEMU driver's state and virtlogd's socket,
+	// so it must not be used on a shared machine.
+	Root bool
+
+	// LogFilters is libvirt's log_filters (from --libvirt-log-filters or
+	// the VMI annotation). Empty keeps the quiet default.
+	LogFilters string
+	// Debug enables libvirt's debug output (verbosity above 5 or
+	// LIBVIRT_DEBUG_LOGS=1).
+	Debug bool
+
+	// DaemonPath and VirtlogdPath override the binaries; empty means search
+	// $PATH and /usr/sbin for virtqemud, then libvirtd, and virtlogd.
+	DaemonPath   string
+	VirtlogdPath string
+
+	// Credential, when set, runs both daemons as that user. The launcher
+	// never needs it (it runs as the unprivileged user itself); tests
+	// running as root use it to start the daemons as an ordinary user.
+	// The directories are chowned to that user.
+	Credential *syscall.Credential
+}
+
+// configHome is $XDG_CONFIG_HOME in session mode: Dir must be <it>/libvirt
+// for the daemon to find qemu.conf, so Dir's parent is used.
+func (c Config) configHome() string { return filepath.Dir(c.Dir) }
+
+func (c Config) cacheHome() string {
+	if c.CacheHome != "" {
+		return c.CacheHome
+	}
+	return filepath.Dir(c.Dir)
+}
+
+// CapabilitiesCacheDir is where the daemon caches its QEMU capability probe
+// (session mode). Seeding it from a warm launcher saves the probe (up to a
+// few seconds under TCG) on the first define.
+func (c Config) CapabilitiesCacheDir() string {
+	return filepath.Join(c.cacheHome(), "libvirt", "qemu", "capabilities")
+}
+
+// SocketDir is the directory holding the daemon's and virtlogd's sockets.
+func (c Config) SocketDir() string { return filepath.Join(c.RuntimeDir, "libvirt") }
+
+func (c Config) validate() error {
+	if c.Dir == "" || !filepath.IsAbs(c.Dir) {
+		return fmt.Errorf("libvirtd config: Dir %q must be an absolute path", c.Dir)
+	}
+	if filepath.Base(c.Dir) != "libvirt" {
+		return fmt.Errorf("libvirtd config: Dir %q must end in /libvirt (it is $XDG_CONFIG_HOME/libvirt)", c.Dir)
+	}
+	if c.RuntimeDir == "" || !filepath.IsAbs(c.RuntimeDir) {
+		return fmt.Errorf("libvirtd config: RuntimeDir %q must be an absolute path", c.RuntimeDir)
+	}
+	// sun_path holds 108 bytes including the terminating NUL.
+	if n := len(filepath.Join(c.SocketDir(), "virtqemud-admin-sock")); n > 107 {
+		return fmt.Errorf("libvirtd config: RuntimeDir %q is too long for unix sockets (%d > 107 bytes)", c.RuntimeDir, n)
+	}
+	return nil
+}
+
+func quote(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+}
+
+// daemonConf is libvirtd.conf / virtqemud.conf. One client (the launcher)
+// plus the handler's migration proxy and virsh for debugging need a handful
+// of connections; a small worker pool keeps the daemon's memory down.
+func (c Config) daemonConf() string {
+	var b strings.Builder
+	b.WriteString("# Written by virt-launcher; regenerated on every start.\n")
+	c.writeLogging(&b)
+	b.WriteString("max_clients = 16\nmax_queued_clients = 16\nmax_anonymous_clients = 16\n")
+	b.WriteString("min_workers = 1\nmax_workers = 4\nprio_workers = 2\nmax_client_requests = 8\n")
+	b.WriteString("admin_min_workers = 1\nadmin_max_workers = 1\nadmin_max_clients = 2\n")
+	b.WriteString("keepalive_interval = -1\n")
+	if c.Root {
+		// System mode: keep the sockets in our runtime dir, reachable by
+		// root only; no polkit.
+		fmt.Fprintf(&b, "unix_sock_dir = %s\n", quote(c.SocketDir()))
+		b.WriteString("unix_sock_rw_perms = \"0700\"\nauth_unix_rw = \"none\"\nauth_unix_ro = \"none\"\n")
+		b.WriteString("listen_tls = 0\nlisten_tcp = 0\n")
+	}
+	return b.String()
+}
+
+func (c Config) virtlogdConf() string {
+	var b strings.Builder
+	b.WriteString("# Written by virt-launcher; regenerated on every start.\n")
+	c.writeLogging(&b)
+	b.WriteString("max_clients = 16\nadmin_max_clients = 2\n")
+	// The serial log and QEMU's own log rotate small: they are read by
+	// virt-tail and the monitor, not archived.
+	b.WriteString("max_size = 1048576\nmax_backups = 1\n")
+	return b.String()
+}
+
+func (c Config) writeLogging(b *strings.Builder) {
+	switch {
+	case c.Debug && c.LogFilters == "":
+		b.WriteString("log_filters = \"3:remote 4:event 3:util.json 3:util.object 3:util.dbus 3:util.netlink 3:node_device 3:rpc 3:access 1:*\"\n")
+		b.WriteString("log_outputs = \"1:stderr\"\n")
+	case c.LogFilters != "":
+		fmt.Fprintf(b, "log_filters = %s\n", quote(c.LogFilters))
+		b.WriteString("log_outputs = \"1:stderr\"\n")
+	default:
+		b.WriteString("log_level = 3\nlog_outputs = \"3:stderr\"\n")
+	}
+}
+
+// qemuConf is the QEMU driver config. Session mode reads it from
+// $XDG_CONFIG_HOME/libvirt/qemu.conf; system mode only from
+// /etc/libvirt/qemu.conf, so in root mode it is written there only inside a
+// container (see writeConfigs).
+func (c Config) qemuConf() string {
+	var b strings.Builder
+	b.WriteString("# Written by virt-launcher; regenerated on every start.\n")
+	b.WriteString("stdio_handler = \"logd\"\n")
+	b.WriteString("max_core = 0\n")
+	if c.Root {
+		b.WriteString("user = \"root\"\ngroup = \"root\"\n")
+		b.WriteString("namespaces = [ ]\ncgroup_controllers = [ ]\n")
+		b.WriteString("remember_owner = 0\n")
+	}
+	return b.String()
+}
+
+// writeConfigs writes the config files atomically into Dir and returns the
+// paths of the daemon's and virtlogd's files.
+func (c Config) writeConfigs(daemonName string) (daemonConf, logdConf string, err error) {
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return "", "", fmt.Errorf("create %s: %w", c.Dir, err)
+	}
+	daemonConf = filepath.Join(c.Dir, daemonName+".conf")
+	logdConf = filepath.Join(c.Dir, "virtlogd.conf")
+	files := map[string]string{
+		daemonConf: c.daemonConf(),
+		logdConf:   c.virtlogdConf(),
+	}
+	if !c.Root {
+		files[filepath.Join(c.Dir, "qemu.conf")] = c.qemuConf()
+	}
+	for path, content := range files {
+		if err := writeAtomic(path, content); err != nil {
+			return "", "", err
+		}
+	}
+	return daemonConf, logdConf, nil
+}
+
+func writeAtomic(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	return nil
+}

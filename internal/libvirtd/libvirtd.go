@@ -1,0 +1,450 @@
+// Package libvirtd starts and supervises the launcher's private libvirt
+// daemon (virtqemud where installed, else the monolithic libvirtd) and its
+// virtlogd.
+//
+// Non-root (the default, and KubeVirt's non-root pods): the daemons run in
+// session mode as the launcher's own user, with XDG_RUNTIME_DIR,
+// XDG_CONFIG_HOME and XDG_CACHE_HOME pointing into the launcher's private
+// directories, so any number of launchers share one machine and nothing
+// under /etc/libvirt or /run/libvirt is touched. Root: system mode, for a
+// launcher that is uid 0 inside a container.
+//
+// A daemon that dies is started again; QEMU keeps running meanwhile (libvirt
+// daemonizes it) and the new daemon reconnects to it from its status files.
+package libvirtd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Daemon is a running, supervised pair of daemons.
+type Daemon struct {
+	cfg  Config
+	log  *slog.Logger
+	kind string // "virtqemud" or "libvirtd"
+
+	main, logd *child
+
+	restarted chan struct{}
+	stopOnce  sync.Once
+	stopping  chan struct{}
+	wg        sync.WaitGroup
+}
+
+// child is one supervised process.
+type child struct {
+	name string
+	args []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the current process has been reaped
+}
+
+// FindDaemon returns the path and kind of the libvirt daemon to run:
+// virtqemud if installed, else libvirtd.
+func FindDaemon() (path, kind string, err error) {
+	for _, name := range []string{"virtqemud", "libvirtd"} {
+		if p, err := lookPath(name); err == nil {
+			return p, name, nil
+		}
+	}
+	return "", "", errors.New("neither virtqemud nor libvirtd is installed (Debian: apt-get install libvirt-daemon libvirt-daemon-driver-qemu)")
+}
+
+func lookPath(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/local/sbin", "/sbin"} {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in $PATH or /usr/sbin", name)
+}
+
+// InContainer reports whether this process looks like it runs in a
+// container, where root mode's host-wide paths belong to the container.
+func InContainer() bool {
+	for _, f := range []string{"/.dockerenv", "/run/.containerenv"} {
+		if _, err := os.Stat(f); err == nil {
+			return true
+		}
+	}
+	return os.Getenv("container") != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != ""
+}
+
+// Start writes the config files, starts virtlogd and the daemon, and
+// returns once the daemon's socket accepts connections.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Root && !InContainer() && os.Getenv("VIRTLAUNCHER_ALLOW_HOST_SYSTEM_MODE") != "1" {
+		return nil, errors.New("root mode outside a container would share the host's /run/libvirt and /var/lib/libvirt with the system daemon; run the launcher as an unprivileged user (session mode)")
+	}
+	daemonPath, kind := cfg.DaemonPath, ""
+	if daemonPath == "" {
+		var err error
+		if daemonPath, kind, err = FindDaemon(); err != nil {
+			return nil, err
+		}
+	} else {
+		kind = filepath.Base(daemonPath)
+	}
+	logdPath := cfg.VirtlogdPath
+	if logdPath == "" {
+		var err error
+		if logdPath, err = lookPath("virtlogd"); err != nil {
+			return nil, fmt.Errorf("virtlogd: %w", err)
+		}
+	}
+	for _, d := range []string{cfg.configHome(), cfg.Dir, cfg.cacheHome(), cfg.RuntimeDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	daemonConf, logdConf, err := cfg.writeConfigs(kind)
+	if err != nil {
+		return nil, err
+	}
+	if cr := cfg.Credential; cr != nil {
+		for _, p := range []string{cfg.configHome(), cfg.Dir, cfg.cacheHome(), cfg.RuntimeDir, daemonConf, logdConf, filepath.Join(cfg.Dir, "qemu.conf")} {
+			if err := os.Lchown(p, int(cr.Uid), int(cr.Gid)); err != nil && !os.IsNotExist(err) {
+				return nil, fmt.Errorf("chown %s: %w", p, err)
+			}
+		}
+	}
+	if cfg.Root {
+		if err := writeAtomic("/etc/libvirt/qemu.conf", cfg.qemuConf()); err != nil {
+			return nil, fmt.Errorf("root mode: %w", err)
+		}
+	}
+
+	d := &Daemon{
+		cfg:       cfg,
+		log:       log.With("subcomponent", "libvirt"),
+		kind:      kind,
+		logd:      &child{name: "virtlogd", args: []string{logdPath, "-f", logdConf}},
+		main:      &child{name: kind, args: []string{daemonPath, "--config", daemonConf}},
+		restarted: make(chan struct{}, 1),
+		stopping:  make(chan struct{}),
+	}
+	// virtlogd first: the daemon connects to it when QEMU starts, and in
+	// session mode would otherwise spawn an unsupervised one itself.
+	if err := d.spawn(d.logd); err != nil {
+		return nil, err
+	}
+	if err := waitSocket(ctx, d.LogSocket(), d.logd); err != nil {
+		d.Stop(context.Background())
+		return nil, fmt.Errorf("virtlogd did not come up: %w", err)
+	}
+	if err := d.spawn(d.main); err != nil {
+		d.Stop(context.Background())
+		return nil, err
+	}
+	if err := waitSocket(ctx, d.Socket(), d.main); err != nil {
+		d.Stop(context.Background())
+		return nil, fmt.Errorf("%s did not come up: %w", kind, err)
+	}
+	d.wg.Add(2)
+	go d.supervise(d.logd)
+	go d.supervise(d.main)
+	return d, nil
+}
+
+// Kind is "virtqemud" or "libvirtd".
+func (d *Daemon) Kind() string { return d.kind }
+
+// Socket is the daemon's read-write unix socket.
+func (d *Daemon) Socket() string {
+	name := "libvirt-sock"
+	if d.kind == "virtqemud" {
+		name = "virtqemud-sock"
+	}
+	return filepath.Join(d.cfg.SocketDir(), name)
+}
+
+// LogSocket is virtlogd's socket.
+func (d *Daemon) LogSocket() string {
+	if d.cfg.Root {
+		return "/run/libvirt/virtlogd-sock"
+	}
+	return filepath.Join(d.cfg.SocketDir(), "virtlogd-sock")
+}
+
+// URI is the libvirt connection URI to ask for once connected to Socket.
+func (d *Daemon) URI() string {
+	if d.cfg.Root {
+		return "qemu:///system"
+	}
+	return "qemu:///session"
+}
+
+// CapabilitiesCacheDir is the daemon's QEMU capability cache.
+func (d *Daemon) CapabilitiesCacheDir() string {
+	if d.cfg.Root {
+		return "/var/cache/libvirt/qemu/capabilities"
+	}
+	return d.cfg.CapabilitiesCacheDir()
+}
+
+// LogDir is where libvirt writes each domain's QEMU log (<domain>.log).
+func (d *Daemon) LogDir() string {
+	if d.cfg.Root {
+		return "/var/log/libvirt/qemu"
+	}
+	return filepath.Join(d.cfg.cacheHome(), "libvirt", "qemu", "log")
+}
+
+// Pids returns the current process ids of the daemon and virtlogd (0 when
+// one is between restarts).
+func (d *Daemon) Pids() (daemon, virtlogd int) {
+	return d.main.pid(), d.logd.pid()
+}
+
+// Restarted receives a value after the daemon (not virtlogd) was restarted
+// and accepts connections again: clients must reconnect and re-subscribe.
+func (d *Daemon) Restarted() <-chan struct{} { return d.restarted }
+
+// Stop sends SIGTERM to both daemons and waits for them; SIGKILL when ctx
+// ends first. QEMU is not touched: libvirt leaves running guests alone on
+// SIGTERM.
+func (d *Daemon) Stop(ctx context.Context) error {
+	d.stopOnce.Do(func() { close(d.stopping) })
+	var errs []error
+	for _, c := range []*child{d.main, d.logd} {
+		if err := c.stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (d *Daemon) env() []string {
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+	if !d.cfg.Root {
+		env = append(env,
+			"HOME="+d.cfg.configHome(),
+			"XDG_RUNTIME_DIR="+d.cfg.RuntimeDir,
+			"XDG_CONFIG_HOME="+d.cfg.configHome(),
+			"XDG_CACHE_HOME="+d.cfg.cacheHome(),
+		)
+	}
+	return env
+}
+
+func (d *Daemon) spawn(c *child) error {
+	cmd := exec.Command(c.args[0], c.args[1:]...)
+	cmd.Env = d.env()
+	cmd.Dir = d.cfg.Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Own process group: a terminal's Ctrl-C goes to the launcher,
+		// which shuts the guest down before it stops the daemons.
+		Setpgid: true,
+		// Do not outlive a launcher that is killed outright.
+		Pdeathsig:  syscall.SIGTERM,
+		Credential: d.cfg.Credential,
+	}
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		return fmt.Errorf("start %s: %w", c.name, err)
+	}
+	cmd.Stdout = nil
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", c.name, err)
+	}
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.cmd, c.done = cmd, done
+	c.mu.Unlock()
+	d.log.Info("started "+c.name, "pid", cmd.Process.Pid)
+	go func() {
+		relay(d.log, c.name, out)
+		err := cmd.Wait()
+		d.log.Debug(c.name+" exited", "pid", cmd.Process.Pid, "reason", fmt.Sprint(err))
+		close(done)
+	}()
+	return nil
+}
+
+// relay turns the daemon's log lines into our JSON log lines.
+func relay(log *slog.Logger, name string, r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		// "2026-11-30 09:15:05.776+0000: 9217: error : func:line : text"
+		level := slog.LevelInfo
+		if parts := strings.SplitN(line, ": ", 4); len(parts) == 4 {
+			switch strings.TrimSpace(parts[2]) {
+			case "error":
+				level = slog.LevelError
+			case "warning":
+				level = slog.LevelWarn
+			case "debug":
+				level = slog.LevelDebug
+			}
+			line = parts[3]
+		}
+		if level > slog.LevelDebug && harmless(line) {
+			level = slog.LevelDebug
+		}
+		log.Log(context.Background(), level, line, "process", name)
+	}
+}
+
+func (c *child) pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil || c.cmd.Process == nil {
+		return 0
+	}
+	select {
+	case <-c.done:
+		return 0
+	default:
+		return c.cmd.Process.Pid
+	}
+}
+
+func (c *child) current() (*exec.Cmd, chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cmd, c.done
+}
+
+func (c *child) stop(ctx context.Context) error {
+	cmd, done := c.current()
+	if cmd == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("%s did not stop on SIGTERM, killed", c.name)
+	}
+}
+
+// supervise restarts c whenever it dies, with a backoff, until Stop.
+func (d *Daemon) supervise(c *child) {
+	defer d.wg.Done()
+	backoff := 100 * time.Millisecond
+	for {
+		_, done := c.current()
+		select {
+		case <-d.stopping:
+			return
+		case <-done:
+		}
+		select {
+		case <-d.stopping:
+			return
+		default:
+		}
+		d.log.Warn(c.name+" died, restarting", "backoff", backoff.String())
+		select {
+		case <-d.stopping:
+			return
+		case <-time.After(backoff):
+		}
+		started := time.Now()
+		if err := d.spawn(c); err != nil {
+			d.log.Error("restart "+c.name, "reason", err.Error())
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		sock := d.Socket()
+		if c == d.logd {
+			sock = d.LogSocket()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := waitSocket(ctx, sock, c)
+		cancel()
+		if err != nil {
+			d.log.Error(c.name+" restarted but its socket does not answer", "reason", err.Error())
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		d.log.Info(c.name+" restarted", "took", time.Since(started).String())
+		if time.Since(started) > time.Minute {
+			backoff = 100 * time.Millisecond
+		}
+		if c == d.main {
+			select {
+			case d.restarted <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// waitSocket waits until path accepts a connection, or c exits.
+func waitSocket(ctx context.Context, path string, c *child) error {
+	_, done := c.current()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			conn.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("socket %s: %w", path, ctx.Err())
+		case <-done:
+			return fmt.Errorf("%s exited before its socket %s answered", c.name, path)
+		case <-tick.C:
+		}
+	}
+}
+
+// noise are messages every unprivileged daemon on a headless machine logs at
+// error level although nothing is wrong for a launcher.
+var noise = []string{
+	"Unable to find 'dnsmasq' binary",
+	"Unable to get system bus connection",
+	"Unable to get session bus connection",
+	"DBus not available",
+	"Failed to get udev device for syspath '/sys/devices/virtual/dmi/id'",
+	"Unable to open /dev/kvm",
+	"End of file while reading data", // a client (our readiness probe) hung up
+	"Disallowing client",             // virtlogd refusing our readiness probe as root
+}
+
+func harmless(line string) bool {
+	for _, n := range noise {
+		if strings.Contains(line, n) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,312 @@
+package libvirtd
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
+)
+
+// testUser is the unprivileged account scripts/install-deps creates; the
+// daemons run as it in session mode, as the launcher does.
+func testCredential(t *testing.T) *syscall.Credential {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		// Already unprivileged: run the daemons as ourselves.
+		return nil
+	}
+	u, err := user.Lookup("virtlauncher")
+	if err != nil {
+		t.Skipf("user virtlauncher missing (run scripts/install-deps): %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+}
+
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	if _, _, err := FindDaemon(); err != nil {
+		t.Skip(err)
+	}
+	// Short paths: unix sockets are limited to 107 bytes.
+	dir, err := os.MkdirTemp("", "lvd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("KEEP") == "" {
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	cred := testCredential(t)
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return Config{
+		Dir:        filepath.Join(dir, "private", "libvirt"),
+		RuntimeDir: filepath.Join(dir, "run"),
+		CacheHome:  filepath.Join(dir, "private"),
+		Credential: cred,
+		LogFilters: os.Getenv("LVD_FILTERS"),
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func connect(t *testing.T, d *Daemon) *libvirt.Libvirt {
+	t.Helper()
+	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(d.Socket()), dialers.WithLocalTimeout(2*time.Second)))
+	if err := l.ConnectToURI(libvirt.ConnectURI(d.URI())); err != nil {
+		t.Fatalf("connect %s: %v", d.Socket(), err)
+	}
+	return l
+}
+
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// A zombie is not alive (this sandbox's PID 1 does not reap orphans).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
+}
+
+func TestConfigValidate(t *testing.T) {
+	long := "/" + strings.Repeat("x", 100)
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"relative dir", Config{Dir: "rel/libvirt", RuntimeDir: "/r"}, "absolute"},
+		{"dir not libvirt", Config{Dir: "/p/other", RuntimeDir: "/r"}, "must end in /libvirt"},
+		{"no runtime dir", Config{Dir: "/p/libvirt"}, "RuntimeDir"},
+		{"socket too long", Config{Dir: "/p/libvirt", RuntimeDir: long}, "too long"},
+		{"ok", Config{Dir: "/p/libvirt", RuntimeDir: "/r"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigFiles(t *testing.T) {
+	c := Config{Dir: "/p/libvirt", RuntimeDir: "/r", LogFilters: `1:qemu "x"`}
+	if got := c.daemonConf(); !strings.Contains(got, `log_filters = "1:qemu \"x\""`) || strings.Contains(got, "unix_sock_dir") {
+		t.Errorf("session daemon conf:\n%s", got)
+	}
+	c.Root = true
+	if got := c.daemonConf(); !strings.Contains(got, `unix_sock_dir = "/r/libvirt"`) {
+		t.Errorf("root daemon conf lacks unix_sock_dir:\n%s", got)
+	}
+	if got := (Config{}).daemonConf(); !strings.Contains(got, "log_level = 3") {
+		t.Errorf("quiet default missing:\n%s", got)
+	}
+}
+
+// A domain with no disks: SeaBIOS finds nothing to boot and waits forever,
+// which is a real, running QEMU without needing a guest image.
+const idleDomain = `<domain type='qemu'>
+  <name>%s</name>
+  <memory unit='MiB'>32</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os>
+  <devices><emulator>/usr/bin/qemu-system-x86_64</emulator></devices>
+</domain>`
+
+func qemuPid(t *testing.T, d *Daemon, name string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(d.cfg.SocketDir(), "qemu", "run", name+".pid"))
+	if err != nil {
+		t.Fatalf("qemu pid file: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// TestDaemonRestartKeepsGuest starts the real daemon in session mode as the
+// unprivileged user, runs a QEMU, kills the daemon with SIGKILL, and checks
+// that the supervisor restarts it, the guest kept running, and the new
+// daemon knows the guest.
+func TestDaemonRestartKeepsGuest(t *testing.T) {
+	cfg := testConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	d, err := Start(ctx, cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s and virtlogd answer after %v", d.Kind(), time.Since(t0))
+	stopped := false
+	defer func() {
+		if !stopped {
+			d.Stop(context.Background())
+		}
+	}()
+	if d.URI() != "qemu:///session" {
+		t.Errorf("URI %q", d.URI())
+	}
+	l := connect(t, d)
+	name := "lvd-idle"
+	dom, err := l.DomainDefineXML(fmt.Sprintf(idleDomain, name))
+	if err != nil {
+		t.Fatalf("define: %v", err)
+	}
+	if err := l.DomainCreate(dom); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	defer func() {
+		// Whatever happens, do not leave the QEMU behind.
+		if stopped {
+			return
+		}
+		if l2, err := reconnect(d); err == nil {
+			l2.DomainDestroy(dom)
+			l2.DomainUndefine(dom)
+			l2.Disconnect()
+		}
+	}()
+	qpid := qemuPid(t, d, name)
+	oldDaemon, logd := d.Pids()
+	if err := syscall.Kill(oldDaemon, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.Restarted():
+	case <-ctx.Done():
+		t.Fatal("daemon was not restarted")
+	}
+	<-l.Disconnected()
+	newDaemon, logd2 := d.Pids()
+	if newDaemon == oldDaemon || newDaemon == 0 {
+		t.Fatalf("daemon pid %d after restart (was %d)", newDaemon, oldDaemon)
+	}
+	if logd2 != logd {
+		t.Errorf("virtlogd pid changed %d -> %d", logd, logd2)
+	}
+	if !alive(qpid) {
+		t.Fatalf("QEMU %d died with the daemon", qpid)
+	}
+	l2, err := reconnect(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Disconnect()
+	dom2, err := l2.DomainLookupByName(name)
+	if err != nil {
+		t.Fatalf("restarted daemon does not know the domain: %v", err)
+	}
+	state, _, err := l2.DomainGetState(dom2, 0)
+	if err != nil || libvirt.DomainState(state) != libvirt.DomainRunning {
+		t.Fatalf("state after restart %v, %v; want running", state, err)
+	}
+	// The new daemon may still be reconnecting to the monitor; a destroy
+	// racing with that reports "not running" once QEMU is gone, which is
+	// fine: what matters is that QEMU goes away.
+	if err := l2.DomainDestroy(dom2); err != nil && !strings.Contains(err.Error(), "not running") {
+		t.Fatalf("destroy through the new daemon: %v", err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for alive(qpid) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if alive(qpid) {
+		t.Fatalf("QEMU %d still alive after destroy", qpid)
+	}
+	l2.DomainUndefine(dom2)
+
+	stopCtx, c2 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer c2()
+	if err := d.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	stopped = true
+	for _, pid := range []int{newDaemon, logd} {
+		if alive(pid) {
+			t.Errorf("pid %d still alive after Stop", pid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Dir, "qemu.conf")); err != nil {
+		t.Errorf("qemu.conf not written into the private dir: %v", err)
+	}
+}
+
+func reconnect(d *Daemon) (*libvirt.Libvirt, error) {
+	var err error
+	for i := 0; i < 100; i++ {
+		l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(d.Socket()), dialers.WithLocalTimeout(2*time.Second)))
+		if err = l.ConnectToURI(libvirt.ConnectURI(d.URI())); err == nil {
+			return l, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("reconnect: %w", err)
+}
+
+// TestSideBySide: two daemons in different directories do not see each
+// other's domains.
+func TestSideBySide(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var ds []*Daemon
+	for i := 0; i < 2; i++ {
+		d, err := Start(ctx, testConfig(t), testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Stop(context.Background())
+		ds = append(ds, d)
+	}
+	if ds[0].Socket() == ds[1].Socket() {
+		t.Fatal("same socket")
+	}
+	l0, l1 := connect(t, ds[0]), connect(t, ds[1])
+	defer l0.Disconnect()
+	defer l1.Disconnect()
+	dom, err := l0.DomainDefineXML(fmt.Sprintf(idleDomain, "lvd-side"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l0.DomainUndefine(dom)
+	if _, err := l1.DomainLookupByName("lvd-side"); err == nil {
+		t.Fatal("second daemon sees the first daemon's domain")
+	}
+}
