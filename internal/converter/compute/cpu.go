@@ -10,10 +10,12 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 )
 
-// TCGModel is the CPU model used instead of host-model/host-passthrough under
-// emulation: TCG cannot copy the host CPU, and "max" gives a guest every
-// feature TCG implements (modern distributions need x86-64-v2 at least).
-const TCGModel = "max"
+// TCGMode is the CPU mode used instead of host-model/host-passthrough under
+// emulation: TCG cannot copy the host CPU. libvirt 9.0 has no custom model
+// "max" ("Unknown CPU model max" at start), but its mode "maximum" is QEMU's
+// -cpu max: every feature TCG implements (modern distributions need
+// x86-64-v2 at least, which the default qemu64 lacks).
+const TCGMode = "maximum"
 
 // maxVCPUs is the most vCPUs KubeVirt lets one VMI have.
 const maxVCPUs = 512
@@ -45,8 +47,7 @@ func (c CPU) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) e
 	}
 	switch {
 	case c.Ctx.Emulation && (model == v1.CPUModeHostModel || model == v1.CPUModeHostPassthrough):
-		out.Mode = "custom"
-		out.Model = &libvirtxml.DomainCPUModel{Value: TCGModel}
+		out.Mode = TCGMode
 	case model == v1.CPUModeHostModel || model == v1.CPUModeHostPassthrough:
 		out.Mode = model
 	default:
@@ -64,7 +65,7 @@ func (c CPU) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) e
 		listedMPX = listedMPX || f.Name == "mpx"
 		out.Features = append(out.Features, libvirtxml.DomainCPUFeature{Name: f.Name, Policy: f.Policy})
 	}
-	if a == "amd64" && out.Mode == "custom" && out.Model.Value == model && !listedMPX {
+	if a == "amd64" && out.Mode == "custom" && !listedMPX {
 		// Named models may carry MPX, which current hosts lack (KubeVirt does the same).
 		out.Features = append(out.Features, libvirtxml.DomainCPUFeature{Name: "mpx", Policy: "disable"})
 	}

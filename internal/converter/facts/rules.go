@@ -1,8 +1,8 @@
 package facts
 
 import (
-	v1 "kubevirt.io/api/core/v1"
 	k8sv1 "k8s.io/api/core/v1"
+	v1 "kubevirt.io/api/core/v1"
 )
 
 // Rules shared by several configurators (compute, storage, network). They

@@ -10,11 +10,11 @@ import (
 // shared threads handed round-robin to virtio disks, plus one thread per
 // disk with dedicatedIOThread.
 type ioThreads struct {
-	on             bool
-	auto           uint
-	dedicated      uint
-	nextShared     uint
-	nextDedicated  uint
+	on            bool
+	auto          uint
+	dedicated     uint
+	nextShared    uint
+	nextDedicated uint
 }
 
 func newIOThreads(vmi *v1.VirtualMachineInstance) *ioThreads {
