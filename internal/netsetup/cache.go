@@ -1,0 +1,89 @@
+package netsetup
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+)
+
+// VifCache is what the privileged phase records for the unprivileged one,
+// one file per pod interface (layout.VifCache). Field names and types are
+// KubeVirt's DHCPConfig (vif-cache-<iface>.json), so a file written by
+// virt-handler reads here and the other way round.
+type VifCache struct {
+	Name                string           // pod interface name
+	IP                  netlink.Addr     // guest IPv4 address with prefix
+	IPv6                netlink.Addr     // guest IPv6 address (masquerade, dual stack)
+	MAC                 net.HardwareAddr // guest MAC
+	AdvertisingIPAddr   net.IP           // DHCPv4 server address (gateway or bridge fake IP)
+	AdvertisingIPv6Addr net.IP           // DHCPv6 server address
+	Routes              *[]netlink.Route // bridge: the pod interface's IPv4 routes
+	Mtu                 uint16
+	IPAMDisabled        bool   // bridge without an IPv4 address: no DHCP
+	Gateway             net.IP // IPv4 router for the guest
+	Subdomain           string
+}
+
+func cachePath(dir, podIface string) string {
+	return layout.Layout{PrivateDir: dir}.VifCache(podIface)
+}
+
+// ReadVifCache reads the cache of one pod interface from the private dir.
+func ReadVifCache(dir, podIface string) (*VifCache, error) {
+	b, err := os.ReadFile(cachePath(dir, podIface))
+	if err != nil {
+		return nil, fmt.Errorf("read vif cache of %s: %w", podIface, err)
+	}
+	var c VifCache
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("parse vif cache of %s: %w", podIface, err)
+	}
+	return &c, nil
+}
+
+// writeVifCache writes atomically (rename) with mode 0644: the launcher may
+// run as another user and must read it; nothing in it is secret.
+func writeVifCache(dir string, c *VifCache) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create cache dir: %w", err)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode vif cache of %s: %w", c.Name, err)
+	}
+	p := cachePath(dir, c.Name)
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".vif-cache-*")
+	if err != nil {
+		return fmt.Errorf("write vif cache of %s: %w", c.Name, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write vif cache of %s: %w", c.Name, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write vif cache of %s: %w", c.Name, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write vif cache of %s: %w", c.Name, err)
+	}
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		return fmt.Errorf("write vif cache of %s: %w", c.Name, err)
+	}
+	return nil
+}
+
+func removeVifCache(dir, podIface string) error {
+	if err := os.Remove(cachePath(dir, podIface)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove vif cache of %s: %w", podIface, err)
+	}
+	return nil
+}

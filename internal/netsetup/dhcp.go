@@ -1,0 +1,435 @@
+package netsetup
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/insomniacslk/dhcp/dhcpv6/server6"
+	"github.com/insomniacslk/dhcp/rfc1035label"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+)
+
+// InfiniteLease is the lease KubeVirt hands out: long enough that the guest
+// never has to renew while the VM lives.
+const InfiniteLease = 999 * 24 * time.Hour
+
+// DHCPConfig configures the unprivileged phase.
+type DHCPConfig struct {
+	// CacheDir is the private dir the privileged phase wrote the caches to.
+	CacheDir string
+	// ResolvConf is the pod's resolver configuration ("" = /etc/resolv.conf).
+	ResolvConf string
+	// NetNS, when set, is the pod namespace the servers' sockets are
+	// opened in; zero means the current one (the launcher runs in the pod).
+	NetNS netns.NsHandle
+	Plan  PlanOptions
+}
+
+// DNSConfig is what the guest learns about name resolution.
+type DNSConfig struct {
+	Servers4, Servers6 []net.IP
+	Search             []string
+}
+
+// ParseResolvConf reads nameserver and search (or domain) lines.
+func ParseResolvConf(b []byte) DNSConfig {
+	var c DNSConfig
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") || strings.HasPrefix(f[0], ";") {
+			continue
+		}
+		switch f[0] {
+		case "nameserver":
+			ip := net.ParseIP(f[1])
+			if ip == nil {
+				continue
+			}
+			if ip4 := ip.To4(); ip4 != nil {
+				c.Servers4 = append(c.Servers4, ip4)
+			} else {
+				c.Servers6 = append(c.Servers6, ip)
+			}
+		case "search", "domain": // the last one wins, as in the resolver
+			c.Search = append([]string(nil), f[1:]...)
+		}
+	}
+	return c
+}
+
+// GuestHostname is spec.hostname, else the VMI name, cut to a DNS label.
+func GuestHostname(vmi *v1.VirtualMachineInstance) string {
+	h := vmi.Spec.Hostname
+	if h == "" {
+		h = vmi.Name
+	}
+	if len(h) > 63 {
+		h = h[:63]
+	}
+	return h
+}
+
+// searchDomains puts <subdomain>.<ns>.svc.<cluster> first when the VMI has
+// a subdomain, so the guest's FQDN resolves like a pod's in a headless
+// service.
+func searchDomains(vmi *v1.VirtualMachineInstance, search []string) []string {
+	sub := vmi.Spec.Subdomain
+	if sub == "" {
+		return search
+	}
+	prefix := vmi.Namespace + ".svc."
+	for _, d := range search {
+		if vmi.Namespace != "" && strings.HasPrefix(d, prefix) {
+			return append([]string{sub + "." + d}, search...)
+		}
+	}
+	return search
+}
+
+// Lease4 is the complete DHCPv4 answer for one guest.
+type Lease4 struct {
+	ClientMAC net.HardwareAddr
+	Addr      net.IPNet
+	Router    net.IP // nil: no router option
+	ServerID  net.IP
+	DNS       []net.IP
+	Search    []string
+	Hostname  string
+	MTU       uint16
+	// Routes are classless static routes (option 121); when present they
+	// include the default route, since clients then ignore option 3.
+	Routes    []*dhcpv4.Route
+	LeaseTime time.Duration
+}
+
+// lease4From turns a vif cache into the guest's lease.
+func lease4From(c *VifCache, dns DNSConfig, hostname string, search []string) (Lease4, error) {
+	if c.IP.IPNet == nil || c.IP.IP.To4() == nil {
+		return Lease4{}, fmt.Errorf("vif cache of %s: no IPv4 address", c.Name)
+	}
+	if len(c.MAC) != 6 {
+		return Lease4{}, fmt.Errorf("vif cache of %s: no guest MAC", c.Name)
+	}
+	l := Lease4{
+		ClientMAC: c.MAC,
+		Addr:      net.IPNet{IP: c.IP.IP.To4(), Mask: c.IP.Mask},
+		ServerID:  c.AdvertisingIPAddr.To4(),
+		DNS:       dns.Servers4,
+		Search:    search,
+		Hostname:  hostname,
+		MTU:       c.Mtu,
+		LeaseTime: InfiniteLease,
+	}
+	if c.Gateway != nil {
+		l.Router = c.Gateway.To4()
+	}
+	if l.ServerID == nil {
+		return Lease4{}, fmt.Errorf("vif cache of %s: no DHCP server address", c.Name)
+	}
+	if c.Routes != nil {
+		l.Routes = classlessRoutes(*c.Routes)
+	}
+	return l, nil
+}
+
+// classlessRoutes keeps the gateway routes of the pod interface (the
+// connected subnet comes with the mask). Only when some route other than the
+// default one exists is option 121 worth sending.
+func classlessRoutes(routes []netlink.Route) []*dhcpv4.Route {
+	var out []*dhcpv4.Route
+	extra := false
+	for _, r := range routes {
+		if r.Gw == nil || r.Gw.To4() == nil {
+			continue
+		}
+		dst := r.Dst
+		if dst == nil {
+			dst = &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
+		}
+		if ones, _ := dst.Mask.Size(); ones != 0 {
+			extra = true
+		}
+		out = append(out, &dhcpv4.Route{Dest: &net.IPNet{IP: dst.IP.To4(), Mask: dst.Mask}, Router: r.Gw.To4()})
+	}
+	if !extra {
+		return nil
+	}
+	return out
+}
+
+// Options4 are the options every answer to this guest carries.
+func (l Lease4) Options4() []dhcpv4.Option {
+	opts := []dhcpv4.Option{
+		dhcpv4.OptServerIdentifier(l.ServerID),
+		dhcpv4.OptSubnetMask(l.Addr.Mask),
+		dhcpv4.OptIPAddressLeaseTime(l.LeaseTime),
+	}
+	if l.Router != nil {
+		opts = append(opts, dhcpv4.OptRouter(l.Router))
+	}
+	if len(l.DNS) > 0 {
+		opts = append(opts, dhcpv4.OptDNS(l.DNS...))
+	}
+	if len(l.Search) > 0 {
+		opts = append(opts, dhcpv4.OptDomainSearch(&rfc1035label.Labels{Labels: l.Search}))
+		opts = append(opts, dhcpv4.OptDomainName(l.Search[0]))
+	}
+	if l.Hostname != "" {
+		opts = append(opts, dhcpv4.OptHostName(l.Hostname))
+	}
+	if l.MTU != 0 {
+		mtu := make([]byte, 2)
+		binary.BigEndian.PutUint16(mtu, l.MTU)
+		opts = append(opts, dhcpv4.OptGeneric(dhcpv4.OptionInterfaceMTU, mtu))
+	}
+	if len(l.Routes) > 0 {
+		opts = append(opts, dhcpv4.OptClasslessStaticRoute(l.Routes...))
+	}
+	return opts
+}
+
+// Reply4 answers one request, or returns nil when the request is not for
+// this guest or needs no answer.
+func (l Lease4) Reply4(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
+	if req.OpCode != dhcpv4.OpcodeBootRequest || !bytes.Equal(req.ClientHWAddr, l.ClientMAC) {
+		return nil, nil
+	}
+	var typ dhcpv4.MessageType
+	switch req.MessageType() {
+	case dhcpv4.MessageTypeDiscover:
+		typ = dhcpv4.MessageTypeOffer
+	case dhcpv4.MessageTypeRequest:
+		want := req.RequestedIPAddress()
+		if want == nil || want.IsUnspecified() {
+			want = req.ClientIPAddr
+		}
+		if sid := req.ServerIdentifier(); sid != nil && !sid.Equal(l.ServerID) {
+			return nil, nil // the client chose another server
+		}
+		typ = dhcpv4.MessageTypeAck
+		if !want.Equal(l.Addr.IP) {
+			typ = dhcpv4.MessageTypeNak
+		}
+	default:
+		return nil, nil
+	}
+	mods := []dhcpv4.Modifier{dhcpv4.WithMessageType(typ)}
+	if typ == dhcpv4.MessageTypeNak {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptServerIdentifier(l.ServerID)))
+	} else {
+		mods = append(mods, dhcpv4.WithYourIP(l.Addr.IP))
+		for _, o := range l.Options4() {
+			mods = append(mods, dhcpv4.WithOption(o))
+		}
+	}
+	resp, err := dhcpv4.NewReplyFromRequest(req, mods...)
+	if err != nil {
+		return nil, fmt.Errorf("build DHCP %s: %w", typ, err)
+	}
+	return resp, nil
+}
+
+// Lease6 is the DHCPv6 answer for one guest (masquerade, dual stack).
+type Lease6 struct {
+	Addr     net.IP
+	ServerID dhcpv6.DUID
+	DNS      []net.IP
+	Search   []string
+}
+
+// Reply6 answers Solicit, Request, Renew, Rebind and Confirm; others get nil.
+func (l Lease6) Reply6(msg *dhcpv6.Message) (*dhcpv6.Message, error) {
+	iana := msg.Options.OneIANA()
+	var iaid [4]byte
+	if iana != nil {
+		iaid = iana.IaId
+	}
+	mods := []dhcpv6.Modifier{
+		dhcpv6.WithServerID(l.ServerID),
+		dhcpv6.WithIAID(iaid),
+		dhcpv6.WithIANA(dhcpv6.OptIAAddress{IPv6Addr: l.Addr, PreferredLifetime: InfiniteLease, ValidLifetime: InfiniteLease}),
+	}
+	if len(l.DNS) > 0 {
+		mods = append(mods, dhcpv6.WithDNS(l.DNS...))
+	}
+	if len(l.Search) > 0 {
+		mods = append(mods, dhcpv6.WithDomainSearchList(l.Search...))
+	}
+	var (
+		resp *dhcpv6.Message
+		err  error
+	)
+	switch msg.MessageType {
+	case dhcpv6.MessageTypeSolicit:
+		if msg.GetOneOption(dhcpv6.OptionRapidCommit) != nil {
+			resp, err = dhcpv6.NewReplyFromMessage(msg, append(mods, dhcpv6.WithRapidCommit)...)
+		} else {
+			resp, err = dhcpv6.NewAdvertiseFromSolicit(msg, mods...)
+		}
+	case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew, dhcpv6.MessageTypeRebind, dhcpv6.MessageTypeConfirm:
+		resp, err = dhcpv6.NewReplyFromMessage(msg, mods...)
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("build DHCPv6 reply to %s: %w", msg.MessageType, err)
+	}
+	return resp, nil
+}
+
+// StartDHCP starts the DHCP servers of every masquerade/bridge interface
+// on its bridge and returns, per VMI interface name, the facts the
+// converter needs. It only reads the vif caches, so it runs unprivileged
+// (binding ports 67/547 needs CAP_NET_BIND_SERVICE). stop closes every server.
+func StartDHCP(ctx context.Context, vmi *v1.VirtualMachineInstance, cfg DHCPConfig, log *slog.Logger) (map[string]facts.Interface, func() error, error) {
+	plan, err := PlanFor(vmi, cfg.Plan)
+	if err != nil {
+		return nil, nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rc := cfg.ResolvConf
+	if rc == "" {
+		rc = "/etc/resolv.conf"
+	}
+	var dns DNSConfig
+	if b, err := os.ReadFile(rc); err == nil {
+		dns = ParseResolvConf(b)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("read %s: %w", rc, err)
+	}
+	search := searchDomains(vmi, dns.Search)
+	hostname := GuestHostname(vmi)
+
+	var closers []func() error
+	stop := func() error {
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			errs = append(errs, closers[i]())
+		}
+		closers = nil
+		return errors.Join(errs...)
+	}
+	out := map[string]facts.Interface{}
+	for _, it := range plan {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, errors.Join(err, stop())
+		}
+		c, err := ReadVifCache(cfg.CacheDir, it.PodIface)
+		if err != nil {
+			return nil, nil, errors.Join(fmt.Errorf("interface %s: %w (privileged phase not run?)", it.Name, err), stop())
+		}
+		out[it.Name] = facts.Interface{MAC: c.MAC.String(), MTU: uint(c.Mtu), Tap: it.Tap}
+		if c.IPAMDisabled {
+			log.Info("no IPv4 on the pod interface: DHCP off", "iface", it.Name)
+			continue
+		}
+		l4, err := lease4From(c, dns, hostname, search)
+		if err != nil {
+			return nil, nil, errors.Join(fmt.Errorf("interface %s: %w", it.Name, err), stop())
+		}
+		var l6 *Lease6
+		if c.IPv6.IPNet != nil && c.AdvertisingIPv6Addr != nil {
+			l6 = &Lease6{Addr: c.IPv6.IP, DNS: dns.Servers6, Search: search}
+		}
+		cl, err := serve(cfg.NetNS, it, l4, l6, log.With("iface", it.Name, "bridge", it.Bridge))
+		if err != nil {
+			return nil, nil, errors.Join(fmt.Errorf("interface %s: %w", it.Name, err), stop())
+		}
+		closers = append(closers, cl...)
+	}
+	var once sync.Once
+	var stopErr error
+	return out, func() error { once.Do(func() { stopErr = stop() }); return stopErr }, nil
+}
+
+// serve opens the sockets inside ns (sockets keep their namespace) and runs
+// the servers on ordinary goroutines.
+func serve(ns netns.NsHandle, it Iface, l4 Lease4, l6 *Lease6, log *slog.Logger) ([]func() error, error) {
+	var s4 *server4.Server
+	var s6 *server6.Server
+	err := InNS(ns, func() error {
+		br, err := netlink.LinkByName(it.Bridge)
+		if err != nil {
+			return fmt.Errorf("bridge %s: %w", it.Bridge, err)
+		}
+		h4 := func(conn net.PacketConn, peer net.Addr, req *dhcpv4.DHCPv4) {
+			resp, err := l4.Reply4(req)
+			if err != nil {
+				log.Warn("DHCPv4 reply", "err", err)
+				return
+			}
+			if resp == nil {
+				return
+			}
+			if _, err := conn.WriteTo(resp.ToBytes(), peer); err != nil {
+				log.Warn("DHCPv4 send", "peer", peer, "err", err)
+				return
+			}
+			log.Info("DHCPv4", "type", resp.MessageType().String(), "addr", l4.Addr.String(), "mac", req.ClientHWAddr.String())
+		}
+		s4, err = server4.NewServer(it.Bridge, &net.UDPAddr{IP: net.IPv4zero, Port: dhcpv4.ServerPort}, h4)
+		if err != nil {
+			return fmt.Errorf("DHCPv4 server on %s: %w", it.Bridge, err)
+		}
+		if l6 == nil {
+			return nil
+		}
+		l6.ServerID = &dhcpv6.DUIDLL{HWType: 1, LinkLayerAddr: br.Attrs().HardwareAddr}
+		lease6 := *l6
+		h6 := func(conn net.PacketConn, peer net.Addr, m dhcpv6.DHCPv6) {
+			msg, ok := m.(*dhcpv6.Message)
+			if !ok {
+				return // relayed messages cannot reach a bridge-local server
+			}
+			resp, err := lease6.Reply6(msg)
+			if err != nil {
+				log.Warn("DHCPv6 reply", "err", err)
+				return
+			}
+			if resp == nil {
+				return
+			}
+			if _, err := conn.WriteTo(resp.ToBytes(), peer); err != nil {
+				log.Warn("DHCPv6 send", "peer", peer, "err", err)
+				return
+			}
+			log.Info("DHCPv6", "type", resp.MessageType.String(), "addr", lease6.Addr.String())
+		}
+		s6, err = server6.NewServer(it.Bridge, nil, h6)
+		if err != nil {
+			s4.Close()
+			return fmt.Errorf("DHCPv6 server on %s: %w", it.Bridge, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	go s4.Serve() // returns once closed
+	closers := []func() error{s4.Close}
+	if s6 != nil {
+		go s6.Serve()
+		closers = append(closers, s6.Close)
+	}
+	return closers, nil
+}

@@ -1,0 +1,300 @@
+// Package podnet builds a stand-in for a Kubernetes pod's network for
+// `vlctl run` and the tests: a "pod" network namespace whose eth0 is a veth
+// to a second namespace playing the outside network, plus a resolv.conf
+// for the pod. Every instance has unique names, so many can run at once.
+package podnet
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+)
+
+// Config describes the pod network. Zero fields take the defaults.
+type Config struct {
+	Outside4, Pod4 netip.Prefix // 192.168.66.1/24, 192.168.66.2/24
+	// Outside6/Pod6 give the pod an IPv6 address too (dual stack). Off when
+	// NoIPv6; defaults fd00:66::1/64, fd00:66::2/64.
+	Outside6, Pod6 netip.Prefix
+	NoIPv6         bool
+	MTU            int      // 1500
+	DNS            []string // nameservers written to the resolv.conf
+	Search         []string // search domains
+	// Dir is where resolv.conf is written (required).
+	Dir string
+}
+
+// Pod is one pod network and its outside.
+type Pod struct {
+	Name           string // unique suffix of every name below
+	NSName         string // pod namespace, /run/netns/<NSName>
+	OutsideName    string // outside namespace
+	NS, Outside    netns.NsHandle
+	Pod4, Outside4 netip.Prefix
+	Pod6, Outside6 netip.Prefix // invalid when IPv6 is off
+	MTU            int
+	ResolvConf     string
+	// OutsideIface is the outside end of the pod's veth.
+	OutsideIface string
+}
+
+func (c *Config) defaults() {
+	if !c.Outside4.IsValid() {
+		c.Outside4 = netip.MustParsePrefix("192.168.66.1/24")
+	}
+	if !c.Pod4.IsValid() {
+		c.Pod4 = netip.MustParsePrefix("192.168.66.2/24")
+	}
+	if !c.NoIPv6 && !c.Outside6.IsValid() {
+		c.Outside6 = netip.MustParsePrefix("fd00:66::1/64")
+	}
+	if !c.NoIPv6 && !c.Pod6.IsValid() {
+		c.Pod6 = netip.MustParsePrefix("fd00:66::2/64")
+	}
+	if c.MTU == 0 {
+		c.MTU = 1500
+	}
+	if c.DNS == nil {
+		c.DNS = []string{c.Outside4.Addr().String()}
+	}
+	if c.Search == nil {
+		c.Search = []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local"}
+	}
+}
+
+// New creates the namespaces, the veth pair, addresses, routes and the
+// resolv.conf. On error nothing is left behind.
+func New(cfg Config) (p *Pod, err error) {
+	cfg.defaults()
+	if cfg.Dir == "" {
+		return nil, fmt.Errorf("podnet: Dir for resolv.conf not set")
+	}
+	if cfg.Pod4.Masked() != cfg.Outside4.Masked() {
+		return nil, fmt.Errorf("podnet: pod %s and outside %s not in one subnet", cfg.Pod4, cfg.Outside4)
+	}
+	id := make([]byte, 4)
+	if _, err := rand.Read(id); err != nil {
+		return nil, fmt.Errorf("podnet: random name: %w", err)
+	}
+	suffix := hex.EncodeToString(id)
+	p = &Pod{
+		Name: suffix, NSName: "vlpod-" + suffix, OutsideName: "vlout-" + suffix,
+		Pod4: cfg.Pod4, Outside4: cfg.Outside4, MTU: cfg.MTU, OutsideIface: "ext0",
+	}
+	if !cfg.NoIPv6 {
+		p.Pod6, p.Outside6 = cfg.Pod6, cfg.Outside6
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, p.Remove())
+			p = nil
+		}
+	}()
+	if p.NS, err = NewNamedNS(p.NSName); err != nil {
+		return p, err
+	}
+	if p.Outside, err = NewNamedNS(p.OutsideName); err != nil {
+		return p, err
+	}
+
+	// Create the pair from inside the outside namespace, placing eth0
+	// directly in the pod namespace: no name ever exists on the host.
+	err = netsetup.InNS(p.Outside, func() error {
+		veth := &netlink.Veth{
+			LinkAttrs: netlink.LinkAttrs{Name: p.OutsideIface, MTU: cfg.MTU},
+			PeerName:  "eth0",
+		}
+		veth.PeerNamespace = netlink.NsFd(p.NS)
+		if err := netlink.LinkAdd(veth); err != nil {
+			return fmt.Errorf("create veth: %w", err)
+		}
+		return configure(p.OutsideIface, cfg.Outside4, cfg.Outside6, netip.Addr{}, netip.Addr{})
+	})
+	if err != nil {
+		return p, fmt.Errorf("podnet outside: %w", err)
+	}
+	gw6 := netip.Addr{}
+	if !cfg.NoIPv6 {
+		gw6 = cfg.Outside6.Addr()
+	}
+	if err = netsetup.InNS(p.NS, func() error {
+		return configure("eth0", cfg.Pod4, cfg.Pod6, cfg.Outside4.Addr(), gw6)
+	}); err != nil {
+		return p, fmt.Errorf("podnet pod: %w", err)
+	}
+
+	var rc strings.Builder
+	for _, d := range cfg.DNS {
+		fmt.Fprintf(&rc, "nameserver %s\n", d)
+	}
+	if len(cfg.Search) > 0 {
+		fmt.Fprintf(&rc, "search %s\n", strings.Join(cfg.Search, " "))
+	}
+	rc.WriteString("options ndots:5\n")
+	p.ResolvConf = filepath.Join(cfg.Dir, "resolv.conf."+suffix)
+	if err = os.WriteFile(p.ResolvConf, []byte(rc.String()), 0o644); err != nil {
+		return p, fmt.Errorf("podnet resolv.conf: %w", err)
+	}
+	return p, nil
+}
+
+// configure (inside the namespace) brings lo and the link up with its
+// addresses and, when gw is valid, a default route through it.
+func configure(name string, a4, a6 netip.Prefix, gw4, gw6 netip.Addr) error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("lo: %w", err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("lo up: %w", err)
+	}
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	for _, a := range []netip.Prefix{a4, a6} {
+		if !a.IsValid() {
+			continue
+		}
+		addr := &netlink.Addr{IPNet: ipnet(a), Flags: unix.IFA_F_NODAD}
+		if err := netlink.AddrAdd(l, addr); err != nil {
+			return fmt.Errorf("add %s to %s: %w", a, name, err)
+		}
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fmt.Errorf("%s up: %w", name, err)
+	}
+	for _, gw := range []netip.Addr{gw4, gw6} {
+		if !gw.IsValid() {
+			continue
+		}
+		r := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.IP(gw.AsSlice())}
+		if err := netlink.RouteAdd(r); err != nil {
+			return fmt.Errorf("default route via %s: %w", gw, err)
+		}
+	}
+	return nil
+}
+
+// Remove deletes both namespaces (and so every link, address and rule in
+// them) and the resolv.conf. It can be called more than once.
+func (p *Pod) Remove() error {
+	var errs []error
+	for _, h := range []*netns.NsHandle{&p.NS, &p.Outside} {
+		if *h > 0 {
+			h.Close()
+			*h = 0
+		}
+	}
+	for _, n := range []string{p.NSName, p.OutsideName} {
+		if err := DeleteNamedNS(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p.ResolvConf != "" {
+		if err := os.Remove(p.ResolvConf); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Forward says where a declared guest port is reachable from outside.
+type Forward struct {
+	Iface    string // VMI interface
+	Protocol string // TCP or UDP
+	Port     uint16
+	Address  string // host:port on the pod address, e.g. 192.168.66.2:80
+}
+
+// Forwards lists the declared ports of masquerade interfaces at the pod
+// address. A masquerade interface without ports forwards every port; it is
+// reported once with Port 0 and Address "<pod address>:*".
+func (p *Pod) Forwards(plan []netsetup.Iface) []Forward {
+	var out []Forward
+	for _, it := range plan {
+		if it.Binding != netsetup.BindingMasquerade {
+			continue
+		}
+		if len(it.Ports) == 0 {
+			out = append(out, Forward{Iface: it.Name, Protocol: "TCP+UDP", Address: p.Pod4.Addr().String() + ":*"})
+			continue
+		}
+		for _, pt := range it.Ports {
+			out = append(out, Forward{Iface: it.Name, Protocol: pt.Protocol, Port: pt.Port,
+				Address: netip.AddrPortFrom(p.Pod4.Addr(), pt.Port).String()})
+		}
+	}
+	return out
+}
+
+// NewNamedNS creates a network namespace pinned at /run/netns/<name> and
+// returns a handle to it; the calling goroutine's thread never changes
+// namespace (the creation happens on a thread of its own).
+func NewNamedNS(name string) (netns.NsHandle, error) {
+	type res struct {
+		h   netns.NsHandle
+		err error
+	}
+	c := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			c <- res{err: fmt.Errorf("get netns: %w", err)}
+			return
+		}
+		defer orig.Close()
+		h, err := netns.NewNamed(name) // switches this thread to the new ns
+		if rerr := netns.Set(orig); rerr != nil {
+			if err == nil {
+				h.Close()
+			}
+			c <- res{err: fmt.Errorf("return to original netns: %w", rerr)}
+			return // thread stays locked and dies with the goroutine
+		}
+		runtime.UnlockOSThread()
+		if err != nil {
+			err = fmt.Errorf("create netns %s: %w", name, err)
+		}
+		c <- res{h, err}
+	}()
+	r := <-c
+	return r.h, r.err
+}
+
+// DeleteNamedNS removes /run/netns/<name>; missing is fine.
+func DeleteNamedNS(name string) error {
+	if name == "" {
+		return nil
+	}
+	p := filepath.Join("/run/netns", name)
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := netns.DeleteNamed(name); err != nil {
+		return fmt.Errorf("delete netns %s: %w", name, err)
+	}
+	return nil
+}
+
+func ipnet(p netip.Prefix) *net.IPNet {
+	bits := 32
+	if p.Addr().Is6() {
+		bits = 128
+	}
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), bits)}
+}
