@@ -276,7 +276,12 @@ func (c *checker) check(path string, v any, t reflect.Type) {
 			c.check(fmt.Sprintf("%s[%d]", path, i), e, t.Elem())
 		}
 	case reflect.String:
-		if _, ok := v.(string); !ok {
+		switch v.(type) {
+		case string:
+		case bool, json.Number:
+			// YAML 1.1 reads unquoted yes/no/on/off/y/n as booleans.
+			c.fail(path, "wrong type: expected string, got %s (quote the value in YAML)", describe(v))
+		default:
 			c.fail(path, "wrong type: expected string, got %s", describe(v))
 		}
 	case reflect.Bool:
