@@ -1,0 +1,193 @@
+package cmdserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "kubevirt.io/api/core/v1"
+
+	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+)
+
+// InvalidVMIMessage is KubeVirt's message for a VMI that does not decode.
+const InvalidVMIMessage = "No valid vmi object present in command server request"
+
+type cmdServer struct {
+	cmdv1.UnimplementedCmdServer
+	s *Server
+}
+
+func ok() *cmdv1.Response { return &cmdv1.Response{Success: true} }
+
+// fail makes a failure Response; the message is never empty, because
+// virt-handler counts success=false with an empty message as success.
+func fail(msg string) *cmdv1.Response {
+	if msg == "" {
+		msg = "unspecified failure"
+	}
+	return &cmdv1.Response{Success: false, Message: msg}
+}
+
+func notSupported(rpc string) string { return rpc + " is not supported by virtlauncher" }
+
+func decodeVMI(v *cmdv1.VMI) (*v1.VirtualMachineInstance, error) {
+	if v == nil || len(v.VmiJson) == 0 {
+		return nil, fmt.Errorf("empty vmi")
+	}
+	vmi := &v1.VirtualMachineInstance{}
+	if err := json.Unmarshal(v.VmiJson, vmi); err != nil {
+		return nil, err
+	}
+	return vmi, nil
+}
+
+// vmiOp runs one VMI-scoped Manager operation and shapes the reply.
+func (c *cmdServer) vmiOp(ctx context.Context, rpc string, req *cmdv1.VMIRequest,
+	op func(context.Context, *v1.VirtualMachineInstance) error) (*cmdv1.Response, error) {
+	vmi, err := decodeVMI(req.GetVmi())
+	if err != nil {
+		c.s.log.Error("failed to decode vmi", "rpc", rpc, "reason", err.Error())
+		return fail(InvalidVMIMessage), nil
+	}
+	if err := op(ctx, vmi); err != nil {
+		c.s.log.Error(rpc+" failed", "kind", "VirtualMachineInstance", "name", vmi.Name,
+			"namespace", vmi.Namespace, "uid", string(vmi.UID), "reason", err.Error())
+		return fail(err.Error()), nil
+	}
+	return ok(), nil
+}
+
+func (c *cmdServer) SyncVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	opts, err := syncOptions(req.GetOptions())
+	if err != nil {
+		return fail(err.Error()), nil
+	}
+	return c.vmiOp(ctx, "SyncVirtualMachine", req, func(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
+		return c.s.m.Sync(ctx, vmi, opts)
+	})
+}
+
+// syncOptions converts the options virt-handler sends with Sync. Topology,
+// DisksInfo (always empty now), interfaceMigration and the Grace/vGPU
+// switches have no use in virtlauncher and are ignored; domain-mutation
+// plugins cannot be honoured, so a non-empty plugin list fails the Sync.
+func syncOptions(o *cmdv1.VirtualMachineOptions) (SyncOptions, error) {
+	var so SyncOptions
+	if o == nil {
+		return so, nil
+	}
+	if sm := o.GetVirtualMachineSMBios(); sm != nil {
+		so.SMBIOS = &facts.SMBIOS{Manufacturer: sm.Manufacturer, Product: sm.Product,
+			Version: sm.Version, SKU: sm.Sku, Family: sm.Family}
+	}
+	// proto3 has no presence for scalars; with options present the handler
+	// always sets the period (0 means "no stats").
+	period := o.GetMemBalloonStatsPeriod()
+	so.MemBalloonStatsPeriod = &period
+	so.PreallocatedVolumes = o.GetPreallocatedVolumes()
+	if cc := o.GetClusterConfig(); cc != nil {
+		so.FreePageReportingDisabled = cc.FreePageReportingDisabled
+		so.BochsDisplayForEFIGuests = cc.BochsDisplayForEFIGuests
+		so.SerialConsoleLogDisabled = cc.SerialConsoleLogDisabled
+	}
+	so.InterfaceDomainAttachment = o.GetInterfaceDomainAttachment()
+	if p := o.GetPluginsJson(); len(p) > 0 {
+		var plugins []json.RawMessage
+		if err := json.Unmarshal(p, &plugins); err != nil {
+			return so, fmt.Errorf("options.pluginsJson: not a JSON list of plugins: %w", err)
+		}
+		if len(plugins) > 0 {
+			return so, fmt.Errorf("options.pluginsJson: %d domain-mutation plugin(s) requested; plugins are not supported by virtlauncher", len(plugins))
+		}
+	}
+	return so, nil
+}
+
+func (c *cmdServer) PauseVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "PauseVirtualMachine", req, c.s.m.Pause)
+}
+
+func (c *cmdServer) UnpauseVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "UnpauseVirtualMachine", req, c.s.m.Unpause)
+}
+
+func (c *cmdServer) ResetVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "ResetVirtualMachine", req, c.s.m.Reset)
+}
+
+func (c *cmdServer) SoftRebootVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "SoftRebootVirtualMachine", req, c.s.m.SoftReboot)
+}
+
+func (c *cmdServer) ShutdownVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "ShutdownVirtualMachine", req, c.s.m.Shutdown)
+}
+
+func (c *cmdServer) KillVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "KillVirtualMachine", req, c.s.m.Kill)
+}
+
+func (c *cmdServer) DeleteVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "DeleteVirtualMachine", req, c.s.m.Delete)
+}
+
+func (c *cmdServer) Ping(context.Context, *cmdv1.EmptyRequest) (*cmdv1.Response, error) {
+	return ok(), nil
+}
+
+func (c *cmdServer) GetDomain(ctx context.Context, _ *cmdv1.EmptyRequest) (*cmdv1.DomainResponse, error) {
+	d, err := c.s.m.Domain(ctx)
+	if err != nil {
+		c.s.log.Error("GetDomain failed", "reason", err.Error())
+		return &cmdv1.DomainResponse{Response: fail(err.Error())}, nil
+	}
+	if d == nil {
+		// An empty domain string means "no domain" to virt-handler.
+		return &cmdv1.DomainResponse{Response: ok()}, nil
+	}
+	data, err := json.Marshal(d)
+	if err != nil {
+		return &cmdv1.DomainResponse{Response: fail(fmt.Sprintf("encode domain: %v", err))}, nil
+	}
+	return &cmdv1.DomainResponse{Response: ok(), Domain: string(data)}, nil
+}
+
+func (c *cmdServer) GetDomainStats(ctx context.Context, _ *cmdv1.EmptyRequest) (*cmdv1.DomainStatsResponse, error) {
+	stats, err := c.s.m.DomainStats(ctx)
+	if err != nil {
+		return &cmdv1.DomainStatsResponse{Response: fail(err.Error())}, nil
+	}
+	return &cmdv1.DomainStatsResponse{Response: ok(), DomainStats: string(stats)}, nil
+}
+
+func (c *cmdServer) GetQemuVersion(ctx context.Context, _ *cmdv1.EmptyRequest) (*cmdv1.QemuVersionResponse, error) {
+	v, err := c.s.m.QemuVersion(ctx)
+	if err != nil {
+		return &cmdv1.QemuVersionResponse{Response: fail(err.Error())}, nil
+	}
+	if v == "" {
+		return &cmdv1.QemuVersionResponse{Response: fail("QEMU version is not known")}, nil
+	}
+	return &cmdv1.QemuVersionResponse{Response: ok(), Version: v}, nil
+}
+
+// Exec and GuestPing need the guest agent, which virtlauncher does not
+// drive. KubeVirt's server also returns a gRPC error when they fail.
+func (c *cmdServer) Exec(context.Context, *cmdv1.ExecRequest) (*cmdv1.ExecResponse, error) {
+	msg := notSupported("Exec")
+	return &cmdv1.ExecResponse{Response: fail(msg)}, status.Error(codes.Unimplemented, msg)
+}
+
+func (c *cmdServer) GuestPing(context.Context, *cmdv1.GuestPingRequest) (*cmdv1.GuestPingResponse, error) {
+	msg := notSupported("GuestPing")
+	return &cmdv1.GuestPingResponse{Response: fail(msg)}, status.Error(codes.Unimplemented, msg)
+}
+
+// GetVMStats answers like KubeVirt's launcher with the collector off.
+func (c *cmdServer) GetVMStats(context.Context, *cmdv1.VMStatsRequest) (*cmdv1.VMStatsResponse, error) {
+	return nil, status.Error(codes.Unknown, notSupported("GetVMStats"))
+}

@@ -1,0 +1,96 @@
+package cmdserver
+
+import (
+	"context"
+
+	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
+)
+
+// The RPCs below are features virtlauncher does not implement (migration,
+// hotplug, guest agent, SEV, backup, ...). Each answers a failure Response
+// with a non-empty message, which virt-handler reports as a failed
+// operation; none pretends to succeed.
+
+func (c *cmdServer) FreezeVirtualMachine(context.Context, *cmdv1.FreezeRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("FreezeVirtualMachine")), nil
+}
+
+func (c *cmdServer) UnfreezeVirtualMachine(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("UnfreezeVirtualMachine")), nil
+}
+
+func (c *cmdServer) MigrateVirtualMachine(context.Context, *cmdv1.MigrationRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("MigrateVirtualMachine")), nil
+}
+
+func (c *cmdServer) SyncMigrationTarget(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("SyncMigrationTarget")), nil
+}
+
+func (c *cmdServer) CancelVirtualMachineMigration(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("CancelVirtualMachineMigration")), nil
+}
+
+func (c *cmdServer) SignalTargetPodCleanup(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("SignalTargetPodCleanup")), nil
+}
+
+func (c *cmdServer) FinalizeVirtualMachineMigration(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("FinalizeVirtualMachineMigration")), nil
+}
+
+func (c *cmdServer) HotplugHostDevices(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("HotplugHostDevices")), nil
+}
+
+func (c *cmdServer) GetGuestInfo(context.Context, *cmdv1.EmptyRequest) (*cmdv1.GuestInfoResponse, error) {
+	return &cmdv1.GuestInfoResponse{Response: fail(notSupported("GetGuestInfo"))}, nil
+}
+
+func (c *cmdServer) GetUsers(context.Context, *cmdv1.EmptyRequest) (*cmdv1.GuestUserListResponse, error) {
+	return &cmdv1.GuestUserListResponse{Response: fail(notSupported("GetUsers"))}, nil
+}
+
+func (c *cmdServer) GetFilesystems(context.Context, *cmdv1.EmptyRequest) (*cmdv1.GuestFilesystemsResponse, error) {
+	return &cmdv1.GuestFilesystemsResponse{Response: fail(notSupported("GetFilesystems"))}, nil
+}
+
+func (c *cmdServer) VirtualMachineMemoryDump(context.Context, *cmdv1.MemoryDumpRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("VirtualMachineMemoryDump")), nil
+}
+
+func (c *cmdServer) SyncVirtualMachineCPUs(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("SyncVirtualMachineCPUs")), nil
+}
+
+func (c *cmdServer) SyncVirtualMachineMemory(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("SyncVirtualMachineMemory")), nil
+}
+
+func (c *cmdServer) GetSEVInfo(context.Context, *cmdv1.EmptyRequest) (*cmdv1.SEVInfoResponse, error) {
+	return &cmdv1.SEVInfoResponse{Response: fail(notSupported("GetSEVInfo"))}, nil
+}
+
+func (c *cmdServer) GetLaunchMeasurement(context.Context, *cmdv1.VMIRequest) (*cmdv1.LaunchMeasurementResponse, error) {
+	return &cmdv1.LaunchMeasurementResponse{Response: fail(notSupported("GetLaunchMeasurement"))}, nil
+}
+
+func (c *cmdServer) InjectLaunchSecret(context.Context, *cmdv1.InjectLaunchSecretRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("InjectLaunchSecret")), nil
+}
+
+func (c *cmdServer) GetDomainDirtyRateStats(context.Context, *cmdv1.EmptyRequest) (*cmdv1.DirtyRateStatsResponse, error) {
+	return &cmdv1.DirtyRateStatsResponse{Response: fail(notSupported("GetDomainDirtyRateStats")), DirtyRateMbs: -1}, nil
+}
+
+func (c *cmdServer) GetScreenshot(context.Context, *cmdv1.VMIRequest) (*cmdv1.ScreenshotResponse, error) {
+	return &cmdv1.ScreenshotResponse{Response: fail(notSupported("GetScreenshot"))}, nil
+}
+
+func (c *cmdServer) BackupVirtualMachine(context.Context, *cmdv1.BackupRequest) (*cmdv1.Response, error) {
+	return fail(notSupported("BackupVirtualMachine")), nil
+}
+
+func (c *cmdServer) RedefineCheckpoint(context.Context, *cmdv1.RedefineCheckpointRequest) (*cmdv1.RedefineCheckpointResponse, error) {
+	return &cmdv1.RedefineCheckpointResponse{Response: fail(notSupported("RedefineCheckpoint"))}, nil
+}
