@@ -63,7 +63,11 @@ func (c CPU) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) e
 			return fmt.Errorf("spec.domain.cpu.features[%d].policy: %q is not one of force, require, optional, disable, forbid", i, f.Policy)
 		}
 		listedMPX = listedMPX || f.Name == "mpx"
-		out.Features = append(out.Features, libvirtxml.DomainCPUFeature{Name: f.Name, Policy: f.Policy})
+		policy := f.Policy
+		if policy == "" {
+			policy = "require" // libvirt's schema wants a policy; require is KubeVirt's meaning of none
+		}
+		out.Features = append(out.Features, libvirtxml.DomainCPUFeature{Name: f.Name, Policy: policy})
 	}
 	if a == "amd64" && out.Mode == "custom" && !listedMPX {
 		// Named models may carry MPX, which current hosts lack (KubeVirt does the same).

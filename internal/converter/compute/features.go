@@ -43,7 +43,11 @@ func (f Features) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Doma
 		out.SMM = &libvirtxml.DomainFeatureSMM{State: "on"}
 	}
 	if h := spec.Hyperv; h != nil {
-		out.HyperV = hyperv(h)
+		hv, err := hyperv(h)
+		if err != nil {
+			return err
+		}
+		out.HyperV = hv
 	} else if p := spec.HypervPassthrough; p != nil && (p.Enabled == nil || *p.Enabled) {
 		out.HyperV = &libvirtxml.DomainFeatureHyperV{Mode: "passthrough"}
 	}
@@ -76,7 +80,7 @@ func state(f *v1.FeatureState) *libvirtxml.DomainFeatureState {
 }
 
 // hyperv emits an element for every Hyper-V field present in the spec.
-func hyperv(h *v1.FeatureHyperv) *libvirtxml.DomainFeatureHyperV {
+func hyperv(h *v1.FeatureHyperv) (*libvirtxml.DomainFeatureHyperV, error) {
 	out := &libvirtxml.DomainFeatureHyperV{
 		Relaxed:         state(h.Relaxed),
 		VAPIC:           state(h.VAPIC),
@@ -115,13 +119,19 @@ func hyperv(h *v1.FeatureHyperv) *libvirtxml.DomainFeatureHyperV {
 		}
 	}
 	if t := h.TLBFlush; t != nil {
+		// libvirt 9.0 knows no direct/extended flushes: refuse them when
+		// asked for; left off they are the default anyway.
+		if enabled(t.Direct) {
+			return nil, fmt.Errorf("spec.domain.features.hyperv.tlbflush.direct: not supported by libvirt 9.0")
+		}
+		if enabled(t.Extended) {
+			return nil, fmt.Errorf("spec.domain.features.hyperv.tlbflush.extended: not supported by libvirt 9.0")
+		}
 		out.TLBFlush = &libvirtxml.DomainFeatureHyperVTLBFlush{
 			DomainFeatureState: libvirtxml.DomainFeatureState{State: onOff(&t.FeatureState)},
-			Direct:             state(t.Direct),
-			Extended:           state(t.Extended),
 		}
 	}
-	return out
+	return out, nil
 }
 
 // secureBoot reports whether the VMI boots EFI with secure boot (nil

@@ -15,6 +15,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/virtlauncher/virtlauncher/internal/converter"
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
@@ -75,7 +76,7 @@ func VMI() *v1.VirtualMachineInstance {
 				Memory:   &v1.Memory{Guest: &guest},
 				Machine:  &v1.Machine{Type: "q35"},
 				Firmware: &v1.Firmware{UUID: "5d307ca9-b3ef-428c-8861-06e72d69f223"},
-				Features: &v1.Features{ACPI: v1.FeatureState{Enabled: ptr(true)}},
+				Features: &v1.Features{ACPI: v1.FeatureState{Enabled: Ptr(true)}},
 				Devices: v1.Devices{
 					Disks: []v1.Disk{{Name: "containerdisk", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}},
 				},
@@ -87,4 +88,42 @@ func VMI() *v1.VirtualMachineInstance {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
+
+// Convert runs the whole converter on vmi and checks the result against
+// libvirt's schema. It returns the domain and its XML.
+func Convert(t testing.TB, vmi *v1.VirtualMachineInstance, c *facts.Context) (*libvirtxml.Domain, string) {
+	t.Helper()
+	dom, err := converter.Convert(vmi, c)
+	if err != nil {
+		t.Fatalf("convert: %v", err)
+	}
+	return dom, Validate(t, dom)
+}
+
+// ConvertErr runs the converter and returns its error (nil if it succeeded,
+// in which case the domain was also schema-checked).
+func ConvertErr(t testing.TB, vmi *v1.VirtualMachineInstance, c *facts.Context) error {
+	t.Helper()
+	dom, err := converter.Convert(vmi, c)
+	if err == nil {
+		Validate(t, dom)
+	}
+	return err
+}
+
+// CheckErr fails unless err matches want: nil for "", else containing want.
+func CheckErr(t testing.TB, err error, want string) bool {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("unexpected error: %v", err)
+	case want != "" && err == nil:
+		t.Fatalf("no error, want one containing %q", want)
+	case want != "" && !strings.Contains(err.Error(), want):
+		t.Fatalf("error %q does not contain %q", err, want)
+	}
+	return err == nil
+}
+
+// Ptr returns a pointer to v.
+func Ptr[T any](v T) *T { return &v }

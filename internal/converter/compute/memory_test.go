@@ -1,0 +1,43 @@
+package compute_test
+
+import (
+	"testing"
+
+	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
+)
+
+func q(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
+
+func TestMemory(t *testing.T) {
+	convtest.Run(t, []convtest.Case{
+		{Name: "guest", Contains: []string{`<memory unit="b">1073741824</memory>`, `<currentMemory unit="b">1073741824</currentMemory>`}, Absent: []string{"maxMemory", "<numa>", "memoryBacking"}},
+		{Name: "decimal guest", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Guest = q("1024M") },
+			Contains: []string{`<memory unit="b">1024000000</memory>`}},
+		{Name: "from requests", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Memory = nil
+			v.Spec.Domain.Resources.Requests = k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse("512Mi")}
+		}, Contains: []string{`<memory unit="b">536870912</memory>`}},
+		{Name: "hotplug maximum adds slots and a NUMA cell", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.MaxGuest = q("4Gi") },
+			Contains: []string{`<maxMemory unit="b" slots="1">4294967296</maxMemory>`, `<memory unit="b">1073741824</memory>`, `<cell id="0" cpus="0-0" memory="1048576" unit="KiB">`}},
+		{Name: "maxGuest equal to guest is no hotplug", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.MaxGuest = q("1Gi") },
+			Absent: []string{"maxMemory"}},
+		{Name: "maxGuest below guest", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.MaxGuest = q("512Mi") },
+			Err: "spec.domain.memory.maxGuest: 512Mi is less than guest memory"},
+		{Name: "no memory", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory = nil }, Err: "spec.domain.memory.guest: not set"},
+		{Name: "tiny memory", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Guest = q("1k") }, Err: "less than 1 MiB"},
+		{Name: "hugepages with memfd and NUMA", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "2Mi"}
+			v.Spec.Domain.CPU.Sockets = 2
+		}, Contains: []string{`<hugepages>`, `<page size="2048" unit="KiB">`, `<source type="memfd">`, `<cell id="0" cpus="0-1" memory="1048576" unit="KiB">`, `freePageReporting="off"`}},
+		{Name: "hugepages without memfd", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "1Gi"}
+			v.Annotations = map[string]string{"kubevirt.io/memfd": "false"}
+		}, Contains: []string{`<page size="1048576" unit="KiB">`}, Absent: []string{"memfd", "<numa>"}},
+		{Name: "bad page size", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "huge"} },
+			Err: "spec.domain.memory.hugepages.pageSize"},
+	})
+}
