@@ -1,0 +1,244 @@
+// Package monitor is virt-launcher-monitor: PID 1 of a launcher pod, or the
+// parent of a standalone launcher. It starts the launcher, reaps every
+// zombie of its process tree, forwards termination signals, and once the
+// launcher has exited cleans up after it (a QEMU left behind, container-disk
+// sockets) and exits with the launcher's status (kubevirt-wire.md 5.2, 5.6).
+//
+// It imports nothing beyond the standard library and internal/logging, so
+// that it stays at a few MiB of memory per pod.
+package monitor
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"syscall"
+	"time"
+)
+
+const (
+	prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER
+	capNetBindService   = 10 // CAP_NET_BIND_SERVICE
+	istioReadyPort      = 15021
+	istioQuitPort       = 15020
+	// othersStopTimeout is how long the rest of the tree (libvirt daemons a
+	// crashed launcher left behind) gets between SIGTERM and SIGKILL.
+	othersStopTimeout = 3 * time.Second
+)
+
+// Run starts the launcher and supervises it until it exits, then cleans up
+// and returns the process exit status: the launcher's own (128+n when it was
+// killed by signal n), or 1 if the launcher could not be started or a QEMU of
+// this tree survived SIGTERM. Cancelling ctx acts like SIGTERM.
+func Run(ctx context.Context, log *slog.Logger, c Config) int {
+	if c.UID != "" {
+		log = log.With(slog.String("uid", c.UID))
+	}
+	self := os.Getpid()
+	if self != 1 {
+		// Orphans of the launcher's tree (daemonised libvirtd, a QEMU whose
+		// daemon died) are re-parented to us rather than to the machine's
+		// init, so that we reap them and can find them.
+		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+			log.Warn("cannot become child subreaper; orphans go to init", "reason", errno)
+		}
+	}
+
+	sigs := make(chan os.Signal, 128)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+
+	pid, err := startLauncher(c)
+	if err != nil {
+		log.Error("failed to start virt-launcher", "path", c.LauncherPath, "reason", err)
+		code := 1
+		cleanup(log, c, self, &code)
+		return code
+	}
+	log.Info("virt-launcher started", "pid", pid, "path", c.LauncherPath)
+	// Start-up garbage is all the heap the monitor will ever have; give
+	// its pages back now that it settles into waiting for signals.
+	debug.FreeOSMemory()
+
+	code := -1
+	done := ctx.Done()
+	for code < 0 {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGCHLD {
+				code = reap(pid, code)
+				continue
+			}
+			log.Info("forwarding signal to virt-launcher as SIGTERM", "signal", s.String())
+			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+				log.Warn("failed to signal virt-launcher", "reason", err)
+			}
+		case <-done:
+			done = nil
+			log.Info("context cancelled; sending SIGTERM to virt-launcher")
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+	}
+	log.Info("virt-launcher exited", "status", code)
+
+	cleanup(log, c, self, &code)
+
+	if c.KeepAfterFailure && code != 0 {
+		log.Info("keeping the container after failure (--keep-after-failure); waiting for SIGTERM", "status", code)
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGCHLD {
+					reap(0, 0)
+					continue
+				}
+				return code
+			case <-ctx.Done():
+				return code
+			}
+		}
+	}
+	return code
+}
+
+// startLauncher runs the launcher with our stdio and environment. It gets
+// CAP_NET_BIND_SERVICE as an ambient capability when we can give it
+// (KubeVirt's launcher binds low ports for passt and slirp); when we
+// cannot (no such capability in our permitted set) it starts without.
+// The launcher gets its own process group, so that a terminal's Ctrl-C
+// reaches it only through us, as one SIGTERM, and SIGTERM if we die.
+func startLauncher(c Config) (int, error) {
+	argv := append([]string{c.LauncherPath}, c.LauncherArgs...)
+	attr := &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: []uintptr{0, 1, 2},
+		Sys: &syscall.SysProcAttr{
+			Setpgid:     true,
+			Pdeathsig:   syscall.SIGTERM,
+			AmbientCaps: []uintptr{capNetBindService},
+		},
+	}
+	pid, err := syscall.ForkExec(c.LauncherPath, argv, attr)
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) {
+		attr.Sys.AmbientCaps = nil
+		pid, err = syscall.ForkExec(c.LauncherPath, argv, attr)
+	}
+	return pid, err
+}
+
+// reap collects every zombie child. It returns the launcher's exit status
+// once launcher has been collected (code stays as given otherwise).
+func reap(launcher, code int) int {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return code
+		}
+		if pid == launcher {
+			code = exitCode(ws)
+		}
+	}
+}
+
+// exitCode is what a shell would report: the exit status, or 128+signal.
+func exitCode(ws syscall.WaitStatus) int {
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	}
+	return 1
+}
+
+// cleanup does what KubeVirt's monitor does after the launcher is gone,
+// in its order: relay QEMU's and passt's logs, end this tree's QEMU,
+// remove container-disk sockets, stop istio. It then stops any other
+// process of the tree and reaps it. code becomes 1 if a QEMU had to be
+// killed.
+func cleanup(log *slog.Logger, c Config, self int, code *int) {
+	dumpLogs(log, c)
+	if !stopTree(log, self, c.QemuStopTimeout, true) {
+		log.Error("QEMU survived SIGTERM and was killed", "timeout", c.QemuStopTimeout.String())
+		*code = 1
+	}
+	removeSockets(log, c.ContainerDiskDir)
+	if c.IstioQuit {
+		quitIstio(log, istioReadyPort, istioQuitPort)
+	}
+	stopTree(log, self, othersStopTimeout, false)
+	reap(0, 0)
+}
+
+// stopTree sends SIGTERM to our living descendants (only QEMUs when qemu is
+// true, only the others otherwise), waits up to timeout for them to go
+// while reaping, and SIGKILLs what is left. It returns false if something
+// had to be killed.
+func stopTree(log *slog.Logger, self int, timeout time.Duration, qemu bool) bool {
+	const procRoot = "/proc"
+	match := func(p proc) bool { return isQemu(procRoot, p) == qemu }
+	what := "process"
+	if qemu {
+		what = "QEMU"
+	}
+	left, err := descendants(procRoot, self, match)
+	if err != nil {
+		log.Error("cannot list processes", "reason", err)
+		return true
+	}
+	if len(left) == 0 {
+		return true
+	}
+	for _, p := range left {
+		log.Info("terminating "+what+" left behind", "pid", p.pid, "comm", p.comm)
+		if err := signalIfStill(procRoot, self, p, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+			log.Warn("failed to send SIGTERM", "pid", p.pid, "reason", err)
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		reap(0, 0)
+		left, err = descendants(procRoot, self, match)
+		if err != nil || len(left) == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, p := range left {
+		log.Warn(what+" did not exit after SIGTERM; killing it", "pid", p.pid, "comm", p.comm)
+		_ = signalIfStill(procRoot, self, p, syscall.SIGKILL)
+	}
+	// SIGKILL cannot be refused; wait briefly so they are reaped before we exit.
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		reap(0, 0)
+		if l, err := descendants(procRoot, self, match); err != nil || len(l) == 0 {
+			break
+		}
+	}
+	return false
+}
+
+// removeSockets removes dir/*.sock, which makes the container-disk
+// containers of the pod exit.
+func removeSockets(log *slog.Logger, dir string) {
+	socks, err := filepath.Glob(filepath.Join(dir, "*.sock"))
+	if err != nil {
+		return
+	}
+	for _, s := range socks {
+		if err := os.Remove(s); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("failed to remove container-disk socket", "path", s, "reason", err)
+		}
+	}
+}
