@@ -1,0 +1,238 @@
+package domain
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+)
+
+// eventLoop handles lifecycle events until the connection drops.
+func (m *Manager) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-chan libvirt.DomainEventLifecycleMsg) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.Disconnected():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			m.handle(ctx, ev)
+		}
+	}
+}
+
+func (m *Manager) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg) {
+	domName, name, ns := m.names()
+	if domName != "" && ev.Dom.Name != domName {
+		return
+	}
+	m.log.Debug("libvirt lifecycle event", "domain", ev.Dom.Name, "event", ev.Event, "detail", ev.Detail)
+	typ := EventModified
+	if libvirt.DomainEventType(ev.Event) == libvirt.DomainEventDefined &&
+		libvirt.DomainEventDefinedDetailType(ev.Detail) == libvirt.DomainEventDefinedAdded {
+		typ = EventAdded
+	}
+	m.refresh(ctx, typ, true)
+
+	ref := VMIRef{Name: name, Namespace: ns, UID: m.uidValue()}
+	switch libvirt.DomainEventType(ev.Event) {
+	case libvirt.DomainEventSuspended:
+		if libvirt.DomainEventSuspendedDetailType(ev.Detail) == libvirt.DomainEventSuspendedIoerror {
+			m.ioErrorEvents(ref)
+		}
+	case libvirt.DomainEventCrashed:
+		if libvirt.DomainEventCrashedDetailType(ev.Detail) == libvirt.DomainEventCrashedPanicked {
+			m.queue(outEvent{k8s: true, ref: ref, k8sType: "Warning", reason: "GuestPanicked", message: "VirtualMachineInstance guest panicked"})
+		}
+	}
+}
+
+func (m *Manager) uidValue() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.uid
+}
+
+// ioErrorEvents sends one IOerror K8s event per failing disk
+// (kubevirt-wire.md 2.4).
+func (m *Manager) ioErrorEvents(ref VMIRef) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, d, ok, err := m.lookup(ctx)
+	if err != nil || !ok {
+		return
+	}
+	errs, _, err := l.DomainGetDiskErrors(d, 16, 0)
+	if err != nil {
+		m.log.Warn("read disk errors", "reason", err.Error())
+		return
+	}
+	for _, e := range errs {
+		// go-libvirt does not export the error code, so "no space" cannot
+		// be told apart here.
+		msg := "VM Paused due to IO error at the volume: " + e.Disk
+		m.queue(outEvent{k8s: true, ref: ref, k8sType: "Warning", reason: "IOerror", message: msg})
+	}
+}
+
+// refresh re-reads the domain and updates the cache. When emit is set it
+// sends the object as an event of type typ; a domain that has disappeared
+// becomes the "gone" object (MODIFIED with a deletion timestamp).
+func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
+	m.refreshMu.Lock()
+	defer m.refreshMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, name, ns := m.names()
+	l, d, ok, err := m.lookup(ctx)
+	if err != nil {
+		m.log.Warn("refresh domain", "reason", err.Error())
+		return
+	}
+	if !ok {
+		m.mu.Lock()
+		wasDefined := m.defined
+		m.defined = false
+		m.cache = nil
+		md := m.md
+		m.mu.Unlock()
+		if wasDefined {
+			m.markStopped(libvirt.DomainNostate, 0)
+			m.queue(outEvent{typ: EventModified, gone: true, domain: domainjson.Gone(name, ns, md, time.Now())})
+		}
+		return
+	}
+	obj, st, reason, err := m.read(l, d, name, ns)
+	if err != nil {
+		m.log.Warn("refresh domain", "reason", err.Error())
+		return
+	}
+	m.mu.Lock()
+	m.cache = obj
+	if !m.defined {
+		m.defined = true
+		select {
+		case <-m.definedCh:
+		default:
+			close(m.definedCh)
+		}
+	}
+	if active(st) {
+		m.everActive = true
+	}
+	wasActive := m.everActive
+	m.mu.Unlock()
+	if !active(st) && wasActive {
+		m.markStopped(st, reason)
+	}
+	if emit {
+		m.queue(outEvent{typ: typ, domain: obj})
+	}
+}
+
+// read builds the Domain JSON object of the live domain.
+func (m *Manager) read(l *libvirt.Libvirt, d libvirt.Domain, name, ns string) (*domainjson.Domain, libvirt.DomainState, int32, error) {
+	xml, err := l.DomainGetXMLDesc(d, 0)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("XML of domain %s: %w", d.Name, err)
+	}
+	var spec libvirtxml.Domain
+	if err := spec.Unmarshal(xml); err != nil {
+		return nil, 0, 0, fmt.Errorf("parse XML of domain %s: %w", d.Name, err)
+	}
+	st, reason, err := m.state(l, d)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	m.mu.Lock()
+	md := m.md
+	m.mu.Unlock()
+	if name == "" {
+		// Learnt nothing yet (a domain left from an earlier launcher run):
+		// KubeVirt's name is <namespace>_<name>.
+		ns, name, _ = strings.Cut(d.Name, "_")
+	}
+	return domainjson.Build(name, ns, &spec, st, reason, md), st, reason, nil
+}
+
+func (m *Manager) markStopped(st libvirt.DomainState, reason int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-m.stoppedCh:
+	default:
+		m.stopState, m.stopReason = st, reason
+		close(m.stoppedCh)
+	}
+}
+
+func (m *Manager) queue(ev outEvent) {
+	if ev.gone {
+		m.mu.Lock()
+		m.goneQueued = true
+		m.mu.Unlock()
+	}
+	select {
+	case m.events <- ev:
+	default:
+		// The sink is stuck (no handler listening): drop rather than block
+		// the manager. virt-handler's periodic GetDomain repairs the state.
+		m.log.Warn("event queue full, dropping event", "type", ev.typ, "reason", ev.reason)
+		if ev.gone {
+			m.closeGoneSent()
+		}
+	}
+}
+
+func (m *Manager) closeGoneSent() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-m.goneSent:
+	default:
+		close(m.goneSent)
+	}
+}
+
+// sendLoop hands events to the sink one at a time, in order.
+func (m *Manager) sendLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-m.events:
+			m.send(ctx, ev)
+		}
+	}
+}
+
+func (m *Manager) send(ctx context.Context, ev outEvent) {
+	sink := m.cfg.Events
+	switch {
+	case ev.k8s:
+		m.log.Info("k8s event", "type", ev.k8sType, "reason", ev.reason, "message", ev.message)
+		if sink != nil {
+			if err := sink.K8sEvent(ctx, ev.ref, ev.k8sType, ev.reason, ev.message); err != nil {
+				m.log.Warn("send k8s event", "reason", err.Error())
+			}
+		}
+	default:
+		m.log.Info("domain event", "type", ev.typ, "status", ev.domain.Status.Status, "statusReason", ev.domain.Status.Reason)
+		if sink != nil {
+			if err := sink.DomainEvent(ctx, ev.typ, ev.domain); err != nil {
+				m.log.Warn("send domain event", "type", ev.typ, "reason", err.Error())
+			}
+		}
+		if ev.gone {
+			m.closeGoneSent()
+		}
+	}
+}

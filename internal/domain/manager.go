@@ -1,0 +1,333 @@
+// Package domain is the domain manager: it keeps one libvirt domain in line
+// with one VMI over github.com/digitalocean/go-libvirt, and implements
+// cmdserver.Manager.
+//
+// It connects to the launcher's private daemon (retrying while it comes up,
+// and again after a daemon restart), subscribes to lifecycle events, keeps a
+// cached Domain JSON object current from those events (so GetDomain never
+// waits behind a long Sync), and reports every change to an EventSink
+// (virt-handler's notify stream in a pod). Mutating operations run one at a
+// time.
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+)
+
+// Event types sent to the EventSink. The manager never sends DELETED or
+// ERROR (kubevirt-wire.md 2.3): deletion is a MODIFIED object with a
+// deletion timestamp.
+const (
+	EventAdded    = "ADDED"
+	EventModified = "MODIFIED"
+)
+
+// VMIRef names the VMI a K8s event is about.
+type VMIRef struct{ Name, Namespace, UID string }
+
+// EventSink receives domain and Kubernetes events, in order, from one
+// goroutine. A call may block (the notify client retries for up to 20 s);
+// it never blocks the manager itself.
+type EventSink interface {
+	DomainEvent(ctx context.Context, eventType string, d *domainjson.Domain) error
+	K8sEvent(ctx context.Context, vmi VMIRef, eventType, reason, message string) error
+}
+
+// DiskPreparer gathers facts about a VMI's volumes and creates the files
+// they need (overlays, empty disks, cloud-init ISOs). disks.Preparer is one.
+type DiskPreparer interface {
+	Gather(ctx context.Context, vmi *v1.VirtualMachineInstance) (map[string]facts.Volume, error)
+	Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, vols map[string]facts.Volume) error
+}
+
+// Config configures a Manager.
+type Config struct {
+	Layout layout.Layout
+	Log    *slog.Logger
+
+	// Socket is the daemon's unix socket, URI the connection URI
+	// (qemu:///session or qemu:///system).
+	Socket, URI string
+
+	Events EventSink    // nil: events are only logged
+	Disks  DiskPreparer // required for Sync
+
+	// BaseFacts returns a fresh Context with the launcher's own facts
+	// (emulation, firmware paths, non-root, defaults of the cluster
+	// settings); nil means facts.Default(Layout).
+	BaseFacts func() *facts.Context
+	// HypervisorErr, when set, makes Sync refuse to define a domain: KVM
+	// is unusable and emulation is not allowed.
+	HypervisorErr error
+
+	// Name, Namespace and UID are the VMI identity from the command line
+	// (--name, --namespace, --uid); empty ones are learnt from the first
+	// Sync. A Sync for another VMI is refused.
+	Name, Namespace, UID string
+}
+
+// Manager implements cmdserver.Manager.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	opMu      sync.Mutex // one domain operation at a time
+	refreshMu sync.Mutex // keeps cache updates and their events in order
+
+	mu         sync.Mutex
+	conn       *libvirt.Libvirt
+	connReady  chan struct{} // closed while conn is usable
+	name, ns   string
+	uid        string
+	md         domainjson.Metadata
+	cache      *domainjson.Domain
+	defined    bool // the domain exists (as far as we last saw)
+	everActive bool
+	userPaused bool
+	definedCh  chan struct{}
+	stoppedCh  chan struct{}
+	stopState  libvirt.DomainState
+	stopReason int32
+	goneSent   chan struct{}
+	goneQueued bool
+
+	events chan outEvent
+}
+
+type outEvent struct {
+	domain *domainjson.Domain
+	typ    string
+	gone   bool
+	// K8s event
+	k8s                      bool
+	k8sType, reason, message string
+	ref                      VMIRef
+}
+
+// New makes a Manager. Call Run to connect.
+func New(cfg Config) *Manager {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	m := &Manager{
+		cfg:       cfg,
+		log:       log,
+		connReady: make(chan struct{}),
+		name:      cfg.Name,
+		ns:        cfg.Namespace,
+		uid:       cfg.UID,
+		definedCh: make(chan struct{}),
+		stoppedCh: make(chan struct{}),
+		goneSent:  make(chan struct{}),
+		events:    make(chan outEvent, 1024),
+	}
+	m.md.UID = cfg.UID
+	m.md.GracePeriodSeconds = 30
+	return m
+}
+
+// DomainName is KubeVirt's libvirt domain name for a VMI.
+func DomainName(namespace, name string) string { return namespace + "_" + name }
+
+// Run connects to the daemon, subscribes to lifecycle events and keeps the
+// cache current, reconnecting whenever the connection drops, until ctx
+// ends. It also delivers events to the sink. It returns nil when ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	go m.sendLoop(ctx)
+	backoff := 20 * time.Millisecond
+	first := true
+	for {
+		l, events, err := m.connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			m.log.Debug("connect to libvirt", "reason", err.Error())
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		backoff = 20 * time.Millisecond
+		if !first {
+			m.log.Info("reconnected to libvirt")
+		}
+		m.setConn(l)
+		// A (re)connect may have missed events: re-read the domain. On a
+		// reconnect virt-handler expects a MODIFIED event.
+		m.refresh(ctx, EventModified, !first)
+		first = false
+		m.eventLoop(ctx, l, events)
+		m.clearConn()
+		if ctx.Err() != nil {
+			_ = l.Disconnect()
+			return nil
+		}
+		m.log.Warn("lost the connection to libvirt, reconnecting")
+	}
+}
+
+func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt.DomainEventLifecycleMsg, error) {
+	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(m.cfg.Socket), dialers.WithLocalTimeout(2*time.Second)))
+	if err := l.ConnectToURI(libvirt.ConnectURI(m.cfg.URI)); err != nil {
+		return nil, nil, fmt.Errorf("connect %s at %s: %w", m.cfg.URI, m.cfg.Socket, err)
+	}
+	events, err := l.LifecycleEvents(ctx)
+	if err != nil {
+		_ = l.Disconnect()
+		return nil, nil, fmt.Errorf("subscribe to lifecycle events: %w", err)
+	}
+	return l, events, nil
+}
+
+func (m *Manager) setConn(l *libvirt.Libvirt) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.conn = l
+	close(m.connReady)
+}
+
+func (m *Manager) clearConn() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.conn = nil
+	m.connReady = make(chan struct{})
+}
+
+// waitConn returns the live connection, waiting for one until ctx ends.
+func (m *Manager) waitConn(ctx context.Context) (*libvirt.Libvirt, error) {
+	for {
+		m.mu.Lock()
+		l, ready := m.conn, m.connReady
+		m.mu.Unlock()
+		if l != nil && l.IsConnected() {
+			return l, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no connection to libvirt: %w", ctx.Err())
+		case <-ready:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Connected waits until the manager has a connection to the daemon.
+func (m *Manager) Connected(ctx context.Context) error {
+	_, err := m.waitConn(ctx)
+	return err
+}
+
+// Defined is closed once a domain has been seen defined.
+func (m *Manager) Defined() <-chan struct{} { return m.definedCh }
+
+// Stopped is closed when a domain that had been running is no longer
+// running (QEMU is gone), or disappeared.
+func (m *Manager) Stopped() <-chan struct{} { return m.stoppedCh }
+
+// StopState is the libvirt state and reason seen when Stopped closed.
+func (m *Manager) StopState() (libvirt.DomainState, int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stopState, m.stopReason
+}
+
+// GoneSent is closed after the final "domain gone" event was handed to the
+// sink (delivered, or given up on).
+func (m *Manager) GoneSent() <-chan struct{} { return m.goneSent }
+
+// names returns the domain name and VMI identity.
+func (m *Manager) names() (domName, name, ns string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.name == "" {
+		return "", "", ""
+	}
+	return DomainName(m.ns, m.name), m.name, m.ns
+}
+
+// checkIdentity learns the VMI identity on the first Sync and refuses a
+// different VMI afterwards.
+func (m *Manager) checkIdentity(vmi *v1.VirtualMachineInstance, learn bool) error {
+	if vmi == nil {
+		return errors.New("no VMI in the request")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.uid != "" && vmi.UID != "" && string(vmi.UID) != m.uid {
+		return fmt.Errorf("refusing VMI %s/%s with uid %s: this launcher runs the VMI with uid %s", vmi.Namespace, vmi.Name, vmi.UID, m.uid)
+	}
+	if m.name != "" && (vmi.Name != m.name || vmi.Namespace != m.ns) {
+		return fmt.Errorf("refusing VMI %s/%s: this launcher runs VMI %s/%s", vmi.Namespace, vmi.Name, m.ns, m.name)
+	}
+	if !learn {
+		return nil
+	}
+	if vmi.Name == "" || vmi.Namespace == "" {
+		return fmt.Errorf("VMI metadata.name %q and metadata.namespace %q must both be set", vmi.Name, vmi.Namespace)
+	}
+	if vmi.UID == "" && m.uid == "" {
+		return fmt.Errorf("VMI %s/%s has no metadata.uid", vmi.Namespace, vmi.Name)
+	}
+	m.name, m.ns = vmi.Name, vmi.Namespace
+	if m.uid == "" {
+		m.uid = string(vmi.UID)
+		m.md.UID = m.uid
+	}
+	return nil
+}
+
+// lookup finds our domain; ok=false when it does not exist.
+func (m *Manager) lookup(ctx context.Context) (*libvirt.Libvirt, libvirt.Domain, bool, error) {
+	l, err := m.waitConn(ctx)
+	if err != nil {
+		return nil, libvirt.Domain{}, false, err
+	}
+	domName, _, _ := m.names()
+	if domName == "" {
+		return l, libvirt.Domain{}, false, nil
+	}
+	d, err := l.DomainLookupByName(domName)
+	if err != nil {
+		if libvirt.IsNotFound(err) {
+			return l, libvirt.Domain{}, false, nil
+		}
+		return nil, libvirt.Domain{}, false, fmt.Errorf("look up domain %s: %w", domName, err)
+	}
+	return l, d, true, nil
+}
+
+func active(s libvirt.DomainState) bool {
+	switch s {
+	case libvirt.DomainRunning, libvirt.DomainBlocked, libvirt.DomainPaused,
+		libvirt.DomainShutdown, libvirt.DomainPmsuspended:
+		return true
+	}
+	return false
+}
+
+func (m *Manager) state(l *libvirt.Libvirt, d libvirt.Domain) (libvirt.DomainState, int32, error) {
+	s, r, err := l.DomainGetState(d, 0)
+	if err != nil {
+		return 0, 0, fmt.Errorf("state of domain %s: %w", d.Name, err)
+	}
+	return libvirt.DomainState(s), r, nil
+}

@@ -1,0 +1,174 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/converter"
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+var _ cmdserver.Manager = (*Manager)(nil)
+
+// Sync converges the domain to the VMI (kubevirt-wire.md section 4, end):
+// define it if missing (after preparing its disks), start it only when it
+// is down and the VMI is neither Running nor final (paused for
+// startStrategy Paused), resume it when it was paused by anything but the
+// user, and refresh the grace period. Repeating a Sync changes nothing.
+func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts cmdserver.SyncOptions) error {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	if err := m.checkIdentity(v, true); err != nil {
+		return err
+	}
+	if m.cfg.HypervisorErr != nil {
+		return m.cfg.HypervisorErr
+	}
+	m.refreshGracePeriod(ctx, v)
+
+	l, d, exists, err := m.lookup(ctx)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return m.defineAndStart(ctx, l, v, opts)
+	}
+	st, reason, err := m.state(l, d)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !active(st):
+		if v.Status.Phase == v1.Running || v.IsFinal() {
+			return nil
+		}
+		return m.start(l, d, v)
+	case st == libvirt.DomainPaused:
+		m.mu.Lock()
+		userPaused := m.userPaused
+		m.mu.Unlock()
+		if userPaused || libvirt.DomainPausedReason(reason) == libvirt.DomainPausedUser {
+			return nil
+		}
+		switch libvirt.DomainPausedReason(reason) {
+		case libvirt.DomainPausedMigration, libvirt.DomainPausedSave, libvirt.DomainPausedDump,
+			libvirt.DomainPausedSnapshot, libvirt.DomainPausedShuttingDown, libvirt.DomainPausedStartingUp,
+			libvirt.DomainPausedPostcopy:
+			// libvirt is in the middle of something; it resumes itself.
+			return nil
+		}
+		if err := l.DomainResume(d); err != nil {
+			return fmt.Errorf("resume domain %s (paused, reason %d): %w", d.Name, reason, err)
+		}
+		m.log.Info("resumed domain paused by libvirt", "domain", d.Name, "pausedReason", reason)
+	}
+	return nil
+}
+
+// Context gathers every outside fact the converter needs for v.
+func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opts cmdserver.SyncOptions) (*facts.Context, error) {
+	var c *facts.Context
+	if m.cfg.BaseFacts != nil {
+		c = m.cfg.BaseFacts()
+	} else {
+		c = facts.Default(m.cfg.Layout)
+	}
+	if m.cfg.Disks == nil {
+		return nil, errors.New("no disk preparer configured")
+	}
+	vols, err := m.cfg.Disks.Gather(ctx, v)
+	if err != nil {
+		return nil, fmt.Errorf("gather volume facts: %w", err)
+	}
+	for _, name := range opts.PreallocatedVolumes {
+		if vol, ok := vols[name]; ok {
+			vol.Preallocated = true
+			vols[name] = vol
+		}
+	}
+	c.Volumes = vols
+	if opts.MemBalloonStatsPeriod != nil {
+		c.MemBalloonStatsPeriod = *opts.MemBalloonStatsPeriod
+	}
+	// The cluster settings arrive with the SMBIOS in every handler Sync; a
+	// client that sends no options (vlctl, STANDALONE_VMI) keeps the
+	// launcher's defaults for all of them.
+	if opts.SMBIOS != nil {
+		c.SMBIOS = *opts.SMBIOS
+		c.FreePageReportingDisabled = opts.FreePageReportingDisabled
+		c.SerialConsoleLogDisabled = opts.SerialConsoleLogDisabled
+		c.BochsForEFIGuests = opts.BochsDisplayForEFIGuests
+	}
+	return c, nil
+}
+
+func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.VirtualMachineInstance, opts cmdserver.SyncOptions) error {
+	c, err := m.Context(ctx, v, opts)
+	if err != nil {
+		return err
+	}
+	dom, err := converter.Convert(v, c)
+	if err != nil {
+		return err
+	}
+	xml, err := dom.Marshal()
+	if err != nil {
+		return fmt.Errorf("marshal domain XML: %w", err)
+	}
+	// The serial console, its log and VNC sockets live here; QEMU creates
+	// the sockets, so the directory must exist first.
+	if err := os.MkdirAll(m.cfg.Layout.VMIPrivateDir(string(v.UID)), 0o750); err != nil {
+		return fmt.Errorf("create VMI private dir: %w", err)
+	}
+	t0 := time.Now()
+	if err := m.cfg.Disks.Prepare(ctx, v, c.Volumes); err != nil {
+		return fmt.Errorf("prepare disks: %w", err)
+	}
+	t1 := time.Now()
+	d, err := l.DomainDefineXMLFlags(xml, 0)
+	if err != nil {
+		return fmt.Errorf("define domain %s: %w", dom.Name, err)
+	}
+	t2 := time.Now()
+	m.log.Info("domain defined", "domain", dom.Name, "prepareDisks", t1.Sub(t0).String(), "define", t2.Sub(t1).String())
+	return m.start(l, d, v)
+}
+
+func (m *Manager) start(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
+	var flags uint32
+	paused := v.Spec.StartStrategy != nil && *v.Spec.StartStrategy == v1.StartStrategyPaused
+	if paused {
+		flags |= uint32(libvirt.DomainStartPaused)
+	}
+	t0 := time.Now()
+	if _, err := l.DomainCreateWithFlags(d, flags); err != nil {
+		return fmt.Errorf("start domain %s: %w", d.Name, err)
+	}
+	m.mu.Lock()
+	m.userPaused = paused
+	m.mu.Unlock()
+	m.log.Info("domain started", "domain", d.Name, "paused", paused, "took", time.Since(t0).String())
+	return nil
+}
+
+// refreshGracePeriod keeps DeletionGracePeriodSeconds equal to the VMI's
+// and tells the handler when it changed.
+func (m *Manager) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineInstance) {
+	g := vmi.GracePeriodSeconds(v)
+	m.mu.Lock()
+	changed := m.md.GracePeriodSeconds != g
+	m.md.GracePeriodSeconds = g
+	defined := m.defined
+	m.mu.Unlock()
+	if changed && defined {
+		m.refresh(ctx, EventModified, true)
+	}
+}

@@ -1,0 +1,205 @@
+package domain
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+)
+
+// Pause suspends a running domain; it stays paused until Unpause (Sync does
+// not resume a domain the user paused).
+func (m *Manager) Pause(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	return m.verb(ctx, v, "pause", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+		m.mu.Lock()
+		m.userPaused = true
+		m.mu.Unlock()
+		if st == libvirt.DomainPaused {
+			return nil
+		}
+		if st != libvirt.DomainRunning {
+			return fmt.Errorf("domain %s is not running", d.Name)
+		}
+		return l.DomainSuspend(d)
+	})
+}
+
+// Unpause resumes a paused domain.
+func (m *Manager) Unpause(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	return m.verb(ctx, v, "unpause", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+		m.mu.Lock()
+		m.userPaused = false
+		m.mu.Unlock()
+		if st != libvirt.DomainPaused {
+			return nil
+		}
+		return l.DomainResume(d)
+	})
+}
+
+// Shutdown asks the guest to power off (ACPI power button). The first one
+// records the deletion timestamp in the metadata (kubevirt-wire.md 3.5).
+func (m *Manager) Shutdown(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	return m.verb(ctx, v, "shut down", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+		if !active(st) {
+			return nil
+		}
+		m.mu.Lock()
+		first := m.md.DeletionTimestamp == nil
+		if first {
+			now := time.Now().UTC()
+			m.md.DeletionTimestamp = &now
+		}
+		m.mu.Unlock()
+		if first {
+			m.refresh(ctx, EventModified, true)
+		}
+		return l.DomainShutdownFlags(d, libvirt.DomainShutdownAcpiPowerBtn)
+	})
+}
+
+// Kill destroys the domain (QEMU is terminated).
+func (m *Manager) Kill(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	return m.verb(ctx, v, "kill", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+		if !active(st) {
+			return nil
+		}
+		return m.destroy(l, d)
+	})
+}
+
+// destroy kills QEMU; an error that leaves the domain down anyway (a destroy
+// racing with the daemon's own stop) is not an error.
+func (m *Manager) destroy(l *libvirt.Libvirt, d libvirt.Domain) error {
+	err := l.DomainDestroyFlags(d, 0)
+	if err == nil {
+		return nil
+	}
+	if st, _, serr := m.state(l, d); serr == nil && !active(st) {
+		return nil
+	}
+	if libvirt.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// Delete undefines the domain. When it is (or becomes) inactive the manager
+// sends the "gone" event.
+func (m *Manager) Delete(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	return m.verb(ctx, v, "delete", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+		err := l.DomainUndefineFlags(d, libvirt.DomainUndefineNvram|libvirt.DomainUndefineKeepTpm)
+		if err != nil && libvirt.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// Reset is a hard reset of the guest.
+func (m *Manager) Reset(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	return m.verb(ctx, v, "reset", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+		if !active(st) {
+			return fmt.Errorf("domain %s is not running", d.Name)
+		}
+		return l.DomainReset(d, 0)
+	})
+}
+
+// SoftReboot asks the guest to reboot (ACPI; there is no guest agent).
+func (m *Manager) SoftReboot(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	return m.verb(ctx, v, "soft reboot", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+		if st != libvirt.DomainRunning {
+			return fmt.Errorf("domain %s is not running", d.Name)
+		}
+		return l.DomainReboot(d, libvirt.DomainRebootAcpiPowerBtn)
+	})
+}
+
+// verb runs one lifecycle operation under the operation lock. A VMI whose
+// domain does not exist is not an error for any of them (virt-handler calls
+// Kill and Delete on domains that are already gone).
+func (m *Manager) verb(ctx context.Context, v *v1.VirtualMachineInstance, what string, f func(*libvirt.Libvirt, libvirt.Domain, libvirt.DomainState) error) error {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	if v != nil {
+		if err := m.checkIdentity(v, false); err != nil {
+			return err
+		}
+	}
+	l, d, ok, err := m.lookup(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if !ok {
+		if what == "pause" || what == "reset" || what == "soft reboot" || what == "unpause" {
+			return fmt.Errorf("%s: no domain is defined", what)
+		}
+		return nil
+	}
+	st, _, err := m.state(l, d)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := f(l, d, st); err != nil {
+		return fmt.Errorf("%s domain %s: %w", what, d.Name, err)
+	}
+	return nil
+}
+
+// Domain returns the cached Domain JSON object (nil when no domain is
+// defined). It never talks to libvirt, so it never waits behind a Sync.
+func (m *Manager) Domain(ctx context.Context) (*domainjson.Domain, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cache, nil
+}
+
+// QemuVersion is the hypervisor version libvirt reports, e.g. "7.2.22".
+func (m *Manager) QemuVersion(ctx context.Context) (string, error) {
+	l, err := m.waitConn(ctx)
+	if err != nil {
+		return "", err
+	}
+	v, err := l.ConnectGetVersion()
+	if err != nil {
+		return "", fmt.Errorf("hypervisor version: %w", err)
+	}
+	return fmt.Sprintf("%d.%d.%d", v/1000000, v/1000%1000, v%1000), nil
+}
+
+// MarkGracefulShutdown records that the pod got SIGTERM
+// (MarkedForGracefulShutdown in the metadata) and tells the handler.
+func (m *Manager) MarkGracefulShutdown(ctx context.Context) {
+	t := true
+	m.mu.Lock()
+	m.md.MarkedForGracefulShutdown = &t
+	m.mu.Unlock()
+	m.refresh(ctx, EventModified, true)
+}
+
+// ShutdownForTermination is the launcher's own graceful stop on SIGTERM:
+// ACPI power button, without the handler. It reports whether a running
+// domain exists.
+func (m *Manager) ShutdownForTermination(ctx context.Context) (bool, error) {
+	running := false
+	err := m.verb(ctx, nil, "shut down", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+		if !active(st) {
+			return nil
+		}
+		running = true
+		return l.DomainShutdownFlags(d, libvirt.DomainShutdownAcpiPowerBtn)
+	})
+	return running, err
+}
+
+// Destroy kills the domain without identity checks (grace period over).
+func (m *Manager) Destroy(ctx context.Context) error { return m.Kill(ctx, nil) }
+
+// Undefine removes the domain definition without identity checks (the
+// launcher's own clean-up when no handler will call Delete).
+func (m *Manager) Undefine(ctx context.Context) error { return m.Delete(ctx, nil) }
