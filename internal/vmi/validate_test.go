@@ -78,7 +78,9 @@ func TestValidate(t *testing.T) {
 		}
 		panic("no volume " + name)
 	}
-	iface := func(vmi *v1.VirtualMachineInstance, i int) *v1.Interface { return &vmi.Spec.Domain.Devices.Interfaces[i] }
+	iface := func(vmi *v1.VirtualMachineInstance, i int) *v1.Interface {
+		return &vmi.Spec.Domain.Devices.Interfaces[i]
+	}
 	uintp := func(u uint) *uint { return &u }
 
 	tests := []struct {
@@ -178,7 +180,10 @@ func TestValidate(t *testing.T) {
 			q := resource.MustParse("17Ti")
 			v.Spec.Domain.Memory.Guest, v.Spec.Domain.Memory.MaxGuest = &q, nil
 		}, "spec.domain.memory.guest: 17Ti is more than"},
-		{"maxGuest below guest", func(v *v1.VirtualMachineInstance) { q := resource.MustParse("512Mi"); v.Spec.Domain.Memory.MaxGuest = &q }, "spec.domain.memory.maxGuest: 512Mi is less than guest (1Gi)"},
+		{"maxGuest below guest", func(v *v1.VirtualMachineInstance) {
+			q := resource.MustParse("512Mi")
+			v.Spec.Domain.Memory.MaxGuest = &q
+		}, "spec.domain.memory.maxGuest: 512Mi is less than guest (1Gi)"},
 		{"hugepage size", func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "3Mi"} }, `spec.domain.memory.hugepages.pageSize: "3Mi" is not a power of two`},
 		{"hugepage size unparsable", func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "huge"} }, `spec.domain.memory.hugepages.pageSize: "huge" is not a size`},
 		{"guest not a multiple of the hugepage size", func(v *v1.VirtualMachineInstance) {
