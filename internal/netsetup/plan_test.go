@@ -1,0 +1,154 @@
+package netsetup_test
+
+import (
+	"strings"
+	"testing"
+
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+)
+
+func TestNames(t *testing.T) {
+	for _, tc := range []struct{ pod, tap, bridge, nic string }{
+		{"eth0", "tap0", "k6t-eth0", "eth0-nic"},
+		{"net1", "tap1", "k6t-net1", "net1-nic"},
+		{"pod16477688c0e", "tap16477688c0e", "k6t-16477688c0e", "16477688c0e-nic"},
+	} {
+		if got := netsetup.TapName(tc.pod); got != tc.tap {
+			t.Errorf("TapName(%s) = %s, want %s", tc.pod, got, tc.tap)
+		}
+		if got := netsetup.BridgeName(tc.pod); got != tc.bridge || len(got) > 15 {
+			t.Errorf("BridgeName(%s) = %s, want %s", tc.pod, got, tc.bridge)
+		}
+		if got := netsetup.NICName(tc.pod); got != tc.nic || len(got) > 15 {
+			t.Errorf("NICName(%s) = %s, want %s", tc.pod, got, tc.nic)
+		}
+	}
+	// sha256("blue") = 16477688c0e00699c6cfa4497a3612d7e83c532062b64b250fed8908128ed548
+	if got := netsetup.HashedPodIfaceName("blue"); got != "pod16477688c0e" {
+		t.Errorf("HashedPodIfaceName(blue) = %s", got)
+	}
+}
+
+func withMultus(vmi *v1.VirtualMachineInstance, names ...string) *v1.VirtualMachineInstance {
+	for _, n := range names {
+		vmi.Spec.Networks = append(vmi.Spec.Networks, v1.Network{Name: n,
+			NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: n + "-nad"}}})
+		vmi.Spec.Domain.Devices.Interfaces = append(vmi.Spec.Domain.Devices.Interfaces, v1.Interface{
+			Name: n, InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}})
+	}
+	return vmi
+}
+
+func TestPlanFor(t *testing.T) {
+	vmi := withMultus(masqVMI("vm", v1.Port{Port: 80}, v1.Port{Port: 80, Protocol: "udp"}), "blue", "red")
+	vmi.Spec.Domain.Devices.Interfaces[0].MacAddress = "02:11:22:33:44:55"
+	plan, err := netsetup.PlanFor(vmi, netsetup.PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 3 {
+		t.Fatalf("plan has %d interfaces", len(plan))
+	}
+	p := plan[0]
+	if p.PodIface != "eth0" || p.Tap != "tap0" || p.Bridge != "k6t-eth0" || p.Binding != "masquerade" ||
+		p.MAC.String() != "02:11:22:33:44:55" || len(p.Ports) != 2 || p.Ports[1].Protocol != "UDP" ||
+		p.Gateway4().String() != "10.0.2.1" || p.Guest4().String() != "10.0.2.2" ||
+		p.Gateway6().String() != "fd10:0:2::1" || p.Guest6().String() != "fd10:0:2::2" {
+		t.Errorf("primary = %+v", p)
+	}
+	if plan[1].PodIface != netsetup.HashedPodIfaceName("blue") || plan[1].Index != 1 || plan[2].Tap != netsetup.TapName(netsetup.HashedPodIfaceName("red")) {
+		t.Errorf("secondaries = %+v / %+v", plan[1], plan[2])
+	}
+	ord, err := netsetup.PlanFor(vmi, netsetup.PlanOptions{OrdinalNames: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ord[1].PodIface != "net1" || ord[2].PodIface != "net2" || ord[2].Tap != "tap2" {
+		t.Errorf("ordinal names: %s %s %s", ord[1].PodIface, ord[2].PodIface, ord[2].Tap)
+	}
+
+	cidr := masqVMI("vm")
+	cidr.Spec.Networks[0].Pod.VMNetworkCIDR = "10.11.12.0/30"
+	cidr.Spec.Networks[0].Pod.VMIPv6NetworkCIDR = "fd00:1::/64"
+	plan, err = netsetup.PlanFor(cidr, netsetup.PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan[0].Guest4().String() != "10.11.12.2" || plan[0].Gateway6().String() != "fd00:1::1" {
+		t.Errorf("vmNetworkCIDR not applied: %+v", plan[0])
+	}
+
+	mq := masqVMI("vm")
+	yes := true
+	mq.Spec.Domain.Devices.NetworkInterfaceMultiQueue = &yes
+	mq.Spec.Domain.CPU = &v1.CPU{Sockets: 1, Cores: 2, Threads: 2}
+	if plan, err = netsetup.PlanFor(mq, netsetup.PlanOptions{}); err != nil || plan[0].Queues != 4 {
+		t.Errorf("multiqueue: %v %+v", err, plan)
+	}
+
+	absent := withMultus(masqVMI("vm"), "blue")
+	absent.Spec.Domain.Devices.Interfaces[1].State = v1.InterfaceStateAbsent
+	if plan, err = netsetup.PlanFor(absent, netsetup.PlanOptions{}); err != nil || len(plan) != 1 {
+		t.Errorf("absent interface: %v %d", err, len(plan))
+	}
+}
+
+func TestPlanForErrors(t *testing.T) {
+	mod := func(f func(*v1.VirtualMachineInstance)) *v1.VirtualMachineInstance {
+		vmi := masqVMI("vm")
+		f(vmi)
+		return vmi
+	}
+	for _, tc := range []struct {
+		name string
+		vmi  *v1.VirtualMachineInstance
+		want string
+	}{
+		{"port zero", masqVMI("vm", v1.Port{Port: 0}), "interfaces[0].ports[0].port: 0 out of range"},
+		{"port too big", masqVMI("vm", v1.Port{Port: 65536}), "ports[0].port: 65536 out of range"},
+		{"repeated port", masqVMI("vm", v1.Port{Port: 22}, v1.Port{Port: 22, Protocol: "TCP"}), "ports[1]: TCP/22 repeats ports[0]"},
+		{"bad protocol", masqVMI("vm", v1.Port{Port: 22, Protocol: "SCTP"}), "ports[0].protocol"},
+		{"unknown binding", mod(func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{}
+			v.Spec.Domain.Devices.Interfaces[0].Binding = &v1.PluginBinding{Name: "mybind"}
+		}), `interfaces[0].binding: plugin "mybind" not supported`},
+		{"no binding", mod(func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{}
+		}), "interfaces[0]: no binding method"},
+		{"sriov", mod(func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}
+		}), "interfaces[0].sriov"},
+		{"subnet too small", mod(func(v *v1.VirtualMachineInstance) {
+			v.Spec.Networks[0].Pod.VMNetworkCIDR = "10.0.2.0/31"
+		}), "vmNetworkCIDR: \"10.0.2.0/31\" is too small"},
+		{"v6 subnet too small", mod(func(v *v1.VirtualMachineInstance) {
+			v.Spec.Networks[0].Pod.VMIPv6NetworkCIDR = "fd10::/127"
+		}), "vmIPv6NetworkCIDR: \"fd10::/127\" is too small"},
+		{"cidr not v4", mod(func(v *v1.VirtualMachineInstance) {
+			v.Spec.Networks[0].Pod.VMNetworkCIDR = "fd10::/64"
+		}), "vmNetworkCIDR: \"fd10::/64\" is not an IPv4 CIDR"},
+		{"no network", mod(func(v *v1.VirtualMachineInstance) { v.Spec.Networks = nil }), `interfaces[0].name: no network named "default"`},
+		{"bad mac", mod(func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.Interfaces[0].MacAddress = "zz" }), "interfaces[0].macAddress"},
+		{"multicast mac", mod(func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Interfaces[0].MacAddress = "01:00:5e:00:00:01"
+		}), "multicast"},
+		{"masquerade on multus", withMultusMasq(), "masquerade: allowed only on the pod network"},
+		{"ports on bridge", mod(func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
+			v.Spec.Domain.Devices.Interfaces[0].Ports = []v1.Port{{Port: 80}}
+		}), "interfaces[0].ports: only the masquerade binding"},
+	} {
+		_, err := netsetup.PlanFor(tc.vmi, netsetup.PlanOptions{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it to contain %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func withMultusMasq() *v1.VirtualMachineInstance {
+	vmi := withMultus(masqVMI("vm"), "blue")
+	vmi.Spec.Domain.Devices.Interfaces[1].InterfaceBindingMethod = v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}
+	return vmi
+}
