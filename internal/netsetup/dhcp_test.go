@@ -64,7 +64,7 @@ func mustCIDR(s string) *net.IPNet {
 func TestOptions4(t *testing.T) {
 	mac := net.HardwareAddr{2, 0, 0, 0, 0, 9}
 	routes := []netlink.Route{
-		{Dst: mustCIDR("192.168.66.0/24")},                                 // connected: dropped
+		{Dst: mustCIDR("192.168.66.0/24")},                                  // connected: dropped
 		{Gw: net.ParseIP("192.168.66.1")},                                   // default
 		{Dst: mustCIDR("10.200.0.0/16"), Gw: net.ParseIP("192.168.66.254")}, // extra
 	}
