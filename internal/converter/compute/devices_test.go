@@ -20,9 +20,13 @@ func TestTPM(t *testing.T) {
 		{Name: "none", Absent: []string{"<tpm"}},
 		{Name: "tis", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.TPM = &v1.TPMDevice{} },
 			Contains: []string{`<tpm model="tpm-tis">`, `<backend type="emulator" version="2.0">`}},
-		{Name: "persistent crb", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.TPM = &v1.TPMDevice{Persistent: convtest.Ptr(true)} },
+		{Name: "persistent crb", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.TPM = &v1.TPMDevice{Persistent: convtest.Ptr(true)}
+		},
 			Contains: []string{`<tpm model="tpm-crb">`, `persistent_state="yes"`}},
-		{Name: "disabled", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.TPM = &v1.TPMDevice{Enabled: convtest.Ptr(false)} },
+		{Name: "disabled", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.TPM = &v1.TPMDevice{Enabled: convtest.Ptr(false)}
+		},
 			Absent: []string{"<tpm"}},
 	})
 }
@@ -83,7 +87,9 @@ func TestBalloon(t *testing.T) {
 func TestGraphics(t *testing.T) {
 	convtest.Run(t, []convtest.Case{
 		{Name: "vnc socket and vga", Contains: []string{`<listen type="socket" socket="` + priv + `/virt-vnc">`, `<model type="vga" heads="1" vram="16384">`}},
-		{Name: "off", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachGraphicsDevice = convtest.Ptr(false) },
+		{Name: "off", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.AutoattachGraphicsDevice = convtest.Ptr(false)
+		},
 			Absent: []string{"<graphics", "<video"}},
 		{Name: "spec video type", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.Video = &v1.VideoDevice{Type: "virtio"} },
 			Contains: []string{`<model type="virtio" heads="1">`}},
@@ -100,9 +106,13 @@ func TestSound(t *testing.T) {
 	convtest.Run(t, []convtest.Case{
 		{Name: "ich9 default", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.Sound = &v1.SoundDevice{Name: "audio"} },
 			Contains: []string{`<sound model="ich9">`, `<alias name="ua-audio">`}},
-		{Name: "ac97", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.Sound = &v1.SoundDevice{Name: "a", Model: "ac97"} },
+		{Name: "ac97", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Sound = &v1.SoundDevice{Name: "a", Model: "ac97"}
+		},
 			Contains: []string{`<sound model="ac97">`}},
-		{Name: "unknown", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.Sound = &v1.SoundDevice{Name: "a", Model: "sb16"} },
+		{Name: "unknown", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Sound = &v1.SoundDevice{Name: "a", Model: "sb16"}
+		},
 			Err: "spec.domain.devices.sound.model"},
 	})
 }
@@ -131,7 +141,9 @@ func TestConsole(t *testing.T) {
 		{Name: "vmi disables the log", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.LogSerialConsole = convtest.Ptr(false) }, Absent: []string{"<log"}},
 		{Name: "vmi enables the log over the cluster", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.LogSerialConsole = convtest.Ptr(true) },
 			Ctx: func(c *facts.Context) { c.SerialConsoleLogDisabled = true }, Contains: []string{"<log"}},
-		{Name: "off", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachSerialConsole = convtest.Ptr(false) },
+		{Name: "off", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.AutoattachSerialConsole = convtest.Ptr(false)
+		},
 			Absent: []string{"<serial", "<console", "virtio-serial"}},
 	})
 }
@@ -149,20 +161,26 @@ func TestPanic(t *testing.T) {
 
 func TestUSBRedir(t *testing.T) {
 	convtest.Run(t, []convtest.Case{
-		{Name: "four sockets", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.ClientPassthrough = &v1.ClientPassthroughDevices{} },
+		{Name: "four sockets", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.ClientPassthrough = &v1.ClientPassthroughDevices{}
+		},
 			Contains: []string{`<redirdev type="unix" bus="usb">`, `path="` + priv + `/virt-usbredir-0"`, `path="` + priv + `/virt-usbredir-3"`, `model="qemu-xhci"`},
-			Absent: []string{"virt-usbredir-4"}},
+			Absent:   []string{"virt-usbredir-4"}},
 	})
 }
 
 func TestRebootPolicy(t *testing.T) {
 	convtest.Run(t, []convtest.Case{
 		{Name: "unset", Absent: []string{"on_reboot"}},
-		{Name: "terminate", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.RebootPolicy = convtest.Ptr(v1.RebootPolicyTerminate) },
+		{Name: "terminate", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.RebootPolicy = convtest.Ptr(v1.RebootPolicyTerminate)
+		},
 			Contains: []string{"<on_reboot>destroy</on_reboot>"}},
 		{Name: "reboot", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.RebootPolicy = convtest.Ptr(v1.RebootPolicyReboot) },
 			Contains: []string{"<on_reboot>restart</on_reboot>"}},
-		{Name: "bad", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.RebootPolicy = convtest.Ptr(v1.RebootPolicy("Later")) },
+		{Name: "bad", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.RebootPolicy = convtest.Ptr(v1.RebootPolicy("Later"))
+		},
 			Err: "spec.domain.rebootPolicy"},
 	})
 }

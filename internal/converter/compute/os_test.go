@@ -58,7 +58,9 @@ func TestOS(t *testing.T) {
 			v.Spec.Domain.Firmware.ACPI = &v1.ACPI{SlicNameRef: "slic"}
 			v.Spec.Volumes = append(v.Spec.Volumes, v1.Volume{Name: "slic", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "s"}}})
 		}, Contains: []string{`<table type="slic">/var/run/kubevirt-private/secret/slic/slic.bin</table>`}},
-		{Name: "slic not a secret", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Firmware.ACPI = &v1.ACPI{SlicNameRef: "containerdisk"} },
+		{Name: "slic not a secret", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Firmware.ACPI = &v1.ACPI{SlicNameRef: "containerdisk"}
+		},
 			Err: `spec.domain.firmware.acpi.slicNameRef: volume "containerdisk" is not a secret volume`},
 		{Name: "unknown arch", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Architecture = "riscv64" },
 			Err: `spec.architecture: "riscv64" is not supported`},

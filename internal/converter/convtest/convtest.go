@@ -88,7 +88,6 @@ func VMI() *v1.VirtualMachineInstance {
 	}
 }
 
-
 // Convert runs the whole converter on vmi and checks the result against
 // libvirt's schema. It returns the domain and its XML.
 func Convert(t testing.TB, vmi *v1.VirtualMachineInstance, c *facts.Context) (*libvirtxml.Domain, string) {
