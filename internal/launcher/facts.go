@@ -1,0 +1,72 @@
+package launcher
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+)
+
+// kvmUsable reports whether this process can open /dev/kvm read-write.
+func kvmUsable() error {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// hypervisor decides between KVM and TCG: forced emulation, else KVM when
+// /dev/kvm can be opened, else emulation when allowed, else an error that
+// Sync returns.
+func hypervisor(o *Options) (emulation bool, err error) {
+	if o.ForceEmulation {
+		return true, nil
+	}
+	kerr := kvmUsable()
+	if kerr == nil {
+		return false, nil
+	}
+	if o.AllowEmulation {
+		return true, nil
+	}
+	return false, fmt.Errorf("KVM is not available (%v) and --allow-emulation is not set", kerr)
+}
+
+// efiFiles finds the EFI firmware: --ovmf-path first (KubeVirt's image
+// uses Fedora's names), then Debian's /usr/share/OVMF (the _4M builds).
+func efiFiles(ovmfPath string) facts.EFI {
+	dirs := []string{ovmfPath, "/usr/share/OVMF", "/usr/share/edk2/ovmf"}
+	find := func(names ...string) string {
+		for _, d := range dirs {
+			for _, n := range names {
+				p := filepath.Join(d, n)
+				if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+					return p
+				}
+			}
+		}
+		return ""
+	}
+	return facts.EFI{
+		Code:       find("OVMF_CODE_4M.fd", "OVMF_CODE.fd"),
+		Vars:       find("OVMF_VARS_4M.fd", "OVMF_VARS.fd"),
+		SecureCode: find("OVMF_CODE_4M.secboot.fd", "OVMF_CODE.secboot.fd"),
+		SecureVars: find("OVMF_VARS_4M.ms.fd", "OVMF_VARS.secboot.fd"),
+	}
+}
+
+// baseFacts returns the launcher's own facts for the converter.
+func baseFacts(l layout.Layout, emulation, nonRoot bool, efi facts.EFI) func() *facts.Context {
+	return func() *facts.Context {
+		c := facts.Default(l)
+		c.Arch = runtime.GOARCH
+		c.Emulation = emulation
+		c.NonRoot = nonRoot
+		c.EFI = efi
+		return c
+	}
+}

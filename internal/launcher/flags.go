@@ -1,0 +1,143 @@
+// Package launcher is virt-launcher: it starts the private libvirt daemon,
+// serves KubeVirt's command protocol, keeps the domain in line with the VMI
+// and ends when QEMU is gone (kubevirt-wire.md section 5).
+package launcher
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+)
+
+// Options are virt-launcher's command-line flags: every flag KubeVirt's pod
+// template passes (kubevirt-wire.md 5.3) with KubeVirt's defaults, plus
+// --force-emulation, --private-dir and --libvirt-run-dir of our own.
+type Options struct {
+	QemuTimeout        time.Duration
+	Name, UID          string
+	Namespace          string
+	ShareDir           string
+	EphemeralDiskDir   string
+	ContainerDiskDir   string
+	HotplugDiskDir     string
+	PrivateDir         string
+	LibvirtRunDir      string
+	GracePeriodSeconds int
+	HookSidecars       uint
+	OVMFPath           string
+	DiskMemoryLimit    int64
+	Hypervisor         string
+	RunAsNonroot       bool
+	AllowEmulation     bool
+	ForceEmulation     bool
+	SimulateCrash      bool
+	LibvirtLogFilters  string
+	Verbosity          int
+
+	// Accepted for compatibility; they change nothing.
+	ImageVolume, UpgradeOrdinalIfaces, VGPUDedicatedHook, VMStatsCollector bool
+	FirmwareAutoSelection, KeepAfterFailure, AllowCrossArchEmulation       bool
+	AgentSysInterval, AgentFileInterval, AgentUserInterval                 time.Duration
+	AgentVersionInterval, FSFreezeStatusInterval                           time.Duration
+}
+
+// Layout derives every path from the directory flags.
+func (o *Options) Layout() layout.Layout {
+	return layout.Layout{
+		ShareDir:         o.ShareDir,
+		PrivateDir:       o.PrivateDir,
+		EphemeralDiskDir: o.EphemeralDiskDir,
+		ContainerDiskDir: o.ContainerDiskDir,
+		HotplugDiskDir:   strings.TrimSuffix(o.HotplugDiskDir, "/"),
+		LibvirtRunDir:    o.LibvirtRunDir,
+	}
+}
+
+const ignored = " (accepted, ignored)"
+
+// FlagSet returns the flag set filling o with KubeVirt's defaults. Both
+// -flag and --flag spellings work.
+func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
+	d := layout.Default()
+	fs := flag.NewFlagSet("virt-launcher", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.DurationVar(&o.QemuTimeout, "qemu-timeout", 3*time.Minute, "how long to wait for the domain to be defined before exiting with an error")
+	fs.StringVar(&o.Name, "name", "", "name of the VirtualMachineInstance")
+	fs.StringVar(&o.UID, "uid", "", "UID of the VirtualMachineInstance")
+	fs.StringVar(&o.Namespace, "namespace", "", "namespace of the VirtualMachineInstance")
+	fs.StringVar(&o.ShareDir, "kubevirt-share-dir", d.ShareDir, "directory shared with virt-handler (sockets, notify pipe)")
+	fs.StringVar(&o.EphemeralDiskDir, "ephemeral-disk-dir", d.EphemeralDiskDir, "base directory for ephemeral disk data (overlays, cloud-init ISOs)")
+	fs.StringVar(&o.ContainerDiskDir, "container-disk-dir", d.ContainerDiskDir, "directory holding the container disks disk_<N>.img and kernel-boot/")
+	fs.StringVar(&o.HotplugDiskDir, "hotplug-disk-dir", d.HotplugDiskDir+"/", "directory holding hotplugged disks")
+	fs.StringVar(&o.PrivateDir, "private-dir", d.PrivateDir, "launcher-private directory (libvirt state, console sockets, config disks); ours, not KubeVirt's")
+	fs.StringVar(&o.LibvirtRunDir, "libvirt-run-dir", d.LibvirtRunDir, "libvirt runtime directory (daemon sockets, empty disks); ours, not KubeVirt's")
+	fs.IntVar(&o.GracePeriodSeconds, "grace-period-seconds", 30, "after SIGTERM, seconds to wait for the guest to power off before destroying it")
+	fs.UintVar(&o.HookSidecars, "hook-sidecars", 0, "number of hook sidecars to wait for"+ignored)
+	fs.StringVar(&o.OVMFPath, "ovmf-path", "/usr/share/edk2/ovmf", "directory with the EFI firmware (falls back to /usr/share/OVMF)")
+	fs.Int64Var(&o.DiskMemoryLimit, "disk-memory-limit", 2097152000, "memory limit in bytes of the qemu-img image probe")
+	fs.StringVar(&o.Hypervisor, "hypervisor", "kvm", "hypervisor (only kvm, with TCG emulation as the fallback)")
+	fs.BoolVar(&o.RunAsNonroot, "run-as-nonroot", false, "the pod runs as non-root (non-root mode is chosen from the effective uid)")
+	fs.BoolVar(&o.AllowEmulation, "allow-emulation", false, "use software emulation (TCG) when KVM is not available")
+	fs.BoolVar(&o.ForceEmulation, "force-emulation", false, "always use software emulation (TCG), even when KVM is available; ours, not KubeVirt's")
+	fs.BoolVar(&o.SimulateCrash, "simulate-crash", false, "exit with a fatal error at start-up (testing)")
+	fs.StringVar(&o.LibvirtLogFilters, "libvirt-log-filters", "", "libvirt log_filters for the daemon")
+	fs.IntVar(&o.Verbosity, "v", 2, "log verbosity (VIRT_LAUNCHER_LOG_VERBOSITY overrides it)")
+
+	fs.BoolVar(&o.ImageVolume, "image-volume", false, "container disks come from image volumes"+ignored)
+	fs.BoolVar(&o.UpgradeOrdinalIfaces, "upgrade-ordinal-ifaces", false, "rename ordinal pod interfaces"+ignored)
+	fs.BoolVar(&o.VGPUDedicatedHook, "vgpu-dedicated-hook", false, "vGPU display hook"+ignored)
+	fs.BoolVar(&o.VMStatsCollector, "vm-stats-collector", false, "enable GetVMStats"+ignored)
+	fs.BoolVar(&o.FirmwareAutoSelection, "firmware-auto-selection", false, "let libvirt pick the firmware"+ignored)
+	fs.BoolVar(&o.KeepAfterFailure, "keep-after-failure", false, "monitor flag"+ignored)
+	fs.BoolVar(&o.AllowCrossArchEmulation, "allow-cross-arch-emulation", false, "allow emulating another architecture"+ignored)
+	fs.DurationVar(&o.AgentSysInterval, "qemu-agent-sys-interval", 120*time.Second, "guest agent system info poll period"+ignored)
+	fs.DurationVar(&o.AgentFileInterval, "qemu-agent-file-interval", 300*time.Second, "guest agent filesystem poll period"+ignored)
+	fs.DurationVar(&o.AgentUserInterval, "qemu-agent-user-interval", 10*time.Second, "guest agent user poll period"+ignored)
+	fs.DurationVar(&o.AgentVersionInterval, "qemu-agent-version-interval", 300*time.Second, "guest agent version poll period"+ignored)
+	fs.DurationVar(&o.FSFreezeStatusInterval, "qemu-fsfreeze-status-interval", 5*time.Second, "guest agent fsfreeze status poll period"+ignored)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: virt-launcher [flags]\n\n"+
+			"Runs one VirtualMachineInstance through a private libvirt daemon, driven over\n"+
+			"KubeVirt's command protocol on <kubevirt-share-dir>/sockets/launcher-sock.\n"+
+			"Environment: STANDALONE_VMI (a VMI as YAML or JSON, synced at start-up),\n"+
+			"VIRT_LAUNCHER_LOG_VERBOSITY (overrides -v), LIBVIRT_DEBUG_LOGS=1.\n"+
+			"Exit status: 0 normal end, 1 QEMU ended abnormally, 2 fatal start-up error.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// Parse parses virt-launcher's arguments (without the program name).
+func Parse(args []string, out io.Writer) (*Options, error) {
+	o := &Options{}
+	fs := o.FlagSet(out)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.GracePeriodSeconds < 0 {
+		return nil, fmt.Errorf("--grace-period-seconds %d: must not be negative", o.GracePeriodSeconds)
+	}
+	if o.QemuTimeout <= 0 {
+		return nil, fmt.Errorf("--qemu-timeout %v: must be positive", o.QemuTimeout)
+	}
+	if o.Hypervisor != "kvm" && o.Hypervisor != "" {
+		return nil, fmt.Errorf("--hypervisor %q: only kvm is supported", o.Hypervisor)
+	}
+	for _, p := range []struct{ flag, v string }{
+		{"kubevirt-share-dir", o.ShareDir}, {"ephemeral-disk-dir", o.EphemeralDiskDir},
+		{"container-disk-dir", o.ContainerDiskDir}, {"hotplug-disk-dir", o.HotplugDiskDir},
+		{"private-dir", o.PrivateDir}, {"libvirt-run-dir", o.LibvirtRunDir},
+	} {
+		if !strings.HasPrefix(p.v, "/") {
+			return nil, fmt.Errorf("--%s %q: must be an absolute path", p.flag, p.v)
+		}
+	}
+	return o, nil
+}

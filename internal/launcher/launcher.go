@@ -1,0 +1,359 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/disks"
+	"github.com/virtlauncher/virtlauncher/internal/domain"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+// Exit codes (kubevirt-wire.md 5.6).
+const (
+	ExitOK       = 0 // the domain is gone (or SIGTERM came before any domain)
+	ExitQEMUDied = 1 // QEMU ended abnormally (killed, crashed)
+	ExitFatal    = 2 // fatal start-up error
+)
+
+// EnvStandaloneVMI holds a VMI (YAML or JSON) to sync at start-up.
+const EnvStandaloneVMI = "STANDALONE_VMI"
+
+// Timeouts of the shutdown path.
+const (
+	selfCheckTimeout = 15 * time.Second
+	finalEventWait   = 15 * time.Second
+	acpiResend       = 5 * time.Second
+	destroyWait      = 30 * time.Second
+	daemonStopWait   = 10 * time.Second
+)
+
+// Launcher is one run of virt-launcher.
+type Launcher struct {
+	opts   *Options
+	log    *slog.Logger
+	layout layout.Layout
+	// Events overrides the event sink (tests); nil means the notify client
+	// on the share dir's domain-notify-pipe.sock.
+	Events domain.EventSink
+	// Signals delivers termination requests; nil means SIGTERM and SIGINT.
+	Signals <-chan os.Signal
+
+	daemon *libvirtd.Daemon
+	mgr    *domain.Manager
+}
+
+// New prepares a launcher.
+func New(opts *Options, log *slog.Logger) *Launcher {
+	return &Launcher{opts: opts, log: log, layout: opts.Layout()}
+}
+
+type fatalError struct{ err error }
+
+func (f fatalError) Error() string { return f.err.Error() }
+func (f fatalError) Unwrap() error { return f.err }
+
+func fatal(format string, args ...any) error { return fatalError{fmt.Errorf(format, args...)} }
+
+// Run runs the launcher to the end and returns its exit code.
+func (l *Launcher) Run(ctx context.Context) int {
+	code, err := l.run(ctx)
+	if err != nil {
+		l.log.Error("virt-launcher failed", "reason", err.Error())
+	}
+	return code
+}
+
+func (l *Launcher) run(ctx context.Context) (int, error) {
+	t0 := time.Now()
+	if l.opts.SimulateCrash {
+		return ExitFatal, errors.New("--simulate-crash: exiting as asked")
+	}
+	if l.opts.HookSidecars > 0 {
+		l.log.Warn("hook sidecars are not supported; not waiting for them", "hookSidecars", l.opts.HookSidecars)
+	}
+	sigs := l.Signals
+	if sigs == nil {
+		ch := make(chan os.Signal, 2)
+		signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(ch)
+		sigs = ch
+	}
+
+	if err := l.makeDirs(); err != nil {
+		return ExitFatal, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// 1. the daemons
+	root := os.Geteuid() == 0
+	dctx, dcancel := context.WithTimeout(ctx, 60*time.Second)
+	d, err := libvirtd.Start(dctx, l.libvirtdConfig(root), l.log)
+	dcancel()
+	if err != nil {
+		return ExitFatal, fatal("start libvirt: %w", err)
+	}
+	l.daemon = d
+	defer l.stopDaemons()
+	l.log.Info("libvirt daemons up", "daemon", d.Kind(), "socket", d.Socket(), "took", time.Since(t0).String())
+
+	// 2. the domain manager: connect and subscribe to events
+	emulation, hvErr := hypervisor(l.opts)
+	if hvErr == nil {
+		l.log.Info("hypervisor chosen", "emulation", emulation)
+	}
+	events := l.Events
+	if events == nil {
+		events = newNotifySink(l.layout.NotifySocket(), l.log)
+	}
+	l.mgr = domain.New(domain.Config{
+		Layout:        l.layout,
+		Log:           l.log,
+		Socket:        d.Socket(),
+		URI:           d.URI(),
+		Events:        events,
+		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit},
+		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath)),
+		HypervisorErr: hvErr,
+		Name:          l.opts.Name,
+		Namespace:     l.opts.Namespace,
+		UID:           l.opts.UID,
+	})
+	mctx, mcancel := context.WithCancel(ctx)
+	mdone := make(chan struct{})
+	go func() { l.mgr.Run(mctx); close(mdone) }()
+	defer func() { mcancel(); <-mdone }()
+	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+	err = l.mgr.Connected(cctx)
+	ccancel()
+	if err != nil {
+		return ExitFatal, fatal("connect to libvirt: %w", err)
+	}
+
+	// 3. the command server, its self-check, and the readiness rename
+	lis, err := cmdserver.Listen(l.layout.InitSocket())
+	if err != nil {
+		return ExitFatal, fatal("command server: %w", err)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	sdone := make(chan struct{})
+	go func() {
+		if err := cmdserver.New(l.mgr, l.log).Serve(sctx, lis); err != nil {
+			l.log.Error("command server stopped", "reason", err.Error())
+		}
+		close(sdone)
+	}()
+	defer func() {
+		scancel()
+		<-sdone
+		os.Remove(l.layout.InitSocket())
+		os.Remove(l.layout.ReadySocket())
+	}()
+	if err := selfCheck(ctx, l.layout.InitSocket()); err != nil {
+		return ExitFatal, fatal("command server self-check: %w", err)
+	}
+	if err := os.Rename(l.layout.InitSocket(), l.layout.ReadySocket()); err != nil {
+		return ExitFatal, fatal("mark ready: %w", err)
+	}
+	l.log.Info("ready", "socket", l.layout.ReadySocket(), "took", time.Since(t0).String())
+
+	// 4. standalone: sync the VMI from the environment
+	if s := os.Getenv(EnvStandaloneVMI); s != "" {
+		v, err := vmi.Load([]byte(s), vmi.Options{})
+		if err != nil {
+			return ExitFatal, fatal("%s: %w", EnvStandaloneVMI, err)
+		}
+		sctx, c := context.WithTimeout(ctx, 2*time.Minute)
+		err = l.mgr.Sync(sctx, v, cmdserver.SyncOptions{})
+		c()
+		if err != nil {
+			return ExitFatal, fatal("%s: sync: %w", EnvStandaloneVMI, err)
+		}
+	}
+
+	// 5. wait for a domain
+	timer := time.NewTimer(l.opts.QemuTimeout)
+	defer timer.Stop()
+	select {
+	case <-l.mgr.Defined():
+	case <-timer.C:
+		return ExitFatal, fatal("no domain was defined within --qemu-timeout %v", l.opts.QemuTimeout)
+	case sig := <-sigs:
+		l.log.Info("signal before any domain was defined, exiting", "signal", sig.String())
+		return ExitOK, nil
+	case <-ctx.Done():
+		return ExitOK, nil
+	}
+
+	// 6. run until QEMU is gone
+	destroyed := false
+	select {
+	case <-l.mgr.Stopped():
+	case sig := <-sigs:
+		l.log.Info("received signal, shutting the guest down", "signal", sig.String(), "gracePeriodSeconds", l.opts.GracePeriodSeconds)
+		destroyed = l.gracefulShutdown(ctx, sigs)
+	case <-ctx.Done():
+		destroyed = l.gracefulShutdown(context.Background(), sigs)
+	}
+	return l.finish(destroyed), nil
+}
+
+func (l *Launcher) makeDirs() error {
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		{l.layout.ShareDir, 0o755},
+		{l.layout.SocketsDir(), 0o750},
+		{l.layout.PrivateDir, 0o750},
+		{l.layout.EphemeralDiskDir, 0o750},
+		{l.layout.ContainerDiskDir, 0o750},
+		{l.layout.HotplugDiskDir, 0o750},
+		{l.layout.LibvirtRunDir, 0o750},
+		{l.layout.LibvirtDir(), 0o700},
+	} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return fatal("create %s: %w", d.path, err)
+		}
+	}
+	return nil
+}
+
+// libvirtdConfig places the daemons: config and domain state under the
+// private dir, sockets under the libvirt run dir (in a pod
+// XDG_RUNTIME_DIR=/var/run gives KubeVirt's /var/run/libvirt/virtqemud-sock).
+func (l *Launcher) libvirtdConfig(root bool) libvirtd.Config {
+	run := l.layout.LibvirtRunDir
+	runtimeDir := run
+	if filepath.Base(run) == "libvirt" {
+		runtimeDir = filepath.Dir(run)
+	}
+	return libvirtd.Config{
+		Dir:        l.layout.LibvirtDir(),
+		RuntimeDir: runtimeDir,
+		CacheHome:  l.layout.PrivateDir,
+		Root:       root,
+		LogFilters: l.opts.LibvirtLogFilters,
+		Debug:      l.opts.Verbosity > 5 || os.Getenv("LIBVIRT_DEBUG_LOGS") == "1",
+	}
+}
+
+// selfCheck dials the init socket and calls Info and Ping, as KubeVirt's
+// launcher does before it declares itself ready.
+func selfCheck(ctx context.Context, sock string) error {
+	ctx, cancel := context.WithTimeout(ctx, selfCheckTimeout)
+	defer cancel()
+	c, err := cmdclient.Dial(ctx, sock) // Dial calls Info
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Ping(ctx)
+}
+
+// gracefulShutdown: mark the domain, press the ACPI power button (again
+// every few seconds: a booting guest may miss it), destroy after the grace
+// period. It returns whether the domain had to be destroyed.
+func (l *Launcher) gracefulShutdown(ctx context.Context, sigs <-chan os.Signal) bool {
+	l.mgr.MarkGracefulShutdown(ctx)
+	grace := time.NewTimer(time.Duration(l.opts.GracePeriodSeconds) * time.Second)
+	defer grace.Stop()
+	tick := time.NewTicker(acpiResend)
+	defer tick.Stop()
+	for {
+		running, err := l.mgr.ShutdownForTermination(ctx)
+		if err != nil {
+			l.log.Warn("ACPI shutdown", "reason", err.Error())
+		}
+		if !running && err == nil {
+			select {
+			case <-l.mgr.Stopped():
+			default:
+				// Defined but never started: nothing to wait for.
+				return false
+			}
+		}
+		select {
+		case <-l.mgr.Stopped():
+			return false
+		case <-tick.C:
+		case <-sigs:
+		case <-grace.C:
+			l.log.Info("grace period over, destroying the domain")
+			if err := l.mgr.Destroy(ctx); err != nil {
+				l.log.Error("destroy domain", "reason", err.Error())
+			}
+			select {
+			case <-l.mgr.Stopped():
+			case <-time.After(destroyWait):
+				l.log.Error("QEMU still running after destroy")
+			}
+			return true
+		}
+	}
+}
+
+// finish sends the final "domain gone" event and picks the exit code.
+func (l *Launcher) finish(destroyed bool) int {
+	code := ExitOK
+	st, reason := l.mgr.StopState()
+	switch {
+	case st == libvirt.DomainCrashed:
+		code = ExitQEMUDied
+	case st == libvirt.DomainShutoff && !destroyed:
+		switch libvirt.DomainShutoffReason(reason) {
+		case libvirt.DomainShutoffCrashed, libvirt.DomainShutoffFailed, libvirt.DomainShutoffDaemon:
+			code = ExitQEMUDied
+		}
+	}
+	l.log.Info("QEMU is gone", "state", st.String(), "reason", reason, "exitCode", code)
+
+	ctx, cancel := context.WithTimeout(context.Background(), finalEventWait)
+	defer cancel()
+	// With a handler connected it deletes the domain itself (and we send the
+	// gone event then); without one nobody will, so undefine right away.
+	if _, err := os.Stat(l.layout.NotifySocket()); err == nil {
+		select {
+		case <-l.mgr.GoneSent():
+			return code
+		case <-ctx.Done():
+			l.log.Warn("no final event within the wait, undefining the domain ourselves")
+		}
+	}
+	uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ucancel()
+	if err := l.mgr.Undefine(uctx); err != nil {
+		l.log.Warn("undefine domain", "reason", err.Error())
+	}
+	select {
+	case <-l.mgr.GoneSent():
+	case <-uctx.Done():
+		l.log.Warn("final event not sent")
+	}
+	return code
+}
+
+func (l *Launcher) stopDaemons() {
+	if l.daemon == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), daemonStopWait)
+	defer cancel()
+	if err := l.daemon.Stop(ctx); err != nil {
+		l.log.Warn("stop libvirt daemons", "reason", err.Error())
+	}
+}
