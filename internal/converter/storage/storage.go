@@ -126,6 +126,9 @@ func (s configurator) disk(vmi *v1.VirtualMachineInstance, d v1.Disk, vol *v1.Vo
 		out.Source = nil
 		out.Driver.Type = "raw"
 	}
+	if dev.kind == "lun" && (out.Source == nil || out.Source.Block == nil) {
+		return nil, fmt.Errorf("%s.lun: needs a block volume (a PVC or DataVolume in block mode)", field)
+	}
 	if dev.reservation {
 		out.Source.Reservations = &libvirtxml.DomainDiskReservations{
 			Managed: "no",
@@ -217,8 +220,7 @@ func blockIO(bs *v1.BlockSize, out *libvirtxml.DomainDisk, vf facts.Volume, fiel
 		}
 		out.BlockIO = &libvirtxml.DomainDiskBlockIO{LogicalBlockSize: c.Logical, PhysicalBlockSize: c.Physical}
 		if c.DiscardGranularity != nil {
-			g := *c.DiscardGranularity
-			out.BlockIO.DiscardGranularity = &g
+			return fmt.Errorf("%s.blockSize.custom.discardGranularity: not supported by libvirt 9.0", field)
 		}
 	case bs.MatchVolume != nil && (bs.MatchVolume.Enabled == nil || *bs.MatchVolume.Enabled):
 		if vf.LogicalBlockSize > 0 && vf.PhysicalBlockSize > 0 {
