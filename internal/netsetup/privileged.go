@@ -73,7 +73,7 @@ func SetupPrivileged(ctx context.Context, podNS netns.NsHandle, vmi *v1.VirtualM
 			var err error
 			switch it.Binding {
 			case BindingMasquerade:
-				err = setupMasquerade(podNS, it, cfg, &u)
+				err = setupMasquerade(it, cfg, &u)
 			case BindingBridge:
 				err = setupBridge(it, cfg, &u)
 			}
@@ -126,7 +126,7 @@ func TeardownPrivileged(ctx context.Context, podNS netns.NsHandle, vmi *v1.Virtu
 	})
 }
 
-func setupMasquerade(ns netns.NsHandle, it Iface, cfg PrivilegedConfig, u *undo) error {
+func setupMasquerade(it Iface, cfg PrivilegedConfig, u *undo) error {
 	pod, err := netlink.LinkByName(it.PodIface)
 	if err != nil {
 		return fmt.Errorf("pod interface %s: %w", it.PodIface, err)
@@ -141,6 +141,13 @@ func setupMasquerade(ns netns.NsHandle, it Iface, cfg PrivilegedConfig, u *undo)
 	br, err := ensureBridge(it.Bridge, mtu, BridgeMAC, u)
 	if err != nil {
 		return err
+	}
+	if dual {
+		// The DHCPv6 server answers from the bridge's link-local address;
+		// skipping DAD makes it usable as soon as the guest's tap comes up.
+		if err := writeSysctl("net/ipv6/conf/"+it.Bridge+"/accept_dad", "0"); err != nil {
+			return err
+		}
 	}
 	gw4 := netip.PrefixFrom(it.Gateway4(), it.VMNetwork4.Bits())
 	if err := ensureAddr(br, gw4, u); err != nil {

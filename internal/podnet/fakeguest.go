@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 )
@@ -24,7 +27,8 @@ type FakeGuest struct {
 
 // AttachFakeGuest plugs a fake guest into the named bridge of the pod.
 func (p *Pod) AttachFakeGuest(bridge string, mac net.HardwareAddr) (g *FakeGuest, err error) {
-	g = &FakeGuest{NSName: "vlgst-" + p.Name, PodEnd: "fg-" + p.Name, pod: p}
+	p.guests++
+	g = &FakeGuest{NSName: fmt.Sprintf("vlgst-%s-%d", p.Name, p.guests), PodEnd: fmt.Sprintf("fg%d-%s", p.guests, p.Name), pod: p}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, g.Remove())
@@ -57,6 +61,11 @@ func (p *Pod) AttachFakeGuest(bridge string, mac net.HardwareAddr) (g *FakeGuest
 		return g, err
 	}
 	err = netsetup.InNS(g.NS, func() error {
+		// No duplicate address detection: the link-local address is usable
+		// at once, so a DHCPv6 client can start right away.
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/eth0/accept_dad", []byte("0"), 0o644); err != nil {
+			return fmt.Errorf("accept_dad: %w", err)
+		}
 		for _, n := range []string{"lo", "eth0"} {
 			l, err := netlink.LinkByName(n)
 			if err != nil {
@@ -66,9 +75,35 @@ func (p *Pod) AttachFakeGuest(bridge string, mac net.HardwareAddr) (g *FakeGuest
 				return fmt.Errorf("%s up: %w", n, err)
 			}
 		}
-		return nil
+		return waitLinkLocal("eth0", 3*time.Second)
 	})
 	return g, err
+}
+
+// waitLinkLocal waits (in the current namespace) until the link has a
+// usable IPv6 link-local address, which the kernel adds shortly after the
+// link comes up.
+func waitLinkLocal(name string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		addrs, err := netlink.AddrList(l, netlink.FAMILY_V6)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			if a.IP.IsLinkLocalUnicast() && a.Flags&unix.IFA_F_TENTATIVE == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: no IPv6 link-local address after %s", name, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Remove deletes the guest namespace and the pod end of the veth.

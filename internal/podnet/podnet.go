@@ -49,6 +49,8 @@ type Pod struct {
 	ResolvConf     string
 	// OutsideIface is the outside end of the pod's veth.
 	OutsideIface string
+	extra        int // secondary interfaces added
+	guests       int // fake guests attached
 }
 
 func (c *Config) defaults() {
@@ -297,4 +299,26 @@ func ipnet(p netip.Prefix) *net.IPNet {
 		bits = 128
 	}
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), bits)}
+}
+
+// AddInterface adds a secondary pod interface, as Multus would: a veth
+// named podIface in the pod namespace (address pod4, no default route)
+// whose peer "ext<n>" in the outside namespace has outside4.
+func (p *Pod) AddInterface(podIface string, pod4, outside4 netip.Prefix) error {
+	p.extra++
+	ext := fmt.Sprintf("ext%d", p.extra)
+	err := netsetup.InNS(p.Outside, func() error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: ext, MTU: p.MTU}, PeerName: podIface}
+		veth.PeerNamespace = netlink.NsFd(p.NS)
+		if err := netlink.LinkAdd(veth); err != nil {
+			return fmt.Errorf("create veth %s: %w", podIface, err)
+		}
+		return configure(ext, outside4, netip.Prefix{}, netip.Addr{}, netip.Addr{})
+	})
+	if err != nil {
+		return err
+	}
+	return netsetup.InNS(p.NS, func() error {
+		return configure(podIface, pod4, netip.Prefix{}, netip.Addr{}, netip.Addr{})
+	})
 }
