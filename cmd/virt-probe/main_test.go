@@ -1,0 +1,39 @@
+package main
+
+// The launcher side here is the real command server with a fake Manager
+// (cmdservertest): Exec and GuestPing never reach the Manager.
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver/cmdservertest"
+)
+
+func TestProbe(t *testing.T) {
+	sock := cmdservertest.Start(t, &cmdservertest.Fake{})
+	cases := []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"exec not supported", []string{"--socket", sock, "--domainName", "ns_vm", "--timeoutSeconds", "2", "--command", "cat", "--", "/tmp/healthy"},
+			1, "Exec is not supported by virtlauncher"},
+		{"ping not supported", []string{"--socket", sock, "--domainName", "ns_vm", "--guestAgentPing"},
+			1, "GuestPing is not supported by virtlauncher"},
+		{"no launcher", []string{"--socket", filepath.Join(t.TempDir(), "none"), "--guestAgentPing"}, 1, "connect to launcher"},
+		{"nothing to do", []string{"--socket", sock}, 2, "--command or --guestAgentPing is required"},
+		{"bad timeout", []string{"--socket", sock, "--guestAgentPing", "--timeoutSeconds", "0"}, 2, "must be positive"},
+		{"unknown flag", []string{"--bogus"}, 2, "unknown flag"},
+	}
+	for _, c := range cases {
+		var out, errOut bytes.Buffer
+		code := run(c.args, &out, &errOut)
+		if code != c.code || !strings.Contains(errOut.String(), c.msg) {
+			t.Errorf("%s: exit %d, stderr %q; want exit %d with %q", c.name, code, errOut.String(), c.code, c.msg)
+		}
+	}
+}

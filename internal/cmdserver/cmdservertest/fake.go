@@ -1,0 +1,104 @@
+// Package cmdservertest runs the real command server on a temporary
+// socket with a fake Manager, for tests of command-socket clients (vlctl,
+// virt-probe, virt-freezer) that do not need a real domain.
+package cmdservertest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+)
+
+// Fake is a Manager that records the operations it is asked for and
+// answers with Err, Dom, Stats and Version. It drives no domain.
+type Fake struct {
+	mu      sync.Mutex
+	Ops     []string // "Sync vm1", "Pause vm1", ...
+	Err     error
+	Dom     *domainjson.Domain
+	Stats   []byte
+	Version string
+}
+
+func (f *Fake) op(name string, vmi *v1.VirtualMachineInstance) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Ops = append(f.Ops, name+" "+vmi.Name)
+	return f.Err
+}
+
+// Calls returns the recorded operations.
+func (f *Fake) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.Ops...)
+}
+
+func (f *Fake) Sync(_ context.Context, vmi *v1.VirtualMachineInstance, _ cmdserver.SyncOptions) error {
+	return f.op("Sync", vmi)
+}
+func (f *Fake) Pause(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("Pause", vmi)
+}
+func (f *Fake) Unpause(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("Unpause", vmi)
+}
+func (f *Fake) Shutdown(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("Shutdown", vmi)
+}
+func (f *Fake) Kill(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("Kill", vmi)
+}
+func (f *Fake) Delete(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("Delete", vmi)
+}
+func (f *Fake) Reset(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("Reset", vmi)
+}
+func (f *Fake) SoftReboot(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("SoftReboot", vmi)
+}
+
+// Domain returns Dom (nil: no domain).
+func (f *Fake) Domain(context.Context) (*domainjson.Domain, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Dom, f.Err
+}
+
+// DomainStats returns Stats.
+func (f *Fake) DomainStats(context.Context) ([]byte, error) { return f.Stats, f.Err }
+
+// QemuVersion returns Version.
+func (f *Fake) QemuVersion(context.Context) (string, error) { return f.Version, f.Err }
+
+// Start serves m on a socket in a temporary directory until the test ends
+// and returns the socket path.
+func Start(t testing.TB, m cmdserver.Manager) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "launcher-sock")
+	lis, err := cmdserver.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- cmdserver.New(m, slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(ctx, lis)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("command server: %v", err)
+		}
+	})
+	return sock
+}
