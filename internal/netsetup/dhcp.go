@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -396,6 +397,7 @@ func serve(ns netns.NsHandle, it Iface, l4 Lease4, l6 *Lease6, log *slog.Logger)
 		}
 		l6.ServerID = &dhcpv6.DUIDLL{HWType: 1, LinkLayerAddr: br.Attrs().HardwareAddr}
 		lease6 := *l6
+		brIndex := br.Attrs().Index
 		h6 := func(conn net.PacketConn, peer net.Addr, m dhcpv6.DHCPv6) {
 			msg, ok := m.(*dhcpv6.Message)
 			if !ok {
@@ -408,6 +410,13 @@ func serve(ns netns.NsHandle, it Iface, l4 Lease4, l6 *Lease6, log *slog.Logger)
 			}
 			if resp == nil {
 				return
+			}
+			// Go maps zone names to indexes through a process-wide cache that
+			// does not know about namespaces; the bridge's index is exact.
+			if up, ok := peer.(*net.UDPAddr); ok {
+				p := *up
+				p.Zone = strconv.Itoa(brIndex)
+				peer = &p
 			}
 			if _, err := conn.WriteTo(resp.ToBytes(), peer); err != nil {
 				log.Warn("DHCPv6 send", "peer", peer, "err", err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,7 +49,7 @@ func TestTwoInterfaces(t *testing.T) {
 		"link k6t-" + hash + " type=bridge", "link tap" + hash + " type=tuntap master=k6t-" + hash,
 		"link " + hash + "-nic type=veth master=k6t-" + hash,
 		"addr k6t-" + hash + " 169.254.75.11/32", // interface index 1
-		"addr " + blue + " 192.168.77.2/24",     // kept by the placeholder
+		"addr " + blue + " 192.168.77.2/24",      // kept by the placeholder
 	} {
 		if !strings.Contains(snap, want) {
 			t.Errorf("missing %q in:\n%s", want, snap)
@@ -114,8 +115,25 @@ func TestDHCPv6Masquerade(t *testing.T) {
 	defer g.Remove()
 	var reply *dhcpv6.Message
 	err = netsetup.InNS(g.NS, func() error {
-		c, err := nclient6.New("eth0", nclient6.WithTimeout(2*time.Second), nclient6.WithRetry(3))
+		// Numeric zones: Go's zone-name cache is process-wide and does not
+		// know which namespace an "eth0" is in.
+		l, err := netlink.LinkByName("eth0")
 		if err != nil {
+			return err
+		}
+		zone := strconv.Itoa(l.Attrs().Index)
+		ll, err := dhcpv6.GetLinkLocalAddr("eth0")
+		if err != nil {
+			return err
+		}
+		conn, err := net.ListenUDP("udp6", &net.UDPAddr{IP: ll, Port: dhcpv6.DefaultClientPort, Zone: zone})
+		if err != nil {
+			return err
+		}
+		c, err := nclient6.NewWithConn(conn, l.Attrs().HardwareAddr, nclient6.WithTimeout(2*time.Second), nclient6.WithRetry(3),
+			nclient6.WithBroadcastAddr(&net.UDPAddr{IP: dhcpv6.AllDHCPRelayAgentsAndServers, Port: dhcpv6.DefaultServerPort, Zone: zone}))
+		if err != nil {
+			conn.Close()
 			return err
 		}
 		defer c.Close()
