@@ -102,14 +102,15 @@ func (c CPU) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) e
 		dom.VCPUs = vcpus
 	}
 	if spec.DedicatedCPUPlacement {
-		return c.pin(vmi, spec, dom, total)
+		return c.pin(vmi, spec, dom, booted)
 	}
 	return nil
 }
 
-// pin places each vCPU on its own host CPU from the pod's dedicated set.
-func (c CPU) pin(vmi *v1.VirtualMachineInstance, spec *v1.CPU, dom *libvirtxml.Domain, total uint64) error {
-	need := total
+// pin places each booted vCPU on its own host CPU from the pod's dedicated
+// set (the pod gets CPUs for those only; hotpluggable vCPUs stay unpinned).
+func (c CPU) pin(vmi *v1.VirtualMachineInstance, spec *v1.CPU, dom *libvirtxml.Domain, booted uint64) error {
+	need := booted
 	if spec.IsolateEmulatorThread {
 		need++
 	}
@@ -117,13 +118,13 @@ func (c CPU) pin(vmi *v1.VirtualMachineInstance, spec *v1.CPU, dom *libvirtxml.D
 		return fmt.Errorf("spec.domain.cpu.dedicatedCpuPlacement: needs %d dedicated host CPUs from the pod's CPU manager, the launcher knows %d", need, len(c.Ctx.CPUSet))
 	}
 	tune := &libvirtxml.DomainCPUTune{}
-	for i := uint64(0); i < total; i++ {
+	for i := uint64(0); i < booted; i++ {
 		tune.VCPUPin = append(tune.VCPUPin, libvirtxml.DomainCPUTuneVCPUPin{
 			VCPU: uint(i), CPUSet: strconv.FormatUint(uint64(c.Ctx.CPUSet[i]), 10),
 		})
 	}
 	if spec.IsolateEmulatorThread {
-		tune.EmulatorPin = &libvirtxml.DomainCPUTuneEmulatorPin{CPUSet: strconv.FormatUint(uint64(c.Ctx.CPUSet[total]), 10)}
+		tune.EmulatorPin = &libvirtxml.DomainCPUTuneEmulatorPin{CPUSet: strconv.FormatUint(uint64(c.Ctx.CPUSet[booted]), 10)}
 	}
 	dom.CPUTune = tune
 	if arch(vmi, c.Ctx) == "amd64" && !c.Ctx.Emulation {

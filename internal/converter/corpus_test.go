@@ -1,0 +1,122 @@
+package converter_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter"
+	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+// corpusDir is KubeVirt's published example manifests
+// (/work/shared/corpus/kubevirt-examples/SOURCE.md); VL_CORPUS overrides.
+func corpusDir(t testing.TB) string {
+	dir := os.Getenv("VL_CORPUS")
+	if dir == "" {
+		dir = "/work/shared/corpus/kubevirt-examples"
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("example corpus not found at %s (set VL_CORPUS): %v", dir, err)
+	}
+	return dir
+}
+
+// corpusFailures are the manifests that must fail, with the reason a user
+// would accept: a cluster feature, or a device the launcher must be told
+// about. Every other manifest must convert to schema-valid XML.
+var corpusFailures = map[string]string{
+	"vm-cirros-clarge-virtio.yaml":   "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
+	"vm-cirros-clarge-windows.yaml":  "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
+	"vm-cirros-clarge.yaml":          "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
+	"vm-cirros-cluster-csmall.yaml":  "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
+	"vm-cirros-csmall.yaml":          "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
+	"vm-windows-clarge-windows.yaml": "spec.preference: preferences are expanded by a KubeVirt cluster",
+	"vm-pool-cirros.yaml":            `kind: "VirtualMachinePool"`,
+	"vmi-preset-small.yaml":          `kind: "VirtualMachineInstancePreset"`,
+	"vmi-replicaset-cirros.yaml":     `kind: "VirtualMachineInstanceReplicaSet"`,
+	"vmi-gpu.yaml":                   `spec.domain.devices.gpus[0]: no PCI address known for GPU "gpu1"`,
+	"vmi-dra-pgpu.yaml":              `spec.domain.devices.gpus[0]: no PCI address known for GPU "example-gpu"`,
+	"vmi-sriov.yaml":                 `spec.domain.devices.interfaces[1]: no PCI address known for SR-IOV interface "sriov-net"`,
+	"vmi-usb.yaml":                   `spec.domain.devices.hostDevices[0]: no PCI address known for host device "node-usb-to-vmi-storage"`,
+	"vmi-fedora-isolated.yaml":       "spec.domain.cpu.dedicatedCpuPlacement: needs 2 dedicated host CPUs from the pod's CPU manager",
+}
+
+// corpusWithDevices gives the device manifests the facts a launcher would
+// have, to show they then convert.
+var corpusWithDevices = map[string]func(*facts.Context){
+	"vmi-gpu.yaml":             func(c *facts.Context) { c.PCIAddresses = map[string]string{"gpu1": "0000:81:00.0"} },
+	"vmi-dra-pgpu.yaml":        func(c *facts.Context) { c.PCIAddresses = map[string]string{"example-gpu": "0000:81:00.0"} },
+	"vmi-sriov.yaml":           func(c *facts.Context) { c.PCIAddresses = map[string]string{"sriov-net": "0000:3b:02.1"} },
+	"vmi-usb.yaml":             func(c *facts.Context) { c.PCIAddresses = map[string]string{"node-usb-to-vmi-storage": "0000:00:14.0"} },
+	"vmi-fedora-isolated.yaml": func(c *facts.Context) { c.CPUSet = []uint{2, 3} },
+}
+
+// convertFile loads a manifest as vlctl does and converts it.
+func convertFile(path string, c *facts.Context) (string, error) {
+	v, err := vmi.LoadFile(path, vmi.Options{})
+	if err != nil {
+		return "", err
+	}
+	dom, err := converter.Convert(v, c)
+	if err != nil {
+		return "", err
+	}
+	return dom.Marshal()
+}
+
+func TestCorpus(t *testing.T) {
+	dir := corpusDir(t)
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", dir, err)
+	}
+	var table []string
+	for _, emulation := range []bool{false, true} {
+		for _, path := range files {
+			base := filepath.Base(path)
+			t.Run(fmt.Sprintf("%s/emulation=%v", base, emulation), func(t *testing.T) {
+				c := facts.Default(layout.Default())
+				c.Emulation = emulation
+				doc, err := convertFile(path, c)
+				want, mustFail := corpusFailures[base]
+				switch {
+				case mustFail && err == nil:
+					t.Fatalf("converted, but should fail with %q", want)
+				case mustFail && !strings.Contains(err.Error(), want):
+					t.Fatalf("error %q does not say %q", err, want)
+				case !mustFail && err != nil:
+					t.Fatalf("does not convert: %v", err)
+				case err == nil:
+					convtest.ValidateXML(t, doc)
+					if emulation && (strings.Contains(doc, "host-model") || strings.Contains(doc, "host-passthrough") || !strings.Contains(doc, `<domain type="qemu">`)) {
+						t.Errorf("emulated domain is not TCG-usable:\n%s", doc)
+					}
+				}
+				if !emulation {
+					r := "converts"
+					if err != nil {
+						r = "fails: " + err.Error()
+					}
+					table = append(table, fmt.Sprintf("| %s | %s |", base, r))
+				}
+				if fix, ok := corpusWithDevices[base]; ok {
+					fix(c)
+					doc, err := convertFile(path, c)
+					if err != nil {
+						t.Fatalf("with the device facts: %v", err)
+					}
+					convtest.ValidateXML(t, doc)
+				}
+			})
+		}
+	}
+	sort.Strings(table)
+	t.Logf("corpus:\n%s", strings.Join(table, "\n"))
+}
