@@ -165,7 +165,7 @@ func exitCode(ws syscall.WaitStatus) int {
 // process of the tree and reaps it. code becomes 1 if a QEMU had to be
 // killed.
 func cleanup(log *slog.Logger, c Config, self int, code *int) {
-	dumpLogs(log, c)
+	dumpLogs(log, c, self == 1)
 	if !stopTree(log, self, c.QemuStopTimeout, true) {
 		log.Error("QEMU survived SIGTERM and was killed", "timeout", c.QemuStopTimeout.String())
 		*code = 1

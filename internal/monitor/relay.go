@@ -16,13 +16,24 @@ import (
 // QEMU's log of a long-lived VM can be large, and the monitor must stay small.
 const maxRelay = 256 << 10
 
+// systemQemuLogDir is where a libvirt daemon in system mode (a launcher
+// running as root) writes QEMU's logs.
+const systemQemuLogDir = "/var/log/libvirt/qemu"
+
 // dumpLogs relays passt's log and every QEMU log of the private libvirt
 // daemon to our own log, one line per line, so that they survive the pod.
-func dumpLogs(log *slog.Logger, c Config) {
+// The session daemon's logs are under the private dir; the system-mode
+// directory is read only when we are PID 1 of a container, where it belongs
+// to this pod alone (on a shared machine it holds other VMs' logs).
+func dumpLogs(log *slog.Logger, c Config, pid1 bool) {
 	relayFile(log.With(slog.String("subcomponent", "passt")), filepath.Join(c.ShareDir, "passt.log"))
 	files, err := filepath.Glob(filepath.Join(c.PrivateDir, "libvirt", "qemu", "log", "*"))
 	if err != nil {
 		return
+	}
+	if pid1 {
+		sys, _ := filepath.Glob(filepath.Join(systemQemuLogDir, "*"))
+		files = append(files, sys...)
 	}
 	sort.Strings(files)
 	qlog := log.With(slog.String("subcomponent", "qemu"))
