@@ -324,3 +324,19 @@ func TestNewAlias(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodesKubeVirtOutput: our types read the object KubeVirt's launcher
+// emits (the running-domain illustration of kubevirt-wire.md 3.3), decoded
+// case-sensitively as the notifytest server and cmdclient.GetDomain do.
+func TestDecodesKubeVirtOutput(t *testing.T) {
+	const example = `{"kind":"Domain","apiVersion":"1.2.2","ObjectMeta":{"name":"vm1","namespace":"ns1","uid":"U"},"Spec":{"Type":"kvm","Name":"ns1_vm1","CurrentMemory":{"Value":1048576,"Unit":"KiB"},"OS":{"Type":{"OS":"hvm","Arch":"x86_64","Machine":"pc-q35-rhel9.6.0"}},"Devices":{"Interfaces":[{"MAC":{"MAC":"02:00:00:00:00:01"},"Alias":{"Name":"default","UserDefined":true}}],"Disks":[{"Source":{"File":"/d/disk.qcow2"},"Target":{"Bus":"virtio","Device":"vda"},"Alias":{"Name":"rootdisk","UserDefined":true}}],"Channels":[{"Type":"unix","Target":{"Name":"org.qemu.guest_agent.0","Type":"virtio","State":"connected"}}]},"Features":{"ACPI":{}},"Metadata":{"KubeVirt":{"UID":"U","GracePeriod":{"DeletionGracePeriodSeconds":30,"DeletionTimestamp":null,"MarkedForGracefulShutdown":null}}}},"Status":{"Status":"Running","Reason":"Unknown","OSInfo":{"Name":""},"FSFreezeStatus":{"Status":""},"PanicCount":0}}`
+	var d Domain
+	if err := kjson.UnmarshalCaseSensitivePreserveInts([]byte(example), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != "vm1" || d.Spec.Devices.Interfaces[0].Alias.Name != "default" || !d.Spec.Devices.Interfaces[0].Alias.UserDefined ||
+		d.Spec.Devices.Disks[0].Source.File != "/d/disk.qcow2" || d.Spec.Features.ACPI == nil ||
+		d.Spec.Metadata.KubeVirt.GracePeriod.DeletionGracePeriodSeconds != 30 || d.Status.Status != "Running" {
+		t.Errorf("decoded %+v", d)
+	}
+}

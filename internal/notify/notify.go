@@ -129,6 +129,10 @@ func (c *Client) QueueDomainEvent(eventType string, d *domainjson.Domain) <-chan
 	if d == nil {
 		return failed(errors.New("domain event: no domain"))
 	}
+	if d.Name == "" || d.Namespace == "" {
+		// The handler keys its informer by ObjectMeta namespace/name.
+		return failed(fmt.Errorf("domain event: ObjectMeta name %q / namespace %q must be the VMI's", d.Name, d.Namespace))
+	}
 	data, err := json.Marshal(d)
 	if err != nil {
 		return failed(fmt.Errorf("encode domain event: %w", err))

@@ -84,6 +84,9 @@ func TestRejectsBadInput(t *testing.T) {
 	if err := c.SendDomainEvent(ctx, notify.EventModified, nil); err == nil {
 		t.Errorf("nil domain accepted")
 	}
+	if err := c.SendDomainEvent(ctx, notify.EventModified, domainjson.Gone("", "ns1", domainjson.Metadata{}, time.Now())); err == nil {
+		t.Errorf("domain without a name accepted")
+	}
 	vmi := notify.VMI{Name: "vm1", Namespace: "ns1", UID: "U"}
 	if err := c.SendK8sEvent(ctx, vmi, "Error", "r", "m"); err == nil {
 		t.Errorf("k8s event type Error accepted")
