@@ -1,0 +1,104 @@
+package converter_test
+
+import (
+	"bytes"
+	"fmt"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter"
+	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/golden/*.xml from the converter's output")
+
+// goldenFacts are the Context changes for golden files that need facts a
+// launcher would have gathered (disk formats, block volumes, PCI addresses).
+var goldenFacts = map[string]func(*facts.Context){
+	"fedora-emulated.yaml": func(c *facts.Context) { c.Emulation = true },
+	"fedora.yaml": func(c *facts.Context) {
+		c.Volumes = map[string]facts.Volume{"containerdisk": {BackingFormat: "qcow2"}}
+		c.Interfaces = map[string]facts.Interface{"default": {MAC: "0a:58:0a:f4:00:2a", MTU: 1450}}
+	},
+	"storage-mix.yaml": func(c *facts.Context) {
+		c.Volumes = map[string]facts.Volume{
+			"root":    {BackingFormat: "qcow2"},
+			"data":    {Block: true},
+			"raw-lun": {Block: true},
+			"legacy":  {Preallocated: true},
+			"scratch": {NoDirectIO: true},
+		}
+	},
+	"network-mix.yaml": func(c *facts.Context) {
+		c.Interfaces = map[string]facts.Interface{"default": {MAC: "0a:58:0a:f4:00:07", MTU: 1400}, "red": {Tap: "tap2"}}
+		c.PCIAddresses = map[string]string{"fast": "0000:3b:02.1", "gpu1": "0000:81:00.0", "nvme": "0000:c1:00.0"}
+	},
+	"hotplug-hugepages.yaml": func(c *facts.Context) { c.SerialConsoleLogDisabled = true },
+}
+
+func TestGolden(t *testing.T) {
+	inputs, err := filepath.Glob(filepath.Join("testdata", "golden", "*.yaml"))
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
+	for _, in := range inputs {
+		base := filepath.Base(in)
+		t.Run(base, func(t *testing.T) {
+			v, err := vmi.LoadFile(in, vmi.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := facts.Default(layout.Default())
+			if fix := goldenFacts[base]; fix != nil {
+				fix(c)
+			}
+			dom, err := converter.Convert(v, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := convtest.Validate(t, dom) + "\n"
+			out := strings.TrimSuffix(in, ".yaml") + ".xml"
+			if *update {
+				if err := os.WriteFile(out, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatalf("%v (run go test -run TestGolden -update to create it)", err)
+			}
+			if !bytes.Equal(want, []byte(got)) {
+				t.Errorf("%s differs from the converter's output (-update rewrites it):\n%s", out, lineDiff(string(want), got))
+			}
+			convtest.ValidateXML(t, string(want))
+		})
+	}
+}
+
+// lineDiff shows the first lines that differ, enough to see what changed.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	shown := 0
+	for i := 0; i < max(len(w), len(g)) && shown < 20; i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			fmt.Fprintf(&b, "line %d:\n  want: %s\n  got:  %s\n", i+1, wl, gl)
+			shown++
+		}
+	}
+	return b.String()
+}
