@@ -79,7 +79,7 @@ func TestConvertCommand(t *testing.T) {
 		{name: "bad pci address", args: []string{"--pci-address", "gpu1=81:00", gpu}, err: "--pci-address gpu1=81:00"},
 		{name: "bad mac", args: []string{"--mac", "default=xyz", fedora}, err: `spec.domain.devices.interfaces[0].macAddress: "xyz" is not a MAC address`},
 		{name: "missing file", args: []string{"/nonexistent.yaml"}, err: "/nonexistent.yaml"},
-		{name: "bad manifest names the field", args: []string{writeFile(t, noIfaces + "    cpu:\n      sockets: -1\n")}, err: "spec.domain.cpu.sockets"},
+		{name: "bad manifest names the field", args: []string{writeFile(t, noIfaces+"    cpu:\n      sockets: -1\n")}, err: "spec.domain.cpu.sockets"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
