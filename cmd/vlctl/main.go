@@ -16,7 +16,8 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newConvertCmd())
+	root.AddCommand(newConvertCmd(), newRunCmd(), newConsoleCmd())
+	root.AddCommand(newCtlCmds()...)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vlctl:", err)
 		os.Exit(1)

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+// escapeByte (^]) ends a console session, as in virsh and telnet.
+const escapeByte = 0x1d
+
+func newConsoleCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "console SOCKET",
+		Short: "Attach to a guest's serial console socket (…/<uid>/virt-serial0); ^] detaches",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			conn, err := net.Dial("unix", args[0])
+			if err != nil {
+				return fmt.Errorf("console: %w", err)
+			}
+			defer conn.Close()
+			if restore, err := rawTerminal(int(os.Stdin.Fd())); err == nil {
+				defer restore()
+				fmt.Fprint(cmd.ErrOrStderr(), "Connected; escape character is ^]\r\n")
+			}
+			done := make(chan error, 2)
+			go func() {
+				_, err := io.Copy(cmd.OutOrStdout(), conn)
+				done <- err
+			}()
+			go func() { done <- copyUntilEscape(conn, cmd.InOrStdin()) }()
+			return <-done
+		},
+	}
+}
+
+// copyUntilEscape forwards input to the console until ^] or end of input.
+func copyUntilEscape(w io.Writer, r io.Reader) error {
+	buf := make([]byte, 1024)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			if i := bytes.IndexByte(chunk, escapeByte); i >= 0 {
+				_, werr := w.Write(chunk[:i])
+				return werr
+			}
+			if _, werr := w.Write(chunk); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// rawTerminal puts a terminal into raw mode, so keys reach the guest as
+// typed; it fails (and changes nothing) when fd is not a terminal.
+func rawTerminal(fd int) (func(), error) {
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return nil, err
+	}
+	raw := *old
+	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	raw.Oflag &^= unix.OPOST
+	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	raw.Cflag &^= unix.CSIZE | unix.PARENB
+	raw.Cflag |= unix.CS8
+	raw.Cc[unix.VMIN] = 1
+	raw.Cc[unix.VTIME] = 0
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
+		return nil, err
+	}
+	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
+}

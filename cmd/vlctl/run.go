@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/virtlauncher/virtlauncher/internal/standalone"
+)
+
+func newRunCmd() *cobra.Command {
+	var cfg standalone.Config
+	cmd := &cobra.Command{
+		Use:   "run FILE",
+		Short: "Boot a VMI manifest on this machine and show its serial console",
+		Long: `run plays virt-handler's part on one machine: it lays out a working directory like a
+launcher pod, links local disk images where a cluster mounts container disks (a containerDisk
+image must be an absolute path to a local disk image; a kernelBoot container image an absolute
+path to a directory), builds the pod network in namespaces of its own, starts
+virt-launcher-monitor and virt-launcher as an unprivileged user, syncs the VMI and prints the
+guest's serial console on stdout.
+
+It returns when the guest powers off (status 0). Ctrl-C (or SIGTERM) shuts the guest down
+with ACPI, destroys it when the grace period ends, and removes everything run created.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.File = args[0]
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg.Console = cmd.OutOrStdout()
+			cfg.Status = cmd.ErrOrStderr()
+			return standalone.Run(ctx, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&cfg.Emulation, "emulation", false, "force software emulation (TCG); without it KVM is used when /dev/kvm opens")
+	f.StringVar(&cfg.Binding, "binding", "masquerade", "binding of the auto-attached pod interface: masquerade or bridge (KubeVirt's cluster default)")
+	f.StringVar(&cfg.WorkRoot, "workdir", "/run/vl", "parent of the per-run working directory")
+	f.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs, overlays) after the run")
+	f.StringVar(&cfg.User, "user", "virtlauncher", "unprivileged user that runs the launcher, libvirt and QEMU")
+	f.StringVar(&cfg.BinDir, "bin-dir", "", "directory of virt-launcher-monitor and virt-launcher (default: vlctl's own)")
+	f.DurationVar(&cfg.QemuTimeout, "qemu-timeout", 5*time.Minute, "how long the launcher waits for its domain")
+	return cmd
+}

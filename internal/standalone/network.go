@@ -1,0 +1,93 @@
+package standalone
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+
+	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/podnet"
+)
+
+// network is the standalone stand-in for a pod's network: a "pod" namespace
+// whose eth0 reaches a second namespace playing the outside world, wired
+// for the VMI's interfaces by the privileged phase.
+type network struct {
+	r    *runner
+	pod  *podnet.Pod
+	plan []netsetup.Iface
+	up   bool // privileged phase done: teardown must undo it
+}
+
+// setupNetwork runs the privileged phase (virt-handler's job in a cluster)
+// when the VMI has masquerade or bridge interfaces.
+func (r *runner) setupNetwork(ctx context.Context) error {
+	plan, err := netsetup.PlanFor(r.vmi, netsetup.PlanOptions{})
+	if err != nil {
+		return err
+	}
+	if len(plan) == 0 {
+		return nil
+	}
+	pod, err := podnet.New(podnet.Config{Dir: r.workDir})
+	if err != nil {
+		return fmt.Errorf("pod network: %w", err)
+	}
+	n := &network{r: r, pod: pod, plan: plan}
+	r.net = n
+	extra := 0
+	for _, ifc := range plan {
+		if ifc.PodIface == "eth0" { // podnet.New made it
+			continue
+		}
+		i := extra
+		extra++
+		// Secondary (Multus-style) networks appear as extra pod interfaces,
+		// each on a /24 of its own towards the outside namespace.
+		pod4 := netip.MustParsePrefix(fmt.Sprintf("192.168.%d.2/24", 67+i))
+		out4 := netip.MustParsePrefix(fmt.Sprintf("192.168.%d.1/24", 67+i))
+		if err := pod.AddInterface(ifc.PodIface, pod4, out4); err != nil {
+			return fmt.Errorf("pod interface %s: %w", ifc.PodIface, err)
+		}
+	}
+	cfg := netsetup.PrivilegedConfig{QemuUID: r.owner.uid, QemuGID: r.owner.gid, CacheDir: r.layout.PrivateDir}
+	if err := netsetup.SetupPrivileged(ctx, pod.NS, r.vmi, cfg, r.log); err != nil {
+		return fmt.Errorf("network privileged phase: %w", err)
+	}
+	n.up = true
+	// The caches are read by the unprivileged launcher.
+	return chownTree(r.layout.PrivateDir, r.owner)
+}
+
+// inPod runs fn (a fork) with the calling thread in the pod namespace, so the
+// child starts there.
+func (n *network) inPod(fn func() error) error { return netsetup.InNS(n.pod.NS, fn) }
+
+// resolvConf is the pod's resolver configuration, for the DHCP server.
+func (n *network) resolvConf() string { return n.pod.ResolvConf }
+
+func (n *network) printForwards(w io.Writer) {
+	for _, f := range n.pod.Forwards(n.plan) {
+		if f.Port == 0 {
+			fmt.Fprintf(w, "vlctl: interface %s: every port of the guest is reachable at %s (from namespace %s)\n", f.Iface, f.Address, n.pod.OutsideName)
+			continue
+		}
+		fmt.Fprintf(w, "vlctl: interface %s: guest %s/%d is reachable at %s (from namespace %s)\n", f.Iface, f.Protocol, f.Port, f.Address, n.pod.OutsideName)
+	}
+}
+
+func (n *network) teardown() error {
+	var errs []error
+	if n.up {
+		cfg := netsetup.PrivilegedConfig{QemuUID: n.r.owner.uid, QemuGID: n.r.owner.gid, CacheDir: n.r.layout.PrivateDir}
+		if err := netsetup.TeardownPrivileged(context.Background(), n.pod.NS, n.r.vmi, cfg, n.r.log); err != nil {
+			errs = append(errs, fmt.Errorf("network teardown: %w", err))
+		}
+	}
+	if err := n.pod.Remove(); err != nil {
+		errs = append(errs, fmt.Errorf("remove pod network: %w", err))
+	}
+	return errors.Join(errs...)
+}

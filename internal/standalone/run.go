@@ -1,0 +1,570 @@
+// Package standalone plays virt-handler's part on one machine for `vlctl run`:
+// it prepares a working directory laid out like a launcher pod, links local
+// disk images where a cluster would mount container disks, sets up the pod
+// network in namespaces of its own, starts the monitor and launcher as an
+// unprivileged user, syncs the VMI, streams the serial console and cleans all
+// of it up at the end.
+package standalone
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	v1 "kubevirt.io/api/core/v1"
+
+	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+// Config is one `vlctl run`.
+type Config struct {
+	// File is the VMI (or VM) manifest.
+	File string
+	// Emulation forces TCG. Without it KVM is used when /dev/kvm works and
+	// emulation otherwise.
+	Emulation bool
+	// Binding of the auto-attached pod interface (masquerade by default).
+	Binding string
+	// WorkRoot holds one working directory per run (default /run/vl: short,
+	// because unix socket paths are limited to 107 bytes).
+	WorkRoot string
+	// Keep leaves the working directory in place for inspection.
+	Keep bool
+	// User runs the monitor, launcher, libvirt daemon and QEMU (default
+	// "virtlauncher", created by scripts/install-deps).
+	User string
+	// BinDir holds virt-launcher-monitor and virt-launcher (default: the
+	// directory of the running executable).
+	BinDir string
+	// QemuTimeout is passed to the launcher.
+	QemuTimeout time.Duration
+	// Console receives the guest's serial console; Status receives vlctl's
+	// own messages (where ports are forwarded, how the run ended).
+	Console, Status io.Writer
+	Log             *slog.Logger
+}
+
+// Run boots the VMI and returns when the guest has powered off (nil) or ctx
+// is cancelled, in which case the guest is shut down gracefully first.
+func Run(ctx context.Context, cfg Config) (err error) {
+	cfg.defaults()
+	log := cfg.Log
+	v, err := vmi.LoadFile(cfg.File, vmi.Options{DefaultBinding: cfg.Binding})
+	if err != nil {
+		return err
+	}
+	owner, err := lookupUser(cfg.User)
+	if err != nil {
+		return err
+	}
+	run := &runner{cfg: cfg, vmi: v, owner: owner, log: log}
+	defer func() {
+		if cerr := run.cleanup(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	if err := run.prepare(); err != nil {
+		return err
+	}
+	if err := run.setupNetwork(ctx); err != nil {
+		return err
+	}
+	if err := run.startMonitor(); err != nil {
+		return err
+	}
+	return run.drive(ctx)
+}
+
+func (c *Config) defaults() {
+	if c.Binding == "" {
+		c.Binding = vmi.BindingMasquerade
+	}
+	if c.WorkRoot == "" {
+		c.WorkRoot = "/run/vl"
+	}
+	if c.User == "" {
+		c.User = "virtlauncher"
+	}
+	if c.BinDir == "" {
+		if exe, err := os.Executable(); err == nil {
+			c.BinDir = filepath.Dir(exe)
+		}
+	}
+	if c.QemuTimeout == 0 {
+		c.QemuTimeout = 5 * time.Minute
+	}
+	if c.Console == nil {
+		c.Console = os.Stdout
+	}
+	if c.Status == nil {
+		c.Status = os.Stderr
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+type ids struct{ uid, gid int }
+
+func lookupUser(name string) (ids, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return ids{}, fmt.Errorf("user %q (runs the launcher and QEMU; scripts/install-deps creates it): %w", name, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if uid == 0 {
+		return ids{}, fmt.Errorf("user %q is root: standalone launchers run unprivileged", name)
+	}
+	return ids{uid, gid}, nil
+}
+
+type runner struct {
+	cfg     Config
+	vmi     *v1.VirtualMachineInstance
+	owner   ids
+	log     *slog.Logger
+	workDir string
+	layout  layout.Layout
+	net     *network
+	monitor *exec.Cmd
+	exited  chan struct{} // closed when the monitor has exited
+	exitErr error
+}
+
+// prepare makes the working directory and links the local images where a
+// cluster would have mounted them.
+func (r *runner) prepare() error {
+	if err := os.MkdirAll(r.cfg.WorkRoot, 0o755); err != nil {
+		return fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
+	}
+	dir, err := os.MkdirTemp(r.cfg.WorkRoot, "")
+	if err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	r.workDir = dir
+	r.layout = layout.Under(dir)
+	l := r.layout
+	for _, d := range []string{l.ShareDir, l.SocketsDir(), l.PrivateDir, l.EphemeralDiskDir,
+		l.ContainerDiskDir, l.KernelBootDir(), l.HotplugDiskDir, l.LibvirtRunDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	// The launcher runs as the unprivileged user and owns its pod directories.
+	if err := chownTree(dir, r.owner); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o750); err != nil {
+		return err
+	}
+	if err := r.linkContainerDisks(); err != nil {
+		return err
+	}
+	return r.linkKernelBoot()
+}
+
+func chownTree(root string, o ids) error {
+	return filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(p, o.uid, o.gid); err != nil {
+			return fmt.Errorf("chown %s: %w", p, err)
+		}
+		return nil
+	})
+}
+
+// linkContainerDisks stands in for the handler's bind mounts: with no
+// registry, a containerDisk image must be an absolute path to a local disk
+// image, which becomes disk_<i>.img.
+func (r *runner) linkContainerDisks() error {
+	for i, vol := range r.vmi.Spec.Volumes {
+		if vol.ContainerDisk == nil {
+			continue
+		}
+		field := fmt.Sprintf("spec.volumes[%d].containerDisk.image", i)
+		img := vol.ContainerDisk.Image
+		if !filepath.IsAbs(img) {
+			return fmt.Errorf("%s: %q: standalone runs have no registry; give the absolute path of a local disk image", field, img)
+		}
+		st, err := os.Stat(img)
+		if err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("%s: %q is not a regular file", field, img)
+		}
+		if err := os.Symlink(img, r.layout.ContainerDiskImage(i)); err != nil {
+			return fmt.Errorf("%s: link: %w", field, err)
+		}
+	}
+	return nil
+}
+
+// linkKernelBoot does the same for a kernelBoot container: the image is a
+// directory, kernelPath and initrdPath are relative to it.
+func (r *runner) linkKernelBoot() error {
+	fw := r.vmi.Spec.Domain.Firmware
+	if fw == nil || fw.KernelBoot == nil || fw.KernelBoot.Container == nil {
+		return nil
+	}
+	c := fw.KernelBoot.Container
+	const field = "spec.domain.firmware.kernelBoot.container"
+	if !filepath.IsAbs(c.Image) {
+		return fmt.Errorf("%s.image: %q: standalone runs have no registry; give the absolute path of a directory", field, c.Image)
+	}
+	if st, err := os.Stat(c.Image); err != nil || !st.IsDir() {
+		return fmt.Errorf("%s.image: %q is not a directory", field, c.Image)
+	}
+	for name, p := range map[string]string{"kernelPath": c.KernelPath, "initrdPath": c.InitrdPath} {
+		if p == "" {
+			continue
+		}
+		src := filepath.Join(c.Image, filepath.Clean("/"+p))
+		if _, err := os.Stat(src); err != nil {
+			return fmt.Errorf("%s.%s: %w", field, name, err)
+		}
+		if err := os.Symlink(src, filepath.Join(r.layout.KernelBootDir(), filepath.Base(p))); err != nil {
+			return fmt.Errorf("%s.%s: link: %w", field, name, err)
+		}
+	}
+	return nil
+}
+
+// startMonitor starts virt-launcher-monitor as the unprivileged user, inside
+// the pod network namespace when there is one.
+func (r *runner) startMonitor() error {
+	l := r.layout
+	monitorBin := filepath.Join(r.cfg.BinDir, "virt-launcher-monitor")
+	launcherBin := filepath.Join(r.cfg.BinDir, "virt-launcher")
+	for _, b := range []string{monitorBin, launcherBin} {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("launcher binaries (build them with `make build`): %w", err)
+		}
+	}
+	grace := vmi.GracePeriodSeconds(r.vmi)
+	args := []string{
+		"--qemu-timeout", r.cfg.QemuTimeout.String(),
+		"--name", r.vmi.Name, "--namespace", r.vmi.Namespace, "--uid", string(r.vmi.UID),
+		"--kubevirt-share-dir", l.ShareDir,
+		"--ephemeral-disk-dir", l.EphemeralDiskDir,
+		"--container-disk-dir", l.ContainerDiskDir,
+		"--hotplug-disk-dir", l.HotplugDiskDir,
+		"--private-dir", l.PrivateDir,
+		"--libvirt-run-dir", l.LibvirtRunDir,
+		// KubeVirt's controller passes the VMI's grace period + 15 s.
+		"--grace-period-seconds", strconv.FormatInt(grace+15, 10),
+		"--run-as-nonroot",
+		"--allow-emulation",
+	}
+	if r.cfg.Emulation || !kvmUsable() {
+		args = append(args, "--force-emulation")
+	}
+	logPath := filepath.Join(r.workDir, "launcher.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return fmt.Errorf("launcher log: %w", err)
+	}
+	cmd := exec.Command(monitorBin, args...)
+	cmd.Env = append(os.Environ(), "VIRT_LAUNCHER_BIN="+launcherBin)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir = r.workDir
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: uint32(r.owner.uid), Gid: uint32(r.owner.gid)},
+		// Its own process group: a Ctrl-C on the terminal reaches vlctl
+		// only, and vlctl shuts the guest down in order.
+		Setpgid:   true,
+		Pdeathsig: syscall.SIGTERM,
+	}
+	start := cmd.Start
+	if r.net != nil {
+		start = func() error { return r.net.inPod(cmd.Start) }
+	}
+	if err := start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start %s: %w", monitorBin, err)
+	}
+	logFile.Close()
+	r.monitor = cmd
+	r.exited = make(chan struct{})
+	go func() {
+		r.exitErr = cmd.Wait()
+		close(r.exited)
+	}()
+	r.log.Info("monitor started", "pid", cmd.Process.Pid, "workdir", r.workDir, "log", logPath)
+	return nil
+}
+
+// kvmUsable reports whether /dev/kvm can be opened. It cannot tell a nested
+// setup where guests do not progress; --emulation is for that.
+func kvmUsable() bool {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// drive syncs the VMI, streams the console and waits for the guest to end.
+func (r *runner) drive(ctx context.Context) error {
+	client, err := r.waitReady(ctx)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	opts := &cmdv1.VirtualMachineOptions{
+		VirtualMachineSMBios:  &cmdv1.SMBios{Manufacturer: "KubeVirt", Family: "KubeVirt", Product: "None"},
+		MemBalloonStatsPeriod: 10,
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = client.Sync(syncCtx, r.vmi, opts)
+	cancel()
+	if err != nil {
+		return r.withLauncherLog(fmt.Errorf("sync: %w", err))
+	}
+	consoleDone := r.streamConsole(ctx)
+	if r.net != nil {
+		r.net.printForwards(r.cfg.Status)
+	}
+
+	stopped, err := r.waitStopped(ctx, client)
+	if err != nil && ctx.Err() == nil {
+		return err
+	}
+	if !stopped { // interrupted: graceful shutdown, as the handler does on deletion
+		fmt.Fprintln(r.cfg.Status, "vlctl: shutting the guest down")
+		if err := r.shutdown(client); err != nil {
+			return err
+		}
+	}
+	// Let the console drain what the guest printed last.
+	select {
+	case <-consoleDone:
+	case <-time.After(2 * time.Second):
+	}
+	delCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := client.Delete(delCtx, r.vmi); err != nil && !cmdclient.IsDisconnected(err) {
+		return fmt.Errorf("delete domain: %w", err)
+	}
+	return r.waitMonitor(45 * time.Second)
+}
+
+func (r *runner) waitReady(ctx context.Context) (*cmdclient.Client, error) {
+	deadline := time.After(60 * time.Second)
+	for {
+		if _, err := os.Stat(r.layout.ReadySocket()); err == nil {
+			c, err := cmdclient.Dial(ctx, r.layout.ReadySocket())
+			if err != nil {
+				return nil, fmt.Errorf("dial launcher: %w", err)
+			}
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-r.exited:
+			return nil, r.withLauncherLog(fmt.Errorf("launcher exited before it was ready: %v", r.exitErr))
+		case <-deadline:
+			return nil, r.withLauncherLog(errors.New("launcher not ready after 60 s"))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// streamConsole copies the serial console to cfg.Console until the guest
+// closes it.
+func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sock := r.layout.SerialSocket(string(r.vmi.UID))
+		var conn net.Conn
+		for i := 0; i < 100; i++ {
+			c, err := net.Dial("unix", sock)
+			if err == nil {
+				conn = c
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if conn == nil {
+			fmt.Fprintf(r.cfg.Status, "vlctl: no serial console at %s\n", sock)
+			return
+		}
+		defer conn.Close()
+		go func() { <-ctx.Done(); time.Sleep(3 * time.Second); conn.Close() }()
+		io.Copy(r.cfg.Console, conn)
+	}()
+	return done
+}
+
+// waitStopped polls the domain until it is off. It returns false when ctx
+// ends first.
+func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, error) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-r.exited:
+			return false, r.withLauncherLog(fmt.Errorf("launcher exited while the guest ran: %v", r.exitErr))
+		case <-t.C:
+		}
+		st, err := domainStatus(ctx, c)
+		if err != nil {
+			return false, err
+		}
+		switch st {
+		case "Shutoff", "Crashed", "NoState":
+			fmt.Fprintf(r.cfg.Status, "vlctl: guest is %s\n", st)
+			if st == "Crashed" {
+				return true, errors.New("guest crashed")
+			}
+			return true, nil
+		}
+	}
+}
+
+func domainStatus(ctx context.Context, c *cmdclient.Client) (string, error) {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	d, exists, err := c.GetDomain(gctx)
+	if err != nil {
+		return "", fmt.Errorf("get domain: %w", err)
+	}
+	if !exists || d == nil {
+		return "NoState", nil
+	}
+	return string(d.Status.Status), nil
+}
+
+// shutdown asks for an ACPI power-off and destroys the guest when the grace
+// period ends first.
+func (r *runner) shutdown(c *cmdclient.Client) error {
+	ctx := context.Background()
+	grace := time.Duration(vmi.GracePeriodSeconds(r.vmi)) * time.Second
+	deadline := time.Now().Add(grace)
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := c.Shutdown(sctx, r.vmi)
+		cancel()
+		if err != nil && !cmdclient.IsDisconnected(err) {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+		st, err := domainStatus(ctx, c)
+		if err != nil {
+			return err
+		}
+		if st == "Shutoff" || st == "Crashed" || st == "NoState" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintln(r.cfg.Status, "vlctl: grace period over, destroying the guest")
+			kctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if err := c.Kill(kctx, r.vmi); err != nil && !cmdclient.IsDisconnected(err) {
+				return fmt.Errorf("kill: %w", err)
+			}
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func (r *runner) waitMonitor(timeout time.Duration) error {
+	select {
+	case <-r.exited:
+	case <-time.After(timeout):
+		r.monitor.Process.Signal(syscall.SIGTERM)
+		<-r.exited
+		return r.withLauncherLog(fmt.Errorf("launcher did not exit within %s of the domain's deletion", timeout))
+	}
+	if r.exitErr != nil {
+		return r.withLauncherLog(fmt.Errorf("launcher: %w", r.exitErr))
+	}
+	return nil
+}
+
+// withLauncherLog adds the end of the launcher's log to an error, which is
+// where the reason usually is.
+func (r *runner) withLauncherLog(err error) error {
+	b, rerr := os.ReadFile(filepath.Join(r.workDir, "launcher.log"))
+	if rerr != nil || len(b) == 0 {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return fmt.Errorf("%w\nlast launcher log lines:\n%s", err, strings.Join(lines, "\n"))
+}
+
+// cleanup stops whatever is still running and removes what Run made.
+func (r *runner) cleanup() error {
+	var errs []error
+	if r.monitor != nil {
+		select {
+		case <-r.exited:
+		default:
+			r.monitor.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-r.exited:
+			case <-time.After(60 * time.Second):
+				// Only our own process group: the monitor and its children.
+				syscall.Kill(-r.monitor.Process.Pid, syscall.SIGKILL)
+				<-r.exited
+			}
+		}
+	}
+	if r.net != nil {
+		if err := r.net.teardown(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.workDir != "" && !r.cfg.Keep {
+		if err := os.RemoveAll(r.workDir); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", r.workDir, err))
+		}
+	} else if r.workDir != "" {
+		fmt.Fprintf(r.cfg.Status, "vlctl: kept %s\n", r.workDir)
+	}
+	return errors.Join(errs...)
+}
+
+// lockedThread runs fn on a dedicated OS thread; used to fork children
+// inside another network namespace without leaking that namespace to other
+// goroutines.
+func lockedThread(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// The thread is not unlocked: it may have switched namespaces, so
+		// it must die with this goroutine.
+		errc <- fn()
+	}()
+	return <-errc
+}
