@@ -293,9 +293,9 @@ func setCPUTopology(spec *v1.VirtualMachineInstanceSpec) {
 	sockets := uint32(1)
 	res := spec.Domain.Resources
 	if q, ok := res.Limits[k8sv1.ResourceCPU]; ok {
-		sockets = clampUint32(q.Value())
+		sockets = clampUint32(boundedValue(q, math.MaxUint32))
 	} else if q, ok := res.Requests[k8sv1.ResourceCPU]; ok {
-		sockets = clampUint32(q.Value())
+		sockets = clampUint32(boundedValue(q, math.MaxUint32))
 	}
 	cpu.Sockets, cpu.Cores, cpu.Threads = sockets, 1, 1
 }
@@ -474,7 +474,7 @@ func setMemoryHotplug(spec *v1.VirtualMachineInstanceSpec) {
 	if m.Hugepages != nil && m.Hugepages.PageSize == "1Gi" {
 		align = memory1GiPageAlignment
 	}
-	guest := m.Guest.Value()
+	guest := boundedValue(*m.Guest, math.MaxInt64/maxHotplugRatio+1)
 	if guest < 1<<30 || guest%align != 0 || guest > math.MaxInt64/maxHotplugRatio {
 		return
 	}
@@ -493,6 +493,19 @@ func supportsPCIeHotplug(spec *v1.VirtualMachineInstanceSpec) bool {
 		return false
 	}
 	return true
+}
+
+// boundedValue is q rounded up to an integer, or limit when q is larger.
+// Quantity.Value silently wraps (9e30 gives 0), so every size taken from a
+// manifest goes through here.
+func boundedValue(q resource.Quantity, limit int64) int64 {
+	if q.Cmp(*resource.NewQuantity(limit, resource.DecimalSI)) > 0 {
+		return limit
+	}
+	if q.Sign() < 0 {
+		return -1
+	}
+	return q.Value()
 }
 
 func boolPtr(b bool) *bool { return &b }

@@ -144,6 +144,25 @@ spec:
 			wantErr: []string{"spec.domain.memory.guest: invalid value", "quantities must match"},
 		},
 		{
+			name:    "quantity with a hostile exponent",
+			in:      strings.Replace(minimalVMI, "guest: 128Mi", "guest: 1e9000000000000000000", 1),
+			wantErr: []string{`spec.domain.memory.guest: quantity "1e9000000000000000000": exponent beyond ±30`},
+		},
+		{
+			name:    "quantity of the wrong type",
+			in:      strings.Replace(minimalVMI, "guest: 128Mi", "guest: [1]", 1),
+			wantErr: []string{"spec.domain.memory.guest: wrong type: expected a quantity such as 1Gi or 500m, got list"},
+		},
+		{
+			name: "quantity as a JSON number",
+			in:   `{"metadata":{"name":"a"},"spec":{"domain":{"devices":{},"memory":{"guest":1073741824}}}}`,
+			check: func(t *testing.T, vmi *v1.VirtualMachineInstance) {
+				if vmi.Spec.Domain.Memory.Guest.Value() != 1<<30 {
+					t.Errorf("guest %v", vmi.Spec.Domain.Memory.Guest)
+				}
+			},
+		},
+		{
 			name:    "label value of the wrong type",
 			in:      strings.Replace(minimalVMI, "  name: testvmi\n", "  name: testvmi\n  labels:\n    tier: 3\n", 1),
 			wantErr: []string{"metadata.labels[tier]: wrong type: expected string, got number 3 (quote the value in YAML)"},

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 )
 
@@ -193,6 +194,10 @@ func (c *checker) check(path string, v any, t reflect.Type) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t == quantityType {
+		c.checkQuantity(path, v)
+		return
+	}
 	if !plainStructs[t] {
 		pt := reflect.PointerTo(t)
 		if pt.Implements(jsonUnmarshalerType) {
@@ -317,6 +322,44 @@ func (c *checker) check(path string, v any, t reflect.Type) {
 		}
 	default:
 		c.fail(path, "cannot decode into %s", t)
+	}
+}
+
+// maxQuantityLength and maxQuantityExponent keep hostile quantities
+// ("1e9000000000000000000") away from resource.Quantity, whose arbitrary
+// precision arithmetic takes minutes or more on them. No real size or CPU
+// count comes near 1e30.
+const (
+	maxQuantityLength   = 64
+	maxQuantityExponent = 30
+)
+
+var quantityType = reflect.TypeOf(resource.Quantity{})
+
+func (c *checker) checkQuantity(path string, v any) {
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = x
+	case json.Number:
+		s = string(x)
+	default:
+		c.fail(path, "wrong type: expected a quantity such as 1Gi or 500m, got %s", describe(v))
+		return
+	}
+	if len(s) > maxQuantityLength {
+		c.fail(path, "quantity %q is longer than %d characters", truncate(s, 40), maxQuantityLength)
+		return
+	}
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		exp, err := strconv.Atoi(s[i+1:])
+		if err == nil && (exp > maxQuantityExponent || exp < -maxQuantityExponent) {
+			c.fail(path, "quantity %q: exponent beyond ±%d", s, maxQuantityExponent)
+			return
+		}
+	}
+	if _, err := resource.ParseQuantity(s); err != nil {
+		c.fail(path, "invalid value %q: %v", truncate(s, 40), err)
 	}
 }
 

@@ -192,12 +192,12 @@ func (v *validator) memory() {
 		v.fail(p+".guest", "required: set memory.guest or resources.requests.memory")
 		return
 	}
-	guest := m.Guest.Value()
+	guest := boundedValue(*m.Guest, MaxGuestMemoryBytes+1)
 	switch {
-	case m.Guest.Sign() <= 0 || guest <= 0:
-		v.fail(p+".guest", "must be positive, got %s", m.Guest.String())
-	case m.Guest.Cmp(*resource.NewQuantity(MaxGuestMemoryBytes, resource.BinarySI)) > 0:
+	case guest > MaxGuestMemoryBytes:
 		v.fail(p+".guest", "%s is more than the %d bytes (16Ti) allowed", m.Guest.String(), MaxGuestMemoryBytes)
+	case m.Guest.Sign() <= 0:
+		v.fail(p+".guest", "must be positive, got %s", m.Guest.String())
 	}
 	if m.MaxGuest != nil {
 		switch {
@@ -215,7 +215,7 @@ func (v *validator) memory() {
 		case err != nil:
 			v.fail(p+".hugepages.pageSize", "%q is not a size: %v", truncate(hp.PageSize, 40), err)
 		default:
-			size := q.Value()
+			size := boundedValue(q, 32<<30)
 			if size < 4096 || size > 16<<30 || size&(size-1) != 0 {
 				v.fail(p+".hugepages.pageSize", "%q is not a power of two between 4Ki and 16Gi", hp.PageSize)
 			} else if guest > 0 && guest%size != 0 {
@@ -238,10 +238,10 @@ func (v *validator) resources() {
 			}
 		}
 	}
-	if q, ok := r.Requests[k8sv1.ResourceCPU]; ok && q.Value() > MaxVCPUs {
+	if q, ok := r.Requests[k8sv1.ResourceCPU]; ok && boundedValue(q, MaxVCPUs+1) > MaxVCPUs {
 		v.fail(p+".requests[cpu]", "%s is more than %d CPUs", q.String(), MaxVCPUs)
 	}
-	if q, ok := r.Limits[k8sv1.ResourceCPU]; ok && q.Value() > MaxVCPUs {
+	if q, ok := r.Limits[k8sv1.ResourceCPU]; ok && boundedValue(q, MaxVCPUs+1) > MaxVCPUs {
 		v.fail(p+".limits[cpu]", "%s is more than %d CPUs", q.String(), MaxVCPUs)
 	}
 	for _, res := range []k8sv1.ResourceName{k8sv1.ResourceCPU, k8sv1.ResourceMemory} {

@@ -198,6 +198,13 @@ func TestValidate(t *testing.T) {
 		{"cpu request above 512", func(v *v1.VirtualMachineInstance) {
 			v.Spec.Domain.Resources.Requests = k8sv1.ResourceList{k8sv1.ResourceCPU: resource.MustParse("4096")}
 		}, "spec.domain.resources.requests[cpu]: 4096 is more than 512 CPUs"},
+		{"cpu limit so large that Quantity.Value wraps", func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Resources.Limits = k8sv1.ResourceList{k8sv1.ResourceCPU: resource.MustParse("9e30")}
+		}, "spec.domain.resources.limits[cpu]: 9e30 is more than 512 CPUs"},
+		{"memory so large that Quantity.Value wraps", func(v *v1.VirtualMachineInstance) {
+			q := resource.MustParse("9e30")
+			v.Spec.Domain.Memory.Guest, v.Spec.Domain.Memory.MaxGuest = &q, nil
+		}, "spec.domain.memory.guest: 9e30 is more than"},
 		{"negative memory request", func(v *v1.VirtualMachineInstance) {
 			v.Spec.Domain.Resources.Requests = k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse("-1Gi")}
 		}, "spec.domain.resources.requests[memory]: must not be negative"},
