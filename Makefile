@@ -5,7 +5,7 @@ export CGO_ENABLED := 0
 
 BINS := virt-launcher virt-launcher-monitor vlctl
 
-.PHONY: all deps build test demo bench fuzz-long vet clean
+.PHONY: all deps build test demo bench fuzz-long vet clean proto
 
 all: build
 
@@ -26,7 +26,11 @@ test: deps vet build
 
 # The README's main job: boot an example VM and show its console.
 demo: deps build
-	./bin/vlctl convert --emulation examples/vmi-testguest.yaml
+	./bin/vlctl testguest --poweroff > bin/demo-vmi.yaml
+	./bin/vlctl run --emulation bin/demo-vmi.yaml
+
+proto:
+	./api/generate.sh
 
 bench: deps build
 	$(GO) run ./bench
