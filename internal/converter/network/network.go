@@ -138,6 +138,12 @@ func (n configurator) iface(vmi *v1.VirtualMachineInstance, iface v1.Interface, 
 		q := min(facts.VCPUs(vmi), maxQueues)
 		if q > 1 {
 			out.Driver = &libvirtxml.DomainInterfaceDriver{Name: "vhost", Queues: uint(q)}
+			if n.ctx.Emulation {
+				// Under emulation vhost-net may be unavailable (an
+				// unprivileged daemon, no /dev/vhost-net): let libvirt
+				// use it only if it can.
+				out.Driver.Name = ""
+			}
 		}
 	}
 	switch iface.State {

@@ -56,6 +56,11 @@ func TestInterfaces(t *testing.T) {
 			v.Spec.Domain.Devices.NetworkInterfaceMultiQueue = convtest.Ptr(true)
 			v.Spec.Domain.CPU.Cores = 4
 		}, Contains: []string{`<driver name="vhost" queues="4">`}},
+		{Name: "multiqueue under emulation", Emulation: true, VMI: func(v *v1.VirtualMachineInstance) {
+			pod(v1.Interface{InterfaceBindingMethod: masq})(v)
+			v.Spec.Domain.Devices.NetworkInterfaceMultiQueue = convtest.Ptr(true)
+			v.Spec.Domain.CPU.Cores = 300
+		}, Contains: []string{`<driver queues="256">`}},
 		{Name: "acpi index and pci address", VMI: pod(v1.Interface{InterfaceBindingMethod: masq, ACPIIndex: 3, PciAddress: "0000:81:01.0"}),
 			Contains: []string{`<acpi index="3">`, `<address type="pci" domain="0x0000" bus="0x81" slot="0x01" function="0x0">`}},
 		{Name: "bad pci address", VMI: pod(v1.Interface{InterfaceBindingMethod: masq, PciAddress: "81:01"}), Err: "spec.domain.devices.interfaces[0].pciAddress"},
