@@ -1,0 +1,138 @@
+package podnet_test
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/podnet"
+)
+
+func TestPodNetwork(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates network namespaces")
+	}
+	dir := t.TempDir()
+	a, err := podnet.New(podnet.Config{Dir: dir, Search: []string{"ns.svc.cluster.local"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := podnet.New(podnet.Config{Dir: dir, NoIPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.NSName == b.NSName || a.OutsideName == b.OutsideName || a.ResolvConf == b.ResolvConf {
+		t.Errorf("two pods share names: %s %s", a.NSName, b.NSName)
+	}
+	for _, n := range []string{a.NSName, a.OutsideName, b.NSName, b.OutsideName} {
+		if _, err := os.Stat(filepath.Join("/run/netns", n)); err != nil {
+			t.Errorf("namespace %s: %v", n, err)
+		}
+	}
+	rc, err := os.ReadFile(a.ResolvConf)
+	if err != nil || !strings.Contains(string(rc), "nameserver 192.168.66.1\n") || !strings.Contains(string(rc), "search ns.svc.cluster.local\n") {
+		t.Errorf("resolv.conf %q, %v", rc, err)
+	}
+
+	// eth0 in the pod: address, default route via the outside, and the
+	// outside answers on TCP.
+	var ln net.Listener
+	if err := netsetup.InNS(a.Outside, func() (err error) { ln, err = net.Listen("tcp", "192.168.66.1:0"); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Write([]byte("hi"))
+			c.Close()
+		}
+	}()
+	err = netsetup.InNS(a.NS, func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		routes, err := netlink.RouteList(l, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		def := false
+		for _, r := range routes {
+			def = def || (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw.Equal(net.ParseIP("192.168.66.1"))
+		}
+		if !def {
+			t.Errorf("no default route via 192.168.66.1: %v", routes)
+		}
+		c, err := net.DialTimeout("tcp", ln.Addr().String(), 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		buf := make([]byte, 2)
+		_, err = c.Read(buf)
+		if string(buf) != "hi" {
+			t.Errorf("read %q", buf)
+		}
+		return err
+	})
+	if err != nil {
+		t.Errorf("pod -> outside: %v", err)
+	}
+
+	vmi := &v1.VirtualMachineInstance{}
+	vmi.Spec.Networks = []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}}
+	vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default",
+		InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}},
+		Ports:                  []v1.Port{{Port: 22}, {Port: 53, Protocol: "UDP"}}}}
+	plan, err := netsetup.PlanFor(vmi, netsetup.PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := a.Forwards(plan)
+	if len(fw) != 2 || fw[0].Address != "192.168.66.2:22" || fw[1].Protocol != "UDP" || fw[1].Address != "192.168.66.2:53" {
+		t.Errorf("forwards %+v", fw)
+	}
+	vmi.Spec.Domain.Devices.Interfaces[0].Ports = nil
+	plan, _ = netsetup.PlanFor(vmi, netsetup.PlanOptions{})
+	if fw := a.Forwards(plan); len(fw) != 1 || fw[0].Address != "192.168.66.2:*" {
+		t.Errorf("all-ports forward %+v", fw)
+	}
+
+	for _, p := range []*podnet.Pod{a, b} {
+		if err := p.Remove(); err != nil {
+			t.Errorf("remove: %v", err)
+		}
+		if err := p.Remove(); err != nil {
+			t.Errorf("second remove: %v", err)
+		}
+		for _, n := range []string{p.NSName, p.OutsideName} {
+			if _, err := os.Stat(filepath.Join("/run/netns", n)); !os.IsNotExist(err) {
+				t.Errorf("namespace %s left: %v", n, err)
+			}
+		}
+		if _, err := os.Stat(p.ResolvConf); !os.IsNotExist(err) {
+			t.Errorf("resolv.conf left")
+		}
+	}
+}
+
+func TestNewRejectsSplitSubnet(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	_, err := podnet.New(podnet.Config{Dir: t.TempDir(),
+		Pod4: mustPrefix("10.1.0.2/24"), Outside4: mustPrefix("10.2.0.1/24")})
+	if err == nil || !strings.Contains(err.Error(), "not in one subnet") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
