@@ -360,6 +360,11 @@ func (r *runner) drive(ctx context.Context) error {
 	case <-consoleDone:
 	case <-time.After(2 * time.Second):
 	}
+	select {
+	case <-r.exited: // nothing left to delete
+		return r.waitMonitor(time.Minute)
+	default:
+	}
 	delCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := client.Delete(delCtx, r.vmi); err != nil && !cmdclient.IsDisconnected(err) {
@@ -431,12 +436,19 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 		case <-ctx.Done():
 			return false, ctx.Err()
 		case <-r.exited:
-			return false, r.withLauncherLog(fmt.Errorf("launcher exited while the guest ran: %v", r.exitErr))
+			return r.launcherGone()
 		case <-t.C:
 		}
 		st, err := domainStatus(ctx, c)
 		if err != nil {
-			return false, err
+			// The launcher ends by itself once QEMU is gone and its last
+			// event is out; a refused call is then the normal end.
+			select {
+			case <-r.exited:
+				return r.launcherGone()
+			case <-time.After(5 * time.Second):
+				return false, err
+			}
 		}
 		switch st {
 		case "Shutoff", "Crashed", "NoState":
@@ -447,6 +459,16 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 			return true, nil
 		}
 	}
+}
+
+// launcherGone interprets the launcher's exit while the guest was running:
+// status 0 means the domain ended and the launcher finished normally.
+func (r *runner) launcherGone() (bool, error) {
+	if r.exitErr != nil {
+		return false, r.withLauncherLog(fmt.Errorf("launcher exited while the guest ran: %v", r.exitErr))
+	}
+	fmt.Fprintln(r.cfg.Status, "vlctl: guest powered off")
+	return true, nil
 }
 
 func domainStatus(ctx context.Context, c *cmdclient.Client) (string, error) {
