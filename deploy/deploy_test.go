@@ -1,0 +1,118 @@
+// Package deploy holds the launcher image's Containerfile. Its tests check
+// what can be checked without a container engine (none runs here): that
+// every binary the image copies exists in the tree and builds static, and
+// the parts of the image layout KubeVirt depends on.
+package deploy
+
+import (
+	"bytes"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func containerfile(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("Containerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// The binaries KubeVirt's pod contract needs in /usr/bin (kubevirt-wire.md 5.1).
+var required = []string{"virt-launcher", "virt-launcher-monitor", "container-disk", "virt-tail", "virt-probe", "virt-freezer"}
+
+func TestContainerfileBinaries(t *testing.T) {
+	cf := containerfile(t)
+	built := regexp.MustCompile(`\./cmd/([a-z0-9-]+)`).FindAllStringSubmatch(cf, -1)
+	var names []string
+	for _, m := range built {
+		names = append(names, m[1])
+	}
+	for _, r := range required {
+		if !slices.Contains(names, r) {
+			t.Errorf("Containerfile does not build %s", r)
+		}
+		if !strings.Contains(cf, "/out/"+r) {
+			t.Errorf("Containerfile does not copy %s into the image", r)
+		}
+	}
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join("..", "cmd", n, "main.go")); err != nil {
+			t.Errorf("Containerfile builds ./cmd/%s, which is not in the tree: %v", n, err)
+		}
+	}
+	for _, want := range []string{
+		"ln -s ../run /var/run", // relative, as the handler needs
+		"--uid 107", "--gid 107",
+		"qemu-system-x86", "qemu-utils", "libvirt-daemon", "libvirt-daemon-driver-qemu", "libvirt-clients", "ovmf", "bash",
+		"CGO_ENABLED=0",
+		"/usr/bin/node-labeller.sh",
+	} {
+		if !strings.Contains(cf, want) {
+			t.Errorf("Containerfile lacks %q", want)
+		}
+	}
+}
+
+// TestStaticBinaries builds the image's binaries the way the Containerfile
+// does and checks that none needs a dynamic loader: container-disk runs in
+// FROM-scratch disk images, and the rest must not depend on the image's libc.
+func TestStaticBinaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds six binaries")
+	}
+	out := t.TempDir()
+	args := []string{"build", "-o", out + "/"}
+	for _, r := range required {
+		args = append(args, "./cmd/"+r)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	for _, r := range required {
+		f, err := elf.Open(filepath.Join(out, r))
+		if err != nil {
+			t.Errorf("%s: %v", r, err)
+			continue
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+				t.Errorf("%s is dynamically linked (program header %v)", r, p.Type)
+			}
+		}
+		f.Close()
+	}
+}
+
+func TestNodeLabellerRefuses(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", "node-labeller.sh")
+	cmd.Env = append(os.Environ(), "PATH="+mustAbs(t, ".")+":"+os.Getenv("PATH"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 1 {
+		t.Fatalf("node-labeller.sh: %v, want exit status 1", err)
+	}
+	if !strings.Contains(stderr.String(), "not supported") {
+		t.Errorf("node-labeller.sh does not say why: %q", stderr.String())
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
