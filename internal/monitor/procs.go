@@ -83,9 +83,25 @@ func isDescendant(procs map[int]proc, pid, root int) bool {
 	return false // a cycle: /proc changed under us
 }
 
+// errForeignProc means /proc belongs to another pid namespace than ours.
+var errForeignProc = errors.New("/proc is not mounted for this pid namespace; refusing to look for processes to stop")
+
+// procIsOurs reports whether procRoot shows our pid namespace: its "self"
+// must be our pid. In a pid namespace whose /proc was not remounted (say,
+// `unshare --pid --fork` without --mount-proc) we are pid 1 but /proc lists
+// the host's processes, every one of which descends from its pid 1: without
+// this check the monitor would signal the whole machine.
+func procIsOurs(procRoot string) bool {
+	self, err := os.Readlink(procRoot + "/self")
+	return err == nil && self == strconv.Itoa(os.Getpid())
+}
+
 // descendants returns the living (non-zombie) descendants of root that
 // match, sorted by nothing in particular.
 func descendants(procRoot string, root int, match func(proc) bool) ([]proc, error) {
+	if !procIsOurs(procRoot) {
+		return nil, errForeignProc
+	}
 	procs, err := listProcs(procRoot)
 	if err != nil {
 		return nil, err
@@ -141,6 +157,9 @@ func signalIfStill(procRoot string, root int, p proc, sig syscall.Signal) error 
 	}
 	if usePidfd {
 		defer syscall.Close(int(fd))
+	}
+	if !procIsOurs(procRoot) {
+		return errForeignProc
 	}
 	procs, err := listProcs(procRoot)
 	if err != nil {
