@@ -507,6 +507,13 @@ func ensureBridge(name string, mtu int, mac net.HardwareAddr, u *undo) (netlink.
 			return nil, fmt.Errorf("set MAC of %s: %w", name, err)
 		}
 	}
+	if on, err := txChecksum(name, false, false); err != nil {
+		return nil, err
+	} else if on {
+		if _, err := txChecksum(name, true, false); err != nil {
+			return nil, err
+		}
+	}
 	if l.Attrs().Flags&net.FlagUp == 0 {
 		if err := netlink.LinkSetUp(l); err != nil {
 			return nil, fmt.Errorf("set %s up: %w", name, err)
