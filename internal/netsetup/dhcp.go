@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -335,9 +336,9 @@ func StartDHCP(ctx context.Context, vmi *v1.VirtualMachineInstance, cfg DHCPConf
 		if err := ctx.Err(); err != nil {
 			return nil, nil, errors.Join(err, stop())
 		}
-		c, err := ReadVifCache(cfg.CacheDir, it.PodIface)
+		c, err := vifConfig(cfg, it)
 		if err != nil {
-			return nil, nil, errors.Join(fmt.Errorf("interface %s: %w (privileged phase not run?)", it.Name, err), stop())
+			return nil, nil, errors.Join(fmt.Errorf("interface %s: %w", it.Name, err), stop())
 		}
 		out[it.Name] = facts.Interface{MAC: c.MAC.String(), MTU: uint(c.Mtu), Tap: it.Tap}
 		if c.IPAMDisabled {
@@ -441,4 +442,52 @@ func serve(ns netns.NsHandle, it Iface, l4 Lease4, l6 *Lease6, log *slog.Logger)
 		closers = append(closers, s6.Close)
 	}
 	return closers, nil
+}
+
+// vifConfig is the interface's cache, completed from the links in the pod
+// the way KubeVirt's launcher completes it: virt-handler writes a cache for
+// the bridge binding only and leaves the MAC (and may leave the MTU) out;
+// for masquerade the launcher derives everything from the VM subnet and the
+// links, so a missing cache is fine there.
+func vifConfig(cfg DHCPConfig, it Iface) (*VifCache, error) {
+	c, err := ReadVifCache(cfg.CacheDir, it.PodIface)
+	if err != nil && !(errors.Is(err, os.ErrNotExist) && it.Binding == BindingMasquerade) {
+		return nil, fmt.Errorf("%w (privileged phase not run?)", err)
+	}
+	err = InNS(cfg.NetNS, func() error {
+		pod, err := netlink.LinkByName(it.PodIface)
+		if err != nil {
+			return fmt.Errorf("pod interface %s: %w", it.PodIface, err)
+		}
+		if c == nil {
+			c = &VifCache{
+				Name:              it.PodIface,
+				IP:                netlink.Addr{IPNet: ipnet(netip.PrefixFrom(it.Guest4(), it.VMNetwork4.Bits()))},
+				AdvertisingIPAddr: net.IP(it.Gateway4().AsSlice()),
+				Gateway:           net.IP(it.Gateway4().AsSlice()),
+			}
+			// IPv6 only where the handler gave the bridge the v6 gateway.
+			if br, err := netlink.LinkByName(it.Bridge); err == nil {
+				if addrs, err := netlink.AddrList(br, netlink.FAMILY_V6); err == nil {
+					for _, a := range addrs {
+						if a.IP.Equal(net.IP(it.Gateway6().AsSlice())) {
+							c.IPv6 = netlink.Addr{IPNet: ipnet(netip.PrefixFrom(it.Guest6(), it.VMNetwork6.Bits()))}
+							c.AdvertisingIPv6Addr = a.IP
+						}
+					}
+				}
+			}
+		}
+		if len(c.MAC) == 0 {
+			c.MAC = it.MAC
+			if c.MAC == nil {
+				c.MAC = pod.Attrs().HardwareAddr
+			}
+		}
+		if c.Mtu == 0 {
+			c.Mtu = uint16(pod.Attrs().MTU)
+		}
+		return nil
+	})
+	return c, err
 }

@@ -162,3 +162,48 @@ func TestHelperServeDHCP(t *testing.T) {
 	fmt.Printf("VL-HELPER-SERVING uid=%d\n", os.Getuid())
 	io.Copy(io.Discard, os.Stdin)
 }
+
+// TestDHCPWithoutCache is the cluster case: KubeVirt's virt-handler writes
+// no cache for masquerade and a bridge cache without MAC or MTU; the
+// launcher takes them from the links in the pod.
+func TestDHCPWithoutCache(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	pod := newPod(t, podnet.Config{MTU: 1420})
+	priv := netsetup.PrivilegedConfig{QemuUID: 107, QemuGID: 107, CacheDir: t.TempDir()}
+	vmi := masqVMI("vm1")
+	if err := netsetup.SetupPrivileged(ctx, pod.NS, vmi, priv, testLog(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netsetup.TeardownPrivileged(ctx, pod.NS, vmi, priv, testLog(t)) })
+	cached, err := netsetup.ReadVifCache(priv.CacheDir, "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(priv.CacheDir, "vif-cache-eth0.json")); err != nil {
+		t.Fatal(err)
+	}
+	ifs, stop, err := netsetup.StartDHCP(ctx, vmi, netsetup.DHCPConfig{CacheDir: priv.CacheDir, ResolvConf: pod.ResolvConf, NetNS: pod.NS}, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if f := ifs["default"]; f.MAC != cached.MAC.String() || f.MTU != 1420 {
+		t.Errorf("facts without cache %+v, with cache MAC %s", f, cached.MAC)
+	}
+	g, err := pod.AttachFakeGuest("k6t-eth0", cached.MAC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	if ack := dhcpLease(t, g).ACK; ack.YourIPAddr.String() != "10.0.2.2" {
+		t.Errorf("lease %s", ack.Summary())
+	}
+
+	// Bridge binding has no such fallback: its cache is the only record of
+	// the pod's address.
+	if _, _, err := netsetup.StartDHCP(ctx, bridgeVMI("vm2"), netsetup.DHCPConfig{CacheDir: t.TempDir(), NetNS: pod.NS}, nil); err == nil ||
+		!strings.Contains(err.Error(), "privileged phase not run") {
+		t.Errorf("bridge without cache: %v", err)
+	}
+}
