@@ -38,6 +38,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Readable by the unprivileged user of TestNonRoot.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	monitorBin = filepath.Join(dir, "virt-launcher-monitor")
 	fakeBin = filepath.Join(dir, "fakelauncher")
 	for _, b := range []struct{ out, pkg string }{
@@ -355,6 +360,77 @@ func TestSignalIsTerm(t *testing.T) {
 				t.Errorf("launcher received %q, want %q", b, syscall.SIGTERM.String())
 			}
 		})
+	}
+}
+
+// TestNonRoot runs the monitor as an unprivileged user, as vlctl does: the
+// ambient capability cannot be granted and the launcher starts without it.
+func TestNonRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to an unprivileged user")
+	}
+	dir, err := os.MkdirTemp("", "monitor-nonroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(monitorBin)
+	cmd.Env = append(os.Environ(), EnvLauncherBin+"="+fakeBin, "FAKE_EXIT=5", "FAKE_ARGS_FILE="+filepath.Join(dir, "args"),
+		"FAKE_STATUS_FILE="+filepath.Join(dir, "status"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 5 {
+		t.Fatalf("exit %v, want status 5; output:\n%s", err, out)
+	}
+	st, err := os.Stat(filepath.Join(dir, "args"))
+	if err != nil {
+		t.Fatalf("the launcher did not run: %v", err)
+	}
+	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != 65534 {
+		t.Errorf("launcher ran as uid %d, want 65534", uid)
+	}
+	if amb := capAmb(t, filepath.Join(dir, "status")); amb != 0 {
+		t.Errorf("unprivileged launcher has ambient capabilities %#x", amb)
+	}
+}
+
+// capAmb reads the CapAmb mask from a copy of /proc/<pid>/status.
+func capAmb(t *testing.T, path string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapAmb:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no CapAmb line")
+	return 0
+}
+
+// TestAmbientNetBindService checks that a root monitor gives the launcher
+// CAP_NET_BIND_SERVICE as an ambient capability, as KubeVirt's does.
+func TestAmbientNetBindService(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	status := filepath.Join(t.TempDir(), "status")
+	r := start(t, nil, "FAKE_STATUS_FILE="+status)
+	if code := r.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d; log:\n%s", code, r.stderr.String())
+	}
+	if amb := capAmb(t, status); amb != 1<<capNetBindService {
+		t.Errorf("launcher's ambient capabilities %#x, want %#x (CAP_NET_BIND_SERVICE)", amb, 1<<capNetBindService)
 	}
 }
 

@@ -16,6 +16,7 @@
 //	                   write the signal's name to FAKE_TERM_FILE
 //	FAKE_KILL_SELF     end by sending itself this signal number
 //	FAKE_EXIT          exit status (default 0)
+//	FAKE_STATUS_FILE   copy /proc/self/status there (capabilities, ids)
 //
 // In "stubborn" mode it ignores SIGTERM and sleeps until killed.
 package main
@@ -45,6 +46,11 @@ func main() {
 
 	if f := os.Getenv("FAKE_ARGS_FILE"); f != "" {
 		must(os.WriteFile(f, []byte(strings.Join(os.Args[1:], "\n")), 0o644))
+	}
+	if f := os.Getenv("FAKE_STATUS_FILE"); f != "" {
+		b, err := os.ReadFile("/proc/self/status")
+		must(err)
+		must(os.WriteFile(f, b, 0o644))
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
