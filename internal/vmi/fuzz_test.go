@@ -2,6 +2,8 @@ package vmi
 
 import (
 	"encoding/json"
+	"fmt"
+	"time"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -16,6 +18,11 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte(minimalVMI))
 	f.Add([]byte(validBase))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// A hang is a bug too (resource.Quantity can spin for minutes on a
+		// hostile exponent). Panicking from the timer kills the worker, so
+		// the fuzzer saves the input.
+		tm := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("input took over 10s: %q", data)) })
+		defer tm.Stop()
 		// Parse and Validate alone, on a VMI nobody defaulted.
 		if parsed, err := Parse(data); err == nil {
 			_ = Validate(parsed)

@@ -149,6 +149,20 @@ spec:
 			wantErr: []string{`spec.domain.memory.guest: quantity "1e9000000000000000000": exponent beyond ±30`},
 		},
 		{
+			name:    "quantity with an exponent beyond int64",
+			in:      strings.Replace(minimalVMI, "guest: 128Mi", "guest: 1e99999999999999999999", 1),
+			wantErr: []string{`spec.domain.memory.guest: quantity "1e99999999999999999999": exponent beyond ±30`},
+		},
+		{
+			name: "exa suffixes are not exponents",
+			in:   strings.Replace(minimalVMI, "guest: 128Mi", "guest: 1Ei", 1),
+			check: func(t *testing.T, vmi *v1.VirtualMachineInstance) {
+				if vmi.Spec.Domain.Memory.Guest.String() != "1Ei" {
+					t.Errorf("guest %v", vmi.Spec.Domain.Memory.Guest)
+				}
+			},
+		},
+		{
 			name:    "quantity of the wrong type",
 			in:      strings.Replace(minimalVMI, "guest: 128Mi", "guest: [1]", 1),
 			wantErr: []string{"spec.domain.memory.guest: wrong type: expected a quantity such as 1Gi or 500m, got list"},

@@ -351,11 +351,15 @@ func (c *checker) checkQuantity(path string, v any) {
 		c.fail(path, "quantity %q is longer than %d characters", truncate(s, 40), maxQuantityLength)
 		return
 	}
+	// An "e"/"E" suffix followed by digits is a decimal exponent ("E" and
+	// "Ei" alone are the exa suffixes).
 	if i := strings.IndexAny(s, "eE"); i >= 0 {
-		exp, err := strconv.Atoi(s[i+1:])
-		if err == nil && (exp > maxQuantityExponent || exp < -maxQuantityExponent) {
-			c.fail(path, "quantity %q: exponent beyond ±%d", s, maxQuantityExponent)
-			return
+		if rest := s[i+1:]; rest != "" && rest != "i" {
+			exp, err := strconv.Atoi(rest)
+			if len(strings.TrimLeft(rest, "+-")) > 3 || (err == nil && (exp > maxQuantityExponent || exp < -maxQuantityExponent)) {
+				c.fail(path, "quantity %q: exponent beyond ±%d", s, maxQuantityExponent)
+				return
+			}
 		}
 	}
 	if _, err := resource.ParseQuantity(s); err != nil {
