@@ -3,8 +3,8 @@ package vmi
 import (
 	"encoding/json"
 	"fmt"
-	"time"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 )
