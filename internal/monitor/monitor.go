@@ -181,7 +181,8 @@ func cleanup(log *slog.Logger, c Config, self int, code *int) {
 // stopTree sends SIGTERM to our living descendants (only QEMUs when qemu is
 // true, only the others otherwise), waits up to timeout for them to go
 // while reaping, and SIGKILLs what is left. It returns false if something
-// had to be killed.
+// had to be killed. /proc is scanned once; the wait then watches only the
+// processes signalled, so that it allocates next to nothing.
 func stopTree(log *slog.Logger, self int, timeout time.Duration, qemu bool) bool {
 	const procRoot = "/proc"
 	match := func(p proc) bool { return isQemu(procRoot, p) == qemu }
@@ -203,30 +204,37 @@ func stopTree(log *slog.Logger, self int, timeout time.Duration, qemu bool) bool
 			log.Warn("failed to send SIGTERM", "pid", p.pid, "reason", err)
 		}
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		reap(0, 0)
-		left, err = descendants(procRoot, self, match)
-		if err != nil || len(left) == 0 {
-			return true
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	if left = waitGone(procRoot, left, timeout); len(left) == 0 {
+		return true
 	}
 	for _, p := range left {
 		log.Warn(what+" did not exit after SIGTERM; killing it", "pid", p.pid, "comm", p.comm)
 		_ = signalIfStill(procRoot, self, p, syscall.SIGKILL)
 	}
 	// SIGKILL cannot be refused; wait briefly so they are reaped before we exit.
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		reap(0, 0)
-		if l, err := descendants(procRoot, self, match); err != nil || len(l) == 0 {
-			break
-		}
-	}
+	waitGone(procRoot, left, 2*time.Second)
 	return false
+}
+
+// waitGone reaps and polls until none of ps is alive (a pid that is gone,
+// a zombie, or reused by another command counts as gone) or timeout
+// passes, and returns those still alive.
+func waitGone(procRoot string, ps []proc, timeout time.Duration) []proc {
+	deadline := time.Now().Add(timeout)
+	for {
+		reap(0, 0)
+		alive := ps[:0]
+		for _, p := range ps {
+			if now, err := readProc(procRoot, p.pid); err == nil && now.state != 'Z' && now.comm == p.comm {
+				alive = append(alive, p)
+			}
+		}
+		ps = alive
+		if len(ps) == 0 || time.Now().After(deadline) {
+			return ps
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // removeSockets removes dir/*.sock, which makes the container-disk
