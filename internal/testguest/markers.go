@@ -1,0 +1,163 @@
+package testguest
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Markers the guest's init prints on its console, one per line (a line may
+// start with other console output, e.g. a shell prompt: match with
+// strings.Contains or FindMarker). Where a marker takes arguments they follow
+// it on the same line, as shown.
+const (
+	// "VL-BOOTED <kernel release> uptime <seconds>": init started.
+	MarkerBooted = "VL-BOOTED"
+	// "VL-MODULE-FAILED <module path>": insmod failed.
+	MarkerModuleFailed = "VL-MODULE-FAILED"
+	// "VL-ROOT-MOUNTED <dev>": the ext4 disk labelled RootLabel is mounted.
+	MarkerRootMounted = "VL-ROOT-MOUNTED"
+	// "VL-NO-ROOT": no such disk.
+	MarkerNoRoot = "VL-NO-ROOT"
+	// "VL-DISK-WRITTEN <dev>": the boot counter was written and synced.
+	MarkerDiskWritten = "VL-DISK-WRITTEN"
+	// "VL-BOOT-COUNT <n>": boots seen by this root disk, this one included.
+	MarkerBootCount = "VL-BOOT-COUNT"
+	// "VL-DISK <name> size <512-byte sectors> ro <0|1> serial <serial|none>":
+	// one line per block device (vda, sda, sr0, ...).
+	MarkerDisk = "VL-DISK"
+	// "VL-CLOUDINIT <nocloud|configdrive> <dev>": the cloud-init ISO is mounted.
+	MarkerCloudInit = "VL-CLOUDINIT"
+	// "VL-NO-CLOUDINIT": no disk labelled cidata or config-2.
+	MarkerNoCloudInit = "VL-NO-CLOUDINIT"
+	// The meta-data and user-data files are printed between these lines.
+	MarkerMetaDataBegin = "VL-METADATA-BEGIN"
+	MarkerMetaDataEnd   = "VL-METADATA-END"
+	MarkerUserDataBegin = "VL-USERDATA-BEGIN"
+	MarkerUserDataEnd   = "VL-USERDATA-END"
+	// "VL-USERDATA-RAN rc=<exit code>": user-data starting with "#!" was run.
+	MarkerUserDataRan = "VL-USERDATA-RAN"
+	// "VL-NETIF <name> mac <mac> mtu <mtu>": one line per network interface.
+	MarkerNetIf = "VL-NETIF"
+	// "VL-DHCP <ip>/<prefix> router <gw,...> dns <ns,...> search <dom,...>
+	// mtu <n> domain <d> hostname <h>": eth0 got a lease (absent values are
+	// "none"); see ParseDHCP.
+	MarkerDHCP = "VL-DHCP"
+	// "VL-DHCP-FAILED": eth0 got no lease.
+	MarkerDHCPFailed = "VL-DHCP-FAILED"
+	// "VL-READY uptime <seconds>": boot finished; a shell runs on the console
+	// (prompt "vl# ") unless vl.noshell=1.
+	MarkerReady = "VL-READY"
+	// "VL-POWER-BUTTON": the ACPI power button was pressed; power-off follows.
+	MarkerPowerButton = "VL-POWER-BUTTON"
+	// "VL-ACPI-IGNORED": the power button was pressed with vl.noacpi=1.
+	MarkerACPIIgnored = "VL-ACPI-IGNORED"
+	// "VL-POWEROFF": disks synced and unmounted, poweroff -f follows.
+	MarkerPowerOff = "VL-POWEROFF"
+)
+
+// Kernel command-line options the init understands.
+const (
+	OptNoACPI   = "vl.noacpi=1"   // ignore the ACPI power button
+	OptPowerOff = "vl.poweroff=1" // power off right after booting
+	OptNoDHCP   = "vl.nodhcp=1"   // no DHCP on eth0
+	OptNoShell  = "vl.noshell=1"  // no shell on the console
+)
+
+// RootLabel is the file system label of the root disk image.
+const RootLabel = "vlroot"
+
+// DefaultCmdline is a kernel command line for the guest on a serial console.
+const DefaultCmdline = "console=ttyS0 quiet panic=-1"
+
+// FindMarker returns the text after marker on the first line of console
+// output that contains it, and whether there was one.
+func FindMarker(output, marker string) (string, bool) {
+	for _, line := range strings.Split(output, "\n") {
+		if i := strings.Index(line, marker); i >= 0 {
+			rest := line[i+len(marker):]
+			// "VL-DISK" must not match "VL-DISK-WRITTEN".
+			if rest != "" && rest[0] != ' ' && rest[0] != '\r' {
+				continue
+			}
+			return strings.TrimSpace(rest), true
+		}
+	}
+	return "", false
+}
+
+// Between returns the lines of output between the begin and end markers
+// (e.g. MarkerUserDataBegin, MarkerUserDataEnd), without the trailing empty
+// line the init adds.
+func Between(output, begin, end string) (string, bool) {
+	output = strings.ReplaceAll(output, "\r\n", "\n")
+	i := strings.Index(output, begin+"\n")
+	if i < 0 {
+		return "", false
+	}
+	rest := output[i+len(begin)+1:]
+	j := strings.Index(rest, "\n"+end)
+	if j < 0 {
+		return "", false
+	}
+	return strings.TrimSuffix(rest[:j], "\n"), true
+}
+
+// DHCPLease is a parsed MarkerDHCP line.
+type DHCPLease struct {
+	Address  string // "10.0.2.15/24"
+	Routers  []string
+	DNS      []string
+	Search   []string
+	MTU      int // 0 when the lease had none
+	Domain   string
+	Hostname string
+}
+
+// ParseDHCP parses the arguments of a MarkerDHCP line (as FindMarker
+// returns them).
+func ParseDHCP(args string) (DHCPLease, error) {
+	f := strings.Fields(args)
+	if len(f) != 13 {
+		return DHCPLease{}, fmt.Errorf("%s line %q: want 13 fields, got %d", MarkerDHCP, args, len(f))
+	}
+	l := DHCPLease{Address: f[0]}
+	list := func(s string) []string {
+		if s == "none" {
+			return nil
+		}
+		return strings.Split(s, ",")
+	}
+	none := func(s string) string {
+		if s == "none" {
+			return ""
+		}
+		return s
+	}
+	for i := 1; i+1 < len(f); i += 2 {
+		k, v := f[i], f[i+1]
+		switch k {
+		case "router":
+			l.Routers = list(v)
+		case "dns":
+			l.DNS = list(v)
+		case "search":
+			l.Search = list(v)
+		case "mtu":
+			if v != "none" {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return DHCPLease{}, fmt.Errorf("%s line %q: mtu: %w", MarkerDHCP, args, err)
+				}
+				l.MTU = n
+			}
+		case "domain":
+			l.Domain = none(v)
+		case "hostname":
+			l.Hostname = none(v)
+		default:
+			return DHCPLease{}, fmt.Errorf("%s line %q: unknown key %q", MarkerDHCP, args, k)
+		}
+	}
+	return l, nil
+}

@@ -1,0 +1,107 @@
+package testguest
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// requiredModules are what the init needs on the machines libvirt and the
+// tests make: virtio (PCI) disks, NICs and consoles, SATA disks and CD-ROMs
+// (AHCI on q35, PIIX IDE on pc), virtio-scsi, ISO 9660 for cloud-init, ext4
+// for the root disk (crc32c for its checksums) and the ACPI power button
+// (with evdev, through which the init reads it).
+var requiredModules = []string{
+	"virtio_pci", "virtio_blk", "virtio_net", "virtio_console", "virtio_scsi",
+	"ahci", "sd_mod", "sr_mod", "isofs", "crc32c_generic", "ext4", "evdev", "button",
+}
+
+// optionalModules are loaded when the kernel has them as modules.
+var optionalModules = []string{
+	"ata_piix", "e1000", "e1000e", "virtio_rng", "virtio_balloon", "virtio_input",
+}
+
+// modName is a module's name as modprobe spells it.
+func modName(path string) string {
+	b := filepath.Base(path)
+	b = strings.TrimSuffix(b, ".ko")
+	return strings.ReplaceAll(b, "-", "_")
+}
+
+// moduleOrder resolves the wanted modules and their dependencies from
+// modules.dep into the order insmod must load them (dependencies first), as
+// paths relative to the kernel's module directory. Built-in modules are
+// skipped; a required module that is neither there nor built in is an error.
+func moduleOrder(modDir string) ([]string, error) {
+	deps := map[string][]string{} // module path -> dependency paths
+	byName := map[string]string{} // module name -> path
+	f, err := os.Open(filepath.Join(modDir, "modules.dep"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		mod, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		deps[mod] = strings.Fields(rest)
+		byName[modName(mod)] = mod
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	builtin := map[string]bool{}
+	if b, err := os.ReadFile(filepath.Join(modDir, "modules.builtin")); err == nil {
+		for _, l := range strings.Fields(string(b)) {
+			builtin[modName(l)] = true
+		}
+	}
+
+	var order []string
+	seen := map[string]bool{}
+	var visit func(path string) error
+	visit = func(path string) error {
+		if seen[path] {
+			return nil
+		}
+		seen[path] = true
+		if !strings.HasSuffix(path, ".ko") {
+			return fmt.Errorf("module %s is compressed; busybox insmod needs plain .ko files", path)
+		}
+		// modules.dep lists the whole closure; visiting it last to first
+		// loads the deepest dependencies first.
+		d := deps[path]
+		for i := len(d) - 1; i >= 0; i-- {
+			if err := visit(d[i]); err != nil {
+				return err
+			}
+		}
+		order = append(order, path)
+		return nil
+	}
+	for _, m := range requiredModules {
+		p, ok := byName[m]
+		switch {
+		case ok:
+			if err := visit(p); err != nil {
+				return nil, err
+			}
+		case builtin[m]:
+		default:
+			return nil, fmt.Errorf("kernel module %s: neither in %s/modules.dep nor built in", m, modDir)
+		}
+	}
+	for _, m := range optionalModules {
+		if p, ok := byName[m]; ok {
+			if err := visit(p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return order, nil
+}

@@ -1,0 +1,369 @@
+// Package testguest builds the tiny guest the tests boot: the Debian kernel
+// installed on the machine, an initramfs of busybox-static plus the kernel
+// modules the guest needs and an /init script that reports what it sees on
+// the serial console as VL-* marker lines (markers.go), and a small ext4 root
+// disk. Everything comes from Debian packages (linux-image-amd64,
+// busybox-static, e2fsprogs); nothing is downloaded.
+//
+// The result is cached, keyed by kernel version and a hash of everything that
+// goes into it, so only the first test run on a machine pays for the build.
+package testguest
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+//go:embed files/init
+var initScript []byte
+
+//go:embed files/udhcpc.script
+var udhcpcScript []byte
+
+// buildVersion changes when the build itself changes in a way the inputs
+// hashed below do not show.
+const buildVersion = "1"
+
+// RootDiskSize is the size of the raw ext4 root disk image.
+const RootDiskSize = 32 << 20
+
+// Guest is a built test guest. All files are world-readable so that a QEMU
+// running as an unprivileged user can open them; RootDisk must be copied
+// before a guest writes to it (CopyRootDisk).
+type Guest struct {
+	Kernel   string // the kernel (a copy of /boot/vmlinuz-<version>)
+	Initrd   string // gzip-compressed newc cpio
+	RootDisk string // raw ext4 image labelled RootLabel
+	// KernelDir holds "vmlinuz" and "initrd.img", the layout of a KubeVirt
+	// kernelBoot container.
+	KernelDir     string
+	KernelVersion string
+}
+
+// Sources of the build; fields exist so that tests can point them elsewhere.
+type Sources struct {
+	BootDir    string // holds vmlinuz-<version>; default /boot
+	ModulesDir string // holds <version>/modules.dep; default /lib/modules
+	Busybox    string // a static busybox; default /bin/busybox
+	Mkfs       string // mkfs.ext4; default from PATH
+}
+
+func (s Sources) withDefaults() Sources {
+	if s.BootDir == "" {
+		s.BootDir = "/boot"
+	}
+	if s.ModulesDir == "" {
+		s.ModulesDir = "/lib/modules"
+	}
+	if s.Busybox == "" {
+		s.Busybox = "/bin/busybox"
+	}
+	if s.Mkfs == "" {
+		s.Mkfs = "mkfs.ext4"
+	}
+	return s
+}
+
+// DefaultCacheDir is where Build caches the guest: $VIRTLAUNCHER_TESTGUEST_CACHE
+// if set, else $XDG_CACHE_HOME/virtlauncher/testguest if XDG_CACHE_HOME is
+// set, else /var/tmp/virtlauncher-testguest (outside root's home, so an
+// unprivileged QEMU can read it; kept across reboots).
+func DefaultCacheDir() string {
+	if d := os.Getenv("VIRTLAUNCHER_TESTGUEST_CACHE"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "virtlauncher", "testguest")
+	}
+	return "/var/tmp/virtlauncher-testguest"
+}
+
+// Build returns the guest from cacheDir, building it there first if needed.
+func Build(ctx context.Context, cacheDir string) (*Guest, error) {
+	return Sources{}.Build(ctx, cacheDir)
+}
+
+// Build builds from these sources. Concurrent builds (parallel test
+// packages) are safe: each builds in its own temporary directory and renames
+// it into place; the loser of the race uses the winner's result.
+func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
+	s = s.withDefaults()
+	kver, kernel, err := findKernel(s.BootDir, s.ModulesDir)
+	if err != nil {
+		return nil, err
+	}
+	modDir := filepath.Join(s.ModulesDir, kver)
+	mods, err := moduleOrder(modDir)
+	if err != nil {
+		return nil, err
+	}
+	key, err := cacheKey(kver, kernel, s.Busybox, modDir, mods)
+	if err != nil {
+		return nil, err
+	}
+	final := filepath.Join(cacheDir, kver+"-"+key)
+	if g, err := load(final, kver); err == nil {
+		return g, nil
+	}
+
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		return nil, fmt.Errorf("test guest cache: %w", err)
+	}
+	tmp, err := os.MkdirTemp(cacheDir, ".build-*")
+	if err != nil {
+		return nil, fmt.Errorf("test guest cache: %w", err)
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
+	}
+	if err := copyFile(kernel, filepath.Join(tmp, "vmlinuz")); err != nil {
+		return nil, err
+	}
+	if err := writeInitrd(filepath.Join(tmp, "initrd.img"), kver, s.Busybox, modDir, mods); err != nil {
+		return nil, fmt.Errorf("test guest initrd: %w", err)
+	}
+	if err := makeRootDisk(ctx, s.Mkfs, filepath.Join(tmp, "root.img")); err != nil {
+		return nil, fmt.Errorf("test guest root disk: %w", err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		// Another builder got there first (rename onto a non-empty
+		// directory fails); use its result.
+		if g, lerr := load(final, kver); lerr == nil {
+			return g, nil
+		}
+		return nil, fmt.Errorf("test guest cache: %w", err)
+	}
+	return load(final, kver)
+}
+
+func load(dir, kver string) (*Guest, error) {
+	g := &Guest{
+		Kernel:        filepath.Join(dir, "vmlinuz"),
+		Initrd:        filepath.Join(dir, "initrd.img"),
+		RootDisk:      filepath.Join(dir, "root.img"),
+		KernelDir:     dir,
+		KernelVersion: kver,
+	}
+	for _, f := range []string{g.Kernel, g.Initrd, g.RootDisk} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// CopyRootDisk copies the root disk image to dst (sparse where the image is
+// zero), for one guest to write to.
+func (g *Guest) CopyRootDisk(dst string) error {
+	return copyFile(g.RootDisk, dst)
+}
+
+// findKernel picks the newest /boot/vmlinuz-<version> that has modules.
+func findKernel(bootDir, modulesDir string) (string, string, error) {
+	m, _ := filepath.Glob(filepath.Join(bootDir, "vmlinuz-*"))
+	sort.Sort(sort.Reverse(sort.StringSlice(m)))
+	for _, k := range m {
+		v := strings.TrimPrefix(filepath.Base(k), "vmlinuz-")
+		if _, err := os.Stat(filepath.Join(modulesDir, v, "modules.dep")); err == nil {
+			return v, k, nil
+		}
+	}
+	return "", "", fmt.Errorf("no kernel in %s/vmlinuz-* with modules in %s (install linux-image-amd64)", bootDir, modulesDir)
+}
+
+// cacheKey hashes everything the guest is made of.
+func cacheKey(kver, kernel, busybox, modDir string, mods []string) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "v%s\x00%s\x00", buildVersion, kver)
+	h.Write(initScript)
+	h.Write(udhcpcScript)
+	for _, f := range append([]string{kernel, busybox}, prefixed(modDir, mods)...) {
+		fi, err := os.Stat(f)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", f, fi.Size(), fi.ModTime().UnixNano())
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+func prefixed(dir string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = filepath.Join(dir, n)
+	}
+	return out
+}
+
+func writeInitrd(path, kver, busybox, modDir string, mods []string) error {
+	bb, err := os.ReadFile(busybox)
+	if err != nil {
+		return err
+	}
+	if err := checkStatic(busybox); err != nil {
+		return err
+	}
+	applets, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		return fmt.Errorf("%s --list: %w", busybox, err)
+	}
+
+	var buf bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	c := &cpioWriter{w: gz}
+	for _, d := range []string{"bin", "dev", "etc", "lib", "lib/modules", "mnt", "proc", "run", "sys", "tmp", "usr"} {
+		c.Dir(d, 0o755)
+	}
+	c.CharDev("dev/console", 0o600, 5, 1)
+	c.CharDev("dev/null", 0o666, 1, 3)
+	c.Symlink("sbin", "bin")
+	c.Symlink("usr/bin", "../bin")
+	c.Symlink("usr/sbin", "../bin")
+	c.File("bin/busybox", 0o755, bb)
+	for _, a := range strings.Fields(string(applets)) {
+		if a != "busybox" && !strings.Contains(a, "/") {
+			c.Symlink("bin/"+a, "busybox")
+		}
+	}
+	c.File("init", 0o755, initScript)
+	c.File("etc/udhcpc.script", 0o755, udhcpcScript)
+
+	// Modules keep their paths below lib/modules/<version>, with a
+	// modules.dep of just these, so busybox modprobe works too.
+	kdir := "lib/modules/" + kver
+	made := map[string]bool{"lib/modules": true}
+	mkdirs := func(p string) {
+		var parts []string
+		for d := filepath.Dir(p); d != "." && !made[d]; d = filepath.Dir(d) {
+			parts = append(parts, d)
+		}
+		for i := len(parts) - 1; i >= 0; i-- {
+			c.Dir(parts[i], 0o755)
+			made[parts[i]] = true
+		}
+	}
+	var order, dep bytes.Buffer
+	for _, m := range mods {
+		data, err := os.ReadFile(filepath.Join(modDir, m))
+		if err != nil {
+			return err
+		}
+		p := kdir + "/" + m
+		mkdirs(p)
+		c.File(p, 0o644, data)
+		fmt.Fprintf(&order, "%s/%s\n", kver, m)
+		fmt.Fprintf(&dep, "%s:\n", m)
+	}
+	c.File(kdir+"/modules.dep", 0o644, dep.Bytes())
+	c.File("etc/vl-modules", 0o644, order.Bytes())
+	if err := c.Close(); err != nil {
+		return err
+	}
+	if err := gz.Close(); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// checkStatic refuses a dynamically linked busybox: the initramfs has no
+// libc.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked; install busybox-static", path)
+		}
+	}
+	return nil
+}
+
+func makeRootDisk(ctx context.Context, mkfs, path string) error {
+	content, err := os.MkdirTemp(filepath.Dir(path), ".root-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(content)
+	if err := os.WriteFile(filepath.Join(content, "README"), []byte("virtlauncher test guest root disk\n"), 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(RootDiskSize)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, mkfs, "-q", "-F", "-L", RootLabel, "-d", content, "-E", "root_owner=0:0", path).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", mkfs, err, bytes.TrimSpace(out))
+	}
+	return os.Chmod(path, 0o644)
+}
+
+// copyFile copies src to dst (mode 0644), leaving holes where src has
+// zero blocks.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 64<<10)
+	zero := make([]byte, len(buf))
+	var off int64
+	for {
+		n, rerr := io.ReadFull(in, buf)
+		if n > 0 {
+			if bytes.Equal(buf[:n], zero[:n]) {
+				off += int64(n)
+			} else {
+				if _, err := out.WriteAt(buf[:n], off); err != nil {
+					out.Close()
+					return err
+				}
+				off += int64(n)
+			}
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			out.Close()
+			return rerr
+		}
+	}
+	if err := out.Truncate(off); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Chmod(dst, 0o644)
+}

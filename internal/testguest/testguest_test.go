@@ -1,0 +1,387 @@
+package testguest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/disks"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+)
+
+// qemuVM is one QEMU this test started, with its serial console captured.
+type qemuVM struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	mon     string
+	started time.Time
+
+	mu      sync.Mutex
+	out     strings.Builder
+	changed chan struct{} // closed and replaced on every new line
+	exited  chan struct{}
+	waitErr error
+}
+
+func startQEMU(t *testing.T, dir string, args ...string) *qemuVM {
+	t.Helper()
+	v := &qemuVM{t: t, mon: filepath.Join(dir, "mon.sock"), changed: make(chan struct{}), exited: make(chan struct{})}
+	base := []string{"-accel", "tcg", "-M", "q35", "-m", "256", "-smp", "1", "-display", "none",
+		"-no-reboot", "-serial", "stdio", "-monitor", "unix:" + v.mon + ",server=on,wait=off"}
+	v.cmd = exec.Command("qemu-system-x86_64", append(base, args...)...)
+	stdout, err := v.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.cmd.Stderr = v.cmd.Stdout
+	v.started = time.Now()
+	if err := v.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go v.read(stdout)
+	t.Cleanup(func() {
+		select {
+		case <-v.exited:
+		default:
+			_ = v.cmd.Process.Kill() // only the QEMU this test started
+			<-v.exited
+		}
+		if t.Failed() {
+			t.Logf("console of %s:\n%s", t.Name(), v.output())
+		}
+	})
+	return v
+}
+
+func (v *qemuVM) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		v.mu.Lock()
+		v.out.WriteString(strings.TrimRight(sc.Text(), "\r") + "\n")
+		close(v.changed)
+		v.changed = make(chan struct{})
+		v.mu.Unlock()
+	}
+	err := v.cmd.Wait()
+	v.mu.Lock()
+	v.waitErr = err
+	v.mu.Unlock()
+	close(v.exited)
+}
+
+func (v *qemuVM) output() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.out.String()
+}
+
+// waitFor waits for a console line holding marker and returns its arguments
+// and when it was seen.
+func (v *qemuVM) waitFor(marker string, timeout time.Duration) (string, time.Duration) {
+	v.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		v.mu.Lock()
+		out, ch := v.out.String(), v.changed
+		v.mu.Unlock()
+		if rest, ok := FindMarker(out, marker); ok {
+			return rest, time.Since(v.started)
+		}
+		select {
+		case <-ch:
+		case <-v.exited:
+			if rest, ok := FindMarker(v.output(), marker); ok {
+				return rest, time.Since(v.started)
+			}
+			v.t.Fatalf("QEMU exited (%v) before %s", v.waitErr, marker)
+		case <-deadline:
+			v.t.Fatalf("no %s within %v", marker, timeout)
+		}
+	}
+}
+
+// monitor sends one human-monitor command.
+func (v *qemuVM) monitor(cmd string) {
+	v.t.Helper()
+	c, err := net.Dial("unix", v.mon)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "%s\n", cmd); err != nil {
+		v.t.Fatal(err)
+	}
+	// Give the monitor time to read the command before we hang up.
+	time.Sleep(200 * time.Millisecond)
+}
+
+func (v *qemuVM) waitExit(timeout time.Duration) {
+	v.t.Helper()
+	select {
+	case <-v.exited:
+	case <-time.After(timeout):
+		v.t.Fatalf("QEMU still running %v after power-off", timeout)
+	}
+}
+
+func buildGuest(t *testing.T) *Guest {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	g, err := Build(ctx, DefaultCacheDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// cidataISO builds a NoCloud ISO with the disks package, as the launcher does.
+func cidataISO(t *testing.T, dir, userData string) string {
+	t.Helper()
+	p := &disks.Preparer{Layout: layout.Under(dir)}
+	vmi := &v1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "guest", Namespace: "test"},
+		Spec: v1.VirtualMachineInstanceSpec{Volumes: []v1.Volume{{Name: "cloudinitdisk",
+			VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: userData}}}}},
+	}
+	if err := p.Prepare(context.Background(), vmi, nil); err != nil {
+		t.Fatal(err)
+	}
+	return p.Layout.CloudInitNoCloudISO("test", "guest")
+}
+
+const userData = "#!/bin/sh\necho USERDATA-OUTPUT $((6 * 7))\n"
+
+// TestBoot boots the guest under plain QEMU (no libvirt) and checks what
+// its init reports. The virtio run and the SATA run go in parallel; the
+// virtio root disk is booted a second time to see its boot counter persist.
+func TestBoot(t *testing.T) {
+	g := buildGuest(t)
+	t.Run("virtio", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		root := filepath.Join(dir, "root.img")
+		if err := g.CopyRootDisk(root); err != nil {
+			t.Fatal(err)
+		}
+		iso := cidataISO(t, dir, userData)
+		v := startQEMU(t, dir,
+			"-kernel", g.Kernel, "-initrd", g.Initrd, "-append", DefaultCmdline,
+			"-drive", "file="+root+",if=virtio,format=raw",
+			"-drive", "file="+iso+",if=virtio,format=raw,readonly=on",
+			"-netdev", "user,id=n0,domainname=vl.test,dnssearch=search.vl.test",
+			"-device", "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56")
+		_, booted := v.waitFor(MarkerBooted, 90*time.Second)
+		t.Logf("virtio: %s after %v", MarkerBooted, booted.Round(10*time.Millisecond))
+		if dev, _ := v.waitFor(MarkerRootMounted, 20*time.Second); dev != "/dev/vda" {
+			t.Errorf("root on %q", dev)
+		}
+		v.waitFor(MarkerDiskWritten, 20*time.Second)
+		if n, _ := v.waitFor(MarkerBootCount, 20*time.Second); n != "1" {
+			t.Errorf("boot count %q", n)
+		}
+		if ci, _ := v.waitFor(MarkerCloudInit, 20*time.Second); ci != "nocloud /dev/vdb" {
+			t.Errorf("cloud-init %q", ci)
+		}
+		if rc, _ := v.waitFor(MarkerUserDataRan, 20*time.Second); rc != "rc=0" {
+			t.Errorf("user-data %q", rc)
+		}
+		out := v.output()
+		if ud, ok := Between(out, MarkerUserDataBegin, MarkerUserDataEnd); !ok || ud+"\n" != userData {
+			t.Errorf("user-data printed as %q", ud)
+		}
+		if md, ok := Between(out, MarkerMetaDataBegin, MarkerMetaDataEnd); !ok || !strings.Contains(md, `"local-hostname":"guest"`) {
+			t.Errorf("meta-data printed as %q", md)
+		}
+		if !strings.Contains(out, "USERDATA-OUTPUT 42\n") {
+			t.Error("user-data script did not run")
+		}
+		if nic, _ := v.waitFor(MarkerNetIf, 20*time.Second); !strings.HasPrefix(nic, "eth0 mac 52:54:00:12:34:56 mtu ") {
+			t.Errorf("netif %q", nic)
+		}
+		dhcp, _ := v.waitFor(MarkerDHCP, 30*time.Second)
+		lease, err := ParseDHCP(dhcp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lease.Address != "10.0.2.15/24" || strings.Join(lease.Routers, ",") != "10.0.2.2" || strings.Join(lease.DNS, ",") != "10.0.2.3" ||
+			strings.Join(lease.Search, ",") != "search.vl.test" || lease.Domain != "vl.test" {
+			t.Errorf("lease %+v from %q", lease, dhcp)
+		}
+		_, ready := v.waitFor(MarkerReady, 20*time.Second)
+		t.Logf("virtio: %s after %v", MarkerReady, ready.Round(10*time.Millisecond))
+		v.monitor("system_powerdown")
+		v.waitFor(MarkerPowerButton, 20*time.Second)
+		v.waitFor(MarkerPowerOff, 20*time.Second)
+		v.waitExit(10 * time.Second)
+
+		// Same disk again, powering off by itself: the counter persisted.
+		v2 := startQEMU(t, t.TempDir(),
+			"-kernel", g.Kernel, "-initrd", g.Initrd, "-append", DefaultCmdline+" "+OptPowerOff+" "+OptNoShell,
+			"-drive", "file="+root+",if=virtio,format=raw", "-nic", "none")
+		if n, _ := v2.waitFor(MarkerBootCount, 90*time.Second); n != "2" {
+			t.Errorf("second boot count %q", n)
+		}
+		v2.waitFor(MarkerNoCloudInit, 20*time.Second)
+		v2.waitFor(MarkerPowerOff, 20*time.Second)
+		v2.waitExit(10 * time.Second)
+		if _, ok := FindMarker(v2.output(), MarkerDHCP); ok {
+			t.Error("DHCP without a NIC")
+		}
+	})
+	t.Run("sata-noacpi", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		root := filepath.Join(dir, "root.img")
+		if err := g.CopyRootDisk(root); err != nil {
+			t.Fatal(err)
+		}
+		iso := cidataISO(t, dir, userData)
+		v := startQEMU(t, dir,
+			"-kernel", g.Kernel, "-initrd", g.Initrd, "-append", DefaultCmdline+" "+OptNoACPI,
+			"-drive", "file="+root+",if=none,id=root,format=raw", "-device", "ide-hd,drive=root,bus=ide.0",
+			"-drive", "file="+iso+",if=none,id=ci,format=raw,readonly=on", "-device", "ide-cd,drive=ci,bus=ide.1",
+			"-nic", "none")
+		_, booted := v.waitFor(MarkerBooted, 90*time.Second)
+		t.Logf("sata: %s after %v", MarkerBooted, booted.Round(10*time.Millisecond))
+		if dev, _ := v.waitFor(MarkerRootMounted, 120*time.Second); dev != "/dev/sda" {
+			t.Errorf("root on %q", dev)
+		}
+		if ci, _ := v.waitFor(MarkerCloudInit, 20*time.Second); ci != "nocloud /dev/sr0" {
+			t.Errorf("cloud-init %q", ci)
+		}
+		if rc, _ := v.waitFor(MarkerUserDataRan, 20*time.Second); rc != "rc=0" {
+			t.Errorf("user-data %q", rc)
+		}
+		v.waitFor(MarkerReady, 20*time.Second)
+		v.monitor("system_powerdown")
+		v.waitFor(MarkerACPIIgnored, 20*time.Second)
+		select {
+		case <-v.exited:
+			t.Fatal("guest powered off despite " + OptNoACPI)
+		case <-time.After(time.Second):
+		}
+		if _, ok := FindMarker(v.output(), MarkerPowerOff); ok {
+			t.Error("power-off marker despite " + OptNoACPI)
+		}
+		v.monitor("quit")
+		v.waitExit(10 * time.Second)
+	})
+}
+
+func TestBuildCache(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("busybox-static not installed")
+	}
+	dir := t.TempDir()
+	ctx := context.Background()
+	// Concurrent builds into an empty cache all succeed with one result.
+	var wg sync.WaitGroup
+	res := make([]*Guest, 3)
+	errs := make([]error, 3)
+	for i := range res {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i], errs[i] = Build(ctx, dir)
+		}()
+	}
+	wg.Wait()
+	for i := range res {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if res[i].KernelDir != res[0].KernelDir {
+			t.Errorf("builds disagree: %s vs %s", res[i].KernelDir, res[0].KernelDir)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("cache holds %v, want one guest and no temporaries", names)
+	}
+	g := res[0]
+	for _, f := range []string{filepath.Join(g.KernelDir, "vmlinuz"), filepath.Join(g.KernelDir, "initrd.img"), g.RootDisk} {
+		fi, err := os.Stat(f)
+		if err != nil || fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s: %v %v", f, fi.Mode(), err)
+		}
+	}
+	if out, err := exec.Command("blkid", "-o", "value", "-s", "LABEL", g.RootDisk).Output(); err != nil || strings.TrimSpace(string(out)) != RootLabel {
+		t.Errorf("root disk label %q %v", out, err)
+	}
+	// The initramfs lists the modules in dependency order: every module
+	// after the ones it needs.
+	list := run(t, "sh", "-c", "zcat "+g.Initrd+" | cpio -i --to-stdout etc/vl-modules 2>/dev/null")
+	pos := map[string]int{}
+	for i, l := range strings.Fields(list) {
+		pos[modName(l)] = i
+	}
+	for _, pair := range [][2]string{{"virtio", "virtio_pci"}, {"virtio_ring", "virtio_blk"}, {"libata", "ahci"}, {"scsi_mod", "sd_mod"}, {"cdrom", "isofs"}, {"jbd2", "ext4"}, {"crc16", "ext4"}} {
+		a, aok := pos[pair[0]]
+		b, bok := pos[pair[1]]
+		if !aok || !bok || a > b {
+			t.Errorf("%s (at %d, %v) must load before %s (at %d, %v)", pair[0], a, aok, pair[1], b, bok)
+		}
+	}
+	// A second Build reuses the cache.
+	again, err := Build(ctx, dir)
+	if err != nil || again.KernelDir != g.KernelDir {
+		t.Errorf("rebuild: %v %v", again, err)
+	}
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).Output()
+	if err != nil {
+		t.Fatalf("%s %v: %v", name, args, err)
+	}
+	return string(out)
+}
+
+func TestParseDHCP(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string
+		err  bool
+	}{
+		{"10.0.2.15/24 router 10.0.2.2 dns 10.0.2.3,8.8.8.8 search a.b,c.d mtu 1400 domain a.b hostname h",
+			"{10.0.2.15/24 [10.0.2.2] [10.0.2.3 8.8.8.8] [a.b c.d] 1400 a.b h}", false},
+		{"10.0.0.2/30 router none dns none search none mtu none domain none hostname none",
+			"{10.0.0.2/30 [] [] [] 0  }", false},
+		{"10.0.0.2/30 router none", "", true},
+		{"10.0.0.2/30 router none dns none search none mtu x domain none hostname none", "", true},
+	} {
+		l, err := ParseDHCP(tc.in)
+		if (err != nil) != tc.err {
+			t.Errorf("ParseDHCP(%q): %v", tc.in, err)
+			continue
+		}
+		if got := fmt.Sprint(l); !tc.err && got != tc.want {
+			t.Errorf("ParseDHCP(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+	out := "x\nVL-DISK-WRITTEN /dev/vda\nvl# VL-DISK vda size 65536 ro 0 serial none\n"
+	if got, ok := FindMarker(out, MarkerDisk); !ok || got != "vda size 65536 ro 0 serial none" {
+		t.Errorf("FindMarker = %q, %v", got, ok)
+	}
+}
