@@ -5,6 +5,26 @@
 // The work is split into small configurators, one per concern, that run in a
 // fixed order (KubeVirt's order, so that a later configurator overriding an
 // earlier one behaves the same way).
+//
+// Where the result differs from KubeVirt's converter, on purpose:
+//   - <metadata> carries the VMI's UID and grace period (KubeVirt leaves the
+//     uid empty), so a restarted launcher can find them in the domain.
+//   - SMBIOS entries with an empty value are left out, block disk sources
+//     carry no name attribute, CPU features without a policy get
+//     policy="require": KubeVirt's XML fails libvirt's schema in these places.
+//   - <maxMemory> has slots="1" (libvirt 9.0 requires the attribute and a
+//     guest NUMA node for memory hotplug; KubeVirt writes 0), and the single
+//     synthetic NUMA cell is added whenever maxMemory is set.
+//   - Under emulation, host-model/host-passthrough become <cpu
+//     mode="maximum"> (QEMU's -cpu max; libvirt 9.0 knows no custom model
+//     "max"), keeping the topology; vhost-net is not forced.
+//   - Hugepages name their page size; <currentMemory> is always written.
+//   - The spare pcie-root-ports for hotplug are appended directly (P + E of
+//     KubeVirt's rule) instead of defining with placeholder NICs first.
+//   - What libvirt 9.0 lacks is refused with a "not supported" error
+//     (Hyper-V tlbflush direct/extended, discard_granularity, MSDM table),
+//     as are passt, slirp, macvtap, binding plugins, virtiofs, launch
+//     security and the supplementalPool I/O thread policy.
 package converter
 
 import (
