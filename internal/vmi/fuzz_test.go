@@ -27,6 +27,10 @@ func FuzzLoad(f *testing.F) {
 		if parsed, err := Parse(data); err == nil {
 			_ = Validate(parsed)
 		}
+		if parsed, _, err := ParseLenient(data); err == nil {
+			SetDefaults(parsed, Options{})
+			_ = Validate(parsed)
+		}
 		for _, o := range []Options{{}, {Arch: "arm64", DefaultBinding: BindingBridge}, {Arch: "s390x"}} {
 			vmi, err := Load(data, o)
 			if err != nil {

@@ -40,41 +40,59 @@ var servedVersions = map[string]bool{"v1": true, "v1alpha3": true}
 // kind is read as a VMI, which is what virt-handler sends. A YAML stream may
 // hold several `---` documents, but exactly one object.
 func Parse(data []byte) (*v1.VirtualMachineInstance, error) {
+	vmi, _, err := parse(data, false)
+	return vmi, err
+}
+
+// ParseLenient is Parse, except that fields unknown to kubevirt.io/api
+// v1.9.0 are dropped, not rejected; their paths are returned so the caller
+// can log them. Meant for VMI JSON from a virt-handler that may be newer
+// than the API types compiled in here (KubeVirt's own launcher decodes it
+// leniently too). Wrong types, duplicate fields and hostile quantities are
+// still errors.
+func ParseLenient(data []byte) (vmi *v1.VirtualMachineInstance, ignored []string, err error) {
+	return parse(data, true)
+}
+
+func parse(data []byte, lenient bool) (*v1.VirtualMachineInstance, []string, error) {
 	if len(data) > MaxManifestBytes {
-		return nil, fmt.Errorf("manifest is %d bytes, more than the %d allowed", len(data), MaxManifestBytes)
+		return nil, nil, fmt.Errorf("manifest is %d bytes, more than the %d allowed", len(data), MaxManifestBytes)
 	}
 	doc, err := singleDocument(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tree, err := parseTree(doc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	root, ok := tree.(*object)
 	if !ok {
-		return nil, fmt.Errorf("manifest is a %s, not an object", describe(tree))
+		return nil, nil, fmt.Errorf("manifest is a %s, not an object", describe(tree))
 	}
 
 	kind, err := kindOf(root)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	c := newChecker()
+	c.lenient = lenient
 	switch kind {
 	case kindVMI:
 		out := &v1.VirtualMachineInstance{}
-		if err := decodeStrict(doc, root, out); err != nil {
-			return nil, err
+		if err := c.decode(root, out); err != nil {
+			return nil, nil, err
 		}
 		out.APIVersion = v1.SchemeGroupVersion.String()
 		out.Kind = kindVMI
-		return out, nil
+		return out, c.ignored, nil
 	default: // kindVM
 		vm := &v1.VirtualMachine{}
-		if err := decodeStrict(doc, root, vm); err != nil {
-			return nil, err
+		if err := c.decode(root, vm); err != nil {
+			return nil, nil, err
 		}
-		return vmiFromVM(vm)
+		out, err := vmiFromVM(vm)
+		return out, c.ignored, err
 	}
 }
 
@@ -157,12 +175,18 @@ func kindOf(root *object) (string, error) {
 	return kind, nil
 }
 
-// decodeStrict checks tree against out's type and then decodes doc into out.
-func decodeStrict(doc []byte, tree *object, out any) error {
-	c := newChecker()
+// decode checks tree against out's type and then decodes it into out. What
+// is decoded is the checked tree re-encoded (so in lenient mode the dropped
+// fields are really gone, and encoding/json's case-insensitive matching
+// never sees an unchecked key).
+func (c *checker) decode(tree *object, out any) error {
 	c.check("", tree, reflect.TypeOf(out))
 	if len(c.errs) > 0 {
 		return errors.Join(c.errs...)
+	}
+	doc, err := json.Marshal(tree)
+	if err != nil {
+		return fmt.Errorf("re-encode: %w", err)
 	}
 	if err := json.Unmarshal(doc, out); err != nil {
 		// The check above mirrors encoding/json; reaching here is a gap in it.

@@ -318,3 +318,30 @@ func TestParseErrorsAreFieldErrors(t *testing.T) {
 		t.Fatalf("FieldErrors = %v (from %v)", fes, err)
 	}
 }
+
+func TestParseLenient(t *testing.T) {
+	// Fields a newer KubeVirt might send are dropped and reported.
+	in := `{"metadata":{"name":"a","futureMeta":1},"spec":{"domain":{"devices":{"futureDevice":{}},"memory":{"guest":"1Gi"}},"futureSpec":true},` +
+		`"Spec":{"domain":{"memory":{"guest":"2Gi"}}},"status":{"futureStatus":"x"}}`
+	vmi, ignored, err := ParseLenient([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "ignored", ignored, []string{"metadata.futureMeta", "spec.domain.devices.futureDevice", "spec.futureSpec", "Spec", "status.futureStatus"})
+	// "Spec" must not reach encoding/json's case-insensitive matching.
+	eq(t, "guest", vmi.Spec.Domain.Memory.Guest.String(), "1Gi")
+	if _, err := Parse([]byte(in)); err == nil {
+		t.Error("strict Parse accepted unknown fields")
+	}
+
+	// Wrong types and hostile quantities are still errors.
+	for in, want := range map[string]string{
+		`{"spec":{"domain":{"cpu":{"cores":"2"}}}}`:                "spec.domain.cpu.cores: wrong type",
+		`{"spec":{"domain":{"memory":{"guest":"1e99999999999"}}}}`: "spec.domain.memory.guest: quantity",
+		`{"spec":{},"spec":{}}`:                                    "spec: duplicate field",
+	} {
+		if _, _, err := ParseLenient([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseLenient(%s) = %v, want %q", in, err, want)
+		}
+	}
+}

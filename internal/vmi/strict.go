@@ -170,6 +170,10 @@ var (
 type checker struct {
 	fields map[reflect.Type]map[string]reflect.Type
 	errs   []error
+	// lenient drops unknown fields from the tree (recording their paths in
+	// ignored) instead of failing on them.
+	lenient bool
+	ignored []string
 }
 
 func newChecker() *checker {
@@ -226,14 +230,22 @@ func (c *checker) check(path string, v any, t reflect.Type) {
 			return
 		}
 		fields := c.fieldsOf(t)
+		kept := o.keys[:0:0]
 		for _, k := range o.keys {
 			ft, ok := fields[k]
 			if !ok {
+				if c.lenient {
+					c.ignored = append(c.ignored, joinField(path, k))
+					delete(o.vals, k)
+					continue
+				}
 				c.fail(joinField(path, k), "unknown field")
 				continue
 			}
+			kept = append(kept, k)
 			c.check(joinField(path, k), o.vals[k], ft)
 		}
+		o.keys = kept
 	case reflect.Map:
 		o, ok := v.(*object)
 		if !ok {
