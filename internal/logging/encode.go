@@ -15,12 +15,15 @@ import (
 // TimeFormat is KubeVirt's log timestamp layout (always UTC).
 const TimeFormat = "2006-01-02T15:04:05.000000Z"
 
-func formatTime(r slog.Record) string {
+// appendTime appends the record's time as a JSON string.
+func appendTime(b []byte, r slog.Record) []byte {
 	t := r.Time
 	if t.IsZero() {
 		t = time.Now()
 	}
-	return t.UTC().Format(TimeFormat)
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, TimeFormat)
+	return append(b, '"')
 }
 
 // position is "file.go:line" of the record's caller, or "" without a PC.
@@ -42,11 +45,14 @@ func position(pc uintptr) string {
 // isReasonKey reports whether an attribute key names the line's error.
 func isReasonKey(k string) bool { return k == "reason" || k == "err" || k == "error" }
 
-// appendAttr encodes a (resolving LogValuers, flattening groups) onto fs.
-func appendAttr(fs []field, prefix string, a slog.Attr) []field {
+// appendAttr encodes a (resolving LogValuers, flattening groups) onto fs,
+// writing the encoded values into vals. A field's val slices vals; when a
+// later append moves vals, earlier slices still see their bytes in the old
+// array, so they stay valid.
+func appendAttr(fs []field, vals []byte, prefix string, a slog.Attr) ([]field, []byte) {
 	v := a.Value.Resolve()
 	if a.Key == "" && v.Kind() != slog.KindGroup {
-		return fs // slog's rule: empty attributes are ignored
+		return fs, vals // slog's rule: empty attributes are ignored
 	}
 	if v.Kind() == slog.KindGroup {
 		p := prefix
@@ -54,9 +60,9 @@ func appendAttr(fs []field, prefix string, a slog.Attr) []field {
 			p = prefix + a.Key + "."
 		}
 		for _, g := range v.Group() {
-			fs = appendAttr(fs, p, g)
+			fs, vals = appendAttr(fs, vals, p, g)
 		}
-		return fs
+		return fs, vals
 	}
 	key := prefix + a.Key
 	if prefix == "" {
@@ -68,7 +74,9 @@ func appendAttr(fs []field, prefix string, a slog.Attr) []field {
 			}
 		}
 	}
-	return append(fs, field{key: key, val: appendValue(nil, v)})
+	start := len(vals)
+	vals = appendValue(vals, v)
+	return append(fs, field{key: key, val: vals[start:len(vals):len(vals)]}), vals
 }
 
 func appendValue(b []byte, v slog.Value) []byte {

@@ -115,8 +115,9 @@ func (h *Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	h2 := *h
 	h2.attrs = make([]field, len(h.attrs), len(h.attrs)+len(attrs))
 	copy(h2.attrs, h.attrs)
+	var vals []byte
 	for _, a := range attrs {
-		h2.attrs = appendAttr(h2.attrs, h.prefix, a)
+		h2.attrs, vals = appendAttr(h2.attrs, vals, h.prefix, a)
 	}
 	return &h2
 }
@@ -131,26 +132,44 @@ func (h *Handler) WithGroup(name string) slog.Handler {
 	return &h2
 }
 
+// scratch is the per-line working memory, pooled so that a line costs a
+// few allocations at most.
+type scratch struct {
+	fields []field
+	vals   []byte
+	line   []byte
+}
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{vals: make([]byte, 0, 512), line: make([]byte, 0, 512)} }}
+
 // Handle writes one line.
 func (h *Handler) Handle(_ context.Context, r slog.Record) error {
-	fields := make([]field, 0, len(h.attrs)+r.NumAttrs()+4)
-	fields = append(fields, h.attrs...)
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	fields := append(s.fields[:0], h.attrs...)
+	vals := s.vals[:0]
 	r.Attrs(func(a slog.Attr) bool {
-		fields = appendAttr(fields, h.prefix, a)
+		fields, vals = appendAttr(fields, vals, h.prefix, a)
 		return true
 	})
-	fields = append(fields,
-		field{key: "level", val: appendString(nil, levelName(r.Level))},
-		field{key: "msg", val: appendString(nil, r.Message)},
-		field{key: "timestamp", val: appendString(nil, formatTime(r))},
-	)
+	mark := len(vals)
+	next := func(key string) { // the bytes since mark are key's value
+		fields = append(fields, field{key: key, val: vals[mark:len(vals):len(vals)]})
+		mark = len(vals)
+	}
+	vals = appendString(vals, levelName(r.Level))
+	next("level")
+	vals = appendString(vals, r.Message)
+	next("msg")
+	vals = appendTime(vals, r)
+	next("timestamp")
 	if pos := position(r.PC); pos != "" {
-		fields = append(fields, field{key: "pos", val: appendString(nil, pos)})
+		vals = appendString(vals, pos)
+		next("pos")
 	}
 	fields = sortDedup(fields)
 
-	buf := make([]byte, 0, 256)
-	buf = append(buf, '{')
+	buf := append(s.line[:0], '{')
 	for i, f := range fields {
 		if i > 0 {
 			buf = append(buf, ',')
@@ -162,8 +181,16 @@ func (h *Handler) Handle(_ context.Context, r slog.Record) error {
 	buf = append(buf, '}', '\n')
 
 	h.out.mu.Lock()
-	defer h.out.mu.Unlock()
 	_, err := h.out.w.Write(buf)
+	h.out.mu.Unlock()
+
+	// Keep the grown buffers, but not huge ones, and drop references.
+	clear(fields)
+	if cap(buf) <= 64<<10 && cap(vals) <= 64<<10 {
+		s.fields, s.vals, s.line = fields[:0], vals[:0], buf[:0]
+	} else {
+		s.fields, s.vals, s.line = nil, nil, nil
+	}
 	return err
 }
 
