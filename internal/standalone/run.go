@@ -293,6 +293,11 @@ func (r *runner) startMonitor() error {
 		Setpgid:   true,
 		Pdeathsig: syscall.SIGTERM,
 	}
+	if r.net != nil {
+		// The launcher's DHCP server binds ports 67 and 547 on the bridge:
+		// the one capability a KubeVirt launcher pod keeps.
+		cmd.SysProcAttr.AmbientCaps = []uintptr{capNetBindService}
+	}
 	start := cmd.Start
 	if r.net != nil {
 		start = func() error { return r.net.inPod(cmd.Start) }
@@ -311,6 +316,9 @@ func (r *runner) startMonitor() error {
 	r.log.Info("monitor started", "pid", cmd.Process.Pid, "workdir", r.workDir, "log", logPath)
 	return nil
 }
+
+// capNetBindService is CAP_NET_BIND_SERVICE (linux/capability.h).
+const capNetBindService = 10
 
 // kvmUsable reports whether /dev/kvm can be opened. It cannot tell a nested
 // setup where guests do not progress; --emulation is for that.
