@@ -66,6 +66,17 @@ func (p *Preparer) writeISO(final, label string, files []isoFile) error {
 		if err != nil {
 			return fmt.Errorf("write ISO %s: %w", final, err)
 		}
+		// go-diskfs may end the image inside its last 2048-byte sector;
+		// a CD-ROM only has whole sectors.
+		fi, err := tmp.Stat()
+		if err != nil {
+			return err
+		}
+		if r := fi.Size() % 2048; r != 0 {
+			if err := tmp.Truncate(fi.Size() + 2048 - r); err != nil {
+				return fmt.Errorf("pad ISO %s: %w", final, err)
+			}
+		}
 		return nil
 	})
 }

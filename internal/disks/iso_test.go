@@ -151,6 +151,9 @@ func TestNoCloudISO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(img)%2048 != 0 {
+		t.Errorf("ISO size %d is not a whole number of 2048-byte sectors", len(img))
+	}
 	if got := string(img[16*2048+40 : 16*2048+72]); got != padLabel(NoCloudLabel) {
 		t.Errorf("primary volume id %q", got)
 	}

@@ -150,17 +150,24 @@ func buildGuest(t *testing.T) *Guest {
 	return g
 }
 
-// cidataISO builds a NoCloud ISO with the disks package, as the launcher does.
-func cidataISO(t *testing.T, dir, userData string) string {
+// cloudInitISO builds a NoCloud (or, configDrive, ConfigDrive) ISO with the
+// disks package, as the launcher does.
+func cloudInitISO(t *testing.T, dir, userData string, configDrive bool) string {
 	t.Helper()
 	p := &disks.Preparer{Layout: layout.Under(dir)}
+	vol := v1.Volume{Name: "cloudinitdisk", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: userData}}}
+	if configDrive {
+		vol.VolumeSource = v1.VolumeSource{CloudInitConfigDrive: &v1.CloudInitConfigDriveSource{UserData: userData}}
+	}
 	vmi := &v1.VirtualMachineInstance{
 		ObjectMeta: metav1.ObjectMeta{Name: "guest", Namespace: "test"},
-		Spec: v1.VirtualMachineInstanceSpec{Volumes: []v1.Volume{{Name: "cloudinitdisk",
-			VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: userData}}}}},
+		Spec:       v1.VirtualMachineInstanceSpec{Volumes: []v1.Volume{vol}},
 	}
 	if err := p.Prepare(context.Background(), vmi, nil); err != nil {
 		t.Fatal(err)
+	}
+	if configDrive {
+		return p.Layout.CloudInitConfigDriveISO("test", "guest")
 	}
 	return p.Layout.CloudInitNoCloudISO("test", "guest")
 }
@@ -179,7 +186,7 @@ func TestBoot(t *testing.T) {
 		if err := g.CopyRootDisk(root); err != nil {
 			t.Fatal(err)
 		}
-		iso := cidataISO(t, dir, userData)
+		iso := cloudInitISO(t, dir, userData, false)
 		v := startQEMU(t, dir,
 			"-kernel", g.Kernel, "-initrd", g.Initrd, "-append", DefaultCmdline,
 			"-drive", "file="+root+",if=virtio,format=raw",
@@ -244,14 +251,14 @@ func TestBoot(t *testing.T) {
 			t.Error("DHCP without a NIC")
 		}
 	})
-	t.Run("sata-noacpi", func(t *testing.T) {
+	t.Run("sata-configdrive-noacpi", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		root := filepath.Join(dir, "root.img")
 		if err := g.CopyRootDisk(root); err != nil {
 			t.Fatal(err)
 		}
-		iso := cidataISO(t, dir, userData)
+		iso := cloudInitISO(t, dir, userData, true)
 		v := startQEMU(t, dir,
 			"-kernel", g.Kernel, "-initrd", g.Initrd, "-append", DefaultCmdline+" "+OptNoACPI,
 			"-drive", "file="+root+",if=none,id=root,format=raw", "-device", "ide-hd,drive=root,bus=ide.0",
@@ -262,11 +269,17 @@ func TestBoot(t *testing.T) {
 		if dev, _ := v.waitFor(MarkerRootMounted, 120*time.Second); dev != "/dev/sda" {
 			t.Errorf("root on %q", dev)
 		}
-		if ci, _ := v.waitFor(MarkerCloudInit, 20*time.Second); ci != "nocloud /dev/sr0" {
+		if ci, _ := v.waitFor(MarkerCloudInit, 20*time.Second); ci != "configdrive /dev/sr0" {
 			t.Errorf("cloud-init %q", ci)
 		}
 		if rc, _ := v.waitFor(MarkerUserDataRan, 20*time.Second); rc != "rc=0" {
 			t.Errorf("user-data %q", rc)
+		}
+		if md, ok := Between(v.output(), MarkerMetaDataBegin, MarkerMetaDataEnd); !ok || !strings.Contains(md, `"instance_id":"guest.test"`) {
+			t.Errorf("meta_data.json printed as %q", md)
+		}
+		if !strings.Contains(v.output(), "USERDATA-OUTPUT 42\n") {
+			t.Error("user-data script did not run")
 		}
 		v.waitFor(MarkerReady, 20*time.Second)
 		v.monitor("system_powerdown")
