@@ -422,3 +422,58 @@ func ExamplePreparer_Gather() {
 	fmt.Println(vols["rootdisk"].BackingFormat, err)
 	// Output: qcow2 <nil>
 }
+
+// TestPVCAndEphemeral: a filesystem PVC is its image file; an ephemeral
+// volume gets an overlay over it that leaves the PVC untouched.
+func TestPVCAndEphemeral(t *testing.T) {
+	p, _ := newPreparer(t)
+	l := p.Layout
+	ctx := context.Background()
+	for _, n := range []string{"data", "eph"} {
+		if err := os.MkdirAll(filepath.Dir(l.PVCDisk(n)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		run(t, "qemu-img", "create", "-q", "-f", "raw", l.PVCDisk(n), "4M")
+	}
+	pvc := func(claim string) k8sv1.PersistentVolumeClaimVolumeSource {
+		return k8sv1.PersistentVolumeClaimVolumeSource{ClaimName: claim}
+	}
+	vmi := vmiWith(
+		v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: pvc("c1")}}},
+		v1.Volume{Name: "eph", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{PersistentVolumeClaim: &k8sv1.PersistentVolumeClaimVolumeSource{ClaimName: "c2"}}}},
+		v1.Volume{Name: "hot", VolumeSource: v1.VolumeSource{DataVolume: &v1.DataVolumeSource{Name: "dv", Hotpluggable: true}}},
+	)
+	vols, err := p.Gather(ctx, vmi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := vols["data"]; !ok || v.Block {
+		t.Errorf("data: %+v %v", v, ok)
+	}
+	if v := vols["eph"]; v.BackingFormat != "raw" || v.Block {
+		t.Errorf("eph: %+v", v)
+	}
+	if _, ok := vols["hot"]; ok {
+		t.Error("facts for a hotplug volume that is not attached yet")
+	}
+	if err := p.Prepare(ctx, vmi, vols); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "qemu-io", "-c", "write -P 0x11 0 4k", l.DiskOverlay("eph"))
+	run(t, "qemu-io", "-f", "raw", "-c", "read -P 0 0 4k", l.PVCDisk("eph"))
+	if info := run(t, "qemu-img", "info", "-U", l.DiskOverlay("eph")); !strings.Contains(info, "backing file: "+l.PVCDisk("eph")) {
+		t.Errorf("ephemeral overlay:\n%s", info)
+	}
+
+	// A block-mode PVC whose device node is missing is a clear error.
+	block := k8sv1.PersistentVolumeBlock
+	vmi.Status.VolumeStatus = []v1.VolumeStatus{{Name: "data", PersistentVolumeClaimInfo: &v1.PersistentVolumeClaimInfo{VolumeMode: &block}}}
+	if _, err := p.Gather(ctx, vmi); err == nil || !strings.Contains(err.Error(), "volume data: block volume: /dev/data is not a block device") {
+		t.Errorf("Gather of a block PVC without its device: %v", err)
+	}
+	// So is a PVC with no image.
+	vmi = vmiWith(v1.Volume{Name: "nothere", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: pvc("c3")}}})
+	if _, err := p.Gather(ctx, vmi); err == nil || !strings.Contains(err.Error(), "volume nothere: neither block device /dev/nothere nor image") {
+		t.Errorf("Gather of a missing PVC: %v", err)
+	}
+}

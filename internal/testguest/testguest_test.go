@@ -398,3 +398,59 @@ func TestParseDHCP(t *testing.T) {
 		t.Errorf("FindMarker = %q, %v", got, ok)
 	}
 }
+
+func TestBuildErrors(t *testing.T) {
+	ctx := context.Background()
+	empty := t.TempDir()
+	if _, err := (Sources{BootDir: empty}).Build(ctx, t.TempDir()); err == nil || !strings.Contains(err.Error(), "install linux-image-amd64") {
+		t.Errorf("no kernel: %v", err)
+	}
+	// A dynamically linked "busybox" is refused: the initramfs has no libc.
+	if _, err := os.Stat("/bin/sh"); err == nil {
+		if _, err := (Sources{Busybox: "/bin/sh"}).Build(ctx, t.TempDir()); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+			t.Errorf("dynamic busybox: %v", err)
+		}
+	}
+}
+
+// BenchmarkBoot boots the guest until it powers off by itself and reports
+// the time to the first marker and to VL-READY.
+func BenchmarkBoot(b *testing.B) {
+	g, err := Build(context.Background(), DefaultCacheDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	root := filepath.Join(dir, "root.img")
+	var booted, ready time.Duration
+	for i := 0; i < b.N; i++ {
+		if err := g.CopyRootDisk(root); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		cmd := exec.Command("qemu-system-x86_64", "-accel", "tcg", "-M", "q35", "-m", "256", "-display", "none", "-no-reboot",
+			"-serial", "stdio", "-monitor", "none", "-nic", "none", "-kernel", g.Kernel, "-initrd", g.Initrd,
+			"-append", DefaultCmdline+" "+OptPowerOff+" "+OptNoShell, "-drive", "file="+root+",if=virtio,format=raw")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			switch l := sc.Text(); {
+			case strings.Contains(l, MarkerBooted):
+				booted += time.Since(start)
+			case strings.Contains(l, MarkerReady):
+				ready += time.Since(start)
+			}
+		}
+		if err := cmd.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(booted.Seconds()/float64(b.N), "s-to-booted")
+	b.ReportMetric(ready.Seconds()/float64(b.N), "s-to-ready")
+}
