@@ -22,6 +22,11 @@ var update = flag.Bool("update", false, "rewrite testdata/golden/*.xml from the 
 // launcher would have gathered (disk formats, block volumes, PCI addresses).
 var goldenFacts = map[string]func(*facts.Context){
 	"fedora-emulated.yaml": func(c *facts.Context) { c.Emulation = true },
+	"arm64.yaml": func(c *facts.Context) {
+		c.Arch = "arm64"
+		c.EFI = facts.EFI{Code: "/usr/share/AAVMF/AAVMF_CODE.fd", Vars: "/usr/share/AAVMF/AAVMF_VARS.fd"}
+	},
+	"s390x.yaml": func(c *facts.Context) { c.Arch = "s390x" },
 	"fedora.yaml": func(c *facts.Context) {
 		c.Volumes = map[string]facts.Volume{"containerdisk": {BackingFormat: "qcow2"}}
 		c.Interfaces = map[string]facts.Interface{"default": {MAC: "0a:58:0a:f4:00:2a", MTU: 1450}}

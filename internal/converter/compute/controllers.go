@@ -44,13 +44,16 @@ func (c Controllers) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.D
 			Type: "virtio-serial", Index: uintPtr(0), Model: virtioModel(vmi, c.Ctx),
 		})
 	}
-	n := hotplugRootPorts(vmi, dom, a)
-	next := uint(1)
-	for i := 0; i < n && next <= maxRootPortIndex; i++ {
-		devs.Controllers = append(devs.Controllers, libvirtxml.DomainController{
-			Type: "pci", Index: uintPtr(next), Model: "pcie-root-port",
-		})
-		next++
+	if spare := SpareRootPorts(vmi, c.Ctx, dom); spare > 0 {
+		// libvirt puts every PCIe device without an address on the first
+		// free root port, so ports for the devices come first and the
+		// spare ones after them stay empty.
+		n := min(spare+rootPortDevices(devs), maxRootPortIndex)
+		for i := 1; i <= n; i++ {
+			devs.Controllers = append(devs.Controllers, libvirtxml.DomainController{
+				Type: "pci", Index: uintPtr(uint(i)), Model: "pcie-root-port",
+			})
+		}
 	}
 	return nil
 }
@@ -83,13 +86,14 @@ func hasSCSIDisk(devs *libvirtxml.DomainDeviceList) bool {
 	return false
 }
 
-// hotplugRootPorts is KubeVirt's count of free root ports (B.8): P slots kept
-// for NICs plus E extra ports, so that the PCIe topology leaves room for
-// hotplugged NICs and disks. KubeVirt gets the P ports by defining the domain
-// with placeholder NICs; adding the ports directly gives the same count with
-// one define.
-func hotplugRootPorts(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain, a string) int {
-	if a != "amd64" && a != "arm64" {
+// SpareRootPorts is KubeVirt's count of root ports left free for hotplug
+// (B.8): P slots kept for NICs plus E extra ports. KubeVirt gets them by
+// defining the domain with placeholder NICs and redefining; here they are
+// written directly, after one port per device that needs one. It is 0 off
+// q35/virt machines and on s390x. The domain's own pcie-root-ports are not
+// counted, so it gives the same answer before and after Controllers runs.
+func SpareRootPorts(vmi *v1.VirtualMachineInstance, c *facts.Context, dom *libvirtxml.Domain) int {
+	if a := facts.Arch(vmi, c); a != "amd64" && a != "arm64" {
 		return 0
 	}
 	machine := ""
@@ -117,7 +121,7 @@ func hotplugRootPorts(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain, a 
 	if guestMemoryBytes(vmi) > 2<<30 {
 		t, m = 16, 6
 	}
-	e := max(0, max(t-pciDevices(dom.Devices), m)-p)
+	e := max(0, max(t-pciDevices(devices(dom)), m)-p)
 	return p + e
 }
 
@@ -130,7 +134,7 @@ func pciDevices(devs *libvirtxml.DomainDeviceList) int {
 		}
 	}
 	for _, c := range devs.Controllers {
-		if c.Type == "pci" && (c.Model == "pci-root" || c.Model == "pcie-root" ||
+		if c.Type == "pci" && (c.Model == "pci-root" || c.Model == "pcie-root" || c.Model == "pcie-root-port" ||
 			strings.Contains(c.Model, "expander")) {
 			continue
 		}
@@ -147,6 +151,84 @@ func pciDevices(devs *libvirtxml.DomainDeviceList) int {
 		}
 	}
 	if devs.MemBalloon != nil && devs.MemBalloon.Model != "none" {
+		n++
+	}
+	return n
+}
+
+// conventionalPCI are device models QEMU has only as conventional PCI: on q35
+// libvirt puts them behind one pcie-to-pci-bridge, which takes a root port.
+var conventionalPCI = map[string]bool{
+	"e1000": true, "rtl8139": true, "ne2k_pci": true, "pcnet": true,
+	"i6300esb": true, "ac97": true, "virtio-transitional": true,
+}
+
+// rootPortDevices counts the devices libvirt will place on a pcie-root-port
+// of a q35 machine: PCIe endpoints without an address of their own, plus one
+// for the pcie-to-pci-bridge when there are conventional PCI devices. It
+// matches libvirt 9.0 (checked by defining every golden domain in the real
+// daemon); if it counted low, libvirt would take spare ports for devices.
+func rootPortDevices(devs *libvirtxml.DomainDeviceList) int {
+	n, legacy := 0, false
+	add := func(model string, addr *libvirtxml.DomainAddress) {
+		if addr != nil && addr.PCI != nil {
+			return
+		}
+		if conventionalPCI[model] {
+			legacy = true
+			return
+		}
+		n++
+	}
+	for _, i := range devs.Interfaces {
+		model := ""
+		if i.Model != nil {
+			model = i.Model.Type
+		}
+		add(model, i.Address)
+	}
+	for _, d := range devs.Disks {
+		if d.Target != nil && d.Target.Bus == "virtio" {
+			add(d.Model, d.Address)
+		}
+	}
+	for _, c := range devs.Controllers {
+		switch {
+		case c.Type == "pci" || c.Type == "sata" || c.Type == "ide" || (c.Type == "usb" && c.Model == "none"):
+		default:
+			add(c.Model, c.Address)
+		}
+	}
+	for _, h := range devs.Hostdevs {
+		if h.SubsysPCI != nil || h.SubsysMDev != nil {
+			add("", h.Address)
+		}
+	}
+	for _, in := range devs.Inputs {
+		if in.Bus == "virtio" {
+			add(in.Model, in.Address)
+		}
+	}
+	for _, r := range devs.RNGs {
+		add(r.Model, r.Address)
+	}
+	if b := devs.MemBalloon; b != nil && b.Model != "none" {
+		add(b.Model, b.Address)
+	}
+	for _, w := range devs.Watchdogs {
+		add(w.Model, w.Address)
+	}
+	for _, s := range devs.Sounds {
+		if s.Model != "ich9" { // ich9 is an integrated device on the root complex
+			add(s.Model, s.Address)
+		}
+	}
+	for _, v := range devs.Videos {
+		if v.Model.Type == "virtio" {
+			add("", v.Address) // vga/bochs sit on the root complex
+		}
+	}
+	if legacy {
 		n++
 	}
 	return n

@@ -42,22 +42,35 @@ func nics(n int) func(*v1.VirtualMachineInstance) {
 
 func TestControllers(t *testing.T) {
 	convtest.Run(t, []convtest.Case{
-		// pciDevices = disk + usb(none) + scsi + virtio-serial + balloon = 5;
-		// no NICs so P = 0; E = max(8-5, 3) = 3.
-		{Name: "no nics", Check: wantRootPorts(3), Contains: []string{
+		// Ports = one per PCIe device (disk, scsi, virtio-serial, balloon: 4)
+		// plus the spare ones. pciDevices = disk + usb(none) + scsi +
+		// virtio-serial + balloon = 5; no NICs so P = 0; E = max(8-5, 3) = 3.
+		{Name: "no nics", Check: wantRootPorts(4 + 3), Contains: []string{
 			`<controller type="usb" index="0" model="none">`, `<controller type="scsi" index="0" model="virtio-non-transitional">`,
 			`<controller type="virtio-serial" index="0" model="virtio-non-transitional">`}},
 		// one NIC: P = 3, pci = 6, E = max(max(2,3)-3, 0) = 0.
-		{Name: "one nic", VMI: nics(1), Check: wantRootPorts(3)},
+		{Name: "one nic", VMI: nics(1), Check: wantRootPorts(5 + 3)},
 		// 5 NICs: P = 0, pci = 10, E = max(-2, 3) = 3.
-		{Name: "five nics", VMI: nics(5), Check: wantRootPorts(3)},
+		{Name: "five nics", VMI: nics(5), Check: wantRootPorts(9 + 3)},
 		// >2GiB: T/M = 16/6; no NICs: E = max(16-5, 6) = 11.
-		{Name: "big memory", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Guest = q("4Gi") }, Check: wantRootPorts(11)},
+		{Name: "big memory", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Guest = q("4Gi") }, Check: wantRootPorts(4 + 11)},
 		// Annotation: P = 6-1 = 5; pci = 6; E = max(max(2,3)-5, 0) = 0.
 		{Name: "slot annotation", VMI: func(v *v1.VirtualMachineInstance) {
 			nics(1)(v)
 			v.Annotations = map[string]string{"kubevirt.io/pci-interface-slot-count": "6"}
-		}, Check: wantRootPorts(5)},
+		}, Check: wantRootPorts(5 + 5)},
+		// Conventional PCI devices share one pcie-to-pci-bridge port: e1000
+		// and i6300esb add 1 device port, the NIC makes P = 3, pci = 7 with
+		// the watchdog, E = 0.
+		{Name: "conventional pci devices", VMI: func(v *v1.VirtualMachineInstance) {
+			nics(1)(v)
+			v.Spec.Domain.Devices.Interfaces[0].Model = "e1000"
+			v.Spec.Domain.Devices.Watchdog = &v1.Watchdog{Name: "w", WatchdogDevice: v1.WatchdogDevice{I6300ESB: &v1.I6300ESBWatchdog{}}}
+		}, Check: wantRootPorts(5 + 3)},
+		{Name: "at most 31", VMI: func(v *v1.VirtualMachineInstance) {
+			nics(26)(v)
+			v.Spec.Domain.Memory.Guest = q("4Gi")
+		}, Check: wantRootPorts(31)},
 		{Name: "not on i440fx", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Machine.Type = "pc" }, Check: wantRootPorts(0)},
 		{Name: "hotplug disabled drops scsi", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Devices.DisableHotplug = true },
 			Absent: []string{`type="scsi"`}},
