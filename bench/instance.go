@@ -1,0 +1,652 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	v1 "kubevirt.io/api/core/v1"
+
+	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+type ids struct{ uid, gid int }
+
+func lookupUser(name string) (ids, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return ids{}, fmt.Errorf("user %q (scripts/install-deps creates it): %w", name, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if uid == 0 {
+		return ids{}, fmt.Errorf("user %q is root; launchers run unprivileged", name)
+	}
+	return ids{uid, gid}, nil
+}
+
+// stamped is one notify event with the time the bench received it.
+type stamped struct {
+	at      time.Time
+	typ     string
+	status  string
+	deleted bool
+}
+
+// instance is one launcher run driven the way virt-handler drives it: a
+// pod-like work directory, a notify server on the share dir's
+// domain-notify-pipe.sock, the monitor started as the unprivileged user,
+// the command socket for Sync and the lifecycle verbs, and the serial
+// console read for the guest's markers.
+type instance struct {
+	env    *env
+	name   string
+	dir    string
+	lay    layout.Layout
+	vmi    *v1.VirtualMachineInstance
+	notify *notifytest.Server
+	client *cmdclient.Client
+
+	mon      *exec.Cmd
+	exited   chan struct{}
+	exitErr  error
+	exitAt   time.Time
+	launcher proc // the launcher process once found
+	// launcherExitAt is when the launcher process was gone (under mu).
+	launcherExitAt time.Time
+
+	// Timestamps, all from the monitor's exec.
+	execAt                 time.Time
+	libvirtSockAt, readyAt time.Time
+	syncSentAt, syncDoneAt time.Time
+
+	mu     sync.Mutex
+	events []stamped
+	evCh   chan struct{} // closed and replaced on every event
+
+	console *console
+}
+
+// newInstance lays out a work directory for the test guest named name. A
+// non-empty seed is a capability cache directory copied into the daemon's
+// XDG cache before start.
+func newInstance(ctx context.Context, e *env, name, seed string) (*instance, error) {
+	// Short names: libvirt builds unix socket paths under the private dir
+	// from it and the domain name, and sun_path holds 107 bytes.
+	dir, err := os.MkdirTemp(e.workRoot, "")
+	if err != nil {
+		return nil, fmt.Errorf("work dir: %w", err)
+	}
+	in := &instance{env: e, name: name, dir: dir, lay: layout.Under(dir), evCh: make(chan struct{})}
+	if err := in.prepare(ctx, seed); err != nil {
+		in.cleanup()
+		return nil, err
+	}
+	return in, nil
+}
+
+func (in *instance) prepare(ctx context.Context, seed string) error {
+	manifest := filepath.Join(in.dir, "vmi.yaml")
+	out, err := exec.CommandContext(ctx, filepath.Join(in.env.binDir, "vlctl"), "testguest", "--no-network", "--name", in.name).Output()
+	if err != nil {
+		return fmt.Errorf("vlctl testguest: %w", exitText(err))
+	}
+	if err := os.WriteFile(manifest, out, 0o644); err != nil {
+		return err
+	}
+	v, err := vmi.LoadFile(manifest, vmi.Options{})
+	if err != nil {
+		return err
+	}
+	in.vmi = v
+	l := in.lay
+	for _, d := range []string{l.ShareDir, l.SocketsDir(), l.PrivateDir, l.EphemeralDiskDir,
+		l.ContainerDiskDir, l.KernelBootDir(), l.HotplugDiskDir, l.LibvirtRunDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	if err := in.linkImages(); err != nil {
+		return err
+	}
+	if seed != "" {
+		if err := copyDir(seed, in.capsDir()); err != nil {
+			return fmt.Errorf("seed capability cache: %w", err)
+		}
+	}
+	if err := chownTree(in.dir, in.env.owner); err != nil {
+		return err
+	}
+	if err := os.Chmod(in.dir, 0o750); err != nil {
+		return err
+	}
+	// virt-handler's notify server. The launcher runs as the unprivileged
+	// user, so the socket must be writable by it.
+	ns, err := notifytest.Start(l.NotifySocket())
+	if err != nil {
+		return err
+	}
+	in.notify = ns
+	if err := os.Chown(l.NotifySocket(), in.env.owner.uid, in.env.owner.gid); err != nil {
+		return fmt.Errorf("chown notify socket: %w", err)
+	}
+	go in.recordEvents(ctx)
+	return nil
+}
+
+// capsDir is where the session daemon keeps its QEMU capability cache,
+// with XDG_CACHE_HOME the private dir (internal/launcher's libvirtdConfig).
+func (in *instance) capsDir() string { return capsCacheDir(in.lay.PrivateDir) }
+
+// capsCacheDir is the capability cache of a session daemon with the given
+// XDG_CACHE_HOME: libvirt's QEMU driver puts its cache dir at
+// $XDG_CACHE_HOME/libvirt/qemu/cache and the probe results in
+// "capabilities" below it (one XML per QEMU binary, named by a hash of
+// its path). libvirtd.Config.CapabilitiesCacheDir leaves out the "cache"
+// element, so it is not used here.
+func capsCacheDir(cacheHome string) string {
+	return filepath.Join(cacheHome, "libvirt", "qemu", "cache", "capabilities")
+}
+
+func (in *instance) linkImages() error {
+	for i, vol := range in.vmi.Spec.Volumes {
+		if vol.ContainerDisk != nil {
+			if err := os.Symlink(vol.ContainerDisk.Image, in.lay.ContainerDiskImage(i)); err != nil {
+				return fmt.Errorf("link container disk: %w", err)
+			}
+		}
+	}
+	fw := in.vmi.Spec.Domain.Firmware
+	if fw == nil || fw.KernelBoot == nil || fw.KernelBoot.Container == nil {
+		return errors.New("test guest manifest has no kernelBoot container")
+	}
+	c := fw.KernelBoot.Container
+	for _, p := range []string{c.KernelPath, c.InitrdPath} {
+		if err := os.Symlink(filepath.Join(c.Image, p), filepath.Join(in.lay.KernelBootDir(), filepath.Base(p))); err != nil {
+			return fmt.Errorf("link kernel boot file: %w", err)
+		}
+	}
+	return nil
+}
+
+// recordEvents stamps every notify event as it arrives.
+func (in *instance) recordEvents(ctx context.Context) {
+	for n := 1; ; n++ {
+		evs, err := in.notify.WaitFor(ctx, n)
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		in.mu.Lock()
+		for _, e := range evs[len(in.events):] {
+			if e.Domain == nil {
+				continue
+			}
+			s := stamped{at: now, typ: e.EventType, status: e.Domain.Status.Status, deleted: e.Domain.ObjectMeta.DeletionTimestamp != nil}
+			in.events = append(in.events, s)
+		}
+		// Keep the count aligned with the server's, also for K8s events.
+		for len(in.events) < len(evs) {
+			in.events = append(in.events, stamped{at: now, typ: "K8S"})
+		}
+		close(in.evCh)
+		in.evCh = make(chan struct{})
+		in.mu.Unlock()
+		n = len(evs)
+	}
+}
+
+// waitEvent waits for the first event after since that match accepts.
+func (in *instance) waitEvent(ctx context.Context, since time.Time, what string, match func(stamped) bool) (time.Time, error) {
+	for {
+		in.mu.Lock()
+		for _, e := range in.events {
+			if !e.at.Before(since) && match(e) {
+				in.mu.Unlock()
+				return e.at, nil
+			}
+		}
+		ch := in.evCh
+		in.mu.Unlock()
+		select {
+		case <-ch:
+		case <-in.exited:
+			// A last check: the event may have come with the exit.
+			in.mu.Lock()
+			for _, e := range in.events {
+				if !e.at.Before(since) && match(e) {
+					in.mu.Unlock()
+					return e.at, nil
+				}
+			}
+			in.mu.Unlock()
+			return time.Time{}, in.withLog(fmt.Errorf("launcher exited (%v) before event %s", in.exitErr, what))
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("waiting for event %s: %w", what, ctx.Err())
+		}
+	}
+}
+
+func isStatus(s string) func(stamped) bool {
+	return func(e stamped) bool { return e.status == s && !e.deleted }
+}
+
+// start execs the monitor as the unprivileged user with the flags
+// internal/standalone passes, and watches its sockets appear.
+func (in *instance) start() error {
+	l := in.lay
+	grace := vmi.GracePeriodSeconds(in.vmi)
+	args := []string{
+		"--qemu-timeout", "5m",
+		"--name", in.vmi.Name, "--namespace", in.vmi.Namespace, "--uid", string(in.vmi.UID),
+		"--kubevirt-share-dir", l.ShareDir,
+		"--ephemeral-disk-dir", l.EphemeralDiskDir,
+		"--container-disk-dir", l.ContainerDiskDir,
+		"--hotplug-disk-dir", l.HotplugDiskDir,
+		"--private-dir", l.PrivateDir,
+		"--libvirt-run-dir", l.LibvirtRunDir,
+		"--grace-period-seconds", strconv.FormatInt(grace+15, 10),
+		"--run-as-nonroot", "--allow-emulation", "--force-emulation",
+	}
+	logFile, err := os.OpenFile(in.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(filepath.Join(in.env.binDir, "virt-launcher-monitor"), args...)
+	cmd.Env = append(os.Environ(), "VIRT_LAUNCHER_BIN="+filepath.Join(in.env.binDir, "virt-launcher"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir = in.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: uint32(in.env.owner.uid), Gid: uint32(in.env.owner.gid)},
+		Setpgid:    true,
+		Pdeathsig:  syscall.SIGTERM,
+	}
+	in.execAt = time.Now()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start monitor: %w", err)
+	}
+	in.mon = cmd
+	in.exited = make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		in.exitAt = time.Now()
+		in.exitErr = err
+		close(in.exited)
+	}()
+	return nil
+}
+
+func (in *instance) logPath() string { return filepath.Join(in.dir, "launcher.log") }
+
+// libvirtSocket is the session daemon's socket: XDG_RUNTIME_DIR is the
+// libvirt run dir (its base is not "libvirt"), sockets go to <it>/libvirt.
+func (in *instance) libvirtSocket() string {
+	return filepath.Join(in.lay.LibvirtRunDir, "libvirt", "libvirt-sock")
+}
+
+// waitReady polls (every 0.5 ms) for the libvirt socket and launcher-sock,
+// then dials the command socket.
+func (in *instance) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		now := time.Now()
+		if in.libvirtSockAt.IsZero() && exists(in.libvirtSocket()) {
+			in.libvirtSockAt = now
+		}
+		if exists(in.lay.ReadySocket()) {
+			in.readyAt = now
+			break
+		}
+		select {
+		case <-in.exited:
+			return in.withLog(fmt.Errorf("launcher exited before ready: %v", in.exitErr))
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		if now.After(deadline) {
+			return in.withLog(errors.New("launcher not ready after 90 s"))
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+	c, err := cmdclient.Dial(ctx, in.lay.ReadySocket())
+	if err != nil {
+		return fmt.Errorf("dial launcher: %w", err)
+	}
+	in.client = c
+	return nil
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// syncOpts are the options virt-handler sends with every Sync.
+func syncOpts() *cmdv1.VirtualMachineOptions {
+	return &cmdv1.VirtualMachineOptions{
+		VirtualMachineSMBios:  &cmdv1.SMBios{Manufacturer: "KubeVirt", Family: "KubeVirt", Product: "None"},
+		MemBalloonStatsPeriod: 10,
+	}
+}
+
+// firstSync sends the first Sync and starts reading the console at once.
+func (in *instance) firstSync(ctx context.Context) error {
+	in.console = newConsole(in.lay.SerialSocket(string(in.vmi.UID)))
+	in.syncSentAt = time.Now()
+	go in.console.run(ctx, in.exited)
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	err := in.client.Sync(sctx, in.vmi, syncOpts())
+	in.syncDoneAt = time.Now()
+	if err != nil {
+		return in.withLog(fmt.Errorf("sync: %w", err))
+	}
+	return nil
+}
+
+// repeatSync times a Sync of the running domain.
+func (in *instance) repeatSync(ctx context.Context) (time.Duration, error) {
+	sctx, cancel := context.WithTimeout(ctx, cmdclient.LongTimeout)
+	defer cancel()
+	t := time.Now()
+	if err := in.client.Sync(sctx, in.vmi, syncOpts()); err != nil {
+		return 0, fmt.Errorf("repeated sync: %w", err)
+	}
+	return time.Since(t), nil
+}
+
+// findLauncher remembers the launcher process, to time its exit.
+func (in *instance) findLauncher() {
+	for _, p := range procsUnder(in.dir) {
+		if roleOf(p) == roleLauncher {
+			in.launcher = p
+			return
+		}
+	}
+}
+
+// shutdownAndDelete does what virt-handler does when a VMI is deleted and
+// the guest cooperates: ACPI shutdown, wait for Shutoff, then (after
+// between, if set) Delete, and waits for the launcher's end. It returns the
+// stamps of each step.
+type endStamps struct {
+	shutdownSent, shutoff, deleteSent, finalEvent, launcherExit, monitorExit time.Time
+}
+
+func (in *instance) shutdownAndDelete(ctx context.Context, between func() error) (endStamps, error) {
+	var s endStamps
+	in.findLauncher()
+	sctx, cancel := context.WithTimeout(ctx, cmdclient.LongTimeout)
+	s.shutdownSent = time.Now()
+	err := in.client.Shutdown(sctx, in.vmi)
+	cancel()
+	if err != nil {
+		return s, fmt.Errorf("shutdown: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	s.shutoff, err = in.waitEvent(wctx, s.shutdownSent, "Shutoff", isStatus("Shutoff"))
+	cancel()
+	if err != nil {
+		return s, err
+	}
+	if between != nil {
+		if err := between(); err != nil {
+			return s, err
+		}
+	}
+	go in.watchLauncherExit()
+	dctx, cancel := context.WithTimeout(ctx, cmdclient.LongTimeout)
+	s.deleteSent = time.Now()
+	err = in.client.Delete(dctx, in.vmi)
+	cancel()
+	if err != nil && !cmdclient.IsDisconnected(err) {
+		return s, fmt.Errorf("delete: %w", err)
+	}
+	wctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s.finalEvent, err = in.waitEvent(wctx, s.shutoff, "final (deleted)", func(e stamped) bool { return e.deleted })
+	if err != nil {
+		return s, err
+	}
+	select {
+	case <-in.exited:
+	case <-wctx.Done():
+		return s, in.withLog(errors.New("launcher did not exit within 30 s of Delete"))
+	}
+	s.monitorExit = in.exitAt
+	in.mu.Lock()
+	s.launcherExit = in.launcherExitAt
+	in.mu.Unlock()
+	if in.exitErr != nil {
+		return s, in.withLog(fmt.Errorf("launcher ended with %v", in.exitErr))
+	}
+	return s, nil
+}
+
+// watchLauncherExit polls the launcher process every 0.5 ms.
+func (in *instance) watchLauncherExit() {
+	if in.launcher.pid == 0 {
+		return
+	}
+	for alive(in.launcher) {
+		select {
+		case <-in.exited:
+			in.mu.Lock()
+			in.launcherExitAt = in.exitAt
+			in.mu.Unlock()
+			return
+		default:
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+	in.mu.Lock()
+	in.launcherExitAt = time.Now()
+	in.mu.Unlock()
+}
+
+// withLog adds the end of the launcher's log to err.
+func (in *instance) withLog(err error) error {
+	b, rerr := os.ReadFile(in.logPath())
+	if rerr != nil || len(b) == 0 {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 12 {
+		lines = lines[len(lines)-12:]
+	}
+	return fmt.Errorf("%s [%s]: %w\nlast launcher log lines:\n%s", in.name, in.dir, err, strings.Join(lines, "\n"))
+}
+
+// cleanup stops whatever still runs of this instance and removes its
+// directory (unless -keep).
+func (in *instance) cleanup() {
+	if in.client != nil {
+		in.client.Close()
+	}
+	if in.mon != nil {
+		select {
+		case <-in.exited:
+		default:
+			in.mon.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-in.exited:
+			case <-time.After(40 * time.Second):
+			}
+		}
+	}
+	killUnder(in.dir, 10*time.Second)
+	if in.mon != nil {
+		select {
+		case <-in.exited:
+		case <-time.After(5 * time.Second):
+			syscall.Kill(-in.mon.Process.Pid, syscall.SIGKILL)
+			<-in.exited
+		}
+	}
+	if in.notify != nil {
+		in.notify.Stop()
+	}
+	if in.env.keep {
+		in.env.logf("kept %s", in.dir)
+		return
+	}
+	os.RemoveAll(in.dir)
+}
+
+func chownTree(root string, o ids) error {
+	return filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(p, o.uid, o.gid); err != nil {
+			return fmt.Errorf("chown %s: %w", p, err)
+		}
+		return nil
+	})
+}
+
+// copyDir copies the regular files of src into dst (created).
+func copyDir(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func exitText(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+	}
+	return err
+}
+
+// console reads the serial console and stamps the first line and the
+// guest's markers.
+type console struct {
+	sock string
+
+	mu        sync.Mutex
+	firstLine time.Time
+	markers   map[string]time.Time
+	buf       strings.Builder
+	changed   chan struct{}
+}
+
+func newConsole(sock string) *console {
+	return &console{sock: sock, markers: map[string]time.Time{}, changed: make(chan struct{})}
+}
+
+func (c *console) run(ctx context.Context, exited <-chan struct{}) {
+	var conn net.Conn
+	for conn == nil {
+		if cn, err := net.Dial("unix", c.sock); err == nil {
+			conn = cn
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-exited:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+	defer conn.Close()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-exited:
+		}
+		conn.Close()
+	}()
+	r := bufio.NewReader(conn)
+	for {
+		line, err := r.ReadString('\n')
+		now := time.Now()
+		if line != "" {
+			c.mu.Lock()
+			c.buf.WriteString(line)
+			if strings.HasSuffix(line, "\n") && c.firstLine.IsZero() && strings.TrimSpace(line) != "" {
+				c.firstLine = now
+			}
+			for _, m := range []string{testguest.MarkerBooted, testguest.MarkerReady, testguest.MarkerPowerButton, testguest.MarkerPowerOff} {
+				if _, ok := c.markers[m]; !ok && strings.Contains(line, m) {
+					c.markers[m] = now
+				}
+			}
+			close(c.changed)
+			c.changed = make(chan struct{})
+			c.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// wait waits for marker (or the first line when marker is "").
+func (c *console) wait(ctx context.Context, marker string) (time.Time, error) {
+	for {
+		c.mu.Lock()
+		t, ok := c.markers[marker]
+		if marker == "" {
+			t, ok = c.firstLine, !c.firstLine.IsZero()
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		if ok {
+			return t, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("console: waiting for %q: %w (console so far: %q)", marker, ctx.Err(), c.tail())
+		}
+	}
+}
+
+func (c *console) tail() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.buf.String()
+	if len(s) > 300 {
+		s = s[len(s)-300:]
+	}
+	return s
+}

@@ -1,0 +1,273 @@
+// Command bench is virtlauncher's benchmark suite (issue 6): it boots the
+// test guest through the real monitor, launcher, private libvirt daemon and
+// QEMU, the way virt-handler drives a launcher, and measures the helpers'
+// fixed memory, the time to ready and to a running guest (with the libvirt
+// capability cache cold and warm), the same domain through plain virsh as
+// the limit, the lifecycle verbs, ten VMIs at once, and the translator.
+// It prints a table and writes every figure (median and p95 over repeated
+// runs, with the samples) to a JSON file. It never fails on a timing.
+//
+// Run it as root from the repository root after `make build`:
+//
+//	go run ./bench [-quick] [-runs N] [-only runs,density,translator]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// env is what every measurement shares.
+type env struct {
+	binDir   string
+	workRoot string
+	owner    ids
+	keep     bool
+	verbose  bool
+	start    time.Time
+}
+
+func (e *env) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(e.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+type options struct {
+	quick      bool
+	runs       int
+	only       string
+	settle     time.Duration
+	density    int
+	out        string
+	corpus     string
+	benchRuns  int
+	allDensity bool
+}
+
+func main() {
+	testing.Init() // testing.Benchmark needs the testing flags registered
+	var o options
+	e := &env{start: time.Now()}
+	var user string
+	flag.BoolVar(&o.quick, "quick", false, "a short run for development: 2 runs per cache mode, 5 s settle, 3 VMIs for density, output to bench/out/")
+	flag.IntVar(&o.runs, "runs", 5, "launcher runs per cache mode (cold and warm)")
+	flag.StringVar(&o.only, "only", "", "run only these parts, comma-separated: runs, density, translator")
+	flag.DurationVar(&o.settle, "settle", 30*time.Second, "steady state after the guest booted before the memory sample")
+	flag.IntVar(&o.density, "density", 10, "VMIs started at once for the density figures")
+	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
+	flag.StringVar(&o.corpus, "corpus", "/work/shared/corpus/kubevirt-examples/vmi-fedora.yaml", "the translator's input")
+	flag.IntVar(&o.benchRuns, "translator-runs", 5, "testing.Benchmark repetitions for the translator")
+	flag.StringVar(&e.binDir, "bin", "bin", "directory with virt-launcher-monitor, virt-launcher and vlctl (make build)")
+	flag.StringVar(&e.workRoot, "work-root", "/run/vlb", "parent of the runs' work directories (short: unix socket paths are limited to 107 bytes)")
+	flag.StringVar(&user, "user", "virtlauncher", "the unprivileged user that runs the launchers, as vlctl run does")
+	flag.BoolVar(&e.keep, "keep", false, "keep the work directories for inspection")
+	flag.BoolVar(&e.verbose, "v", false, "more progress output")
+	flag.Parse()
+	if o.quick {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["runs"] {
+			o.runs = 2
+		}
+		if !set["settle"] {
+			o.settle = 5 * time.Second
+		}
+		if !set["density"] {
+			o.density = 3
+		}
+		if !set["out"] {
+			o.out = "bench/out/results.json"
+		}
+		if !set["translator-runs"] {
+			o.benchRuns = 2
+		}
+	}
+	if err := run(e, o, user); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(e *env, o options, user string) error {
+	parts := map[string]bool{"runs": true, "density": true, "translator": true}
+	if o.only != "" {
+		parts = map[string]bool{}
+		for _, p := range strings.Split(o.only, ",") {
+			p = strings.TrimSpace(p)
+			switch p {
+			case "runs", "density", "translator":
+				parts[p] = true
+			default:
+				return fmt.Errorf("-only: unknown part %q (want runs, density, translator)", p)
+			}
+		}
+	}
+	if o.runs < 1 || o.density < 1 || o.benchRuns < 1 {
+		return errors.New("-runs, -density and -translator-runs must be at least 1")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	r := newResults()
+	rep := report{Time: time.Now().UTC().Format(time.RFC3339), Host: hostInfo(), Config: config{
+		Runs: o.runs, SettleSeconds: o.settle.Seconds(), Density: o.density, Quick: o.quick, Only: o.only,
+		TranslatorRuns: o.benchRuns,
+	}}
+	var errs []error
+	if parts["runs"] || parts["density"] {
+		if os.Geteuid() != 0 {
+			return errors.New("the launcher parts need root (they start the monitor as the unprivileged user); use -only translator otherwise")
+		}
+		var err error
+		if e.owner, err = lookupUser(user); err != nil {
+			return err
+		}
+		if e.binDir, err = filepath.Abs(e.binDir); err != nil {
+			return err
+		}
+		for _, b := range []string{"virt-launcher-monitor", "virt-launcher", "vlctl"} {
+			if _, err := os.Stat(filepath.Join(e.binDir, b)); err != nil {
+				return fmt.Errorf("%w (run make build)", err)
+			}
+		}
+		if err := os.MkdirAll(e.workRoot, 0o755); err != nil {
+			return err
+		}
+		b := &bench{env: e, r: r, o: o}
+		defer b.cleanup()
+		if parts["runs"] {
+			if err := b.runs(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("runs: %w", err))
+			}
+			rep.Cache = b.cache
+			rep.Profile = b.profile
+		}
+		if parts["density"] && ctx.Err() == nil {
+			if err := b.densityRun(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("density: %w", err))
+			}
+		}
+	}
+	if parts["translator"] && ctx.Err() == nil {
+		e.logf("translator: %s", o.corpus)
+		if err := translator(r, o.corpus, o.benchRuns); err != nil {
+			errs = append(errs, fmt.Errorf("translator: %w", err))
+		}
+	}
+	for _, err := range errs {
+		first, _, _ := strings.Cut(err.Error(), "\nlast launcher log lines")
+		r.note("ERROR %s", first)
+	}
+	fmt.Println()
+	fmt.Printf("virtlauncher bench, %s, %d cores, %s\n", rep.Time, rep.Host.Cores, rep.Host.Libvirt)
+	r.print(os.Stdout)
+	rep.Figures = r.list()
+	rep.Notes = r.notes
+	rep.DurationSeconds = time.Since(e.start).Seconds()
+	rep.Host.LoadAvgEnd = loadavg()
+	fmt.Printf("load average: start %s, end %s\n", rep.Host.LoadAvgStart, rep.Host.LoadAvgEnd)
+	if err := writeJSON(o.out, rep); err != nil {
+		errs = append(errs, err)
+	} else {
+		fmt.Printf("results: %s (%.0f s)\n", o.out, rep.DurationSeconds)
+	}
+	return errors.Join(errs...)
+}
+
+type report struct {
+	Time            string     `json:"time"`
+	DurationSeconds float64    `json:"durationSeconds"`
+	Host            host       `json:"host"`
+	Config          config     `json:"config"`
+	Cache           *cacheInfo `json:"capabilityCache,omitempty"`
+	// Profile is where each process's memory goes: its largest mappings
+	// (KiB) at the last run's memory sample.
+	Profile map[string][]mapping `json:"memoryProfile,omitempty"`
+	Figures []*Figure            `json:"figures"`
+	Notes   []string             `json:"notes,omitempty"`
+}
+
+type host struct {
+	Cores    int    `json:"cores"`
+	CPU      string `json:"cpu"`
+	MemoryMB int64  `json:"memoryMiB"`
+	Kernel   string `json:"kernel"`
+	Go       string `json:"go"`
+	Libvirt  string `json:"libvirt"`
+	QEMU     string `json:"qemu"`
+	KVM      bool   `json:"kvm"`
+	// LoadAvg is /proc/loadavg at the start and at the end: the machine is
+	// shared, and other work running meanwhile shows in the timings.
+	LoadAvgStart string `json:"loadavgStart"`
+	LoadAvgEnd   string `json:"loadavgEnd"`
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.TrimSpace(string(b))
+}
+
+type config struct {
+	Runs           int     `json:"runsPerCacheMode"`
+	SettleSeconds  float64 `json:"settleSeconds"`
+	Density        int     `json:"densityVMIs"`
+	TranslatorRuns int     `json:"translatorRuns"`
+	Quick          bool    `json:"quick"`
+	Only           string  `json:"only,omitempty"`
+}
+
+func hostInfo() host {
+	h := host{Cores: runtime.NumCPU(), Go: runtime.Version(), KVM: false, LoadAvgStart: loadavg()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		h.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				h.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		fmt.Sscanf(strings.SplitN(string(b), "\n", 2)[0], "MemTotal: %d kB", &kb)
+		h.MemoryMB = kb / 1024
+	}
+	first := func(name string, args ...string) string {
+		out, err := exec.Command(name, args...).Output()
+		if err != nil {
+			return "unknown"
+		}
+		return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	}
+	h.Libvirt = first("/usr/sbin/libvirtd", "--version")
+	h.QEMU = first("qemu-system-x86_64", "--version")
+	return h
+}
+
+func writeJSON(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
