@@ -312,6 +312,41 @@ func TestArgsPassThrough(t *testing.T) {
 	}
 }
 
+// TestLauncherNextToMonitor checks the standalone fallback: without
+// VIRT_LAUNCHER_BIN and without /usr/bin/virt-launcher, the monitor runs
+// the virt-launcher installed beside it.
+func TestLauncherNextToMonitor(t *testing.T) {
+	if _, err := os.Stat(DefaultLauncherPath); err == nil {
+		t.Skipf("%s exists here; the fallback cannot be observed", DefaultLauncherPath)
+	}
+	dir := t.TempDir()
+	for src, dst := range map[string]string{monitorBin: "virt-launcher-monitor", fakeBin: "virt-launcher"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, dst), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(filepath.Join(dir, "virt-launcher-monitor"))
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, EnvLauncherBin+"=") {
+			env = append(env, e)
+		}
+	}
+	cmd.Env = append(env, "FAKE_EXIT=6")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 6 {
+		t.Fatalf("exit %v, want the fake launcher's 6; output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), filepath.Join(dir, "virt-launcher")) {
+		t.Errorf("log does not name the launcher beside the monitor:\n%s", out)
+	}
+}
+
 func TestHelp(t *testing.T) {
 	out, err := exec.Command(monitorBin, "--help").CombinedOutput()
 	if err != nil {
