@@ -80,8 +80,27 @@ func TestQemuTimeout(t *testing.T) {
 func TestQemuKilled(t *testing.T) {
 	t.Parallel()
 	p := bootPod(t, "killed", podOpts{}, "killed-1")
-	p.waitConsole(testguest.MarkerBooted, bootTimeout)
-	must(t, syscall.Kill(p.qemuPid(), syscall.SIGKILL))
+	p.waitConsole(testguest.MarkerReady, bootTimeout)
+	// First a hard reset over gRPC: the guest boots again from the same
+	// overlay, which remembers the first boot.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := p.client(ctx)
+	qpid := p.qemuPid()
+	if err := c.Reset(ctx, p.testVMI(t, "killed-1")); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	deadline := time.Now().Add(2 * bootTimeout)
+	for !strings.Contains(p.console(), testguest.MarkerBootCount+" 2") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second boot after Reset; console:\n%s", p.console())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p.qemuPid() != qpid {
+		t.Errorf("Reset replaced QEMU")
+	}
+	must(t, syscall.Kill(qpid, syscall.SIGKILL))
 	code := p.exitCode(60 * time.Second)
 	if code == 0 {
 		t.Fatalf("exit status 0 after QEMU was killed, want a failure")
@@ -108,7 +127,13 @@ func TestThreeLaunchers(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			c := p.client(ctx)
-			errs[i] = c.Sync(ctx, p.testVMI(t, fmt.Sprintf("three-%d-%s", i, p.uid[:8]), testguest.OptPowerOff), nil)
+			// Pods 0 and 1 power off by themselves; pod 2 is shut down
+			// over gRPC below.
+			var args []string
+			if i < 2 {
+				args = append(args, testguest.OptPowerOff)
+			}
+			errs[i] = c.Sync(ctx, p.testVMI(t, fmt.Sprintf("three-%d-%s", i, p.uid[:8]), args...), nil)
 		}(i, p)
 	}
 	wg.Wait()
@@ -117,6 +142,21 @@ func TestThreeLaunchers(t *testing.T) {
 			t.Fatalf("Sync of pod %d: %v", i, err)
 		}
 	}
+	// Pod 2: ShutdownVirtualMachine (ACPI), as virt-handler does; the
+	// first one records the deletion timestamp.
+	p2 := pods[2]
+	p2.waitConsole(testguest.MarkerReady, 2*bootTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c2 := p2.client(ctx)
+	if err := c2.Shutdown(ctx, p2.testVMI(t, "x")); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if d, _, err := c2.GetDomain(ctx); err != nil || d.Spec.Metadata.KubeVirt.GracePeriod == nil ||
+		d.Spec.Metadata.KubeVirt.GracePeriod.DeletionTimestamp == nil {
+		t.Errorf("no deletion timestamp after Shutdown: %v %+v", err, d)
+	}
+	p2.waitConsole(testguest.MarkerPowerButton, time.Minute)
 	for i, p := range pods {
 		p.waitConsole(testguest.MarkerPowerOff, 2*bootTimeout)
 		if code := p.exitCode(60 * time.Second); code != 0 {
