@@ -25,6 +25,8 @@
 //     (Hyper-V tlbflush direct/extended, discard_granularity, MSDM table),
 //     as are passt, slirp, macvtap, binding plugins, virtiofs, launch
 //     security and the supplementalPool I/O thread policy.
+//   - Not converted (not part of this launcher): the qemu command line
+//     (ignition, SeaBIOS debug log), IOMMUFD, NUMA passthrough and realtime.
 package converter
 
 import (
@@ -52,6 +54,7 @@ func Configurators(c *Context) []Configurator {
 		compute.Metadata{},
 		network.New(c),
 		compute.TPM{},
+		compute.VSOCK{Ctx: c},
 		compute.Channels{Ctx: c},
 		compute.Clock{},
 		compute.RNG{Ctx: c},

@@ -47,14 +47,14 @@ func TestConvertIsPure(t *testing.T) {
 }
 
 // TestConfiguratorOrder pins KubeVirt's order (B.1), minus the steps this
-// launcher does not have (VSOCK, launchSecurity, virtiofs, qemu command
+// launcher does not have (launchSecurity, virtiofs, qemu command
 // line, iothreads as a step of its own, IOMMUFD).
 func TestConfiguratorOrder(t *testing.T) {
 	var got []string
 	for _, s := range converter.Configurators(convtest.Context()) {
 		got = append(got, strings.TrimPrefix(fmt.Sprintf("%T", s), "compute."))
 	}
-	want := "Metadata network.configurator TPM Channels Clock RNG Input Balloon Graphics Sound hostdev.configurator Watchdog Console Panic Features SysInfo OS storage.configurator USBRedir Controllers CPU Memory MemoryBacking RebootPolicy Hypervisor"
+	want := "Metadata network.configurator TPM VSOCK Channels Clock RNG Input Balloon Graphics Sound hostdev.configurator Watchdog Console Panic Features SysInfo OS storage.configurator USBRedir Controllers CPU Memory MemoryBacking RebootPolicy Hypervisor"
 	if g := strings.Join(got, " "); g != want {
 		t.Errorf("order:\n got %s\nwant %s", g, want)
 	}

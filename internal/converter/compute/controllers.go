@@ -218,6 +218,9 @@ func rootPortDevices(devs *libvirtxml.DomainDeviceList) int {
 	for _, w := range devs.Watchdogs {
 		add(w.Model, w.Address)
 	}
+	if v := devs.VSock; v != nil {
+		add(v.Model, v.Address)
+	}
 	for _, s := range devs.Sounds {
 		if s.Model != "ich9" { // ich9 is an integrated device on the root complex
 			add(s.Model, s.Address)

@@ -2,7 +2,8 @@ package compute_test
 
 // Table tests of the small device configurators: one test per file
 // (tpm.go, channels.go, rng.go, input.go, balloon.go, graphics.go, sound.go,
-// watchdog.go, console.go, panic.go, usbredir.go, reboot.go, hypervisor.go).
+// watchdog.go, console.go, panic.go, usbredir.go, reboot.go, hypervisor.go,
+// vsock.go).
 
 import (
 	"testing"
@@ -194,5 +195,15 @@ func TestHypervisor(t *testing.T) {
 		{Name: "virtiofs refused", VMI: func(v *v1.VirtualMachineInstance) {
 			v.Spec.Domain.Devices.Filesystems = []v1.Filesystem{{Name: "fs", Virtiofs: &v1.FilesystemVirtiofs{}}}
 		}, Err: "spec.domain.devices.filesystems: virtiofs is not supported"},
+	})
+}
+
+func TestVSOCK(t *testing.T) {
+	convtest.Run(t, []convtest.Case{
+		{Name: "none", Absent: []string{"<vsock"}},
+		{Name: "cid from status", VMI: func(v *v1.VirtualMachineInstance) { v.Status.VSOCKCID = convtest.Ptr(uint32(123)) },
+			Contains: []string{`<vsock model="virtio-non-transitional">`, `<cid auto="no" address="123">`}},
+		{Name: "reserved cid", VMI: func(v *v1.VirtualMachineInstance) { v.Status.VSOCKCID = convtest.Ptr(uint32(2)) },
+			Err: "status.VSOCKCID: 2 is reserved"},
 	})
 }
