@@ -275,6 +275,7 @@ var catalogList = []spec{
 	{key: "density.ready", group: "density: VMIs started at once", label: "exec -> launcher-sock", unit: "ms"},
 	{key: "density.first_sync", group: "density: VMIs started at once", label: "first Sync (RPC)", unit: "ms"},
 	{key: "density.sync_running", group: "density: VMIs started at once", label: "Sync -> running", unit: "ms", target: "<= 3000", on: "p95", limit: 3000},
+	{key: "density.exec_running", group: "density: VMIs started at once", label: "exec -> running", unit: "ms"},
 	{key: "density.sync_booted", group: "density: VMIs started at once", label: "Sync -> guest VL-READY", unit: "ms"},
 	{key: "density.booted", group: "density: VMIs started at once", label: "guests booted", unit: "count"},
 	{key: "density.helpers.rss", group: "density: VMIs started at once", label: "helper RSS, all VMIs", unit: "MiB"},
