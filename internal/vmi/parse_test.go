@@ -177,6 +177,29 @@ spec:
 			},
 		},
 		{
+			name:    "timestamp that does not parse (leaf UnmarshalJSON)",
+			in:      strings.Replace(minimalVMI, "  name: testvmi\n", "  name: testvmi\n  creationTimestamp: yesterday\n", 1),
+			wantErr: []string{`metadata.creationTimestamp: invalid value "yesterday"`},
+		},
+		{
+			name: "null timestamp, as kubectl writes it",
+			in:   strings.Replace(minimalVMI, "  name: testvmi\n", "  name: testvmi\n  creationTimestamp: null\n", 1),
+		},
+		{
+			name:    "int-or-string given an object",
+			in:      minimalVMI + "  readinessProbe:\n    httpGet:\n      port: {a: 1}\n",
+			wantErr: []string{`spec.readinessProbe.httpGet.port: invalid value {"a":1}`},
+		},
+		{
+			name: "int-or-string as a name",
+			in:   minimalVMI + "  readinessProbe:\n    httpGet:\n      port: http\n",
+			check: func(t *testing.T, vmi *v1.VirtualMachineInstance) {
+				if vmi.Spec.ReadinessProbe.HTTPGet.Port.StrVal != "http" {
+					t.Errorf("port %+v", vmi.Spec.ReadinessProbe.HTTPGet.Port)
+				}
+			},
+		},
+		{
 			name:    "label value of the wrong type",
 			in:      strings.Replace(minimalVMI, "  name: testvmi\n", "  name: testvmi\n  labels:\n    tier: 3\n", 1),
 			wantErr: []string{"metadata.labels[tier]: wrong type: expected string, got number 3 (quote the value in YAML)"},
