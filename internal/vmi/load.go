@@ -1,8 +1,3 @@
-// Package vmi loads a VirtualMachineInstance the way a KubeVirt cluster
-// would have admitted it: strict YAML/JSON decoding (Parse), the defaults
-// KubeVirt's mutating webhook applies (SetDefaults), and the checks its
-// validating webhook and the launcher rely on (Validate). It touches nothing
-// outside the bytes it is given, except LoadFile, which reads one file.
 package vmi
 
 import (
