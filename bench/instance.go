@@ -73,9 +73,9 @@ type instance struct {
 	launcherExitAt time.Time
 
 	// Timestamps, all from the monitor's exec.
-	execAt                 time.Time
-	libvirtSockAt, readyAt time.Time
-	syncSentAt, syncDoneAt time.Time
+	execAt                                 time.Time
+	virtlogdSockAt, libvirtSockAt, readyAt time.Time
+	syncSentAt, syncDoneAt                 time.Time
 
 	mu     sync.Mutex
 	events []stamped
@@ -308,6 +308,9 @@ func (in *instance) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		now := time.Now()
+		if in.virtlogdSockAt.IsZero() && exists(filepath.Join(filepath.Dir(in.libvirtSocket()), "virtlogd-sock")) {
+			in.virtlogdSockAt = now
+		}
 		if in.libvirtSockAt.IsZero() && exists(in.libvirtSocket()) {
 			in.libvirtSockAt = now
 		}

@@ -109,6 +109,7 @@ func (b *bench) fullRun(ctx context.Context, i int, warm bool) error {
 	if err != nil {
 		return err
 	}
+	r.between(mode+".virtlogd_sock", in.execAt, in.virtlogdSockAt)
 	r.between(mode+".libvirt_sock", in.execAt, in.libvirtSockAt)
 	r.between(mode+".ready", in.execAt, in.readyAt)
 	r.between(mode+".first_sync", in.syncSentAt, in.syncDoneAt)
