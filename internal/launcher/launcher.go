@@ -245,12 +245,13 @@ func (l *Launcher) libvirtdConfig(root bool) libvirtd.Config {
 		runtimeDir = filepath.Dir(run)
 	}
 	return libvirtd.Config{
-		Dir:        l.layout.LibvirtDir(),
-		RuntimeDir: runtimeDir,
-		CacheHome:  l.layout.PrivateDir,
-		Root:       root,
-		LogFilters: l.opts.LibvirtLogFilters,
-		Debug:      l.opts.Verbosity > 5 || os.Getenv("LIBVIRT_DEBUG_LOGS") == "1",
+		Dir:         l.layout.LibvirtDir(),
+		RuntimeDir:  runtimeDir,
+		CacheHome:   l.layout.PrivateDir,
+		Root:        root,
+		LogFilters:  l.opts.LibvirtLogFilters,
+		CapsSeedDir: l.opts.QemuCapsCache,
+		Debug:       l.opts.Verbosity > 5 || os.Getenv("LIBVIRT_DEBUG_LOGS") == "1",
 	}
 }
 

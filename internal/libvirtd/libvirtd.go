@@ -133,6 +133,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 			}
 		}
 	}
+	if cfg.CapsSeedDir != "" {
+		if n, err := copyXML(cfg.CapsSeedDir, cfg.CapabilitiesCacheDir(), cfg.Credential); err != nil {
+			log.Warn("seed the QEMU capability cache", "reason", err.Error())
+		} else if n > 0 {
+			log.Info("seeded the QEMU capability cache", "files", n, "from", cfg.CapsSeedDir)
+		}
+		if cr := cfg.Credential; cr != nil && !cfg.Root {
+			// The daemon runs as that user and must own what we created.
+			for d := cfg.CapabilitiesCacheDir(); strings.HasPrefix(d, cfg.cacheHome()+"/"); d = filepath.Dir(d) {
+				_ = os.Chown(d, int(cr.Uid), int(cr.Gid))
+			}
+		}
+	}
 	if cfg.Root {
 		if err := writeAtomic("/etc/libvirt/qemu.conf", cfg.qemuConf()); err != nil {
 			return nil, fmt.Errorf("root mode: %w", err)
@@ -200,12 +213,7 @@ func (d *Daemon) URI() string {
 }
 
 // CapabilitiesCacheDir is the daemon's QEMU capability cache.
-func (d *Daemon) CapabilitiesCacheDir() string {
-	if d.cfg.Root {
-		return "/var/cache/libvirt/qemu/capabilities"
-	}
-	return d.cfg.CapabilitiesCacheDir()
-}
+func (d *Daemon) CapabilitiesCacheDir() string { return d.cfg.CapabilitiesCacheDir() }
 
 // LogDir is where libvirt writes each domain's QEMU log (<domain>.log).
 func (d *Daemon) LogDir() string {
@@ -237,7 +245,61 @@ func (d *Daemon) Stop(ctx context.Context) error {
 		}
 	}
 	d.wg.Wait()
+	if d.cfg.CapsSeedDir != "" {
+		if n, err := copyXML(d.cfg.CapabilitiesCacheDir(), d.cfg.CapsSeedDir, nil); err != nil {
+			d.log.Debug("save the QEMU capability cache", "reason", err.Error())
+		} else if n > 0 {
+			d.log.Info("saved the QEMU capability cache", "files", n, "to", d.cfg.CapsSeedDir)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// copyXML copies the *.xml files of src that dst lacks, each atomically
+// (a reader never sees half a file), and returns how many it copied.
+func copyXML(src, dst string, owner *syscall.Credential) (int, error) {
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	n := 0
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".xml") {
+			continue
+		}
+		target := filepath.Join(dst, e.Name())
+		if _, err := os.Stat(target); err == nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return n, err
+		}
+		if err := os.MkdirAll(dst, 0o700); err != nil {
+			return n, err
+		}
+		tmp, err := os.CreateTemp(dst, ".seed-*")
+		if err != nil {
+			return n, err
+		}
+		_, werr := tmp.Write(data)
+		cerr := tmp.Close()
+		if werr == nil && cerr == nil && owner != nil {
+			werr = os.Chown(tmp.Name(), int(owner.Uid), int(owner.Gid))
+		}
+		if werr == nil && cerr == nil {
+			werr = os.Rename(tmp.Name(), target)
+		}
+		if werr != nil || cerr != nil {
+			os.Remove(tmp.Name())
+			return n, errors.Join(werr, cerr)
+		}
+		n++
+	}
+	return n, nil
 }
 
 func (d *Daemon) env() []string {

@@ -310,3 +310,59 @@ func TestSideBySide(t *testing.T) {
 		t.Fatal("second daemon sees the first daemon's domain")
 	}
 }
+
+// TestCapsSeed: a daemon's QEMU capability probe is saved to the seed dir
+// at Stop and handed to the next daemon before it starts.
+func TestCapsSeed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seed := t.TempDir()
+	cfg := testConfig(t)
+	cfg.CapsSeedDir = seed
+	d, err := Start(ctx, cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := connect(t, d)
+	// Defining a domain makes the daemon probe QEMU.
+	t0 := time.Now()
+	dom, err := l.DomainDefineXML(fmt.Sprintf(idleDomain, "lvd-caps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first define (cold cache): %v", time.Since(t0))
+	l.DomainUndefine(dom)
+	l.Disconnect()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(d.Stop(ctx))
+	saved, _ := filepath.Glob(filepath.Join(seed, "*.xml"))
+	if len(saved) == 0 {
+		t.Fatalf("no capability file saved to %s", seed)
+	}
+
+	cfg2 := testConfig(t)
+	cfg2.CapsSeedDir = seed
+	d2, err := Start(ctx, cfg2, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Stop(context.Background())
+	got, _ := filepath.Glob(filepath.Join(d2.CapabilitiesCacheDir(), "*.xml"))
+	if len(got) != len(saved) {
+		t.Fatalf("second daemon's cache has %d files, want %d", len(got), len(saved))
+	}
+	l2 := connect(t, d2)
+	defer l2.Disconnect()
+	t0 = time.Now()
+	dom2, err := l2.DomainDefineXML(fmt.Sprintf(idleDomain, "lvd-caps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first define (seeded cache): %v", time.Since(t0))
+	l2.DomainUndefine(dom2)
+}

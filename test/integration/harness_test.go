@@ -32,10 +32,11 @@ import (
 )
 
 var (
-	binDir string           // virt-launcher and virt-launcher-monitor
-	guest  *testguest.Guest // the test guest, built once
-	cred   *syscall.Credential
-	setup  error // why the tests cannot run, if they cannot
+	binDir  string           // virt-launcher and virt-launcher-monitor
+	capsDir string           // --qemu-caps-cache shared by the pods that opt in
+	guest   *testguest.Guest // the test guest, built once
+	cred    *syscall.Credential
+	setup   error // why the tests cannot run, if they cannot
 )
 
 func TestMain(m *testing.M) {
@@ -78,6 +79,13 @@ func prepare(dir string) error {
 		return fmt.Errorf("build launcher: %v\n%s", err, out)
 	}
 	binDir = dir
+	capsDir = filepath.Join(dir, "qemu-caps")
+	if err := os.Mkdir(capsDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(capsDir, uid, gid); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	g, err := testguest.Build(ctx, testguest.DefaultCacheDir())
@@ -129,6 +137,7 @@ type pod struct {
 type podOpts struct {
 	qemuTimeout time.Duration
 	grace       int
+	sharedCaps  bool // pass --qemu-caps-cache (the first pod still probes)
 }
 
 // newPod makes the directories, places the test guest's root disk at the
@@ -182,6 +191,9 @@ func newPodDeferred(t *testing.T, name string, o podOpts) *pod {
 		"--libvirt-run-dir", p.layout.LibvirtRunDir,
 		"--grace-period-seconds", strconv.Itoa(o.grace),
 		"--allow-emulation", "--force-emulation", "--run-as-nonroot",
+	}
+	if o.sharedCaps {
+		args = append(args, "--qemu-caps-cache", capsDir)
 	}
 	p.cmd = exec.Command(filepath.Join(binDir, "virt-launcher-monitor"), args...)
 	p.cmd.Dir = dir

@@ -32,7 +32,7 @@ func bootPod(t *testing.T, name string, o podOpts, token string, kernelArgs ...s
 // normally (status 0) and leaves nothing behind.
 func TestGraceExpiredDestroys(t *testing.T) {
 	t.Parallel()
-	p := bootPod(t, "noacpi", podOpts{grace: 4}, "noacpi-1", testguest.OptNoACPI)
+	p := bootPod(t, "noacpi", podOpts{grace: 4, sharedCaps: true}, "noacpi-1", testguest.OptNoACPI)
 	p.waitConsole(testguest.MarkerReady, bootTimeout)
 	qpid := p.qemuPid()
 	t0 := time.Now()
@@ -79,7 +79,7 @@ func TestQemuTimeout(t *testing.T) {
 // and monitor exit with a failure status.
 func TestQemuKilled(t *testing.T) {
 	t.Parallel()
-	p := bootPod(t, "killed", podOpts{}, "killed-1")
+	p := bootPod(t, "killed", podOpts{sharedCaps: true}, "killed-1")
 	p.waitConsole(testguest.MarkerReady, bootTimeout)
 	// First a hard reset over gRPC: the guest boots again from the same
 	// overlay, which remembers the first boot.
@@ -115,7 +115,7 @@ func TestThreeLaunchers(t *testing.T) {
 	t.Parallel()
 	var pods []*pod
 	for i := 0; i < 3; i++ {
-		pods = append(pods, newPod(t, fmt.Sprintf("three%d", i), podOpts{}))
+		pods = append(pods, newPod(t, fmt.Sprintf("three%d", i), podOpts{sharedCaps: true}))
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(pods))
@@ -181,7 +181,7 @@ func TestThreeLaunchers(t *testing.T) {
 func TestStandaloneVMI(t *testing.T) {
 	t.Parallel()
 	need(t)
-	p := newPodDeferred(t, "standalone", podOpts{})
+	p := newPodDeferred(t, "standalone", podOpts{sharedCaps: true})
 	v := p.testVMIYAML("standalone-1", testguest.OptPowerOff)
 	p.env("STANDALONE_VMI", v)
 	p.start()
