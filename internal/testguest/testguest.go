@@ -35,7 +35,7 @@ var udhcpcScript []byte
 
 // buildVersion changes when the build itself changes in a way the inputs
 // hashed below do not show.
-const buildVersion = "1"
+const buildVersion = "2"
 
 // RootDiskSize is the size of the raw ext4 root disk image.
 const RootDiskSize = 32 << 20
@@ -44,7 +44,10 @@ const RootDiskSize = 32 << 20
 // running as an unprivileged user can open them; RootDisk must be copied
 // before a guest writes to it (CopyRootDisk).
 type Guest struct {
-	Kernel   string // the kernel (a copy of /boot/vmlinuz-<version>)
+	// Kernel is the kernel: the uncompressed PVH vmlinux extracted from
+	// /boot/vmlinuz-<version> when it has a PVH entry (much faster to boot
+	// under TCG), else a copy of that file.
+	Kernel   string
 	Initrd   string // gzip-compressed newc cpio
 	RootDisk string // raw ext4 image labelled RootLabel
 	// KernelDir holds "vmlinuz" and "initrd.img", the layout of a KubeVirt
@@ -101,6 +104,9 @@ func Build(ctx context.Context, cacheDir string) (*Guest, error) {
 // it into place; the loser of the race uses the winner's result.
 func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	s = s.withDefaults()
+	if err := checkStatic(s.Busybox); err != nil {
+		return nil, err
+	}
 	kver, kernel, err := findKernel(s.BootDir, s.ModulesDir)
 	if err != nil {
 		return nil, err
@@ -130,8 +136,15 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return nil, err
 	}
-	if err := copyFile(kernel, filepath.Join(tmp, "vmlinuz")); err != nil {
-		return nil, err
+	// "vmlinuz" is what a kernelBoot container would hold; QEMU accepts the
+	// uncompressed PVH kernel under that name as well.
+	if err := extractPVHKernel(kernel, filepath.Join(tmp, "vmlinuz")); errors.Is(err, errNoPVH) {
+		err = copyFile(kernel, filepath.Join(tmp, "vmlinuz"))
+		if err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("test guest kernel: %w", err)
 	}
 	if err := writeInitrd(filepath.Join(tmp, "initrd.img"), kver, s.Busybox, modDir, mods); err != nil {
 		return nil, fmt.Errorf("test guest initrd: %w", err)

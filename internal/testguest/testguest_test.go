@@ -355,6 +355,12 @@ func TestBuildCache(t *testing.T) {
 			t.Errorf("%s (at %d, %v) must load before %s (at %d, %v)", pair[0], a, aok, pair[1], b, bok)
 		}
 	}
+	// With xz installed, the kernel is the uncompressed PVH vmlinux.
+	if _, err := exec.LookPath("xz"); err == nil {
+		if ok, err := hasPVHNote(g.Kernel); err != nil || !ok {
+			t.Errorf("kernel %s: PVH note %v, %v", g.Kernel, ok, err)
+		}
+	}
 	// A second Build reuses the cache.
 	again, err := Build(ctx, dir)
 	if err != nil || again.KernelDir != g.KernelDir {
