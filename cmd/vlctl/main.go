@@ -16,7 +16,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newConvertCmd(), newRunCmd(), newConsoleCmd())
+	root.AddCommand(newConvertCmd(), newRunCmd(), newConsoleCmd(), newTestGuestCmd())
 	root.AddCommand(newCtlCmds()...)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vlctl:", err)
