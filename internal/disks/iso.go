@@ -50,7 +50,7 @@ func (p *Preparer) writeISO(final, label string, files []isoFile) error {
 			return fmt.Errorf("ISO %s: %w", final, err)
 		}
 	}
-	return p.createAtomic(final, readOnlyMode, func(tmp *os.File) error {
+	err = p.createAtomic(final, readOnlyMode, func(tmp *os.File) error {
 		st := &stickyStorage{f: tmp}
 		fsys, err := iso9660.Create(st, 0, 0, 2048, ws)
 		if err != nil {
@@ -79,6 +79,10 @@ func (p *Preparer) writeISO(final, label string, files []isoFile) error {
 		}
 		return nil
 	})
+	if err == nil {
+		p.log().Info("created ISO", "path", final, "label", label, "files", len(files))
+	}
+	return err
 }
 
 func writeWorkspaceFile(ws string, f isoFile) error {

@@ -111,9 +111,13 @@ func (p *Preparer) overlay(ctx context.Context, final, backing, format string) e
 	if _, err := os.Stat(abs); err != nil {
 		return fmt.Errorf("backing image: %w", err)
 	}
-	return p.createAtomic(final, imageMode, func(tmp *os.File) error {
+	err = p.createAtomic(final, imageMode, func(tmp *os.File) error {
 		return p.runQemuImg(ctx, "create", "-q", "-f", "qcow2", "-b", abs, "-F", format, tmp.Name())
 	})
+	if err == nil {
+		p.log().Info("created overlay", "path", final, "backing", abs, "backingFormat", format)
+	}
+	return err
 }
 
 // emptyDisk creates a qcow2 image of size bytes unless one is there.
@@ -124,9 +128,13 @@ func (p *Preparer) emptyDisk(ctx context.Context, final string, size int64) erro
 		p.log().Debug("keeping existing empty disk", "path", final)
 		return nil
 	}
-	return p.createAtomic(final, imageMode, func(tmp *os.File) error {
+	err := p.createAtomic(final, imageMode, func(tmp *os.File) error {
 		return p.runQemuImg(ctx, "create", "-q", "-f", "qcow2", tmp.Name(), strconv.FormatInt(size, 10))
 	})
+	if err == nil {
+		p.log().Info("created empty disk", "path", final, "size", size)
+	}
+	return err
 }
 
 // hostDisk checks (type Disk) or creates (type DiskOrCreate) a raw host disk
@@ -166,9 +174,13 @@ func (p *Preparer) hostDisk(final string, hd *v1.HostDisk) error {
 			return fmt.Errorf("hostDisk: capacity %d bytes exceeds the %d bytes free in %s: %w", size, avail, dir, syscall.ENOSPC)
 		}
 	}
-	return p.createAtomic(final, imageMode, func(tmp *os.File) error {
+	err = p.createAtomic(final, imageMode, func(tmp *os.File) error {
 		return tmp.Truncate(size)
 	})
+	if err == nil {
+		p.log().Info("created host disk", "path", final, "size", size)
+	}
+	return err
 }
 
 // runQemuImg runs qemu-img; a full disk is reported as syscall.ENOSPC so

@@ -7,6 +7,14 @@
 //
 // The result is cached, keyed by kernel version and a hash of everything that
 // goes into it, so only the first test run on a machine pays for the build.
+//
+// As a VMI, the guest is a kernelBoot VM (it has no boot loader): copy Kernel
+// and Initrd into Layout.KernelBootDir() as "vmlinuz" and "initrd.img"
+// (kernelPath /vmlinuz, initrdPath /initrd.img, kernelArgs DefaultCmdline plus
+// any Opt*), a copy of RootDisk as the containerDisk image
+// (Layout.ContainerDiskImage(i), raw), and optionally a cloudInitNoCloud or
+// cloudInitConfigDrive volume whose user-data starting with "#!" the init
+// runs. Disks may be on virtio, SATA or SCSI buses; the console is ttyS0.
 package testguest
 
 import (
