@@ -251,7 +251,7 @@ func TestBoot(t *testing.T) {
 			t.Error("DHCP without a NIC")
 		}
 	})
-	t.Run("sata-configdrive-noacpi", func(t *testing.T) {
+	t.Run("sata-scsi-configdrive-noacpi", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		root := filepath.Join(dir, "root.img")
@@ -259,14 +259,23 @@ func TestBoot(t *testing.T) {
 			t.Fatal(err)
 		}
 		iso := cloudInitISO(t, dir, userData, true)
+		// A third disk, 1 MiB, on virtio-scsi.
+		scsi := filepath.Join(dir, "scsi.img")
+		if err := os.WriteFile(scsi, make([]byte, 1<<20), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		v := startQEMU(t, dir,
+			"-device", "virtio-scsi-pci,id=scsi0",
+			"-drive", "file="+scsi+",if=none,id=s0,format=raw", "-device", "scsi-hd,drive=s0,bus=scsi0.0",
 			"-kernel", g.Kernel, "-initrd", g.Initrd, "-append", DefaultCmdline+" "+OptNoACPI,
 			"-drive", "file="+root+",if=none,id=root,format=raw", "-device", "ide-hd,drive=root,bus=ide.0",
 			"-drive", "file="+iso+",if=none,id=ci,format=raw,readonly=on", "-device", "ide-cd,drive=ci,bus=ide.1",
 			"-nic", "none")
 		_, booted := v.waitFor(MarkerBooted, 90*time.Second)
 		t.Logf("sata: %s after %v", MarkerBooted, booted.Round(10*time.Millisecond))
-		if dev, _ := v.waitFor(MarkerRootMounted, 120*time.Second); dev != "/dev/sda" {
+		// SATA and SCSI disks share the sd names; which gets sda depends on
+		// probe order, so the root is found by label.
+		if dev, _ := v.waitFor(MarkerRootMounted, 20*time.Second); !strings.HasPrefix(dev, "/dev/sd") {
 			t.Errorf("root on %q", dev)
 		}
 		if ci, _ := v.waitFor(MarkerCloudInit, 20*time.Second); ci != "configdrive /dev/sr0" {
@@ -274,6 +283,15 @@ func TestBoot(t *testing.T) {
 		}
 		if rc, _ := v.waitFor(MarkerUserDataRan, 20*time.Second); rc != "rc=0" {
 			t.Errorf("user-data %q", rc)
+		}
+		scsiSeen := false
+		for _, l := range strings.Split(v.output(), "\n") {
+			if strings.Contains(l, MarkerDisk+" sd") && strings.Contains(l, " size 2048 ") {
+				scsiSeen = true
+			}
+		}
+		if !scsiSeen {
+			t.Error("no 1 MiB sd disk: the virtio-scsi disk is missing")
 		}
 		if md, ok := Between(v.output(), MarkerMetaDataBegin, MarkerMetaDataEnd); !ok || !strings.Contains(md, `"instance_id":"guest.test"`) {
 			t.Errorf("meta_data.json printed as %q", md)
