@@ -1,0 +1,141 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// startNotify plays virt-handler's notify pipe inside the pod.
+func startNotify(t *testing.T, p *pod) *notifytest.Server {
+	t.Helper()
+	s, err := notifytest.Start(p.layout.NotifySocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	// virt-handler chowns the pipe to the pod's user (107 in KubeVirt).
+	must(t, os.Chown(p.layout.NotifySocket(), int(cred.Uid), int(cred.Gid)))
+	return s
+}
+
+// waitEvent waits for an event matching ok and returns its index.
+func waitEvent(t *testing.T, s *notifytest.Server, from int, what string, ok func(notifytest.Event) bool) int {
+	t.Helper()
+	deadline := time.Now().Add(2 * bootTimeout)
+	for {
+		evs := s.Events()
+		for i := from; i < len(evs); i++ {
+			if evs[i].Domain != nil && ok(evs[i]) {
+				return i
+			}
+		}
+		if time.Now().After(deadline) {
+			var seen []string
+			for _, e := range evs {
+				if e.Domain != nil {
+					seen = append(seen, e.EventType+" "+e.Domain.Status.Status+"/"+e.Domain.Status.Reason)
+				}
+			}
+			t.Fatalf("no event %s; events: %v", what, seen)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestHandlerFlow plays virt-handler's lifecycle (kubevirt-wire.md 6): the
+// notify pipe appears, Sync gives ADDED then MODIFIED Running; ACPI
+// Shutdown gives MODIFIED Shutoff/Shutdown; the launcher then waits for the
+// handler's Delete, sends the "gone" object (deletionTimestamp,
+// NoState/NonExistent) and exits 0.
+func TestHandlerFlow(t *testing.T) {
+	t.Parallel()
+	p := newPod(t, "handler", podOpts{sharedCaps: true})
+	p.waitReady(30 * time.Second)
+	s := startNotify(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := p.client(ctx)
+	v := p.testVMI(t, "handler-1")
+	must(t, c.Sync(ctx, v, nil))
+
+	added := waitEvent(t, s, 0, "ADDED", func(e notifytest.Event) bool { return e.EventType == "ADDED" })
+	if added != 0 {
+		t.Errorf("first event is not ADDED: %+v", s.Events()[0].EventType)
+	}
+	running := waitEvent(t, s, added+1, "MODIFIED Running", func(e notifytest.Event) bool {
+		return e.EventType == "MODIFIED" && e.Domain.Status.Status == "Running"
+	})
+	d := s.Events()[running].Domain
+	if d.Name != p.name || d.Namespace != p.ns || d.Spec.Metadata.KubeVirt.UID != p.uid {
+		t.Errorf("event identity %s/%s uid %s", d.Namespace, d.Name, d.Spec.Metadata.KubeVirt.UID)
+	}
+	p.waitConsole(testguest.MarkerReady, bootTimeout)
+
+	must(t, c.Shutdown(ctx, v))
+	off := waitEvent(t, s, running+1, "MODIFIED Shutoff/Shutdown", func(e notifytest.Event) bool {
+		return e.Domain.Status.Status == "Shutoff" && e.Domain.Status.Reason == "Shutdown"
+	})
+	if gp := s.Events()[off].Domain.Spec.Metadata.KubeVirt.GracePeriod; gp == nil || gp.DeletionTimestamp == nil {
+		t.Errorf("Shutoff event without the deletion timestamp of the Shutdown")
+	}
+	// The launcher must wait for the handler's Delete (up to 15 s).
+	time.Sleep(2 * time.Second)
+	select {
+	case <-p.exited:
+		t.Fatalf("launcher exited before the handler deleted the domain")
+	default:
+	}
+	t0 := time.Now()
+	if err := c.Delete(ctx, v); err != nil && !cmdclient.IsDisconnected(err) {
+		t.Fatalf("Delete: %v", err)
+	}
+	gone := waitEvent(t, s, off+1, "gone", func(e notifytest.Event) bool {
+		return e.Domain.DeletionTimestamp != nil && e.Domain.Status.Status == "NoState" && e.Domain.Status.Reason == "NonExistent"
+	})
+	if e := s.Events()[gone]; e.EventType != "MODIFIED" || e.Domain.Spec.Metadata.KubeVirt.UID != p.uid {
+		t.Errorf("gone event %s uid %q", e.EventType, e.Domain.Spec.Metadata.KubeVirt.UID)
+	}
+	if code := p.exitCode(10 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	t.Logf("Delete -> exit: %v", time.Since(t0))
+	for _, e := range s.Events() {
+		if e.EventType != "ADDED" && e.EventType != "MODIFIED" {
+			t.Errorf("event type %q sent", e.EventType)
+		}
+	}
+	p.assertNothingLeft()
+}
+
+// TestSIGTERMMarksGracefulShutdown: SIGTERM to the monitor puts
+// MarkedForGracefulShutdown=true into an event; with a handler present and
+// no Delete coming, the launcher still ends after its 15 s wait.
+func TestSIGTERMMarksGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	p := newPod(t, "sigterm", podOpts{sharedCaps: true})
+	p.waitReady(30 * time.Second)
+	s := startNotify(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := p.client(ctx)
+	must(t, c.Sync(ctx, p.testVMI(t, "sigterm-1"), nil))
+	p.waitConsole(testguest.MarkerReady, bootTimeout)
+	p.signal(syscall.SIGTERM)
+	waitEvent(t, s, 0, "MarkedForGracefulShutdown", func(e notifytest.Event) bool {
+		gp := e.Domain.Spec.Metadata.KubeVirt.GracePeriod
+		return gp != nil && gp.MarkedForGracefulShutdown != nil && *gp.MarkedForGracefulShutdown
+	})
+	p.waitConsole(testguest.MarkerPowerOff, time.Minute)
+	waitEvent(t, s, 0, "gone", func(e notifytest.Event) bool { return e.Domain.DeletionTimestamp != nil })
+	if code := p.exitCode(30 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	p.assertNothingLeft()
+}
