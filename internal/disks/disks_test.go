@@ -325,6 +325,8 @@ func TestPrepareErrors(t *testing.T) {
 		{"empty disk no capacity", v1.Volume{Name: "e", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{}}}, nil, "emptyDisk.capacity 0: must be positive"},
 		{"host disk missing", v1.Volume{Name: "h", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/x/disk.img", Type: v1.HostDiskExists}}}, nil, "does not exist (type Disk needs it to)"},
 		{"host disk too big", v1.Volume{Name: "h", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/x/disk.img", Type: v1.HostDiskExistsOrCreate, Capacity: resource.MustParse("1Ei")}}}, nil, "exceeds the"},
+		{"host disk no path", v1.Volume{Name: "h", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Type: v1.HostDiskExistsOrCreate, Capacity: resource.MustParse("1Mi")}}}, nil, `hostDisk.path "": must name a file`},
+		{"host disk root path", v1.Volume{Name: "h", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/", Type: v1.HostDiskExistsOrCreate, Capacity: resource.MustParse("1Mi")}}}, nil, `hostDisk.path "/": must name a file`},
 		{"bad base64", v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserDataBase64: "!!notbase64"}}}, nil, "cloudInitNoCloud.userDataBase64: not valid base64"},
 		{"no user data", v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{}}}, nil, "is required"},
 		{"missing secret", v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserDataSecretRef: &k8sv1.LocalObjectReference{Name: "s"}}}}, nil, "cloudInitNoCloud.secretRef s: none of userdata, userData found"},

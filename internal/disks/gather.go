@@ -99,7 +99,10 @@ func (p *Preparer) gatherVolume(ctx context.Context, vmi *v1.VirtualMachineInsta
 		return fv, true, nil
 
 	case vol.HostDisk != nil:
-		src := l.HostDisk(vol.Name, vol.HostDisk.Path)
+		src, err := p.hostDiskPath(vol)
+		if err != nil {
+			return fv, false, err
+		}
 		fi, err := os.Stat(src)
 		switch {
 		case err == nil:

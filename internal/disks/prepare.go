@@ -74,7 +74,11 @@ func (p *Preparer) prepareVolume(ctx context.Context, vmi *v1.VirtualMachineInst
 		return p.emptyDisk(ctx, l.EmptyDisk(vol.Name), size)
 
 	case vol.HostDisk != nil:
-		return p.hostDisk(l.HostDisk(vol.Name, vol.HostDisk.Path), vol.HostDisk)
+		path, err := p.hostDiskPath(vol)
+		if err != nil {
+			return err
+		}
+		return p.hostDisk(path, vol.HostDisk)
 
 	case vol.CloudInitNoCloud != nil:
 		return p.noCloud(vmi, vol)
@@ -197,4 +201,14 @@ func (p *Preparer) runQemuImg(ctx context.Context, args ...string) error {
 		return fmt.Errorf("qemu-img %s: %w: %s", args[0], err, msg)
 	}
 	return nil
+}
+
+// hostDiskPath is where a hostDisk volume's image is reached, refusing a
+// path whose last element cannot be a file name (empty, "/", "..").
+func (p *Preparer) hostDiskPath(vol *v1.Volume) (string, error) {
+	base := filepath.Base(vol.HostDisk.Path)
+	if vol.HostDisk.Path == "" || layout.CheckName(base) != nil || base == string(filepath.Separator) {
+		return "", fmt.Errorf("hostDisk.path %q: must name a file", vol.HostDisk.Path)
+	}
+	return p.Layout.HostDisk(vol.Name, vol.HostDisk.Path), nil
 }
