@@ -70,6 +70,11 @@ type Config struct {
 	// (emulation, firmware paths, non-root, defaults of the cluster
 	// settings); nil means facts.Default(Layout).
 	BaseFacts func() *facts.Context
+	// StartNetwork starts the unprivileged network phase for the VMI (the
+	// DHCP servers of masquerade and bridge interfaces) and returns the
+	// interface facts for the converter and a function that stops it. It is
+	// called once, by the first Sync; nil means no network phase.
+	StartNetwork func(ctx context.Context, vmi *v1.VirtualMachineInstance) (map[string]facts.Interface, func() error, error)
 	// HypervisorErr, when set, makes Sync refuse to define a domain: KVM
 	// is unusable and emulation is not allowed.
 	HypervisorErr error
@@ -106,6 +111,10 @@ type Manager struct {
 	goneQueued bool
 
 	events chan outEvent
+
+	netStarted bool // opMu
+	netIfaces  map[string]facts.Interface
+	netStop    func() error
 }
 
 type outEvent struct {
@@ -330,4 +339,17 @@ func (m *Manager) state(l *libvirt.Libvirt, d libvirt.Domain) (libvirt.DomainSta
 		return 0, 0, fmt.Errorf("state of domain %s: %w", d.Name, err)
 	}
 	return libvirt.DomainState(s), r, nil
+}
+
+// Close stops what the manager started besides its connection (the DHCP
+// servers). Call it after Run returned.
+func (m *Manager) Close() error {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	if m.netStop == nil {
+		return nil
+	}
+	err := m.netStop()
+	m.netStop = nil
+	return err
 }

@@ -33,6 +33,9 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts c
 		return m.cfg.HypervisorErr
 	}
 	m.refreshGracePeriod(ctx, v)
+	if err := m.startNetwork(ctx, v); err != nil {
+		return err
+	}
 
 	l, d, exists, err := m.lookup(ctx)
 	if err != nil {
@@ -95,6 +98,9 @@ func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opt
 		}
 	}
 	c.Volumes = vols
+	if m.netIfaces != nil {
+		c.Interfaces = m.netIfaces
+	}
 	if opts.MemBalloonStatsPeriod != nil {
 		c.MemBalloonStatsPeriod = *opts.MemBalloonStatsPeriod
 	}
@@ -171,4 +177,19 @@ func (m *Manager) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineIn
 	if changed && defined {
 		m.refresh(ctx, EventModified, true)
 	}
+}
+
+// startNetwork runs the network phase once per launcher: the DHCP servers
+// live in this process, so a restarted launcher starts them again even
+// when the domain already exists.
+func (m *Manager) startNetwork(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	if m.netStarted || m.cfg.StartNetwork == nil {
+		return nil
+	}
+	ifs, stop, err := m.cfg.StartNetwork(ctx, v)
+	if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	m.netStarted, m.netIfaces, m.netStop = true, ifs, stop
+	return nil
 }

@@ -12,13 +12,16 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/disks"
 	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -131,14 +134,23 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit},
 		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath)),
 		HypervisorErr: hvErr,
-		Name:          l.opts.Name,
-		Namespace:     l.opts.Namespace,
-		UID:           l.opts.UID,
+		StartNetwork: func(ctx context.Context, v *v1.VirtualMachineInstance) (map[string]facts.Interface, func() error, error) {
+			return netsetup.StartDHCP(ctx, v, netsetup.DHCPConfig{CacheDir: l.layout.PrivateDir}, l.log)
+		},
+		Name:      l.opts.Name,
+		Namespace: l.opts.Namespace,
+		UID:       l.opts.UID,
 	})
 	mctx, mcancel := context.WithCancel(ctx)
 	mdone := make(chan struct{})
 	go func() { l.mgr.Run(mctx); close(mdone) }()
-	defer func() { mcancel(); <-mdone }()
+	defer func() {
+		mcancel()
+		<-mdone
+		if err := l.mgr.Close(); err != nil {
+			l.log.Warn("stop the network phase", "reason", err.Error())
+		}
+	}()
 	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 	err = l.mgr.Connected(cctx)
 	ccancel()
