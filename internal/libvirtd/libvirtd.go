@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +40,13 @@ type Daemon struct {
 	main, logd *child
 
 	restarted chan struct{}
+	// spawns runs cmd.Start on one OS thread that lives as long as the
+	// daemons: Pdeathsig fires when the *thread* that forked a child ends,
+	// and Go ends threads whose goroutine exits while locked to them (as
+	// network-namespace code does). A dedicated, locked thread never ends
+	// early.
+	spawns    chan func()
+	spawnOnce sync.Once
 	stopOnce  sync.Once
 	stopping  chan struct{}
 	wg        sync.WaitGroup
@@ -160,7 +168,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		main:      &child{name: kind, args: []string{daemonPath, "--config", daemonConf}},
 		restarted: make(chan struct{}, 1),
 		stopping:  make(chan struct{}),
+		spawns:    make(chan func()),
 	}
+	go d.spawner()
 	// virtlogd first: the daemon connects to it when QEMU starts, and in
 	// session mode would otherwise spawn an unsupervised one itself.
 	if err := d.spawn(d.logd); err != nil {
@@ -245,6 +255,7 @@ func (d *Daemon) Stop(ctx context.Context) error {
 		}
 	}
 	d.wg.Wait()
+	d.spawnOnce.Do(func() { close(d.spawns) })
 	if d.cfg.CapsSeedDir != "" {
 		if n, err := copyXML(d.cfg.CapabilitiesCacheDir(), d.cfg.CapsSeedDir, nil); err != nil {
 			d.log.Debug("save the QEMU capability cache", "reason", err.Error())
@@ -332,7 +343,9 @@ func (d *Daemon) spawn(c *child) error {
 		return fmt.Errorf("start %s: %w", c.name, err)
 	}
 	cmd.Stdout = nil
-	if err := cmd.Start(); err != nil {
+	errc := make(chan error, 1)
+	d.spawns <- func() { errc <- cmd.Start() }
+	if err := <-errc; err != nil {
 		return fmt.Errorf("start %s: %w", c.name, err)
 	}
 	done := make(chan struct{})
@@ -347,6 +360,15 @@ func (d *Daemon) spawn(c *child) error {
 		close(done)
 	}()
 	return nil
+}
+
+func (d *Daemon) spawner() {
+	runtime.LockOSThread()
+	// Never unlocked: when Stop closes spawns the goroutine ends and takes
+	// the thread with it, after the daemons are gone.
+	for f := range d.spawns {
+		f()
+	}
 }
 
 // relay turns the daemon's log lines into our JSON log lines.
