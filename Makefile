@@ -3,7 +3,6 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 export CGO_ENABLED := 0
 
-BINS := virt-launcher virt-launcher-monitor vlctl
 
 .PHONY: all deps build test demo bench fuzz-long vet clean proto
 
