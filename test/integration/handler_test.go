@@ -3,9 +3,12 @@ package integration
 import (
 	"context"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
@@ -136,6 +139,48 @@ func TestSIGTERMMarksGracefulShutdown(t *testing.T) {
 	waitEvent(t, s, 0, "gone", func(e notifytest.Event) bool { return e.Domain.DeletionTimestamp != nil })
 	if code := p.exitCode(30 * time.Second); code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
+	}
+	p.assertNothingLeft()
+}
+
+// TestStartPaused: startStrategy Paused starts QEMU paused; Syncs do not
+// resume it (the pause counts as the user's); Unpause does; Kill ends it.
+func TestStartPaused(t *testing.T) {
+	t.Parallel()
+	p := newPod(t, "paused", podOpts{sharedCaps: true})
+	p.waitReady(30 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := p.client(ctx)
+	v := p.testVMI(t, "paused-1")
+	strategy := v1.StartStrategyPaused
+	v.Spec.StartStrategy = &strategy
+	must(t, c.Sync(ctx, v, nil))
+	d, exists, err := c.GetDomain(ctx)
+	if err != nil || !exists {
+		t.Fatalf("GetDomain: %v %v", exists, err)
+	}
+	waitStatus(t, ctx, c, "Paused", d.Status.Reason)
+	reason := d.Status.Reason
+	for i := 0; i < 3; i++ {
+		must(t, c.Sync(ctx, v, nil))
+	}
+	time.Sleep(500 * time.Millisecond)
+	if d, _, _ := c.GetDomain(ctx); d.Status.Status != "Paused" {
+		t.Fatalf("Sync resumed a domain started paused: %s/%s", d.Status.Status, d.Status.Reason)
+	}
+	if p.console() != "" && strings.Contains(p.console(), testguest.MarkerBooted) {
+		t.Errorf("guest ran while paused")
+	}
+	t.Logf("started paused with reason %s", reason)
+	must(t, c.Unpause(ctx, v))
+	waitStatus(t, ctx, c, "Running", "Unknown")
+	p.waitConsole(testguest.MarkerBooted, bootTimeout)
+	if err := c.Kill(ctx, v); err != nil && !cmdclient.IsDisconnected(err) {
+		t.Fatalf("Kill: %v", err)
+	}
+	if code := p.exitCode(30 * time.Second); code != 0 {
+		t.Fatalf("exit status %d after Kill, want 0", code)
 	}
 	p.assertNothingLeft()
 }
