@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,6 +12,7 @@ import (
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
 // InvalidVMIMessage is KubeVirt's message for a VMI that does not decode.
@@ -45,13 +47,51 @@ func decodeVMI(v *cmdv1.VMI) (*v1.VirtualMachineInstance, error) {
 	return vmi, nil
 }
 
+// ValidateSyncVMI checks a VMI received for Sync before anything is made
+// for it: a VMI from virt-handler was admitted by the cluster, but the
+// socket is the launcher's trust boundary, and a bad value found only
+// while disks are being prepared would leave half the disks behind. The
+// VMI is checked as vmi.Load would check a manifest, on a copy with
+// KubeVirt's defaults filled in, so that a field the cluster leaves unset
+// is not refused; the caller keeps using v unchanged.
+func ValidateSyncVMI(v *v1.VirtualMachineInstance) error {
+	c := v.DeepCopy()
+	vmi.SetDefaults(c, vmi.Options{})
+	err := vmi.Validate(c)
+	if err == nil {
+		return nil
+	}
+	var reasons []string
+	for _, fe := range vmi.FieldErrors(err) {
+		reasons = append(reasons, fe.Error())
+	}
+	if len(reasons) == 0 {
+		reasons = append(reasons, err.Error())
+	}
+	return fmt.Errorf("invalid VMI %s/%s: %s", v.Namespace, v.Name, strings.Join(reasons, "; "))
+}
+
 // vmiOp runs one VMI-scoped Manager operation and shapes the reply.
 func (c *cmdServer) vmiOp(ctx context.Context, rpc string, req *cmdv1.VMIRequest,
 	op func(context.Context, *v1.VirtualMachineInstance) error) (*cmdv1.Response, error) {
+	return c.checkedVMIOp(ctx, rpc, req, nil, op)
+}
+
+// checkedVMIOp is vmiOp with check run on the decoded VMI first.
+func (c *cmdServer) checkedVMIOp(ctx context.Context, rpc string, req *cmdv1.VMIRequest,
+	check func(*v1.VirtualMachineInstance) error, op func(context.Context, *v1.VirtualMachineInstance) error) (*cmdv1.Response, error) {
 	vmi, err := decodeVMI(req.GetVmi())
 	if err != nil {
 		c.s.log.Error("failed to decode vmi", "rpc", rpc, "reason", err.Error())
-		return fail(InvalidVMIMessage), nil
+		// KubeVirt's message, then the reason (virt-handler only logs it).
+		return fail(InvalidVMIMessage + ": " + err.Error()), nil
+	}
+	if check != nil {
+		if err := check(vmi); err != nil {
+			c.s.log.Error(rpc+" refused", "kind", "VirtualMachineInstance", "name", vmi.Name,
+				"namespace", vmi.Namespace, "uid", string(vmi.UID), "reason", err.Error())
+			return fail(err.Error()), nil
+		}
 	}
 	if err := op(ctx, vmi); err != nil {
 		c.s.log.Error(rpc+" failed", "kind", "VirtualMachineInstance", "name", vmi.Name,
@@ -66,7 +106,11 @@ func (c *cmdServer) SyncVirtualMachine(ctx context.Context, req *cmdv1.VMIReques
 	if err != nil {
 		return fail(err.Error()), nil
 	}
-	return c.vmiOp(ctx, "SyncVirtualMachine", req, func(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
+	var check func(*v1.VirtualMachineInstance) error
+	if !c.s.skipSyncValidation {
+		check = ValidateSyncVMI
+	}
+	return c.checkedVMIOp(ctx, "SyncVirtualMachine", req, check, func(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
 		return c.s.m.Sync(ctx, vmi, opts)
 	})
 }

@@ -47,12 +47,25 @@ type Server struct {
 	m   Manager
 	log *slog.Logger
 	gs  *grpc.Server
+	// skipSyncValidation: Sync hands the VMI to the Manager unchecked.
+	skipSyncValidation bool
 }
+
+// Option changes how a Server behaves.
+type Option func(*Server)
+
+// WithoutSyncValidation makes Sync pass the decoded VMI to the Manager
+// without ValidateSyncVMI. Only for tests whose fake Manager is fed
+// skeleton VMIs; a launcher always validates.
+func WithoutSyncValidation() Option { return func(s *Server) { s.skipSyncValidation = true } }
 
 // New makes a server driving m. It registers both services on one gRPC
 // server, as virt-handler expects them on one socket.
-func New(m Manager, log *slog.Logger) *Server {
+func New(m Manager, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{m: m, log: log}
+	for _, o := range opts {
+		o(s)
+	}
 	s.gs = grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxMessageSize),
 		grpc.ChainUnaryInterceptor(s.recoverPanic),

@@ -119,6 +119,12 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 // client.
 func start(t *testing.T, m cmdserver.Manager) (*cmdclient.Client, string) {
 	t.Helper()
+	return startWith(t, m, cmdserver.WithoutSyncValidation())
+}
+
+// startWith is start with the server's options given.
+func startWith(t *testing.T, m cmdserver.Manager, opts ...cmdserver.Option) (*cmdclient.Client, string) {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "launcher-sock")
 	lis, err := cmdserver.Listen(sock)
 	if err != nil {
@@ -126,7 +132,7 @@ func start(t *testing.T, m cmdserver.Manager) (*cmdclient.Client, string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- cmdserver.New(m, quietLog()).Serve(ctx, lis) }()
+	go func() { done <- cmdserver.New(m, quietLog(), opts...).Serve(ctx, lis) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -448,7 +454,9 @@ func TestServeStopsOnCancel(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- cmdserver.New(&fakeManager{}, quietLog()).Serve(ctx, lis) }()
+	go func() {
+		done <- cmdserver.New(&fakeManager{}, quietLog(), cmdserver.WithoutSyncValidation()).Serve(ctx, lis)
+	}()
 	c, err := cmdclient.Dial(context.Background(), sock)
 	if err != nil {
 		t.Fatal(err)

@@ -92,7 +92,7 @@ func Start(t testing.TB, m cmdserver.Manager) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- cmdserver.New(m, slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(ctx, lis)
+		done <- cmdserver.New(m, slog.New(slog.NewTextHandler(io.Discard, nil)), cmdserver.WithoutSyncValidation()).Serve(ctx, lis)
 	}()
 	t.Cleanup(func() {
 		cancel()
