@@ -161,7 +161,8 @@ func exitCode(ws syscall.WaitStatus) int {
 
 // cleanup does what KubeVirt's monitor does after the launcher is gone,
 // in its order: relay QEMU's and passt's logs, end this tree's QEMU,
-// remove container-disk sockets, stop istio. It then stops any other
+// remove container-disk sockets (and, unlike KubeVirt, whose pod
+// directories vanish with the pod, QEMU's dead sockets), stop istio. It then stops any other
 // process of the tree and reaps it. code becomes 1 if a QEMU had to be
 // killed.
 func cleanup(log *slog.Logger, c Config, self int, code *int) {
@@ -171,6 +172,7 @@ func cleanup(log *slog.Logger, c Config, self int, code *int) {
 		*code = 1
 	}
 	removeSockets(log, c.ContainerDiskDir)
+	removeQemuSockets(log, c.PrivateDir)
 	if c.IstioQuit {
 		quitIstio(log, istioReadyPort, istioQuitPort)
 	}
@@ -234,6 +236,31 @@ func waitGone(procRoot string, ps []proc, timeout time.Duration) []proc {
 			return ps
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// removeQemuSockets removes the unix sockets QEMU listened on in the VMI's
+// private directory (<private-dir>/<uid>/virt-serial0, virt-vnc,
+// virt-usbredir-N). QEMU unlinks none of them when it is destroyed or
+// killed, and once the tree is stopped nothing serves them any more: a
+// console client would find a dead socket. Only sockets are removed, never
+// a file or directory of another kind.
+func removeQemuSockets(log *slog.Logger, privateDir string) {
+	if privateDir == "" {
+		return
+	}
+	socks, err := filepath.Glob(filepath.Join(privateDir, "*", "virt-*"))
+	if err != nil {
+		return
+	}
+	for _, s := range socks {
+		fi, err := os.Lstat(s)
+		if err != nil || fi.Mode().Type() != os.ModeSocket {
+			continue
+		}
+		if err := os.Remove(s); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("failed to remove QEMU socket", "path", s, "reason", err)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -724,6 +725,47 @@ func TestCleanupFiles(t *testing.T) {
 	for msg, sc := range map[string]string{"qemu line one": "qemu", `qemu "line" two`: "qemu", "passt says hi": "passt"} {
 		if relayed[msg] != sc {
 			t.Errorf("line %q relayed with subcomponent %q, want %q (relayed: %v)", msg, relayed[msg], sc, relayed)
+		}
+	}
+}
+
+// TestCleanupQemuSockets: QEMU's sockets in <private-dir>/<uid>/ are
+// removed once the tree is stopped; other files there stay.
+func TestCleanupQemuSockets(t *testing.T) {
+	priv := filepath.Join(t.TempDir(), "private")
+	vmiDir := filepath.Join(priv, "uid-1")
+	if err := os.MkdirAll(vmiDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var socks []string
+	for _, n := range []string{"virt-serial0", "virt-vnc", "virt-usbredir-0"} {
+		s := filepath.Join(vmiDir, n)
+		l, err := net.Listen("unix", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.(*net.UnixListener).SetUnlinkOnClose(false)
+		l.Close()
+		socks = append(socks, s)
+	}
+	keep := []string{filepath.Join(vmiDir, "virt-serial0-log"), filepath.Join(priv, "virt-not-in-a-vmi-dir")}
+	for _, f := range keep {
+		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := start(t, []string{"--private-dir", priv}, "FAKE_EXIT=0")
+	if code := r.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d; log:\n%s", code, r.stderr.String())
+	}
+	for _, s := range socks {
+		if _, err := os.Lstat(s); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("socket %s not removed (%v)", s, err)
+		}
+	}
+	for _, f := range keep {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s removed: %v", f, err)
 		}
 	}
 }

@@ -282,7 +282,11 @@ func (p *pod) cleanup() {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
 	if p.t.Failed() || os.Getenv("VL_KEEP") != "" {
-		p.t.Logf("monitor/launcher output:\n%s", tail(p.out.String(), 8000))
+		n := 8000
+		if os.Getenv("VL_FULLLOG") != "" {
+			n = 1 << 30
+		}
+		p.t.Logf("monitor/launcher output:\n%s", tail(p.out.String(), n))
 	}
 	exec.Command("umount", "-l", p.layout.EphemeralDiskDir).Run() // only ours; harmless when not mounted
 	if os.Getenv("VL_KEEP") == "" {
