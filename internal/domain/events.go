@@ -64,9 +64,7 @@ func (m *Manager) uidValue() string {
 // ioErrorEvents sends one IOerror K8s event per failing disk
 // (kubevirt-wire.md 2.4).
 func (m *Manager) ioErrorEvents(ref VMIRef) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	l, d, ok, err := m.lookup(ctx)
+	l, d, ok, err := m.lookupNow()
 	if err != nil || !ok {
 		return
 	}
@@ -89,10 +87,8 @@ func (m *Manager) ioErrorEvents(ref VMIRef) {
 func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
 	m.refreshMu.Lock()
 	defer m.refreshMu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	_, name, ns := m.names()
-	l, d, ok, err := m.lookup(ctx)
+	l, d, ok, err := m.lookupNow()
 	if err != nil {
 		m.log.Warn("refresh domain", "reason", err.Error())
 		return

@@ -304,12 +304,29 @@ func (m *Manager) checkIdentity(vmi *v1.VirtualMachineInstance, learn bool) erro
 	return nil
 }
 
-// lookup finds our domain; ok=false when it does not exist.
+// lookup finds our domain; ok=false when it does not exist. It waits for a
+// connection until ctx ends.
 func (m *Manager) lookup(ctx context.Context) (*libvirt.Libvirt, libvirt.Domain, bool, error) {
 	l, err := m.waitConn(ctx)
 	if err != nil {
 		return nil, libvirt.Domain{}, false, err
 	}
+	return m.lookupOn(l)
+}
+
+// lookupNow is lookup without waiting: the event loop runs in Run's
+// goroutine, which is the one that would reconnect.
+func (m *Manager) lookupNow() (*libvirt.Libvirt, libvirt.Domain, bool, error) {
+	m.mu.Lock()
+	l := m.conn
+	m.mu.Unlock()
+	if l == nil || !l.IsConnected() {
+		return nil, libvirt.Domain{}, false, errors.New("not connected to libvirt")
+	}
+	return m.lookupOn(l)
+}
+
+func (m *Manager) lookupOn(l *libvirt.Libvirt) (*libvirt.Libvirt, libvirt.Domain, bool, error) {
 	domName, _, _ := m.names()
 	if domName == "" {
 		return l, libvirt.Domain{}, false, nil
