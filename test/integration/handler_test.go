@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -177,6 +180,71 @@ func TestStartPaused(t *testing.T) {
 	}
 	if code := p.exitCode(30 * time.Second); code != 0 {
 		t.Fatalf("exit status %d after Kill, want 0", code)
+	}
+	p.assertNothingLeft()
+}
+
+// TestIOErrorPause: the emptyDisk lives on a 2 MiB file system; the guest
+// fills it, QEMU stops the guest (werror=stop), the launcher sends the
+// IOerror Kubernetes event, and a Sync resumes the domain because it was
+// not the user who paused it.
+func TestIOErrorPause(t *testing.T) {
+	t.Parallel()
+	p := newPodDeferred(t, "ioerr", podOpts{sharedCaps: true})
+	emptyDir := filepath.Dir(p.layout.EmptyDisk("scratch"))
+	must(t, os.MkdirAll(emptyDir, 0o750))
+	opts := fmt.Sprintf("size=2m,mode=0750,uid=%d,gid=%d", cred.Uid, cred.Gid)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "vl-ioerr", emptyDir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a small tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { syscall.Unmount(emptyDir, syscall.MNT_DETACH) })
+	must(t, os.Chown(filepath.Dir(emptyDir), int(cred.Uid), int(cred.Gid)))
+	p.extraUserData = []string{"dd if=/dev/zero of=/dev/vdb bs=1M count=16 conv=fsync", `echo "dd rc=$?"`}
+	p.start()
+	p.waitReady(30 * time.Second)
+	s := startNotify(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := p.client(ctx)
+	v := p.testVMI(t, "ioerr-1")
+	must(t, c.Sync(ctx, v, nil))
+	waitStatus(t, ctx, c, "Paused", "IOError")
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var got bool
+		for _, e := range s.Events() {
+			if e.K8s != nil && e.K8s.Reason == "IOerror" {
+				got = true
+				if e.K8s.Type != "Warning" || string(e.K8s.InvolvedObject.UID) != p.uid ||
+					!strings.Contains(e.K8s.Message, "IO error") {
+					t.Errorf("IOerror event %+v", e.K8s)
+				}
+			}
+		}
+		if got {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no IOerror k8s event; events: %d", len(s.Events()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Not the user's pause: Sync resumes it (it may stop again at once, as
+	// the disk is still full).
+	must(t, c.Sync(ctx, v, nil))
+	if !strings.Contains(p.stderr.String(), "resumed domain paused by libvirt") {
+		// The launcher logs to the monitor's stderr.
+		time.Sleep(time.Second)
+		if !strings.Contains(p.stderr.String(), "resumed domain paused by libvirt") {
+			t.Errorf("Sync did not resume the IOError-paused domain")
+		}
+	}
+	if err := c.Kill(ctx, v); err != nil && !cmdclient.IsDisconnected(err) {
+		t.Fatalf("Kill: %v", err)
+	}
+	if code := p.exitCode(40 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
 	}
 	p.assertNothingLeft()
 }

@@ -132,6 +132,9 @@ type pod struct {
 	exitErr error
 	started time.Time
 	ready   time.Duration
+
+	// extraUserData lines are appended to the user-data script.
+	extraUserData []string
 }
 
 type podOpts struct {
@@ -437,7 +440,15 @@ spec:
       userData: |
         #!/bin/sh
         echo "token %s"
-`, p.name, p.ns, p.uid, strings.Join(args, " "), token)
+`, p.name, p.ns, p.uid, strings.Join(args, " "), token) + p.extraLines()
+}
+
+func (p *pod) extraLines() string {
+	var b strings.Builder
+	for _, l := range p.extraUserData {
+		b.WriteString("        " + l + "\n")
+	}
+	return b.String()
 }
 
 func must(t *testing.T, err error) {
