@@ -36,15 +36,18 @@ func fail(msg string) *cmdv1.Response {
 
 func notSupported(rpc string) string { return rpc + " is not supported by virtlauncher" }
 
-func decodeVMI(v *cmdv1.VMI) (*v1.VirtualMachineInstance, error) {
+// decodeVMI reads the VMI JSON as KubeVirt's launcher does, leniently:
+// fields a newer virt-handler knows and kubevirt.io/api here does not are
+// dropped (and returned, for the log). It goes through vmi.ParseLenient,
+// not a plain json.Unmarshal, for its guards: a hostile quantity such as
+// memory "1e999999999" decodes fine with encoding/json and then spins a CPU
+// for minutes in the first arithmetic on it; ParseLenient refuses it, and
+// bounds size and nesting depth.
+func decodeVMI(v *cmdv1.VMI) (*v1.VirtualMachineInstance, []string, error) {
 	if v == nil || len(v.VmiJson) == 0 {
-		return nil, fmt.Errorf("empty vmi")
+		return nil, nil, fmt.Errorf("empty vmi")
 	}
-	vmi := &v1.VirtualMachineInstance{}
-	if err := json.Unmarshal(v.VmiJson, vmi); err != nil {
-		return nil, err
-	}
-	return vmi, nil
+	return vmi.ParseLenient(v.VmiJson)
 }
 
 // ValidateSyncVMI checks a VMI received for Sync before anything is made
@@ -80,11 +83,14 @@ func (c *cmdServer) vmiOp(ctx context.Context, rpc string, req *cmdv1.VMIRequest
 // checkedVMIOp is vmiOp with check run on the decoded VMI first.
 func (c *cmdServer) checkedVMIOp(ctx context.Context, rpc string, req *cmdv1.VMIRequest,
 	check func(*v1.VirtualMachineInstance) error, op func(context.Context, *v1.VirtualMachineInstance) error) (*cmdv1.Response, error) {
-	vmi, err := decodeVMI(req.GetVmi())
+	vmi, ignored, err := decodeVMI(req.GetVmi())
 	if err != nil {
 		c.s.log.Error("failed to decode vmi", "rpc", rpc, "reason", err.Error())
 		// KubeVirt's message, then the reason (virt-handler only logs it).
 		return fail(InvalidVMIMessage + ": " + err.Error()), nil
+	}
+	if len(ignored) > 0 {
+		c.s.log.Info("ignored VMI fields unknown to this launcher", "rpc", rpc, "fields", strings.Join(ignored, ","))
 	}
 	if check != nil {
 		if err := check(vmi); err != nil {

@@ -187,9 +187,11 @@ func TestBadInputGRPC(t *testing.T) {
 			want = bc.want
 		}
 		doc := bc.doc(good)
-		js, err := yaml.YAMLToJSON([]byte(doc))
-		if err != nil {
-			js = []byte(doc) // not YAML: sent as it is
+		js, err := yaml.YAMLToJSONStrict([]byte(doc))
+		if err != nil || strings.Contains(doc, "\n---\n") {
+			// Not YAML (or with duplicate keys), or a stream YAMLToJSON would cut to its first
+			// document: sent as it is.
+			js = []byte(doc)
 		}
 		resp, err := sync(bc.name, js, nil)
 		check(bc.name, want, resp, err)

@@ -82,8 +82,9 @@ func TestOneGuestUnderFire(t *testing.T) {
 	if alive(launcher) {
 		t.Errorf("launcher %d still alive after the monitor exited", launcher)
 	}
-	if !strings.Contains(p.out.String(), `"component":"virt-launcher"`) {
-		t.Errorf("no launcher log")
+	// Reported: the launcher logged the crash it saw.
+	if out := p.out.String(); !strings.Contains(out, `"statusReason":"Crashed"`) || !strings.Contains(out, "QEMU is gone") {
+		t.Errorf("the launcher did not report QEMU's crash:\n%s", tail(out, 3000))
 	}
 	p.assertNothingLeft()
 	faults++
