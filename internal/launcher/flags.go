@@ -27,6 +27,7 @@ type Options struct {
 	PrivateDir         string
 	LibvirtRunDir      string
 	QemuCapsCache      string
+	ResolvConf         string
 	GracePeriodSeconds int
 	HookSidecars       uint
 	OVMFPath           string
@@ -76,6 +77,7 @@ func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.HotplugDiskDir, "hotplug-disk-dir", d.HotplugDiskDir+"/", "directory holding hotplugged disks")
 	fs.StringVar(&o.PrivateDir, "private-dir", d.PrivateDir, "launcher-private directory (libvirt state, console sockets, config disks); ours, not KubeVirt's")
 	fs.StringVar(&o.LibvirtRunDir, "libvirt-run-dir", d.LibvirtRunDir, "libvirt runtime directory (daemon sockets, empty disks); ours, not KubeVirt's")
+	fs.StringVar(&o.ResolvConf, "resolv-conf", "/etc/resolv.conf", "the pod's resolver configuration, whose servers and search domains the DHCP server hands to the guest; ours, not KubeVirt's")
 	fs.StringVar(&o.QemuCapsCache, "qemu-caps-cache", "", "directory of libvirt QEMU capability cache files shared by the launchers of a machine, so only the first pays for the probe (~2.5 s under TCG); empty: none; ours, not KubeVirt's")
 	fs.IntVar(&o.GracePeriodSeconds, "grace-period-seconds", 30, "after SIGTERM, seconds to wait for the guest to power off before destroying it")
 	fs.UintVar(&o.HookSidecars, "hook-sidecars", 0, "number of hook sidecars to wait for"+ignored)

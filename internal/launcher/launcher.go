@@ -135,7 +135,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath)),
 		HypervisorErr: hvErr,
 		StartNetwork: func(ctx context.Context, v *v1.VirtualMachineInstance) (map[string]facts.Interface, func() error, error) {
-			return netsetup.StartDHCP(ctx, v, netsetup.DHCPConfig{CacheDir: l.layout.PrivateDir}, l.log)
+			return netsetup.StartDHCP(ctx, v, netsetup.DHCPConfig{CacheDir: l.layout.PrivateDir, ResolvConf: l.opts.ResolvConf}, l.log)
 		},
 		Name:      l.opts.Name,
 		Namespace: l.opts.Namespace,

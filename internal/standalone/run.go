@@ -274,6 +274,9 @@ func (r *runner) startMonitor() error {
 		"--run-as-nonroot",
 		"--allow-emulation",
 	}
+	if r.net != nil {
+		args = append(args, "--resolv-conf", r.net.resolvConf())
+	}
 	if r.cfg.Emulation || !kvmUsable() {
 		args = append(args, "--force-emulation")
 	}
