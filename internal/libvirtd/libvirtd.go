@@ -125,7 +125,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 			return nil, fmt.Errorf("virtlogd: %w", err)
 		}
 	}
-	for _, d := range []string{cfg.configHome(), cfg.Dir, cfg.cacheHome(), cfg.RuntimeDir} {
+	dirs := []string{cfg.configHome(), cfg.Dir, cfg.cacheHome(), cfg.RuntimeDir}
+	if cfg.Root {
+		// unix_sock_dir: the daemon does not create it (session mode
+		// creates $XDG_RUNTIME_DIR/libvirt itself).
+		dirs = append(dirs, cfg.SocketDir())
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
@@ -522,6 +528,8 @@ var noise = []string{
 	"Unable to open /dev/kvm",
 	"End of file while reading data", // a client (our readiness probe) hung up
 	"Disallowing client",             // virtlogd refusing our readiness probe as root
+	"ethtool ioctl error",            // node device enumeration in a pod's network namespace
+	"dmidecode",                      // no /dev/mem in a container
 }
 
 func harmless(line string) bool {

@@ -1,0 +1,77 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// rootShell gives a root launcher what a root container has: its own
+// /run, /var/lib/libvirt, /var/cache/libvirt, /var/log/libvirt and
+// /etc/libvirt (tmpfs or a private directory, in a private mount
+// namespace), a libvirt-qemu user (system mode resolves it before reading
+// qemu.conf) in a private /etc/passwd, and a network namespace of its own
+// (libvirt's system-mode drivers would otherwise touch the host's
+// firewall). Nothing of the host is changed.
+const rootShell = `set -e
+D=$1; shift
+mkdir -p $D/etc-libvirt
+cp /etc/passwd $D/passwd; cp /etc/group $D/group
+grep -q '^libvirt-qemu:' $D/passwd || echo 'libvirt-qemu:x:64055:64055::/nonexistent:/usr/sbin/nologin' >>$D/passwd
+grep -q '^libvirt-qemu:' $D/group || echo 'libvirt-qemu:x:64055:' >>$D/group
+mount --bind $D/passwd /etc/passwd
+mount --bind $D/group /etc/group
+mount -t tmpfs vl-run /run
+for p in /var/lib/libvirt /var/cache/libvirt /var/log/libvirt; do mkdir -p $p; mount -t tmpfs vl-lib $p; done
+mount --bind $D/etc-libvirt /etc/libvirt
+exec "$@"
+`
+
+// TestRootMode: as uid 0 "in a container" the launcher runs the daemon in
+// system mode (qemu:///system) with its own config; the guest boots from
+// STANDALONE_VMI and powers off, and the launcher exits 0.
+func TestRootMode(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare not installed")
+	}
+	p := newPodDeferred(t, "rootvm", podOpts{})
+	args := []string{"--mount", "--net", "--propagation", "private", "/bin/sh", "-c", rootShell, "sh", p.dir,
+		filepath.Join(binDir, "virt-launcher"),
+		"--name", p.name, "--namespace", p.ns, "--uid", p.uid,
+		"--kubevirt-share-dir", p.layout.ShareDir,
+		"--ephemeral-disk-dir", p.layout.EphemeralDiskDir,
+		"--container-disk-dir", p.layout.ContainerDiskDir,
+		"--hotplug-disk-dir", p.layout.HotplugDiskDir,
+		"--private-dir", p.layout.PrivateDir,
+		"--libvirt-run-dir", p.layout.LibvirtRunDir,
+		"--force-emulation",
+	}
+	p.cmd = exec.Command("unshare", args...)
+	p.cmd.Dir = p.dir
+	p.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "container=virtlauncher-test",
+		"STANDALONE_VMI=" + p.testVMIYAML("root-1", testguest.OptPowerOff)}
+	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.start()
+	p.waitReady(60 * time.Second)
+	p.waitConsole(testguest.MarkerPowerOff, 2*bootTimeout)
+	if code := p.exitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	out := p.stderr.String()
+	if !strings.Contains(out, `"socket":"`+p.layout.LibvirtRunDir+`/libvirt/libvirt-sock"`) &&
+		!strings.Contains(out, `"socket":"`+p.layout.LibvirtRunDir+`/libvirt/virtqemud-sock"`) {
+		t.Errorf("system-mode daemon socket not in the launcher's run dir")
+	}
+	if _, err := os.Stat(filepath.Join(p.dir, "etc-libvirt", "qemu.conf")); err != nil {
+		t.Errorf("qemu.conf not written to the (private) /etc/libvirt: %v", err)
+	}
+	p.assertNothingLeft()
+}
