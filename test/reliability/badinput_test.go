@@ -67,7 +67,10 @@ func TestBadInputVlctl(t *testing.T) {
 	}
 	good := goodDoc(badUID)
 	in := t.TempDir()
-	work := t.TempDir()
+	work, err := os.MkdirTemp("", "vlrw") // short, and open to the launcher user
+	must(t, err)
+	defer os.RemoveAll(work)
+	must(t, os.Chmod(work, 0o755))
 	tablesBefore := nftTables(t)
 	var multiLine []string
 	for i, c := range badCases {
@@ -116,6 +119,54 @@ func TestBadInputVlctl(t *testing.T) {
 		if ents, _ := os.ReadDir(work); len(ents) > 0 {
 			t.Fatalf("%s: vlctl run left %v in its work root", c.name, ents)
 		}
+	}
+	// vlctl run with a containerDisk image (a local path standalone) that
+	// is missing or not an acceptable disk image.
+	fixDir, err := os.MkdirTemp("", "vlrfix")
+	must(t, err)
+	defer os.RemoveAll(fixDir)
+	kernelDir := "registry.example/testguest-kernel:v1"
+	if guest != nil {
+		// A usable kernel, so that the run gets as far as the launcher's
+		// own image checks.
+		kernelDir = guest.KernelDir
+	}
+	for i, fx := range append(diskFixtures(t, fixDir), diskFixture{name: "relative path", want: "absolute"}) {
+		img := filepath.Join(fixDir, fmt.Sprintf("img%d", i))
+		if fx.make != nil {
+			fx.make(img)
+		}
+		if fx.name == "relative path" {
+			img = "disks/root.img"
+		}
+		file := filepath.Join(in, fmt.Sprintf("image%02d.yaml", i))
+		doc := replace("image: registry.example/testguest-root:v1", "image: "+img)(good)
+		doc = replace("image: registry.example/testguest-kernel:v1", "image: "+kernelDir)(doc)
+		must(t, os.WriteFile(file, []byte(doc), 0o644))
+		cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--workdir", work, "--qemu-timeout", "30s",
+			"--bin-dir", binDir, file)
+		var stdout, stderr syncBuffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		// The error is the first line; after a launcher failure vlctl adds
+		// the launcher's last log lines.
+		msg, _, _ := strings.Cut(stderr.String(), "\n")
+		if !strings.HasPrefix(msg, "vlctl: ") {
+			t.Errorf("image %s: first line of stderr is not vlctl's error: %q", fx.name, tail(stderr.String(), 300))
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 1 {
+			t.Errorf("image %s: exit %d (%v), want 1; stderr %q", fx.name, code, err, msg)
+		}
+		if !strings.Contains(msg, "volumes[0]") && !strings.Contains(msg, img) && !strings.Contains(msg, "disk_0.img") {
+			t.Errorf("image %s: error %q names neither the volume nor the image", fx.name, tail(msg, 300))
+		}
+		if !strings.Contains(strings.ToLower(msg), fx.want) && fx.want != "disk_3.img" {
+			t.Errorf("image %s: error %q does not say %q", fx.name, tail(msg, 300), fx.want)
+		}
+		if ents, _ := os.ReadDir(work); len(ents) > 0 {
+			t.Fatalf("image %s: vlctl run left %v in its work root", fx.name, ents)
+		}
+		t.Logf("image %s: %s", fx.name, tail(msg, 200))
 	}
 	if after := nftTables(t); after != tablesBefore {
 		t.Errorf("nft tables of the root namespace changed:\nbefore %s\nafter  %s", tablesBefore, after)
@@ -218,6 +269,40 @@ func TestBadInputGRPC(t *testing.T) {
 		check(e.name, e.want, resp, err)
 		tried++
 	}
+	// Container disk images that are missing or not acceptable disk
+	// images: a fourth volume whose disk_3.img the test places first.
+	extraDisk := moreDisk("      - name: extra\n        disk: {bus: virtio}\n",
+		"  - name: extra\n    containerDisk:\n      image: registry.example/extra:v1\n")(good)
+	img := p.layout.ContainerDiskImage(3)
+	for _, fx := range diskFixtures(t, t.TempDir()) {
+		os.RemoveAll(img)
+		if fx.make != nil {
+			fx.make(img)
+		}
+		before := podFiles(p)
+		resp, err := sync(fx.name, mustJSON(t, extraDisk), nil)
+		check2 := func() {
+			if diff := diffFiles(before, podFiles(p)); diff != "" {
+				t.Fatalf("containerDisk %s: the refused Sync left files behind:\n%s", fx.name, diff)
+			}
+		}
+		switch {
+		case err != nil:
+			t.Errorf("containerDisk %s: gRPC error %v", fx.name, err)
+		case resp.Success:
+			t.Fatalf("containerDisk %s: Sync succeeded", fx.name)
+		case !strings.Contains(resp.Message, "disk_3.img") || !strings.Contains(resp.Message, fx.want):
+			if !(fx.name == "missing" && strings.Contains(resp.Message, "does not exist")) {
+				t.Errorf("containerDisk %s: message %q does not name disk_3.img and %q", fx.name, tail(resp.Message, 400), fx.want)
+			}
+		}
+		check2()
+		if _, exists, _ := c.GetDomain(ctx); exists {
+			t.Fatalf("containerDisk %s: a domain was defined", fx.name)
+		}
+		tried++
+	}
+	os.RemoveAll(img)
 	t.Logf("%d bad Syncs refused over gRPC, nothing created", tried)
 
 	// The good VMI boots; then another UID is refused and an oversized
@@ -241,6 +326,46 @@ func TestBadInputGRPC(t *testing.T) {
 	}
 	if strings.Count(p.console(), "VL-BOOTED") != 1 {
 		t.Errorf("guest rebooted")
+	}
+}
+
+// diskFixture is a file placed where a container disk image goes.
+type diskFixture struct {
+	name, want string
+	make       func(path string) // nil: the file is missing
+}
+
+// diskFixtures makes images that must be refused; dir holds what they
+// point at.
+func diskFixtures(t *testing.T, dir string) []diskFixture {
+	must(t, os.Chmod(dir, 0o755))
+	backing := filepath.Join(dir, "backing.raw")
+	must(t, os.WriteFile(backing, make([]byte, 1<<20), 0o644))
+	qemuImg := func(size string, args ...string) func(string) {
+		return func(path string) {
+			a := append(append([]string{"create", "-q"}, args...), path)
+			if size != "" {
+				a = append(a, size)
+			}
+			out, err := exec.Command("qemu-img", a...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("qemu-img create %v: %v %s", args, err, out)
+			}
+			os.Chmod(path, 0o444)
+		}
+	}
+	return []diskFixture{
+		{name: "missing", want: "no such file"},
+		{name: "a directory", want: "disk_3.img", make: func(p string) { must(t, os.Mkdir(p, 0o755)) }},
+		{name: "qcow2 with a backing file", want: "backing file", make: func(p string) {
+			qemuImg("", "-f", "qcow2", "-b", backing, "-F", "raw")(p)
+		}},
+		{name: "qcow2 with an external data file", want: "data file", make: func(p string) {
+			os.Remove(filepath.Join(dir, "data.raw"))
+			qemuImg("1M", "-f", "qcow2", "-o", "data_file="+filepath.Join(dir, "data.raw"))(p)
+		}},
+		{name: "vmdk", want: "vmdk", make: qemuImg("1M", "-f", "vmdk")},
+		{name: "symlink to a file the launcher cannot read", want: "disk_3.img", make: func(p string) { must(t, os.Symlink("/etc/shadow", p)) }},
 	}
 }
 
