@@ -57,6 +57,21 @@ type Config struct {
 	// own messages (where ports are forwarded, how the run ended).
 	Console, Status io.Writer
 	Log             *slog.Logger
+	// Started, when set, is called once the guest's domain runs, with where
+	// things are; tests use it to reach the guest from the outside.
+	Started func(Started)
+}
+
+// Started describes a running `vlctl run`.
+type Started struct {
+	WorkDir string
+	Layout  layout.Layout
+	// Socket is the launcher's command socket.
+	Socket string
+	// OutsideNS is the network namespace playing the outside world (its
+	// /run/netns name), PodAddress the pod's address there; empty without a
+	// pod network.
+	OutsideNS, PodAddress string
 }
 
 // Run boots the VMI and returns when the guest has powered off (nil) or ctx
@@ -352,8 +367,14 @@ func (r *runner) drive(ctx context.Context) error {
 		return r.withLauncherLog(fmt.Errorf("sync: %w", err))
 	}
 	consoleDone := r.streamConsole(ctx)
+	started := Started{WorkDir: r.workDir, Layout: r.layout, Socket: r.layout.ReadySocket()}
 	if r.net != nil {
 		r.net.printForwards(r.cfg.Status)
+		started.OutsideNS = r.net.pod.OutsideName
+		started.PodAddress = r.net.pod.Pod4.Addr().String()
+	}
+	if r.cfg.Started != nil {
+		r.cfg.Started(started)
 	}
 
 	stopped, err := r.waitStopped(ctx, client)
