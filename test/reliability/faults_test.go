@@ -43,30 +43,50 @@ func TestOneGuestUnderFire(t *testing.T) {
 	t.Run("security", func(t *testing.T) { checkSecurity(t, p, qpid) })
 	t.Run("concurrency", func(t *testing.T) { concurrentClients(t, p, ctx) })
 
+	// One kill of each in the default run, ten under soak.
+	rounds := 1
+	if soak() {
+		rounds = 10
+	}
 	killsOK := t.Run("kill libvirt daemon", func(t *testing.T) {
-		daemon := p.mustChild("libvirtd", "virtqemud")
-		must(t, syscall.Kill(daemon, syscall.SIGKILL))
-		waitNewChild(t, p, daemon, "libvirtd", "virtqemud")
-		if !alive(qpid) {
-			t.Fatal("QEMU died with the libvirt daemon")
+		for r := 0; r < rounds; r++ {
+			daemon := p.mustChild("libvirtd", "virtqemud")
+			must(t, syscall.Kill(daemon, syscall.SIGKILL))
+			waitNewChild(t, p, daemon, "libvirtd", "virtqemud")
+			if !alive(qpid) {
+				t.Fatal("QEMU died with the libvirt daemon")
+			}
+			consoleAnswers(t, p, fmt.Sprintf("after-daemon-kill-%d", r))
+			waitStatus(t, ctx, c, "Running")
+			if err := c.Sync(ctx, p.vmi(), nil); err != nil {
+				t.Errorf("Sync through the restarted daemon: %v", err)
+			}
+			faults++
 		}
-		consoleAnswers(t, p, "after-daemon-kill")
-		waitStatus(t, ctx, c, "Running")
-		if err := c.Sync(ctx, p.vmi(), nil); err != nil {
-			t.Errorf("Sync through the restarted daemon: %v", err)
-		}
-		faults++
 	})
 	killsOK = t.Run("kill virtlogd", func(t *testing.T) {
-		logd := p.mustChild("virtlogd")
-		must(t, syscall.Kill(logd, syscall.SIGKILL))
-		waitNewChild(t, p, logd, "virtlogd")
-		if !alive(qpid) {
-			t.Fatal("QEMU died with virtlogd")
+		for r := 0; r < rounds; r++ {
+			logd := p.mustChild("virtlogd")
+			must(t, syscall.Kill(logd, syscall.SIGKILL))
+			waitNewChild(t, p, logd, "virtlogd")
+			if !alive(qpid) {
+				t.Fatal("QEMU died with virtlogd")
+			}
+			tag := fmt.Sprintf("after-virtlogd-kill-%d", r)
+			consoleAnswers(t, p, tag)
+			waitStatus(t, ctx, c, "Running")
+			faults++
+			// The console log file is virtlogd's: QEMU's pipe to the
+			// killed one is gone. Measured, not asserted (libvirt keeps no
+			// log pipe across a virtlogd crash; only a SIGUSR1 re-exec
+			// preserves it).
+			logged := false
+			for i := 0; i < 20 && !logged; i++ {
+				logged = strings.Contains(p.console(), fmt.Sprintf("VLPING-%s-42", tag))
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Logf("console output after the virtlogd kill reaches the serial log file: %v", logged)
 		}
-		consoleAnswers(t, p, "after-virtlogd-kill")
-		waitStatus(t, ctx, c, "Running")
-		faults++
 	}) && killsOK
 	if !killsOK {
 		return

@@ -269,7 +269,10 @@ func TestReapOrphansEndToEnd(t *testing.T) {
 		t.Skip(setup)
 	}
 	t.Parallel()
-	const n = 1000
+	n := 1000
+	if soak() {
+		n = 10000
+	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "launcher.sh")
 	must(t, os.WriteFile(script, []byte(fmt.Sprintf(`#!/bin/sh
