@@ -145,7 +145,11 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	}
 	t2 := time.Now()
 	m.log.Info("domain defined", "domain", dom.Name, "prepareDisks", t1.Sub(t0).String(), "define", t2.Sub(t1).String())
-	return m.start(l, d, v)
+	err = m.start(l, d, v)
+	// GetDomain right after this Sync must see the domain even if the
+	// lifecycle events are still on their way; they send the events.
+	m.refresh(ctx, EventModified, false)
+	return err
 }
 
 func (m *Manager) start(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
