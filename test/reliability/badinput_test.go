@@ -166,6 +166,9 @@ func TestBadInputVlctl(t *testing.T) {
 		if ents, _ := os.ReadDir(work); len(ents) > 0 {
 			t.Fatalf("image %s: vlctl run left %v in its work root", fx.name, ents)
 		}
+		if left := processesUnder(work); len(left) > 0 {
+			t.Fatalf("image %s: vlctl run left processes %v", fx.name, left)
+		}
 		t.Logf("image %s: %s", fx.name, tail(msg, 200))
 	}
 	if after := nftTables(t); after != tablesBefore {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -207,7 +208,7 @@ func concurrentClients(t *testing.T, p *pod, ctx context.Context) {
 		dur = 60 * time.Second
 	}
 	launcher := p.mustChild("virt-launcher")
-	fds0, threads0 := fdCount(launcher), threadCount(launcher)
+	fds0, threads0, rss0 := fdCount(launcher), threadCount(launcher), rssKiB(launcher)
 	v := p.vmi()
 	var ops, failed, slow atomic.Int64
 	var firstErr atomic.Value
@@ -296,17 +297,33 @@ func concurrentClients(t *testing.T, p *pod, ctx context.Context) {
 	if threads1 > threads0+4 {
 		t.Errorf("launcher threads %d before, %d after", threads0, threads1)
 	}
+	// No goroutine count from outside the launcher; its memory stands in:
+	// one leaked goroutine per call (8 KiB of stack at least) over
+	// thousands of calls would add tens of MiB.
+	rss1 := rssKiB(launcher)
+	if rss1-rss0 > 48<<10 {
+		t.Errorf("launcher RSS %d KiB before, %d KiB after the clients: leak", rss0, rss1)
+	}
 	msg := ""
 	if e := firstErr.Load(); e != nil {
 		msg = fmt.Sprintf(" (first error: %.200s)", e)
 	}
-	t.Logf("concurrency: %d clients, %d operations in %v, %d failed with a message%s; launcher fds %d -> %d, threads %d -> %d",
-		clients, ops.Load(), dur, failed.Load(), msg, fds0, fds1, threads0, threads1)
+	t.Logf("concurrency: %d clients, %d operations in %v, %d failed with a message%s; launcher fds %d -> %d, threads %d -> %d, RSS %d -> %d KiB",
+		clients, ops.Load(), dur, failed.Load(), msg, fds0, fds1, threads0, threads1, rss0, rss1)
 }
 
 func fdCount(pid int) int {
 	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	return len(ents)
+}
+
+func rssKiB(pid int) int {
+	for _, f := range idLine(pid, "VmRSS:") {
+		if n, err := strconv.Atoi(f); err == nil {
+			return n
+		}
+	}
+	return 0
 }
 
 func threadCount(pid int) int {
