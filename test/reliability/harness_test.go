@@ -472,7 +472,8 @@ func alive(pid int) bool {
 	return ok && q.state != "Z"
 }
 
-// processesUnder lists live processes whose command line mentions dir.
+// processesUnder lists live processes whose command line names a path
+// inside dir (dir + "/": /tmp/vlr12 must not match /tmp/vlr123/...).
 func processesUnder(dir string) []int {
 	var pids []int
 	for _, q := range allProcs() {
@@ -480,7 +481,7 @@ func processesUnder(dir string) []int {
 			continue
 		}
 		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", q.pid))
-		if err == nil && bytes.Contains(cmdline, []byte(dir)) {
+		if err == nil && bytes.Contains(cmdline, []byte(dir+"/")) {
 			pids = append(pids, q.pid)
 		}
 	}
