@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -111,6 +112,8 @@ type Manager struct {
 	goneQueued bool
 
 	events chan outEvent
+
+	terminating atomic.Bool // set by BeginTermination: Sync refuses
 
 	netStarted bool // opMu
 	netIfaces  map[string]facts.Interface
@@ -369,4 +372,15 @@ func (m *Manager) Close() error {
 	err := m.netStop()
 	m.netStop = nil
 	return err
+}
+
+// BeginTermination makes every later Sync fail (the pod is going away: no
+// domain may be defined or started from now on) and waits for the
+// operation in progress, if any, so that the caller sees whatever a running
+// Sync defined.
+func (m *Manager) BeginTermination() {
+	m.terminating.Store(true)
+	m.opMu.Lock()
+	//nolint:staticcheck // empty critical section: wait for the running operation.
+	m.opMu.Unlock()
 }

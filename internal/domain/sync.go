@@ -29,6 +29,9 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts c
 	if err := m.checkIdentity(v, true); err != nil {
 		return err
 	}
+	if m.terminating.Load() {
+		return errors.New("the launcher is shutting down: no more Syncs")
+	}
 	if m.cfg.HypervisorErr != nil {
 		return m.cfg.HypervisorErr
 	}
@@ -131,7 +134,7 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	}
 	// The serial console, its log and VNC sockets live here; QEMU creates
 	// the sockets, so the directory must exist first.
-	if err := os.MkdirAll(m.cfg.Layout.VMIPrivateDir(string(v.UID)), 0o750); err != nil {
+	if err := os.MkdirAll(m.cfg.Layout.VMIPrivateDir(string(v.UID)), 0o700); err != nil {
 		return fmt.Errorf("create VMI private dir: %w", err)
 	}
 	t0 := time.Now()
@@ -147,7 +150,8 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	m.log.Info("domain defined", "domain", dom.Name, "prepareDisks", t1.Sub(t0).String(), "define", t2.Sub(t1).String())
 	err = m.start(l, d, v)
 	// GetDomain right after this Sync must see the domain even if the
-	// lifecycle events are still on their way; they send the events.
+	// lifecycle events are still on their way (they send the events), and
+	// a termination waiting for this Sync must see it defined.
 	m.refresh(ctx, EventModified, false)
 	return err
 }

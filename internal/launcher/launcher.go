@@ -207,6 +207,15 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	case <-timer.C:
 		return ExitFatal, fatal("no domain was defined within --qemu-timeout %v", l.opts.QemuTimeout)
 	case sig := <-sigs:
+		// A Sync may be defining the domain right now: stop new ones, wait
+		// for it, and shut down whatever it started.
+		l.mgr.BeginTermination()
+		select {
+		case <-l.mgr.Defined():
+			l.log.Info("signal while the first Sync defined the domain, shutting the guest down", "signal", sig.String())
+			return l.finish(l.gracefulShutdown(ctx, sigs)), nil
+		default:
+		}
 		l.log.Info("signal before any domain was defined, exiting", "signal", sig.String())
 		return ExitOK, nil
 	case <-ctx.Done():
@@ -219,6 +228,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	case <-l.mgr.Stopped():
 	case sig := <-sigs:
 		l.log.Info("received signal, shutting the guest down", "signal", sig.String(), "gracePeriodSeconds", l.opts.GracePeriodSeconds)
+		l.mgr.BeginTermination()
 		destroyed = l.gracefulShutdown(ctx, sigs)
 	case <-ctx.Done():
 		destroyed = l.gracefulShutdown(context.Background(), sigs)
@@ -231,13 +241,17 @@ func (l *Launcher) makeDirs() error {
 		path string
 		mode os.FileMode
 	}{
-		{l.layout.ShareDir, 0o755},
-		{l.layout.SocketsDir(), 0o750},
-		{l.layout.PrivateDir, 0o750},
-		{l.layout.EphemeralDiskDir, 0o750},
-		{l.layout.ContainerDiskDir, 0o750},
-		{l.layout.HotplugDiskDir, 0o750},
-		{l.layout.LibvirtRunDir, 0o750},
+		// Owner-only: virt-handler is root, and every other reader (QEMU,
+		// the daemons, virt-tail) runs as the launcher's own user. Existing
+		// directories (pod volumes) keep their mode.
+		{l.layout.ShareDir, 0o700},
+		{l.layout.SocketsDir(), 0o700},
+		{l.layout.PrivateDir, 0o700},
+		{l.layout.EphemeralDiskDir, 0o700},
+		{l.layout.ContainerDiskDir, 0o700},
+		{l.layout.HotplugDiskDir, 0o700},
+		{l.layout.LibvirtRunDir, 0o700},
+		{filepath.Dir(l.layout.EmptyDisk("x")), 0o700},
 		{l.layout.LibvirtDir(), 0o700},
 	} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
