@@ -1,0 +1,283 @@
+// Package network proves the network bindings end to end through the real
+// launcher path: standalone.Run (what `vlctl run` calls) builds the pod and
+// outside namespaces, runs the privileged phase, starts
+// virt-launcher-monitor and virt-launcher as the unprivileged user inside
+// the pod namespace, and the launcher's DHCP server answers the test
+// guest's udhcpc. The guest (internal/testguest) runs a user-data script
+// that talks to an HTTP server in the outside namespace and listens on
+// ports the test reaches from there. Everything is real: QEMU under TCG,
+// libvirt, netlink, nftables.
+package network
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+)
+
+// binDir holds virt-launcher-monitor and virt-launcher built for this run
+// (standalone.Config.BinDir); empty when the build was not possible.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if os.Geteuid() != 0 {
+			return m.Run() // the tests skip themselves
+		}
+		dir, err := os.MkdirTemp("", "vlnetbin")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		// The launcher runs as the unprivileged user: it must reach them.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		const mod = "github.com/virtlauncher/virtlauncher/cmd/"
+		build := exec.Command("go", "build", "-o", dir+"/", mod+"virt-launcher", mod+"virt-launcher-monitor")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build launcher binaries: %v\n%s", err, out)
+			return 1
+		}
+		binDir = dir
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces, taps, nftables, the launcher as another user")
+	}
+	for _, b := range []string{"qemu-system-x86_64", "nft"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Skipf("%s not installed", b)
+		}
+	}
+}
+
+// shortDir makes a directory with a short absolute name: the launcher's
+// libvirt puts unix sockets several levels below the work dir, and their
+// paths are limited to 107 bytes.
+func shortDir(t *testing.T, prefix string) string {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		d := fmt.Sprintf("/run/%s%04x", prefix, time.Now().UnixNano()&0xffff)
+		if err := os.Mkdir(d, 0o755); err == nil {
+			t.Cleanup(func() { os.RemoveAll(d) })
+			return d
+		}
+	}
+	t.Fatal("no free short directory under /run")
+	return ""
+}
+
+// consoleBuf collects the guest's serial console as standalone.Run writes it.
+type consoleBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (c *consoleBuf) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.Write(p)
+}
+
+func (c *consoleBuf) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
+}
+
+// waitFor waits until the console has a line containing s, or fails early
+// when done (Run returned) closes.
+func (c *consoleBuf) waitFor(s string, timeout time.Duration, done <-chan struct{}) error {
+	deadline := time.After(timeout)
+	for {
+		if strings.Contains(c.String(), s) {
+			return nil
+		}
+		select {
+		case <-deadline:
+			return fmt.Errorf("no %q on the console within %s", s, timeout)
+		case <-done:
+			if strings.Contains(c.String(), s) {
+				return nil
+			}
+			return fmt.Errorf("run ended before %q appeared on the console", s)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// inNamedNS runs fn with the calling thread in the network namespace
+// /run/netns/<name>.
+func inNamedNS(name string, fn func() error) error {
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		return fmt.Errorf("netns %s: %w", name, err)
+	}
+	defer h.Close()
+	return netsetup.InNS(h, fn)
+}
+
+// serveHTTP serves body on addr inside the named namespace until the test ends.
+func serveHTTP(t *testing.T, nsName, addr, body string) error {
+	var ln net.Listener
+	if err := inNamedNS(nsName, func() (err error) { ln, err = net.Listen("tcp", addr); return }); err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, body) })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return nil
+}
+
+// dialIn connects to addr with a socket made in the named namespace.
+func dialIn(ctx context.Context, nsName, network, addr string) (net.Conn, error) {
+	var conn net.Conn
+	var derr error
+	err := inNamedNS(nsName, func() error {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		conn, derr = d.DialContext(ctx, network, addr)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return conn, derr
+}
+
+// getIn fetches url from inside the named namespace.
+func getIn(nsName, url string) (string, error) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialIn(ctx, nsName, network, addr)
+		},
+	}}
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// nsInode is the inode of a /run/netns pin: the namespace's identity.
+func nsInode(name string) (uint64, error) {
+	fi, err := os.Stat(filepath.Join("/run/netns", name))
+	if err != nil {
+		return 0, err
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino, nil
+}
+
+// manifest is the VMI the tests boot: the test guest with a root disk (so
+// the init does not wait for one) and a NoCloud user-data script.
+var manifest = template.Must(template.New("vmi").Funcs(template.FuncMap{
+	"indent": func(n int, s string) string {
+		pad := strings.Repeat(" ", n)
+		return pad + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+pad)
+	},
+}).Parse(`apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  name: {{.Name}}
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 30
+  domain:
+    firmware:
+      kernelBoot:
+        kernelArgs: "{{.Cmdline}}"
+        container:
+          image: {{.KernelDir}}
+          kernelPath: /vmlinuz
+          initrdPath: /initrd.img
+    resources:
+      requests:
+        memory: 256Mi
+    devices:
+      disks:
+      - name: rootdisk
+        disk:
+          bus: virtio
+      - name: cloudinit
+        disk:
+          bus: virtio
+{{- if .Binding}}
+      interfaces:
+      - name: default
+        {{.Binding}}: {}
+{{- if .Ports}}
+        ports:
+{{- range .Ports}}
+        - port: {{.}}
+{{- end}}
+{{- end}}
+  networks:
+  - name: default
+    pod: {}
+{{- end}}
+  volumes:
+  - name: rootdisk
+    containerDisk:
+      image: {{.RootDisk}}
+  - name: cloudinit
+    cloudInitNoCloud:
+      userData: |
+{{indent 8 .UserData}}
+`))
+
+// userData is the guest's script. The init prints the script before it
+// runs it, so no marker the test looks for appears literally in it: each
+// is put together from $M at run time. In the background (user-data runs
+// before the init's udhcpc) it waits for eth0's lease, fetches the outside
+// page (busybox-static's wget crashes in the static glibc resolver, nc
+// does not), starts httpd on a declared and an undeclared port and says so.
+var userData = template.Must(template.New("ud").Parse(`#!/bin/sh
+M=VL-T
+(
+  i=0
+  until ip -4 addr show dev eth0 | grep -q 'inet '; do
+    i=$((i + 1)); [ $i -gt 300 ] && { echo "$M-NO-ADDRESS"; exit 1; }
+    sleep 1
+  done
+  i=0
+  until printf 'GET / HTTP/1.0\r\nHost: outside\r\n\r\n' | nc -w 5 {{.Outside}} {{.OutsidePort}} >/tmp/page && grep -q 'HTTP/1' /tmp/page; do
+    i=$((i + 1)); [ $i -gt 30 ] && break
+    sleep 1
+  done
+  echo "$M-PAGE-BEGIN"
+  cat /tmp/page
+  echo
+  echo "$M-PAGE-END"
+  mkdir -p /www/a /www/b
+  echo "guest-{{.Port}}-{{.Token}}" >/www/a/index.html
+  echo "guest-{{.Undeclared}}-{{.Token}}" >/www/b/index.html
+  httpd -p {{.Port}} -h /www/a && httpd -p {{.Undeclared}} -h /www/b && echo "$M-LISTENING"
+) &
+`))
