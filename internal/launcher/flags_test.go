@@ -136,3 +136,14 @@ func TestEFIFiles(t *testing.T) {
 		t.Errorf("code %q", efi.Code)
 	}
 }
+
+func TestLibvirtDebugFromEnvVerbosity(t *testing.T) {
+	o, _ := Parse(nil, &bytes.Buffer{})
+	if New(o, nil).libvirtdConfig(false).Debug {
+		t.Fatal("debug at the default verbosity")
+	}
+	t.Setenv("VIRT_LAUNCHER_LOG_VERBOSITY", "6")
+	if !New(o, nil).libvirtdConfig(false).Debug {
+		t.Error("VIRT_LAUNCHER_LOG_VERBOSITY=6 does not enable libvirt debug logs")
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
+	"github.com/virtlauncher/virtlauncher/internal/logging"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -277,7 +278,7 @@ func (l *Launcher) libvirtdConfig(root bool) libvirtd.Config {
 		Root:        root,
 		LogFilters:  l.opts.LibvirtLogFilters,
 		CapsSeedDir: l.opts.QemuCapsCache,
-		Debug:       l.opts.Verbosity > 5 || os.Getenv("LIBVIRT_DEBUG_LOGS") == "1",
+		Debug:       logging.Verbosity(l.opts.Verbosity) > 5 || os.Getenv("LIBVIRT_DEBUG_LOGS") == "1",
 	}
 }
 
