@@ -201,6 +201,12 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 	if body, err := getIn(st.OutsideNS, url); err != nil || strings.TrimSpace(body) != fmt.Sprintf("guest-%d-%s", declared, token) {
 		t.Errorf("outside -> %s: %q, %v", url, body, err)
 	}
+	if tc.binding == "masquerade" {
+		// From inside the pod, its own address reaches the guest too.
+		if body, err := getIn(podNS, url); err != nil || strings.TrimSpace(body) != fmt.Sprintf("guest-%d-%s", declared, token) {
+			t.Errorf("pod -> %s: %q, %v", url, body, err)
+		}
+	}
 	if tc.checkUndeclared {
 		// The guest does listen there (seen from the pod, on its own
 		// address), so only the missing forward can stop the outside.
