@@ -1,0 +1,353 @@
+package standalone_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// binDir holds vlctl, virt-launcher-monitor and virt-launcher built for this
+// run: vlctl finds the other two next to itself, as after `make build`.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if os.Geteuid() != 0 {
+			return m.Run() // the tests that need the binaries skip themselves
+		}
+		dir, err := os.MkdirTemp("", "vlsabin")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		// The launcher runs as the unprivileged user: it must reach them.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		const mod = "github.com/virtlauncher/virtlauncher/cmd/"
+		build := exec.Command("go", "build", "-o", dir+"/", mod+"vlctl", mod+"virt-launcher", mod+"virt-launcher-monitor")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
+			return 1
+		}
+		binDir = dir
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: vlctl run starts the launcher as another user")
+	}
+	if binDir == "" {
+		t.Fatal("binaries not built")
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 not installed")
+	}
+}
+
+// workRoot makes a --workdir with a short absolute name: the launcher's
+// libvirt puts unix sockets several levels below the work dir, and their
+// paths are limited to 107 bytes.
+func workRoot(t *testing.T) string {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		d := fmt.Sprintf("/run/%s%04x", "vs", time.Now().UnixNano()&0xffff)
+		if err := os.Mkdir(d, 0o755); err == nil {
+			t.Cleanup(func() { os.RemoveAll(d) })
+			return d
+		}
+	}
+	t.Fatal("no free short directory under /run")
+	return ""
+}
+
+// vlctl runs the built vlctl and returns its exit code, stdout and stderr.
+func vlctl(t *testing.T, timeout time.Duration, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "vlctl"), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("vlctl %s: no end within %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), timeout, stdout.String(), stderr.String())
+	}
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("vlctl %s: %v", strings.Join(args, " "), err)
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+// checkNothingLeft: the work root is empty and no process names it in its
+// command line or works below it.
+func checkNothingLeft(t *testing.T, root string) {
+	t.Helper()
+	if ents, _ := os.ReadDir(root); len(ents) > 0 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("work root %s not empty: %v", root, names)
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		dir := filepath.Join("/proc", p.Name())
+		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(cmdline), "\x00", " ")
+		cwd, _ := os.Readlink(filepath.Join(dir, "cwd"))
+		if strings.Contains(cmd, root+"/") || strings.HasPrefix(cwd, root+"/") {
+			t.Errorf("process %s left behind: %.150s (cwd %s)", p.Name(), cmd, cwd)
+		}
+	}
+}
+
+// TestVlctlRunPowerOff: `vlctl run` of the test guest that powers itself
+// off, with no network: status 0, the console on stdout (markers and the
+// user-data's own output), vlctl's messages elsewhere, nothing left.
+func TestVlctlRunPowerOff(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
+	if err != nil {
+		t.Fatalf("test guest: %v", err)
+	}
+	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--poweroff", "--no-network", "--name", "pw")
+	if code != 0 {
+		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
+	}
+	file := filepath.Join(t.TempDir(), "pw.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := workRoot(t)
+	start := time.Now()
+	// No --bin-dir: vlctl finds the launcher binaries next to itself.
+	code, stdout, stderr := vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", root, file)
+	t.Logf("vlctl run took %s", time.Since(start).Round(time.Millisecond))
+	if code != 0 {
+		t.Errorf("exit status %d, want 0; stderr:\n%s", code, stderr)
+	}
+	for _, want := range []string{
+		testguest.MarkerBooted + " " + g.KernelVersion,
+		testguest.MarkerCloudInit + " nocloud",
+		// The user-data's own output: the line the script prints, not its
+		// text, which the init shows between the user-data markers.
+		"\nhello from user-data on " + g.KernelVersion,
+		testguest.MarkerUserDataRan + " rc=0",
+		testguest.MarkerReady,
+		testguest.MarkerPowerOff,
+	} {
+		if !strings.Contains(strings.ReplaceAll(stdout, "\r\n", "\n"), want) {
+			t.Errorf("console (stdout) lacks %q", want)
+		}
+	}
+	if strings.Contains(stdout, "vlctl:") {
+		t.Errorf("vlctl's own messages on stdout, which is the guest's console:\n%s", stdout)
+	}
+	checkNothingLeft(t, root)
+	if t.Failed() {
+		t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+}
+
+// goodVMI is a manifest that passes validation, for the bad-input rows to
+// break in one place each.
+const goodVMI = `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  name: bad
+spec:
+  domain:
+    firmware:
+      kernelBoot:
+        container:
+          image: KERNELDIR
+          kernelPath: /vmlinuz
+          initrdPath: /initrd.img
+    devices:
+      autoattachPodInterface: false
+      disks:
+      - name: rootdisk
+        disk:
+          bus: virtio
+    resources:
+      requests:
+        memory: 64Mi
+  volumes:
+  - name: rootdisk
+    containerDisk:
+      image: ROOTDISK
+`
+
+// TestVlctlRunBadInput: a manifest vlctl cannot run is refused with status
+// 1 and one line naming the field, nothing on stdout and nothing created.
+func TestVlctlRunBadInput(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
+	if err != nil {
+		t.Fatalf("test guest: %v", err)
+	}
+	good := strings.NewReplacer("KERNELDIR", g.KernelDir, "ROOTDISK", g.RootDisk).Replace(goodVMI)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		doc  string // "" for no file at all
+		want []string
+	}{
+		{"port out of range", strings.Replace(good, "      autoattachPodInterface: false\n", `      interfaces:
+      - name: default
+        masquerade: {}
+        ports:
+        - port: 70000
+`, 1) + "  networks:\n  - name: default\n    pod: {}\n",
+			[]string{"spec.domain.devices.interfaces[0].ports[0].port", "70000"}},
+		{"unknown field", strings.Replace(good, "    resources:", "    resourcez:\n      x: 1\n    resources:", 1),
+			[]string{"resourcez"}},
+		{"relative containerDisk image", strings.Replace(good, g.RootDisk, "disks/root.img", 1),
+			[]string{"spec.volumes[0].containerDisk.image", "disks/root.img", "absolute"}},
+		{"relative kernelBoot image", strings.Replace(good, g.KernelDir, "kernels/guest", 1),
+			[]string{"spec.domain.firmware.kernelBoot.container.image", "kernels/guest", "absolute"}},
+		{"kernelPath missing in the image", strings.Replace(good, "/initrd.img", "/no-initrd", 1),
+			[]string{"spec.domain.firmware.kernelBoot.container.initrdPath", "no-initrd"}},
+		{"missing file", "", []string{"nosuch.yaml"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, "nosuch.yaml")
+			if tc.doc != "" {
+				file = filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+				if err := os.WriteFile(file, []byte(tc.doc), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			root := workRoot(t)
+			code, stdout, stderr := vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, file)
+			if code != 1 {
+				t.Errorf("exit status %d, want 1", code)
+			}
+			msg := strings.TrimSuffix(stderr, "\n")
+			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "vlctl: ") {
+				t.Errorf("error is not one line from vlctl:\n%s", stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not name %q", msg, w)
+				}
+			}
+			if stdout != "" {
+				t.Errorf("printed %q on stdout", stdout)
+			}
+			checkNothingLeft(t, root)
+		})
+	}
+}
+
+// namespaces lists the pinned network namespaces of pod networks.
+func namespaces(t *testing.T) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/run/netns")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "vlpod-") || strings.HasPrefix(e.Name(), "vlout-") {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+// TestRunRefusesBeforeCreating: standalone.Run refuses a run it cannot do
+// with an error that says why, and removes what it had made.
+func TestRunRefusesBeforeCreating(t *testing.T) {
+	needRoot(t)
+	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
+	if err != nil {
+		t.Fatalf("test guest: %v", err)
+	}
+	good := strings.NewReplacer("KERNELDIR", g.KernelDir, "ROOTDISK", g.RootDisk).Replace(goodVMI)
+	withNet := strings.Replace(good, "      autoattachPodInterface: false\n", "", 1)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		doc  string
+		cfg  standalone.Config
+		want []string
+	}{
+		{"no such user", good, standalone.Config{User: "vl-no-such-user"}, []string{`user "vl-no-such-user"`}},
+		{"root user", good, standalone.Config{User: "root"}, []string{`user "root" is root`}},
+		{"unknown binding", withNet, standalone.Config{Binding: "slirp"}, []string{"slirp"}},
+		// The pod network is set up before the binaries are looked for:
+		// its teardown runs on this error path too.
+		{"no launcher binaries", withNet, standalone.Config{BinDir: dir}, []string{"launcher binaries", "virt-launcher-monitor"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if err := os.WriteFile(file, []byte(tc.doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			root := workRoot(t)
+			cfg := tc.cfg
+			cfg.File, cfg.WorkRoot, cfg.Emulation = file, root, true
+			if cfg.BinDir == "" {
+				cfg.BinDir = binDir
+			}
+			var status bytes.Buffer
+			cfg.Console, cfg.Status = &status, &status
+			started := false
+			cfg.Started = func(standalone.Started) { started = true }
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			before := namespaces(t)
+			begin := time.Now()
+			err := standalone.Run(ctx, cfg)
+			end := time.Now()
+			if err == nil {
+				t.Fatal("Run succeeded")
+			}
+			t.Logf("error: %v", err)
+			// A namespace pinned during the call and still there is ours
+			// (other tests' namespaces are made at other times).
+			for name := range namespaces(t) {
+				if before[name] {
+					continue
+				}
+				if fi, err := os.Stat(filepath.Join("/run/netns", name)); err == nil && !fi.ModTime().Before(begin.Add(-time.Second)) && !fi.ModTime().After(end) {
+					t.Errorf("namespace %s made during the failed run is still there", name)
+				}
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if started {
+				t.Error("Started was called")
+			}
+			checkNothingLeft(t, root)
+		})
+	}
+}
