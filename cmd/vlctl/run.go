@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
 func newRunCmd() *cobra.Command {
@@ -33,7 +34,12 @@ with ACPI, destroys it when the grace period ends, and removes everything run cr
 			defer stop()
 			cfg.Console = cmd.OutOrStdout()
 			cfg.Status = cmd.ErrOrStderr()
-			return standalone.Run(ctx, cfg)
+			err := standalone.Run(ctx, cfg)
+			if len(vmi.FieldErrors(err)) > 0 {
+				// A manifest problem: one line naming the fields.
+				return oneLine(err)
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()

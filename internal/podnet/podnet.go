@@ -247,6 +247,9 @@ func (p *Pod) Forwards(plan []netsetup.Iface) []Forward {
 // returns a handle to it; the calling goroutine's thread never changes
 // namespace (the creation happens on a thread of its own).
 func NewNamedNS(name string) (netns.NsHandle, error) {
+	if err := sharedNetnsDir(); err != nil {
+		return netns.None(), err
+	}
 	type res struct {
 		h   netns.NsHandle
 		err error
@@ -276,6 +279,46 @@ func NewNamedNS(name string) (netns.NsHandle, error) {
 	}()
 	r := <-c
 	return r.h, r.err
+}
+
+// sharedNetnsDir makes /run/netns a shared bind mount of itself before any
+// namespace is pinned there, as iproute2 does. Otherwise a later `ip netns
+// add` by anyone makes that bind mount over our pins, hiding them: they can
+// then be neither unmounted nor removed.
+func sharedNetnsDir() error {
+	const dir = "/run/netns"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	mounted, err := isMountPoint(dir)
+	if err != nil {
+		return err
+	}
+	if !mounted {
+		if err := unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind mount %s: %w", dir, err)
+		}
+	}
+	if err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s shared: %w", dir, err)
+	}
+	return nil
+}
+
+// isMountPoint reports whether dir is the mount point of a mount in this
+// mount namespace.
+func isMountPoint(dir string) (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("read mountinfo: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == dir {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // DeleteNamedNS removes /run/netns/<name>; missing is fine.

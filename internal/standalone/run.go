@@ -517,26 +517,33 @@ func domainStatus(ctx context.Context, c *cmdclient.Client) (string, error) {
 }
 
 // shutdown asks for an ACPI power-off and destroys the guest when the grace
-// period ends first.
+// period ends first. Like virt-handler it asks again at most every 5 s while
+// the guest is neither off nor shutting down. The launcher may exit on its
+// own as soon as the guest is off: that is the normal end, not an error.
 func (r *runner) shutdown(c *cmdclient.Client) error {
 	ctx := context.Background()
 	grace := time.Duration(vmi.GracePeriodSeconds(r.vmi)) * time.Second
 	deadline := time.Now().Add(grace)
+	var asked time.Time
 	for {
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		err := c.Shutdown(sctx, r.vmi)
-		cancel()
-		if err != nil && !cmdclient.IsDisconnected(err) {
-			return fmt.Errorf("shutdown: %w", err)
+		select {
+		case <-r.exited:
+			return nil
+		default:
 		}
 		st, err := domainStatus(ctx, c)
 		if err != nil {
-			return err
+			select {
+			case <-r.exited:
+				return nil
+			case <-time.After(5 * time.Second):
+				return err
+			}
 		}
-		if st == "Shutoff" || st == "Crashed" || st == "NoState" {
+		switch {
+		case st == "Shutoff" || st == "Crashed" || st == "NoState":
 			return nil
-		}
-		if time.Now().After(deadline) {
+		case time.Now().After(deadline):
 			fmt.Fprintln(r.cfg.Status, "vlctl: grace period over, destroying the guest")
 			kctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
@@ -544,8 +551,18 @@ func (r *runner) shutdown(c *cmdclient.Client) error {
 				return fmt.Errorf("kill: %w", err)
 			}
 			return nil
+		case st != "ShuttingDown" && time.Since(asked) >= 5*time.Second:
+			asked = time.Now()
+			sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			err := c.Shutdown(sctx, r.vmi)
+			cancel()
+			if err != nil && !cmdclient.IsDisconnected(err) {
+				// The guest may have gone off between the status and the
+				// request; the next status read tells.
+				r.log.Info("shutdown request failed", "reason", err)
+			}
 		}
-		time.Sleep(time.Second)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
