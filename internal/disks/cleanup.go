@@ -46,7 +46,6 @@ func (p *Preparer) isoPath(vmi *v1.VirtualMachineInstance, vol *v1.Volume) (stri
 // per-VMI directories once empty. It never removes backing images, host disk
 // images (they hold data that outlives the VMI) or the config sources.
 func (p *Preparer) Cleanup(vmi *v1.VirtualMachineInstance) error {
-	l := p.Layout
 	var errs []error
 	for i := range vmi.Spec.Volumes {
 		vol := &vmi.Spec.Volumes[i]
@@ -54,29 +53,45 @@ func (p *Preparer) Cleanup(vmi *v1.VirtualMachineInstance) error {
 			errs = append(errs, fmt.Errorf("volume %d: %w", i, err))
 			continue
 		}
-		var file string
-		var dirs []string // removed when empty, innermost first
-		switch {
-		case vol.ContainerDisk != nil, vol.Ephemeral != nil:
-			file = l.DiskOverlay(vol.Name)
-			dirs = []string{filepath.Dir(file)}
-		case vol.EmptyDisk != nil:
-			file = l.EmptyDisk(vol.Name)
-		default:
-			iso, ok := p.isoPath(vmi, vol)
-			if !ok {
-				continue
-			}
-			file = iso
-			if vol.CloudInitNoCloud != nil || vol.CloudInitConfigDrive != nil {
-				dirs = []string{filepath.Dir(iso), filepath.Dir(filepath.Dir(iso))}
-			}
+		file, dirs, ok := p.madeFor(vmi, vol)
+		if !ok {
+			continue
 		}
-		errs = append(errs, removeWithTemps(file))
-		for _, d := range dirs {
-			if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) && !isNotEmpty(err) {
-				errs = append(errs, err)
-			}
+		errs = append(errs, removeMade(file, dirs))
+	}
+	return errors.Join(errs...)
+}
+
+// madeFor names the file Prepare makes for vol, and the directories it may
+// create for it (removed when empty, innermost first). ok is false for
+// volumes Prepare makes nothing for (or whose files it never removes, such
+// as host disks).
+func (p *Preparer) madeFor(vmi *v1.VirtualMachineInstance, vol *v1.Volume) (file string, dirs []string, ok bool) {
+	l := p.Layout
+	switch {
+	case vol.ContainerDisk != nil, vol.Ephemeral != nil:
+		file = l.DiskOverlay(vol.Name)
+		return file, []string{filepath.Dir(file)}, true
+	case vol.EmptyDisk != nil:
+		return l.EmptyDisk(vol.Name), nil, true
+	}
+	iso, ok := p.isoPath(vmi, vol)
+	if !ok {
+		return "", nil, false
+	}
+	if vol.CloudInitNoCloud != nil || vol.CloudInitConfigDrive != nil {
+		dirs = []string{filepath.Dir(iso), filepath.Dir(filepath.Dir(iso))}
+	}
+	return iso, dirs, true
+}
+
+// removeMade removes a file Prepare made, its temporaries, and the given
+// directories when they are empty.
+func removeMade(file string, dirs []string) error {
+	errs := []error{removeWithTemps(file)}
+	for _, d := range dirs {
+		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) && !isNotEmpty(err) {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +31,25 @@ var ErrNotSupported = errors.New("not supported")
 //
 // On error, files made before the failing volume stay (each one complete);
 // Cleanup removes them.
-func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, vols map[string]facts.Volume) error {
+func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, vols map[string]facts.Volume) (err error) {
+	// What this call made, to be removed again if a later volume fails:
+	// nothing is left half made. Files that were there before (an
+	// overlay holding the guest's writes) are never removed.
+	type made struct {
+		file string
+		dirs []string
+	}
+	var fresh []made
+	defer func() {
+		if err == nil {
+			return
+		}
+		for _, m := range fresh {
+			if rerr := removeMade(m.file, m.dirs); rerr != nil && p.Log != nil {
+				p.Log.Warn("removing a prepared file after a failure", "file", m.file, "reason", rerr)
+			}
+		}
+	}()
 	for i := range vmi.Spec.Volumes {
 		vol := &vmi.Spec.Volumes[i]
 		if err := layout.CheckName(vol.Name); err != nil {
@@ -38,6 +57,11 @@ func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if file, dirs, ok := p.madeFor(vmi, vol); ok {
+			if _, serr := os.Lstat(file); errors.Is(serr, fs.ErrNotExist) {
+				fresh = append(fresh, made{file, dirs})
+			}
 		}
 		if err := p.prepareVolume(ctx, vmi, i, vol, vols); err != nil {
 			return fmt.Errorf("prepare volume %s: %w", vol.Name, err)
