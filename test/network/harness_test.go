@@ -279,5 +279,20 @@ M=VL-T
   echo "guest-{{.Port}}-{{.Token}}" >/www/a/index.html
   echo "guest-{{.Undeclared}}-{{.Token}}" >/www/b/index.html
   httpd -p {{.Port}} -h /www/a && httpd -p {{.Undeclared}} -h /www/b && echo "$M-LISTENING"
+{{- if .Guest6}}
+  # busybox-static has no DHCPv6 client: the address the launcher's DHCPv6
+  # server hands out, set by hand, to cross the IPv6 NAT both ways.
+  ip -6 addr add {{.Guest6}} dev eth0 && ip -6 route add default via {{.Gateway6}} dev eth0
+  i=0
+  until printf 'GET / HTTP/1.0\r\nHost: outside\r\n\r\n' | nc -w 5 {{.Outside6}} {{.OutsidePort}} >/tmp/page6 && grep -q 'HTTP/1' /tmp/page6; do
+    i=$((i + 1)); [ $i -gt 30 ] && break
+    sleep 1
+  done
+  echo "$M-PAGE6-BEGIN"
+  cat /tmp/page6
+  echo
+  echo "$M-PAGE6-END"
+{{- end}}
+  echo "$M-DONE"
 ) &
 `))
