@@ -232,7 +232,10 @@ func TestPrepareIdempotent(t *testing.T) {
 	if info := run(t, "qemu-img", "info", l.EmptyDisk("scratch")); !strings.Contains(info, "file format: qcow2") || !strings.Contains(info, "3 MiB") {
 		t.Fatalf("empty disk:\n%s", info)
 	}
-	host := l.HostDisk("host", "/data/host.img")
+	host, err := l.HostDisk("host", "/data/host.img")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(host, &st); err != nil || st.Size != 5<<20 || st.Blocks != 0 {
 		t.Fatalf("host disk: %v size %d blocks %d, want sparse 5 MiB", err, st.Size, st.Blocks)

@@ -230,9 +230,5 @@ func (p *Preparer) runQemuImg(ctx context.Context, args ...string) error {
 // hostDiskPath is where a hostDisk volume's image is reached, refusing a
 // path whose last element cannot be a file name (empty, "/", "..").
 func (p *Preparer) hostDiskPath(vol *v1.Volume) (string, error) {
-	base := filepath.Base(vol.HostDisk.Path)
-	if vol.HostDisk.Path == "" || layout.CheckName(base) != nil || base == string(filepath.Separator) {
-		return "", fmt.Errorf("hostDisk.path %q: must name a file", vol.HostDisk.Path)
-	}
-	return p.Layout.HostDisk(vol.Name, vol.HostDisk.Path), nil
+	return p.Layout.HostDisk(vol.Name, vol.HostDisk.Path)
 }

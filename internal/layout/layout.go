@@ -128,9 +128,15 @@ func (l Layout) PVCDisk(vol string) string {
 	return filepath.Join(l.PrivateDir, "vmi-disks", vol, "disk.img")
 }
 
-// HostDisk is where a hostDisk volume's image is reached inside the pod.
-func (l Layout) HostDisk(vol, path string) string {
-	return filepath.Join(l.PrivateDir, "vmi-disks", vol, filepath.Base(path))
+// HostDisk is where a hostDisk volume's image is reached inside the pod:
+// only the base name of the user's path is used, and a path whose last
+// element cannot be a file name ("", "/", ".", "..") is refused.
+func (l Layout) HostDisk(vol, path string) (string, error) {
+	base := filepath.Base(path)
+	if path == "" || base == "/" || CheckName(base) != nil {
+		return "", fmt.Errorf("hostDisk.path %q: must name a file", path)
+	}
+	return filepath.Join(l.PrivateDir, "vmi-disks", vol, base), nil
 }
 
 // BlockDevice is the device node of a block PVC.

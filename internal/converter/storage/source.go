@@ -76,7 +76,11 @@ func (s configurator) source(vmi *v1.VirtualMachineInstance, vol *v1.Volume, vol
 		if v.Path == "" {
 			return fmt.Errorf("%s.hostDisk.path: must be set", field)
 		}
-		set(fileSource(l.HostDisk(vol.Name, v.Path)), "raw")
+		path, err := l.HostDisk(vol.Name, v.Path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		set(fileSource(path), "raw")
 	}
 	if vol.EmptyDisk != nil {
 		set(fileSource(l.EmptyDisk(vol.Name)), "qcow2")
