@@ -85,6 +85,9 @@ func Validate(vmi *v1.VirtualMachineInstance) error {
 	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil && *g < 0 {
 		v.fail("spec.terminationGracePeriodSeconds", "must not be negative, got %d", *g)
 	}
+	if s := vmi.Spec.StartStrategy; s != nil && *s != v1.StartStrategyPaused {
+		v.fail("spec.startStrategy", "%q is not supported: only %q (or none)", *s, v1.StartStrategyPaused)
+	}
 	return errors.Join(v.errs...)
 }
 

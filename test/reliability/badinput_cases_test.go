@@ -144,6 +144,5 @@ var badCases = []badCase{
 	{name: "disk serial with bad characters", doc: replace(rootDisk, rootDisk+"        serial: \"a b;rm -rf\"\n"), want: "spec.domain.devices.disks[0].serial"},
 	{name: "interface without a network", doc: replace("      autoattachPodInterface: false\n",
 		"      autoattachPodInterface: false\n      interfaces:\n      - name: nic0\n        masquerade: {}\n"), want: "spec.domain.devices.interfaces[0]"},
-	{name: "startStrategy unknown", doc: replace("  terminationGracePeriodSeconds: 30\n", "  terminationGracePeriodSeconds: 30\n  startStrategy: Later\n"), want: "spec.startStrategy",
-		knownBug: "vmi.Validate accepts any spec.startStrategy (KubeVirt's webhook allows only Paused)"},
+	{name: "startStrategy unknown", doc: replace("  terminationGracePeriodSeconds: 30\n", "  terminationGracePeriodSeconds: 30\n  startStrategy: Later\n"), want: "spec.startStrategy"},
 }
