@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
@@ -10,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
-	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
 func newRunCmd() *cobra.Command {
@@ -35,7 +35,7 @@ with ACPI, destroys it when the grace period ends, and removes everything run cr
 			cfg.Console = cmd.OutOrStdout()
 			cfg.Status = cmd.ErrOrStderr()
 			err := standalone.Run(ctx, cfg)
-			if len(vmi.FieldErrors(err)) > 0 {
+			if me := (*standalone.ManifestError)(nil); errors.As(err, &me) {
 				// A manifest problem: one line naming the fields.
 				return oneLine(err)
 			}

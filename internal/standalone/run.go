@@ -74,6 +74,12 @@ type Started struct {
 	OutsideNS, PodAddress string
 }
 
+// ManifestError is a manifest that does not load: nothing was started.
+type ManifestError struct{ Err error }
+
+func (e *ManifestError) Error() string { return e.Err.Error() }
+func (e *ManifestError) Unwrap() error { return e.Err }
+
 // Run boots the VMI and returns when the guest has powered off (nil) or ctx
 // is cancelled, in which case the guest is shut down gracefully first.
 func Run(ctx context.Context, cfg Config) (err error) {
@@ -81,7 +87,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	log := cfg.Log
 	v, err := vmi.LoadFile(cfg.File, vmi.Options{DefaultBinding: cfg.Binding})
 	if err != nil {
-		return err
+		return &ManifestError{Err: err}
 	}
 	owner, err := lookupUser(cfg.User)
 	if err != nil {

@@ -175,8 +175,7 @@ func TestBadInputVlctl(t *testing.T) {
 		t.Errorf("nft tables of the root namespace changed:\nbefore %s\nafter  %s", tablesBefore, after)
 	}
 	if len(multiLine) > 0 {
-		t.Skipf("known bug: vlctl run prints a multi-line error (cmd/vlctl/run.go returns standalone.Run's error without oneLine, unlike convert) for %d cases: %v",
-			len(multiLine), multiLine)
+		t.Errorf("vlctl run printed a multi-line error for %d cases: %v", len(multiLine), multiLine)
 	}
 }
 
