@@ -49,6 +49,7 @@ with ACPI, destroys it when the grace period ends, and removes everything run cr
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs, overlays) after the run")
 	f.StringVar(&cfg.User, "user", "virtlauncher", "unprivileged user that runs the launcher, libvirt and QEMU")
 	f.StringVar(&cfg.BinDir, "bin-dir", "", "directory of virt-launcher-monitor and virt-launcher (default: vlctl's own)")
+	f.StringVar(&cfg.CapsCache, "qemu-caps-cache", "/var/tmp/virtlauncher-qemu-caps", "directory where this machine's launchers share libvirt's QEMU capability probe; none: off")
 	f.DurationVar(&cfg.QemuTimeout, "qemu-timeout", 5*time.Minute, "how long the launcher waits for its domain")
 	return cmd
 }
