@@ -11,6 +11,8 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
 )
 
 // liveXML is shaped like what libvirt returns for a running KubeVirt-style
@@ -92,16 +94,12 @@ func parse(t *testing.T) *libvirtxml.Domain {
 }
 
 // decodeKubeVirt decodes like virt-handler (case-sensitive) and fails on
-// any key KubeVirt's structs do not have.
-func decodeKubeVirt(t *testing.T, data []byte) kvDomain {
+// any key KubeVirt's structs do not have (see package kvshape).
+func decodeKubeVirt(t *testing.T, data []byte) *kvshape.Domain {
 	t.Helper()
-	var kv kvDomain
-	strict, err := kjson.UnmarshalStrict(data, &kv)
+	kv, err := kvshape.Decode(data)
 	if err != nil {
-		t.Fatalf("decode as KubeVirt: %v\n%s", err, data)
-	}
-	for _, e := range strict {
-		t.Errorf("strict: %v", e)
+		t.Fatalf("%v\n%s", err, data)
 	}
 	return kv
 }
@@ -131,8 +129,8 @@ func TestBuildDecodesAsKubeVirt(t *testing.T) {
 	check("ObjectMeta.deletionTimestamp", kv.ObjectMeta.DeletionTimestamp, (*time.Time)(nil))
 	check("Spec.Name", kv.Spec.Name, "ns1_vm1")
 	check("Spec.Type", kv.Spec.Type, "qemu")
-	check("Spec.XMLName", kv.Spec.XMLName, kvXMLName{Local: "domain"})
-	check("Spec.CurrentMemory", *kv.Spec.CurrentMemory, kvMemory{Value: 131072, Unit: "KiB"})
+	check("Spec.XMLName", kv.Spec.XMLName, kvshape.XMLName{Local: "domain"})
+	check("Spec.CurrentMemory", *kv.Spec.CurrentMemory, kvshape.Memory{Value: 131072, Unit: "KiB"})
 	check("Spec.OS.Type.Machine", kv.Spec.OS.Type.Machine, "pc-q35-7.2")
 	check("Spec.Features.ACPI", kv.Spec.Features.ACPI != nil, true)
 	check("Spec.CPUTune.EmulatorPin", kv.Spec.CPUTune.EmulatorPin.CPUSet, "1")
@@ -150,7 +148,7 @@ func TestBuildDecodesAsKubeVirt(t *testing.T) {
 	if len(ifs) != 2 {
 		t.Fatalf("interfaces: %d", len(ifs))
 	}
-	check("iface0 alias", *ifs[0].Alias, kvAlias{Name: "default", UserDefined: true})
+	check("iface0 alias", *ifs[0].Alias, kvshape.Alias{Name: "default", UserDefined: true})
 	check("iface0 MAC", ifs[0].MAC.MAC, "02:00:00:aa:bb:cc")
 	check("iface0 queues", *ifs[0].Driver.Queues, uint(2))
 	check("iface0 target", ifs[0].Target.Device, "tap0")
@@ -163,14 +161,14 @@ func TestBuildDecodesAsKubeVirt(t *testing.T) {
 	if len(disks) != 3 {
 		t.Fatalf("disks: %d", len(disks))
 	}
-	check("disk0 alias", *disks[0].Alias, kvAlias{Name: "rootdisk", UserDefined: true})
+	check("disk0 alias", *disks[0].Alias, kvshape.Alias{Name: "rootdisk", UserDefined: true})
 	check("disk0 file", disks[0].Source.File, "/var/run/kubevirt-ephemeral-disks/disk-data/rootdisk/disk.qcow2")
 	check("disk0 target", disks[0].Target.Device, "vda")
 	check("disk0 bus", disks[0].Target.Bus, "virtio")
 	check("disk1 dev", disks[1].Source.Dev, "/dev/blk0")
 	check("disk1 type", disks[1].Type, "block")
 	check("disk1 readonly", disks[1].ReadOnly != nil, true)
-	check("disk2 alias not user defined", *disks[2].Alias, kvAlias{Name: "sata0-0-0"})
+	check("disk2 alias not user defined", *disks[2].Alias, kvshape.Alias{Name: "sata0-0-0"})
 	check("disk2 no source", disks[2].Source.File+disks[2].Source.Dev, "")
 
 	ch := kv.Spec.Devices.Channels
@@ -268,13 +266,16 @@ func TestAllKeysPresent(t *testing.T) {
 // above does reject a wrongly cased key and a wrong value type, so the
 // tests that pass through it can fail.
 func TestStrictDecoderCatchesMistakes(t *testing.T) {
-	var kv kvDomain
-	strict, err := kjson.UnmarshalStrict([]byte(`{"spec":{}}`), &kv)
-	if err != nil || len(strict) == 0 {
-		t.Errorf("wrong-cased key accepted: err=%v strict=%v", err, strict)
-	}
-	if _, err := kjson.UnmarshalStrict([]byte(`{"Spec":{"Features":{"ACPI":true}}}`), &kv); err == nil {
-		t.Errorf("ACPI as bool accepted; KubeVirt needs an object")
+	for _, bad := range []string{
+		`{"spec":{}}`,                                        // wrongly cased
+		`{"Spec":{"Features":{"ACPI":true}}}`,                // ACPI must be an object
+		`{"Spec":{"Devices":{"Interfaces":[{"Mac":null}]}}}`, // MAC, not Mac
+		`{"Spec":{"Metadata":{"KubeVirt":{"Uid":"U"}}}}`,     // UID, not Uid
+		`{"Status":{"Status":"Running","Extra":1}}`,          // unknown key
+	} {
+		if _, err := kvshape.Decode([]byte(bad)); err == nil {
+			t.Errorf("kvshape.Decode(%s) accepted it", bad)
+		}
 	}
 }
 

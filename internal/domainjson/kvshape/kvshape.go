@@ -1,26 +1,50 @@
-package domainjson
+// Package kvshape restates the JSON shape of KubeVirt's api.Domain (the
+// object virt-handler reads from GetDomain's `domain` and from notify
+// events' `domainJSON`), for tests. Key names come from kubevirt-wire.md
+// 3.3 and value types from KubeVirt's schema; the structs are written
+// independently of domainjson.Domain so that decoding our output into them
+// checks it against KubeVirt rather than against itself.
+//
+// Decode is case-sensitive (as virt-handler decodes, sigs.k8s.io/json) and
+// strict: a key KubeVirt's structs do not have, a wrongly cased key, or a
+// value of the wrong JSON type is an error. Parts the handler never reads
+// are json.RawMessage (any value passes).
+package kvshape
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
+
+	kjson "sigs.k8s.io/json"
 )
 
-// The structs below restate KubeVirt's api.Domain JSON shape from
-// kubevirt-wire.md 3.3 (key names) and KubeVirt's schema (value types),
-// independently of the types in this package. The tests decode our output
-// into them case-sensitively and strictly: an extra, missing-in-KubeVirt or
-// wrongly cased key, or a value of the wrong JSON type, fails. Parts the
-// handler never reads are json.RawMessage here (any value passes).
-
-type kvDomain struct {
-	Kind       string `json:"kind"`
-	APIVersion string `json:"apiVersion"`
-	ObjectMeta kvObjectMeta
-	Spec       kvDomainSpec
-	Status     kvDomainStatus
+// Decode decodes data as virt-handler would, and fails on any key or type
+// KubeVirt's structs would not accept.
+func Decode(data []byte) (*Domain, error) {
+	var d Domain
+	strict, err := kjson.UnmarshalStrict(data, &d)
+	if err != nil {
+		return nil, fmt.Errorf("decode as KubeVirt Domain: %w", err)
+	}
+	if len(strict) > 0 {
+		return nil, fmt.Errorf("decode as KubeVirt Domain: %w", errors.Join(strict...))
+	}
+	return &d, nil
 }
 
-type kvObjectMeta struct {
+// Domain is api.Domain: TypeMeta flattened, then ObjectMeta, Spec, Status.
+type Domain struct {
+	Kind       string `json:"kind"`
+	APIVersion string `json:"apiVersion"`
+	ObjectMeta ObjectMeta
+	Spec       DomainSpec
+	Status     DomainStatus
+}
+
+// ObjectMeta is the part of metav1.ObjectMeta the launcher fills (lower-case keys).
+type ObjectMeta struct {
 	Name              string     `json:"name"`
 	Namespace         string     `json:"namespace"`
 	UID               string     `json:"uid"`
@@ -28,30 +52,32 @@ type kvObjectMeta struct {
 	DeletionTimestamp *time.Time `json:"deletionTimestamp"`
 }
 
-type kvXMLName struct{ Space, Local string }
+// XMLName is encoding/xml.Name as the JSON encoder writes it.
+type XMLName struct{ Space, Local string }
 
-type kvDomainSpec struct {
-	XMLName        kvXMLName
+// DomainSpec is api.DomainSpec (key `Spec`).
+type DomainSpec struct {
+	XMLName        XMLName
 	Type           string
 	XmlNS          string
 	Name           string
 	UUID           string
-	Memory         kvMemory
-	CurrentMemory  *kvMemory
+	Memory         Memory
+	CurrentMemory  *Memory
 	MaxMemory      json.RawMessage
 	MemoryBacking  json.RawMessage
-	OS             kvOS
+	OS             OS
 	SysInfo        json.RawMessage
-	Devices        kvDevices
+	Devices        Devices
 	Clock          json.RawMessage
 	Resource       json.RawMessage
 	QEMUCmd        json.RawMessage
-	Metadata       kvMetadata
-	Features       *kvFeatures
+	Metadata       Metadata
+	Features       *Features
 	CPU            json.RawMessage
 	VCPU           json.RawMessage
 	VCPUs          json.RawMessage
-	CPUTune        *kvCPUTune
+	CPUTune        *CPUTune
 	NUMATune       json.RawMessage
 	IOThreads      json.RawMessage
 	LaunchSecurity json.RawMessage
@@ -59,27 +85,31 @@ type kvDomainSpec struct {
 	IOMMUFD        json.RawMessage
 }
 
-type kvMetadata struct{ KubeVirt kvKubeVirtMetadata }
+// Metadata is api.Metadata (`Spec.Metadata`).
+type Metadata struct{ KubeVirt KubeVirtMetadata }
 
-type kvKubeVirtMetadata struct {
+// KubeVirtMetadata is api.KubeVirtMetadata (`Spec.Metadata.KubeVirt`).
+type KubeVirtMetadata struct {
 	UID              string
-	GracePeriod      *kvGracePeriod
-	Migration        *kvMigration
-	Backup           *kvBackup
+	GracePeriod      *GracePeriod
+	Migration        *Migration
+	Backup           *Backup
 	AccessCredential *struct {
 		Succeeded bool
 		Message   string
 	}
-	MemoryDump *kvMemoryDump
+	MemoryDump *MemoryDump
 }
 
-type kvGracePeriod struct {
+// GracePeriod is api.GracePeriodMetadata.
+type GracePeriod struct {
 	DeletionGracePeriodSeconds int64
 	DeletionTimestamp          *time.Time
 	MarkedForGracefulShutdown  *bool
 }
 
-type kvMigration struct {
+// Migration is api.MigrationMetadata.
+type Migration struct {
 	UID            string
 	StartTimestamp *time.Time
 	EndTimestamp   *time.Time
@@ -89,7 +119,8 @@ type kvMigration struct {
 	Mode           string
 }
 
-type kvBackup struct {
+// Backup is api.BackupMetadata.
+type Backup struct {
 	Name           string
 	Mode           string
 	SkipQuiesce    bool
@@ -103,7 +134,8 @@ type kvBackup struct {
 	QuiesceStatus  string
 }
 
-type kvMemoryDump struct {
+// MemoryDump is api.MemoryDumpMetadata.
+type MemoryDump struct {
 	FileName       string
 	StartTimestamp *time.Time
 	EndTimestamp   *time.Time
@@ -112,12 +144,14 @@ type kvMemoryDump struct {
 	FailureReason  string
 }
 
-type kvMemory struct {
+// Memory is api.Memory (Memory, CurrentMemory).
+type Memory struct {
 	Value uint64
 	Unit  string
 }
 
-type kvOS struct {
+// OS is api.OS.
+type OS struct {
 	Firmware     json.RawMessage
 	FirmwareInfo json.RawMessage
 	Type         struct{ OS, Arch, Machine string }
@@ -133,17 +167,18 @@ type kvOS struct {
 	KernelArgs   string
 }
 
-type kvDevices struct {
+// Devices is api.Devices.
+type Devices struct {
 	Emulator     string
-	Interfaces   []kvInterface
-	Channels     []kvChannel
-	HostDevices  []kvHostDevice
+	Interfaces   []Interface
+	Channels     []Channel
+	HostDevices  []HostDevice
 	PanicDevices json.RawMessage
 	Controllers  json.RawMessage
 	Video        json.RawMessage
 	Graphics     json.RawMessage
 	Ballooning   json.RawMessage
-	Disks        []kvDisk
+	Disks        []Disk
 	Inputs       json.RawMessage
 	Serials      json.RawMessage
 	Consoles     json.RawMessage
@@ -158,13 +193,15 @@ type kvDevices struct {
 	IOMMU        json.RawMessage
 }
 
-type kvAlias struct {
+// Alias is api.Alias in its custom JSON form (name without `ua-`).
+type Alias struct {
 	Name        string
 	UserDefined bool
 }
 
-type kvInterface struct {
-	XMLName             kvXMLName
+// Interface is api.Interface.
+type Interface struct {
+	XMLName             XMLName
 	Address             json.RawMessage
 	Type                string
 	TrustGuestRxFilters string
@@ -177,7 +214,7 @@ type kvInterface struct {
 	BootOrder           json.RawMessage
 	LinkState           *struct{ State string }
 	FilterRef           json.RawMessage
-	Alias               *kvAlias
+	Alias               *Alias
 	Driver              *struct {
 		Name   string
 		Queues *uint
@@ -189,7 +226,8 @@ type kvInterface struct {
 	PortForward json.RawMessage
 }
 
-type kvDisk struct {
+// Disk is api.Disk.
+type Disk struct {
 	Device   string
 	Snapshot string
 	Type     string
@@ -205,7 +243,7 @@ type kvDisk struct {
 	Driver             json.RawMessage
 	ReadOnly           *struct{}
 	Auth               json.RawMessage
-	Alias              *kvAlias
+	Alias              *Alias
 	BackingStore       json.RawMessage
 	BootOrder          json.RawMessage
 	Address            json.RawMessage
@@ -216,8 +254,9 @@ type kvDisk struct {
 	Shareable          *struct{}
 }
 
-type kvHostDevice struct {
-	XMLName   kvXMLName
+// HostDevice is api.HostDevice.
+type HostDevice struct {
+	XMLName   XMLName
 	Source    json.RawMessage
 	Type      string
 	BootOrder json.RawMessage
@@ -225,14 +264,15 @@ type kvHostDevice struct {
 	Mode      string
 	Model     string
 	Address   json.RawMessage
-	Alias     *kvAlias
+	Alias     *Alias
 	Display   string
 	RamFB     string
 	Driver    json.RawMessage
 	ACPI      json.RawMessage
 }
 
-type kvChannel struct {
+// Channel is api.Channel.
+type Channel struct {
 	Type   string
 	Source json.RawMessage
 	Target *struct {
@@ -244,7 +284,8 @@ type kvChannel struct {
 	}
 }
 
-type kvFeatures struct {
+// Features is api.Features; ACPI is an empty object when present.
+type Features struct {
 	ACPI       *struct{}
 	APIC       json.RawMessage
 	Hyperv     json.RawMessage
@@ -255,13 +296,15 @@ type kvFeatures struct {
 	VMPort     json.RawMessage
 }
 
-type kvCPUTune struct {
+// CPUTune is api.CPUTune.
+type CPUTune struct {
 	VCPUPin     json.RawMessage
 	IOThreadPin json.RawMessage
 	EmulatorPin *struct{ CPUSet string }
 }
 
-type kvDomainStatus struct {
+// DomainStatus is api.DomainStatus (key `Status`).
+type DomainStatus struct {
 	Status     string
 	Reason     string
 	Interfaces []struct {
