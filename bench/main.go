@@ -136,13 +136,22 @@ func run(e *env, o options, user string) error {
 		if e.binDir, err = filepath.Abs(e.binDir); err != nil {
 			return err
 		}
-		for _, b := range []string{"virt-launcher-monitor", "virt-launcher", "vlctl"} {
-			if _, err := os.Stat(filepath.Join(e.binDir, b)); err != nil {
-				return fmt.Errorf("%w (run make build)", err)
-			}
-		}
 		if err := os.MkdirAll(e.workRoot, 0o755); err != nil {
 			return err
+		}
+		snap, bins, err := snapshotBinaries(e.binDir, e.workRoot)
+		if snap != "" && !e.keep {
+			defer os.RemoveAll(snap)
+		}
+		if err != nil {
+			return err
+		}
+		e.binDir = snap
+		rep.Binaries = bins
+		for _, b := range bins {
+			if !b.Static {
+				r.note("%s is dynamically linked (make build links statically with CGO_ENABLED=0): its RSS includes libc", b.Name)
+			}
 		}
 		b := &bench{env: e, r: r, o: o}
 		defer b.cleanup()
@@ -189,6 +198,7 @@ type report struct {
 	Time            string     `json:"time"`
 	DurationSeconds float64    `json:"durationSeconds"`
 	Host            host       `json:"host"`
+	Binaries        []binary   `json:"binaries,omitempty"`
 	Config          config     `json:"config"`
 	Cache           *cacheInfo `json:"capabilityCache,omitempty"`
 	// Profile is where each process's memory goes: its largest mappings
