@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -195,7 +196,7 @@ spec:
           bus: virtio
     resources:
       requests:
-        memory: 64Mi
+        memory: 256Mi
   volumes:
   - name: rootdisk
     containerDisk:
@@ -330,15 +331,31 @@ func TestRunRefusesBeforeCreating(t *testing.T) {
 				t.Fatal("Run succeeded")
 			}
 			t.Logf("error: %v", err)
-			// A namespace pinned during the call and still there is ours
-			// (other tests' namespaces are made at other times).
+			// A namespace pinned during the call is ours unless another
+			// test made it at the same time; that one goes when its run
+			// ends, ours would stay.
+			var suspects []string
 			for name := range namespaces(t) {
 				if before[name] {
 					continue
 				}
 				if fi, err := os.Stat(filepath.Join("/run/netns", name)); err == nil && !fi.ModTime().Before(begin.Add(-time.Second)) && !fi.ModTime().After(end) {
-					t.Errorf("namespace %s made during the failed run is still there", name)
+					suspects = append(suspects, name)
 				}
+			}
+			for deadline := time.Now().Add(2 * time.Minute); len(suspects) > 0; {
+				var still []string
+				for _, name := range suspects {
+					if _, err := os.Stat(filepath.Join("/run/netns", name)); err == nil {
+						still = append(still, name)
+					}
+				}
+				suspects = still
+				if len(still) > 0 && time.Now().After(deadline) {
+					t.Errorf("namespaces %v made during the failed run are still there", still)
+					break
+				}
+				time.Sleep(time.Second)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -476,4 +493,151 @@ func TestVlctlRunInterrupt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunInterruptedWhileStarting: a run cancelled while the launcher is
+// syncing (QEMU starting) ends soon and leaves nothing: no work dir, no
+// process, no pod or outside namespace.
+func TestRunInterruptedWhileStarting(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
+	if err != nil {
+		t.Fatalf("test guest: %v", err)
+	}
+	// With the pod network (auto-attached masquerade): its teardown must
+	// run on this path too.
+	doc := strings.NewReplacer("KERNELDIR", g.KernelDir, "ROOTDISK", g.RootDisk,
+		"      autoattachPodInterface: false\n", "",
+		"spec:\n", "spec:\n  terminationGracePeriodSeconds: 10\n",
+		"        container:\n", "        kernelArgs: \""+testguest.DefaultCmdline+"\"\n        container:\n").Replace(goodVMI)
+	file := filepath.Join(t.TempDir(), "early.yaml")
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := workRoot(t)
+	var status syncBuffer
+	started := make(chan struct{}, 1)
+	cfg := standalone.Config{File: file, Emulation: true, WorkRoot: root, BinDir: binDir,
+		Console: &status, Status: &status, Started: func(standalone.Started) { started <- struct{}{} }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- standalone.Run(ctx, cfg) }()
+
+	// QEMU starts (Sync is under way): note the namespaces, interrupt.
+	nsInodes := map[string]string{} // "net:[inode]" -> pin name
+	for deadline := time.Now().Add(time.Minute); ; {
+		if processBelow(root, "qemu-system-x86_64") {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run ended before the launcher was ready: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no QEMU within a minute")
+		}
+	}
+	pod := launcherNetNS(t, root)
+	podName := pinOf(pod)
+	if podName == "" || !strings.HasPrefix(podName, "vlpod-") {
+		t.Fatalf("the launcher's network namespace %s is not a pinned pod namespace (%q)", pod, podName)
+	}
+	outName := "vlout-" + strings.TrimPrefix(podName, "vlpod-")
+	nsInodes[pod] = podName
+	if fi, err := os.Stat(filepath.Join("/run/netns", outName)); err == nil {
+		nsInodes[fmt.Sprintf("net:[%d]", fi.Sys().(*syscall.Stat_t).Ino)] = outName
+	} else {
+		t.Errorf("no outside namespace %s", outName)
+	}
+	interrupted := time.Now()
+	cancel()
+	var runErr error
+	select {
+	case runErr = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("run did not end within 2 min of its cancellation")
+	}
+	first, _, _ := strings.Cut(fmt.Sprint(runErr), "\n")
+	t.Logf("run ended %s after its cancellation: %s", time.Since(interrupted).Round(time.Millisecond), first)
+	select {
+	case <-started:
+		t.Log("the domain was already running when the run was cancelled")
+	default:
+	}
+	checkNothingLeft(t, root)
+	for l, name := range nsInodes {
+		if _, err := os.Stat(filepath.Join("/run/netns", name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("namespace %s still pinned", name)
+		}
+		procs, _ := os.ReadDir("/proc")
+		for _, p := range procs {
+			if nsLink(filepath.Join("/proc", p.Name(), "ns", "net")) == l {
+				t.Errorf("process %s still in namespace %s", p.Name(), name)
+			}
+		}
+	}
+	if t.Failed() {
+		t.Logf("status:\n%s", status.String())
+	}
+}
+
+// processBelow reports whether a process named name has root in its
+// command line.
+func processBelow(root, name string) bool {
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if filepath.Base(args[0]) == name && strings.Contains(string(cmdline), root+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func nsLink(path string) string {
+	l, _ := os.Readlink(path)
+	return l
+}
+
+// launcherNetNS is the network namespace ("net:[inode]") of the
+// virt-launcher working below root.
+func launcherNetNS(t *testing.T, root string) string {
+	t.Helper()
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if filepath.Base(args[0]) == "virt-launcher" && strings.Contains(string(cmdline), root+"/") {
+			if l := nsLink(filepath.Join("/proc", p.Name(), "ns", "net")); l != "" {
+				return l
+			}
+		}
+	}
+	t.Fatalf("no virt-launcher below %s", root)
+	return ""
+}
+
+// pinOf names the /run/netns pin of a namespace ("net:[inode]").
+func pinOf(link string) string {
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		fi, err := os.Stat(filepath.Join("/run/netns", e.Name()))
+		if err != nil {
+			continue
+		}
+		if fmt.Sprintf("net:[%d]", fi.Sys().(*syscall.Stat_t).Ino) == link {
+			return e.Name()
+		}
+	}
+	return ""
 }
