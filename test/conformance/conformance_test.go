@@ -1,0 +1,376 @@
+package conformance
+
+// The conformance spec (issue 5, "Done when"; kubevirt-wire.md 1-3, 5.7
+// and 6). Each test is one pod driven the way virt-handler drives it.
+//
+// Not here, because it exists elsewhere:
+//   - STANDALONE_VMI boots the test guest with no client at all:
+//     test/integration TestStandaloneVMI.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
+	"github.com/virtlauncher/virtlauncher/api/cmdinfo"
+	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// start is section 6 "Start" step 1: wait for launcher-sock (a socket, not
+// a symlink), check that its peer is a long-lived launcher process, dial
+// it, call Info (version 1 offered), then inject the notify pipe.
+func start(t *testing.T, p *pod) (*handler, *notifyServer) {
+	t.Helper()
+	p.waitReady(60 * time.Second)
+	st, err := os.Lstat(p.layout.ReadySocket())
+	must(t, err)
+	if st.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("launcher-sock is %v, not a socket", st.Mode())
+	}
+	if _, err := os.Stat(p.layout.InitSocket()); err == nil {
+		t.Errorf("launcher-init-sock still exists next to launcher-sock (it must be renamed)")
+	}
+	pid := peerPID(t, p.layout.ReadySocket())
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	must(t, err)
+	if got := strings.TrimSpace(string(comm)); got != "virt-launcher" {
+		t.Errorf("SO_PEERCRED of launcher-sock is pid %d (%s), want the virt-launcher process", pid, got)
+	}
+
+	h := dialLauncher(t, p.layout.ReadySocket())
+	ctx, cancel := context.WithTimeout(context.Background(), shortDeadline)
+	defer cancel()
+	info, err := h.info.Info(ctx, &cmdinfo.CmdInfoRequest{})
+	if err != nil {
+		t.Fatalf("CmdInfo.Info: %v", err)
+	}
+	if !slices.Contains(info.SupportedCmdVersions, 1) {
+		t.Fatalf("CmdInfo.Info offers %v, no version 1", info.SupportedCmdVersions)
+	}
+	return h, startNotify(t, p)
+}
+
+// syncWithConcurrentQueries is section 6 "Start" step 3, with the rule of
+// 1.5: Ping and GetDomain answer within their 5 s deadline while the Sync
+// runs (the handler's informer and liveness checks do not wait for it).
+func syncWithConcurrentQueries(t *testing.T, h *handler, vmiJSON []byte) {
+	t.Helper()
+	done := make(chan error, 1)
+	t0 := time.Now()
+	go func() { done <- h.vmiCall(t, "SyncVirtualMachine", h.cmd.SyncVirtualMachine, vmiJSON) }()
+	var (
+		mu       sync.Mutex
+		syncDone bool
+		queries  int // all Ping/GetDomain calls
+		overlap  int // those answered while the Sync still ran
+		slowest  time.Duration
+		queryErr []error
+	)
+	query := func(name string, f func() error) {
+		q0 := time.Now()
+		err := f()
+		d := time.Since(q0)
+		mu.Lock()
+		defer mu.Unlock()
+		queries++
+		if !syncDone {
+			overlap++
+		}
+		slowest = max(slowest, d)
+		if err != nil {
+			queryErr = append(queryErr, fmt.Errorf("%s during Sync after %v: %w", name, d, err))
+		}
+	}
+	var syncErr error
+	var wg sync.WaitGroup
+loop:
+	for {
+		wg.Add(2)
+		go func() { defer wg.Done(); query("Ping", func() error { return h.ping(t) }) }()
+		go func() {
+			defer wg.Done()
+			query("GetDomain", func() error {
+				d, err := h.getDomain(t)
+				if err == nil && d != "" {
+					// Mid-Sync the domain may not exist yet; once it
+					// does, it must already have KubeVirt's shape.
+					_, err = kvshape.Decode([]byte(d))
+				}
+				return err
+			})
+		}()
+		select {
+		case syncErr = <-done:
+			mu.Lock()
+			syncDone = true
+			mu.Unlock()
+			break loop
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	wg.Wait()
+	syncTime := time.Since(t0)
+	if syncErr != nil {
+		t.Fatalf("%v", syncErr)
+	}
+	for _, err := range queryErr {
+		t.Errorf("%v", err)
+	}
+	// The deadline (5 s) is the contract; a Sync may legitimately take up
+	// to 20 s, so queries that only finish once it returns are queued
+	// behind it, which is what 1.5 forbids.
+	if overlap == 0 {
+		t.Errorf("none of %d Ping/GetDomain calls was answered while the Sync (%v) ran: they wait for it", queries, syncTime)
+	}
+	t.Logf("Sync took %v; %d of %d Ping/GetDomain calls answered while it ran, slowest %v", syncTime, overlap, queries, slowest)
+}
+
+// checkRunningDomain is what the handler reads from GetDomain's `domain`
+// (kubevirt-wire.md 3.2), decoded strictly into KubeVirt's shape.
+func checkRunningDomain(t *testing.T, p *pod, data string) {
+	t.Helper()
+	d, err := kvshape.Decode([]byte(data))
+	if err != nil {
+		t.Fatalf("GetDomain: %v\n%s", err, data)
+	}
+	if d.Kind != "Domain" || d.APIVersion != "1.2.2" {
+		t.Errorf("kind/apiVersion = %q/%q, want Domain/1.2.2", d.Kind, d.APIVersion)
+	}
+	if d.ObjectMeta.Name != p.name || d.ObjectMeta.Namespace != p.ns {
+		t.Errorf("ObjectMeta %s/%s, want %s/%s (the handler's informer key)", d.ObjectMeta.Namespace, d.ObjectMeta.Name, p.ns, p.name)
+	}
+	if d.ObjectMeta.DeletionTimestamp != nil {
+		t.Errorf("running domain has deletionTimestamp %v", d.ObjectMeta.DeletionTimestamp)
+	}
+	if d.Spec.Name != p.ns+"_"+p.name {
+		t.Errorf("Spec.Name %q, want %s_%s", d.Spec.Name, p.ns, p.name)
+	}
+	k := d.Spec.Metadata.KubeVirt
+	if k.UID != p.uid {
+		t.Errorf("Spec.Metadata.KubeVirt.UID %q, want the VMI uid %s", k.UID, p.uid)
+	}
+	if k.GracePeriod == nil || k.GracePeriod.DeletionGracePeriodSeconds != 30 {
+		t.Errorf("GracePeriod %+v, want DeletionGracePeriodSeconds 30 (spec.terminationGracePeriodSeconds)", k.GracePeriod)
+	}
+	if d.Status.Status != "Running" || d.Status.Reason != "Unknown" {
+		t.Errorf("Status %s/%s, want Running/Unknown", d.Status.Status, d.Status.Reason)
+	}
+	if d.Spec.Features == nil || d.Spec.Features.ACPI == nil {
+		t.Errorf("Spec.Features.ACPI missing: the VMI has ACPI, the handler reads it for the Succeeded/Failed decision")
+	}
+	for i, ifc := range d.Spec.Devices.Interfaces {
+		if ifc.Alias == nil || ifc.Alias.Name == "" {
+			t.Errorf("interface %d has no Alias", i)
+		}
+		if ifc.MAC == nil || ifc.MAC.MAC == "" {
+			t.Errorf("interface %d has no MAC", i)
+		}
+	}
+	aliases := map[string]bool{}
+	for i, dk := range d.Spec.Devices.Disks {
+		if dk.Source.File == "" && dk.Source.Dev == "" {
+			continue
+		}
+		if dk.Alias == nil || dk.Alias.Name == "" {
+			t.Errorf("disk %d (%s%s) has a source but no Alias", i, dk.Source.File, dk.Source.Dev)
+			continue
+		}
+		aliases[dk.Alias.Name] = true
+		if dk.Target.Device == "" {
+			t.Errorf("disk %s has no Target.Device (volumeStatus.target)", dk.Alias.Name)
+		}
+	}
+	// The alias is how the handler maps a disk back to its volume.
+	for _, vol := range []string{"root", "scratch", "cloudinit"} {
+		if !aliases[vol] {
+			t.Errorf("no attached disk with Alias %q; aliases: %v", vol, aliases)
+		}
+	}
+}
+
+// checkEventTypes: only ADDED and MODIFIED are ever sent (never ERROR, and
+// deletion as MODIFIED rather than DELETED), and every domainJSON decodes.
+func checkEventTypes(t *testing.T, s *notifyServer) {
+	t.Helper()
+	evs, _ := s.snapshot()
+	for i, e := range evs {
+		if e.Type != "ADDED" && e.Type != "MODIFIED" {
+			t.Errorf("event %d has type %q", i, e.Type)
+		}
+		if e.Err != nil {
+			t.Errorf("event %d (%s) does not decode as KubeVirt's Domain: %v\n%s", i, e.Type, e.Err, e.JSON)
+		}
+	}
+	t.Logf("events: %v", evs)
+}
+
+// checkUnsupported: a P2 RPC (migration) is refused visibly, never a fake
+// success and never success=false without a message; a Sync whose VMI does
+// not parse is success=false with a message (1.5).
+func checkUnsupported(t *testing.T, h *handler, vmiJSON []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), longDeadline)
+	defer cancel()
+	r, err := h.cmd.MigrateVirtualMachine(ctx, &cmdv1.MigrationRequest{Vmi: &cmdv1.VMI{VmiJson: vmiJSON}, Options: []byte(`{}`)})
+	switch {
+	case err != nil && status.Code(err) == codes.Unimplemented:
+		t.Logf("MigrateVirtualMachine: gRPC Unimplemented (%v)", err)
+	case err != nil:
+		t.Errorf("MigrateVirtualMachine: %v, want success=false with a message or Unimplemented", err)
+	case r.Success:
+		t.Errorf("MigrateVirtualMachine answered success: migration is not supported")
+	case r.Message == "":
+		t.Errorf("MigrateVirtualMachine: success=false with an empty message (the handler reads that as success)")
+	default:
+		t.Logf("MigrateVirtualMachine: success=false %q", r.Message)
+	}
+	err = h.vmiCall(t, "SyncVirtualMachine", h.cmd.SyncVirtualMachine, []byte(`{"metadata":`))
+	if err == nil {
+		t.Errorf("Sync of an unparsable VMI succeeded")
+	} else {
+		t.Logf("Sync of an unparsable VMI: %v", err)
+	}
+}
+
+// shutdownAndDelete is section 6 "Graceful stop" steps 2-6 from the
+// handler's side, after the events up to index from.
+func shutdownAndDelete(t *testing.T, p *pod, h *handler, s *notifyServer, vmiJSON []byte, from int) {
+	t.Helper()
+	if err := h.ping(t); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if err := h.vmiCall(t, "ShutdownVirtualMachine", h.cmd.ShutdownVirtualMachine, vmiJSON); err != nil && !disconnected(err) {
+		t.Fatalf("%v", err)
+	}
+	off := s.wait(t, from, "MODIFIED Shutoff/Shutdown", 2*time.Minute, func(d *kvshape.Domain) bool {
+		return d.Status.Status == "Shutoff" && d.Status.Reason == "Shutdown"
+	})
+	if e := s.event(off); e.Type != "MODIFIED" {
+		t.Errorf("Shutoff event type %s, want MODIFIED", e.Type)
+	}
+	if gp := s.event(off).Domain.Spec.Metadata.KubeVirt.GracePeriod; gp == nil || gp.DeletionTimestamp == nil {
+		t.Errorf("Shutoff event without GracePeriod.DeletionTimestamp (set by the first Shutdown, 3.5)")
+	}
+	select {
+	case <-p.exited:
+		t.Fatalf("launcher exited before the handler's Delete")
+	default:
+	}
+
+	if err := h.ping(t); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if err := h.vmiCall(t, "DeleteVirtualMachine", h.cmd.DeleteVirtualMachine, vmiJSON); err != nil && !disconnected(err) {
+		t.Fatalf("%v", err)
+	}
+	gone := s.wait(t, off+1, "gone (deletionTimestamp, NoState/NonExistent)", 30*time.Second, func(d *kvshape.Domain) bool {
+		return d.ObjectMeta.DeletionTimestamp != nil
+	})
+	e := s.event(gone)
+	if e.Type != "MODIFIED" || e.Domain.Status.Status != "NoState" || e.Domain.Status.Reason != "NonExistent" {
+		t.Errorf("gone event %s %s/%s, want MODIFIED NoState/NonExistent", e.Type, e.Domain.Status.Status, e.Domain.Status.Reason)
+	}
+	if e.Domain.Spec.Metadata.KubeVirt.UID != p.uid || e.Domain.ObjectMeta.Name != p.name || e.Domain.ObjectMeta.Namespace != p.ns {
+		t.Errorf("gone event lost the identity: %s/%s uid %q", e.Domain.ObjectMeta.Namespace, e.Domain.ObjectMeta.Name, e.Domain.Spec.Metadata.KubeVirt.UID)
+	}
+	if code := p.exitCode(30 * time.Second); code != 0 {
+		t.Fatalf("compute container (monitor) exit status %d, want 0", code)
+	}
+	if _, err := os.Stat(filepath.Join(p.layout.SocketsDir(), "launcher-unresponsive")); err == nil {
+		t.Errorf("the launcher created launcher-unresponsive (only the handler may)")
+	}
+	p.assertNothingLeft()
+}
+
+// TestHandlerLifecycle plays virt-handler through a VMI's whole life
+// (kubevirt-wire.md 6): Info, notify pipe, Sync (with Ping/GetDomain
+// answering during it), ADDED then MODIFIED Running, GetDomain in
+// KubeVirt's shape, an unsupported RPC refused with a message, Shutdown ->
+// MODIFIED Shutoff/Shutdown, Delete -> MODIFIED gone -> exit 0; then the
+// log lines of the run.
+func TestHandlerLifecycle(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	p := startPod(t, "conf-life")
+	h, s := start(t, p)
+	t.Logf("launcher-sock after %v", time.Since(t0))
+	vmiJSON := handlerVMI(t, p)
+
+	syncWithConcurrentQueries(t, h, vmiJSON)
+	added := s.wait(t, 0, "ADDED", 30*time.Second, func(*kvshape.Domain) bool { return true })
+	if added != 0 || s.event(0).Type != "ADDED" {
+		t.Errorf("first event is %s, want ADDED", s.event(0))
+	}
+	running := s.wait(t, added+1, "MODIFIED Running", bootTimeout, func(d *kvshape.Domain) bool {
+		return d.Status.Status == "Running"
+	})
+	if e := s.event(running); e.Type != "MODIFIED" || e.Domain.Status.Reason != "Unknown" {
+		t.Errorf("running event %s, want MODIFIED Running/Unknown", e)
+	}
+	p.waitConsole(testguest.MarkerReady, bootTimeout)
+	t.Logf("guest ready after %v", time.Since(t0))
+
+	d, err := h.getDomain(t)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if d == "" {
+		t.Fatalf("GetDomain: no domain while it runs")
+	}
+	checkRunningDomain(t, p, d)
+	// A reconcile Sync of the running VMI is idempotent.
+	if err := h.vmiCall(t, "SyncVirtualMachine (reconcile)", h.cmd.SyncVirtualMachine, vmiJSON); err != nil {
+		t.Errorf("%v", err)
+	}
+	checkUnsupported(t, h, vmiJSON)
+
+	shutdownAndDelete(t, p, h, s, vmiJSON, running+1)
+	checkEventTypes(t, s)
+	t.Logf("whole lifecycle %v", time.Since(t0))
+	checkLogs(t, p)
+}
+
+// TestSIGTERMGracefulShutdown: SIGTERM to the monitor (the pod is being
+// deleted) makes the launcher send an event with
+// GracePeriod.MarkedForGracefulShutdown true; the handler then does its
+// graceful stop (Ping, Shutdown, Delete) and the pod ends with 0.
+func TestSIGTERMGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	p := startPod(t, "conf-term")
+	h, s := start(t, p)
+	vmiJSON := handlerVMI(t, p)
+	if err := h.vmiCall(t, "SyncVirtualMachine", h.cmd.SyncVirtualMachine, vmiJSON); err != nil {
+		t.Fatalf("%v", err)
+	}
+	running := s.wait(t, 0, "MODIFIED Running", bootTimeout, func(d *kvshape.Domain) bool { return d.Status.Status == "Running" })
+	if gp := s.event(running).Domain.Spec.Metadata.KubeVirt.GracePeriod; gp != nil && gp.MarkedForGracefulShutdown != nil && *gp.MarkedForGracefulShutdown {
+		t.Fatalf("MarkedForGracefulShutdown already true before SIGTERM")
+	}
+	p.waitConsole(testguest.MarkerReady, bootTimeout)
+
+	must(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	marked := s.wait(t, running+1, "MarkedForGracefulShutdown=true", 30*time.Second, func(d *kvshape.Domain) bool {
+		gp := d.Spec.Metadata.KubeVirt.GracePeriod
+		return gp != nil && gp.MarkedForGracefulShutdown != nil && *gp.MarkedForGracefulShutdown
+	})
+	if e := s.event(marked); e.Type != "MODIFIED" || e.Domain.Spec.Metadata.KubeVirt.UID != p.uid {
+		t.Errorf("marked event %s uid %q", e, e.Domain.Spec.Metadata.KubeVirt.UID)
+	}
+	shutdownAndDelete(t, p, h, s, vmiJSON, marked)
+	checkEventTypes(t, s)
+	t.Logf("SIGTERM lifecycle %v", time.Since(t0))
+	checkLogs(t, p)
+}

@@ -1,0 +1,277 @@
+package conformance
+
+// The virt-handler side: a notify server of our own on the pod's
+// domain-notify-pipe.sock and a raw gRPC connection to launcher-sock.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
+	"github.com/virtlauncher/virtlauncher/api/cmdinfo"
+	notifyv1 "github.com/virtlauncher/virtlauncher/api/notify/v1"
+	"github.com/virtlauncher/virtlauncher/api/notifyinfo"
+	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
+)
+
+// event is one domain event as the handler receives it.
+type event struct {
+	Type   string
+	JSON   []byte
+	Domain *kvshape.Domain // nil when it did not decode
+	Err    error           // strict decoding error
+}
+
+func (e event) String() string {
+	if e.Domain == nil {
+		return e.Type + " <undecodable>"
+	}
+	return fmt.Sprintf("%s %s/%s", e.Type, e.Domain.Status.Status, e.Domain.Status.Reason)
+}
+
+// notifyServer plays the handler's end of the notify pipe
+// (kubevirt-wire.md 2.2): NotifyInfo.Info offers [1]; HandleDomainEvent
+// decodes domainJSON strictly into KubeVirt's shape; a domain that does not
+// decode is answered success=false with a message, as the handler does.
+type notifyServer struct {
+	gs   *grpc.Server
+	path string
+
+	mu      sync.Mutex
+	events  []event
+	k8s     [][]byte
+	changed chan struct{}
+}
+
+func startNotify(t *testing.T, p *pod) *notifyServer {
+	t.Helper()
+	path := p.layout.NotifySocket()
+	lis, err := net.Listen("unix", path)
+	must(t, err)
+	// virt-handler chowns the pipe to the pod's user.
+	must(t, os.Chown(path, int(cred.Uid), int(cred.Gid)))
+	s := &notifyServer{gs: grpc.NewServer(), path: path, changed: make(chan struct{})}
+	notifyinfo.RegisterNotifyInfoServer(s.gs, notifyInfo{})
+	notifyv1.RegisterNotifyServer(s.gs, notifyHandler{s: s})
+	go s.gs.Serve(lis) //nolint:errcheck // ends with Stop
+	t.Cleanup(func() {
+		s.gs.Stop()
+		os.Remove(path)
+	})
+	return s
+}
+
+type notifyInfo struct {
+	notifyinfo.UnimplementedNotifyInfoServer
+}
+
+func (notifyInfo) Info(context.Context, *notifyinfo.NotifyInfoRequest) (*notifyinfo.NotifyInfoResponse, error) {
+	return &notifyinfo.NotifyInfoResponse{SupportedNotifyVersions: []uint32{1}}, nil
+}
+
+type notifyHandler struct {
+	notifyv1.UnimplementedNotifyServer
+	s *notifyServer
+}
+
+func (h notifyHandler) HandleDomainEvent(_ context.Context, req *notifyv1.DomainEventRequest) (*notifyv1.Response, error) {
+	e := event{Type: req.EventType, JSON: append([]byte(nil), req.DomainJSON...)}
+	e.Domain, e.Err = kvshape.Decode(req.DomainJSON)
+	if e.Err != nil {
+		e.Domain = nil
+	}
+	h.s.add(e)
+	if e.Err != nil {
+		return &notifyv1.Response{Success: false, Message: e.Err.Error()}, nil
+	}
+	return &notifyv1.Response{Success: true}, nil
+}
+
+func (h notifyHandler) HandleK8SEvent(_ context.Context, req *notifyv1.K8SEventRequest) (*notifyv1.Response, error) {
+	h.s.mu.Lock()
+	h.s.k8s = append(h.s.k8s, req.EventJSON)
+	h.s.mu.Unlock()
+	return &notifyv1.Response{Success: true}, nil
+}
+
+func (s *notifyServer) add(e event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, e)
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *notifyServer) snapshot() ([]event, chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]event(nil), s.events...), s.changed
+}
+
+// wait returns the index of the first event at or after from that
+// decodes and satisfies ok.
+func (s *notifyServer) wait(t *testing.T, from int, what string, timeout time.Duration, ok func(*kvshape.Domain) bool) int {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		evs, changed := s.snapshot()
+		for i := from; i < len(evs); i++ {
+			if evs[i].Domain != nil && ok(evs[i].Domain) {
+				return i
+			}
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("no event %s within %v; events: %v", what, timeout, evs)
+		}
+	}
+}
+
+func (s *notifyServer) event(i int) event {
+	evs, _ := s.snapshot()
+	return evs[i]
+}
+
+// handler is the command side: a raw gRPC connection as virt-handler makes
+// it (unix socket, cleartext, :authority localhost).
+type handler struct {
+	conn *grpc.ClientConn
+	info cmdinfo.CmdInfoClient
+	cmd  cmdv1.CmdClient
+}
+
+func dialLauncher(t *testing.T, sock string) *handler {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+sock,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithAuthority("localhost"),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", addr)
+		}))
+	must(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return &handler{conn: conn, info: cmdinfo.NewCmdInfoClient(conn), cmd: cmdv1.NewCmdClient(conn)}
+}
+
+// Deadlines of the handler's client (kubevirt-wire.md 1.3).
+const (
+	shortDeadline = 5 * time.Second
+	longDeadline  = 20 * time.Second
+)
+
+func vmiRequest(vmiJSON []byte) *cmdv1.VMIRequest {
+	return &cmdv1.VMIRequest{Vmi: &cmdv1.VMI{VmiJson: vmiJSON}, Options: &cmdv1.VirtualMachineOptions{}}
+}
+
+// failure reads a reply the way the handler does (kubevirt-wire.md 1.5)
+// and also enforces the launcher's side of the convention: success=false
+// always carries a message. It returns nil when the handler would count
+// the call as a success.
+func failure(t *testing.T, rpc string, r *cmdv1.Response, err error) error {
+	t.Helper()
+	if err != nil {
+		return fmt.Errorf("%s: %w", rpc, err)
+	}
+	if r == nil {
+		t.Errorf("%s: reply without a Response (the handler would count it a success)", rpc)
+		return nil
+	}
+	if !r.Success && r.Message == "" {
+		t.Errorf("%s: success=false with an empty message (the handler would count it a success)", rpc)
+		return nil
+	}
+	if !r.Success {
+		return fmt.Errorf("%s: %s", rpc, r.Message)
+	}
+	return nil
+}
+
+// disconnected: errors the handler ignores on Shutdown, Kill and Delete,
+// as the launcher may be gone before it answers.
+func disconnected(err error) bool {
+	if err == nil {
+		return false
+	}
+	c := status.Code(err)
+	return c == codes.Canceled || c == codes.Unavailable || strings.Contains(err.Error(), "EOF") ||
+		strings.Contains(err.Error(), "connection reset")
+}
+
+// ping is the handler's Ping with its 5 s deadline.
+func (h *handler) ping(t *testing.T) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), shortDeadline)
+	defer cancel()
+	r, err := h.cmd.Ping(ctx, &cmdv1.EmptyRequest{})
+	return failure(t, "Ping", r, err)
+}
+
+// getDomain is the handler's GetDomain with its 5 s deadline; "" means no
+// domain.
+func (h *handler) getDomain(t *testing.T) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), shortDeadline)
+	defer cancel()
+	r, err := h.cmd.GetDomain(ctx, &cmdv1.EmptyRequest{})
+	if err != nil {
+		return "", fmt.Errorf("GetDomain: %w", err)
+	}
+	if err := failure(t, "GetDomain", r.Response, nil); err != nil {
+		return "", err
+	}
+	return r.Domain, nil
+}
+
+// vmiCall sends one VMIRequest RPC with the 20 s deadline.
+func (h *handler) vmiCall(t *testing.T, rpc string, call func(context.Context, *cmdv1.VMIRequest, ...grpc.CallOption) (*cmdv1.Response, error), vmiJSON []byte) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), longDeadline)
+	defer cancel()
+	r, err := call(ctx, vmiRequest(vmiJSON))
+	return failure(t, rpc, r, err)
+}
+
+// peerPID reads SO_PEERCRED of launcher-sock, as the handler does to find
+// "the launcher" whose namespaces it works in.
+func peerPID(t *testing.T, sock string) int {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	must(t, err)
+	defer c.Close()
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	must(t, err)
+	var cred *syscall.Ucred
+	var cerr error
+	must(t, raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}))
+	must(t, cerr)
+	return int(cred.Pid)
+}
+
+// handlerVMI is the VMI JSON the handler sends: the full object with
+// apiVersion and kind left empty.
+func handlerVMI(t *testing.T, p *pod) []byte {
+	t.Helper()
+	v, err := loadVMI(p.vmiYAML())
+	must(t, err)
+	v.APIVersion, v.Kind = "", ""
+	b, err := json.Marshal(v)
+	must(t, err)
+	return b
+}
