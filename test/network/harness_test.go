@@ -5,7 +5,9 @@
 // the pod namespace, and the launcher's DHCP server answers the test
 // guest's udhcpc. The guest (internal/testguest) runs a user-data script
 // that talks to an HTTP server in the outside namespace and listens on
-// ports the test reaches from there. Everything is real: QEMU under TCG,
+// ports the test reaches from there: IPv4 and IPv6 through the masquerade
+// NAT, the pod's own address with the bridge binding, and a secondary
+// (Multus-style) bridge network. Everything is real: QEMU under TCG,
 // libvirt, netlink, nftables.
 package network
 
@@ -238,9 +240,18 @@ spec:
         - port: {{.}}
 {{- end}}
 {{- end}}
+{{- if .Secondary}}
+      - name: second
+        bridge: {}
+{{- end}}
   networks:
   - name: default
     pod: {}
+{{- if .Secondary}}
+  - name: second
+    multus:
+      networkName: net2
+{{- end}}
 {{- end}}
   volumes:
   - name: rootdisk
@@ -266,6 +277,29 @@ M=VL-T
     i=$((i + 1)); [ $i -gt 300 ] && { echo "$M-NO-ADDRESS"; exit 1; }
     sleep 1
   done
+{{- if .Secondary}}
+  # The secondary (Multus-style) interface: its lease printed by a small
+  # event script of ours, then the outside's page on that network.
+  cat >/tmp/lease1 <<'EOS'
+#!/bin/sh
+[ "$1" = bound ] || exit 0
+ip addr add "$ip/$mask" dev "$interface"
+M=VL-T
+echo "$M-ETH1-LEASE $ip/$mask router ${router:-none} mtu ${mtu:-none}" >/dev/console
+EOS
+  chmod +x /tmp/lease1
+  ip link set eth1 up
+  udhcpc -i eth1 -s /tmp/lease1 -q -n -t 10 -T 2 -O mtu >/dev/null 2>&1 || echo "$M-ETH1-FAILED"
+  i=0
+  until printf 'GET / HTTP/1.0\r\nHost: outside\r\n\r\n' | nc -w 5 {{.Secondary}} {{.OutsidePort}} >/tmp/page1 && grep -q 'HTTP/1' /tmp/page1; do
+    i=$((i + 1)); [ $i -gt 30 ] && break
+    sleep 1
+  done
+  echo "$M-PAGE1-BEGIN"
+  cat /tmp/page1
+  echo
+  echo "$M-PAGE1-END"
+{{- end}}
   i=0
   until printf 'GET / HTTP/1.0\r\nHost: outside\r\n\r\n' | nc -w 5 {{.Outside}} {{.OutsidePort}} >/tmp/page && grep -q 'HTTP/1' /tmp/page; do
     i=$((i + 1)); [ $i -gt 30 ] && break

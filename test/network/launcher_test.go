@@ -28,9 +28,12 @@ const (
 	outsideAddr  = "192.168.66.1"
 	outsideAddr6 = "fd00:66::1" // podnet's default outside IPv6 address
 	podAddr6     = "fd00:66::2"
-	outsidePort  = 8000
-	declared     = 80   // the VMI's only declared port
-	undeclared   = 8081 // the guest listens here too; masquerade must not forward it
+	// The first secondary pod interface standalone.Run adds.
+	secondaryOutside = "192.168.67.1"
+	secondaryPod     = "192.168.67.2"
+	outsidePort      = 8000
+	declared         = 80   // the VMI's only declared port
+	undeclared       = 8081 // the guest listens here too; masquerade must not forward it
 )
 
 type netCase struct {
@@ -46,6 +49,11 @@ type netCase struct {
 	// checkUndeclared: ports are declared, so the undeclared one must not
 	// be forwarded.
 	checkUndeclared bool
+	// secondary adds a Multus-style network with the bridge binding: the
+	// run gives the pod a second interface (192.168.67.2/24, whose
+	// outside end is secondaryOutside); the guest leases that address on
+	// eth1 and both ends reach each other there.
+	secondary bool
 	// ipv6: the guest also takes the IPv6 VM address (fd10:0:2::2/120) and
 	// crosses the IPv6 NAT both ways with the pod's fd00:66::2.
 	ipv6 bool
@@ -68,7 +76,7 @@ func TestLauncherNetwork(t *testing.T) {
 		{name: "masquerade", binding: "masquerade", explicit: true, ports: []int{declared},
 			wantAddr: "10.0.2.2/24", wantRouter: "10.0.2.1", checkUndeclared: true, ipv6: true},
 		{name: "bridge", binding: "bridge",
-			wantAddr: "192.168.66.2/24", wantRouter: outsideAddr},
+			wantAddr: "192.168.66.2/24", wantRouter: outsideAddr, secondary: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -84,6 +92,9 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 	params := map[string]any{
 		"Outside": outsideAddr, "OutsidePort": outsidePort, "Port": declared, "Undeclared": undeclared, "Token": token,
 	}
+	if tc.secondary {
+		params["Secondary"] = secondaryOutside
+	}
 	if tc.ipv6 {
 		params["Guest6"], params["Gateway6"], params["Outside6"] = "fd10:0:2::2/120", "fd10:0:2::1", outsideAddr6
 	}
@@ -91,7 +102,7 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 		t.Fatal(err)
 	}
 	binding := ""
-	if tc.explicit {
+	if tc.explicit || tc.secondary {
 		binding = tc.binding
 	}
 	// Names stay short: libvirt's socket paths below the work dir carry it.
@@ -99,7 +110,7 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 	var doc strings.Builder
 	if err := manifest.Execute(&doc, map[string]any{
 		"Name": name, "Cmdline": testguest.DefaultCmdline, "KernelDir": g.KernelDir, "RootDisk": g.RootDisk,
-		"Binding": binding, "Ports": tc.ports, "UserData": ud.String(),
+		"Binding": binding, "Ports": tc.ports, "UserData": ud.String(), "Secondary": tc.secondary,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +173,11 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 	if err := serveHTTP(t, st.OutsideNS, fmt.Sprintf("%s:%d", outsideAddr, outsidePort), "outside-"+token); err != nil {
 		t.Fatalf("HTTP server in the outside namespace: %v", err)
 	}
+	if tc.secondary {
+		if err := serveHTTP(t, st.OutsideNS, fmt.Sprintf("%s:%d", secondaryOutside, outsidePort), "outside1-"+token); err != nil {
+			t.Fatalf("HTTP server on the secondary network: %v", err)
+		}
+	}
 	if tc.ipv6 {
 		if err := serveHTTP(t, st.OutsideNS, fmt.Sprintf("[%s]:%d", outsideAddr6, outsidePort), "outside6-"+token); err != nil {
 			t.Fatalf("IPv6 HTTP server in the outside namespace: %v", err)
@@ -210,6 +226,20 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 		t.Errorf("guest did not fetch the outside page (NAT): got %q", page)
 	}
 
+	if tc.secondary {
+		out := console.String()
+		if l, ok := testguest.FindMarker(out, "VL-T-ETH1-LEASE"); !ok || !strings.HasPrefix(l, secondaryPod+"/24 ") {
+			t.Errorf("secondary interface lease %q, want %s/24", l, secondaryPod)
+		}
+		page1, ok := testguest.Between(out, "VL-T-PAGE1-BEGIN", "VL-T-PAGE1-END")
+		if !ok || !strings.Contains(page1, "outside1-"+token) {
+			t.Errorf("guest did not fetch the outside page on its secondary network: got %q", page1)
+		}
+		url1 := fmt.Sprintf("http://%s:%d/", secondaryPod, declared)
+		if body, err := getIn(st.OutsideNS, url1); err != nil || strings.TrimSpace(body) != fmt.Sprintf("guest-%d-%s", declared, token) {
+			t.Errorf("outside -> %s: %q, %v", url1, body, err)
+		}
+	}
 	if tc.ipv6 {
 		page6, ok := testguest.Between(console.String(), "VL-T-PAGE6-BEGIN", "VL-T-PAGE6-END")
 		if !ok || !strings.Contains(page6, "outside6-"+token) {
