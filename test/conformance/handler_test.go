@@ -53,6 +53,7 @@ type notifyServer struct {
 	mu      sync.Mutex
 	events  []event
 	k8s     [][]byte
+	infos   int // NotifyInfo.Info calls
 	changed chan struct{}
 }
 
@@ -64,7 +65,7 @@ func startNotify(t *testing.T, p *pod) *notifyServer {
 	// virt-handler chowns the pipe to the pod's user.
 	must(t, os.Chown(path, int(cred.Uid), int(cred.Gid)))
 	s := &notifyServer{gs: grpc.NewServer(), path: path, changed: make(chan struct{})}
-	notifyinfo.RegisterNotifyInfoServer(s.gs, notifyInfo{})
+	notifyinfo.RegisterNotifyInfoServer(s.gs, notifyInfo{s: s})
 	notifyv1.RegisterNotifyServer(s.gs, notifyHandler{s: s})
 	go s.gs.Serve(lis) //nolint:errcheck // ends with Stop
 	t.Cleanup(func() {
@@ -76,10 +77,30 @@ func startNotify(t *testing.T, p *pod) *notifyServer {
 
 type notifyInfo struct {
 	notifyinfo.UnimplementedNotifyInfoServer
+	s *notifyServer
 }
 
-func (notifyInfo) Info(context.Context, *notifyinfo.NotifyInfoRequest) (*notifyinfo.NotifyInfoResponse, error) {
+func (i notifyInfo) Info(context.Context, *notifyinfo.NotifyInfoRequest) (*notifyinfo.NotifyInfoResponse, error) {
+	i.s.mu.Lock()
+	i.s.infos++
+	i.s.mu.Unlock()
 	return &notifyinfo.NotifyInfoResponse{SupportedNotifyVersions: []uint32{1}}, nil
+}
+
+func (s *notifyServer) infoCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.infos
+}
+
+func (s *notifyServer) k8sEvents() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, e := range s.k8s {
+		out = append(out, string(e))
+	}
+	return out
 }
 
 type notifyHandler struct {
