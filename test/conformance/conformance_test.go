@@ -187,6 +187,13 @@ func checkRunningDomain(t *testing.T, p *pod, data string) {
 			t.Errorf("interface %d has no MAC", i)
 		}
 	}
+	if p.withNet {
+		// The alias is how the handler matches the interface to the VMI's.
+		ifs := d.Spec.Devices.Interfaces
+		if len(ifs) != 1 || ifs[0].Alias == nil || ifs[0].Alias.Name != "default" {
+			t.Errorf("interfaces %+v, want one with Alias default", ifs)
+		}
+	}
 	aliases := map[string]bool{}
 	for i, dk := range d.Spec.Devices.Disks {
 		if dk.Source.File == "" && dk.Source.Dev == "" {
@@ -366,7 +373,7 @@ func shutdownAndDelete(t *testing.T, p *pod, h *handler, s *notifyServer, vmiJSO
 func TestHandlerLifecycle(t *testing.T) {
 	t.Parallel()
 	t0 := time.Now()
-	p := startPod(t, "conf-life")
+	p := startPod(t, "conf-life", true)
 	h, s := start(t, p)
 	t.Logf("launcher-sock after %v", time.Since(t0))
 	vmiJSON := handlerVMI(t, p)
@@ -424,7 +431,7 @@ func TestHandlerLifecycle(t *testing.T) {
 func TestSIGTERMGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	t0 := time.Now()
-	p := startPod(t, "conf-term")
+	p := startPod(t, "conf-term", false)
 	h, s := start(t, p)
 	vmiJSON := handlerVMI(t, p)
 	if err := h.vmiCall(t, "SyncVirtualMachine", h.cmd.SyncVirtualMachine, vmiJSON); err != nil {

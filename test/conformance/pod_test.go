@@ -25,11 +25,15 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
 const bootTimeout = 90 * time.Second
+
+const capNetBindService = 10 // CAP_NET_BIND_SERVICE (linux/capability.h)
 
 var (
 	binDir  string // virt-launcher and virt-launcher-monitor
@@ -124,6 +128,8 @@ type pod struct {
 	name   string
 	ns     string
 	uid    string
+	// withNet: a masquerade interface on the pod network.
+	withNet bool
 
 	cmd     *exec.Cmd
 	stdout  *syncBuffer
@@ -135,8 +141,11 @@ type pod struct {
 // startPod lays out the pod (the test guest's root disk as container disk
 // 0, its kernel and initrd in kernel-boot/, as virt-handler's mounts would
 // provide them) and starts the monitor as user virtlauncher with the flags
-// virt-controller's pod template passes.
-func startPod(t *testing.T, name string) *pod {
+// virt-controller's pod template passes. With withNet the VMI has a
+// masquerade interface on the pod network, and the pod runs in a network
+// namespace of its own whose eth0 and tap virt-handler's privileged phase
+// (netsetup.SetupPrivileged, as vlctl run uses it) prepared beforehand.
+func startPod(t *testing.T, name string, withNet bool) *pod {
 	t.Helper()
 	if setup != nil {
 		t.Skip(setup)
@@ -144,7 +153,13 @@ func startPod(t *testing.T, name string) *pod {
 	dir, err := os.MkdirTemp("", "vc") // short: unix socket paths are limited
 	must(t, err)
 	p := &pod{t: t, dir: dir, layout: layout.Under(dir), name: name, ns: "conformance", uid: uuid.NewString(),
-		stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+		withNet: withNet, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	var pn *podnet.Pod
+	if withNet {
+		// Cleanups run last-in first-out: the network goes after the
+		// pod's processes.
+		pn = p.network()
+	}
 	t.Cleanup(p.cleanup)
 	must(t, os.Chmod(dir, 0o755))
 	must(t, os.Chown(dir, int(cred.Uid), int(cred.Gid)))
@@ -168,18 +183,70 @@ func startPod(t *testing.T, name string) *pod {
 		"--allow-emulation", "--force-emulation", "--run-as-nonroot",
 		"--qemu-caps-cache", capsDir,
 	}
+	if pn != nil {
+		args = append(args, "--resolv-conf", pn.ResolvConf)
+	}
 	p.cmd = exec.Command(filepath.Join(binDir, "virt-launcher-monitor"), args...)
 	p.cmd.Dir = dir
 	p.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "VIRT_LAUNCHER_BIN=" + filepath.Join(binDir, "virt-launcher")}
 	p.cmd.Stdout = p.stdout
 	p.cmd.Stderr = p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	must(t, p.cmd.Start())
+	if pn != nil {
+		// The launcher's DHCP server binds port 67 on the bridge: the one
+		// capability a KubeVirt launcher pod keeps (compute container
+		// capabilities.add NET_BIND_SERVICE).
+		p.cmd.SysProcAttr.AmbientCaps = []uintptr{capNetBindService}
+		must(t, netsetup.InNS(pn.NS, p.cmd.Start))
+	} else {
+		must(t, p.cmd.Start())
+	}
 	go func() {
 		p.exitErr = p.cmd.Wait()
 		close(p.exited)
 	}()
 	return p
+}
+
+// network makes the pod's network namespace and runs the privileged phase
+// for the VMI in it; the caches it writes to the private dir are handed to
+// the launcher's user. Removed at cleanup.
+func (p *pod) network() *podnet.Pod {
+	t := p.t
+	t.Helper()
+	pn, err := podnet.New(podnet.Config{Dir: p.dir, NoIPv6: true})
+	if err != nil {
+		os.RemoveAll(p.dir)
+		t.Fatalf("pod network: %v", err)
+	}
+	v, err := loadVMI(p.vmiYAML())
+	if err != nil {
+		pn.Remove()
+		os.RemoveAll(p.dir)
+		t.Fatal(err)
+	}
+	cfg := netsetup.PrivilegedConfig{QemuUID: int(cred.Uid), QemuGID: int(cred.Gid), CacheDir: p.layout.PrivateDir}
+	t.Cleanup(func() {
+		if err := netsetup.TeardownPrivileged(context.Background(), pn.NS, v, cfg, nil); err != nil {
+			t.Errorf("network teardown: %v", err)
+		}
+		if err := pn.Remove(); err != nil {
+			t.Errorf("remove pod network: %v", err)
+		}
+	})
+	must(t, os.MkdirAll(p.layout.PrivateDir, 0o700))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := netsetup.SetupPrivileged(ctx, pn.NS, v, cfg, nil); err != nil {
+		t.Fatalf("network privileged phase: %v", err)
+	}
+	must(t, filepath.Walk(p.layout.PrivateDir, func(path string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, int(cred.Uid), int(cred.Gid))
+	}))
+	return pn
 }
 
 // waitReady waits for the rename to launcher-sock, the only name
@@ -300,6 +367,11 @@ func processesUnder(dir string) []int {
 // vmiYAML is a VMI that boots the test guest: a containerDisk with
 // kernelBoot, an emptyDisk and a cloud-init NoCloud volume.
 func (p *pod) vmiYAML() string {
+	ifaces, networks := "      autoattachPodInterface: false\n", ""
+	if p.withNet {
+		ifaces = "      interfaces:\n      - name: default\n        masquerade: {}\n"
+		networks = "  networks:\n  - name: default\n    pod: {}\n"
+	}
 	return fmt.Sprintf(`apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance
 metadata:
@@ -317,8 +389,7 @@ spec:
           initrdPath: /initrd.img
         kernelArgs: %q
     devices:
-      autoattachPodInterface: false
-      disks:
+%s      disks:
       - name: root
         disk: {bus: virtio}
       - name: scratch
@@ -328,7 +399,7 @@ spec:
     resources:
       requests:
         memory: 128Mi
-  volumes:
+%s  volumes:
   - name: root
     containerDisk:
       image: registry.example/testguest-root:v1
@@ -340,7 +411,7 @@ spec:
       userData: |
         #!/bin/sh
         echo "token %s"
-`, p.name, p.ns, p.uid, testguest.DefaultCmdline+" "+testguest.OptNoDHCP, p.name)
+`, p.name, p.ns, p.uid, testguest.DefaultCmdline+" "+testguest.OptNoDHCP, ifaces, networks, p.name)
 }
 
 func must(t *testing.T, err error) {
