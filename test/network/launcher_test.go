@@ -296,35 +296,10 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 			t.Errorf("guest did not print %s: not a graceful shutdown (or the console was cut: run.go closes it 3 s after the interruption)", m)
 		}
 	}
-	knownBug := false
 	if runErr != nil {
-		if isShutdownRaceBug(runErr) {
-			knownBug = true
-			t.Logf("known bug (internal/standalone/run.go shutdown): %v", firstLine(runErr))
-		} else {
-			t.Errorf("run after Ctrl-C: %v, want nil", runErr)
-		}
+		t.Errorf("run after Ctrl-C: %v, want nil", runErr)
 	}
 	checkNothingLeft(t, root, st.WorkDir, inodes, tablesBefore)
-	if knownBug {
-		t.Skip("known bug: after Ctrl-C, standalone.Run returns an error from its shutdown loop once the launcher " +
-			"has exited with the guest (internal/standalone/run.go shutdown)")
-	}
-}
-
-// isShutdownRaceBug recognises the errors of run.go's shutdown loop, which
-// asks again once a second after its first request has worked: by then the
-// guest is off ("domain is not running") or the launcher has (rightly)
-// exited with it (Unavailable: its socket is gone).
-func isShutdownRaceBug(err error) bool {
-	s := err.Error()
-	return (strings.HasPrefix(s, "shutdown: ") || strings.HasPrefix(s, "get domain: ")) &&
-		(strings.Contains(s, "Unavailable") || strings.Contains(s, "domain is not running"))
-}
-
-func firstLine(err error) string {
-	s, _, _ := strings.Cut(err.Error(), "\n")
-	return s
 }
 
 func randomToken(t *testing.T) string {
