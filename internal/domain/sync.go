@@ -30,7 +30,12 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts c
 		return err
 	}
 	if m.terminating.Load() {
-		return errors.New("the launcher is shutting down: no more Syncs")
+		// virt-handler keeps reconciling while the pod shuts down; an error
+		// would become a warning on the VMI. Nothing is defined, started or
+		// resumed any more, but the grace period still follows the VMI.
+		m.refreshGracePeriod(ctx, v)
+		m.log.Info("sync while shutting down: nothing to converge")
+		return nil
 	}
 	if m.cfg.HypervisorErr != nil {
 		return m.cfg.HypervisorErr

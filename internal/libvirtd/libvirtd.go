@@ -399,6 +399,11 @@ func relay(log *slog.Logger, name string, r io.Reader) {
 		if level > slog.LevelDebug && harmless(line) {
 			level = slog.LevelDebug
 		}
+		if level >= slog.LevelError {
+			// KubeVirt's log lines carry the error text under "reason".
+			log.Log(context.Background(), level, "libvirt daemon reported an error", "process", name, "reason", line)
+			continue
+		}
 		log.Log(context.Background(), level, line, "process", name)
 	}
 }
