@@ -55,70 +55,8 @@ func waitEvent(t *testing.T, s *notifytest.Server, from int, what string, ok fun
 	}
 }
 
-// TestHandlerFlow plays virt-handler's lifecycle (kubevirt-wire.md 6): the
-// notify pipe appears, Sync gives ADDED then MODIFIED Running; ACPI
-// Shutdown gives MODIFIED Shutoff/Shutdown; the launcher then waits for the
-// handler's Delete, sends the "gone" object (deletionTimestamp,
-// NoState/NonExistent) and exits 0.
-func TestHandlerFlow(t *testing.T) {
-	t.Parallel()
-	p := newPod(t, "handler", podOpts{sharedCaps: true})
-	p.waitReady(30 * time.Second)
-	s := startNotify(t, p)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c := p.client(ctx)
-	v := p.testVMI(t, "handler-1")
-	must(t, c.Sync(ctx, v, nil))
-
-	added := waitEvent(t, s, 0, "ADDED", func(e notifytest.Event) bool { return e.EventType == "ADDED" })
-	if added != 0 {
-		t.Errorf("first event is not ADDED: %+v", s.Events()[0].EventType)
-	}
-	running := waitEvent(t, s, added+1, "MODIFIED Running", func(e notifytest.Event) bool {
-		return e.EventType == "MODIFIED" && e.Domain.Status.Status == "Running"
-	})
-	d := s.Events()[running].Domain
-	if d.Name != p.name || d.Namespace != p.ns || d.Spec.Metadata.KubeVirt.UID != p.uid {
-		t.Errorf("event identity %s/%s uid %s", d.Namespace, d.Name, d.Spec.Metadata.KubeVirt.UID)
-	}
-	p.waitConsole(testguest.MarkerReady, bootTimeout)
-
-	must(t, c.Shutdown(ctx, v))
-	off := waitEvent(t, s, running+1, "MODIFIED Shutoff/Shutdown", func(e notifytest.Event) bool {
-		return e.Domain.Status.Status == "Shutoff" && e.Domain.Status.Reason == "Shutdown"
-	})
-	if gp := s.Events()[off].Domain.Spec.Metadata.KubeVirt.GracePeriod; gp == nil || gp.DeletionTimestamp == nil {
-		t.Errorf("Shutoff event without the deletion timestamp of the Shutdown")
-	}
-	// The launcher must wait for the handler's Delete (up to 15 s).
-	time.Sleep(2 * time.Second)
-	select {
-	case <-p.exited:
-		t.Fatalf("launcher exited before the handler deleted the domain")
-	default:
-	}
-	t0 := time.Now()
-	if err := c.Delete(ctx, v); err != nil && !cmdclient.IsDisconnected(err) {
-		t.Fatalf("Delete: %v", err)
-	}
-	gone := waitEvent(t, s, off+1, "gone", func(e notifytest.Event) bool {
-		return e.Domain.DeletionTimestamp != nil && e.Domain.Status.Status == "NoState" && e.Domain.Status.Reason == "NonExistent"
-	})
-	if e := s.Events()[gone]; e.EventType != "MODIFIED" || e.Domain.Spec.Metadata.KubeVirt.UID != p.uid {
-		t.Errorf("gone event %s uid %q", e.EventType, e.Domain.Spec.Metadata.KubeVirt.UID)
-	}
-	if code := p.exitCode(10 * time.Second); code != 0 {
-		t.Fatalf("exit status %d, want 0", code)
-	}
-	t.Logf("Delete -> exit: %v", time.Since(t0))
-	for _, e := range s.Events() {
-		if e.EventType != "ADDED" && e.EventType != "MODIFIED" {
-			t.Errorf("event type %q sent", e.EventType)
-		}
-	}
-	p.assertNothingLeft()
-}
+// The full virt-handler lifecycle (Info, Sync, events, strict GetDomain,
+// Shutdown, Delete, exit) is test/conformance TestHandlerLifecycle.
 
 // TestSIGTERMMarksGracefulShutdown: SIGTERM to the monitor puts
 // MarkedForGracefulShutdown=true into an event; with a handler present and
