@@ -8,6 +8,8 @@ package standalone
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -77,6 +79,10 @@ type Started struct {
 	// pod network.
 	OutsideNS, PodAddress string
 }
+
+// errInterrupted ends a run cancelled before the guest was up; everything
+// made so far is removed.
+var errInterrupted = errors.New("interrupted while starting the guest")
 
 // ManifestError is a manifest that does not load: nothing was started.
 type ManifestError struct{ Err error }
@@ -181,9 +187,9 @@ func (r *runner) prepare() error {
 	if err := os.MkdirAll(r.cfg.WorkRoot, 0o755); err != nil {
 		return fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
 	}
-	dir, err := os.MkdirTemp(r.cfg.WorkRoot, "")
+	dir, err := makeWorkDir(r.cfg.WorkRoot)
 	if err != nil {
-		return fmt.Errorf("work dir: %w", err)
+		return err
 	}
 	r.workDir = dir
 	r.layout = layout.Under(dir)
@@ -205,6 +211,39 @@ func (r *runner) prepare() error {
 		return err
 	}
 	return r.linkKernelBoot()
+}
+
+// longestSocketSuffix is the longest path libvirt puts below a launcher's
+// work dir: <dir>/private/libvirt/qemu/channel/target/domain-<id>-<name cut
+// to 20>/org.qemu.guest_agent.0, with room for a 2-digit domain id (each
+// launcher has a daemon of its own, which numbers its domains from 1).
+const longestSocketSuffix = len("/private/libvirt/qemu/channel/target/domain-12-") + 20 + len("/org.qemu.guest_agent.0")
+
+// maxSocketPath is the longest unix socket path (sun_path holds 108 bytes).
+const maxSocketPath = 107
+
+// makeWorkDir creates a work dir with a short random name under root, and
+// refuses a root so long that libvirt's sockets would not fit.
+func makeWorkDir(root string) (string, error) {
+	if len(root)+1+4+longestSocketSuffix > maxSocketPath {
+		return "", fmt.Errorf("--workdir %q: too long for unix socket paths below it (at most %d bytes)",
+			root, maxSocketPath-longestSocketSuffix-5)
+	}
+	for i := 0; i < 100; i++ {
+		var b [2]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", err
+		}
+		dir := filepath.Join(root, hex.EncodeToString(b[:]))
+		err := os.Mkdir(dir, 0o700)
+		if err == nil {
+			return dir, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return "", fmt.Errorf("work dir: %w", err)
+		}
+	}
+	return "", fmt.Errorf("work dir: no free name under %s", root)
 }
 
 func chownTree(root string, o ids) error {
@@ -397,6 +436,9 @@ func kvmUsable() bool {
 func (r *runner) drive(ctx context.Context) error {
 	client, err := r.waitReady(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
 		return err
 	}
 	defer client.Close()
@@ -408,9 +450,15 @@ func (r *runner) drive(ctx context.Context) error {
 	err = client.Sync(syncCtx, r.vmi, opts)
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil { // Ctrl-C while starting: cleanup follows
+			return errInterrupted
+		}
 		return r.withLauncherLog(fmt.Errorf("sync: %w", err))
 	}
-	consoleDone := r.streamConsole(ctx)
+	// The console outlives ctx: it shows the guest's shutdown after Ctrl-C.
+	consoleCtx, closeConsole := context.WithCancel(context.Background())
+	defer closeConsole()
+	consoleDone := r.streamConsole(consoleCtx)
 	started := Started{WorkDir: r.workDir, Layout: r.layout, Socket: r.layout.ReadySocket()}
 	if r.net != nil {
 		r.net.printForwards(r.cfg.Status)
@@ -435,6 +483,7 @@ func (r *runner) drive(ctx context.Context) error {
 	select {
 	case <-consoleDone:
 	case <-time.After(2 * time.Second):
+		closeConsole()
 	}
 	select {
 	case <-r.exited: // nothing left to delete
@@ -496,7 +545,7 @@ func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
 			return
 		}
 		defer conn.Close()
-		go func() { <-ctx.Done(); time.Sleep(3 * time.Second); conn.Close() }()
+		go func() { <-ctx.Done(); conn.Close() }()
 		io.Copy(r.cfg.Console, conn)
 	}()
 	return done
