@@ -48,18 +48,24 @@ func (m *Manager) Shutdown(ctx context.Context, v *v1.VirtualMachineInstance) er
 		if !active(st) {
 			return nil
 		}
-		m.mu.Lock()
-		first := m.md.DeletionTimestamp == nil
-		if first {
-			now := time.Now().UTC()
-			m.md.DeletionTimestamp = &now
-		}
-		m.mu.Unlock()
-		if first {
-			m.refresh(ctx, EventModified, true)
-		}
+		m.markShutdownStart(ctx)
 		return l.DomainShutdownFlags(d, libvirt.DomainShutdownAcpiPowerBtn)
 	})
+}
+
+// markShutdownStart records when the graceful shutdown began (the start of
+// the grace period virt-handler counts from), once, and tells the handler.
+func (m *Manager) markShutdownStart(ctx context.Context) {
+	m.mu.Lock()
+	first := m.md.DeletionTimestamp == nil
+	if first {
+		now := time.Now().UTC()
+		m.md.DeletionTimestamp = &now
+	}
+	m.mu.Unlock()
+	if first {
+		m.refresh(ctx, EventModified, true)
+	}
 }
 
 // Kill destroys the domain (QEMU is terminated).
@@ -192,6 +198,9 @@ func (m *Manager) ShutdownForTermination(ctx context.Context) (bool, error) {
 			return nil
 		}
 		running = true
+		// The launcher's own power-off after SIGTERM starts the grace
+		// period just as the handler's Shutdown does.
+		m.markShutdownStart(ctx)
 		return l.DomainShutdownFlags(d, libvirt.DomainShutdownAcpiPowerBtn)
 	})
 	return running, err
