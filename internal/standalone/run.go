@@ -184,6 +184,10 @@ type runner struct {
 // prepare makes the working directory and links the local images where a
 // cluster would have mounted them.
 func (r *runner) prepare() error {
+	// The manifest's files are checked before anything is made.
+	if _, err := r.localImages(layout.Layout{}); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(r.cfg.WorkRoot, 0o755); err != nil {
 		return fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
 	}
@@ -207,10 +211,16 @@ func (r *runner) prepare() error {
 	if err := os.Chmod(dir, 0o750); err != nil {
 		return err
 	}
-	if err := r.linkContainerDisks(); err != nil {
+	links, err := r.localImages(l)
+	if err != nil {
 		return err
 	}
-	return r.linkKernelBoot()
+	for _, k := range links {
+		if err := os.Symlink(k.src, k.dst); err != nil {
+			return fmt.Errorf("%s: link: %w", k.field, err)
+		}
+	}
+	return nil
 }
 
 // longestSocketSuffix is the longest path libvirt puts below a launcher's
@@ -258,10 +268,19 @@ func chownTree(root string, o ids) error {
 	})
 }
 
-// linkContainerDisks stands in for the handler's bind mounts: with no
-// registry, a containerDisk image must be an absolute path to a local disk
-// image, which becomes disk_<i>.img.
-func (r *runner) linkContainerDisks() error {
+// link is a local file put where a cluster would have mounted it.
+type link struct {
+	field    string // the manifest field it comes from
+	src, dst string // dst relative to the layout, by a Layout method
+}
+
+// localImages checks the manifest's local images and says where each goes.
+// It stands in for the handler's bind mounts: with no registry, a
+// containerDisk image must be an absolute path to a local disk image (it
+// becomes disk_<i>.img), and a kernelBoot container image an absolute path
+// to a directory holding kernelPath and initrdPath.
+func (r *runner) localImages(l layout.Layout) ([]link, error) {
+	var links []link
 	for i, vol := range r.vmi.Spec.Volumes {
 		if vol.ContainerDisk == nil {
 			continue
@@ -269,50 +288,40 @@ func (r *runner) linkContainerDisks() error {
 		field := fmt.Sprintf("spec.volumes[%d].containerDisk.image", i)
 		img := vol.ContainerDisk.Image
 		if !filepath.IsAbs(img) {
-			return fmt.Errorf("%s: %q: standalone runs have no registry; give the absolute path of a local disk image", field, img)
+			return nil, fmt.Errorf("%s: %q: standalone runs have no registry; give the absolute path of a local disk image", field, img)
 		}
 		st, err := os.Stat(img)
 		if err != nil {
-			return fmt.Errorf("%s: %w", field, err)
+			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 		if !st.Mode().IsRegular() {
-			return fmt.Errorf("%s: %q is not a regular file", field, img)
+			return nil, fmt.Errorf("%s: %q is not a regular file", field, img)
 		}
-		if err := os.Symlink(img, r.layout.ContainerDiskImage(i)); err != nil {
-			return fmt.Errorf("%s: link: %w", field, err)
-		}
+		links = append(links, link{field, img, l.ContainerDiskImage(i)})
 	}
-	return nil
-}
-
-// linkKernelBoot does the same for a kernelBoot container: the image is a
-// directory, kernelPath and initrdPath are relative to it.
-func (r *runner) linkKernelBoot() error {
 	fw := r.vmi.Spec.Domain.Firmware
 	if fw == nil || fw.KernelBoot == nil || fw.KernelBoot.Container == nil {
-		return nil
+		return links, nil
 	}
 	c := fw.KernelBoot.Container
 	const field = "spec.domain.firmware.kernelBoot.container"
 	if !filepath.IsAbs(c.Image) {
-		return fmt.Errorf("%s.image: %q: standalone runs have no registry; give the absolute path of a directory", field, c.Image)
+		return nil, fmt.Errorf("%s.image: %q: standalone runs have no registry; give the absolute path of a directory", field, c.Image)
 	}
 	if st, err := os.Stat(c.Image); err != nil || !st.IsDir() {
-		return fmt.Errorf("%s.image: %q is not a directory", field, c.Image)
+		return nil, fmt.Errorf("%s.image: %q is not a directory", field, c.Image)
 	}
-	for name, p := range map[string]string{"kernelPath": c.KernelPath, "initrdPath": c.InitrdPath} {
-		if p == "" {
+	for _, f := range []struct{ name, path string }{{"kernelPath", c.KernelPath}, {"initrdPath", c.InitrdPath}} {
+		if f.path == "" {
 			continue
 		}
-		src := filepath.Join(c.Image, filepath.Clean("/"+p))
+		src := filepath.Join(c.Image, filepath.Clean("/"+f.path))
 		if _, err := os.Stat(src); err != nil {
-			return fmt.Errorf("%s.%s: %w", field, name, err)
+			return nil, fmt.Errorf("%s.%s: %w", field, f.name, err)
 		}
-		if err := os.Symlink(src, filepath.Join(r.layout.KernelBootDir(), filepath.Base(p))); err != nil {
-			return fmt.Errorf("%s.%s: link: %w", field, name, err)
-		}
+		links = append(links, link{field + "." + f.name, src, filepath.Join(l.KernelBootDir(), filepath.Base(f.path))})
 	}
-	return nil
+	return links, nil
 }
 
 // startMonitor starts virt-launcher-monitor as the unprivileged user, inside
