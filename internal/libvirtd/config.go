@@ -8,7 +8,8 @@ import (
 	"syscall"
 )
 
-// Config describes one private pair of daemons.
+// Config describes one private libvirt daemon (and, when asked for, its
+// virtlogd).
 type Config struct {
 	// Dir is the launcher's private libvirt directory (layout.LibvirtDir()).
 	// The generated config files are written here. In session mode it is
@@ -20,9 +21,10 @@ type Config struct {
 	// /var/run/libvirt/virtqemud-sock). In root mode it is the unix_sock_dir
 	// parent as well.
 	RuntimeDir string
-	// CacheHome is $XDG_CACHE_HOME in session mode. libvirt keeps its QEMU
-	// capability cache in CacheHome/libvirt/qemu/capabilities and the QEMU
-	// logs in CacheHome/libvirt/qemu/log. Empty means the parent of Dir.
+	// CacheHome is $XDG_CACHE_HOME in session mode. libvirt 9.0 keeps its
+	// QEMU capability cache in CacheHome/libvirt/qemu/cache/capabilities
+	// (see CapabilitiesCacheDir) and the QEMU logs in
+	// CacheHome/libvirt/qemu/log. Empty means the parent of Dir.
 	CacheHome string
 
 	// Root selects system mode (qemu:///system), for a launcher running as
@@ -37,6 +39,14 @@ type Config struct {
 	// Debug enables libvirt's debug output (verbosity above 5 or
 	// LIBVIRT_DEBUG_LOGS=1).
 	Debug bool
+
+	// Virtlogd starts a supervised virtlogd beside the daemon and has QEMU
+	// write its log and the serial console log through it
+	// (stdio_handler = "logd"), which caps each file's size (max_size 1 MiB,
+	// one backup). Off (the default), QEMU writes both files itself
+	// (stdio_handler = "file"): one process less, about 18 MiB RSS (5 MiB
+	// PSS) and 30 ms of start-up less per VM, but nothing caps the files.
+	Virtlogd bool
 
 	// DaemonPath and VirtlogdPath override the binaries; empty means search
 	// $PATH and /usr/sbin for virtqemud, then libvirtd, and virtlogd.
@@ -70,8 +80,11 @@ func (c Config) cacheHome() string {
 	return filepath.Dir(c.Dir)
 }
 
-// CapabilitiesCacheDir is where the daemon caches its QEMU capability probe
-// (session mode: $XDG_CACHE_HOME/libvirt/qemu/cache/capabilities). A cold
+// CapabilitiesCacheDir is where the daemon caches its QEMU capability probe:
+// libvirt 9.0's QEMU driver has its cache dir at
+// $XDG_CACHE_HOME/libvirt/qemu/cache in session mode
+// (/var/cache/libvirt/qemu in system mode) and writes one
+// capabilities/<sha256 of the QEMU path>.xml below it. A cold
 // cache costs the first define about 2.5 s here (TCG, loaded machine); a
 // warm one about 0.1 s. See CapsSeedDir.
 func (c Config) CapabilitiesCacheDir() string {
@@ -157,7 +170,13 @@ func (c Config) writeLogging(b *strings.Builder) {
 func (c Config) qemuConf() string {
 	var b strings.Builder
 	b.WriteString("# Written by virt-launcher; regenerated on every start.\n")
-	b.WriteString("stdio_handler = \"logd\"\n")
+	if c.Virtlogd {
+		b.WriteString("stdio_handler = \"logd\"\n")
+	} else {
+		// QEMU opens the serial log itself and libvirt hands it an fd
+		// of the domain log: no virtlogd needed.
+		b.WriteString("stdio_handler = \"file\"\n")
+	}
 	b.WriteString("max_core = 0\n")
 	if c.Root {
 		b.WriteString("user = \"root\"\ngroup = \"root\"\n")
@@ -175,9 +194,11 @@ func (c Config) writeConfigs(daemonName string) (daemonConf, logdConf string, er
 	}
 	daemonConf = filepath.Join(c.Dir, daemonName+".conf")
 	logdConf = filepath.Join(c.Dir, "virtlogd.conf")
-	files := map[string]string{
-		daemonConf: c.daemonConf(),
-		logdConf:   c.virtlogdConf(),
+	files := map[string]string{daemonConf: c.daemonConf()}
+	if c.Virtlogd {
+		files[logdConf] = c.virtlogdConf()
+	} else {
+		logdConf = ""
 	}
 	if !c.Root {
 		files[filepath.Join(c.Dir, "qemu.conf")] = c.qemuConf()
@@ -200,4 +221,68 @@ func writeAtomic(path, content string) error {
 		return fmt.Errorf("rename %s: %w", tmp, err)
 	}
 	return nil
+}
+
+// qemuDriverModule is the QEMU driver's module file, in libvirt's
+// connection-driver directory.
+const qemuDriverModule = "libvirt_driver_qemu.so"
+
+// driverSearch is where distributions install libvirt's connection-driver
+// modules (Debian's multiarch dir first).
+var driverSearch = []string{
+	"/usr/lib/*-linux-gnu*/libvirt/connection-driver",
+	"/usr/lib64/libvirt/connection-driver",
+	"/usr/lib/libvirt/connection-driver",
+	"/usr/local/lib*/libvirt/connection-driver",
+}
+
+// findQEMUDriver returns the path of the installed QEMU driver module.
+func findQEMUDriver() (string, error) {
+	for _, pattern := range driverSearch {
+		dirs, _ := filepath.Glob(pattern)
+		for _, d := range dirs {
+			p := filepath.Join(d, qemuDriverModule)
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+				return p, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%s not found in %s", qemuDriverModule, strings.Join(driverSearch, ", "))
+}
+
+// driverDir makes Dir/connection-driver hold a link to the QEMU driver
+// module alone and returns it, for LIBVIRT_DRIVER_DIR. The monolithic
+// libvirtd otherwise loads every module installed (network, nodedev,
+// nwfilter, interface, secret, storage and its backends), none of which a
+// launcher uses: its domains have ethernet interfaces and file or block
+// disks. That is about 2.4 MiB RSS and half the daemon's start-up time.
+// virtqemud loads the same module from the same kind of directory.
+// It returns "" and an error when the module is not where it is looked
+// for; the daemon then loads what is installed, as without us.
+func (c Config) driverDir(kind string) (string, error) {
+	if kind != "libvirtd" && kind != "virtqemud" {
+		// A DaemonPath of another name: we do not know what it loads.
+		return "", nil
+	}
+	mod, err := findQEMUDriver()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(c.Dir, "connection-driver")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("create %s: %w", dir, err)
+	}
+	link := filepath.Join(dir, qemuDriverModule)
+	if cur, err := os.Readlink(link); err != nil || cur != mod {
+		_ = os.Remove(link)
+		if err := os.Symlink(mod, link); err != nil {
+			return "", fmt.Errorf("link %s: %w", link, err)
+		}
+	}
+	if cr := c.Credential; cr != nil {
+		if err := os.Lchown(dir, int(cr.Uid), int(cr.Gid)); err != nil {
+			return "", fmt.Errorf("chown %s: %w", dir, err)
+		}
+	}
+	return dir, nil
 }

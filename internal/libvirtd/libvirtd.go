@@ -1,6 +1,6 @@
 // Package libvirtd starts and supervises the launcher's private libvirt
-// daemon (virtqemud where installed, else the monolithic libvirtd) and its
-// virtlogd.
+// daemon (virtqemud where installed, else the monolithic libvirtd) and,
+// when Config.Virtlogd asks for it, its virtlogd.
 //
 // Non-root (the default, and KubeVirt's non-root pods): the daemons run in
 // session mode as the launcher's own user, with XDG_RUNTIME_DIR,
@@ -8,6 +8,10 @@
 // directories, so any number of launchers share one machine and nothing
 // under /etc/libvirt or /run/libvirt is touched. Root: system mode, for a
 // launcher that is uid 0 inside a container.
+//
+// Lean by default: QEMU writes its log and the serial console log itself
+// (no virtlogd), and the daemon loads only its QEMU driver module
+// (LIBVIRT_DRIVER_DIR pointing at a directory holding just that module).
 //
 // A daemon that dies is started again; QEMU keeps running meanwhile (libvirt
 // daemonizes it) and the new daemon reconnects to it from its status files.
@@ -31,13 +35,17 @@ import (
 	"time"
 )
 
-// Daemon is a running, supervised pair of daemons.
+// Daemon is a running, supervised libvirt daemon (and virtlogd).
 type Daemon struct {
 	cfg  Config
 	log  *slog.Logger
 	kind string // "virtqemud" or "libvirtd"
+	// driverDir is LIBVIRT_DRIVER_DIR, "" to let the daemon load every
+	// module installed.
+	driverDir string
 
-	main, logd *child
+	main *child
+	logd *child // nil unless Config.Virtlogd
 
 	restarted chan struct{}
 	// spawns runs cmd.Start on one OS thread that lives as long as the
@@ -97,8 +105,8 @@ func InContainer() bool {
 	return os.Getenv("container") != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 }
 
-// Start writes the config files, starts virtlogd and the daemon, and
-// returns once the daemon's socket accepts connections.
+// Start writes the config files, starts the daemon (and virtlogd, with
+// Config.Virtlogd), and returns once their sockets accept connections.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -119,7 +127,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		kind = filepath.Base(daemonPath)
 	}
 	logdPath := cfg.VirtlogdPath
-	if logdPath == "" {
+	if cfg.Virtlogd && logdPath == "" {
 		var err error
 		if logdPath, err = lookPath("virtlogd"); err != nil {
 			return nil, fmt.Errorf("virtlogd: %w", err)
@@ -142,6 +150,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	if cr := cfg.Credential; cr != nil {
 		for _, p := range []string{cfg.configHome(), cfg.Dir, cfg.cacheHome(), cfg.RuntimeDir, daemonConf, logdConf, filepath.Join(cfg.Dir, "qemu.conf")} {
+			if p == "" {
+				continue
+			}
 			if err := os.Lchown(p, int(cr.Uid), int(cr.Gid)); err != nil && !os.IsNotExist(err) {
 				return nil, fmt.Errorf("chown %s: %w", p, err)
 			}
@@ -166,39 +177,63 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 	}
 
+	drvDir, err := cfg.driverDir(kind)
+	if err != nil {
+		// Not fatal: the daemon loads every module installed, as it
+		// would without us.
+		log.Warn("load only the QEMU driver", "reason", err.Error())
+	}
+
 	d := &Daemon{
 		cfg:       cfg,
 		log:       log.With("subcomponent", "libvirt"),
 		kind:      kind,
-		logd:      &child{name: "virtlogd", args: []string{logdPath, "-f", logdConf}},
+		driverDir: drvDir,
 		main:      &child{name: kind, args: []string{daemonPath, "--config", daemonConf}},
 		restarted: make(chan struct{}, 1),
 		stopping:  make(chan struct{}),
 		spawns:    make(chan func()),
 	}
+	if cfg.Virtlogd {
+		d.logd = &child{name: "virtlogd", args: []string{logdPath, "-f", logdConf}}
+	}
 	go d.spawner()
-	// virtlogd first: the daemon connects to it when QEMU starts, and in
-	// session mode would otherwise spawn an unsupervised one itself.
-	if err := d.spawn(d.logd); err != nil {
-		return nil, err
+	// Both at once: the daemon needs virtlogd only when QEMU starts, which
+	// is after Start returned, when both sockets answer. (A session daemon
+	// that found no virtlogd socket then would spawn an unsupervised one.)
+	children := []*child{d.main}
+	if d.logd != nil {
+		children = append(children, d.logd)
 	}
-	if err := waitSocket(ctx, d.LogSocket(), d.logd); err != nil {
-		d.Stop(context.Background())
-		return nil, fmt.Errorf("virtlogd did not come up: %w", err)
+	for _, c := range children {
+		if err := d.spawn(c); err != nil {
+			d.Stop(context.Background())
+			return nil, err
+		}
 	}
-	if err := d.spawn(d.main); err != nil {
-		d.Stop(context.Background())
-		return nil, err
+	for _, c := range children {
+		if err := waitSocket(ctx, d.socketOf(c), c); err != nil {
+			d.Stop(context.Background())
+			return nil, fmt.Errorf("%s did not come up: %w", c.name, err)
+		}
 	}
-	if err := waitSocket(ctx, d.Socket(), d.main); err != nil {
-		d.Stop(context.Background())
-		return nil, fmt.Errorf("%s did not come up: %w", kind, err)
+	d.wg.Add(len(children))
+	for _, c := range children {
+		go d.supervise(c)
 	}
-	d.wg.Add(2)
-	go d.supervise(d.logd)
-	go d.supervise(d.main)
 	return d, nil
 }
+
+// socketOf is the socket that shows c is up.
+func (d *Daemon) socketOf(c *child) string {
+	if c == d.logd {
+		return d.LogSocket()
+	}
+	return d.Socket()
+}
+
+// Virtlogd reports whether a virtlogd runs beside the daemon.
+func (d *Daemon) Virtlogd() bool { return d.logd != nil }
 
 // Kind is "virtqemud" or "libvirtd".
 func (d *Daemon) Kind() string { return d.kind }
@@ -212,7 +247,7 @@ func (d *Daemon) Socket() string {
 	return filepath.Join(d.cfg.SocketDir(), name)
 }
 
-// LogSocket is virtlogd's socket.
+// LogSocket is virtlogd's socket (where it would be: see Virtlogd).
 func (d *Daemon) LogSocket() string {
 	if d.cfg.Root {
 		return "/run/libvirt/virtlogd-sock"
@@ -240,8 +275,11 @@ func (d *Daemon) LogDir() string {
 }
 
 // Pids returns the current process ids of the daemon and virtlogd (0 when
-// one is between restarts).
+// one is between restarts; virtlogd 0 when it is off).
 func (d *Daemon) Pids() (daemon, virtlogd int) {
+	if d.logd == nil {
+		return d.main.pid(), 0
+	}
 	return d.main.pid(), d.logd.pid()
 }
 
@@ -249,13 +287,16 @@ func (d *Daemon) Pids() (daemon, virtlogd int) {
 // and accepts connections again: clients must reconnect and re-subscribe.
 func (d *Daemon) Restarted() <-chan struct{} { return d.restarted }
 
-// Stop sends SIGTERM to both daemons and waits for them; SIGKILL when ctx
+// Stop sends SIGTERM to the daemon (and virtlogd) and waits for them; SIGKILL when ctx
 // ends first. QEMU is not touched: libvirt leaves running guests alone on
 // SIGTERM.
 func (d *Daemon) Stop(ctx context.Context) error {
 	d.stopOnce.Do(func() { close(d.stopping) })
 	var errs []error
 	for _, c := range []*child{d.main, d.logd} {
+		if c == nil {
+			continue
+		}
 		if err := c.stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -328,6 +369,9 @@ func (d *Daemon) env() []string {
 			"XDG_CONFIG_HOME="+d.cfg.configHome(),
 			"XDG_CACHE_HOME="+d.cfg.cacheHome(),
 		)
+	}
+	if d.driverDir != "" {
+		env = append(env, "LIBVIRT_DRIVER_DIR="+d.driverDir)
 	}
 	return env
 }
@@ -477,10 +521,7 @@ func (d *Daemon) supervise(c *child) {
 			backoff = min(backoff*2, 5*time.Second)
 			continue
 		}
-		sock := d.Socket()
-		if c == d.logd {
-			sock = d.LogSocket()
-		}
+		sock := d.socketOf(c)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := waitSocket(ctx, sock, c)
 		cancel()
@@ -502,15 +543,19 @@ func (d *Daemon) supervise(c *child) {
 	}
 }
 
-// waitSocket waits until path accepts a connection, or c exits.
+// waitSocket waits until path accepts a connection, or c exits. A daemon's
+// socket appears some 20-60 ms after its exec; a 1 ms tick (a stat, and a
+// dial only once the file exists) loses at most a millisecond of that.
 func waitSocket(ctx context.Context, path string, c *child) error {
 	_, done := c.current()
-	tick := time.NewTicker(10 * time.Millisecond)
+	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
-		if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			conn.Close()
-			return nil
+		if _, err := os.Stat(path); err == nil {
+			if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+				conn.Close()
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -125,6 +125,27 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestConfigFiles(t *testing.T) {
+	if got := (Config{}).qemuConf(); !strings.Contains(got, `stdio_handler = "file"`) {
+		t.Errorf("default qemu.conf does not have QEMU write its logs itself:\n%s", got)
+	}
+	if got := (Config{Virtlogd: true}).qemuConf(); !strings.Contains(got, `stdio_handler = "logd"`) {
+		t.Errorf("qemu.conf with Virtlogd does not use it:\n%s", got)
+	}
+	// libvirt 9.0: session cacheDir $XDG_CACHE_HOME/libvirt/qemu/cache,
+	// system /var/cache/libvirt/qemu; the probe results in "capabilities".
+	caps := []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Dir: "/p/libvirt", CacheHome: "/k"}, "/k/libvirt/qemu/cache/capabilities"},
+		{Config{Dir: "/p/libvirt"}, "/p/libvirt/qemu/cache/capabilities"},
+		{Config{Dir: "/p/libvirt", Root: true}, "/var/cache/libvirt/qemu/capabilities"},
+	}
+	for _, tt := range caps {
+		if got := tt.cfg.CapabilitiesCacheDir(); got != tt.want {
+			t.Errorf("CapabilitiesCacheDir of %+v = %s, want %s", tt.cfg, got, tt.want)
+		}
+	}
 	c := Config{Dir: "/p/libvirt", RuntimeDir: "/r", LogFilters: `1:qemu "x"`}
 	if got := c.daemonConf(); !strings.Contains(got, `log_filters = "1:qemu \"x\""`) || strings.Contains(got, "unix_sock_dir") {
 		t.Errorf("session daemon conf:\n%s", got)
@@ -174,7 +195,7 @@ func TestDaemonRestartKeepsGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s and virtlogd answer after %v", d.Kind(), time.Since(t0))
+	t.Logf("%s answers after %v", d.Kind(), time.Since(t0))
 	stopped := false
 	defer func() {
 		if !stopped {
