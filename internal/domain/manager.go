@@ -16,12 +16,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
-	"github.com/digitalocean/go-libvirt/socket/dialers"
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
@@ -198,7 +198,7 @@ func (m *Manager) Run(ctx context.Context) error {
 }
 
 func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt.DomainEventLifecycleMsg, error) {
-	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(m.cfg.Socket), dialers.WithLocalTimeout(2*time.Second)))
+	l := libvirt.NewWithDialer(unixDialer(m.cfg.Socket))
 	if err := l.ConnectToURI(libvirt.ConnectURI(m.cfg.URI)); err != nil {
 		return nil, nil, fmt.Errorf("connect %s at %s: %w", m.cfg.URI, m.cfg.Socket, err)
 	}
@@ -208,6 +208,17 @@ func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt
 		return nil, nil, fmt.Errorf("subscribe to lifecycle events: %w", err)
 	}
 	return l, events, nil
+}
+
+// unixDialer dials the daemon's unix socket. go-libvirt's own
+// dialers.NewLocal does the same, but its package also holds the TLS and
+// SSH dialers, which would link golang.org/x/crypto/ssh and crypto/tls into
+// the launcher: megabytes of binary for a local socket.
+type unixDialer string
+
+// Dial implements go-libvirt's socket.Dialer.
+func (d unixDialer) Dial() (net.Conn, error) {
+	return net.DialTimeout("unix", string(d), 2*time.Second)
 }
 
 func (m *Manager) setConn(l *libvirt.Libvirt) {

@@ -72,7 +72,7 @@ func TestBuildNAT(t *testing.T) {
 			"output: payload1@16/4 ==192.168.66.2 imm:10.0.2.2 dnat",
 			"KUBEVIRT_POSTINBOUND: payload1@12/4 ==192.168.66.2 imm:10.0.2.1 snat",
 		)},
-		{"v4 declared ports", withPorts(v4, Port{"TCP", 80}, Port{"UDP", 53}), append(common4,
+		{"v4 declared ports", withPorts(v4, Port{Protocol: "TCP", Port: 80}, Port{Protocol: "UDP", Port: 53}), append(common4,
 			"KUBEVIRT_PREINBOUND: meta16 ==[6] payload2@2/2 ==80 imm:10.0.2.2 dnat",
 			"output: payload1@16/4 ==127.0.0.1 meta16 ==[6] payload2@2/2 ==80 imm:10.0.2.2 dnat",
 			"KUBEVIRT_POSTINBOUND: payload1@12/4 ==127.0.0.1 meta16 ==[6] payload2@2/2 ==80 imm:10.0.2.1 snat",
@@ -92,7 +92,7 @@ func TestBuildNAT(t *testing.T) {
 			"output: payload1@24/16 ==fd00:66::2 imm:fd10:0:2::2 dnat",
 			"KUBEVIRT_POSTINBOUND: payload1@8/16 ==fd00:66::2 imm:fd10:0:2::1 snat",
 		}},
-		{"v6 declared port", withPorts(v6, Port{"TCP", 22}), []string{
+		{"v6 declared port", withPorts(v6, Port{Protocol: "TCP", Port: 22}), []string{
 			"prerouting: meta6 ==eth0 jump:KUBEVIRT_PREINBOUND",
 			"postrouting: payload1@8/16 ==fd10:0:2::2 masq",
 			"postrouting: meta7 ==k6t-eth0 jump:KUBEVIRT_POSTINBOUND",

@@ -18,6 +18,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 )
 
 // BridgeMAC is the masquerade bridge's fixed MAC (KubeVirt's).
@@ -470,7 +472,7 @@ func teardownIface(it Iface, cfg PrivilegedConfig) error {
 			}
 		}
 	}
-	if err := removeVifCache(cfg.CacheDir, it.PodIface); err != nil {
+	if err := plan.RemoveVifCache(cfg.CacheDir, it.PodIface); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -613,13 +615,13 @@ func ensureAddr(l netlink.Link, p netip.Prefix, u *undo) error {
 }
 
 func putCache(dir string, c *VifCache, u *undo) error {
-	_, err := os.Stat(cachePath(dir, c.Name))
+	_, err := os.Stat(plan.CachePath(dir, c.Name))
 	existed := err == nil
-	if err := writeVifCache(dir, c); err != nil {
+	if err := plan.WriteVifCache(dir, c); err != nil {
 		return err
 	}
 	if !existed {
-		u.push(func() error { return removeVifCache(dir, c.Name) })
+		u.push(func() error { return plan.RemoveVifCache(dir, c.Name) })
 	}
 	return nil
 }

@@ -1,4 +1,9 @@
-package netsetup
+// Package dhcp is the unprivileged phase of the network setup (the
+// launcher's part): it reads the vif caches the privileged phase
+// (internal/netsetup) wrote and serves DHCPv4/DHCPv6 on each bridge, so the
+// guest learns its address, routes and DNS. It is its own package so that
+// the launcher links none of the privileged phase's nftables code.
+package dhcp
 
 import (
 	"bufio"
@@ -26,14 +31,15 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 )
 
 // InfiniteLease is the lease KubeVirt hands out: long enough that the guest
 // never has to renew while the VM lives.
 const InfiniteLease = 999 * 24 * time.Hour
 
-// DHCPConfig configures the unprivileged phase.
-type DHCPConfig struct {
+// Config configures the unprivileged phase.
+type Config struct {
 	// CacheDir is the private dir the privileged phase wrote the caches to.
 	CacheDir string
 	// ResolvConf is the pod's resolver configuration ("" = /etc/resolv.conf).
@@ -41,7 +47,7 @@ type DHCPConfig struct {
 	// NetNS, when set, is the pod namespace the servers' sockets are
 	// opened in; zero means the current one (the launcher runs in the pod).
 	NetNS netns.NsHandle
-	Plan  PlanOptions
+	Plan  plan.PlanOptions
 }
 
 // DNSConfig is what the guest learns about name resolution.
@@ -123,7 +129,7 @@ type Lease4 struct {
 }
 
 // lease4From turns a vif cache into the guest's lease.
-func lease4From(c *VifCache, dns DNSConfig, hostname string, search []string) (Lease4, error) {
+func lease4From(c *plan.VifCache, dns DNSConfig, hostname string, search []string) (Lease4, error) {
 	if c.IP.IPNet == nil || c.IP.IP.To4() == nil {
 		return Lease4{}, fmt.Errorf("vif cache of %s: no IPv4 address", c.Name)
 	}
@@ -297,12 +303,12 @@ func (l Lease6) Reply6(msg *dhcpv6.Message) (*dhcpv6.Message, error) {
 	return resp, nil
 }
 
-// StartDHCP starts the DHCP servers of every masquerade/bridge interface
+// Start starts the DHCP servers of every masquerade/bridge interface
 // on its bridge and returns, per VMI interface name, the facts the
 // converter needs. It only reads the vif caches, so it runs unprivileged
 // (binding ports 67/547 needs CAP_NET_BIND_SERVICE). stop closes every server.
-func StartDHCP(ctx context.Context, vmi *v1.VirtualMachineInstance, cfg DHCPConfig, log *slog.Logger) (map[string]facts.Interface, func() error, error) {
-	plan, err := PlanFor(vmi, cfg.Plan)
+func Start(ctx context.Context, vmi *v1.VirtualMachineInstance, cfg Config, log *slog.Logger) (map[string]facts.Interface, func() error, error) {
+	ifaces, err := plan.PlanFor(vmi, cfg.Plan)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -332,7 +338,7 @@ func StartDHCP(ctx context.Context, vmi *v1.VirtualMachineInstance, cfg DHCPConf
 		return errors.Join(errs...)
 	}
 	out := map[string]facts.Interface{}
-	for _, it := range plan {
+	for _, it := range ifaces {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, errors.Join(err, stop())
 		}
@@ -366,10 +372,10 @@ func StartDHCP(ctx context.Context, vmi *v1.VirtualMachineInstance, cfg DHCPConf
 
 // serve opens the sockets inside ns (sockets keep their namespace) and runs
 // the servers on ordinary goroutines.
-func serve(ns netns.NsHandle, it Iface, l4 Lease4, l6 *Lease6, log *slog.Logger) ([]func() error, error) {
+func serve(ns netns.NsHandle, it plan.Iface, l4 Lease4, l6 *Lease6, log *slog.Logger) ([]func() error, error) {
 	var s4 *server4.Server
 	var s6 *server6.Server
-	err := InNS(ns, func() error {
+	err := plan.InNS(ns, func() error {
 		br, err := netlink.LinkByName(it.Bridge)
 		if err != nil {
 			return fmt.Errorf("bridge %s: %w", it.Bridge, err)
@@ -449,18 +455,18 @@ func serve(ns netns.NsHandle, it Iface, l4 Lease4, l6 *Lease6, log *slog.Logger)
 // the bridge binding only and leaves the MAC (and may leave the MTU) out;
 // for masquerade the launcher derives everything from the VM subnet and the
 // links, so a missing cache is fine there.
-func vifConfig(cfg DHCPConfig, it Iface) (*VifCache, error) {
-	c, err := ReadVifCache(cfg.CacheDir, it.PodIface)
-	if err != nil && !(errors.Is(err, os.ErrNotExist) && it.Binding == BindingMasquerade) {
+func vifConfig(cfg Config, it plan.Iface) (*plan.VifCache, error) {
+	c, err := plan.ReadVifCache(cfg.CacheDir, it.PodIface)
+	if err != nil && !(errors.Is(err, os.ErrNotExist) && it.Binding == plan.BindingMasquerade) {
 		return nil, fmt.Errorf("%w (privileged phase not run?)", err)
 	}
-	err = InNS(cfg.NetNS, func() error {
+	err = plan.InNS(cfg.NetNS, func() error {
 		pod, err := netlink.LinkByName(it.PodIface)
 		if err != nil {
 			return fmt.Errorf("pod interface %s: %w", it.PodIface, err)
 		}
 		if c == nil {
-			c = &VifCache{
+			c = &plan.VifCache{
 				Name:              it.PodIface,
 				IP:                netlink.Addr{IPNet: ipnet(netip.PrefixFrom(it.Guest4(), it.VMNetwork4.Bits()))},
 				AdvertisingIPAddr: net.IP(it.Gateway4().AsSlice()),
@@ -490,4 +496,8 @@ func vifConfig(cfg DHCPConfig, it Iface) (*VifCache, error) {
 		return nil
 	})
 	return c, err
+}
+
+func ipnet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }

@@ -1,4 +1,4 @@
-package netsetup
+package dhcp
 
 import (
 	"encoding/json"
@@ -12,6 +12,8 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/vishvananda/netlink"
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 )
 
 func TestParseResolvConf(t *testing.T) {
@@ -71,12 +73,12 @@ func TestOptions4(t *testing.T) {
 	onlyDefault := routes[:2]
 	for _, tc := range []struct {
 		name  string
-		cache VifCache
+		cache plan.VifCache
 		dns   DNSConfig
 		want  map[dhcpv4.OptionCode]string
 		none  []dhcpv4.OptionCode
 	}{
-		{"masquerade", VifCache{Name: "eth0", IP: netlink.Addr{IPNet: mustCIDR("10.0.2.2/24")}, MAC: mac,
+		{"masquerade", plan.VifCache{Name: "eth0", IP: netlink.Addr{IPNet: mustCIDR("10.0.2.2/24")}, MAC: mac,
 			AdvertisingIPAddr: net.ParseIP("10.0.2.1"), Gateway: net.ParseIP("10.0.2.1"), Mtu: 1450},
 			DNSConfig{Servers4: []net.IP{net.ParseIP("10.96.0.10")}, Search: []string{"a.b", "b"}},
 			map[dhcpv4.OptionCode]string{
@@ -91,7 +93,7 @@ func TestOptions4(t *testing.T) {
 				dhcpv4.OptionDNSDomainSearchList: "[1 97 1 98 0 1 98 0]",
 			},
 			[]dhcpv4.OptionCode{dhcpv4.OptionClasslessStaticRoute}},
-		{"bridge with extra route", VifCache{Name: "eth0", IP: netlink.Addr{IPNet: mustCIDR("192.168.66.2/24")}, MAC: mac,
+		{"bridge with extra route", plan.VifCache{Name: "eth0", IP: netlink.Addr{IPNet: mustCIDR("192.168.66.2/24")}, MAC: mac,
 			AdvertisingIPAddr: net.ParseIP("169.254.75.10"), Gateway: net.ParseIP("192.168.66.1"), Mtu: 1500, Routes: &routes},
 			DNSConfig{},
 			map[dhcpv4.OptionCode]string{
@@ -101,7 +103,7 @@ func TestOptions4(t *testing.T) {
 				dhcpv4.OptionClasslessStaticRoute: "[0 192 168 66 1 16 10 200 192 168 66 254]",
 			},
 			[]dhcpv4.OptionCode{dhcpv4.OptionDomainNameServer, dhcpv4.OptionDNSDomainSearchList}},
-		{"bridge default route only", VifCache{Name: "eth0", IP: netlink.Addr{IPNet: mustCIDR("192.168.66.2/24")}, MAC: mac,
+		{"bridge default route only", plan.VifCache{Name: "eth0", IP: netlink.Addr{IPNet: mustCIDR("192.168.66.2/24")}, MAC: mac,
 			AdvertisingIPAddr: net.ParseIP("169.254.75.10"), Gateway: net.ParseIP("192.168.66.1"), Routes: &onlyDefault},
 			DNSConfig{},
 			map[dhcpv4.OptionCode]string{dhcpv4.OptionRouter: "[192 168 66 1]"},
@@ -130,7 +132,7 @@ func TestOptions4(t *testing.T) {
 func u32(v uint32) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
 
 func TestLease4FromRejectsIncompleteCache(t *testing.T) {
-	for name, c := range map[string]VifCache{
+	for name, c := range map[string]plan.VifCache{
 		"no ip":     {Name: "eth0", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, AdvertisingIPAddr: net.ParseIP("10.0.2.1")},
 		"no mac":    {Name: "eth0", IP: netlink.Addr{IPNet: mustCIDR("10.0.2.2/24")}, AdvertisingIPAddr: net.ParseIP("10.0.2.1")},
 		"no server": {Name: "eth0", IP: netlink.Addr{IPNet: mustCIDR("10.0.2.2/24")}, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}},
@@ -220,13 +222,13 @@ func TestReply6(t *testing.T) {
 
 func TestVifCacheJSONRoundTrip(t *testing.T) {
 	routes := []netlink.Route{{Gw: net.ParseIP("192.168.66.1")}, {Dst: mustCIDR("10.0.0.0/8"), Gw: net.ParseIP("192.168.66.254")}}
-	c := &VifCache{Name: "eth0", IP: netlink.Addr{IPNet: mustCIDR("192.168.66.2/24")}, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9},
+	c := &plan.VifCache{Name: "eth0", IP: netlink.Addr{IPNet: mustCIDR("192.168.66.2/24")}, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9},
 		AdvertisingIPAddr: net.ParseIP("169.254.75.10"), Routes: &routes, Mtu: 1500, Gateway: net.ParseIP("192.168.66.1")}
 	dir := t.TempDir()
-	if err := writeVifCache(dir, c); err != nil {
+	if err := plan.WriteVifCache(dir, c); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadVifCache(dir, "eth0")
+	got, err := plan.ReadVifCache(dir, "eth0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +236,7 @@ func TestVifCacheJSONRoundTrip(t *testing.T) {
 		(*got.Routes)[1].Dst.String() != "10.0.0.0/8" || !got.Gateway.Equal(c.Gateway) || got.Mtu != 1500 {
 		t.Errorf("round trip: %+v", got)
 	}
-	// The keys are KubeVirt's DHCPConfig field names.
+	// The keys are KubeVirt's Config field names.
 	var m map[string]any
 	b, _ := json.Marshal(c)
 	json.Unmarshal(b, &m)

@@ -1,4 +1,4 @@
-package netsetup
+package plan
 
 import (
 	"encoding/json"
@@ -31,13 +31,14 @@ type VifCache struct {
 	Subdomain           string
 }
 
-func cachePath(dir, podIface string) string {
+// CachePath is the vif cache file of one pod interface.
+func CachePath(dir, podIface string) string {
 	return layout.Layout{PrivateDir: dir}.VifCache(podIface)
 }
 
 // ReadVifCache reads the cache of one pod interface from the private dir.
 func ReadVifCache(dir, podIface string) (*VifCache, error) {
-	b, err := os.ReadFile(cachePath(dir, podIface))
+	b, err := os.ReadFile(CachePath(dir, podIface))
 	if err != nil {
 		return nil, fmt.Errorf("read vif cache of %s: %w", podIface, err)
 	}
@@ -48,9 +49,9 @@ func ReadVifCache(dir, podIface string) (*VifCache, error) {
 	return &c, nil
 }
 
-// writeVifCache writes atomically (rename) with mode 0644: the launcher may
+// WriteVifCache writes atomically (rename) with mode 0644: the launcher may
 // run as another user and must read it; nothing in it is secret.
-func writeVifCache(dir string, c *VifCache) error {
+func WriteVifCache(dir string, c *VifCache) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create cache dir: %w", err)
 	}
@@ -58,7 +59,7 @@ func writeVifCache(dir string, c *VifCache) error {
 	if err != nil {
 		return fmt.Errorf("encode vif cache of %s: %w", c.Name, err)
 	}
-	p := cachePath(dir, c.Name)
+	p := CachePath(dir, c.Name)
 	tmp, err := os.CreateTemp(filepath.Dir(p), ".vif-cache-*")
 	if err != nil {
 		return fmt.Errorf("write vif cache of %s: %w", c.Name, err)
@@ -81,8 +82,9 @@ func writeVifCache(dir string, c *VifCache) error {
 	return nil
 }
 
-func removeVifCache(dir, podIface string) error {
-	if err := os.Remove(cachePath(dir, podIface)); err != nil && !errors.Is(err, os.ErrNotExist) {
+// RemoveVifCache removes the cache of one pod interface; a missing one is fine.
+func RemoveVifCache(dir, podIface string) error {
+	if err := os.Remove(CachePath(dir, podIface)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove vif cache of %s: %w", podIface, err)
 	}
 	return nil

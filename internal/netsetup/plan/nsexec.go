@@ -1,4 +1,4 @@
-package netsetup
+package plan
 
 import (
 	"fmt"

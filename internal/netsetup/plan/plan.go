@@ -1,12 +1,10 @@
-// Package netsetup wires a VMI's masquerade and bridge interfaces to the pod
-// network, split the way KubeVirt splits it:
-//
-//   - the privileged phase (virt-handler in a cluster, vlctl standalone) runs
-//     as root inside the pod's network namespace: bridge, tap, addresses,
-//     forwarding, nftables NAT, and a vif cache file per interface;
-//   - the unprivileged phase (the launcher) only reads that cache and serves
-//     DHCP on the bridge, so the guest learns its address, routes and DNS.
-package netsetup
+// Package plan is what both phases of the network setup share: the plan of a
+// VMI's masquerade and bridge interfaces (pod interface, bridge and tap names,
+// VM subnets, as KubeVirt derives them), the vif cache the privileged phase
+// writes for the unprivileged one, and InNS. It links no nftables code, so
+// the launcher (which only runs the unprivileged phase, internal/netsetup/dhcp)
+// does not carry the privileged phase in its binary.
+package plan
 
 import (
 	"crypto/sha256"
