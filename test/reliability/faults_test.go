@@ -22,7 +22,8 @@ import (
 // do not end it, then ends it: security properties of the running pod
 // (sandbox, modes, ports, uids) with an unrelated qemu-system-x86_64
 // running beside it; 20 concurrent clients; kill -9 of the libvirt daemon
-// and of virtlogd (the guest keeps running and its console answers); and
+// and of virtlogd when the pod runs one (the guest keeps running and its
+// console answers); and
 // finally kill -9 of QEMU (launcher and monitor fail, nothing is left, the
 // unrelated process survives).
 func TestOneGuestUnderFire(t *testing.T) {
@@ -66,6 +67,13 @@ func TestOneGuestUnderFire(t *testing.T) {
 		}
 	})
 	killsOK = t.Run("kill virtlogd", func(t *testing.T) {
+		if p.child("virtlogd") == 0 {
+			// Runs again once newPod can start a launcher with
+			// --virtlogd (libvirtd.Config.Virtlogd); until then kill -9 of
+			// virtlogd under a booted guest is internal/libvirtd's
+			// TestLogs/with_virtlogd.
+			t.Skip("virtlogd is off by default (issue 6); the pod harness cannot start the launcher with virtlogd on yet, see internal/libvirtd TestLogs/with_virtlogd")
+		}
 		for r := 0; r < rounds; r++ {
 			logd := p.mustChild("virtlogd")
 			must(t, syscall.Kill(logd, syscall.SIGKILL))
