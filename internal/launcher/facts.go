@@ -70,3 +70,16 @@ func baseFacts(l layout.Layout, emulation, nonRoot bool, efi facts.EFI) func() *
 		return c
 	}
 }
+
+// libvirtArch is libvirt's name of a GOARCH.
+func libvirtArch(goarch string) string {
+	switch goarch {
+	case "amd64":
+		return "x86_64"
+	case "arm64":
+		return "aarch64"
+	case "386":
+		return "i686"
+	}
+	return goarch
+}

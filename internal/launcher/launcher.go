@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -19,10 +20,11 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/disks"
 	"github.com/virtlauncher/virtlauncher/internal/domain"
+	"github.com/virtlauncher/virtlauncher/internal/launcher/memtrim"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/logging"
-	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/dhcp"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -43,6 +45,9 @@ const (
 	acpiResend       = 5 * time.Second
 	destroyWait      = 30 * time.Second
 	daemonStopWait   = 10 * time.Second
+	// trimDelay is how long after the domain's definition the start-up
+	// memory is trimmed (see memtrim.Trim).
+	trimDelay = 3 * time.Second
 )
 
 // Launcher is one run of virt-launcher.
@@ -136,7 +141,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath)),
 		HypervisorErr: hvErr,
 		StartNetwork: func(ctx context.Context, v *v1.VirtualMachineInstance) (map[string]facts.Interface, func() error, error) {
-			return netsetup.StartDHCP(ctx, v, netsetup.DHCPConfig{CacheDir: l.layout.PrivateDir, ResolvConf: l.opts.ResolvConf}, l.log)
+			return dhcp.Start(ctx, v, dhcp.Config{CacheDir: l.layout.PrivateDir, ResolvConf: l.opts.ResolvConf}, l.log)
 		},
 		Name:      l.opts.Name,
 		Namespace: l.opts.Namespace,
@@ -157,6 +162,22 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	ccancel()
 	if err != nil {
 		return ExitFatal, fatal("connect to libvirt: %w", err)
+	}
+	if hvErr == nil {
+		// Have the daemon probe QEMU while the command server comes up and
+		// the handler's first Sync is on its way (domain.WarmCapabilities).
+		go func() {
+			t := time.Now()
+			virtType := "kvm"
+			if emulation {
+				virtType = "qemu"
+			}
+			if err := l.mgr.WarmCapabilities(mctx, libvirtArch(runtime.GOARCH), virtType); err != nil {
+				l.log.Warn("probe QEMU capabilities ahead of the first Sync", "reason", err.Error())
+				return
+			}
+			l.log.Info("QEMU capabilities ready", "took", time.Since(t).String())
+		}()
 	}
 
 	// 3. the command server, its self-check, and the readiness rename
@@ -224,6 +245,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	}
 
 	// 6. run until QEMU is gone
+	go l.trimAfterStart(ctx)
 	destroyed := false
 	select {
 	case <-l.mgr.Stopped():
@@ -235,6 +257,24 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		destroyed = l.gracefulShutdown(context.Background(), sigs)
 	}
 	return l.finish(destroyed), nil
+}
+
+// trimAfterStart trims the start-up's memory (memtrim.Trim) once the domain
+// has run for a moment: the first Sync is over by then.
+func (l *Launcher) trimAfterStart(ctx context.Context) {
+	select {
+	case <-time.After(trimDelay):
+	case <-l.mgr.Stopped():
+		return
+	case <-ctx.Done():
+		return
+	}
+	n, err := memtrim.Trim()
+	if err != nil {
+		l.log.Warn("trim start-up memory", "reason", err.Error())
+		return
+	}
+	l.log.Info("start-up memory trimmed", "unmappedBytes", n)
 }
 
 func (l *Launcher) makeDirs() error {
