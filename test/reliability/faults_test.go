@@ -68,11 +68,23 @@ func TestOneGuestUnderFire(t *testing.T) {
 	})
 	killsOK = t.Run("kill virtlogd", func(t *testing.T) {
 		if p.child("virtlogd") == 0 {
-			// Runs again once newPod can start a launcher with
-			// --virtlogd (libvirtd.Config.Virtlogd); until then kill -9 of
-			// virtlogd under a booted guest is internal/libvirtd's
-			// TestLogs/with_virtlogd.
-			t.Skip("virtlogd is off by default (issue 6); the pod harness cannot start the launcher with virtlogd on yet, see internal/libvirtd TestLogs/with_virtlogd")
+			// virtlogd is off by default (issue 6): QEMU writes the serial
+			// log itself, so it must keep recording across the daemon
+			// kill above (with virtlogd that was only measured).
+			tag := "no-virtlogd"
+			consoleAnswers(t, p, tag)
+			logged := false
+			for i := 0; i < 50 && !logged; i++ {
+				logged = strings.Contains(p.console(), fmt.Sprintf("VLPING-%s-42", tag))
+				time.Sleep(100 * time.Millisecond)
+			}
+			if !logged {
+				t.Errorf("console output after the daemon kill is missing from the serial log %s:\n%s", p.layout.SerialLog(p.uid), tail(p.console(), 1000))
+			}
+			// kill -9 of virtlogd needs a launcher started with virtlogd
+			// on, which newPod cannot ask for yet; internal/libvirtd's
+			// TestLogs/with_virtlogd covers it under a booted guest.
+			t.Skip("virtlogd is off by default (issue 6): no virtlogd to kill in this pod; the serial log kept recording without it; kill -9 of virtlogd is tested in internal/libvirtd TestLogs/with_virtlogd")
 		}
 		for r := 0; r < rounds; r++ {
 			logd := p.mustChild("virtlogd")
