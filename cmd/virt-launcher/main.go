@@ -8,12 +8,21 @@ import (
 	"errors"
 	"flag"
 	"os"
+	"runtime/debug"
 
 	"github.com/virtlauncher/virtlauncher/internal/launcher"
 	"github.com/virtlauncher/virtlauncher/internal/logging"
 )
 
 func main() {
+	// The launcher's heap is a few MiB of long-lived state (the VMI, the
+	// domain, gRPC and libvirt connections) and a little garbage per Sync:
+	// half the default GC target costs a few more short collections during
+	// the start and keeps about 0.5 MiB less heap in every pod (bench,
+	// issue 6). GOGC in the environment wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
 	opts, err := launcher.Parse(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
