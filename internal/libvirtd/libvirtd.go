@@ -361,7 +361,15 @@ func copyXML(src, dst string, owner *syscall.Credential) (int, error) {
 }
 
 func (d *Daemon) env() []string {
-	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C",
+		// One malloc arena instead of one per thread that allocates:
+		// measured with a booted guest, the daemon's anonymous memory
+		// drops from 6.6 to 4.6 MiB. A launcher's daemon serves one
+		// client, so the arenas buy no concurrency. (Worker pool
+		// sizes, the admin server's and GLib's slice allocator measured
+		// within 0.15 MiB: left as they are.)
+		"MALLOC_ARENA_MAX=1",
+	}
 	if !d.cfg.Root {
 		env = append(env,
 			"HOME="+d.cfg.configHome(),
