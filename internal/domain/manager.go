@@ -385,13 +385,19 @@ func (m *Manager) Close() error {
 	return err
 }
 
+// WaitIdle waits for the mutating operation in progress (a Sync defining
+// and starting the domain, say), if any.
+func (m *Manager) WaitIdle() {
+	m.opMu.Lock()
+	//nolint:staticcheck // empty critical section: wait for the running operation.
+	m.opMu.Unlock()
+}
+
 // BeginTermination makes every later Sync fail (the pod is going away: no
 // domain may be defined or started from now on) and waits for the
 // operation in progress, if any, so that the caller sees whatever a running
 // Sync defined.
 func (m *Manager) BeginTermination() {
 	m.terminating.Store(true)
-	m.opMu.Lock()
-	//nolint:staticcheck // empty critical section: wait for the running operation.
-	m.opMu.Unlock()
+	m.WaitIdle()
 }

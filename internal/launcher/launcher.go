@@ -260,13 +260,17 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 }
 
 // trimAfterStart trims the start-up's memory (memtrim.Trim) once the domain
-// has run for a moment: the first Sync is over by then.
+// has been defined for a moment and the Sync that defined it is over.
 func (l *Launcher) trimAfterStart(ctx context.Context) {
 	select {
 	case <-time.After(trimDelay):
 	case <-l.mgr.Stopped():
 		return
 	case <-ctx.Done():
+		return
+	}
+	l.mgr.WaitIdle()
+	if ctx.Err() != nil {
 		return
 	}
 	n, err := memtrim.Trim()
