@@ -22,6 +22,7 @@ import (
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -156,13 +157,9 @@ func (in *instance) prepare(ctx context.Context, seed string) error {
 func (in *instance) capsDir() string { return capsCacheDir(in.lay.PrivateDir) }
 
 // capsCacheDir is the capability cache of a session daemon with the given
-// XDG_CACHE_HOME: libvirt's QEMU driver puts its cache dir at
-// $XDG_CACHE_HOME/libvirt/qemu/cache and the probe results in
-// "capabilities" below it (one XML per QEMU binary, named by a hash of
-// its path). libvirtd.Config.CapabilitiesCacheDir leaves out the "cache"
-// element, so it is not used here.
+// XDG_CACHE_HOME.
 func capsCacheDir(cacheHome string) string {
-	return filepath.Join(cacheHome, "libvirt", "qemu", "cache", "capabilities")
+	return libvirtd.Config{CacheHome: cacheHome}.CapabilitiesCacheDir()
 }
 
 func (in *instance) linkImages() error {
