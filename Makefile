@@ -2,6 +2,9 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 export CGO_ENABLED := 0
+# grpcnotrace leaves x/net/trace and text/template out of the binaries:
+# the launcher shrinks from 38 to 28 MB and ~2 MiB of resident pages.
+export GOFLAGS := -tags=grpcnotrace
 
 
 .PHONY: all deps build test demo bench fuzz-long vet clean proto

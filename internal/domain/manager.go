@@ -159,6 +159,9 @@ func DomainName(namespace, name string) string { return namespace + "_" + name }
 // Run connects to the daemon, subscribes to lifecycle events and keeps the
 // cache current, reconnecting whenever the connection drops, until ctx
 // ends. It also delivers events to the sink. It returns nil when ctx ends.
+// reconnectRecheck is when the domain is read again after a reconnect.
+const reconnectRecheck = 2 * time.Second
+
 func (m *Manager) Run(ctx context.Context) error {
 	go m.sendLoop(ctx)
 	backoff := 20 * time.Millisecond
@@ -186,6 +189,18 @@ func (m *Manager) Run(ctx context.Context) error {
 		// A (re)connect may have missed events: re-read the domain. On a
 		// reconnect virt-handler expects a MODIFIED event.
 		m.refresh(ctx, EventModified, !first)
+		if !first {
+			// A QEMU that dies while the restarted daemon is still
+			// reattaching to it produces no lifecycle event (libvirt 9.0):
+			// read the state once more after the daemon has settled.
+			go func() {
+				select {
+				case <-ctx.Done():
+				case <-time.After(reconnectRecheck):
+					m.refresh(ctx, EventModified, true)
+				}
+			}()
+		}
 		first = false
 		m.eventLoop(ctx, l, events)
 		m.clearConn()

@@ -20,7 +20,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/disks"
 	"github.com/virtlauncher/virtlauncher/internal/domain"
-	"github.com/virtlauncher/virtlauncher/internal/launcher/memtrim"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/logging"
@@ -45,9 +44,6 @@ const (
 	acpiResend       = 5 * time.Second
 	destroyWait      = 30 * time.Second
 	daemonStopWait   = 10 * time.Second
-	// trimDelay is how long after the domain's definition the start-up
-	// memory is trimmed (see memtrim.Trim).
-	trimDelay = 3 * time.Second
 )
 
 // Launcher is one run of virt-launcher.
@@ -245,7 +241,6 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	}
 
 	// 6. run until QEMU is gone
-	go l.trimAfterStart(ctx)
 	destroyed := false
 	select {
 	case <-l.mgr.Stopped():
@@ -257,28 +252,6 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		destroyed = l.gracefulShutdown(context.Background(), sigs)
 	}
 	return l.finish(destroyed), nil
-}
-
-// trimAfterStart trims the start-up's memory (memtrim.Trim) once the domain
-// has been defined for a moment and the Sync that defined it is over.
-func (l *Launcher) trimAfterStart(ctx context.Context) {
-	select {
-	case <-time.After(trimDelay):
-	case <-l.mgr.Stopped():
-		return
-	case <-ctx.Done():
-		return
-	}
-	l.mgr.WaitIdle()
-	if ctx.Err() != nil {
-		return
-	}
-	n, err := memtrim.Trim()
-	if err != nil {
-		l.log.Warn("trim start-up memory", "reason", err.Error())
-		return
-	}
-	l.log.Info("start-up memory trimmed", "unmappedBytes", n)
 }
 
 func (l *Launcher) makeDirs() error {
@@ -322,6 +295,7 @@ func (l *Launcher) libvirtdConfig(root bool) libvirtd.Config {
 		Root:        root,
 		LogFilters:  l.opts.LibvirtLogFilters,
 		CapsSeedDir: l.opts.QemuCapsCache,
+		Virtlogd:    l.opts.Virtlogd,
 		Debug:       logging.Verbosity(l.opts.Verbosity) > 5 || os.Getenv("LIBVIRT_DEBUG_LOGS") == "1",
 	}
 }

@@ -17,8 +17,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
-
-	"github.com/virtlauncher/virtlauncher/internal/launcher/memtrim"
 )
 
 const (
@@ -61,12 +59,6 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 		return code
 	}
 	log.Info("virt-launcher started", "pid", pid, "path", c.LauncherPath)
-	// Start-up garbage is all the heap the monitor will ever have, and the
-	// code that parsed the arguments and started the launcher does not run
-	// again: give both back now that it settles into waiting for signals.
-	if _, err := memtrim.Trim(); err != nil {
-		log.Warn("trim start-up memory", "reason", err)
-	}
 
 	code := -1
 	done := ctx.Done()
