@@ -27,6 +27,7 @@ import (
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/api/cmdinfo"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -35,23 +36,23 @@ import (
 // it, call Info (version 1 offered), then inject the notify pipe.
 func start(t *testing.T, p *pod) (*handler, *notifyServer) {
 	t.Helper()
-	p.waitReady(60 * time.Second)
-	st, err := os.Lstat(p.layout.ReadySocket())
-	must(t, err)
+	p.WaitReady(60 * time.Second)
+	st, err := os.Lstat(p.Layout.ReadySocket())
+	launchertest.Must(t, err)
 	if st.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("launcher-sock is %v, not a socket", st.Mode())
 	}
-	if _, err := os.Stat(p.layout.InitSocket()); err == nil {
+	if _, err := os.Stat(p.Layout.InitSocket()); err == nil {
 		t.Errorf("launcher-init-sock still exists next to launcher-sock (it must be renamed)")
 	}
-	pid := peerPID(t, p.layout.ReadySocket())
+	pid := peerPID(t, p.Layout.ReadySocket())
 	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	must(t, err)
+	launchertest.Must(t, err)
 	if got := strings.TrimSpace(string(comm)); got != "virt-launcher" {
 		t.Errorf("SO_PEERCRED of launcher-sock is pid %d (%s), want the virt-launcher process", pid, got)
 	}
 
-	h := dialLauncher(t, p.layout.ReadySocket())
+	h := dialLauncher(t, p.Layout.ReadySocket())
 	ctx, cancel := context.WithTimeout(context.Background(), shortDeadline)
 	defer cancel()
 	info, err := h.info.Info(ctx, &cmdinfo.CmdInfoRequest{})
@@ -157,18 +158,18 @@ func checkRunningDomain(t *testing.T, p *pod, data string) {
 	if d.Kind != "Domain" || d.APIVersion != "1.2.2" {
 		t.Errorf("kind/apiVersion = %q/%q, want Domain/1.2.2", d.Kind, d.APIVersion)
 	}
-	if d.ObjectMeta.Name != p.name || d.ObjectMeta.Namespace != p.ns {
-		t.Errorf("ObjectMeta %s/%s, want %s/%s (the handler's informer key)", d.ObjectMeta.Namespace, d.ObjectMeta.Name, p.ns, p.name)
+	if d.ObjectMeta.Name != p.Name || d.ObjectMeta.Namespace != p.NS {
+		t.Errorf("ObjectMeta %s/%s, want %s/%s (the handler's informer key)", d.ObjectMeta.Namespace, d.ObjectMeta.Name, p.NS, p.Name)
 	}
 	if d.ObjectMeta.DeletionTimestamp != nil {
 		t.Errorf("running domain has deletionTimestamp %v", d.ObjectMeta.DeletionTimestamp)
 	}
-	if d.Spec.Name != p.ns+"_"+p.name {
-		t.Errorf("Spec.Name %q, want %s_%s", d.Spec.Name, p.ns, p.name)
+	if d.Spec.Name != p.NS+"_"+p.Name {
+		t.Errorf("Spec.Name %q, want %s_%s", d.Spec.Name, p.NS, p.Name)
 	}
 	k := d.Spec.Metadata.KubeVirt
-	if k.UID != p.uid {
-		t.Errorf("Spec.Metadata.KubeVirt.UID %q, want the VMI uid %s", k.UID, p.uid)
+	if k.UID != p.UID {
+		t.Errorf("Spec.Metadata.KubeVirt.UID %q, want the VMI uid %s", k.UID, p.UID)
 	}
 	if k.GracePeriod == nil || k.GracePeriod.DeletionGracePeriodSeconds != 30 {
 		t.Errorf("GracePeriod %+v, want DeletionGracePeriodSeconds 30 (spec.terminationGracePeriodSeconds)", k.GracePeriod)
@@ -187,7 +188,7 @@ func checkRunningDomain(t *testing.T, p *pod, data string) {
 			t.Errorf("interface %d has no MAC", i)
 		}
 	}
-	if p.withNet {
+	if p.Options().Network {
 		// The alias is how the handler matches the interface to the VMI's.
 		ifs := d.Spec.Devices.Interfaces
 		if len(ifs) != 1 || ifs[0].Alias == nil || ifs[0].Alias.Name != "default" {
@@ -237,9 +238,9 @@ func checkEvents(t *testing.T, p *pod, s *notifyServer) {
 			continue
 		}
 		d := e.Domain
-		if d.ObjectMeta.Name != p.name || d.ObjectMeta.Namespace != p.ns || d.Spec.Metadata.KubeVirt.UID != p.uid {
+		if d.ObjectMeta.Name != p.Name || d.ObjectMeta.Namespace != p.NS || d.Spec.Metadata.KubeVirt.UID != p.UID {
 			t.Errorf("event %d (%s) names %s/%s uid %q, want %s/%s uid %s", i, e, d.ObjectMeta.Namespace, d.ObjectMeta.Name,
-				d.Spec.Metadata.KubeVirt.UID, p.ns, p.name, p.uid)
+				d.Spec.Metadata.KubeVirt.UID, p.NS, p.Name, p.UID)
 		}
 		for _, bad := range badTimestamps(e.JSON) {
 			t.Errorf("event %d (%s): %s", i, e, bad)
@@ -334,7 +335,7 @@ func shutdownAndDelete(t *testing.T, p *pod, h *handler, s *notifyServer, vmiJSO
 		t.Errorf("Shutoff event without GracePeriod.DeletionTimestamp (set by the first Shutdown, 3.5)")
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 		t.Fatalf("launcher exited before the handler's Delete")
 	default:
 	}
@@ -352,16 +353,16 @@ func shutdownAndDelete(t *testing.T, p *pod, h *handler, s *notifyServer, vmiJSO
 	if e.Type != "MODIFIED" || e.Domain.Status.Status != "NoState" || e.Domain.Status.Reason != "NonExistent" {
 		t.Errorf("gone event %s %s/%s, want MODIFIED NoState/NonExistent", e.Type, e.Domain.Status.Status, e.Domain.Status.Reason)
 	}
-	if e.Domain.Spec.Metadata.KubeVirt.UID != p.uid || e.Domain.ObjectMeta.Name != p.name || e.Domain.ObjectMeta.Namespace != p.ns {
+	if e.Domain.Spec.Metadata.KubeVirt.UID != p.UID || e.Domain.ObjectMeta.Name != p.Name || e.Domain.ObjectMeta.Namespace != p.NS {
 		t.Errorf("gone event lost the identity: %s/%s uid %q", e.Domain.ObjectMeta.Namespace, e.Domain.ObjectMeta.Name, e.Domain.Spec.Metadata.KubeVirt.UID)
 	}
-	if code := p.exitCode(30 * time.Second); code != 0 {
+	if code := p.ExitCode(30 * time.Second); code != 0 {
 		t.Fatalf("compute container (monitor) exit status %d, want 0", code)
 	}
-	if _, err := os.Stat(filepath.Join(p.layout.SocketsDir(), "launcher-unresponsive")); err == nil {
+	if _, err := os.Stat(filepath.Join(p.Layout.SocketsDir(), "launcher-unresponsive")); err == nil {
 		t.Errorf("the launcher created launcher-unresponsive (only the handler may)")
 	}
-	p.assertNothingLeft()
+	p.AssertNothingLeft()
 }
 
 // TestHandlerLifecycle plays virt-handler through a VMI's whole life
@@ -389,7 +390,7 @@ func TestHandlerLifecycle(t *testing.T) {
 	if e := s.event(running); e.Type != "MODIFIED" || e.Domain.Status.Reason != "Unknown" {
 		t.Errorf("running event %s, want MODIFIED Running/Unknown", e)
 	}
-	p.waitConsole(testguest.MarkerReady, bootTimeout)
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
 	t.Logf("guest ready after %v", time.Since(t0))
 
 	d, err := h.getDomain(t)
@@ -402,7 +403,7 @@ func TestHandlerLifecycle(t *testing.T) {
 	checkRunningDomain(t, p, d)
 	// Every informer list and resync is a new connection that calls Info
 	// first, while the long-lived one stays open.
-	h2 := dialLauncher(t, p.layout.ReadySocket())
+	h2 := dialLauncher(t, p.Layout.ReadySocket())
 	ictx, icancel := context.WithTimeout(context.Background(), shortDeadline)
 	if _, err := h2.info.Info(ictx, &cmdinfo.CmdInfoRequest{}); err != nil {
 		t.Errorf("Info on a second connection: %v", err)
@@ -441,14 +442,14 @@ func TestSIGTERMGracefulShutdown(t *testing.T) {
 	if gp := s.event(running).Domain.Spec.Metadata.KubeVirt.GracePeriod; gp != nil && gp.MarkedForGracefulShutdown != nil && *gp.MarkedForGracefulShutdown {
 		t.Fatalf("MarkedForGracefulShutdown already true before SIGTERM")
 	}
-	p.waitConsole(testguest.MarkerReady, bootTimeout)
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
 
-	must(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	launchertest.Must(t, p.Cmd.Process.Signal(syscall.SIGTERM))
 	marked := s.wait(t, running+1, "MarkedForGracefulShutdown=true", 30*time.Second, func(d *kvshape.Domain) bool {
 		gp := d.Spec.Metadata.KubeVirt.GracePeriod
 		return gp != nil && gp.MarkedForGracefulShutdown != nil && *gp.MarkedForGracefulShutdown
 	})
-	if e := s.event(marked); e.Type != "MODIFIED" || e.Domain.Spec.Metadata.KubeVirt.UID != p.uid {
+	if e := s.event(marked); e.Type != "MODIFIED" || e.Domain.Spec.Metadata.KubeVirt.UID != p.UID {
 		t.Errorf("marked event %s uid %q", e, e.Domain.Spec.Metadata.KubeVirt.UID)
 	}
 	// A reconcile may still Sync before the handler has seen the mark: it

@@ -25,6 +25,7 @@ import (
 	notifyv1 "github.com/virtlauncher/virtlauncher/api/notify/v1"
 	"github.com/virtlauncher/virtlauncher/api/notifyinfo"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 )
 
 // event is one domain event as the handler receives it.
@@ -59,11 +60,11 @@ type notifyServer struct {
 
 func startNotify(t *testing.T, p *pod) *notifyServer {
 	t.Helper()
-	path := p.layout.NotifySocket()
+	path := p.Layout.NotifySocket()
 	lis, err := net.Listen("unix", path)
-	must(t, err)
+	launchertest.Must(t, err)
 	// virt-handler chowns the pipe to the pod's user.
-	must(t, os.Chown(path, int(cred.Uid), int(cred.Gid)))
+	launchertest.Must(t, os.Chown(path, int(env.Cred.Uid), int(env.Cred.Gid)))
 	s := &notifyServer{gs: grpc.NewServer(), path: path, changed: make(chan struct{})}
 	notifyinfo.RegisterNotifyInfoServer(s.gs, notifyInfo{s: s})
 	notifyv1.RegisterNotifyServer(s.gs, notifyHandler{s: s})
@@ -184,7 +185,7 @@ func dialLauncher(t *testing.T, sock string) *handler {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", addr)
 		}))
-	must(t, err)
+	launchertest.Must(t, err)
 	t.Cleanup(func() { conn.Close() })
 	return &handler{conn: conn, info: cmdinfo.NewCmdInfoClient(conn), cmd: cmdv1.NewCmdClient(conn)}
 }
@@ -272,16 +273,16 @@ func (h *handler) vmiCall(t *testing.T, rpc string, call func(context.Context, *
 func peerPID(t *testing.T, sock string) int {
 	t.Helper()
 	c, err := net.Dial("unix", sock)
-	must(t, err)
+	launchertest.Must(t, err)
 	defer c.Close()
 	raw, err := c.(*net.UnixConn).SyscallConn()
-	must(t, err)
+	launchertest.Must(t, err)
 	var cred *syscall.Ucred
 	var cerr error
-	must(t, raw.Control(func(fd uintptr) {
+	launchertest.Must(t, raw.Control(func(fd uintptr) {
 		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	}))
-	must(t, cerr)
+	launchertest.Must(t, cerr)
 	return int(cred.Pid)
 }
 
@@ -289,10 +290,10 @@ func peerPID(t *testing.T, sock string) int {
 // apiVersion and kind left empty.
 func handlerVMI(t *testing.T, p *pod) []byte {
 	t.Helper()
-	v, err := loadVMI(p.vmiYAML())
-	must(t, err)
+	v, err := loadVMI(vmiYAML(p))
+	launchertest.Must(t, err)
 	v.APIVersion, v.Kind = "", ""
 	b, err := json.Marshal(v)
-	must(t, err)
+	launchertest.Must(t, err)
 	return b
 }

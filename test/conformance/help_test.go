@@ -51,7 +51,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.bin, func(t *testing.T) {
-			out, err := exec.Command(filepath.Join(binDir, c.bin), "--help").CombinedOutput()
+			out, err := exec.Command(filepath.Join(env.BinDir, c.bin), "--help").CombinedOutput()
 			if err != nil {
 				t.Fatalf("%s --help: %v\n%s", c.bin, err, out)
 			}

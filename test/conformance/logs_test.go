@@ -25,7 +25,7 @@ func checkLogs(t *testing.T, p *pod) {
 	t.Helper()
 	components := map[string]int{}
 	subcomponents := map[string]int{}
-	lines := strings.Split(strings.TrimSuffix(p.stderr.String(), "\n"), "\n")
+	lines := strings.Split(strings.TrimSuffix(p.Stderr.String(), "\n"), "\n")
 	bad := 0
 	for i, line := range lines {
 		if err := checkLogLine(line, components, subcomponents); err != nil {
@@ -43,7 +43,7 @@ func checkLogs(t *testing.T, p *pod) {
 			t.Errorf("no log line with component %q; components: %v", c, components)
 		}
 	}
-	if out := p.stdout.String(); out != "" {
+	if out := p.Stdout.String(); out != "" {
 		t.Logf("stdout is not empty (%d bytes); 5.7 puts logs on stderr:\n%.2000s", len(out), out)
 	}
 	t.Logf("%d stderr lines; components %v; subcomponents %v", len(lines), components, subcomponents)

@@ -14,6 +14,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
@@ -21,13 +22,13 @@ import (
 // startNotify plays virt-handler's notify pipe inside the pod.
 func startNotify(t *testing.T, p *pod) *notifytest.Server {
 	t.Helper()
-	s, err := notifytest.Start(p.layout.NotifySocket())
+	s, err := notifytest.Start(p.Layout.NotifySocket())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Stop)
 	// virt-handler chowns the pipe to the pod's user (107 in KubeVirt).
-	must(t, os.Chown(p.layout.NotifySocket(), int(cred.Uid), int(cred.Gid)))
+	launchertest.Must(t, os.Chown(p.Layout.NotifySocket(), int(env.Cred.Uid), int(env.Cred.Gid)))
 	return s
 }
 
@@ -63,63 +64,63 @@ func waitEvent(t *testing.T, s *notifytest.Server, from int, what string, ok fun
 // no Delete coming, the launcher still ends after its 15 s wait.
 func TestSIGTERMMarksGracefulShutdown(t *testing.T) {
 	t.Parallel()
-	p := newPod(t, "sigterm", podOpts{sharedCaps: true})
-	p.waitReady(30 * time.Second)
+	p := env.New(t, "sigterm", podOpts{SharedCaps: true})
+	p.WaitReady(30 * time.Second)
 	s := startNotify(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := p.client(ctx)
-	must(t, c.Sync(ctx, p.testVMI(t, "sigterm-1"), nil))
-	p.waitConsole(testguest.MarkerReady, bootTimeout)
-	p.signal(syscall.SIGTERM)
+	c := p.Client(ctx)
+	launchertest.Must(t, c.Sync(ctx, p.VMI("sigterm-1"), nil))
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+	p.Signal(syscall.SIGTERM)
 	waitEvent(t, s, 0, "MarkedForGracefulShutdown", func(e notifytest.Event) bool {
 		gp := e.Domain.Spec.Metadata.KubeVirt.GracePeriod
 		return gp != nil && gp.MarkedForGracefulShutdown != nil && *gp.MarkedForGracefulShutdown
 	})
-	p.waitConsole(testguest.MarkerPowerOff, time.Minute)
+	p.WaitConsole(testguest.MarkerPowerOff, time.Minute)
 	waitEvent(t, s, 0, "gone", func(e notifytest.Event) bool { return e.Domain.DeletionTimestamp != nil })
-	if code := p.exitCode(30 * time.Second); code != 0 {
+	if code := p.ExitCode(30 * time.Second); code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
-	p.assertNothingLeft()
+	p.AssertNothingLeft()
 }
 
 // TestStartPaused: startStrategy Paused starts QEMU paused; Syncs do not
 // resume it (the pause counts as the user's); Unpause does; Kill ends it.
 func TestStartPaused(t *testing.T) {
 	t.Parallel()
-	p := newPod(t, "paused", podOpts{sharedCaps: true})
-	p.waitReady(30 * time.Second)
+	p := env.New(t, "paused", podOpts{SharedCaps: true})
+	p.WaitReady(30 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := p.client(ctx)
-	v := p.testVMI(t, "paused-1")
+	c := p.Client(ctx)
+	v := p.VMI("paused-1")
 	strategy := v1.StartStrategyPaused
 	v.Spec.StartStrategy = &strategy
-	must(t, c.Sync(ctx, v, nil))
+	launchertest.Must(t, c.Sync(ctx, v, nil))
 	// Right after the start libvirt may still say StartingUp; a start
 	// paused settles as a user pause.
 	waitStatus(t, ctx, c, "Paused", "User")
 	for i := 0; i < 3; i++ {
-		must(t, c.Sync(ctx, v, nil))
+		launchertest.Must(t, c.Sync(ctx, v, nil))
 	}
 	time.Sleep(500 * time.Millisecond)
 	if d, _, _ := c.GetDomain(ctx); d.Status.Status != "Paused" {
 		t.Fatalf("Sync resumed a domain started paused: %s/%s", d.Status.Status, d.Status.Reason)
 	}
-	if p.console() != "" && strings.Contains(p.console(), testguest.MarkerBooted) {
+	if p.Console() != "" && strings.Contains(p.Console(), testguest.MarkerBooted) {
 		t.Errorf("guest ran while paused")
 	}
-	must(t, c.Unpause(ctx, v))
+	launchertest.Must(t, c.Unpause(ctx, v))
 	waitStatus(t, ctx, c, "Running", "Unknown")
-	p.waitConsole(testguest.MarkerBooted, bootTimeout)
+	p.WaitConsole(testguest.MarkerBooted, bootTimeout)
 	if err := c.Kill(ctx, v); err != nil && !cmdclient.IsDisconnected(err) {
 		t.Fatalf("Kill: %v", err)
 	}
-	if code := p.exitCode(30 * time.Second); code != 0 {
+	if code := p.ExitCode(30 * time.Second); code != 0 {
 		t.Fatalf("exit status %d after Kill, want 0", code)
 	}
-	p.assertNothingLeft()
+	p.AssertNothingLeft()
 }
 
 // TestIOErrorPause: the emptyDisk lives on a 2 MiB file system; the guest
@@ -128,24 +129,24 @@ func TestStartPaused(t *testing.T) {
 // not the user who paused it.
 func TestIOErrorPause(t *testing.T) {
 	t.Parallel()
-	p := newPodDeferred(t, "ioerr", podOpts{sharedCaps: true})
-	emptyDir := filepath.Dir(p.layout.EmptyDisk("scratch"))
-	must(t, os.MkdirAll(emptyDir, 0o750))
-	opts := fmt.Sprintf("size=2m,mode=0750,uid=%d,gid=%d", cred.Uid, cred.Gid)
+	p := env.NewDeferred(t, "ioerr", podOpts{SharedCaps: true})
+	emptyDir := filepath.Dir(p.Layout.EmptyDisk("scratch"))
+	launchertest.Must(t, os.MkdirAll(emptyDir, 0o750))
+	opts := fmt.Sprintf("size=2m,mode=0750,uid=%d,gid=%d", env.Cred.Uid, env.Cred.Gid)
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "vl-ioerr", emptyDir).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a small tmpfs: %v %s", err, out)
 	}
 	t.Cleanup(func() { syscall.Unmount(emptyDir, syscall.MNT_DETACH) })
-	must(t, os.Chown(filepath.Dir(emptyDir), int(cred.Uid), int(cred.Gid)))
-	p.extraUserData = []string{"dd if=/dev/zero of=/dev/vdb bs=1M count=16 conv=fsync", `echo "dd rc=$?"`}
-	p.start()
-	p.waitReady(30 * time.Second)
+	launchertest.Must(t, os.Chown(filepath.Dir(emptyDir), int(env.Cred.Uid), int(env.Cred.Gid)))
+	p.ExtraUserData = []string{"dd if=/dev/zero of=/dev/vdb bs=1M count=16 conv=fsync", `echo "dd rc=$?"`}
+	p.Start()
+	p.WaitReady(30 * time.Second)
 	s := startNotify(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := p.client(ctx)
-	v := p.testVMI(t, "ioerr-1")
-	must(t, c.Sync(ctx, v, nil))
+	c := p.Client(ctx)
+	v := p.VMI("ioerr-1")
+	launchertest.Must(t, c.Sync(ctx, v, nil))
 	waitStatus(t, ctx, c, "Paused", "IOError")
 
 	deadline := time.Now().Add(20 * time.Second)
@@ -154,7 +155,7 @@ func TestIOErrorPause(t *testing.T) {
 		for _, e := range s.Events() {
 			if e.K8s != nil && e.K8s.Reason == "IOerror" {
 				got = true
-				if e.K8s.Type != "Warning" || string(e.K8s.InvolvedObject.UID) != p.uid ||
+				if e.K8s.Type != "Warning" || string(e.K8s.InvolvedObject.UID) != p.UID ||
 					!strings.Contains(e.K8s.Message, "IO error") {
 					t.Errorf("IOerror event %+v", e.K8s)
 				}
@@ -170,19 +171,19 @@ func TestIOErrorPause(t *testing.T) {
 	}
 	// Not the user's pause: Sync resumes it (it may stop again at once, as
 	// the disk is still full).
-	must(t, c.Sync(ctx, v, nil))
-	if !strings.Contains(p.stderr.String(), "resumed domain paused by libvirt") {
+	launchertest.Must(t, c.Sync(ctx, v, nil))
+	if !strings.Contains(p.Stderr.String(), "resumed domain paused by libvirt") {
 		// The launcher logs to the monitor's stderr.
 		time.Sleep(time.Second)
-		if !strings.Contains(p.stderr.String(), "resumed domain paused by libvirt") {
+		if !strings.Contains(p.Stderr.String(), "resumed domain paused by libvirt") {
 			t.Errorf("Sync did not resume the IOError-paused domain")
 		}
 	}
 	if err := c.Kill(ctx, v); err != nil && !cmdclient.IsDisconnected(err) {
 		t.Fatalf("Kill: %v", err)
 	}
-	if code := p.exitCode(40 * time.Second); code != 0 {
+	if code := p.ExitCode(40 * time.Second); code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
-	p.assertNothingLeft()
+	p.AssertNothingLeft()
 }

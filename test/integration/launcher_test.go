@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -23,15 +24,15 @@ const bootTimeout = 90 * time.Second
 // the container-disk image unchanged.
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
-	p := newPod(t, "life", podOpts{})
-	backing := sha256File(t, p.layout.ContainerDiskImage(0))
-	p.waitReady(30 * time.Second)
-	t.Logf("monitor start -> launcher-sock: %v", p.ready)
+	p := env.New(t, "life", podOpts{})
+	backing := launchertest.SHA256File(t, p.Layout.ContainerDiskImage(0))
+	p.WaitReady(30 * time.Second)
+	t.Logf("monitor start -> launcher-sock: %v", p.Ready)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := p.client(ctx)
-	v := p.testVMI(t, "life-7f3a")
+	c := p.Client(ctx)
+	v := p.VMI("life-7f3a")
 
 	t0 := time.Now()
 	if err := c.Sync(ctx, v, nil); err != nil {
@@ -42,14 +43,14 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || !exists {
 		t.Fatalf("GetDomain after Sync: exists=%v err=%v", exists, err)
 	}
-	if d.Spec.Metadata.KubeVirt.UID != p.uid {
-		t.Errorf("domain metadata UID %q, want %q", d.Spec.Metadata.KubeVirt.UID, p.uid)
+	if d.Spec.Metadata.KubeVirt.UID != p.UID {
+		t.Errorf("domain metadata UID %q, want %q", d.Spec.Metadata.KubeVirt.UID, p.UID)
 	}
 
-	p.waitConsole(testguest.MarkerBooted, bootTimeout)
+	p.WaitConsole(testguest.MarkerBooted, bootTimeout)
 	t.Logf("Sync -> guest init running: %v", time.Since(t0))
-	p.waitConsole(testguest.MarkerReady, bootTimeout)
-	out := p.console()
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+	out := p.Console()
 	if rest, ok := testguest.FindMarker(out, testguest.MarkerDiskWritten); !ok {
 		t.Errorf("guest did not write its root disk; console:\n%s", out)
 	} else {
@@ -72,9 +73,9 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// Sync repeated 20 times changes nothing: same QEMU, same domain.
-	qpid := p.qemuPid()
+	qpid := p.QemuPid()
 	before, _, err := c.GetDomain(ctx)
-	must(t, err)
+	launchertest.Must(t, err)
 	t1 := time.Now()
 	for i := 0; i < 20; i++ {
 		if err := c.Sync(ctx, v, nil); err != nil {
@@ -83,16 +84,16 @@ func TestLifecycle(t *testing.T) {
 	}
 	t.Logf("20 repeated Syncs took %v", time.Since(t1))
 	after, _, err := c.GetDomain(ctx)
-	must(t, err)
+	launchertest.Must(t, err)
 	bj, _ := json.Marshal(before)
 	aj, _ := json.Marshal(after)
 	if string(bj) != string(aj) {
 		t.Errorf("domain changed by repeated Syncs:\nbefore %s\nafter  %s", bj, aj)
 	}
-	if got := p.qemuPid(); got != qpid {
+	if got := p.QemuPid(); got != qpid {
 		t.Errorf("QEMU pid %d -> %d after repeated Syncs", qpid, got)
 	}
-	if strings.Count(p.console(), testguest.MarkerBooted) != 1 {
+	if strings.Count(p.Console(), testguest.MarkerBooted) != 1 {
 		t.Errorf("guest booted more than once")
 	}
 	if s, err := c.GetDomainStats(ctx); err != nil || !strings.Contains(s, `"Name":"default_life"`) {
@@ -118,7 +119,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	waitStatus(t, ctx, c, "Running", "Unknown")
 	// Another VMI is refused.
-	other := p.testVMI(t, "other")
+	other := p.VMI("other")
 	other.UID = "00000000-0000-0000-0000-000000000001"
 	if err := c.Sync(ctx, other, nil); err == nil || !strings.Contains(err.Error(), "uid") {
 		t.Errorf("Sync of a VMI with another uid: %v, want a refusal", err)
@@ -126,18 +127,18 @@ func TestLifecycle(t *testing.T) {
 
 	// kill -9 of the libvirt daemon: it comes back, QEMU keeps running.
 	daemon := childNamed(t, launcherPid(t, p), "libvirtd", "virtqemud")
-	must(t, syscall.Kill(daemon, syscall.SIGKILL))
+	launchertest.Must(t, syscall.Kill(daemon, syscall.SIGKILL))
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if nd := childNamedOrZero(launcherPid(t, p), "libvirtd", "virtqemud"); nd != 0 && nd != daemon {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("libvirt daemon not restarted:\n%s", p.stderr.String())
+			t.Fatalf("libvirt daemon not restarted:\n%s", p.Stderr.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if !alive(qpid) {
+	if !launchertest.Alive(qpid) {
 		t.Fatalf("QEMU died with the libvirt daemon")
 	}
 	// The launcher reconnected: a Sync goes through the new daemon.
@@ -150,18 +151,18 @@ func TestLifecycle(t *testing.T) {
 
 	// SIGTERM: the guest powers itself off (ACPI), status 0.
 	t2 := time.Now()
-	p.signal(syscall.SIGTERM)
-	p.waitConsole(testguest.MarkerPowerButton, 60*time.Second)
-	p.waitConsole(testguest.MarkerPowerOff, 30*time.Second)
-	if code := p.exitCode(60 * time.Second); code != 0 {
-		t.Fatalf("exit status %d after graceful shutdown, want 0:\n%s", code, p.stderr.String())
+	p.Signal(syscall.SIGTERM)
+	p.WaitConsole(testguest.MarkerPowerButton, 60*time.Second)
+	p.WaitConsole(testguest.MarkerPowerOff, 30*time.Second)
+	if code := p.ExitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d after graceful shutdown, want 0:\n%s", code, p.Stderr.String())
 	}
 	t.Logf("SIGTERM -> monitor exit: %v", time.Since(t2))
-	p.assertNothingLeft()
-	if got := sha256File(t, p.layout.ContainerDiskImage(0)); got != backing {
+	p.AssertNothingLeft()
+	if got := launchertest.SHA256File(t, p.Layout.ContainerDiskImage(0)); got != backing {
 		t.Errorf("container disk image changed: %s -> %s", backing, got)
 	}
-	for _, s := range []string{p.layout.ReadySocket(), p.layout.InitSocket()} {
+	for _, s := range []string{p.Layout.ReadySocket(), p.Layout.InitSocket()} {
 		if _, err := os.Stat(s); err == nil {
 			t.Errorf("socket %s left behind", s)
 		}
@@ -171,7 +172,7 @@ func TestLifecycle(t *testing.T) {
 // launcherPid is the monitor's child virt-launcher.
 func launcherPid(t *testing.T, p *pod) int {
 	t.Helper()
-	return childNamed(t, p.cmd.Process.Pid, "virt-launcher")
+	return childNamed(t, p.Cmd.Process.Pid, "virt-launcher")
 }
 
 func childNamed(t *testing.T, parent int, names ...string) int {

@@ -41,37 +41,29 @@ func TestRootMode(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare not installed")
 	}
-	p := newPodDeferred(t, "rootvm", podOpts{})
-	args := []string{"--mount", "--net", "--propagation", "private", "/bin/sh", "-c", rootShell, "sh", p.dir,
-		filepath.Join(binDir, "virt-launcher"),
-		"--name", p.name, "--namespace", p.ns, "--uid", p.uid,
-		"--kubevirt-share-dir", p.layout.ShareDir,
-		"--ephemeral-disk-dir", p.layout.EphemeralDiskDir,
-		"--container-disk-dir", p.layout.ContainerDiskDir,
-		"--hotplug-disk-dir", p.layout.HotplugDiskDir,
-		"--private-dir", p.layout.PrivateDir,
-		"--libvirt-run-dir", p.layout.LibvirtRunDir,
-		"--force-emulation",
-	}
-	p.cmd = exec.Command("unshare", args...)
-	p.cmd.Dir = p.dir
-	p.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "container=virtlauncher-test",
-		"STANDALONE_VMI=" + p.testVMIYAML("root-1", testguest.OptPowerOff)}
-	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p.start()
-	p.waitReady(60 * time.Second)
-	p.waitConsole(testguest.MarkerPowerOff, 2*bootTimeout)
-	if code := p.exitCode(60 * time.Second); code != 0 {
+	p := env.NewDeferred(t, "rootvm", podOpts{})
+	args := []string{"--mount", "--net", "--propagation", "private", "/bin/sh", "-c", rootShell, "sh", p.Dir,
+		filepath.Join(env.BinDir, "virt-launcher")}
+	args = append(append(args, p.PodArgs()...), "--force-emulation")
+	p.Cmd = exec.Command("unshare", args...)
+	p.Cmd.Dir = p.Dir
+	p.Cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "container=virtlauncher-test",
+		"STANDALONE_VMI=" + p.VMIYAML("root-1", testguest.OptPowerOff)}
+	p.Cmd.Stdout, p.Cmd.Stderr = p.Stderr, p.Stderr
+	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.Start()
+	p.WaitReady(60 * time.Second)
+	p.WaitConsole(testguest.MarkerPowerOff, 2*bootTimeout)
+	if code := p.ExitCode(60 * time.Second); code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
-	out := p.stderr.String()
-	if !strings.Contains(out, `"socket":"`+p.layout.LibvirtRunDir+`/libvirt/libvirt-sock"`) &&
-		!strings.Contains(out, `"socket":"`+p.layout.LibvirtRunDir+`/libvirt/virtqemud-sock"`) {
+	out := p.Stderr.String()
+	if !strings.Contains(out, `"socket":"`+p.Layout.LibvirtRunDir+`/libvirt/libvirt-sock"`) &&
+		!strings.Contains(out, `"socket":"`+p.Layout.LibvirtRunDir+`/libvirt/virtqemud-sock"`) {
 		t.Errorf("system-mode daemon socket not in the launcher's run dir")
 	}
-	if _, err := os.Stat(filepath.Join(p.dir, "etc-libvirt", "qemu.conf")); err != nil {
+	if _, err := os.Stat(filepath.Join(p.Dir, "etc-libvirt", "qemu.conf")); err != nil {
 		t.Errorf("qemu.conf not written to the (private) /etc/libvirt: %v", err)
 	}
-	p.assertNothingLeft()
+	p.AssertNothingLeft()
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -16,12 +17,12 @@ import (
 // guest is up.
 func bootPod(t *testing.T, name string, o podOpts, token string, kernelArgs ...string) *pod {
 	t.Helper()
-	p := newPod(t, name, o)
-	p.waitReady(30 * time.Second)
+	p := env.New(t, name, o)
+	p.WaitReady(30 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := p.client(ctx)
-	if err := c.Sync(ctx, p.testVMI(t, token, kernelArgs...), nil); err != nil {
+	c := p.Client(ctx)
+	if err := c.Sync(ctx, p.VMI(token, kernelArgs...), nil); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 	return p
@@ -32,13 +33,13 @@ func bootPod(t *testing.T, name string, o podOpts, token string, kernelArgs ...s
 // normally (status 0) and leaves nothing behind.
 func TestGraceExpiredDestroys(t *testing.T) {
 	t.Parallel()
-	p := bootPod(t, "noacpi", podOpts{grace: 4, sharedCaps: true}, "noacpi-1", testguest.OptNoACPI)
-	p.waitConsole(testguest.MarkerReady, bootTimeout)
-	qpid := p.qemuPid()
+	p := bootPod(t, "noacpi", podOpts{Grace: 4, SharedCaps: true}, "noacpi-1", testguest.OptNoACPI)
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+	qpid := p.QemuPid()
 	t0 := time.Now()
-	p.signal(syscall.SIGTERM)
-	p.waitConsole(testguest.MarkerACPIIgnored, 30*time.Second)
-	if code := p.exitCode(60 * time.Second); code != 0 {
+	p.Signal(syscall.SIGTERM)
+	p.WaitConsole(testguest.MarkerACPIIgnored, 30*time.Second)
+	if code := p.ExitCode(60 * time.Second); code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
 	took := time.Since(t0)
@@ -46,67 +47,67 @@ func TestGraceExpiredDestroys(t *testing.T) {
 	if took < 4*time.Second {
 		t.Errorf("exited after %v, before the 4 s grace period", took)
 	}
-	if strings.Contains(p.console(), testguest.MarkerPowerOff) {
+	if strings.Contains(p.Console(), testguest.MarkerPowerOff) {
 		t.Errorf("guest powered off although it ignores ACPI")
 	}
-	if !strings.Contains(p.stderr.String(), "grace period over") {
+	if !strings.Contains(p.Stderr.String(), "grace period over") {
 		t.Errorf("launcher did not report destroying the domain")
 	}
-	if alive(qpid) {
+	if launchertest.Alive(qpid) {
 		t.Errorf("QEMU %d still alive", qpid)
 	}
-	p.assertNothingLeft()
+	p.AssertNothingLeft()
 }
 
 // TestQemuTimeout: no domain is ever defined, so the launcher gives up
 // after --qemu-timeout with a fatal status.
 func TestQemuTimeout(t *testing.T) {
 	t.Parallel()
-	p := newPod(t, "nodomain", podOpts{qemuTimeout: 3 * time.Second})
-	p.waitReady(30 * time.Second)
+	p := env.New(t, "nodomain", podOpts{QemuTimeout: 3 * time.Second})
+	p.WaitReady(30 * time.Second)
 	t0 := time.Now()
-	if code := p.exitCode(30 * time.Second); code != 2 {
+	if code := p.ExitCode(30 * time.Second); code != 2 {
 		t.Fatalf("exit status %d, want 2", code)
 	}
 	t.Logf("ready -> exit without a domain: %v (qemu-timeout 3s)", time.Since(t0))
-	if !strings.Contains(p.stderr.String(), "no domain was defined within --qemu-timeout") {
+	if !strings.Contains(p.Stderr.String(), "no domain was defined within --qemu-timeout") {
 		t.Errorf("no qemu-timeout message in the log")
 	}
-	p.assertNothingLeft()
+	p.AssertNothingLeft()
 }
 
 // TestQemuKilled: QEMU dying under the launcher (SIGKILL) makes launcher
 // and monitor exit with a failure status.
 func TestQemuKilled(t *testing.T) {
 	t.Parallel()
-	p := bootPod(t, "killed", podOpts{sharedCaps: true}, "killed-1")
-	p.waitConsole(testguest.MarkerReady, bootTimeout)
+	p := bootPod(t, "killed", podOpts{SharedCaps: true}, "killed-1")
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
 	// First a hard reset over gRPC: the guest boots again from the same
 	// overlay, which remembers the first boot.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := p.client(ctx)
-	qpid := p.qemuPid()
-	if err := c.Reset(ctx, p.testVMI(t, "killed-1")); err != nil {
+	c := p.Client(ctx)
+	qpid := p.QemuPid()
+	if err := c.Reset(ctx, p.VMI("killed-1")); err != nil {
 		t.Fatalf("Reset: %v", err)
 	}
 	deadline := time.Now().Add(2 * bootTimeout)
-	for !strings.Contains(p.console(), testguest.MarkerBootCount+" 2") {
+	for !strings.Contains(p.Console(), testguest.MarkerBootCount+" 2") {
 		if time.Now().After(deadline) {
-			t.Fatalf("no second boot after Reset; console:\n%s", p.console())
+			t.Fatalf("no second boot after Reset; console:\n%s", p.Console())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if p.qemuPid() != qpid {
+	if p.QemuPid() != qpid {
 		t.Errorf("Reset replaced QEMU")
 	}
-	must(t, syscall.Kill(qpid, syscall.SIGKILL))
-	code := p.exitCode(60 * time.Second)
+	launchertest.Must(t, syscall.Kill(qpid, syscall.SIGKILL))
+	code := p.ExitCode(60 * time.Second)
 	if code == 0 {
 		t.Fatalf("exit status 0 after QEMU was killed, want a failure")
 	}
 	t.Logf("exit status %d after SIGKILL of QEMU", code)
-	p.assertNothingLeft()
+	p.AssertNothingLeft()
 }
 
 // TestThreeLaunchers: three pods at once, each guest sees only its own
@@ -115,25 +116,25 @@ func TestThreeLaunchers(t *testing.T) {
 	t.Parallel()
 	var pods []*pod
 	for i := 0; i < 3; i++ {
-		pods = append(pods, newPod(t, fmt.Sprintf("three%d", i), podOpts{sharedCaps: true}))
+		pods = append(pods, env.New(t, fmt.Sprintf("three%d", i), podOpts{SharedCaps: true}))
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(pods))
 	for i, p := range pods {
-		p.waitReady(30 * time.Second)
+		p.WaitReady(30 * time.Second)
 		wg.Add(1)
 		go func(i int, p *pod) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			c := p.client(ctx)
+			c := p.Client(ctx)
 			// Pods 0 and 1 power off by themselves; pod 2 is shut down
 			// over gRPC below.
 			var args []string
 			if i < 2 {
 				args = append(args, testguest.OptPowerOff)
 			}
-			errs[i] = c.Sync(ctx, p.testVMI(t, fmt.Sprintf("three-%d-%s", i, p.uid[:8]), args...), nil)
+			errs[i] = c.Sync(ctx, p.VMI(fmt.Sprintf("three-%d-%s", i, p.UID[:8]), args...), nil)
 		}(i, p)
 	}
 	wg.Wait()
@@ -145,26 +146,26 @@ func TestThreeLaunchers(t *testing.T) {
 	// Pod 2: ShutdownVirtualMachine (ACPI), as virt-handler does; the
 	// first one records the deletion timestamp.
 	p2 := pods[2]
-	p2.waitConsole(testguest.MarkerReady, 2*bootTimeout)
+	p2.WaitConsole(testguest.MarkerReady, 2*bootTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c2 := p2.client(ctx)
-	if err := c2.Shutdown(ctx, p2.testVMI(t, "x")); err != nil {
+	c2 := p2.Client(ctx)
+	if err := c2.Shutdown(ctx, p2.VMI("x")); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	if d, _, err := c2.GetDomain(ctx); err != nil || d.Spec.Metadata.KubeVirt.GracePeriod == nil ||
 		d.Spec.Metadata.KubeVirt.GracePeriod.DeletionTimestamp == nil {
 		t.Errorf("no deletion timestamp after Shutdown: %v %+v", err, d)
 	}
-	p2.waitConsole(testguest.MarkerPowerButton, time.Minute)
+	p2.WaitConsole(testguest.MarkerPowerButton, time.Minute)
 	for i, p := range pods {
-		p.waitConsole(testguest.MarkerPowerOff, 2*bootTimeout)
-		if code := p.exitCode(60 * time.Second); code != 0 {
+		p.WaitConsole(testguest.MarkerPowerOff, 2*bootTimeout)
+		if code := p.ExitCode(60 * time.Second); code != 0 {
 			t.Errorf("pod %d: exit status %d, want 0", i, code)
 		}
-		out := p.console()
+		out := p.Console()
 		for j, q := range pods {
-			has := strings.Contains(out, fmt.Sprintf("token three-%d-%s", j, q.uid[:8]))
+			has := strings.Contains(out, fmt.Sprintf("token three-%d-%s", j, q.UID[:8]))
 			if has != (i == j) {
 				t.Errorf("pod %d console has pod %d's token: %v", i, j, has)
 			}
@@ -172,7 +173,7 @@ func TestThreeLaunchers(t *testing.T) {
 		if n, _ := testguest.FindMarker(out, testguest.MarkerBootCount); n != "1" {
 			t.Errorf("pod %d: boot count %q, want 1", i, n)
 		}
-		p.assertNothingLeft()
+		p.AssertNothingLeft()
 	}
 }
 
@@ -180,18 +181,18 @@ func TestThreeLaunchers(t *testing.T) {
 // and the launcher exits 0 when the guest powers itself off.
 func TestStandaloneVMI(t *testing.T) {
 	t.Parallel()
-	need(t)
-	p := newPodDeferred(t, "standalone", podOpts{sharedCaps: true})
-	v := p.testVMIYAML("standalone-1", testguest.OptPowerOff)
-	p.env("STANDALONE_VMI", v)
-	p.start()
-	p.waitReady(30 * time.Second)
-	p.waitConsole(testguest.MarkerPowerOff, 2*bootTimeout)
-	if !strings.Contains(p.console(), "token standalone-1") {
+	env.Need(t)
+	p := env.NewDeferred(t, "standalone", podOpts{SharedCaps: true})
+	v := p.VMIYAML("standalone-1", testguest.OptPowerOff)
+	p.SetEnv("STANDALONE_VMI", v)
+	p.Start()
+	p.WaitReady(30 * time.Second)
+	p.WaitConsole(testguest.MarkerPowerOff, 2*bootTimeout)
+	if !strings.Contains(p.Console(), "token standalone-1") {
 		t.Errorf("user-data did not run")
 	}
-	if code := p.exitCode(60 * time.Second); code != 0 {
+	if code := p.ExitCode(60 * time.Second); code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
-	p.assertNothingLeft()
+	p.AssertNothingLeft()
 }

@@ -15,12 +15,15 @@ import (
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
 const badUID = "6d1f0f5e-5b1a-4b8e-9a57-0d7f3c1e2b44"
 
-func goodDoc(uid string) string { return vmiYAML("bad", "default", uid) }
+func goodDoc(uid string) string {
+	return launchertest.VMIYAML(launchertest.VMISpec{Name: "bad", Namespace: "default", UID: uid, Token: "bad"})
+}
 
 // TestBadInputCasesAreBad guards the table: the good VMI loads, and every
 // row changes it.
@@ -62,17 +65,14 @@ func TestBadInputLoad(t *testing.T) {
 // TestBadInputVlctl: `vlctl convert` and `vlctl run` exit 1 with one line
 // naming the field, print nothing on stdout and create nothing.
 func TestBadInputVlctl(t *testing.T) {
-	if binDir == "" {
-		t.Skip(setup)
-	}
 	good := goodDoc(badUID)
 	in := t.TempDir()
 	// Short (libvirt's socket paths below it must fit in 107 bytes), and
 	// open to the launcher user.
 	work := fmt.Sprintf("/run/r%04x", os.Getpid()&0xffff)
-	must(t, os.Mkdir(work, 0o755))
+	launchertest.Must(t, os.Mkdir(work, 0o755))
 	defer os.RemoveAll(work)
-	must(t, os.Chmod(work, 0o755))
+	launchertest.Must(t, os.Chmod(work, 0o755))
 	tablesBefore := nftTables(t)
 	var multiLine []string
 	for i, c := range badCases {
@@ -80,17 +80,17 @@ func TestBadInputVlctl(t *testing.T) {
 			continue
 		}
 		file := filepath.Join(in, fmt.Sprintf("case%02d.yaml", i))
-		must(t, os.WriteFile(file, []byte(c.doc(good)), 0o644))
+		launchertest.Must(t, os.WriteFile(file, []byte(c.doc(good)), 0o644))
 		for _, verb := range []string{"convert", "run"} {
 			args := []string{verb, file}
 			if verb == "run" {
 				args = []string{"run", "--emulation", "--workdir", work, "--qemu-timeout", "10s", file}
 			}
-			cmd := exec.Command(filepath.Join(binDir, "vlctl"), args...)
-			var stdout, stderr syncBuffer
+			cmd := exec.Command(filepath.Join(env.BinDir, "vlctl"), args...)
+			var stdout, stderr launchertest.SyncBuffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			done := make(chan error, 1)
-			must(t, cmd.Start())
+			launchertest.Must(t, cmd.Start())
 			go func() { done <- cmd.Wait() }()
 			var err error
 			select {
@@ -112,10 +112,10 @@ func TestBadInputVlctl(t *testing.T) {
 				}
 			}
 			if !strings.Contains(msg, c.want) || !strings.HasPrefix(msg, "vlctl: ") {
-				t.Errorf("%s/%s: error %q does not name %q", c.name, verb, tail(msg, 300), c.want)
+				t.Errorf("%s/%s: error %q does not name %q", c.name, verb, launchertest.Tail(msg, 300), c.want)
 			}
 			if stdout.String() != "" {
-				t.Errorf("%s/%s: printed %q on stdout", c.name, verb, tail(stdout.String(), 200))
+				t.Errorf("%s/%s: printed %q on stdout", c.name, verb, launchertest.Tail(stdout.String(), 200))
 			}
 		}
 		if ents, _ := os.ReadDir(work); len(ents) > 0 {
@@ -125,13 +125,13 @@ func TestBadInputVlctl(t *testing.T) {
 	// vlctl run with a containerDisk image (a local path standalone) that
 	// is missing or not an acceptable disk image.
 	fixDir, err := os.MkdirTemp("", "vlrfix")
-	must(t, err)
+	launchertest.Must(t, err)
 	defer os.RemoveAll(fixDir)
 	kernelDir := "registry.example/testguest-kernel:v1"
-	if guest != nil {
+	if env.Guest != nil {
 		// A usable kernel, so that the run gets as far as the launcher's
 		// own image checks.
-		kernelDir = guest.KernelDir
+		kernelDir = env.Guest.KernelDir
 	}
 	for i, fx := range append(diskFixtures(t, fixDir), diskFixture{name: "relative path", want: "absolute"}) {
 		img := filepath.Join(fixDir, fmt.Sprintf("img%d", i))
@@ -144,34 +144,34 @@ func TestBadInputVlctl(t *testing.T) {
 		file := filepath.Join(in, fmt.Sprintf("image%02d.yaml", i))
 		doc := replace("image: registry.example/testguest-root:v1", "image: "+img)(good)
 		doc = replace("image: registry.example/testguest-kernel:v1", "image: "+kernelDir)(doc)
-		must(t, os.WriteFile(file, []byte(doc), 0o644))
-		cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--workdir", work, "--qemu-timeout", "30s",
-			"--bin-dir", binDir, file)
-		var stdout, stderr syncBuffer
+		launchertest.Must(t, os.WriteFile(file, []byte(doc), 0o644))
+		cmd := exec.Command(filepath.Join(env.BinDir, "vlctl"), "run", "--emulation", "--workdir", work, "--qemu-timeout", "30s",
+			"--bin-dir", env.BinDir, file)
+		var stdout, stderr launchertest.SyncBuffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
 		// The error is the first line; after a launcher failure vlctl adds
 		// the launcher's last log lines.
 		msg, _, _ := strings.Cut(stderr.String(), "\n")
 		if !strings.HasPrefix(msg, "vlctl: ") {
-			t.Errorf("image %s: first line of stderr is not vlctl's error: %q", fx.name, tail(stderr.String(), 300))
+			t.Errorf("image %s: first line of stderr is not vlctl's error: %q", fx.name, launchertest.Tail(stderr.String(), 300))
 		}
 		if code := cmd.ProcessState.ExitCode(); code != 1 {
 			t.Errorf("image %s: exit %d (%v), want 1; stderr %q", fx.name, code, err, msg)
 		}
 		if !strings.Contains(msg, "volumes[0]") && !strings.Contains(msg, img) && !strings.Contains(msg, "disk_0.img") {
-			t.Errorf("image %s: error %q names neither the volume nor the image", fx.name, tail(msg, 300))
+			t.Errorf("image %s: error %q names neither the volume nor the image", fx.name, launchertest.Tail(msg, 300))
 		}
 		if !strings.Contains(strings.ToLower(msg), fx.want) && fx.want != "disk_3.img" {
-			t.Errorf("image %s: error %q does not say %q", fx.name, tail(msg, 300), fx.want)
+			t.Errorf("image %s: error %q does not say %q", fx.name, launchertest.Tail(msg, 300), fx.want)
 		}
 		if ents, _ := os.ReadDir(work); len(ents) > 0 {
 			t.Fatalf("image %s: vlctl run left %v in its work root", fx.name, ents)
 		}
-		if left := processesUnder(work); len(left) > 0 {
+		if left := launchertest.ProcessesUnder(work); len(left) > 0 {
 			t.Fatalf("image %s: vlctl run left processes %v", fx.name, left)
 		}
-		t.Logf("image %s: %s", fx.name, tail(msg, 200))
+		t.Logf("image %s: %s", fx.name, launchertest.Tail(msg, 200))
 	}
 	if after := nftTables(t); after != tablesBefore {
 		t.Errorf("nft tables of the root namespace changed:\nbefore %s\nafter  %s", tablesBefore, after)
@@ -199,12 +199,12 @@ func nftTables(t *testing.T) string {
 func TestBadInputGRPC(t *testing.T) {
 	t.Parallel()
 	p := newPod(t, "bad", podOpts{})
-	p.waitReady(60 * time.Second)
+	p.WaitReady(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	c := p.client(ctx)
+	c := p.Client(ctx)
 	raw := cmdv1.NewCmdClient(c.Conn())
-	good := goodDoc(p.uid)
+	good := goodDoc(p.UID)
 	before := podFiles(p)
 
 	sync := func(name string, vmiJSON []byte, opts *cmdv1.VirtualMachineOptions) (*cmdv1.Response, error) {
@@ -222,7 +222,7 @@ func TestBadInputGRPC(t *testing.T) {
 		case resp.Message == "":
 			t.Errorf("%s: success=false with an empty message", name)
 		case !strings.Contains(resp.Message, want):
-			t.Errorf("%s: message %q does not name %q", name, tail(resp.Message, 400), want)
+			t.Errorf("%s: message %q does not name %q", name, launchertest.Tail(resp.Message, 400), want)
 		}
 		if d, exists, err := c.GetDomain(ctx); err != nil || exists {
 			t.Fatalf("%s: after the refused Sync: domain exists=%v (%v) err=%v", name, exists, d, err)
@@ -264,7 +264,7 @@ func TestBadInputGRPC(t *testing.T) {
 		{"vmi json wrong type", cmdserverInvalid, []byte(`{"metadata":{"name":5}}`), nil},
 		{"domain-mutation plugins", "options.pluginsJson", mustJSON(t, good), &cmdv1.VirtualMachineOptions{PluginsJson: []byte(`[{"name":"x"}]`)}},
 		{"pluginsJson not JSON", "options.pluginsJson", mustJSON(t, good), &cmdv1.VirtualMachineOptions{PluginsJson: []byte(`{`)}},
-		{"another VMI uid", "uid", mustJSON(t, strings.Replace(good, p.uid, badUID, 1)), nil},
+		{"another VMI uid", "uid", mustJSON(t, strings.Replace(good, p.UID, badUID, 1)), nil},
 		{"another VMI name", "refusing", mustJSON(t, strings.Replace(good, "name: bad\n", "name: other\n", 1)), nil},
 		{"no name", "metadata.name", mustJSON(t, strings.Replace(good, "name: bad\n", "name: \"\"\n", 1)), nil},
 	}
@@ -277,7 +277,7 @@ func TestBadInputGRPC(t *testing.T) {
 	// images: a fourth volume whose disk_3.img the test places first.
 	extraDisk := moreDisk("      - name: extra\n        disk: {bus: virtio}\n",
 		"  - name: extra\n    containerDisk:\n      image: registry.example/extra:v1\n")(good)
-	img := p.layout.ContainerDiskImage(3)
+	img := p.Layout.ContainerDiskImage(3)
 	for _, fx := range diskFixtures(t, t.TempDir()) {
 		os.RemoveAll(img)
 		if fx.make != nil {
@@ -297,7 +297,7 @@ func TestBadInputGRPC(t *testing.T) {
 			t.Fatalf("containerDisk %s: Sync succeeded", fx.name)
 		case !strings.Contains(resp.Message, "disk_3.img") || !strings.Contains(resp.Message, fx.want):
 			if !(fx.name == "missing" && strings.Contains(resp.Message, "does not exist")) {
-				t.Errorf("containerDisk %s: message %q does not name disk_3.img and %q", fx.name, tail(resp.Message, 400), fx.want)
+				t.Errorf("containerDisk %s: message %q does not name disk_3.img and %q", fx.name, launchertest.Tail(resp.Message, 400), fx.want)
 			}
 		}
 		check2()
@@ -312,8 +312,8 @@ func TestBadInputGRPC(t *testing.T) {
 	// The good VMI boots; then another UID is refused and an oversized
 	// message is rejected, and the guest is untouched.
 	p.boot(ctx, c)
-	qpid := p.qemuPid()
-	resp, err := sync("another VMI uid while running", mustJSON(t, strings.Replace(good, p.uid, badUID, 1)), nil)
+	qpid := p.QemuPid()
+	resp, err := sync("another VMI uid while running", mustJSON(t, strings.Replace(good, p.UID, badUID, 1)), nil)
 	if err != nil || resp.Success || !strings.Contains(resp.Message, "uid") {
 		t.Errorf("Sync of another uid while running: %v %v", resp, err)
 	}
@@ -325,10 +325,10 @@ func TestBadInputGRPC(t *testing.T) {
 	if err := c.Ping(ctx); err != nil {
 		t.Errorf("Ping after the oversized message: %v", err)
 	}
-	if d, exists, err := c.GetDomain(ctx); err != nil || !exists || d.Status.Status != "Running" || p.qemuPid() != qpid {
+	if d, exists, err := c.GetDomain(ctx); err != nil || !exists || d.Status.Status != "Running" || p.QemuPid() != qpid {
 		t.Errorf("guest disturbed by refused Syncs: exists=%v err=%v", exists, err)
 	}
-	if strings.Count(p.console(), "VL-BOOTED") != 1 {
+	if strings.Count(p.Console(), "VL-BOOTED") != 1 {
 		t.Errorf("guest rebooted")
 	}
 }
@@ -342,9 +342,9 @@ type diskFixture struct {
 // diskFixtures makes images that must be refused; dir holds what they
 // point at.
 func diskFixtures(t *testing.T, dir string) []diskFixture {
-	must(t, os.Chmod(dir, 0o755))
+	launchertest.Must(t, os.Chmod(dir, 0o755))
 	backing := filepath.Join(dir, "backing.raw")
-	must(t, os.WriteFile(backing, make([]byte, 1<<20), 0o644))
+	launchertest.Must(t, os.WriteFile(backing, make([]byte, 1<<20), 0o644))
 	qemuImg := func(size string, args ...string) func(string) {
 		return func(path string) {
 			a := append(append([]string{"create", "-q"}, args...), path)
@@ -360,7 +360,7 @@ func diskFixtures(t *testing.T, dir string) []diskFixture {
 	}
 	return []diskFixture{
 		{name: "missing", want: "no such file"},
-		{name: "a directory", want: "disk_3.img", make: func(p string) { must(t, os.Mkdir(p, 0o755)) }},
+		{name: "a directory", want: "disk_3.img", make: func(p string) { launchertest.Must(t, os.Mkdir(p, 0o755)) }},
 		{name: "qcow2 with a backing file", want: "backing file", make: func(p string) {
 			qemuImg("", "-f", "qcow2", "-b", backing, "-F", "raw")(p)
 		}},
@@ -369,7 +369,7 @@ func diskFixtures(t *testing.T, dir string) []diskFixture {
 			qemuImg("1M", "-f", "qcow2", "-o", "data_file="+filepath.Join(dir, "data.raw"))(p)
 		}},
 		{name: "vmdk", want: "vmdk", make: qemuImg("1M", "-f", "vmdk")},
-		{name: "symlink to a file the launcher cannot read", want: "disk_3.img", make: func(p string) { must(t, os.Symlink("/etc/shadow", p)) }},
+		{name: "symlink to a file the launcher cannot read", want: "disk_3.img", make: func(p string) { launchertest.Must(t, os.Symlink("/etc/shadow", p)) }},
 	}
 }
 
@@ -379,7 +379,7 @@ const cmdserverInvalid = "No valid vmi object present in command server request"
 func mustJSON(t *testing.T, doc string) []byte {
 	t.Helper()
 	js, err := yaml.YAMLToJSON([]byte(doc))
-	must(t, err)
+	launchertest.Must(t, err)
 	return js
 }
 
@@ -387,12 +387,12 @@ func mustJSON(t *testing.T, doc string) []byte {
 // daemons' own state (which changes as they run).
 func podFiles(p *pod) map[string]bool {
 	skip := []string{
-		filepath.Join(p.layout.PrivateDir, "libvirt"),
-		filepath.Join(p.layout.LibvirtRunDir, "libvirt"),
-		p.layout.LibvirtRunDir + "/virtlogd",
+		filepath.Join(p.Layout.PrivateDir, "libvirt"),
+		filepath.Join(p.Layout.LibvirtRunDir, "libvirt"),
+		p.Layout.LibvirtRunDir + "/virtlogd",
 	}
 	out := map[string]bool{}
-	filepath.Walk(p.dir, func(path string, fi os.FileInfo, err error) error {
+	filepath.Walk(p.Dir, func(path string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return nil
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -28,18 +29,18 @@ import (
 // unrelated process survives).
 func TestOneGuestUnderFire(t *testing.T) {
 	t.Parallel()
-	need(t)
+	env.Need(t)
 	// An unrelated process named like QEMU, of the same user as the
 	// launcher's QEMU: the launcher and monitor must never signal it.
 	decoy := startDecoy(t)
 
 	p := newPod(t, "fire", podOpts{})
-	p.waitReady(60 * time.Second)
+	p.WaitReady(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	c := p.client(ctx)
+	c := p.Client(ctx)
 	p.boot(ctx, c)
-	qpid := p.qemuPid()
+	qpid := p.QemuPid()
 	faults := 0
 
 	t.Run("security", func(t *testing.T) { checkSecurity(t, p, qpid) })
@@ -52,10 +53,10 @@ func TestOneGuestUnderFire(t *testing.T) {
 	}
 	killsOK := t.Run("kill libvirt daemon", func(t *testing.T) {
 		for r := 0; r < rounds; r++ {
-			daemon := p.mustChild("libvirtd", "virtqemud")
-			must(t, syscall.Kill(daemon, syscall.SIGKILL))
+			daemon := p.MustChild("libvirtd", "virtqemud")
+			launchertest.Must(t, syscall.Kill(daemon, syscall.SIGKILL))
 			waitNewChild(t, p, daemon, "libvirtd", "virtqemud")
-			if !alive(qpid) {
+			if !launchertest.Alive(qpid) {
 				t.Fatal("QEMU died with the libvirt daemon")
 			}
 			consoleAnswers(t, p, fmt.Sprintf("after-daemon-kill-%d", r))
@@ -67,7 +68,7 @@ func TestOneGuestUnderFire(t *testing.T) {
 		}
 	})
 	killsOK = t.Run("kill virtlogd", func(t *testing.T) {
-		if p.child("virtlogd") == 0 {
+		if p.Child("virtlogd") == 0 {
 			// virtlogd is off by default (issue 6): QEMU writes the serial
 			// log itself, so it must keep recording across the daemon
 			// kill above (with virtlogd that was only measured).
@@ -75,11 +76,11 @@ func TestOneGuestUnderFire(t *testing.T) {
 			consoleAnswers(t, p, tag)
 			logged := false
 			for i := 0; i < 50 && !logged; i++ {
-				logged = strings.Contains(p.console(), fmt.Sprintf("VLPING-%s-42", tag))
+				logged = strings.Contains(p.Console(), fmt.Sprintf("VLPING-%s-42", tag))
 				time.Sleep(100 * time.Millisecond)
 			}
 			if !logged {
-				t.Errorf("console output after the daemon kill is missing from the serial log %s:\n%s", p.layout.SerialLog(p.uid), tail(p.console(), 1000))
+				t.Errorf("console output after the daemon kill is missing from the serial log %s:\n%s", p.Layout.SerialLog(p.UID), launchertest.Tail(p.Console(), 1000))
 			}
 			// kill -9 of virtlogd needs a launcher started with virtlogd
 			// on, which newPod cannot ask for yet; internal/libvirtd's
@@ -87,10 +88,10 @@ func TestOneGuestUnderFire(t *testing.T) {
 			t.Skip("virtlogd is off by default (issue 6): no virtlogd to kill in this pod; the serial log kept recording without it; kill -9 of virtlogd is tested in internal/libvirtd TestLogs/with_virtlogd")
 		}
 		for r := 0; r < rounds; r++ {
-			logd := p.mustChild("virtlogd")
-			must(t, syscall.Kill(logd, syscall.SIGKILL))
+			logd := p.MustChild("virtlogd")
+			launchertest.Must(t, syscall.Kill(logd, syscall.SIGKILL))
 			waitNewChild(t, p, logd, "virtlogd")
-			if !alive(qpid) {
+			if !launchertest.Alive(qpid) {
 				t.Fatal("QEMU died with virtlogd")
 			}
 			tag := fmt.Sprintf("after-virtlogd-kill-%d", r)
@@ -103,7 +104,7 @@ func TestOneGuestUnderFire(t *testing.T) {
 			// preserves it).
 			logged := false
 			for i := 0; i < 20 && !logged; i++ {
-				logged = strings.Contains(p.console(), fmt.Sprintf("VLPING-%s-42", tag))
+				logged = strings.Contains(p.Console(), fmt.Sprintf("VLPING-%s-42", tag))
 				time.Sleep(100 * time.Millisecond)
 			}
 			t.Logf("console output after the virtlogd kill reaches the serial log file: %v", logged)
@@ -114,22 +115,22 @@ func TestOneGuestUnderFire(t *testing.T) {
 	}
 
 	// kill -9 of QEMU ends the pod with a failure status.
-	launcher := p.mustChild("virt-launcher")
-	must(t, syscall.Kill(qpid, syscall.SIGKILL))
-	code := p.exitCode(90 * time.Second)
+	launcher := p.MustChild("virt-launcher")
+	launchertest.Must(t, syscall.Kill(qpid, syscall.SIGKILL))
+	code := p.ExitCode(90 * time.Second)
 	if code == 0 {
 		t.Errorf("monitor exit status 0 after QEMU was killed, want a failure")
 	}
-	if alive(launcher) {
+	if launchertest.Alive(launcher) {
 		t.Errorf("launcher %d still alive after the monitor exited", launcher)
 	}
 	// Reported: the launcher logged the crash it saw.
-	if out := p.out.String(); !strings.Contains(out, `"statusReason":"Crashed"`) || !strings.Contains(out, "QEMU is gone") {
-		t.Errorf("the launcher did not report QEMU's crash:\n%s", tail(out, 3000))
+	if out := p.Stderr.String(); !strings.Contains(out, `"statusReason":"Crashed"`) || !strings.Contains(out, "QEMU is gone") {
+		t.Errorf("the launcher did not report QEMU's crash:\n%s", launchertest.Tail(out, 3000))
 	}
 	p.assertNothingLeft()
 	faults++
-	if !alive(decoy) {
+	if !launchertest.Alive(decoy) {
 		t.Errorf("the unrelated qemu-system-x86_64 (pid %d) was killed", decoy)
 	}
 	t.Logf("faults survived: %d (daemon, virtlogd, QEMU kill -9 with status %d); decoy %d alive", faults, code, decoy)
@@ -140,16 +141,16 @@ func TestOneGuestUnderFire(t *testing.T) {
 func startDecoy(t *testing.T) int {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "vlrdecoy")
-	must(t, err)
+	launchertest.Must(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	must(t, os.Chmod(dir, 0o755))
+	launchertest.Must(t, os.Chmod(dir, 0o755))
 	bin := filepath.Join(dir, "qemu-system-x86_64")
 	b, err := os.ReadFile("/bin/sleep")
-	must(t, err)
-	must(t, os.WriteFile(bin, b, 0o755))
+	launchertest.Must(t, err)
+	launchertest.Must(t, os.WriteFile(bin, b, 0o755))
 	cmd := exec.Command(bin, "3600")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	must(t, cmd.Start())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: env.Cred, Setpgid: true}
+	launchertest.Must(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	return cmd.Process.Pid
 }
@@ -158,11 +159,11 @@ func waitNewChild(t *testing.T, p *pod, old int, names ...string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if nd := p.child(names...); nd != 0 && nd != old {
+		if nd := p.Child(names...); nd != 0 && nd != old {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%v not restarted:\n%s", names, tail(p.out.String(), 4000))
+			t.Fatalf("%v not restarted:\n%s", names, launchertest.Tail(p.Stderr.String(), 4000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -192,7 +193,7 @@ func waitStatus(t *testing.T, ctx context.Context, c *cmdclient.Client, status s
 // for its output: the guest is alive and its console is served.
 func consoleAnswers(t *testing.T, p *pod, tag string) {
 	t.Helper()
-	conn, err := net.DialTimeout("unix", p.layout.SerialSocket(p.uid), 5*time.Second)
+	conn, err := net.DialTimeout("unix", p.Layout.SerialSocket(p.UID), 5*time.Second)
 	if err != nil {
 		t.Fatalf("console socket: %v", err)
 	}
@@ -211,7 +212,7 @@ func consoleAnswers(t *testing.T, p *pod, tag string) {
 		n, err := conn.Read(buf)
 		got.Write(buf[:n])
 		if err != nil {
-			t.Fatalf("console did not answer %q (%v); read %q", want, err, tail(got.String(), 500))
+			t.Fatalf("console did not answer %q (%v); read %q", want, err, launchertest.Tail(got.String(), 500))
 		}
 	}
 }
@@ -227,7 +228,7 @@ func concurrentClients(t *testing.T, p *pod, ctx context.Context) {
 	if soak() {
 		dur = 60 * time.Second
 	}
-	launcher := p.mustChild("virt-launcher")
+	launcher := p.MustChild("virt-launcher")
 	fds0, threads0, rss0 := fdCount(launcher), threadCount(launcher), rssKiB(launcher)
 	v := p.vmi()
 	var ops, failed, slow atomic.Int64
@@ -236,7 +237,7 @@ func concurrentClients(t *testing.T, p *pod, ctx context.Context) {
 	stop := time.Now().Add(dur)
 	for i := 0; i < clients; i++ {
 		go func(i int) {
-			c, err := cmdclient.Dial(ctx, p.layout.ReadySocket())
+			c, err := cmdclient.Dial(ctx, p.Layout.ReadySocket())
 			if err != nil {
 				errs <- fmt.Errorf("client %d: dial: %w", i, err)
 				return
@@ -292,12 +293,12 @@ func concurrentClients(t *testing.T, p *pod, ctx context.Context) {
 	}
 	// Every call that failed said why; the domain is still there; the
 	// last operation decides the state.
-	c := p.client(ctx)
-	must(t, c.Pause(ctx, v))
+	c := p.Client(ctx)
+	launchertest.Must(t, c.Pause(ctx, v))
 	waitStatus(t, ctx, c, "Paused")
-	must(t, c.Sync(ctx, v, nil))
+	launchertest.Must(t, c.Sync(ctx, v, nil))
 	waitStatus(t, ctx, c, "Paused") // Sync keeps a user's pause
-	must(t, c.Unpause(ctx, v))
+	launchertest.Must(t, c.Unpause(ctx, v))
 	waitStatus(t, ctx, c, "Running")
 	consoleAnswers(t, p, "after-storm")
 
@@ -358,18 +359,18 @@ func TestSIGTERMTwiceNoACPI(t *testing.T) {
 	t.Parallel()
 	const grace = 4
 	p := newPod(t, "noacpi", podOpts{grace: grace})
-	p.waitReady(60 * time.Second)
+	p.WaitReady(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c := p.client(ctx)
+	c := p.Client(ctx)
 	p.boot(ctx, c, testguest.OptNoACPI)
-	qpid := p.qemuPid()
+	qpid := p.QemuPid()
 	t0 := time.Now()
-	p.signal(syscall.SIGTERM)
+	p.Signal(syscall.SIGTERM)
 	time.Sleep(time.Second)
-	p.signal(syscall.SIGTERM)
-	p.waitConsole(testguest.MarkerACPIIgnored, 30*time.Second)
-	code := p.exitCode(90 * time.Second)
+	p.Signal(syscall.SIGTERM)
+	p.WaitConsole(testguest.MarkerACPIIgnored, 30*time.Second)
+	code := p.ExitCode(90 * time.Second)
 	took := time.Since(t0)
 	if code != 0 {
 		t.Errorf("exit status %d, want 0", code)
@@ -377,10 +378,10 @@ func TestSIGTERMTwiceNoACPI(t *testing.T) {
 	if took < grace*time.Second {
 		t.Errorf("exited %v after the first SIGTERM, before the %d s grace period", took, grace)
 	}
-	if strings.Contains(p.console(), testguest.MarkerPowerOff) {
+	if strings.Contains(p.Console(), testguest.MarkerPowerOff) {
 		t.Errorf("guest powered off although it ignores ACPI")
 	}
-	if alive(qpid) {
+	if launchertest.Alive(qpid) {
 		t.Errorf("QEMU %d alive", qpid)
 	}
 	p.assertNothingLeft()
@@ -395,14 +396,14 @@ func TestSIGTERMDuringSync(t *testing.T) {
 	t.Parallel()
 	const grace = 3
 	p := newPod(t, "termsync", podOpts{grace: grace})
-	p.waitReady(60 * time.Second)
+	p.WaitReady(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := p.client(ctx)
+	c := p.Client(ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Sync(ctx, p.vmi(), nil) }()
 	// The overlay is the first thing Sync makes.
-	overlay := p.layout.DiskOverlay("root")
+	overlay := p.Layout.DiskOverlay("root")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(overlay); err == nil {
@@ -419,7 +420,7 @@ func TestSIGTERMDuringSync(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	p.signal(syscall.SIGTERM)
+	p.Signal(syscall.SIGTERM)
 	select {
 	case err := <-done:
 		if err != nil && strings.TrimSpace(err.Error()) == "" {
@@ -429,7 +430,7 @@ func TestSIGTERMDuringSync(t *testing.T) {
 	case <-time.After(cmdclient.LongTimeout + 5*time.Second):
 		t.Errorf("Sync did not return after SIGTERM")
 	}
-	code := p.exitCode(60 * time.Second)
+	code := p.ExitCode(60 * time.Second)
 	if code != 0 && code != 1 && code != 2 {
 		t.Errorf("exit status %d after SIGTERM during Sync", code)
 	}
@@ -438,7 +439,7 @@ func TestSIGTERMDuringSync(t *testing.T) {
 	// The launcher, not the monitor's last-resort cleanup, must end the
 	// guest a Sync started: the grace period and the exit status depend on
 	// it.
-	out := p.out.String()
+	out := p.Stderr.String()
 	if strings.Contains(out, "terminating QEMU left behind") {
 		early := strings.Index(out, "signal before any domain was defined")
 		if early >= 0 && strings.LastIndex(out, "domain started") > early {
@@ -467,10 +468,10 @@ func TestDiskFullOverlay(t *testing.T) {
 
 func diskFull(t *testing.T, size, volume string) {
 	p := newPod(t, "full", podOpts{ephemeralTmpfs: size})
-	p.waitReady(60 * time.Second)
+	p.WaitReady(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := p.client(ctx)
+	c := p.Client(ctx)
 	before := podFiles(p)
 	err := c.Sync(ctx, p.vmi(), nil)
 	if err == nil {
@@ -508,8 +509,8 @@ func diskFull(t *testing.T, size, volume string) {
 		t.Errorf("launcher stopped answering: %v", err)
 	}
 	t.Logf("disk full (%s): %v", size, err)
-	p.signal(syscall.SIGTERM)
-	p.exitCode(60 * time.Second)
+	p.Signal(syscall.SIGTERM)
+	p.ExitCode(60 * time.Second)
 	p.assertNothingLeft()
 	if len(whole) > 0 {
 		t.Errorf("the volumes prepared before the one that failed stay behind after the failed Sync: %v", whole)

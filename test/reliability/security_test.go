@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
 
@@ -19,10 +20,10 @@ import (
 // of the pod runs as root, none listens on a TCP or UDP port, and every
 // socket and private directory the launcher made is owner-only.
 func checkSecurity(t *testing.T, p *pod, qpid int) {
-	procs := p.descendants()
+	procs := p.Descendants()
 	names := map[string]bool{}
 	for _, d := range procs {
-		names[d.comm] = true
+		names[d.Comm] = true
 	}
 	// virtlogd runs only with --virtlogd (off by default since issue 6).
 	if !names["virt-launcher"] {
@@ -34,7 +35,7 @@ func checkSecurity(t *testing.T, p *pod, qpid int) {
 
 	// The sandbox.
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", qpid))
-	must(t, err)
+	launchertest.Must(t, err)
 	args := strings.Split(string(cmdline), "\x00")
 	sandbox := ""
 	for i, a := range args {
@@ -47,9 +48,9 @@ func checkSecurity(t *testing.T, p *pod, qpid int) {
 	}
 
 	// Non-root: the monitor itself and every descendant.
-	all := append([]proc{{pid: p.cmd.Process.Pid, comm: "virt-launcher-monitor"}}, procs...)
+	all := append([]launchertest.Proc{{PID: p.Cmd.Process.Pid, Comm: "virt-launcher-monitor"}}, procs...)
 	for _, d := range all {
-		uids, gids := idLine(d.pid, "Uid:"), idLine(d.pid, "Gid:")
+		uids, gids := idLine(d.PID, "Uid:"), idLine(d.PID, "Gid:")
 		for _, id := range append(uids, gids...) {
 			if id == "0" {
 				t.Errorf("%s runs with root ids: Uid %v Gid %v", d, uids, gids)
@@ -61,9 +62,9 @@ func checkSecurity(t *testing.T, p *pod, qpid int) {
 	// No TCP or UDP socket of any process of the pod.
 	inodes := map[string]string{}
 	for _, d := range all {
-		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.pid))
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.PID))
 		for _, fd := range fds {
-			l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", d.pid, fd.Name()))
+			l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", d.PID, fd.Name()))
 			if err == nil && strings.HasPrefix(l, "socket:[") {
 				inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = d.String()
 			}
@@ -75,7 +76,7 @@ func checkSecurity(t *testing.T, p *pod, qpid int) {
 	checked := 0
 	for _, d := range all {
 		for _, f := range []string{"tcp", "tcp6", "udp", "udp6"} {
-			for _, e := range netEntries(fmt.Sprintf("/proc/%d/net/%s", d.pid, f)) {
+			for _, e := range netEntries(fmt.Sprintf("/proc/%d/net/%s", d.PID, f)) {
 				checked++
 				if owner, ok := inodes[e.inode]; ok {
 					t.Errorf("%s has a %s socket %s (state %s)", owner, f, e.local, e.state)
@@ -89,12 +90,12 @@ func checkSecurity(t *testing.T, p *pod, qpid int) {
 	// must be the launcher user's own); (2) what virtlauncher itself
 	// creates (not libvirt or QEMU) is owner-only.
 	checkOwnGroup(t)
-	strict := map[string]bool{p.layout.PrivateDir: true, p.layout.LibvirtRunDir: true, p.layout.SocketsDir(): true,
-		p.layout.VMIPrivateDir(p.uid): true, p.layout.ReadySocket(): true,
-		filepath.Join(p.layout.LibvirtRunDir, "empty-disks"): true}
+	strict := map[string]bool{p.Layout.PrivateDir: true, p.Layout.LibvirtRunDir: true, p.Layout.SocketsDir(): true,
+		p.Layout.VMIPrivateDir(p.UID): true, p.Layout.ReadySocket(): true,
+		filepath.Join(p.Layout.LibvirtRunDir, "empty-disks"): true}
 	var sockets, dirs int
 	var notOwnerOnly []string
-	filepath.Walk(p.dir, func(path string, fi os.FileInfo, err error) error {
+	filepath.Walk(p.Dir, func(path string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return nil
 		}
@@ -108,11 +109,11 @@ func checkSecurity(t *testing.T, p *pod, qpid int) {
 		} else {
 			dirs++
 		}
-		if reachableByOthers(p.dir, path, isSock) {
+		if reachableByOthers(p.Dir, path, isSock) {
 			t.Errorf("%s (mode %v) can be reached by any user", path, mode.Perm())
 		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != cred.Uid {
-			t.Errorf("%s is owned by uid %d, not the launcher's %d", path, st.Uid, cred.Uid)
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != env.Cred.Uid {
+			t.Errorf("%s is owned by uid %d, not the launcher's %d", path, st.Uid, env.Cred.Uid)
 		}
 		if strict[path] && mode.Perm()&0o077 != 0 {
 			notOwnerOnly = append(notOwnerOnly, fmt.Sprintf("%s %v", path, mode.Perm()))
@@ -159,8 +160,8 @@ func reachableByOthers(root, path string, isSock bool) bool {
 // no other user's primary group), so group permission is owner-only in
 // effect.
 func checkOwnGroup(t *testing.T) {
-	gid := strconv.Itoa(int(cred.Gid))
-	uid := strconv.Itoa(int(cred.Uid))
+	gid := strconv.Itoa(int(env.Cred.Gid))
+	uid := strconv.Itoa(int(env.Cred.Uid))
 	if b, err := os.ReadFile("/etc/group"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Split(line, ":")
@@ -182,7 +183,7 @@ func checkOwnGroup(t *testing.T) {
 // isPrivateDir: the directories that hold the launcher's private state:
 // the private dir, the libvirt run dir, the command sockets' directory.
 func isPrivateDir(p *pod, path string) bool {
-	for _, root := range []string{p.layout.PrivateDir, p.layout.LibvirtRunDir, p.layout.SocketsDir()} {
+	for _, root := range []string{p.Layout.PrivateDir, p.Layout.LibvirtRunDir, p.Layout.SocketsDir()} {
 		if path == root || strings.HasPrefix(path, root+"/") {
 			return true
 		}
@@ -267,9 +268,6 @@ func TestLayoutPathsStayInside(t *testing.T) {
 // subreaper and reaps every one; none is left, zombie or alive. The unit
 // variant with the fake launcher is internal/monitor TestReapOrphans.
 func TestReapOrphansEndToEnd(t *testing.T) {
-	if binDir == "" {
-		t.Skip(setup)
-	}
 	t.Parallel()
 	n := 1000
 	if soak() {
@@ -277,7 +275,7 @@ func TestReapOrphansEndToEnd(t *testing.T) {
 	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "launcher.sh")
-	must(t, os.WriteFile(script, []byte(fmt.Sprintf(`#!/bin/sh
+	launchertest.Must(t, os.WriteFile(script, []byte(fmt.Sprintf(`#!/bin/sh
 i=0
 while [ $i -lt %d ]; do
 	( /bin/sleep 0.2 & )
@@ -286,19 +284,19 @@ done
 : > %s/spawned
 exec /bin/sleep 600
 `, n, dir)), 0o755))
-	var out syncBuffer
-	cmd := exec.Command(filepath.Join(binDir, "virt-launcher-monitor"))
+	var out launchertest.SyncBuffer
+	cmd := exec.Command(filepath.Join(env.BinDir, "virt-launcher-monitor"))
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "VIRT_LAUNCHER_BIN=" + script}
 	cmd.Stdout, cmd.Stderr = &out, &out
-	must(t, cmd.Start())
+	launchertest.Must(t, cmd.Start())
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		select {
 		case <-exited:
 		default:
-			for _, d := range descendantsOf(cmd.Process.Pid) {
-				syscall.Kill(d.pid, syscall.SIGKILL)
+			for _, d := range launchertest.DescendantsOf(cmd.Process.Pid) {
+				syscall.Kill(d.PID, syscall.SIGKILL)
 			}
 			cmd.Process.Kill()
 			<-exited
@@ -325,11 +323,11 @@ exec /bin/sleep 600
 		kids := childrenOf(mon)
 		zombies := 0
 		for _, k := range kids {
-			if k.state == "Z" {
+			if k.State == "Z" {
 				zombies++
 			}
 		}
-		if len(kids) == 1 && zombies == 0 && strings.Contains(kids[0].comm, "sleep") {
+		if len(kids) == 1 && zombies == 0 && strings.Contains(kids[0].Comm, "sleep") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -352,10 +350,10 @@ exec /bin/sleep 600
 }
 
 // childrenOf lists direct children, zombies included.
-func childrenOf(pid int) []proc {
-	var out []proc
-	for _, q := range allProcs() {
-		if q.ppid == pid {
+func childrenOf(pid int) []launchertest.Proc {
+	var out []launchertest.Proc
+	for _, q := range launchertest.AllProcs() {
+		if q.PPID == pid {
 			out = append(out, q)
 		}
 	}

@@ -1,0 +1,122 @@
+// Package launchertest starts the real virt-launcher-monitor (and through
+// it virt-launcher) as the unprivileged user virtlauncher in a directory
+// laid out like KubeVirt's pod volumes, booting the test guest. It is the
+// harness shared by test/integration, test/reliability and
+// test/conformance; only tests import it.
+package launchertest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// Env is what a test binary prepares once: the built binaries, the shared
+// QEMU capability cache, the test guest and the launcher user's ids.
+type Env struct {
+	BinDir  string              // virt-launcher, virt-launcher-monitor and any extra commands
+	CapsDir string              // --qemu-caps-cache shared by the pods that opt in
+	Guest   *testguest.Guest    // the test guest, built once
+	Cred    *syscall.Credential // user virtlauncher
+	// Err says why pods cannot run here (not root, no user virtlauncher,
+	// no test guest); nil when they can. The binaries are built anyway.
+	Err error
+}
+
+// Main is a TestMain body: it builds virt-launcher, virt-launcher-monitor
+// and the extra command packages (e.g. "./cmd/vlctl") into a fresh
+// directory named after prefix, prepares e, runs the tests and removes the
+// directory. A build failure fails the test binary (exit 1); a machine
+// that cannot run pods only sets e.Err, for Need to skip on. Pass the
+// result to os.Exit.
+func Main(m *testing.M, e *Env, prefix string, extraCmds ...string) int {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := build(dir, extraCmds); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	e.BinDir = dir
+	e.Err = e.prepare(dir)
+	return m.Run()
+}
+
+func build(dir string, extra []string) error {
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	args := append([]string{"build", "-o", dir + "/", "./cmd/virt-launcher", "./cmd/virt-launcher-monitor"}, extra...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build launcher: %v\n%s", err, out)
+	}
+	return nil
+}
+
+func (e *Env) prepare(dir string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root to start the launcher as user virtlauncher")
+	}
+	u, err := user.Lookup("virtlauncher")
+	if err != nil {
+		return fmt.Errorf("user virtlauncher missing (run scripts/install-deps): %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	e.Cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	e.CapsDir = filepath.Join(dir, "qemu-caps")
+	if err := os.Mkdir(e.CapsDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(e.CapsDir, uid, gid); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	g, err := testguest.Build(ctx, testguest.DefaultCacheDir())
+	if err != nil {
+		return fmt.Errorf("build test guest: %w", err)
+	}
+	e.Guest = g
+	return nil
+}
+
+// Need skips t when pods cannot run here.
+func (e *Env) Need(t testing.TB) {
+	t.Helper()
+	if e.Err != nil {
+		t.Skip(e.Err)
+	}
+}
+
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("no go.mod above %s", wd)
+}

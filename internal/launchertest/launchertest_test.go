@@ -1,0 +1,87 @@
+package launchertest
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+// TestVMIYAML: the test VMI loads through the real VMI loader, with and
+// without the pod network, and carries what the spec asked for.
+func TestVMIYAML(t *testing.T) {
+	for _, net := range []bool{false, true} {
+		s := VMISpec{Name: "tv", Namespace: "ns1", UID: "0b7c1f3e-8c39-4d8b-a1f0-3f2e9d1c4b5a", Token: "tok-1",
+			PodNetwork: net, ExtraUserData: []string{"echo extra-line"}, KernelArgs: []string{testguest.OptPowerOff}}
+		y := VMIYAML(s)
+		v, err := vmi.Load([]byte(y), vmi.Options{})
+		if err != nil {
+			t.Fatalf("network %v: load: %v\n%s", net, err, y)
+		}
+		if v.Name != s.Name || v.Namespace != s.Namespace || string(v.UID) != s.UID {
+			t.Errorf("network %v: metadata %s/%s %s", net, v.Namespace, v.Name, v.UID)
+		}
+		if got := len(v.Spec.Domain.Devices.Interfaces); (got == 1) != net || len(v.Spec.Networks) != got {
+			t.Errorf("network %v: %d interfaces, %d networks", net, got, len(v.Spec.Networks))
+		}
+		args := v.Spec.Domain.Firmware.KernelBoot.KernelArgs
+		if !strings.Contains(args, testguest.OptNoDHCP) || !strings.HasSuffix(args, testguest.OptPowerOff) {
+			t.Errorf("network %v: kernel args %q", net, args)
+		}
+		var ud string
+		for _, vol := range v.Spec.Volumes {
+			if vol.CloudInitNoCloud != nil {
+				ud = vol.CloudInitNoCloud.UserData
+			}
+		}
+		if !strings.Contains(ud, `echo "token tok-1"`+"\n") || !strings.HasSuffix(ud, "echo extra-line\n") {
+			t.Errorf("network %v: user data %q", net, ud)
+		}
+	}
+}
+
+// TestProcessesUnder: a process naming a path inside the directory, or the
+// directory itself, is found; one naming a sibling whose name starts with
+// the directory's is not. DescendantsOf finds them under this process.
+func TestProcessesUnder(t *testing.T) {
+	dir := t.TempDir()
+	start := func(arg string) int {
+		cmd := exec.Command("/bin/sh", "-c", "sleep 30; :", "sh", arg)
+		Must(t, cmd.Start())
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	inside, whole, sibling := start(dir+"/x"), start(dir), start(dir+"1/x")
+	got := ProcessesUnder(dir)
+	if !slices.Contains(got, inside) || !slices.Contains(got, whole) {
+		t.Errorf("ProcessesUnder(%s) = %v, want %d and %d", dir, got, inside, whole)
+	}
+	if slices.Contains(got, sibling) {
+		t.Errorf("ProcessesUnder(%s) = %v names the sibling's %d", dir, got, sibling)
+	}
+	var pids []int
+	for _, q := range DescendantsOf(os.Getpid()) {
+		pids = append(pids, q.PID)
+	}
+	for _, pid := range []int{inside, whole, sibling} {
+		if !slices.Contains(pids, pid) || !Alive(pid) {
+			t.Errorf("%d: not a live descendant (descendants %v)", pid, pids)
+		}
+	}
+}
+
+func TestTail(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		n    int
+		want string
+	}{{"abc", 5, "abc"}, {"abcdef", 3, "...def"}, {"", 0, ""}} {
+		if got := Tail(c.s, c.n); got != c.want {
+			t.Errorf("Tail(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,485 @@
+package launchertest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/podnet"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+const capNetBindService = 10 // CAP_NET_BIND_SERVICE (linux/capability.h)
+
+// Options shape one pod; the zero value is a plain pod in namespace
+// "default".
+type Options struct {
+	Namespace   string        // default "default"
+	DirPrefix   string        // temp dir name prefix, default "vl"; keep it short
+	QemuTimeout time.Duration // --qemu-timeout, default 3m
+	Grace       int           // --grace-period-seconds, default 30
+	SharedCaps  bool          // pass --qemu-caps-cache (the first pod still probes)
+	ExtraArgs   []string      // more monitor flags
+	// SeparateStdout keeps the monitor's stdout apart from its stderr
+	// (Pod.Stdout); otherwise both go to Pod.Stderr.
+	SeparateStdout bool
+	// EphemeralTmpfs mounts a tmpfs of this size (e.g. "128k") as the
+	// ephemeral disk directory.
+	EphemeralTmpfs string
+	// Network gives the VMI a masquerade interface on the pod network and
+	// runs the pod in a network namespace of its own whose eth0 and tap
+	// virt-handler's privileged phase (netsetup.SetupPrivileged, as vlctl
+	// run uses it) prepared beforehand.
+	Network bool
+	// TrackDescendants records the monitor's process tree as it grows, so
+	// that AssertNothingLeft also covers processes re-parented away from
+	// the monitor, and cleanup kills them.
+	TrackDescendants bool
+	// LeftWait is how long AssertNothingLeft waits, default 5 s.
+	LeftWait time.Duration
+	// LogTail limits the output logged for a failed test (0: all; the
+	// environment variable VL_FULLLOG lifts the limit).
+	LogTail int
+}
+
+// Pod is one launcher "pod": a directory laid out like KubeVirt's pod
+// volumes, and the monitor + launcher running in it.
+type Pod struct {
+	T      *testing.T
+	Env    *Env
+	Dir    string
+	Layout layout.Layout
+	Name   string
+	NS     string
+	UID    string
+
+	Cmd            *exec.Cmd
+	Stdout, Stderr *SyncBuffer // the same buffer unless Options.SeparateStdout
+	Exited         chan struct{}
+	ExitErr        error // valid once Exited is closed
+	Started        time.Time
+	Ready          time.Duration // monitor start to launcher-sock
+
+	// ExtraUserData lines are appended to the user-data script of VMIYAML.
+	ExtraUserData []string
+
+	opts Options
+	net  *podnet.Pod
+	mu   sync.Mutex
+	seen map[int]Proc // every descendant of the monitor ever observed
+}
+
+// New prepares a pod (see NewDeferred) and starts it.
+func (e *Env) New(t *testing.T, name string, o Options) *Pod {
+	t.Helper()
+	p := e.NewDeferred(t, name, o)
+	p.Start()
+	return p
+}
+
+// NewDeferred lays out the pod under a short temp root (unix socket paths
+// are limited to 107 bytes): the test guest's root disk as container disk
+// 0, its kernel and initrd in kernel-boot/, as virt-handler's mounts would
+// provide them. Cmd is the monitor as user virtlauncher with the flags
+// virt-controller's pod template passes; the caller may change it before
+// Start.
+func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
+	t.Helper()
+	e.Need(t)
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	if o.DirPrefix == "" {
+		o.DirPrefix = "vl"
+	}
+	if o.QemuTimeout == 0 {
+		o.QemuTimeout = 3 * time.Minute
+	}
+	if o.Grace == 0 {
+		o.Grace = 30
+	}
+	if o.LeftWait == 0 {
+		o.LeftWait = 5 * time.Second
+	}
+	dir, err := os.MkdirTemp("", o.DirPrefix)
+	Must(t, err)
+	p := &Pod{T: t, Env: e, Dir: dir, Layout: layout.Under(dir), Name: name, NS: o.Namespace, UID: uuid.NewString(),
+		Stderr: &SyncBuffer{}, Exited: make(chan struct{}), opts: o, seen: map[int]Proc{}}
+	p.Stdout = p.Stderr
+	if o.SeparateStdout {
+		p.Stdout = &SyncBuffer{}
+	}
+	if o.Network {
+		// Cleanups run last-in first-out: the network goes after the
+		// pod's processes.
+		p.net = p.network()
+	}
+	t.Cleanup(p.cleanup)
+	cred := e.Cred
+	Must(t, os.Chmod(dir, 0o755))
+	Must(t, os.Chown(dir, int(cred.Uid), int(cred.Gid)))
+	// The container-disk volume is filled by virt-handler in a pod; here
+	// the test plays that part. The image stays root-owned and read-only
+	// for the launcher, as a bind-mounted container image would be.
+	Must(t, os.MkdirAll(p.Layout.KernelBootDir(), 0o755))
+	Must(t, e.Guest.CopyRootDisk(p.Layout.ContainerDiskImage(0)))
+	Must(t, os.Chmod(p.Layout.ContainerDiskImage(0), 0o444))
+	Must(t, CopyFile(e.Guest.Kernel, filepath.Join(p.Layout.KernelBootDir(), "vmlinuz")))
+	Must(t, CopyFile(e.Guest.Initrd, filepath.Join(p.Layout.KernelBootDir(), "initrd.img")))
+	Must(t, os.Chown(p.Layout.ShareDir, int(cred.Uid), int(cred.Gid)))
+	if o.EphemeralTmpfs != "" {
+		Must(t, os.MkdirAll(p.Layout.EphemeralDiskDir, 0o755))
+		mo := fmt.Sprintf("size=%s,mode=0755,uid=%d,gid=%d", o.EphemeralTmpfs, cred.Uid, cred.Gid)
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", mo, "vltest", p.Layout.EphemeralDiskDir).CombinedOutput(); err != nil {
+			t.Fatalf("mount tmpfs: %v %s", err, out)
+		}
+	}
+	args := append([]string{"--qemu-timeout", o.QemuTimeout.String()}, p.PodArgs()...)
+	args = append(args,
+		"--grace-period-seconds", strconv.Itoa(o.Grace),
+		"--allow-emulation", "--force-emulation", "--run-as-nonroot",
+	)
+	if o.SharedCaps {
+		args = append(args, "--qemu-caps-cache", e.CapsDir)
+	}
+	if p.net != nil {
+		args = append(args, "--resolv-conf", p.net.ResolvConf)
+	}
+	args = append(args, o.ExtraArgs...)
+	p.Cmd = exec.Command(filepath.Join(e.BinDir, "virt-launcher-monitor"), args...)
+	p.Cmd.Dir = dir
+	p.Cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "VIRT_LAUNCHER_BIN=" + filepath.Join(e.BinDir, "virt-launcher")}
+	p.Cmd.Stdout = p.Stdout
+	p.Cmd.Stderr = p.Stderr
+	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	if p.net != nil {
+		// The launcher's DHCP server binds port 67 on the bridge: the one
+		// capability a KubeVirt launcher pod keeps (compute container
+		// capabilities.add NET_BIND_SERVICE).
+		p.Cmd.SysProcAttr.AmbientCaps = []uintptr{capNetBindService}
+	}
+	return p
+}
+
+// PodArgs are the launcher flags naming the VMI and the pod's directories.
+func (p *Pod) PodArgs() []string {
+	return []string{
+		"--name", p.Name, "--namespace", p.NS, "--uid", p.UID,
+		"--kubevirt-share-dir", p.Layout.ShareDir,
+		"--ephemeral-disk-dir", p.Layout.EphemeralDiskDir,
+		"--container-disk-dir", p.Layout.ContainerDiskDir,
+		"--hotplug-disk-dir", p.Layout.HotplugDiskDir,
+		"--private-dir", p.Layout.PrivateDir,
+		"--libvirt-run-dir", p.Layout.LibvirtRunDir,
+	}
+}
+
+// SetEnv adds an environment variable for the monitor (before Start).
+func (p *Pod) SetEnv(k, v string) { p.Cmd.Env = append(p.Cmd.Env, k+"="+v) }
+
+// Start runs Cmd (in the pod's network namespace with Options.Network).
+func (p *Pod) Start() {
+	p.T.Helper()
+	p.Started = time.Now()
+	if p.net != nil {
+		Must(p.T, netsetup.InNS(p.net.NS, p.Cmd.Start))
+	} else {
+		Must(p.T, p.Cmd.Start())
+	}
+	go func() {
+		p.ExitErr = p.Cmd.Wait()
+		close(p.Exited)
+	}()
+	if p.opts.TrackDescendants {
+		go func() {
+			for {
+				select {
+				case <-p.Exited:
+					return
+				case <-time.After(200 * time.Millisecond):
+					p.Descendants()
+				}
+			}
+		}()
+	}
+}
+
+// network makes the pod's network namespace and runs the privileged phase
+// for the VMI in it; the caches it writes to the private dir are handed to
+// the launcher's user. Removed at cleanup.
+func (p *Pod) network() *podnet.Pod {
+	t := p.T
+	t.Helper()
+	cred := p.Env.Cred
+	pn, err := podnet.New(podnet.Config{Dir: p.Dir, NoIPv6: true})
+	if err != nil {
+		os.RemoveAll(p.Dir)
+		t.Fatalf("pod network: %v", err)
+	}
+	v, err := vmiLoad(p.VMIYAML(p.Name))
+	if err == nil {
+		v.Status.Phase = v1.Scheduled // as at the first Sync
+	}
+	if err != nil {
+		pn.Remove()
+		os.RemoveAll(p.Dir)
+		t.Fatal(err)
+	}
+	cfg := netsetup.PrivilegedConfig{QemuUID: int(cred.Uid), QemuGID: int(cred.Gid), CacheDir: p.Layout.PrivateDir}
+	t.Cleanup(func() {
+		if err := netsetup.TeardownPrivileged(context.Background(), pn.NS, v, cfg, nil); err != nil {
+			t.Errorf("network teardown: %v", err)
+		}
+		if err := pn.Remove(); err != nil {
+			t.Errorf("remove pod network: %v", err)
+		}
+	})
+	Must(t, os.MkdirAll(p.Layout.PrivateDir, 0o700))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := netsetup.SetupPrivileged(ctx, pn.NS, v, cfg, nil); err != nil {
+		t.Fatalf("network privileged phase: %v", err)
+	}
+	Must(t, filepath.Walk(p.Layout.PrivateDir, func(path string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, int(cred.Uid), int(cred.Gid))
+	}))
+	return pn
+}
+
+// vmiLoad parses and defaults the manifest as virt-api would have.
+func vmiLoad(yaml string) (*v1.VirtualMachineInstance, error) {
+	v, err := vmi.Load([]byte(yaml), vmi.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("load test VMI: %w", err)
+	}
+	return v, nil
+}
+
+// WaitReady waits for the rename to launcher-sock, the only name
+// virt-handler looks for.
+func (p *Pod) WaitReady(timeout time.Duration) {
+	p.T.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(p.Layout.ReadySocket()); err == nil {
+			p.Ready = time.Since(p.Started)
+			return
+		}
+		select {
+		case <-p.Exited:
+			p.T.Fatalf("launcher exited before it was ready (%v):\n%s", p.ExitErr, p.Stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	p.T.Fatalf("no %s after %v:\n%s", p.Layout.ReadySocket(), timeout, p.Stderr.String())
+}
+
+// Client dials launcher-sock with the launcher's own client; closed at
+// cleanup.
+func (p *Pod) Client(ctx context.Context) *cmdclient.Client {
+	p.T.Helper()
+	c, err := cmdclient.Dial(ctx, p.Layout.ReadySocket())
+	if err != nil {
+		p.T.Fatalf("dial launcher: %v", err)
+	}
+	p.T.Cleanup(func() { c.Close() })
+	return c
+}
+
+// ExitCode waits for the monitor (the compute container's process) to
+// exit and returns its status.
+func (p *Pod) ExitCode(timeout time.Duration) int {
+	p.T.Helper()
+	select {
+	case <-p.Exited:
+	case <-time.After(timeout):
+		p.T.Fatalf("monitor still running after %v:\n%s", timeout, p.Stderr.String())
+	}
+	if p.ExitErr == nil {
+		return 0
+	}
+	if ee, ok := p.ExitErr.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	p.T.Fatalf("wait: %v", p.ExitErr)
+	return -1
+}
+
+// Running reports whether the monitor has not exited yet.
+func (p *Pod) Running() bool {
+	select {
+	case <-p.Exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Signal sends sig to the monitor.
+func (p *Pod) Signal(sig syscall.Signal) {
+	p.T.Helper()
+	Must(p.T, p.Cmd.Process.Signal(sig))
+}
+
+// cleanup kills what is left of this pod only (its process group, the
+// descendants seen, then any process whose command line names the pod's
+// directory) and removes the directory (kept with VL_KEEP set).
+func (p *Pod) cleanup() {
+	if p.Cmd.Process != nil {
+		if p.Running() {
+			syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+			if p.opts.TrackDescendants {
+				for _, d := range p.Descendants() {
+					syscall.Kill(d.PID, syscall.SIGKILL)
+				}
+			}
+			<-p.Exited
+		}
+		for _, pid := range ProcessesUnder(p.Dir) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if p.T.Failed() || os.Getenv("VL_KEEP") != "" {
+		n := p.opts.LogTail
+		if n == 0 || os.Getenv("VL_FULLLOG") != "" {
+			n = 1 << 30
+		}
+		if p.Stdout != p.Stderr {
+			p.T.Logf("monitor stderr:\n%s\nmonitor stdout:\n%s", Tail(p.Stderr.String(), n), Tail(p.Stdout.String(), n))
+		} else {
+			p.T.Logf("monitor/launcher output:\n%s", Tail(p.Stderr.String(), n))
+		}
+	}
+	if p.opts.EphemeralTmpfs != "" {
+		syscall.Unmount(p.Layout.EphemeralDiskDir, syscall.MNT_DETACH)
+	}
+	if os.Getenv("VL_KEEP") == "" {
+		os.RemoveAll(p.Dir)
+	}
+}
+
+// DomainName is the libvirt domain's name.
+func (p *Pod) DomainName() string { return p.NS + "_" + p.Name }
+
+// QemuPid reads the pid libvirt recorded for the domain.
+func (p *Pod) QemuPid() int {
+	p.T.Helper()
+	b, err := os.ReadFile(filepath.Join(p.Layout.LibvirtRunDir, "libvirt", "qemu", "run", p.DomainName()+".pid"))
+	if err != nil {
+		p.T.Fatalf("QEMU pid file: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	Must(p.T, err)
+	return pid
+}
+
+// Console is the serial console log (written from the first byte, so
+// nothing is missed between start and connect).
+func (p *Pod) Console() string {
+	b, _ := os.ReadFile(p.Layout.SerialLog(p.UID))
+	return string(b)
+}
+
+// WaitConsole waits until the console shows marker and returns what
+// follows it.
+func (p *Pod) WaitConsole(marker string, timeout time.Duration) string {
+	p.T.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		out := p.Console()
+		if rest, ok := testguest.FindMarker(out, marker); ok {
+			return rest
+		}
+		if time.Now().After(deadline) {
+			p.T.Fatalf("no %s on the console after %v; console:\n%s\nlauncher:\n%s", marker, timeout, Tail(out, 8000), Tail(p.Stderr.String(), 8000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Descendants lists the live processes under the monitor (by ppid chain)
+// and remembers them for AssertNothingLeft.
+func (p *Pod) Descendants() []Proc {
+	if p.Cmd.Process == nil {
+		return nil
+	}
+	ds := DescendantsOf(p.Cmd.Process.Pid)
+	p.mu.Lock()
+	for _, d := range ds {
+		p.seen[d.PID] = d
+	}
+	p.mu.Unlock()
+	return ds
+}
+
+// Child returns the first live descendant named one of names (0 if none).
+func (p *Pod) Child(names ...string) int {
+	for _, d := range p.Descendants() {
+		for _, n := range names {
+			if d.Comm == n {
+				return d.PID
+			}
+		}
+	}
+	return 0
+}
+
+// MustChild is Child failing the test when there is none.
+func (p *Pod) MustChild(names ...string) int {
+	p.T.Helper()
+	if pid := p.Child(names...); pid != 0 {
+		return pid
+	}
+	p.T.Fatalf("no descendant %v of the monitor; tree: %v", names, p.Descendants())
+	return 0
+}
+
+// AssertNothingLeft checks that no process of the pod survives: neither
+// one ever seen under the monitor (Options.TrackDescendants) nor one whose
+// command line names the pod directory.
+func (p *Pod) AssertNothingLeft() {
+	p.T.Helper()
+	deadline := time.Now().Add(p.opts.LeftWait)
+	for {
+		var left []string
+		p.mu.Lock()
+		for pid, d := range p.seen {
+			if q, ok := ReadProc(pid); ok && q.State != "Z" && q.Start == d.Start {
+				left = append(left, d.String())
+			}
+		}
+		p.mu.Unlock()
+		for _, pid := range ProcessesUnder(p.Dir) {
+			c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			left = append(left, fmt.Sprintf("%d(%s, cmdline names the pod dir)", pid, strings.TrimSpace(string(c))))
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.T.Fatalf("processes left behind: %v", left)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Options is what the pod was made with (defaults filled in).
+func (p *Pod) Options() Options { return p.opts }
