@@ -241,6 +241,9 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	}
 
 	// 6. run until QEMU is gone
+	if !l.opts.Virtlogd {
+		go capLog(mctx, l.layout.SerialLog(l.opts.UID), serialLogMax, logCapEvery, l.log)
+	}
 	destroyed := false
 	select {
 	case <-l.mgr.Stopped():
