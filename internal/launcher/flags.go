@@ -101,7 +101,7 @@ func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.HotplugDiskDir, "hotplug-disk-dir", d.HotplugDiskDir+"/", "directory holding hotplugged disks")
 	fs.StringVar(&o.PrivateDir, "private-dir", d.PrivateDir, "launcher-private directory (libvirt state, console sockets, config disks); ours, not KubeVirt's")
 	fs.StringVar(&o.LibvirtRunDir, "libvirt-run-dir", d.LibvirtRunDir, "libvirt runtime directory (daemon sockets, empty disks); ours, not KubeVirt's")
-	fs.BoolVar(&o.Virtlogd, "virtlogd", false, "run virtlogd beside the libvirt daemon: QEMU's log and the serial console log go through it, capped at 1 MiB with one backup (off: QEMU writes them itself, uncapped, and the pod saves ~18 MiB); ours, not KubeVirt's")
+	fs.BoolVar(&o.Virtlogd, "virtlogd", false, "run virtlogd beside the libvirt daemon: QEMU's log and the serial console log go through it, capped at 1 MiB with one backup (off: QEMU writes them itself, the launcher caps the serial log at 1 MiB with one backup, and the pod saves ~18 MiB); ours, not KubeVirt's")
 	fs.StringVar(&o.ResolvConf, "resolv-conf", "/etc/resolv.conf", "the pod's resolver configuration, whose servers and search domains the DHCP server hands to the guest; ours, not KubeVirt's")
 	fs.StringVar(&o.QemuCapsCache, "qemu-caps-cache", "", "directory of libvirt QEMU capability cache files shared by the launchers of a machine, so only the first pays for the probe (~2.5 s under TCG); empty: none; ours, not KubeVirt's")
 	fs.IntVar(&o.GracePeriodSeconds, "grace-period-seconds", 30, "after SIGTERM, seconds to wait for the guest to power off before destroying it")
