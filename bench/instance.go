@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,11 +17,11 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
-	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
+	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -31,16 +29,8 @@ import (
 type ids struct{ uid, gid int }
 
 func lookupUser(name string) (ids, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return ids{}, fmt.Errorf("user %q (scripts/install-deps creates it): %w", name, err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if uid == 0 {
-		return ids{}, fmt.Errorf("user %q is root; launchers run unprivileged", name)
-	}
-	return ids{uid, gid}, nil
+	uid, gid, err := standalone.LookupUser(name)
+	return ids{uid, gid}, err
 }
 
 // stamped is one notify event with the time the bench received it.
@@ -340,14 +330,6 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// syncOpts are the options virt-handler sends with every Sync.
-func syncOpts() *cmdv1.VirtualMachineOptions {
-	return &cmdv1.VirtualMachineOptions{
-		VirtualMachineSMBios:  &cmdv1.SMBios{Manufacturer: "KubeVirt", Family: "KubeVirt", Product: "None"},
-		MemBalloonStatsPeriod: 10,
-	}
-}
-
 // firstSync sends the first Sync and starts reading the console at once.
 func (in *instance) firstSync(ctx context.Context) error {
 	in.console = newConsole(in.lay.SerialSocket(string(in.vmi.UID)))
@@ -355,7 +337,7 @@ func (in *instance) firstSync(ctx context.Context) error {
 	go in.console.run(ctx, in.exited)
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	err := in.client.Sync(sctx, in.vmi, syncOpts())
+	err := in.client.Sync(sctx, in.vmi, cmdclient.HandlerSyncOptions())
 	in.syncDoneAt = time.Now()
 	if err != nil {
 		return in.withLog(fmt.Errorf("sync: %w", err))
@@ -368,7 +350,7 @@ func (in *instance) repeatSync(ctx context.Context) (time.Duration, error) {
 	sctx, cancel := context.WithTimeout(ctx, cmdclient.LongTimeout)
 	defer cancel()
 	t := time.Now()
-	if err := in.client.Sync(sctx, in.vmi, syncOpts()); err != nil {
+	if err := in.client.Sync(sctx, in.vmi, cmdclient.HandlerSyncOptions()); err != nil {
 		return 0, fmt.Errorf("repeated sync: %w", err)
 	}
 	return time.Since(t), nil
@@ -512,17 +494,7 @@ func (in *instance) cleanup() {
 	os.RemoveAll(in.dir)
 }
 
-func chownTree(root string, o ids) error {
-	return filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := os.Lchown(p, o.uid, o.gid); err != nil {
-			return fmt.Errorf("chown %s: %w", p, err)
-		}
-		return nil
-	})
-}
+func chownTree(root string, o ids) error { return standalone.ChownTree(root, o.uid, o.gid) }
 
 // copyDir copies the regular files of src into dst (created).
 func copyDir(src, dst string) error {

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	v1 "kubevirt.io/api/core/v1"
 
-	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -73,10 +72,7 @@ func vmiVerb(use, short string, call func(*cmdclient.Client, context.Context, *v
 func newCtlCmds() []*cobra.Command {
 	sync := vmiVerb("sync", "Sync the VMI (define and start the domain when needed)",
 		func(c *cmdclient.Client, ctx context.Context, v *v1.VirtualMachineInstance) error {
-			return c.Sync(ctx, v, &cmdv1.VirtualMachineOptions{
-				VirtualMachineSMBios:  &cmdv1.SMBios{Manufacturer: "KubeVirt", Family: "KubeVirt", Product: "None"},
-				MemBalloonStatsPeriod: 10,
-			})
+			return c.Sync(ctx, v, cmdclient.HandlerSyncOptions())
 		})
 	cmds := []*cobra.Command{
 		sync,

@@ -323,3 +323,14 @@ func (c *Client) GuestPing(ctx context.Context, domainName string, timeoutSecond
 	}
 	return responseError("GuestPing", resp.GetResponse())
 }
+
+// HandlerSyncOptions are the options a stock virt-handler sends with every
+// Sync under KubeVirt's default cluster settings (SMBIOS manufacturer and
+// family KubeVirt, product None; balloon stats every 10 s). vlctl and the
+// benchmarks send the same, so a launcher sees what a cluster would send.
+func HandlerSyncOptions() *cmdv1.VirtualMachineOptions {
+	return &cmdv1.VirtualMachineOptions{
+		VirtualMachineSMBios:  &cmdv1.SMBios{Manufacturer: "KubeVirt", Family: "KubeVirt", Product: "None"},
+		MemBalloonStatsPeriod: 10,
+	}
+}

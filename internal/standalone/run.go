@@ -27,7 +27,6 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
-	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -156,16 +155,23 @@ func (c *Config) defaults() {
 type ids struct{ uid, gid int }
 
 func lookupUser(name string) (ids, error) {
+	uid, gid, err := LookupUser(name)
+	return ids{uid, gid}, err
+}
+
+// LookupUser returns the ids of the unprivileged user that runs launchers,
+// their libvirt daemons and QEMU; root is refused.
+func LookupUser(name string) (uid, gid int, err error) {
 	u, err := user.Lookup(name)
 	if err != nil {
-		return ids{}, fmt.Errorf("user %q (runs the launcher and QEMU; scripts/install-deps creates it): %w", name, err)
+		return 0, 0, fmt.Errorf("user %q (runs the launcher and QEMU; scripts/install-deps creates it): %w", name, err)
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
 	if uid == 0 {
-		return ids{}, fmt.Errorf("user %q is root: standalone launchers run unprivileged", name)
+		return 0, 0, fmt.Errorf("user %q is root: launchers run unprivileged", name)
 	}
-	return ids{uid, gid}, nil
+	return uid, gid, nil
 }
 
 type runner struct {
@@ -256,12 +262,16 @@ func makeWorkDir(root string) (string, error) {
 	return "", fmt.Errorf("work dir: no free name under %s", root)
 }
 
-func chownTree(root string, o ids) error {
+func chownTree(root string, o ids) error { return ChownTree(root, o.uid, o.gid) }
+
+// ChownTree hands a directory tree (links themselves, not their targets)
+// to the launcher's user.
+func ChownTree(root string, uid, gid int) error {
 	return filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
 			return err
 		}
-		if err := os.Lchown(p, o.uid, o.gid); err != nil {
+		if err := os.Lchown(p, uid, gid); err != nil {
 			return fmt.Errorf("chown %s: %w", p, err)
 		}
 		return nil
@@ -451,12 +461,8 @@ func (r *runner) drive(ctx context.Context) error {
 		return err
 	}
 	defer client.Close()
-	opts := &cmdv1.VirtualMachineOptions{
-		VirtualMachineSMBios:  &cmdv1.SMBios{Manufacturer: "KubeVirt", Family: "KubeVirt", Product: "None"},
-		MemBalloonStatsPeriod: 10,
-	}
 	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = client.Sync(syncCtx, r.vmi, opts)
+	err = client.Sync(syncCtx, r.vmi, cmdclient.HandlerSyncOptions())
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil { // Ctrl-C while starting: cleanup follows
