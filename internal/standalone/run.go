@@ -338,13 +338,24 @@ func (r *runner) localImages(l layout.Layout) ([]link, error) {
 // the pod network namespace when there is one.
 func (r *runner) startMonitor() error {
 	l := r.layout
-	monitorBin := filepath.Join(r.cfg.BinDir, "virt-launcher-monitor")
-	launcherBin := filepath.Join(r.cfg.BinDir, "virt-launcher")
-	for _, b := range []string{monitorBin, launcherBin} {
+	var bins [2]string
+	for i, name := range []string{"virt-launcher-monitor", "virt-launcher"} {
+		b := filepath.Join(r.cfg.BinDir, name)
 		if _, err := os.Stat(b); err != nil {
 			return fmt.Errorf("launcher binaries (build them with `make build`): %w", err)
 		}
+		if !reachable(b, r.owner) {
+			// The build's bin/ sits where the user cannot reach it (a clone
+			// under /root, or in a mktemp -d directory): run a copy from
+			// the work dir, which goes away with the run.
+			var err error
+			if b, err = copyBinary(b, filepath.Join(r.workDir, "bin")); err != nil {
+				return err
+			}
+		}
+		bins[i] = b
 	}
+	monitorBin, launcherBin := bins[0], bins[1]
 	grace := vmi.GracePeriodSeconds(r.vmi)
 	args := []string{
 		"--qemu-timeout", r.cfg.QemuTimeout.String(),
@@ -435,6 +446,66 @@ func (r *runner) capsCache() (string, error) {
 		return "", fmt.Errorf("%s must be a directory owned by %s and writable by it alone", dir, r.cfg.User)
 	}
 	return dir, nil
+}
+
+// reachable reports whether the user o can execute path: every directory
+// on the way must be searchable and the file executable for it, judged by
+// owner, primary group and other permission bits.
+func reachable(path string, o ids) bool {
+	allowed := func(p string) bool {
+		st, err := os.Stat(p)
+		if err != nil {
+			return false
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !ok {
+			return false
+		}
+		perm := st.Mode().Perm()
+		switch {
+		case int(sys.Uid) == o.uid:
+			return perm&0o100 != 0
+		case int(sys.Gid) == o.gid:
+			return perm&0o010 != 0
+		default:
+			return perm&0o001 != 0
+		}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return false
+	}
+	for p := abs; ; p = filepath.Dir(p) {
+		if !allowed(p) {
+			return false
+		}
+		if p == "/" {
+			return true
+		}
+	}
+}
+
+// copyBinary copies the executable src into dir (created 0755) and returns
+// the copy's path.
+func copyBinary(src, dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	dst := filepath.Join(dir, filepath.Base(src))
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return "", err
+	}
+	_, cerr := io.Copy(out, in)
+	if err := errors.Join(cerr, out.Close()); err != nil {
+		return "", fmt.Errorf("copy %s: %w", src, err)
+	}
+	return dst, nil
 }
 
 // capNetBindService is CAP_NET_BIND_SERVICE (linux/capability.h).
