@@ -579,7 +579,14 @@ func (r *runner) drive(ctx context.Context) error {
 	delCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := client.Delete(delCtx, r.vmi); err != nil && !cmdclient.IsDisconnected(err) {
-		return fmt.Errorf("delete domain: %w", err)
+		// The launcher may be ending by itself (its guest is off and it
+		// already removed its socket): that is the normal end.
+		select {
+		case <-r.exited:
+			return r.waitMonitor(time.Minute)
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("delete domain: %w", err)
+		}
 	}
 	return r.waitMonitor(45 * time.Second)
 }
