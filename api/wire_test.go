@@ -8,6 +8,10 @@ import (
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/api/cmdinfo"
+	hooksinfo "github.com/virtlauncher/virtlauncher/api/hooks/info"
+	hooksv1alpha1 "github.com/virtlauncher/virtlauncher/api/hooks/v1alpha1"
+	hooksv1alpha2 "github.com/virtlauncher/virtlauncher/api/hooks/v1alpha2"
+	hooksv1alpha3 "github.com/virtlauncher/virtlauncher/api/hooks/v1alpha3"
 	notifyv1 "github.com/virtlauncher/virtlauncher/api/notify/v1"
 	"github.com/virtlauncher/virtlauncher/api/notifyinfo"
 )
@@ -23,6 +27,14 @@ func TestMethodPaths(t *testing.T) {
 		notifyinfo.NotifyInfo_Info_FullMethodName:        "/kubevirt.notify.info.NotifyInfo/Info",
 		notifyv1.Notify_HandleDomainEvent_FullMethodName: "/kubevirt.notify.v1.Notify/HandleDomainEvent",
 		notifyv1.Notify_HandleK8SEvent_FullMethodName:    "/kubevirt.notify.v1.Notify/HandleK8sEvent",
+		// The hook sidecars' sockets (KubeVirt's pkg/hooks).
+		hooksinfo.Info_Info_FullMethodName:                     "/kubevirt.hooks.info.Info/Info",
+		hooksv1alpha1.Callbacks_OnDefineDomain_FullMethodName:  "/kubevirt.hooks.v1alpha1.Callbacks/OnDefineDomain",
+		hooksv1alpha2.Callbacks_OnDefineDomain_FullMethodName:  "/kubevirt.hooks.v1alpha2.Callbacks/OnDefineDomain",
+		hooksv1alpha2.Callbacks_PreCloudInitIso_FullMethodName: "/kubevirt.hooks.v1alpha2.Callbacks/PreCloudInitIso",
+		hooksv1alpha3.Callbacks_OnDefineDomain_FullMethodName:  "/kubevirt.hooks.v1alpha3.Callbacks/OnDefineDomain",
+		hooksv1alpha3.Callbacks_PreCloudInitIso_FullMethodName: "/kubevirt.hooks.v1alpha3.Callbacks/PreCloudInitIso",
+		hooksv1alpha3.Callbacks_Shutdown_FullMethodName:        "/kubevirt.hooks.v1alpha3.Callbacks/Shutdown",
 	}
 	for got, want := range cases {
 		if got != want {
@@ -31,6 +43,18 @@ func TestMethodPaths(t *testing.T) {
 	}
 	if n := len(cmdv1.Cmd_ServiceDesc.Methods); n != 36 {
 		t.Errorf("Cmd has %d RPCs, want 36", n)
+	}
+	for _, c := range []struct {
+		name    string
+		n, want int
+	}{
+		{"v1alpha1", len(hooksv1alpha1.Callbacks_ServiceDesc.Methods), 1},
+		{"v1alpha2", len(hooksv1alpha2.Callbacks_ServiceDesc.Methods), 2},
+		{"v1alpha3", len(hooksv1alpha3.Callbacks_ServiceDesc.Methods), 3},
+	} {
+		if c.n != c.want {
+			t.Errorf("hooks %s Callbacks has %d RPCs, want %d", c.name, c.n, c.want)
+		}
 	}
 }
 
@@ -64,6 +88,22 @@ func TestEncoding(t *testing.T) {
 			[]byte{0x0a, 0x01, 'd', 0x1a, 0x05, 'A', 'D', 'D', 'E', 'D'}},
 		{"K8sEventRequest", &notifyv1.K8SEventRequest{EventJSON: []byte("e")},
 			[]byte{0x0a, 0x01, 'e'}},
+		// Hook sidecars: field numbers of KubeVirt's pkg/hooks .proto files
+		// (InfoResult skips 2; the cloud-init messages skip 2 in the result).
+		{"hooks InfoResult", &hooksinfo.InfoResult{Name: "s", HookPoints: []*hooksinfo.HookPoint{{Name: "X", Priority: 1}}, Versions: []string{"v"}},
+			[]byte{0x0a, 0x01, 's', 0x1a, 0x05, 0x0a, 0x01, 'X', 0x10, 0x01, 0x22, 0x01, 'v'}},
+		{"hooks HookPoint negative priority", &hooksinfo.HookPoint{Priority: -1},
+			[]byte{0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+		{"hooks v1alpha1 OnDefineDomainParams", &hooksv1alpha1.OnDefineDomainParams{DomainXML: []byte("d"), Vmi: []byte("v")},
+			[]byte{0x0a, 0x01, 'd', 0x12, 0x01, 'v'}},
+		{"hooks v1alpha2 OnDefineDomainResult", &hooksv1alpha2.OnDefineDomainResult{DomainXML: []byte("d")},
+			[]byte{0x0a, 0x01, 'd'}},
+		{"hooks v1alpha2 PreCloudInitIsoParams", &hooksv1alpha2.PreCloudInitIsoParams{CloudInitNoCloudSource: []byte("n"), Vmi: []byte("v"), CloudInitData: []byte("c")},
+			[]byte{0x0a, 0x01, 'n', 0x12, 0x01, 'v', 0x1a, 0x01, 'c'}},
+		{"hooks v1alpha3 PreCloudInitIsoResult", &hooksv1alpha3.PreCloudInitIsoResult{CloudInitNoCloudSource: []byte("n"), CloudInitData: []byte("c")},
+			[]byte{0x0a, 0x01, 'n', 0x1a, 0x01, 'c'}},
+		{"hooks v1alpha3 OnDefineDomainParams", &hooksv1alpha3.OnDefineDomainParams{DomainXML: []byte("d"), Vmi: []byte("v")},
+			[]byte{0x0a, 0x01, 'd', 0x12, 0x01, 'v'}},
 	}
 	for _, c := range cases {
 		got, err := proto.MarshalOptions{Deterministic: true}.Marshal(c.msg)
