@@ -1,6 +1,8 @@
 package disks
 
 import (
+	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -31,91 +33,195 @@ type cloudInitSource struct {
 	user, user64, network, net64 string
 }
 
-// noCloudMetadata is NoCloud's meta-data, in KubeVirt's field names. JSON is
+// Data sources, as KubeVirt names them in CloudInitData.DataSource.
+const (
+	DataSourceNoCloud     = "noCloud"
+	DataSourceConfigDrive = "configDrive"
+)
+
+// CloudInitData is a VMI's cloud-init data on its way to the ISO, in the
+// JSON shape of KubeVirt's pkg/cloud-init CloudInitData (Go field names as
+// keys): hook sidecars receive it in PreCloudInitIso and may return a
+// changed one.
+type CloudInitData struct {
+	DataSource          string
+	NoCloudMetaData     *NoCloudMetadata
+	ConfigDriveMetaData *ConfigDriveMetadata
+	UserData            string
+	NetworkData         string
+	// DevicesData is KubeVirt's device role tags list; this launcher makes
+	// none, so it is null unless a sidecar returns one (then it becomes
+	// the ConfigDrive meta-data's devices, as in KubeVirt).
+	DevicesData json.RawMessage
+	VolumeName  string
+}
+
+// Complete reports whether d can be written as it is: user data and the
+// meta-data of a source. KubeVirt uses this test to tell a sidecar that
+// returned new-style data from one that returned only the older form.
+func (d *CloudInitData) Complete() bool {
+	return d != nil && d.UserData != "" && (d.NoCloudMetaData != nil || d.ConfigDriveMetaData != nil)
+}
+
+// CloudInitHook may change the cloud-init data before its ISO is written
+// (KubeVirt's PreCloudInitIso hook point); hooks.Manager is one.
+type CloudInitHook interface {
+	PreCloudInitIso(ctx context.Context, vmi *v1.VirtualMachineInstance, data *CloudInitData) (*CloudInitData, error)
+}
+
+// NoCloudMetadata is NoCloud's meta-data, in KubeVirt's field names. JSON is
 // valid YAML, which cloud-init expects there.
-type noCloudMetadata struct {
+type NoCloudMetadata struct {
 	InstanceType  string            `json:"instance-type,omitempty"`
 	InstanceID    string            `json:"instance-id"`
 	LocalHostname string            `json:"local-hostname,omitempty"`
 	PublicSSHKeys map[string]string `json:"public-keys,omitempty"`
 }
 
-// configDriveMetadata is openstack/latest/meta_data.json as KubeVirt writes it.
-type configDriveMetadata struct {
+// ConfigDriveMetadata is openstack/latest/meta_data.json as KubeVirt writes it.
+type ConfigDriveMetadata struct {
 	InstanceType  string            `json:"instance_type,omitempty"`
 	InstanceID    string            `json:"instance_id"`
+	LocalHostname string            `json:"local_hostname,omitempty"`
 	Hostname      string            `json:"hostname,omitempty"`
 	UUID          string            `json:"uuid,omitempty"`
+	Devices       json.RawMessage   `json:"devices,omitempty"`
 	PublicSSHKeys map[string]string `json:"public_keys,omitempty"`
 }
 
-func (p *Preparer) noCloud(vmi *v1.VirtualMachineInstance, vol *v1.Volume) error {
-	s := vol.CloudInitNoCloud
-	iso, err := p.cloudInitISOPath(vmi, true)
+// cloudInit writes the ISO of a cloudInitNoCloud or cloudInitConfigDrive
+// volume: the data from the spec (and its secrets), then the hook's
+// changes, then the files.
+func (p *Preparer) cloudInit(ctx context.Context, vmi *v1.VirtualMachineInstance, vol *v1.Volume) error {
+	data, err := p.cloudInitData(vmi, vol)
 	if err != nil {
 		return err
 	}
-	src := cloudInitSource{"cloudInitNoCloud", s.UserDataSecretRef, s.NetworkDataSecretRef, s.UserData, s.UserDataBase64, s.NetworkData, s.NetworkDataBase64}
-	user, network, err := p.resolveCloudInit(vol.Name, src)
-	if err != nil {
-		return err
+	if p.Hooks != nil {
+		source := data.DataSource
+		if data, err = p.Hooks.PreCloudInitIso(ctx, vmi, data); err != nil {
+			return fmt.Errorf("PreCloudInitIso hook: %w", err)
+		}
+		if data == nil || data.DataSource != source {
+			got := "no data"
+			if data != nil {
+				got = fmt.Sprintf("data source %q", data.DataSource)
+			}
+			return fmt.Errorf("PreCloudInitIso hook: returned %s for a %s volume", got, source)
+		}
 	}
-	keys, err := p.sshKeys(vmi, func(m v1.SSHPublicKeyAccessCredentialPropagationMethod) bool { return m.NoCloud != nil })
-	if err != nil {
-		return err
-	}
-	meta, err := json.Marshal(noCloudMetadata{
-		InstanceType:  instancetype(vmi),
-		InstanceID:    firmwareUUID(vmi),
-		LocalHostname: hostname(vmi),
-		PublicSSHKeys: keys,
-	})
-	if err != nil {
-		return err
-	}
-	files := []isoFile{
-		{Name: "user-data", Data: []byte(user)},
-		{Name: "meta-data", Data: meta},
-	}
-	if network != "" {
-		files = append(files, isoFile{Name: "network-config", Data: []byte(network)})
-	}
-	return p.writeISO(iso, NoCloudLabel, files)
+	return p.writeCloudInit(vmi, data)
 }
 
-func (p *Preparer) configDrive(vmi *v1.VirtualMachineInstance, vol *v1.Volume) error {
-	s := vol.CloudInitConfigDrive
-	iso, err := p.cloudInitISOPath(vmi, false)
-	if err != nil {
-		return err
+// cloudInitData reads a cloud-init volume into KubeVirt's CloudInitData, as
+// KubeVirt's ReadCloudInitVolumeDataSource does.
+func (p *Preparer) cloudInitData(vmi *v1.VirtualMachineInstance, vol *v1.Volume) (*CloudInitData, error) {
+	var src cloudInitSource
+	noCloud := vol.CloudInitNoCloud != nil
+	if noCloud {
+		s := vol.CloudInitNoCloud
+		src = cloudInitSource{"cloudInitNoCloud", s.UserDataSecretRef, s.NetworkDataSecretRef, s.UserData, s.UserDataBase64, s.NetworkData, s.NetworkDataBase64}
+	} else {
+		s := vol.CloudInitConfigDrive
+		src = cloudInitSource{"cloudInitConfigDrive", s.UserDataSecretRef, s.NetworkDataSecretRef, s.UserData, s.UserDataBase64, s.NetworkData, s.NetworkDataBase64}
 	}
-	src := cloudInitSource{"cloudInitConfigDrive", s.UserDataSecretRef, s.NetworkDataSecretRef, s.UserData, s.UserDataBase64, s.NetworkData, s.NetworkDataBase64}
 	user, network, err := p.resolveCloudInit(vol.Name, src)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	keys, err := p.sshKeys(vmi, func(m v1.SSHPublicKeyAccessCredentialPropagationMethod) bool { return m.ConfigDrive != nil })
-	if err != nil {
-		return err
-	}
-	meta, err := json.Marshal(configDriveMetadata{
-		InstanceType:  instancetype(vmi),
-		InstanceID:    vmi.Name + "." + vmi.Namespace,
-		Hostname:      hostname(vmi),
-		UUID:          firmwareUUID(vmi),
-		PublicSSHKeys: keys,
+	keys, err := p.sshKeys(vmi, func(m v1.SSHPublicKeyAccessCredentialPropagationMethod) bool {
+		if noCloud {
+			return m.NoCloud != nil
+		}
+		return m.ConfigDrive != nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	files := []isoFile{
-		{Name: "openstack/latest/meta_data.json", Data: meta},
-		{Name: "openstack/latest/user_data", Data: []byte(user)},
+	d := &CloudInitData{UserData: user, NetworkData: network, VolumeName: vol.Name}
+	if noCloud {
+		d.DataSource = DataSourceNoCloud
+		d.NoCloudMetaData = &NoCloudMetadata{
+			InstanceType:  instancetype(vmi),
+			InstanceID:    firmwareUUID(vmi),
+			LocalHostname: hostname(vmi),
+			PublicSSHKeys: keys,
+		}
+	} else {
+		d.DataSource = DataSourceConfigDrive
+		d.ConfigDriveMetaData = &ConfigDriveMetadata{
+			InstanceType:  instancetype(vmi),
+			InstanceID:    vmi.Name + "." + vmi.Namespace,
+			Hostname:      hostname(vmi),
+			UUID:          firmwareUUID(vmi),
+			PublicSSHKeys: keys,
+		}
 	}
-	if network != "" {
-		files = append(files, isoFile{Name: "openstack/latest/network_data.json", Data: []byte(network)})
+	return d, nil
+}
+
+// writeCloudInit writes d to its ISO. Meta-data a hook dropped is replaced
+// by the minimal one KubeVirt writes then (instance id and type only).
+func (p *Preparer) writeCloudInit(vmi *v1.VirtualMachineInstance, d *CloudInitData) error {
+	if d.UserData == "" && d.NetworkData == "" {
+		return errors.New("cloud-init data: user data or network data is required")
 	}
-	return p.writeISO(iso, ConfigDriveLabel, files)
+	var (
+		iso, label string
+		files      []isoFile
+	)
+	switch d.DataSource {
+	case DataSourceNoCloud:
+		path, err := p.cloudInitISOPath(vmi, true)
+		if err != nil {
+			return err
+		}
+		md := d.NoCloudMetaData
+		if md == nil {
+			md = &NoCloudMetadata{InstanceID: firmwareUUID(vmi), InstanceType: instancetype(vmi)}
+		}
+		meta, err := json.Marshal(md)
+		if err != nil {
+			return err
+		}
+		iso, label = path, NoCloudLabel
+		files = []isoFile{
+			{Name: "user-data", Data: []byte(d.UserData)},
+			{Name: "meta-data", Data: meta},
+		}
+		if d.NetworkData != "" {
+			files = append(files, isoFile{Name: "network-config", Data: []byte(d.NetworkData)})
+		}
+	case DataSourceConfigDrive:
+		path, err := p.cloudInitISOPath(vmi, false)
+		if err != nil {
+			return err
+		}
+		md := d.ConfigDriveMetaData
+		if md == nil {
+			md = &ConfigDriveMetadata{InstanceID: vmi.Name + "." + vmi.Namespace, UUID: firmwareUUID(vmi), InstanceType: instancetype(vmi)}
+		}
+		if dev := bytes.TrimSpace(d.DevicesData); len(dev) > 0 && !bytes.Equal(dev, []byte("null")) {
+			c := *md
+			c.Devices = dev
+			md = &c
+		}
+		meta, err := json.Marshal(md)
+		if err != nil {
+			return err
+		}
+		iso, label = path, ConfigDriveLabel
+		files = []isoFile{
+			{Name: "openstack/latest/meta_data.json", Data: meta},
+			{Name: "openstack/latest/user_data", Data: []byte(d.UserData)},
+		}
+		if d.NetworkData != "" {
+			files = append(files, isoFile{Name: "openstack/latest/network_data.json", Data: []byte(d.NetworkData)})
+		}
+	default:
+		return fmt.Errorf("cloud-init data: data source %q: must be %s or %s", d.DataSource, DataSourceNoCloud, DataSourceConfigDrive)
+	}
+	return p.writeISO(iso, label, files)
 }
 
 func (p *Preparer) cloudInitISOPath(vmi *v1.VirtualMachineInstance, noCloud bool) (string, error) {

@@ -38,6 +38,9 @@ type Preparer struct {
 	// MemoryLimit is the address-space limit (bytes) of the qemu-img probe;
 	// 0 means DefaultMemoryLimit.
 	MemoryLimit int64
+	// Hooks, when set, may change the cloud-init data before its ISO is
+	// written (the hook sidecars' PreCloudInitIso).
+	Hooks CloudInitHook
 }
 
 func (p *Preparer) log() *slog.Logger {

@@ -104,11 +104,8 @@ func (p *Preparer) prepareVolume(ctx context.Context, vmi *v1.VirtualMachineInst
 		}
 		return p.hostDisk(path, vol.HostDisk)
 
-	case vol.CloudInitNoCloud != nil:
-		return p.noCloud(vmi, vol)
-
-	case vol.CloudInitConfigDrive != nil:
-		return p.configDrive(vmi, vol)
+	case vol.CloudInitNoCloud != nil, vol.CloudInitConfigDrive != nil:
+		return p.cloudInit(ctx, vmi, vol)
 
 	case vol.ConfigMap != nil, vol.Secret != nil, vol.DownwardAPI != nil, vol.ServiceAccount != nil, vol.Sysprep != nil:
 		return p.configISO(vol)

@@ -24,6 +24,11 @@ type Layout struct {
 	ContainerDiskDir string // /var/run/kubevirt/container-disks
 	HotplugDiskDir   string // /var/run/kubevirt/hotplug-disks
 	LibvirtRunDir    string // /var/run/libvirt (empty disks live here in KubeVirt)
+	// HooksDir holds one directory per hook sidecar container (the pod's
+	// hook-sidecar-sockets volume; sidecar N sees its hook-sidecar-N
+	// subdirectory as its own /var/run/kubevirt-hooks), each with the
+	// sidecar's gRPC socket.
+	HooksDir string // /var/run/kubevirt-hooks
 }
 
 // Default is the layout inside a KubeVirt launcher pod.
@@ -35,6 +40,7 @@ func Default() Layout {
 		ContainerDiskDir: "/var/run/kubevirt/container-disks",
 		HotplugDiskDir:   "/var/run/kubevirt/hotplug-disks",
 		LibvirtRunDir:    "/var/run/libvirt",
+		HooksDir:         "/var/run/kubevirt-hooks",
 	}
 }
 
@@ -48,6 +54,7 @@ func Under(dir string) Layout {
 		ContainerDiskDir: filepath.Join(dir, "share", "container-disks"),
 		HotplugDiskDir:   filepath.Join(dir, "share", "hotplug-disks"),
 		LibvirtRunDir:    filepath.Join(dir, "libvirt-run"),
+		HooksDir:         filepath.Join(dir, "hooks"),
 	}
 }
 
