@@ -55,6 +55,12 @@ type DiskPreparer interface {
 	Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, vols map[string]facts.Volume) error
 }
 
+// DomainHook may change the domain XML just before it is defined (the hook
+// sidecars' OnDefineDomain); hooks.Manager is one.
+type DomainHook interface {
+	OnDefineDomain(ctx context.Context, domainXML string, vmi *v1.VirtualMachineInstance) (string, error)
+}
+
 // Config configures a Manager.
 type Config struct {
 	Layout layout.Layout
@@ -66,6 +72,7 @@ type Config struct {
 
 	Events EventSink    // nil: events are only logged
 	Disks  DiskPreparer // required for Sync
+	Hooks  DomainHook   // nil: the converter's XML is defined as it is
 
 	// BaseFacts returns a fresh Context with the launcher's own facts
 	// (emulation, firmware paths, non-root, defaults of the cluster

@@ -147,6 +147,11 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 		return fmt.Errorf("prepare disks: %w", err)
 	}
 	t1 := time.Now()
+	if m.cfg.Hooks != nil {
+		if xml, err = m.applyHooks(ctx, v, xml, dom.Name); err != nil {
+			return err
+		}
+	}
 	d, err := l.DomainDefineXMLFlags(xml, 0)
 	if err != nil {
 		return fmt.Errorf("define domain %s: %w", dom.Name, err)

@@ -2,17 +2,19 @@
 // serves KubeVirt's command protocol, keeps the domain in line with the VMI
 // and ends when QEMU is gone (kubevirt-wire.md section 5).
 //
-// Start-up, in order: create the directories (owner-only); start virtlogd
-// and the libvirt daemon (session mode as an ordinary user, system mode as
-// root in a container); connect and subscribe to lifecycle events; serve
-// gRPC on <share>/sockets/launcher-init-sock; check it with Info and Ping;
+// Start-up, in order: create the directories (owner-only); wait up to
+// --qemu-timeout for the --hook-sidecars hook sidecars (internal/hooks);
+// start virtlogd and the libvirt daemon (session mode as an ordinary user,
+// system mode as root in a container); connect and subscribe to lifecycle
+// events; serve gRPC on <share>/sockets/launcher-init-sock; check it with
+// Info and Ping;
 // rename it to launcher-sock (the readiness signal); sync STANDALONE_VMI if
 // set; wait up to --qemu-timeout for a domain. Then run until QEMU is gone:
 // on SIGTERM mark the domain for graceful shutdown, press the ACPI power
 // button (again every 5 s) and destroy it when --grace-period-seconds run
-// out. At the end send the final "domain gone" event (waiting up to 15 s
-// for virt-handler's Delete when a notify pipe exists), stop the daemons,
-// remove the sockets and exit 0, or 1 when QEMU ended abnormally (2 for a
+// out. At the end tell the hook sidecars (Shutdown), send the final
+// "domain gone" event (waiting up to 15 s for virt-handler's Delete when a
+// notify pipe exists), stop the daemons, remove the sockets and exit 0, or 1 when QEMU ended abnormally (2 for a
 // fatal start-up error).
 //
 // Outside a cluster, every directory comes from the flags, so a launcher
@@ -38,7 +40,8 @@ import (
 
 // Options are virt-launcher's command-line flags: every flag KubeVirt's pod
 // template passes (kubevirt-wire.md 5.3) with KubeVirt's defaults, plus
-// --force-emulation, --private-dir and --libvirt-run-dir of our own.
+// --force-emulation, --private-dir, --libvirt-run-dir and --hooks-dir of our
+// own.
 type Options struct {
 	QemuTimeout        time.Duration
 	Name, UID          string
@@ -49,6 +52,7 @@ type Options struct {
 	HotplugDiskDir     string
 	PrivateDir         string
 	LibvirtRunDir      string
+	HooksDir           string
 	QemuCapsCache      string
 	ResolvConf         string
 	Virtlogd           bool
@@ -80,6 +84,7 @@ func (o *Options) Layout() layout.Layout {
 		ContainerDiskDir: o.ContainerDiskDir,
 		HotplugDiskDir:   strings.TrimSuffix(o.HotplugDiskDir, "/"),
 		LibvirtRunDir:    o.LibvirtRunDir,
+		HooksDir:         o.HooksDir,
 	}
 }
 
@@ -105,7 +110,8 @@ func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ResolvConf, "resolv-conf", "/etc/resolv.conf", "the pod's resolver configuration, whose servers and search domains the DHCP server hands to the guest; ours, not KubeVirt's")
 	fs.StringVar(&o.QemuCapsCache, "qemu-caps-cache", "", "directory of libvirt QEMU capability cache files shared by the launchers of a machine, so only the first pays for the probe (~2.5 s under TCG); empty: none; ours, not KubeVirt's")
 	fs.IntVar(&o.GracePeriodSeconds, "grace-period-seconds", 30, "after SIGTERM, seconds to wait for the guest to power off before destroying it")
-	fs.UintVar(&o.HookSidecars, "hook-sidecars", 0, "number of hook sidecars to wait for"+ignored)
+	fs.UintVar(&o.HookSidecars, "hook-sidecars", 0, "number of hook sidecars to wait for (up to --qemu-timeout) before starting; their sockets are in --hooks-dir")
+	fs.StringVar(&o.HooksDir, "hooks-dir", d.HooksDir, "directory holding one directory per hook sidecar, each with its gRPC socket; ours, not KubeVirt's")
 	fs.StringVar(&o.OVMFPath, "ovmf-path", "/usr/share/edk2/ovmf", "directory with the EFI firmware (falls back to /usr/share/OVMF)")
 	fs.Int64Var(&o.DiskMemoryLimit, "disk-memory-limit", 2097152000, "memory limit in bytes of the qemu-img image probe")
 	fs.StringVar(&o.Hypervisor, "hypervisor", "kvm", "hypervisor (only kvm, with TCG emulation as the fallback)")
@@ -163,6 +169,7 @@ func Parse(args []string, out io.Writer) (*Options, error) {
 		{"kubevirt-share-dir", o.ShareDir}, {"ephemeral-disk-dir", o.EphemeralDiskDir},
 		{"container-disk-dir", o.ContainerDiskDir}, {"hotplug-disk-dir", o.HotplugDiskDir},
 		{"private-dir", o.PrivateDir}, {"libvirt-run-dir", o.LibvirtRunDir}, {"qemu-caps-cache", o.QemuCapsCache},
+		{"hooks-dir", o.HooksDir},
 	} {
 		if p.flag == "qemu-caps-cache" && p.v == "" {
 			continue

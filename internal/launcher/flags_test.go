@@ -89,7 +89,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			t.Errorf("--help does not list %s", a)
 		}
 	}
-	for _, f := range []string{"hook-sidecars", "image-volume", "vm-stats-collector", "qemu-agent-sys-interval"} {
+	for _, f := range []string{"image-volume", "vm-stats-collector", "qemu-agent-sys-interval"} {
 		i := strings.Index(help, "-"+f)
 		if i < 0 || !strings.Contains(help[i:min(len(help), i+200)], "(accepted, ignored)") {
 			t.Errorf("--help does not mark %s as ignored", f)

@@ -20,6 +20,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/disks"
 	"github.com/virtlauncher/virtlauncher/internal/domain"
+	"github.com/virtlauncher/virtlauncher/internal/hooks"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/logging"
@@ -59,6 +60,7 @@ type Launcher struct {
 
 	daemon *libvirtd.Daemon
 	mgr    *domain.Manager
+	hooks  *hooks.Manager
 }
 
 // New prepares a launcher.
@@ -87,9 +89,6 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	if l.opts.SimulateCrash {
 		return ExitFatal, errors.New("--simulate-crash: exiting as asked")
 	}
-	if l.opts.HookSidecars > 0 {
-		l.log.Warn("hook sidecars are not supported; not waiting for them", "hookSidecars", l.opts.HookSidecars)
-	}
 	sigs := l.Signals
 	if sigs == nil {
 		ch := make(chan os.Signal, 2)
@@ -103,6 +102,16 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+
+	// 0. the hook sidecars
+	hm, err := l.collectHooks(ctx, sigs)
+	if errors.Is(err, errSignalled) {
+		return ExitOK, nil
+	} else if err != nil {
+		return ExitFatal, fatal("%w", err)
+	}
+	l.hooks = hm
+	defer hm.Close()
 
 	// 1. the daemons
 	root := os.Geteuid() == 0
@@ -133,7 +142,8 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		Socket:        d.Socket(),
 		URI:           d.URI(),
 		Events:        events,
-		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit},
+		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm},
+		Hooks:         hm,
 		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath)),
 		HypervisorErr: hvErr,
 		StartNetwork: func(ctx context.Context, v *v1.VirtualMachineInstance) (map[string]facts.Interface, func() error, error) {
@@ -360,6 +370,7 @@ func (l *Launcher) gracefulShutdown(ctx context.Context, sigs <-chan os.Signal) 
 
 // finish sends the final "domain gone" event and picks the exit code.
 func (l *Launcher) finish(destroyed bool) int {
+	l.shutdownHooks()
 	code := ExitOK
 	st, reason := l.mgr.StopState()
 	switch {
