@@ -186,6 +186,7 @@ func (p *Pod) PodArgs() []string {
 		"--hotplug-disk-dir", p.Layout.HotplugDiskDir,
 		"--private-dir", p.Layout.PrivateDir,
 		"--libvirt-run-dir", p.Layout.LibvirtRunDir,
+		"--hooks-dir", p.Layout.HooksDir,
 	}
 }
 

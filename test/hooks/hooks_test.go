@@ -1,0 +1,249 @@
+// Package hooks runs KubeVirt hook sidecars against the real launcher pod
+// (internal/launchertest): the monitor and launcher as user virtlauncher,
+// their libvirt daemon, QEMU and the test guest, with test/hooksidecar as
+// the sidecar container, listening in its own directory of the pod's hooks
+// volume as virt-controller mounts it.
+package hooks
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+var env launchertest.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(launchertest.Main(m, &env, "vl-hook-", "./test/hooksidecar"))
+}
+
+const bootTimeout = 90 * time.Second
+
+// sidecar is one running test/hooksidecar.
+type sidecar struct {
+	cmd    *exec.Cmd
+	log    *launchertest.SyncBuffer
+	exited chan struct{}
+}
+
+// startSidecar runs the sidecar as the launcher's user in
+// <hooks dir>/<sub>, the directory virt-controller mounts as sidecar i's
+// /var/run/kubevirt-hooks (sub is hook-sidecar-<i>).
+func startSidecar(t *testing.T, p *launchertest.Pod, sub string, args ...string) *sidecar {
+	t.Helper()
+	dir := filepath.Join(p.Layout.HooksDir, sub)
+	launchertest.Must(t, os.MkdirAll(dir, 0o755))
+	launchertest.Must(t, os.Chown(dir, int(env.Cred.Uid), int(env.Cred.Gid)))
+	s := &sidecar{log: &launchertest.SyncBuffer{}, exited: make(chan struct{})}
+	s.cmd = exec.Command(filepath.Join(env.BinDir, "hooksidecar"), append([]string{"--dir", dir}, args...)...)
+	s.cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: env.Cred, Setpgid: true}
+	launchertest.Must(t, s.cmd.Start())
+	go func() { s.cmd.Wait(); close(s.exited) }()
+	t.Cleanup(func() {
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.exited
+		if t.Failed() {
+			t.Logf("sidecar %s output:\n%s", sub, s.log.String())
+		}
+	})
+	return s
+}
+
+// makeHooksDir creates the pod's hooks volume (root's, as kubelet makes
+// an emptyDir).
+func makeHooksDir(t *testing.T, p *launchertest.Pod) {
+	t.Helper()
+	launchertest.Must(t, os.MkdirAll(p.Layout.HooksDir, 0o755))
+}
+
+// hookedVMI is the pod's test VMI with the annotations a user writes:
+// the sidecar list (read by virt-controller only) and the SMBIOS value
+// the sidecar applies.
+func hookedVMI(t *testing.T, p *launchertest.Pod, token, manufacturer string) *v1.VirtualMachineInstance {
+	t.Helper()
+	y := p.VMIYAML(token)
+	annotations := "metadata:\n  annotations:\n" +
+		"    hooks.kubevirt.io/hookSidecars: '[{\"args\": [\"--version\", \"v1alpha3\"], \"image\": \"registry.example/hooksidecar:v1\"}]'\n" +
+		"    smbios.vm.kubevirt.io/baseBoardManufacturer: " + manufacturer + "\n"
+	if !strings.Contains(y, "metadata:\n") {
+		t.Fatalf("test VMI has no metadata:\n%s", y)
+	}
+	y = strings.Replace(y, "metadata:\n", annotations, 1)
+	v, err := vmi.Load([]byte(y), vmi.Options{})
+	if err != nil {
+		t.Fatalf("load annotated VMI: %v\n%s", err, y)
+	}
+	return v
+}
+
+// TestSidecarChangesDomainAndCloudInit: the launcher waits for its sidecar
+// before anything else (not ready meanwhile); the sidecar's OnDefineDomain
+// (SMBIOS base board manufacturer from the VMI's annotation) is in the
+// defined domain and seen by the guest, its PreCloudInitIso line is in the
+// user data and runs; once QEMU is gone the sidecar is told to shut down
+// and exits; nothing is left behind.
+func TestSidecarChangesDomainAndCloudInit(t *testing.T) {
+	t.Parallel()
+	p := env.NewDeferred(t, "hooked", launchertest.Options{ExtraArgs: []string{"--hook-sidecars", "1"}})
+	p.ExtraUserData = []string{`echo "HOOK-SMBIOS $(cat /sys/class/dmi/id/board_vendor)"`}
+	makeHooksDir(t, p)
+	p.Start()
+
+	// Without its sidecar the launcher waits and is not ready.
+	time.Sleep(1500 * time.Millisecond)
+	if !p.Running() {
+		t.Fatalf("launcher exited while waiting for its sidecar:\n%s", p.Stderr.String())
+	}
+	if _, err := os.Stat(p.Layout.ReadySocket()); err == nil {
+		t.Fatal("launcher ready before its hook sidecar appeared")
+	}
+	s := startSidecar(t, p, "hook-sidecar-0", "--version", "v1alpha2,v1alpha3",
+		"--user-data-append", `echo "HOOK-USERDATA applied by sidecar"`)
+	p.WaitReady(30 * time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	v := hookedVMI(t, p, "hook-5e1d", "VL Hook Test")
+	if err := c.Sync(ctx, v, nil); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	d, exists, err := c.GetDomain(ctx)
+	if err != nil || !exists {
+		t.Fatalf("GetDomain: exists=%v err=%v", exists, err)
+	}
+	if si := d.Spec.SysInfo; si == nil || len(si.BaseBoard) != 1 || si.BaseBoard[0].Name != "manufacturer" || si.BaseBoard[0].Value != "VL Hook Test" {
+		t.Errorf("defined domain's SMBIOS base board: %+v, want manufacturer VL Hook Test", si)
+	}
+
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+	out := p.Console()
+	if got, _ := testguest.FindMarker(out, "HOOK-SMBIOS"); got != "VL Hook Test" {
+		t.Errorf("guest sees board vendor %q, want %q; console:\n%s", got, "VL Hook Test", out)
+	}
+	if got, _ := testguest.FindMarker(out, "HOOK-USERDATA"); got != "applied by sidecar" {
+		t.Errorf("sidecar's user-data line did not run (%q); console:\n%s", got, out)
+	}
+	if ud, _ := testguest.Between(out, testguest.MarkerUserDataBegin, testguest.MarkerUserDataEnd); !strings.Contains(ud, "token hook-5e1d") || !strings.HasSuffix(strings.TrimSpace(ud), `echo "HOOK-USERDATA applied by sidecar"`) {
+		t.Errorf("user data on the ISO:\n%s", ud)
+	}
+	if rc, _ := testguest.FindMarker(out, testguest.MarkerUserDataRan); rc != "rc=0" {
+		t.Errorf("user-data ran: %q", rc)
+	}
+	for _, w := range []string{"hooksidecar: Info", "hooksidecar: PreCloudInitIso v1alpha3", "hooksidecar: OnDefineDomain v1alpha3"} {
+		if !strings.Contains(s.log.String(), w) {
+			t.Errorf("sidecar log lacks %q:\n%s", w, s.log.String())
+		}
+	}
+
+	p.Signal(syscall.SIGTERM)
+	p.WaitConsole(testguest.MarkerPowerOff, 60*time.Second)
+	if code := p.ExitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("sidecar still running after the launcher ended:\n%s", s.log.String())
+	}
+	if !strings.Contains(s.log.String(), "hooksidecar: Shutdown v1alpha3") || !s.cmd.ProcessState.Success() {
+		t.Errorf("sidecar was not shut down through the protocol (%v):\n%s", s.cmd.ProcessState, s.log.String())
+	}
+	p.AssertNothingLeft()
+}
+
+// TestSidecarNeverAppears: the wait is bounded by --qemu-timeout; the
+// launcher exits with the fatal status, naming the directory, before it
+// starts anything.
+func TestSidecarNeverAppears(t *testing.T) {
+	t.Parallel()
+	p := env.NewDeferred(t, "nohook", launchertest.Options{QemuTimeout: 3 * time.Second, ExtraArgs: []string{"--hook-sidecars", "2"}})
+	makeHooksDir(t, p)
+	// One sidecar comes, the second never does.
+	startSidecar(t, p, "hook-sidecar-0")
+	t0 := time.Now()
+	p.Start()
+	if code := p.ExitCode(30 * time.Second); code != 2 {
+		t.Fatalf("exit status %d, want 2:\n%s", code, p.Stderr.String())
+	}
+	t.Logf("launcher gave up after %v", time.Since(t0))
+	log := p.Stderr.String()
+	want := "hook sidecars: 1 of 2 found under " + p.Layout.HooksDir
+	if !strings.Contains(log, want) || !strings.Contains(log, filepath.Join(p.Layout.HooksDir, "hook-sidecar-0", "vl-hook.sock")) {
+		t.Errorf("log lacks %q and the found socket:\n%s", want, log)
+	}
+	if strings.Contains(log, "libvirt daemons up") {
+		t.Errorf("libvirt was started although the sidecars were missing:\n%s", log)
+	}
+	if _, err := os.Stat(p.Layout.ReadySocket()); err == nil {
+		t.Error("launcher-sock left behind")
+	}
+	p.AssertNothingLeft()
+}
+
+// TestSidecarWithoutSupportedVersion: a sidecar offering no version the
+// launcher speaks is a fatal start-up error naming its socket.
+func TestSidecarWithoutSupportedVersion(t *testing.T) {
+	t.Parallel()
+	p := env.NewDeferred(t, "badver", launchertest.Options{ExtraArgs: []string{"--hook-sidecars", "1"}})
+	makeHooksDir(t, p)
+	startSidecar(t, p, "hook-sidecar-0", "--version", "v1beta1")
+	p.Start()
+	if code := p.ExitCode(30 * time.Second); code != 2 {
+		t.Fatalf("exit status %d, want 2:\n%s", code, p.Stderr.String())
+	}
+	log := p.Stderr.String()
+	if !strings.Contains(log, `offers Callbacks versions [\"v1beta1\"]`) || !strings.Contains(log, "hook-sidecar-0/vl-hook.sock") {
+		t.Errorf("log does not name the sidecar and its versions:\n%s", log)
+	}
+	p.AssertNothingLeft()
+}
+
+// TestSidecarErrorFailsSync: a callback's error fails the Sync with a
+// message naming the sidecar; no domain is defined and no QEMU runs; the
+// launcher stays up for the handler's next Sync and ends cleanly on
+// SIGTERM.
+func TestSidecarErrorFailsSync(t *testing.T) {
+	t.Parallel()
+	for _, point := range []string{"OnDefineDomain", "PreCloudInitIso"} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			p := env.NewDeferred(t, "hookerr", launchertest.Options{ExtraArgs: []string{"--hook-sidecars", "1"}})
+			makeHooksDir(t, p)
+			startSidecar(t, p, "hook-sidecar-0", "--user-data-append", "echo x", "--fail", point)
+			p.Start()
+			p.WaitReady(30 * time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c := p.Client(ctx)
+			err := c.Sync(ctx, hookedVMI(t, p, "err", "X"), nil)
+			if err == nil || !strings.Contains(err.Error(), `hook sidecar "vl-hook"`) || !strings.Contains(err.Error(), point+" failing as asked") {
+				t.Fatalf("Sync error %v, want one naming the sidecar and its %s error", err, point)
+			}
+			if _, exists, err := c.GetDomain(ctx); err != nil || exists {
+				t.Errorf("after the failed Sync: domain exists=%v err=%v", exists, err)
+			}
+			if pid := p.Child("qemu-system-x86_64", "qemu-system-x86"); pid != 0 {
+				t.Errorf("QEMU %d runs after the failed Sync", pid)
+			}
+			p.Signal(syscall.SIGTERM)
+			if code := p.ExitCode(30 * time.Second); code != 0 {
+				t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
+			}
+			p.AssertNothingLeft()
+		})
+	}
+}
