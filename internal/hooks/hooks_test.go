@@ -132,13 +132,40 @@ func (v v3Srv) Shutdown(context.Context, *hooksv1alpha3.ShutdownParams) (*hooksv
 // serve starts s on <dir>/<sub>/<sock>; stopped at cleanup.
 func (s *sidecar) serve(t *testing.T, dir, sub, sock string) {
 	t.Helper()
+	if err := s.start(dir, sub, sock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.srv.Stop)
+}
+
+// serveLater starts s after delay from another goroutine; the test's
+// cleanup stops it and reports a failure to start.
+func (s *sidecar) serveLater(t *testing.T, delay time.Duration, before func(), dir, sub, sock string) {
+	errc := make(chan error, 1)
+	go func() {
+		time.Sleep(delay)
+		if before != nil {
+			before()
+		}
+		errc <- s.start(dir, sub, sock)
+	}()
+	t.Cleanup(func() {
+		if err := <-errc; err != nil {
+			t.Errorf("late sidecar %s: %v", s.name, err)
+			return
+		}
+		s.srv.Stop()
+	})
+}
+
+func (s *sidecar) start(dir, sub, sock string) error {
 	d := filepath.Join(dir, sub)
 	if err := os.MkdirAll(d, 0o755); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	lis, err := net.Listen("unix", filepath.Join(d, sock))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	s.srv = grpc.NewServer()
 	if !s.noInfo {
@@ -148,7 +175,7 @@ func (s *sidecar) serve(t *testing.T, dir, sub, sock string) {
 	hooksv1alpha2.RegisterCallbacksServer(s.srv, v2Srv{s: s})
 	hooksv1alpha3.RegisterCallbacksServer(s.srv, v3Srv{s: s})
 	go s.srv.Serve(lis)
-	t.Cleanup(s.srv.Stop)
+	return nil
 }
 
 func points(names ...string) []*hooksinfo.HookPoint {
@@ -277,11 +304,7 @@ func TestOrderIsDiscoveryOrder(t *testing.T) {
 	}
 	stale.(*net.UnixListener).SetUnlinkOnClose(false)
 	stale.Close()
-	go func() {
-		time.Sleep(700 * time.Millisecond)
-		os.Remove(filepath.Join(sub, "late.sock"))
-		late.serve(t, dir, "hook-sidecar-00", "late.sock")
-	}()
+	late.serveLater(t, 700*time.Millisecond, func() { os.Remove(filepath.Join(sub, "late.sock")) }, dir, "hook-sidecar-00", "late.sock")
 	m := mustCollect(t, dir, 4)
 	out, err := m.OnDefineDomain(context.Background(), "", testVMI)
 	if err != nil {
@@ -340,10 +363,7 @@ func TestLinksAndFilesIgnored(t *testing.T) {
 func TestCollectWaitsForLateSidecar(t *testing.T) {
 	dir := t.TempDir()
 	s := &sidecar{name: "slow", versions: all()}
-	go func() {
-		time.Sleep(800 * time.Millisecond)
-		s.serve(t, dir, "hook-sidecar-0", "s.sock")
-	}()
+	s.serveLater(t, 800*time.Millisecond, nil, dir, "hook-sidecar-0", "s.sock")
 	m := mustCollect(t, dir, 1)
 	if len(m.Sidecars()) != 1 {
 		t.Fatalf("sidecars %v", m.Sidecars())
