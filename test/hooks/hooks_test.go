@@ -105,10 +105,24 @@ func hookedVMI(t *testing.T, p *launchertest.Pod, token, manufacturer string) *v
 // before anything else (not ready meanwhile); the sidecar's OnDefineDomain
 // (SMBIOS base board manufacturer from the VMI's annotation) is in the
 // defined domain and seen by the guest, its PreCloudInitIso line is in the
-// user data and runs; once QEMU is gone the sidecar is told to shut down
-// and exits; nothing is left behind.
+// user data and runs. Offering v1alpha2 and v1alpha3, the sidecar is
+// spoken to in v1alpha3 and, once QEMU is gone, told to shut down; a
+// v1alpha2-only sidecar (as in KubeVirt's example manifests) gets the same
+// callbacks in v1alpha2 and no Shutdown. Nothing is left behind.
 func TestSidecarChangesDomainAndCloudInit(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct{ offer, want string }{
+		{"v1alpha2,v1alpha3", "v1alpha3"},
+		{"v1alpha2", "v1alpha2"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			t.Parallel()
+			sidecarChangesDomain(t, c.offer, c.want)
+		})
+	}
+}
+
+func sidecarChangesDomain(t *testing.T, offer, want string) {
 	p := env.NewDeferred(t, "hooked", launchertest.Options{ExtraArgs: []string{"--hook-sidecars", "1"}})
 	// The guest prints its console's user data too: these lines spell
 	// their markers in two pieces so that only their output holds them.
@@ -124,7 +138,7 @@ func TestSidecarChangesDomainAndCloudInit(t *testing.T) {
 	if _, err := os.Stat(p.Layout.ReadySocket()); err == nil {
 		t.Fatal("launcher ready before its hook sidecar appeared")
 	}
-	s := startSidecar(t, p, "hook-sidecar-0", "--version", "v1alpha2,v1alpha3",
+	s := startSidecar(t, p, "hook-sidecar-0", "--version", offer,
 		"--user-data-append", `echo "HOOK""-USERDATA applied by sidecar"`)
 	p.WaitReady(30 * time.Second)
 
@@ -157,7 +171,7 @@ func TestSidecarChangesDomainAndCloudInit(t *testing.T) {
 	if rc, _ := testguest.FindMarker(out, testguest.MarkerUserDataRan); rc != "rc=0" {
 		t.Errorf("user-data ran: %q", rc)
 	}
-	for _, w := range []string{"hooksidecar: Info", "hooksidecar: PreCloudInitIso v1alpha3", "hooksidecar: OnDefineDomain v1alpha3"} {
+	for _, w := range []string{"hooksidecar: Info", "hooksidecar: PreCloudInitIso " + want, "hooksidecar: OnDefineDomain " + want} {
 		if !strings.Contains(s.log.String(), w) {
 			t.Errorf("sidecar log lacks %q:\n%s", w, s.log.String())
 		}
@@ -168,13 +182,48 @@ func TestSidecarChangesDomainAndCloudInit(t *testing.T) {
 	if code := p.ExitCode(60 * time.Second); code != 0 {
 		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
 	}
-	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("sidecar still running after the launcher ended:\n%s", s.log.String())
+	if want == "v1alpha3" {
+		select {
+		case <-s.exited:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("sidecar still running after the launcher ended:\n%s", s.log.String())
+		}
+		if !strings.Contains(s.log.String(), "hooksidecar: Shutdown v1alpha3") || !s.cmd.ProcessState.Success() {
+			t.Errorf("sidecar was not shut down through the protocol (%v):\n%s", s.cmd.ProcessState, s.log.String())
+		}
+	} else {
+		if strings.Contains(s.log.String(), "Shutdown") {
+			t.Errorf("a %s sidecar got Shutdown:\n%s", want, s.log.String())
+		}
+		s.stop(t)
 	}
-	if !strings.Contains(s.log.String(), "hooksidecar: Shutdown v1alpha3") || !s.cmd.ProcessState.Success() {
-		t.Errorf("sidecar was not shut down through the protocol (%v):\n%s", s.cmd.ProcessState, s.log.String())
+	p.AssertNothingLeft()
+}
+
+// TestSignalWhileWaiting: SIGTERM while the launcher waits for its
+// sidecars ends it at once with status 0 (no domain was ever defined).
+func TestSignalWhileWaiting(t *testing.T) {
+	t.Parallel()
+	p := env.NewDeferred(t, "sigwait", launchertest.Options{ExtraArgs: []string{"--hook-sidecars", "1"}})
+	makeHooksDir(t, p)
+	p.Start()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(p.Stderr.String(), "waiting for hook sidecars") {
+		if time.Now().After(deadline) || !p.Running() {
+			t.Fatalf("launcher not waiting for its sidecar:\n%s", p.Stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t0 := time.Now()
+	p.Signal(syscall.SIGTERM)
+	if code := p.ExitCode(10 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("SIGTERM -> exit took %v", d)
+	}
+	if !strings.Contains(p.Stderr.String(), "signal before the hook sidecars were collected") {
+		t.Errorf("log:\n%s", p.Stderr.String())
 	}
 	p.AssertNothingLeft()
 }
