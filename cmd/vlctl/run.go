@@ -15,6 +15,7 @@ import (
 
 func newRunCmd() *cobra.Command {
 	var cfg standalone.Config
+	var volumes []string
 	cmd := &cobra.Command{
 		Use:   "run FILE",
 		Short: "Boot a VMI manifest on this machine and show its serial console",
@@ -25,13 +26,45 @@ path to a directory), builds the pod network in namespaces of its own, starts
 virt-launcher-monitor and virt-launcher as an unprivileged user, syncs the VMI and prints the
 guest's serial console on stdout.
 
+Storage that keeps data: a hostDisk is used at the path it names (type Disk: an existing
+file; DiskOrCreate: created there, sparse, with its capacity, when missing) and kept; a
+persistentVolumeClaim or dataVolume needs --volume CLAIM=PATH, a raw image file (created on
+first use with the dataVolumeTemplate's storage request or size=SIZE) or a block device.
+vlctl grants QEMU's user access with an ACL entry for the run and never copies, chowns or
+deletes these files.
+
+A VirtualMachine's run strategy is honoured: Always starts the guest again whenever it stops,
+RerunOnFailure when it fails, Once and Manual run it once; Halted (running: false) is refused
+unless --force-start.
+
 It returns when the guest powers off (status 0). Ctrl-C (or SIGTERM) shuts the guest down
-with ACPI, destroys it when the grace period ends, and removes everything run created.`,
+with ACPI, destroys it when the grace period ends (at once on a second Ctrl-C), and removes
+everything run created.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.File = args[0]
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			for _, v := range volumes {
+				m, err := standalone.ParseVolumeFlag(v)
+				if err != nil {
+					return err
+				}
+				cfg.Volumes = append(cfg.Volumes, m)
+			}
+			// The first interrupt stops the guest gracefully, the second
+			// at once.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			force := make(chan struct{})
+			cfg.Force = force
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			go func() {
+				<-sigs
+				cancel()
+				<-sigs
+				close(force)
+			}()
 			cfg.Console = cmd.OutOrStdout()
 			cfg.Status = cmd.ErrOrStderr()
 			err := standalone.Run(ctx, cfg)
@@ -43,6 +76,8 @@ with ACPI, destroys it when the grace period ends, and removes everything run cr
 		},
 	}
 	f := cmd.Flags()
+	f.StringArrayVar(&volumes, "volume", nil, "CLAIM=PATH[,size=SIZE]: the local storage (raw image file or block device) of a persistentVolumeClaim or dataVolume; a missing file is created with SIZE or the dataVolumeTemplate's request (repeatable)")
+	f.BoolVar(&cfg.ForceStart, "force-start", false, "run a VirtualMachine whose run strategy keeps it stopped (Halted, running: false)")
 	f.BoolVar(&cfg.Emulation, "emulation", false, "force software emulation (TCG); without it KVM is used when /dev/kvm opens")
 	f.StringVar(&cfg.Binding, "binding", "masquerade", "binding of the auto-attached pod interface: masquerade or bridge (KubeVirt's cluster default)")
 	f.StringVar(&cfg.WorkRoot, "workdir", "/run/vl", "parent of the per-run working directory")

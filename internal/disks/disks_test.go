@@ -473,12 +473,12 @@ func TestPVCAndEphemeral(t *testing.T) {
 	// A block-mode PVC whose device node is missing is a clear error.
 	block := k8sv1.PersistentVolumeBlock
 	vmi.Status.VolumeStatus = []v1.VolumeStatus{{Name: "data", PersistentVolumeClaimInfo: &v1.PersistentVolumeClaimInfo{VolumeMode: &block}}}
-	if _, err := p.Gather(ctx, vmi); err == nil || !strings.Contains(err.Error(), "volume data: block volume: /dev/data is not a block device") {
+	if _, err := p.Gather(ctx, vmi); err == nil || !strings.Contains(err.Error(), "volume data: block volume: "+l.BlockDevice("data")+" is not a block device") {
 		t.Errorf("Gather of a block PVC without its device: %v", err)
 	}
 	// So is a PVC with no image.
 	vmi = vmiWith(v1.Volume{Name: "nothere", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: pvc("c3")}}})
-	if _, err := p.Gather(ctx, vmi); err == nil || !strings.Contains(err.Error(), "volume nothere: neither block device /dev/nothere nor image") {
+	if _, err := p.Gather(ctx, vmi); err == nil || !strings.Contains(err.Error(), "volume nothere: neither block device "+l.BlockDevice("nothere")+" nor image") {
 		t.Errorf("Gather of a missing PVC: %v", err)
 	}
 }

@@ -53,6 +53,7 @@ type Options struct {
 	PrivateDir         string
 	LibvirtRunDir      string
 	HooksDir           string
+	BlockDeviceDir     string
 	QemuCapsCache      string
 	ResolvConf         string
 	Virtlogd           bool
@@ -85,6 +86,7 @@ func (o *Options) Layout() layout.Layout {
 		HotplugDiskDir:   strings.TrimSuffix(o.HotplugDiskDir, "/"),
 		LibvirtRunDir:    o.LibvirtRunDir,
 		HooksDir:         o.HooksDir,
+		BlockDeviceDir:   o.BlockDeviceDir,
 	}
 }
 
@@ -111,6 +113,7 @@ func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.QemuCapsCache, "qemu-caps-cache", "", "directory of libvirt QEMU capability cache files shared by the launchers of a machine, so only the first pays for the probe (~2.5 s under TCG); empty: none; ours, not KubeVirt's")
 	fs.IntVar(&o.GracePeriodSeconds, "grace-period-seconds", 30, "after SIGTERM, seconds to wait for the guest to power off before destroying it")
 	fs.UintVar(&o.HookSidecars, "hook-sidecars", 0, "number of hook sidecars to wait for (up to --qemu-timeout) before starting; their sockets are in --hooks-dir")
+	fs.StringVar(&o.BlockDeviceDir, "block-device-dir", d.BlockDeviceDir, "directory holding block PVCs' device nodes, one per volume name; ours, not KubeVirt's")
 	fs.StringVar(&o.HooksDir, "hooks-dir", d.HooksDir, "directory holding one directory per hook sidecar, each with its gRPC socket; ours, not KubeVirt's")
 	fs.StringVar(&o.OVMFPath, "ovmf-path", "/usr/share/edk2/ovmf", "directory with the EFI firmware (falls back to /usr/share/OVMF)")
 	fs.Int64Var(&o.DiskMemoryLimit, "disk-memory-limit", 2097152000, "memory limit in bytes of the qemu-img image probe")
@@ -169,7 +172,7 @@ func Parse(args []string, out io.Writer) (*Options, error) {
 		{"kubevirt-share-dir", o.ShareDir}, {"ephemeral-disk-dir", o.EphemeralDiskDir},
 		{"container-disk-dir", o.ContainerDiskDir}, {"hotplug-disk-dir", o.HotplugDiskDir},
 		{"private-dir", o.PrivateDir}, {"libvirt-run-dir", o.LibvirtRunDir}, {"qemu-caps-cache", o.QemuCapsCache},
-		{"hooks-dir", o.HooksDir},
+		{"hooks-dir", o.HooksDir}, {"block-device-dir", o.BlockDeviceDir},
 	} {
 		if p.flag == "qemu-caps-cache" && p.v == "" {
 			continue

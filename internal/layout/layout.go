@@ -29,6 +29,10 @@ type Layout struct {
 	// subdirectory as its own /var/run/kubevirt-hooks), each with the
 	// sidecar's gRPC socket.
 	HooksDir string // /var/run/kubevirt-hooks
+	// BlockDeviceDir holds block PVCs' device nodes: /dev in a pod; a
+	// standalone launcher shares the host's /dev, so its block volumes
+	// live below its own directory instead. Empty means /dev.
+	BlockDeviceDir string
 }
 
 // Default is the layout inside a KubeVirt launcher pod.
@@ -41,6 +45,7 @@ func Default() Layout {
 		HotplugDiskDir:   "/var/run/kubevirt/hotplug-disks",
 		LibvirtRunDir:    "/var/run/libvirt",
 		HooksDir:         "/var/run/kubevirt-hooks",
+		BlockDeviceDir:   "/dev",
 	}
 }
 
@@ -55,6 +60,7 @@ func Under(dir string) Layout {
 		HotplugDiskDir:   filepath.Join(dir, "share", "hotplug-disks"),
 		LibvirtRunDir:    filepath.Join(dir, "libvirt-run"),
 		HooksDir:         filepath.Join(dir, "hooks"),
+		BlockDeviceDir:   filepath.Join(dir, "dev"),
 	}
 }
 
@@ -147,7 +153,12 @@ func (l Layout) HostDisk(vol, path string) (string, error) {
 }
 
 // BlockDevice is the device node of a block PVC.
-func (l Layout) BlockDevice(vol string) string { return filepath.Join("/dev", vol) }
+func (l Layout) BlockDevice(vol string) string {
+	if l.BlockDeviceDir == "" {
+		return filepath.Join("/dev", vol)
+	}
+	return filepath.Join(l.BlockDeviceDir, vol)
+}
 
 // HotplugFile and HotplugBlock are a hotplugged volume's image or device.
 func (l Layout) HotplugFile(vol string) string  { return filepath.Join(l.HotplugDiskDir, vol+".img") }

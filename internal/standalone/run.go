@@ -62,6 +62,16 @@ type Config struct {
 	// own messages (where ports are forwarded, how the run ended).
 	Console, Status io.Writer
 	Log             *slog.Logger
+	// Volumes map the manifest's persistentVolumeClaims and dataVolumes to
+	// local files or block devices (--volume).
+	Volumes []VolumeMap
+	// ForceStart runs a VM whose run strategy keeps it stopped (Halted,
+	// running: false).
+	ForceStart bool
+	// Force, when closed, turns a graceful stop in progress into an
+	// immediate one (a second Ctrl-C): the guest is destroyed and the
+	// launcher killed.
+	Force <-chan struct{}
 	// Started, when set, is called once the guest's domain runs, with where
 	// things are; tests use it to reach the guest from the outside.
 	Started func(Started)
@@ -90,34 +100,82 @@ func (e *ManifestError) Error() string { return e.Err.Error() }
 func (e *ManifestError) Unwrap() error { return e.Err }
 
 // Run boots the VMI and returns when the guest has powered off (nil) or ctx
-// is cancelled, in which case the guest is shut down gracefully first.
-func Run(ctx context.Context, cfg Config) (err error) {
+// is cancelled, in which case the guest is shut down gracefully first. A
+// VirtualMachine's run strategy is honoured: Always starts the guest again
+// after it stops, RerunOnFailure after it fails, Halted is refused unless
+// cfg.ForceStart.
+func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	log := cfg.Log
 	v, err := vmi.LoadFile(cfg.File, vmi.Options{DefaultBinding: cfg.Binding})
 	if err != nil {
 		return &ManifestError{Err: err}
 	}
+	vm, err := vmi.LoadVMFile(cfg.File)
+	if err != nil {
+		return &ManifestError{Err: err}
+	}
+	policy, err := runPolicy(vm, cfg.ForceStart)
+	if err == nil {
+		err = runUnsupported(v)
+	}
+	if err == nil {
+		_, err = planStorage(v, vm, cfg.Volumes)
+	}
+	if err != nil {
+		return &ManifestError{Err: fmt.Errorf("%s: %w", cfg.File, err)}
+	}
+	if w := memoryWarning(v); w != "" {
+		fmt.Fprintln(cfg.Status, w)
+	}
+	for failures := 0; ; {
+		started, err := runOnce(ctx, cfg, v.DeepCopy(), vm)
+		if ctx.Err() != nil || !started {
+			return err
+		}
+		if err != nil {
+			failures++
+		} else {
+			failures = 0
+		}
+		if (err != nil && !policy.afterFailure) || (err == nil && !policy.afterPowerOff) {
+			return err
+		}
+		d := restartDelay(failures)
+		if err != nil {
+			fmt.Fprintf(cfg.Status, "vlctl: %v\n", err)
+		}
+		fmt.Fprintf(cfg.Status, "vlctl: run strategy: starting the guest again in %s (Ctrl-C ends)\n", d)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d):
+		}
+	}
+}
+
+// runOnce boots the guest once; started reports whether its domain ran.
+func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *v1.VirtualMachine) (started bool, err error) {
 	owner, err := lookupUser(cfg.User)
 	if err != nil {
-		return err
+		return false, err
 	}
-	run := &runner{cfg: cfg, vmi: v, owner: owner, log: log}
+	run := &runner{cfg: cfg, vmi: v, vm: vm, owner: owner, log: cfg.Log}
 	defer func() {
 		if cerr := run.cleanup(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
+		started = run.started
 	}()
 	if err := run.prepare(); err != nil {
-		return err
+		return false, err
 	}
 	if err := run.setupNetwork(ctx); err != nil {
-		return err
+		return false, err
 	}
 	if err := run.startMonitor(); err != nil {
-		return err
+		return false, err
 	}
-	return run.drive(ctx)
+	return false, run.drive(ctx)
 }
 
 func (c *Config) defaults() {
@@ -177,7 +235,10 @@ func LookupUser(name string) (uid, gid int, err error) {
 type runner struct {
 	cfg     Config
 	vmi     *v1.VirtualMachineInstance
+	vm      *v1.VirtualMachine // nil for a VMI manifest
 	owner   ids
+	disks   []*userDisk // the user's own storage, open for the run
+	started bool        // the guest's domain ran: created disks are kept
 	log     *slog.Logger
 	workDir string
 	layout  layout.Layout
@@ -194,6 +255,9 @@ func (r *runner) prepare() error {
 	if _, err := r.localImages(layout.Layout{}); err != nil {
 		return err
 	}
+	if err := r.openDisks(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(r.cfg.WorkRoot, 0o755); err != nil {
 		return fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
 	}
@@ -205,10 +269,14 @@ func (r *runner) prepare() error {
 	r.layout = layout.Under(dir)
 	l := r.layout
 	for _, d := range []string{l.ShareDir, l.SocketsDir(), l.PrivateDir, l.EphemeralDiskDir,
-		l.ContainerDiskDir, l.KernelBootDir(), l.HotplugDiskDir, l.LibvirtRunDir} {
+		l.ContainerDiskDir, l.KernelBootDir(), l.HotplugDiskDir, l.LibvirtRunDir, l.BlockDeviceDir} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
+	}
+	// Made while root alone owns the tree: nothing below is followed.
+	if err := r.linkDisks(); err != nil {
+		return err
 	}
 	// The launcher runs as the unprivileged user and owns its pod directories.
 	if err := chownTree(dir, r.owner); err != nil {
@@ -366,6 +434,7 @@ func (r *runner) startMonitor() error {
 		"--hotplug-disk-dir", l.HotplugDiskDir,
 		"--private-dir", l.PrivateDir,
 		"--libvirt-run-dir", l.LibvirtRunDir,
+		"--block-device-dir", l.BlockDeviceDir,
 		// KubeVirt's controller passes the VMI's grace period + 15 s.
 		"--grace-period-seconds", strconv.FormatInt(grace+15, 10),
 		"--run-as-nonroot",
@@ -539,8 +608,9 @@ func (r *runner) drive(ctx context.Context) error {
 		if ctx.Err() != nil { // Ctrl-C while starting: cleanup follows
 			return errInterrupted
 		}
-		return r.withLauncherLog(fmt.Errorf("sync: %w", err))
+		return r.userPaths(r.withLauncherLog(fmt.Errorf("sync: %w", err)))
 	}
+	r.started = true
 	// The console outlives ctx: it shows the guest's shutdown after Ctrl-C.
 	consoleCtx, closeConsole := context.WithCancel(context.Background())
 	defer closeConsole()
@@ -560,7 +630,7 @@ func (r *runner) drive(ctx context.Context) error {
 		return err
 	}
 	if !stopped { // interrupted: graceful shutdown, as the handler does on deletion
-		fmt.Fprintln(r.cfg.Status, "vlctl: shutting the guest down")
+		fmt.Fprintln(r.cfg.Status, "vlctl: shutting the guest down (interrupt again to destroy it at once)")
 		if err := r.shutdown(client); err != nil {
 			return err
 		}
@@ -726,11 +796,21 @@ func (r *runner) shutdown(c *cmdclient.Client) error {
 				return err
 			}
 		}
+		forced := false
+		select {
+		case <-r.cfg.Force:
+			forced = true
+		default:
+		}
 		switch {
 		case st == "Shutoff" || st == "Crashed" || st == "NoState":
 			return nil
-		case time.Now().After(deadline):
-			fmt.Fprintln(r.cfg.Status, "vlctl: grace period over, destroying the guest")
+		case forced || time.Now().After(deadline):
+			if forced {
+				fmt.Fprintln(r.cfg.Status, "vlctl: interrupted again, destroying the guest")
+			} else {
+				fmt.Fprintln(r.cfg.Status, "vlctl: grace period over, destroying the guest")
+			}
 			kctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
 			if err := c.Kill(kctx, r.vmi); err != nil && !cmdclient.IsDisconnected(err) {
@@ -748,7 +828,10 @@ func (r *runner) shutdown(c *cmdclient.Client) error {
 				r.log.Info("shutdown request failed", "reason", err)
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-r.cfg.Force:
+		}
 	}
 }
 
@@ -790,6 +873,9 @@ func (r *runner) cleanup() error {
 			r.monitor.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-r.exited:
+			case <-r.cfg.Force:
+				syscall.Kill(-r.monitor.Process.Pid, syscall.SIGKILL)
+				<-r.exited
 			case <-time.After(60 * time.Second):
 				// Only our own process group: the monitor and its children.
 				syscall.Kill(-r.monitor.Process.Pid, syscall.SIGKILL)
@@ -802,6 +888,7 @@ func (r *runner) cleanup() error {
 			errs = append(errs, err)
 		}
 	}
+	r.releaseDisks()
 	if r.workDir != "" && !r.cfg.Keep {
 		if err := os.RemoveAll(r.workDir); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", r.workDir, err))

@@ -29,7 +29,7 @@ func (h configurator) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.
 		}
 		addr, ok := h.ctx.PCIAddresses[name]
 		if !ok || addr == "" {
-			return fmt.Errorf("%s: no PCI address known for %s %q (the launcher gets it from the device plugin; standalone, pass --pci-address %s=DDDD:BB:SS.F)", field, what, name, name)
+			return fmt.Errorf("%s: no PCI address known for %s %q (the launcher gets it from the device plugin; vlctl convert takes it as --pci-address %s=DDDD:BB:SS.F)", field, what, name, name)
 		}
 		pci, err := facts.PCIAddress(addr)
 		if err != nil {

@@ -1,0 +1,531 @@
+package standalone
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+// Standalone storage that keeps data: hostDisk volumes at the user's own
+// path, and PVCs / DataVolumes mapped to local files or block devices with
+// --volume. vlctl never copies or deletes such a file (only one it created
+// for a run that then failed before the guest ran). The launcher finds it
+// where a launcher pod has it (layout.HostDisk, PVCDisk, BlockDevice)
+// through a symlink that root makes in a directory it created itself,
+// before the tree is handed to the launcher's user; root never resolves
+// anything through that link, and QEMU follows it with the launcher user's
+// own rights, which an ACL entry on the file grants (see acl.go).
+
+// VolumeMap is one --volume NAME=PATH[,size=SIZE]: the local storage of the
+// persistentVolumeClaim or dataVolume NAME.
+type VolumeMap struct {
+	Name, Path string
+	// Size, when set, is the size a missing file is created with.
+	Size *resource.Quantity
+}
+
+// ParseVolumeFlag parses NAME=PATH[,size=SIZE].
+func ParseVolumeFlag(s string) (VolumeMap, error) {
+	name, rest, ok := strings.Cut(s, "=")
+	if !ok || name == "" || rest == "" {
+		return VolumeMap{}, fmt.Errorf("--volume %q: want NAME=PATH or NAME=PATH,size=SIZE", s)
+	}
+	path, opts, _ := strings.Cut(rest, ",")
+	m := VolumeMap{Name: name, Path: path}
+	if !filepath.IsAbs(path) {
+		return m, fmt.Errorf("--volume %s: path %q must be absolute", name, path)
+	}
+	for _, o := range strings.Split(opts, ",") {
+		if o == "" {
+			continue
+		}
+		k, val, _ := strings.Cut(o, "=")
+		if k != "size" {
+			return m, fmt.Errorf("--volume %s: unknown option %q (only size=SIZE)", name, o)
+		}
+		q, err := resource.ParseQuantity(val)
+		if err != nil || q.Sign() <= 0 {
+			return m, fmt.Errorf("--volume %s: size %q: want a positive quantity such as 10Gi", name, val)
+		}
+		if q.Cmp(*resource.NewQuantity(vmi.MaxDiskCapacityBytes, resource.BinarySI)) > 0 {
+			return m, fmt.Errorf("--volume %s: size %s is more than the %d bytes a disk may have", name, val, int64(vmi.MaxDiskCapacityBytes))
+		}
+		m.Size = &q
+	}
+	return m, nil
+}
+
+// diskKind says what a user's storage may be.
+type diskKind int
+
+const (
+	hostDiskFile diskKind = iota // a regular file
+	pvcStorage                   // a regular file or a block device
+)
+
+// diskSpec is one piece of user storage a run needs: what the manifest (or
+// --volume) asks for, before anything is looked at on disk.
+type diskSpec struct {
+	volume string // spec.volumes[].name
+	field  string // where the path comes from, for errors
+	path   string // the user's path, as given
+	kind   diskKind
+	// create is the size of a missing file (0: it must exist); sizeFrom
+	// says where that size comes from.
+	create   int64
+	sizeFrom string
+	// tolerate: a smaller file is made when the file system is short of
+	// space by at most KubeVirt's 10 % (PVCs; a hostDisk gets what it asks).
+	tolerate bool
+}
+
+// planStorage decides, from the manifest and the --volume mappings alone,
+// which user files and devices the run needs.
+func planStorage(v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []VolumeMap) ([]diskSpec, error) {
+	byName := map[string]VolumeMap{}
+	for _, m := range maps {
+		if _, dup := byName[m.Name]; dup {
+			return nil, fmt.Errorf("--volume %s: given twice", m.Name)
+		}
+		byName[m.Name] = m
+	}
+	used := map[string]bool{}
+	var specs []diskSpec
+	var errs []error
+	for i, vol := range v.Spec.Volumes {
+		vp := fmt.Sprintf("spec.volumes[%d]", i)
+		if vm != nil {
+			vp = "spec.template." + vp
+		}
+		var claim, what, sizeFrom string
+		var size int64
+		mustExist := false
+		switch {
+		case vol.HostDisk != nil:
+			hd := vol.HostDisk
+			s := diskSpec{volume: vol.Name, field: vp + ".hostDisk.path", path: hd.Path, kind: hostDiskFile}
+			if hd.Type == v1.HostDiskExistsOrCreate {
+				s.create, s.sizeFrom = hd.Capacity.Value(), vp+".hostDisk.capacity"
+			}
+			specs = append(specs, s)
+			continue
+		case vol.PersistentVolumeClaim != nil:
+			claim, what = vol.PersistentVolumeClaim.ClaimName, "persistentVolumeClaim"
+			if vol.PersistentVolumeClaim.Hotpluggable {
+				errs = append(errs, fmt.Errorf("%s.persistentVolumeClaim.hotpluggable: vlctl run does not hotplug volumes", vp))
+				continue
+			}
+		case vol.DataVolume != nil:
+			claim, what = vol.DataVolume.Name, "dataVolume"
+			if vol.DataVolume.Hotpluggable {
+				errs = append(errs, fmt.Errorf("%s.dataVolume.hotpluggable: vlctl run does not hotplug volumes", vp))
+				continue
+			}
+			if vm != nil {
+				for j, t := range vm.Spec.DataVolumeTemplates {
+					if t.Name != claim {
+						continue
+					}
+					if q, ok := dataVolumeRequest(t); ok {
+						size = alignDown1MiB(q.Value())
+						sizeFrom = fmt.Sprintf("spec.dataVolumeTemplates[%d] storage request %s", j, q.String())
+					}
+				}
+			}
+		case vol.Ephemeral != nil && vol.Ephemeral.PersistentVolumeClaim != nil:
+			// The guest writes to an overlay; the claim is only read.
+			claim, what, mustExist = vol.Ephemeral.PersistentVolumeClaim.ClaimName, "ephemeral.persistentVolumeClaim", true
+		default:
+			continue
+		}
+		m, ok := byName[claim]
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: %s %q has no local storage: map it to a file or block device with --volume %s=PATH", vp, what, claim, claim))
+			continue
+		}
+		used[claim] = true
+		if m.Size != nil {
+			size = alignDown1MiB(m.Size.Value())
+			sizeFrom = "--volume " + claim + " size " + m.Size.String()
+			if size == 0 {
+				errs = append(errs, fmt.Errorf("--volume %s: size %s is less than 1Mi", claim, m.Size.String()))
+				continue
+			}
+		}
+		if mustExist {
+			size, sizeFrom = 0, ""
+		}
+		specs = append(specs, diskSpec{volume: vol.Name, field: "--volume " + claim, path: m.Path, kind: pvcStorage,
+			create: size, sizeFrom: sizeFrom, tolerate: true})
+	}
+	for _, m := range maps {
+		if !used[m.Name] {
+			errs = append(errs, fmt.Errorf("--volume %s: the manifest has no persistentVolumeClaim or dataVolume named %q", m.Name, m.Name))
+		}
+	}
+	return specs, errors.Join(errs...)
+}
+
+// dataVolumeRequest is the storage a DataVolume template asks for (its
+// storage or pvc spec).
+func dataVolumeRequest(t v1.DataVolumeTemplateSpec) (resource.Quantity, bool) {
+	if s := t.Spec.Storage; s != nil {
+		if q, ok := s.Resources.Requests[k8sv1.ResourceStorage]; ok && q.Sign() > 0 {
+			return q, true
+		}
+	}
+	if p := t.Spec.PVC; p != nil {
+		if q, ok := p.Resources.Requests[k8sv1.ResourceStorage]; ok && q.Sign() > 0 {
+			return q, true
+		}
+	}
+	return resource.Quantity{}, false
+}
+
+// alignDown1MiB is KubeVirt's size for an image made from a PVC request.
+func alignDown1MiB(n int64) int64 { return n - n%(1<<20) }
+
+// userDisk is a user's file or device, open, for the run.
+type userDisk struct {
+	diskSpec
+	real    string // the resolved path
+	f       *os.File
+	block   bool
+	created bool
+	grant   *grant
+}
+
+// open resolves, checks and (when asked and missing) creates the user's
+// storage, and makes sure user o can read and write it. Nothing is left
+// changed when it fails.
+func (s diskSpec) open(o ids, log func(string, ...any)) (d *userDisk, err error) {
+	d = &userDisk{diskSpec: s}
+	real, err := resolveTrusted(s.path, o)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", s.field, s.path, err)
+	}
+	d.real = real
+	f, err := openNoFollow(real)
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrNotExist) && s.create > 0:
+		if f, err = s.createFile(real, log); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", s.field, s.path, err)
+		}
+		d.created = true
+	case errors.Is(err, fs.ErrNotExist) && s.kind == pvcStorage && s.sizeFrom == "":
+		return nil, fmt.Errorf("%s %s: does not exist; give the size to create it with: --volume %s", s.field, s.path, strings.TrimPrefix(s.field, "--volume ")+"="+s.path+",size=10Gi")
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%s %s: does not exist (type %s uses an existing file)", s.field, s.path, v1.HostDiskExists)
+	default:
+		return nil, fmt.Errorf("%s %s: %w", s.field, s.path, err)
+	}
+	d.f = f
+	defer func() {
+		if err != nil {
+			d.release(log)
+		}
+	}()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	switch {
+	case st.Mode().IsRegular():
+		if sys.Nlink > 1 {
+			return nil, fmt.Errorf("%s %s: has %d hard links; vlctl grants QEMU access only to a file with one", s.field, s.path, sys.Nlink)
+		}
+		if !d.created && s.create > 0 && st.Size() < s.create {
+			log("vlctl: %s %s is %d bytes, less than the %d of %s; used as it is\n", s.field, s.path, st.Size(), s.create, s.sizeFrom)
+		}
+	case st.Mode()&fs.ModeDevice != 0 && st.Mode()&fs.ModeCharDevice == 0 && s.kind == pvcStorage:
+		d.block = true
+	case s.kind == pvcStorage:
+		return nil, fmt.Errorf("%s %s: not a regular file or block device", s.field, s.path)
+	default:
+		return nil, fmt.Errorf("%s %s: not a regular file", s.field, s.path)
+	}
+	if !accessibleBy(real, o) {
+		g, err := grantAccess(f, uint32(o.uid), 6)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: give user %d (QEMU) read and write access: %w", s.field, s.path, o.uid, err)
+		}
+		d.grant = g
+		if !accessibleBy(real, o) {
+			dir := firstClosedDir(real, o)
+			return nil, fmt.Errorf("%s %s: QEMU runs as uid %d, which cannot reach it: directory %s is closed to it (move the file, or: setfacl -m u:%d:x %s)", s.field, s.path, o.uid, dir, o.uid, dir)
+		}
+	}
+	return d, nil
+}
+
+// createFile makes a sparse raw image of the asked size, as KubeVirt's
+// host-disk code does: a PVC image that does not fit in the free space
+// (less a reserve) is made smaller when it falls short by at most 10 %.
+func (s diskSpec) createFile(path string, log func(string, ...any)) (*os.File, error) {
+	const reserve = 131072 // KubeVirt's default minimumReservePVCBytes
+	const toleration = 10  // and lessPVCSpaceToleration (percent)
+	size := s.create
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(path), &st); err != nil {
+		return nil, fmt.Errorf("free space: %w", err)
+	}
+	avail := int64(st.Bavail)*st.Bsize - reserve
+	if size > avail {
+		if !s.tolerate || size*(100-toleration)/100 > avail {
+			return nil, fmt.Errorf("%s asks for %d bytes, more than the %d free in %s", s.sizeFrom, size, avail, filepath.Dir(path))
+		}
+		log("vlctl: %s: only %d of the %d bytes of %s are free; made it smaller (within KubeVirt's 10 %% toleration)\n", s.path, avail, size, s.sizeFrom)
+		size = avail
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, err
+	}
+	log("vlctl: created %s (%d bytes, sparse raw, blank) for %s\n", s.path, size, s.sizeFrom)
+	return f, nil
+}
+
+// release undoes what open did: the ACL entry, and a file it created
+// (only while nothing was written to it: the guest never ran).
+func (d *userDisk) release(log func(string, ...any)) {
+	if d.f == nil {
+		return
+	}
+	if d.grant != nil {
+		if same, err := d.grant.undo(); err != nil || !same {
+			log("vlctl: %s: left its ACL as it is now (changed during the run or %v)\n", d.path, err)
+		}
+		d.grant = nil
+	}
+	d.f.Close()
+	d.f = nil
+}
+
+// removeCreated deletes the file open created, when it is still the same
+// file.
+func (d *userDisk) removeCreated() {
+	if !d.created {
+		return
+	}
+	if d.f != nil {
+		st, err1 := d.f.Stat()
+		now, err2 := os.Lstat(d.real)
+		if err1 != nil || err2 != nil || !os.SameFile(st, now) {
+			return
+		}
+	}
+	os.Remove(d.real)
+	d.created = false
+}
+
+// link is where the launcher looks for this volume in layout l.
+func (d *userDisk) link(l layout.Layout) (string, error) {
+	switch {
+	case d.kind == hostDiskFile:
+		return l.HostDisk(d.volume, d.path)
+	case d.block:
+		return l.BlockDevice(d.volume), nil
+	default:
+		return l.PVCDisk(d.volume), nil
+	}
+}
+
+func openNoFollow(path string) (*os.File, error) {
+	// O_NONBLOCK: a block device opens at once; the fd is only used for
+	// fstat and ACLs.
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+}
+
+// resolveTrusted resolves the symlinks in path, refusing any directory on
+// the way (its own entries included) that user o can change: root must not
+// act on a path the launcher's user could swap (issue 14's first class). In
+// a sticky directory (/tmp) o may add names but not replace root's, so
+// only an entry owned by o is refused there. The last element may be
+// missing; a symlink as the last element is followed like the others.
+func resolveTrusted(path string, o ids) (string, error) {
+	if !filepath.IsAbs(path) {
+		return "", errors.New("must be an absolute path")
+	}
+	rest := strings.Split(strings.TrimPrefix(filepath.Clean(path), "/"), "/")
+	cur := "/"
+	for hops := 0; len(rest) > 0; {
+		name := rest[0]
+		rest = rest[1:]
+		if name == "" || name == "." {
+			continue
+		}
+		if name == ".." {
+			cur = filepath.Dir(cur)
+			continue
+		}
+		dirSt, err := os.Stat(cur)
+		if err != nil {
+			return "", err
+		}
+		next := filepath.Join(cur, name)
+		st, err := os.Lstat(next)
+		if errors.Is(err, fs.ErrNotExist) && len(rest) == 0 {
+			if changeable(dirSt, o) {
+				return "", fmt.Errorf("directory %s can be changed by uid %d, which runs QEMU", cur, o.uid)
+			}
+			return next, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if changeable(dirSt, o) && (dirSt.Mode()&os.ModeSticky == 0 || owner(st) == o.uid) {
+			return "", fmt.Errorf("%s can be changed by uid %d, which runs QEMU", next, o.uid)
+		}
+		if st.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", errors.New("too many symbolic links")
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		rest = append(strings.Split(strings.Trim(target, "/"), "/"), rest...)
+	}
+	return cur, nil
+}
+
+func owner(st os.FileInfo) int { return int(st.Sys().(*syscall.Stat_t).Uid) }
+
+// changeable reports whether user o can add, remove or rename entries of
+// the directory st (by its mode bits; ACLs are not read).
+func changeable(st os.FileInfo, o ids) bool {
+	sys := st.Sys().(*syscall.Stat_t)
+	perm := st.Mode().Perm()
+	switch {
+	case int(sys.Uid) == o.uid:
+		return true
+	case int(sys.Gid) == o.gid && perm&0o020 != 0:
+		return true
+	default:
+		return perm&0o002 != 0
+	}
+}
+
+// asUser runs test(1) as user o with a clean environment: the kernel's
+// own answer, ACLs and all.
+func asUser(o ids, args ...string) bool {
+	cmd := exec.Command("test", args...)
+	if p, err := exec.LookPath("test"); err == nil {
+		cmd.Path = p
+	}
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid)}}
+	return cmd.Run() == nil
+}
+
+// accessibleBy reports whether o can open path for reading and writing.
+func accessibleBy(path string, o ids) bool { return asUser(o, "-r", path, "-a", "-w", path) }
+
+// firstClosedDir is the first directory on the way to path that o cannot
+// enter.
+func firstClosedDir(path string, o ids) string {
+	dirs := []string{}
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		dirs = append([]string{d}, dirs...)
+		if d == "/" {
+			break
+		}
+	}
+	for _, d := range dirs {
+		if !asUser(o, "-x", d) {
+			return d
+		}
+	}
+	return filepath.Dir(path)
+}
+
+// openDisks opens (and where asked creates) the user's storage the
+// manifest and --volume name; on failure nothing is left changed.
+func (r *runner) openDisks() error {
+	specs, err := planStorage(r.vmi, r.vm, r.cfg.Volumes)
+	if err != nil {
+		return err
+	}
+	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
+	for _, s := range specs {
+		d, err := s.open(r.owner, status)
+		if err != nil {
+			r.releaseDisks()
+			return err
+		}
+		r.disks = append(r.disks, d)
+	}
+	return nil
+}
+
+// linkDisks puts a symlink to each user disk where the launcher looks for
+// it. It runs before the tree is handed to the launcher's user.
+func (r *runner) linkDisks() error {
+	for _, d := range r.disks {
+		dst, err := d.link(r.layout)
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.field, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
+			return fmt.Errorf("%s: %w", d.field, err)
+		}
+		if err := os.Symlink(d.real, dst); err != nil {
+			return fmt.Errorf("%s %s: link it for the launcher: %w", d.field, d.path, err)
+		}
+	}
+	return nil
+}
+
+// releaseDisks takes back the access granted and, when the guest never ran,
+// removes the files this run created.
+func (r *runner) releaseDisks() {
+	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
+	for _, d := range r.disks {
+		if !r.started {
+			d.removeCreated()
+		}
+		d.release(status)
+	}
+	r.disks = nil
+}
+
+// userPaths rewrites the launcher's view of the user's disks (links in the
+// work dir) back to the paths the user gave, in an error for the user.
+func (r *runner) userPaths(err error) error {
+	if err == nil || len(r.disks) == 0 {
+		return err
+	}
+	var pairs []string
+	for _, d := range r.disks {
+		if dst, lerr := d.link(r.layout); lerr == nil {
+			pairs = append(pairs, dst, d.path+" ("+d.field+")")
+		}
+	}
+	return errors.New(strings.NewReplacer(pairs...).Replace(err.Error()))
+}
