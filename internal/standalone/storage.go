@@ -210,8 +210,8 @@ type userDisk struct {
 // open resolves, checks and (when asked and missing) creates the user's
 // storage, and makes sure user o can read and write it. Nothing is left
 // changed when it fails.
-func (s diskSpec) open(o ids, log func(string, ...any)) (d *userDisk, err error) {
-	d = &userDisk{diskSpec: s}
+func (s diskSpec) open(o ids, log func(string, ...any)) (_ *userDisk, err error) {
+	d := &userDisk{diskSpec: s}
 	real, err := resolveTrusted(s.path, o)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", s.field, s.path, err)
@@ -235,6 +235,7 @@ func (s diskSpec) open(o ids, log func(string, ...any)) (d *userDisk, err error)
 	d.f = f
 	defer func() {
 		if err != nil {
+			d.removeCreated()
 			d.release(log)
 		}
 	}()

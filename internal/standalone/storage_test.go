@@ -1,0 +1,498 @@
+package standalone
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	v1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+func TestParseVolumeFlag(t *testing.T) {
+	for _, tc := range []struct {
+		in, name, path, size string
+		err                  string
+	}{
+		{in: "data=/srv/data.img", name: "data", path: "/srv/data.img"},
+		{in: "data=/srv/data.img,size=10Gi", name: "data", path: "/srv/data.img", size: "10Gi"},
+		{in: "data=/dev/sdb", name: "data", path: "/dev/sdb"},
+		{in: "data", err: "want NAME=PATH"},
+		{in: "=/x", err: "want NAME=PATH"},
+		{in: "data=", err: "want NAME=PATH"},
+		{in: "data=rel/x.img", err: `path "rel/x.img" must be absolute`},
+		{in: "data=/x,size=0", err: "positive quantity"},
+		{in: "data=/x,size=lots", err: "positive quantity"},
+		{in: "data=/x,mode=rw", err: `unknown option "mode=rw"`},
+		{in: "data=/x,size=1Ei", err: "more than"},
+	} {
+		m, err := ParseVolumeFlag(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.in, err)
+			continue
+		}
+		got := ""
+		if m.Size != nil {
+			got = m.Size.String()
+		}
+		if m.Name != tc.name || m.Path != tc.path || got != tc.size {
+			t.Errorf("%q: got %+v size %q", tc.in, m, got)
+		}
+	}
+}
+
+func vmiWithVolumes(vols ...v1.Volume) *v1.VirtualMachineInstance {
+	v := &v1.VirtualMachineInstance{}
+	v.Spec.Volumes = vols
+	return v
+}
+
+func pvcVol(name, claim string) v1.Volume {
+	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{
+		PersistentVolumeClaimVolumeSource: k8sv1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+}
+
+func dvVol(name, dv string) v1.Volume {
+	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{DataVolume: &v1.DataVolumeSource{Name: dv}}}
+}
+
+func hostDiskVol(name, path string, typ v1.HostDiskType, capacity string) v1.Volume {
+	hd := &v1.HostDisk{Path: path, Type: typ}
+	if capacity != "" {
+		hd.Capacity = resource.MustParse(capacity)
+	}
+	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{HostDisk: hd}}
+}
+
+func vmWithTemplate(name, size string) *v1.VirtualMachine {
+	vm := &v1.VirtualMachine{}
+	t := v1.DataVolumeTemplateSpec{Spec: cdiv1.DataVolumeSpec{Storage: &cdiv1.StorageSpec{}}}
+	t.Name = name
+	t.Spec.Storage.Resources.Requests = k8sv1.ResourceList{k8sv1.ResourceStorage: resource.MustParse(size)}
+	vm.Spec.DataVolumeTemplates = []v1.DataVolumeTemplateSpec{t}
+	return vm
+}
+
+func sized(name, path, size string) VolumeMap {
+	m := VolumeMap{Name: name, Path: path}
+	if size != "" {
+		q := resource.MustParse(size)
+		m.Size = &q
+	}
+	return m
+}
+
+// TestPlanStorage: which user storage a run needs, and where a missing
+// file's size comes from, decided from the manifest and --volume alone.
+func TestPlanStorage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		vmi  *v1.VirtualMachineInstance
+		vm   *v1.VirtualMachine
+		maps []VolumeMap
+		want []diskSpec // volume, field, path, kind, create
+		err  []string
+	}{
+		{name: "hostDisk Disk is used in place",
+			vmi:  vmiWithVolumes(hostDiskVol("d", "/srv/d.img", v1.HostDiskExists, "")),
+			want: []diskSpec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/d.img", kind: hostDiskFile}}},
+		{name: "hostDisk DiskOrCreate is created with its capacity",
+			vmi:  vmiWithVolumes(hostDiskVol("d", "/srv/d.img", v1.HostDiskExistsOrCreate, "10Mi")),
+			want: []diskSpec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/d.img", kind: hostDiskFile, create: 10 << 20}}},
+		{name: "a PVC without a mapping names the volume and the flag",
+			vmi: vmiWithVolumes(pvcVol("data", "claim1")),
+			err: []string{"spec.volumes[0]", `persistentVolumeClaim "claim1"`, "--volume claim1=PATH"}},
+		{name: "a DataVolume without a mapping, in a VM",
+			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: vmWithTemplate("dv1", "1Gi"),
+			err: []string{"spec.template.spec.volumes[0]", `dataVolume "dv1"`, "--volume dv1=PATH"}},
+		{name: "a mapped PVC must exist without a size",
+			vmi: vmiWithVolumes(pvcVol("data", "claim1")), maps: []VolumeMap{sized("claim1", "/srv/c.img", "")},
+			want: []diskSpec{{volume: "data", field: "--volume claim1", path: "/srv/c.img", kind: pvcStorage}}},
+		{name: "size= gives a PVC its size, aligned down to 1Mi as KubeVirt does",
+			vmi: vmiWithVolumes(pvcVol("data", "claim1")), maps: []VolumeMap{sized("claim1", "/srv/c.img", "5000000")},
+			want: []diskSpec{{volume: "data", field: "--volume claim1", path: "/srv/c.img", kind: pvcStorage, create: 4 << 20}}},
+		{name: "a size under 1Mi",
+			vmi: vmiWithVolumes(pvcVol("data", "claim1")), maps: []VolumeMap{sized("claim1", "/srv/c.img", "1000")},
+			err: []string{"--volume claim1: size 1k is less than 1Mi"}},
+		{name: "a DataVolume gets its template's storage request",
+			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: vmWithTemplate("dv1", "2Gi"), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "")},
+			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 2 << 30}}},
+		{name: "size= wins over the template",
+			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: vmWithTemplate("dv1", "2Gi"), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "3Gi")},
+			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 3 << 30}}},
+		{name: "an ephemeral PVC is only read: never created",
+			vmi: vmiWithVolumes(v1.Volume{Name: "e", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{
+				PersistentVolumeClaim: &k8sv1.PersistentVolumeClaimVolumeSource{ClaimName: "base"}}}}),
+			maps: []VolumeMap{sized("base", "/srv/base.img", "1Gi")},
+			want: []diskSpec{{volume: "e", field: "--volume base", path: "/srv/base.img", kind: pvcStorage}}},
+		{name: "a mapping nothing uses",
+			vmi: vmiWithVolumes(pvcVol("data", "claim1")), maps: []VolumeMap{sized("claim1", "/a", ""), sized("other", "/b", "")},
+			err: []string{`--volume other: the manifest has no persistentVolumeClaim or dataVolume named "other"`}},
+		{name: "a mapping given twice",
+			vmi: vmiWithVolumes(pvcVol("data", "claim1")), maps: []VolumeMap{sized("claim1", "/a", ""), sized("claim1", "/b", "")},
+			err: []string{"--volume claim1: given twice"}},
+		{name: "hotplug",
+			vmi: vmiWithVolumes(v1.Volume{Name: "h", VolumeSource: v1.VolumeSource{DataVolume: &v1.DataVolumeSource{Name: "x", Hotpluggable: true}}}),
+			err: []string{"spec.volumes[0].dataVolume.hotpluggable"}},
+		{name: "other volumes need nothing",
+			vmi: vmiWithVolumes(v1.Volume{Name: "s", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := planStorage(tc.vmi, tc.vm, tc.maps)
+			if len(tc.err) > 0 {
+				if err == nil {
+					t.Fatalf("no error; plan %+v", got)
+				}
+				for _, w := range tc.err {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not say %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("plan %+v, want %+v", got, tc.want)
+			}
+			for i, w := range tc.want {
+				g := got[i]
+				if g.volume != w.volume || g.field != w.field || g.path != w.path || g.kind != w.kind || g.create != w.create {
+					t.Errorf("plan[%d] = %+v, want %+v", i, g, w)
+				}
+			}
+		})
+	}
+}
+
+func TestRunPolicy(t *testing.T) {
+	yes, no := true, false
+	strat := func(s v1.VirtualMachineRunStrategy) *v1.VirtualMachine {
+		return &v1.VirtualMachine{Spec: v1.VirtualMachineSpec{RunStrategy: &s}}
+	}
+	running := func(b *bool) *v1.VirtualMachine { return &v1.VirtualMachine{Spec: v1.VirtualMachineSpec{Running: b}} }
+	both := strat(v1.RunStrategyAlways)
+	both.Spec.Running = &yes
+	for _, tc := range []struct {
+		name  string
+		vm    *v1.VirtualMachine
+		force bool
+		want  restartPolicy
+		err   string
+	}{
+		{name: "a VMI runs once", vm: nil},
+		{name: "a VM with neither field runs once", vm: &v1.VirtualMachine{}},
+		{name: "running: true is Always", vm: running(&yes), want: restartPolicy{true, true}},
+		{name: "Always", vm: strat(v1.RunStrategyAlways), want: restartPolicy{true, true}},
+		{name: "RerunOnFailure", vm: strat(v1.RunStrategyRerunOnFailure), want: restartPolicy{afterFailure: true}},
+		{name: "Once", vm: strat(v1.RunStrategyOnce)},
+		{name: "Manual: the run is the start", vm: strat(v1.RunStrategyManual)},
+		{name: "Halted is refused", vm: strat(v1.RunStrategyHalted), err: "spec.runStrategy: Halted: the VM is to stay stopped; start it anyway with --force-start"},
+		{name: "running: false is refused", vm: running(&no), err: "spec.running: false: the VM is to stay stopped; start it anyway with --force-start"},
+		{name: "Halted with --force-start runs once", vm: strat(v1.RunStrategyHalted), force: true},
+		{name: "WaitAsReceiver", vm: strat(v1.RunStrategyWaitAsReceiver), err: "waits for a migration"},
+		{name: "unknown", vm: strat("Sometimes"), err: "spec.runStrategy: Sometimes: not a run strategy"},
+		{name: "both fields", vm: both, err: "give one of them"},
+	} {
+		got, err := runPolicy(tc.vm, tc.force)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: error %v, want %q", tc.name, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+func TestRestartDelay(t *testing.T) {
+	for n, want := range map[int]time.Duration{0: 0, 1: time.Second, 2: 2 * time.Second, 5: 16 * time.Second, 9: 256 * time.Second, 10: 5 * time.Minute, 100: 5 * time.Minute} {
+		if got := restartDelay(n); got != want {
+			t.Errorf("restartDelay(%d) = %s, want %s", n, got, want)
+		}
+	}
+}
+
+func TestMemoryWarning(t *testing.T) {
+	with := func(guest, request string) *v1.VirtualMachineInstance {
+		v := &v1.VirtualMachineInstance{}
+		if guest != "" {
+			q := resource.MustParse(guest)
+			v.Spec.Domain.Memory = &v1.Memory{Guest: &q}
+		}
+		if request != "" {
+			v.Spec.Domain.Resources.Requests = k8sv1.ResourceList{"memory": resource.MustParse(request)}
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		vmi  *v1.VirtualMachineInstance
+		want string
+	}{
+		{with("1Mi", ""), "spec.domain.memory.guest 1Mi: guests need at least 64Mi"},
+		{with("", "16Mi"), "spec.domain.resources.requests.memory 16Mi"},
+		{with("64Mi", "1Mi"), ""},
+		{with("", "256Mi"), ""},
+		{with("", ""), ""},
+	} {
+		got := memoryWarning(tc.vmi)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("memoryWarning = %q, want %q", got, tc.want)
+		}
+	}
+}
+
+func TestRunUnsupported(t *testing.T) {
+	v := &v1.VirtualMachineInstance{}
+	if err := runUnsupported(v); err != nil {
+		t.Errorf("plain VMI: %v", err)
+	}
+	v.Spec.Domain.Devices.GPUs = []v1.GPU{{Name: "g", DeviceName: "nvidia.com/x"}}
+	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "spec.domain.devices.gpus") || strings.Contains(err.Error(), "--pci-address") {
+		t.Errorf("GPU: %v", err)
+	}
+	v = &v1.VirtualMachineInstance{}
+	v.Spec.Domain.CPU = &v1.CPU{DedicatedCPUPlacement: true}
+	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "dedicatedCpuPlacement") || strings.Contains(err.Error(), "cpuset") {
+		t.Errorf("dedicated CPUs: %v", err)
+	}
+}
+
+// TestACLEntries: the entry is added with a mask that passes it, and the
+// owning group's own entry is not widened.
+func TestACLEntries(t *testing.T) {
+	got := withUser(nil, 0o640, 1234, 6)
+	want := []aclEntry{{aclUserObj, 6, aclNoID}, {aclUser, 6, 1234}, {aclGroupObj, 4, aclNoID}, {aclMask, 6, aclNoID}, {aclOther, 0, aclNoID}}
+	dec, err := decodeACL(encodeACL(got))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dec) != len(want) {
+		t.Fatalf("ACL %v, want %v", dec, want)
+	}
+	for i := range want {
+		if dec[i] != want[i] {
+			t.Errorf("entry %d = %+v, want %+v", i, dec[i], want[i])
+		}
+	}
+	// An existing ACL keeps its entries; an existing mask grows.
+	prev := []aclEntry{{aclUserObj, 7, aclNoID}, {aclUser, 4, 1234}, {aclUser, 7, 99}, {aclGroupObj, 0, aclNoID}, {aclMask, 4, aclNoID}, {aclOther, 0, aclNoID}}
+	dec, _ = decodeACL(encodeACL(withUser(prev, 0, 1234, 6)))
+	for _, e := range dec {
+		switch {
+		case e.tag == aclUser && e.id == 1234 && e.perm != 6,
+			e.tag == aclUser && e.id == 99 && e.perm != 7,
+			e.tag == aclMask && e.perm != 6,
+			e.tag == aclGroupObj && e.perm != 0:
+			t.Errorf("entry %+v in %v", e, dec)
+		}
+	}
+	if _, err := decodeACL([]byte{1, 0, 0, 0}); err == nil {
+		t.Error("version 1 decoded")
+	}
+}
+
+func launcherIDs(t *testing.T) ids {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: acts as the launcher's user")
+	}
+	o, err := lookupUser("virtlauncher")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// openDir makes a directory QEMU's user can enter (t.TempDir's parent is
+// 0700).
+func openDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "vlstor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestOpenUserDisk: the real file system decisions for the user's storage,
+// with the real launcher user: what is created, what is refused, and that
+// the ACL entry is taken out again.
+func TestOpenUserDisk(t *testing.T) {
+	o := launcherIDs(t)
+	var msgs bytes.Buffer
+	logf := func(f string, a ...any) { msgs.WriteString(strings.TrimSpace(strings.ReplaceAll(f, "%", "")) + "\n") }
+
+	t.Run("DiskOrCreate makes a sparse file of the capacity at the user's path and keeps it", func(t *testing.T) {
+		dir := openDir(t)
+		path := filepath.Join(dir, "new.img")
+		d, err := diskSpec{volume: "v", field: "f", path: path, kind: hostDiskFile, create: 48 << 20, sizeFrom: "cap"}.open(o, logf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() != 48<<20 || st.Sys().(*syscall.Stat_t).Blocks*512 > 1<<20 {
+			t.Errorf("size %d, %d blocks: want 48Mi, sparse", st.Size(), st.Sys().(*syscall.Stat_t).Blocks)
+		}
+		if !d.created || !accessibleBy(path, o) {
+			t.Errorf("created %v, accessible %v", d.created, accessibleBy(path, o))
+		}
+		d.release(logf)
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("file gone after release: %v", err)
+		}
+		if accessibleBy(path, o) {
+			t.Error("the launcher's user still has access after the run")
+		}
+	})
+
+	t.Run("an existing file: ACL entry granted, then removed, mode as before", func(t *testing.T) {
+		dir := openDir(t)
+		path := filepath.Join(dir, "old.img")
+		if err := os.WriteFile(path, []byte("data"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		d, err := diskSpec{volume: "v", field: "f", path: path, kind: hostDiskFile, create: 1 << 20}.open(o, logf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.created || d.grant == nil || !accessibleBy(path, o) {
+			t.Fatalf("created %v, grant %v, accessible %v", d.created, d.grant != nil, accessibleBy(path, o))
+		}
+		d.release(logf)
+		st, _ := os.Stat(path)
+		if st.Mode().Perm() != 0o640 {
+			t.Errorf("mode %v after the run, want 0640", st.Mode().Perm())
+		}
+		f, _ := os.Open(path)
+		defer f.Close()
+		if acl, _ := getACL(f); acl != nil {
+			t.Errorf("ACL left: %v", acl)
+		}
+		if b, _ := os.ReadFile(path); string(b) != "data" {
+			t.Errorf("file holds %q", b)
+		}
+	})
+
+	t.Run("a failed run removes the file it created, not one it found", func(t *testing.T) {
+		dir := openDir(t)
+		path := filepath.Join(dir, "new.img")
+		d, err := diskSpec{path: path, kind: pvcStorage, create: 1 << 20, sizeFrom: "s"}.open(o, logf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.removeCreated()
+		d.release(logf)
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("created file still there: %v", err)
+		}
+	})
+
+	refused := []struct {
+		name  string
+		setup func(t *testing.T, dir string) string // returns the user's path
+		spec  diskSpec
+		want  []string
+	}{
+		{name: "Disk that does not exist", setup: func(t *testing.T, dir string) string { return filepath.Join(dir, "none.img") },
+			spec: diskSpec{field: "spec.volumes[0].hostDisk.path", kind: hostDiskFile}, want: []string{"spec.volumes[0].hostDisk.path", "none.img", "does not exist"}},
+		{name: "PVC file missing, no size", setup: func(t *testing.T, dir string) string { return filepath.Join(dir, "none.img") },
+			spec: diskSpec{field: "--volume c", kind: pvcStorage}, want: []string{"--volume c", "none.img", "size=10Gi"}},
+		{name: "DiskOrCreate in a missing directory", setup: func(t *testing.T, dir string) string { return filepath.Join(dir, "no", "x.img") },
+			spec: diskSpec{field: "f", kind: hostDiskFile, create: 1 << 20}, want: []string{filepath.Join("no", "x.img"), "no such file"}},
+		{name: "a directory the launcher's user owns", setup: func(t *testing.T, dir string) string {
+			d := filepath.Join(dir, "theirs")
+			os.Mkdir(d, 0o755)
+			os.Chown(d, o.uid, o.gid)
+			return filepath.Join(d, "x.img")
+		}, spec: diskSpec{field: "f", kind: hostDiskFile, create: 1 << 20}, want: []string{"theirs", "can be changed by uid"}},
+		{name: "a symlink in a directory the launcher's user owns", setup: func(t *testing.T, dir string) string {
+			d := filepath.Join(dir, "theirs")
+			os.Mkdir(d, 0o755)
+			os.WriteFile(filepath.Join(dir, "target.img"), nil, 0o600)
+			os.Symlink(filepath.Join(dir, "target.img"), filepath.Join(d, "link.img"))
+			os.Chown(d, o.uid, o.gid)
+			return filepath.Join(d, "link.img")
+		}, spec: diskSpec{field: "f", kind: hostDiskFile}, want: []string{"link.img", "can be changed by uid"}},
+		{name: "a file with two hard links", setup: func(t *testing.T, dir string) string {
+			os.WriteFile(filepath.Join(dir, "a.img"), nil, 0o600)
+			os.Link(filepath.Join(dir, "a.img"), filepath.Join(dir, "b.img"))
+			return filepath.Join(dir, "b.img")
+		}, spec: diskSpec{field: "f", kind: hostDiskFile}, want: []string{"b.img", "2 hard links"}},
+		{name: "a directory", setup: func(t *testing.T, dir string) string { return dir },
+			spec: diskSpec{field: "f", kind: pvcStorage}, want: []string{"not a regular file or block device"}},
+		{name: "a file QEMU's user cannot reach", setup: func(t *testing.T, dir string) string {
+			d := filepath.Join(dir, "closed")
+			os.Mkdir(d, 0o700)
+			os.WriteFile(filepath.Join(d, "x.img"), nil, 0o600)
+			return filepath.Join(d, "x.img")
+		}, spec: diskSpec{field: "f", kind: hostDiskFile}, want: []string{"cannot reach it", "closed is closed to it", "setfacl -m u:"}},
+	}
+	for _, tc := range refused {
+		t.Run("refused: "+tc.name, func(t *testing.T) {
+			dir := openDir(t)
+			path := tc.setup(t, dir)
+			before := listTree(t, dir)
+			s := tc.spec
+			s.path = path
+			d, err := s.open(o, logf)
+			if err == nil {
+				d.release(logf)
+				t.Fatal("opened")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if after := listTree(t, dir); after != before {
+				t.Errorf("tree changed:\n%s\nnow:\n%s", before, after)
+			}
+		})
+	}
+}
+
+// listTree describes every entry below dir: name, mode and ACL.
+func listTree(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		b.WriteString(p + " " + fi.Mode().String())
+		if fi.Mode().IsRegular() {
+			if f, err := os.Open(p); err == nil {
+				acl, _ := getACL(f)
+				f.Close()
+				b.WriteString(" acl=" + string(acl))
+			}
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	return b.String()
+}
