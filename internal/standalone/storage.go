@@ -207,29 +207,51 @@ type userDisk struct {
 	grant   *grant
 }
 
+// check resolves the user's path and tells whether open would fail for a
+// reason it can see without changing anything: a missing file that is not
+// to be created, or a directory QEMU's user cannot enter. It returns the
+// resolved path and whether the file is missing.
+func (s diskSpec) check(o ids) (real string, missing bool, err error) {
+	real, err = resolveTrusted(s.path, o)
+	if err != nil {
+		return "", false, fmt.Errorf("%s %s: %w", s.field, s.path, err)
+	}
+	_, err = os.Lstat(real)
+	switch {
+	case err == nil:
+		return real, false, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", false, fmt.Errorf("%s %s: %w", s.field, s.path, err)
+	case s.create > 0:
+		if dir := filepath.Dir(real); !asUser(o, "-x", dir) {
+			closed := firstClosedDir(real, o)
+			return "", false, fmt.Errorf("%s %s: QEMU runs as uid %d, which could not reach it: directory %s is closed to it (create it elsewhere, or: setfacl -m u:%d:x %s)", s.field, s.path, o.uid, closed, o.uid, closed)
+		}
+		return real, true, nil
+	case s.kind == pvcStorage && s.sizeFrom == "":
+		return "", false, fmt.Errorf("%s %s: does not exist; give the size to create it with: --volume %s", s.field, s.path, strings.TrimPrefix(s.field, "--volume ")+"="+s.path+",size=10Gi")
+	default:
+		return "", false, fmt.Errorf("%s %s: does not exist (type %s uses an existing file)", s.field, s.path, v1.HostDiskExists)
+	}
+}
+
 // open resolves, checks and (when asked and missing) creates the user's
 // storage, and makes sure user o can read and write it. Nothing is left
 // changed when it fails.
 func (s diskSpec) open(o ids, log func(string, ...any)) (_ *userDisk, err error) {
 	d := &userDisk{diskSpec: s}
-	real, err := resolveTrusted(s.path, o)
+	real, missing, err := s.check(o)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", s.field, s.path, err)
+		return nil, err
 	}
 	d.real = real
-	f, err := openNoFollow(real)
-	switch {
-	case err == nil:
-	case errors.Is(err, fs.ErrNotExist) && s.create > 0:
+	var f *os.File
+	if missing {
 		if f, err = s.createFile(real, log); err != nil {
 			return nil, fmt.Errorf("%s %s: %w", s.field, s.path, err)
 		}
 		d.created = true
-	case errors.Is(err, fs.ErrNotExist) && s.kind == pvcStorage && s.sizeFrom == "":
-		return nil, fmt.Errorf("%s %s: does not exist; give the size to create it with: --volume %s", s.field, s.path, strings.TrimPrefix(s.field, "--volume ")+"="+s.path+",size=10Gi")
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%s %s: does not exist (type %s uses an existing file)", s.field, s.path, v1.HostDiskExists)
-	default:
+	} else if f, err = openNoFollow(real); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", s.field, s.path, err)
 	}
 	d.f = f
@@ -473,15 +495,25 @@ func (r *runner) openDisks() error {
 	if err != nil {
 		return err
 	}
-	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
+	// Everything that can be seen without changing anything first, so
+	// a bad mapping creates nothing.
 	for _, s := range specs {
-		d, err := s.open(r.owner, status)
+		if _, _, err := s.check(r.owner); err != nil {
+			return err
+		}
+	}
+	// What was created is told once the run has all its disks.
+	var msgs strings.Builder
+	note := func(format string, a ...any) { fmt.Fprintf(&msgs, format, a...) }
+	for _, s := range specs {
+		d, err := s.open(r.owner, note)
 		if err != nil {
 			r.releaseDisks()
 			return err
 		}
 		r.disks = append(r.disks, d)
 	}
+	fmt.Fprint(r.cfg.Status, msgs.String())
 	return nil
 }
 
