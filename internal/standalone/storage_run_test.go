@@ -173,6 +173,11 @@ func TestVlctlRunKeepsData(t *testing.T) {
 				t.Errorf("run %d: console lacks %q", run+1, strings.TrimSpace(line))
 			}
 		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "VL-PREV") || strings.HasPrefix(l, testguest.MarkerBootCount) {
+				t.Logf("run %d: %s", run+1, l)
+			}
+		}
 		// The containerDisk's overlay is new on every run.
 		if !strings.Contains(out, testguest.MarkerBootCount+" 1\n") {
 			t.Errorf("run %d: the root disk (containerDisk) does not count its first boot", run+1)
