@@ -210,11 +210,14 @@ func (c *Config) defaults() {
 	}
 }
 
-type ids struct{ uid, gid int }
+type ids struct {
+	uid, gid int
+	name     string // for messages
+}
 
 func lookupUser(name string) (ids, error) {
 	uid, gid, err := LookupUser(name)
-	return ids{uid, gid}, err
+	return ids{uid, gid, name}, err
 }
 
 // LookupUser returns the ids of the unprivileged user that runs launchers,

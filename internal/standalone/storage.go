@@ -225,7 +225,7 @@ func (s diskSpec) check(o ids) (real string, missing bool, err error) {
 	case s.create > 0:
 		if dir := filepath.Dir(real); !asUser(o, "-x", dir) {
 			closed := firstClosedDir(real, o)
-			return "", false, fmt.Errorf("%s %s: QEMU runs as uid %d, which could not reach it: directory %s is closed to it (create it elsewhere, or: setfacl -m u:%d:x %s)", s.field, s.path, o.uid, closed, o.uid, closed)
+			return "", false, fmt.Errorf("%s %s: QEMU runs as user %s, which could not reach it: directory %s is closed to it (create it elsewhere, or: setfacl -m u:%s:x %s)", s.field, s.path, o.name, closed, o.name, closed)
 		}
 		return real, true, nil
 	case s.kind == pvcStorage && s.sizeFrom == "":
@@ -284,12 +284,12 @@ func (s diskSpec) open(o ids, log func(string, ...any)) (_ *userDisk, err error)
 	if !accessibleBy(real, o) {
 		g, err := grantAccess(f, uint32(o.uid), 6)
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: give user %d (QEMU) read and write access: %w", s.field, s.path, o.uid, err)
+			return nil, fmt.Errorf("%s %s: give user %s (QEMU) read and write access: %w", s.field, s.path, o.name, err)
 		}
 		d.grant = g
 		if !accessibleBy(real, o) {
 			dir := firstClosedDir(real, o)
-			return nil, fmt.Errorf("%s %s: QEMU runs as uid %d, which cannot reach it: directory %s is closed to it (move the file, or: setfacl -m u:%d:x %s)", s.field, s.path, o.uid, dir, o.uid, dir)
+			return nil, fmt.Errorf("%s %s: QEMU runs as user %s, which cannot reach it: directory %s is closed to it (move the file, or: setfacl -m u:%s:x %s)", s.field, s.path, o.name, dir, o.name, dir)
 		}
 	}
 	return d, nil
@@ -408,7 +408,7 @@ func resolveTrusted(path string, o ids) (string, error) {
 		st, err := os.Lstat(next)
 		if errors.Is(err, fs.ErrNotExist) && len(rest) == 0 {
 			if changeable(dirSt, o) {
-				return "", fmt.Errorf("directory %s can be changed by uid %d, which runs QEMU", cur, o.uid)
+				return "", fmt.Errorf("directory %s can be changed by user %s, which runs QEMU", cur, o.name)
 			}
 			return next, nil
 		}
@@ -416,7 +416,7 @@ func resolveTrusted(path string, o ids) (string, error) {
 			return "", err
 		}
 		if changeable(dirSt, o) && (dirSt.Mode()&os.ModeSticky == 0 || owner(st) == o.uid) {
-			return "", fmt.Errorf("%s can be changed by uid %d, which runs QEMU", next, o.uid)
+			return "", fmt.Errorf("%s can be changed by user %s, which runs QEMU", next, o.name)
 		}
 		if st.Mode()&os.ModeSymlink == 0 {
 			cur = next

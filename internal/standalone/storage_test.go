@@ -428,7 +428,7 @@ func TestOpenUserDisk(t *testing.T) {
 			os.Mkdir(d, 0o755)
 			os.Chown(d, o.uid, o.gid)
 			return filepath.Join(d, "x.img")
-		}, spec: diskSpec{field: "f", kind: hostDiskFile, create: 1 << 20}, want: []string{"theirs", "can be changed by uid"}},
+		}, spec: diskSpec{field: "f", kind: hostDiskFile, create: 1 << 20}, want: []string{"theirs", "can be changed by user virtlauncher"}},
 		{name: "a symlink in a directory the launcher's user owns", setup: func(t *testing.T, dir string) string {
 			d := filepath.Join(dir, "theirs")
 			os.Mkdir(d, 0o755)
@@ -436,7 +436,7 @@ func TestOpenUserDisk(t *testing.T) {
 			os.Symlink(filepath.Join(dir, "target.img"), filepath.Join(d, "link.img"))
 			os.Chown(d, o.uid, o.gid)
 			return filepath.Join(d, "link.img")
-		}, spec: diskSpec{field: "f", kind: hostDiskFile}, want: []string{"link.img", "can be changed by uid"}},
+		}, spec: diskSpec{field: "f", kind: hostDiskFile}, want: []string{"link.img", "can be changed by user virtlauncher"}},
 		{name: "a file with two hard links", setup: func(t *testing.T, dir string) string {
 			os.WriteFile(filepath.Join(dir, "a.img"), nil, 0o600)
 			os.Link(filepath.Join(dir, "a.img"), filepath.Join(dir, "b.img"))
@@ -449,7 +449,7 @@ func TestOpenUserDisk(t *testing.T) {
 			os.Mkdir(d, 0o700)
 			os.WriteFile(filepath.Join(d, "x.img"), nil, 0o600)
 			return filepath.Join(d, "x.img")
-		}, spec: diskSpec{field: "f", kind: hostDiskFile}, want: []string{"cannot reach it", "closed is closed to it", "setfacl -m u:"}},
+		}, spec: diskSpec{field: "f", kind: hostDiskFile}, want: []string{"cannot reach it", "closed is closed to it", "setfacl -m u:virtlauncher:x"}},
 	}
 	for _, tc := range refused {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
