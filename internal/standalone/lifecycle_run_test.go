@@ -1,6 +1,7 @@
 package standalone_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -135,4 +137,56 @@ func TestVlctlRunSecondInterrupt(t *testing.T) {
 		t.Errorf("exit status %d, want 0", code)
 	}
 	checkNothingLeft(t, root)
+}
+
+// TestRunForcedWhileStarting: a second interrupt while QEMU is starting
+// (Config.Force closed right after the cancellation) ends the run without
+// waiting for the launcher's graceful end, and still leaves nothing: no
+// work dir and no process, QEMU included.
+func TestRunForcedWhileStarting(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
+	if err != nil {
+		t.Fatalf("test guest: %v", err)
+	}
+	doc := strings.NewReplacer("KERNELDIR", g.KernelDir, "ROOTDISK", g.RootDisk,
+		"spec:\n", "spec:\n  terminationGracePeriodSeconds: 120\n",
+		"        container:\n", "        kernelArgs: \""+testguest.DefaultCmdline+" "+testguest.OptNoACPI+"\"\n        container:\n").Replace(goodVMI)
+	file := filepath.Join(t.TempDir(), "forced.yaml")
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := workRoot(t)
+	var status syncBuffer
+	force := make(chan struct{})
+	cfg := standalone.Config{File: file, Emulation: true, WorkRoot: root, BinDir: binDir,
+		Console: &status, Status: &status, Force: force}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- standalone.Run(ctx, cfg) }()
+	for deadline := time.Now().Add(time.Minute); !processBelow(root, "qemu-system-x86_64"); {
+		select {
+		case err := <-done:
+			t.Fatalf("run ended before QEMU started: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no QEMU within a minute")
+		}
+	}
+	cancel()
+	close(force)
+	forced := time.Now()
+	select {
+	case err := <-done:
+		t.Logf("run ended %s after the forced stop: %v", time.Since(forced).Round(time.Millisecond), err)
+	case <-time.After(time.Minute):
+		t.Fatal("run did not end within a minute of the forced stop (grace period 120 s)")
+	}
+	checkNothingLeft(t, root)
+	if t.Failed() {
+		t.Logf("status:\n%s", status.String())
+	}
 }

@@ -877,11 +877,10 @@ func (r *runner) cleanup() error {
 			select {
 			case <-r.exited:
 			case <-r.cfg.Force:
-				syscall.Kill(-r.monitor.Process.Pid, syscall.SIGKILL)
+				killTree(r.monitor.Process.Pid)
 				<-r.exited
 			case <-time.After(60 * time.Second):
-				// Only our own process group: the monitor and its children.
-				syscall.Kill(-r.monitor.Process.Pid, syscall.SIGKILL)
+				killTree(r.monitor.Process.Pid)
 				<-r.exited
 			}
 		}
@@ -900,6 +899,60 @@ func (r *runner) cleanup() error {
 		fmt.Fprintf(r.cfg.Status, "vlctl: kept %s\n", r.workDir)
 	}
 	return errors.Join(errs...)
+}
+
+// killTree kills the monitor and every process below it. The launcher and
+// libvirt's daemon run in process groups of their own and QEMU is
+// libvirt's child, so the monitor's group alone would leave them running.
+// It repeats until no descendant is left, for children forked meanwhile.
+func killTree(pid int) {
+	for i := 0; i < 20; i++ {
+		below := descendants(pid)
+		if len(below) == 0 {
+			break
+		}
+		for _, p := range below {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// descendants lists the living processes below pid, by /proc's parent
+// links (zombies are skipped: they are dead already).
+func descendants(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parens.
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			parent[p] = pp
+		}
+	}
+	var out []int
+	for p := range parent {
+		for a, n := parent[p], 0; a > 1 && n < 64; a, n = parent[a], n+1 {
+			if a == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // lockedThread runs fn on a dedicated OS thread; used to fork children
