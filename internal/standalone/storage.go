@@ -89,6 +89,9 @@ type diskSpec struct {
 	// tolerate: a smaller file is made when the file system is short of
 	// space by at most KubeVirt's 10 % (PVCs; a hostDisk gets what it asks).
 	tolerate bool
+	// notImported names a DataVolume source that CDI would have imported
+	// into a new disk and vlctl does not.
+	notImported string
 }
 
 // planStorage decides, from the manifest and the --volume mappings alone,
@@ -109,7 +112,7 @@ func planStorage(v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []Vol
 		if vm != nil {
 			vp = "spec.template." + vp
 		}
-		var claim, what, sizeFrom string
+		var claim, what, sizeFrom, notImported string
 		var size int64
 		mustExist := false
 		switch {
@@ -142,6 +145,9 @@ func planStorage(v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []Vol
 						size = alignDown1MiB(q.Value())
 						sizeFrom = fmt.Sprintf("spec.dataVolumeTemplates[%d] storage request %s", j, q.String())
 					}
+					if src := t.Spec.Source; t.Spec.SourceRef != nil || (src != nil && src.Blank == nil) {
+						notImported = fmt.Sprintf("spec.dataVolumeTemplates[%d].spec.source", j)
+					}
 				}
 			}
 		case vol.Ephemeral != nil && vol.Ephemeral.PersistentVolumeClaim != nil:
@@ -168,7 +174,7 @@ func planStorage(v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []Vol
 			size, sizeFrom = 0, ""
 		}
 		specs = append(specs, diskSpec{volume: vol.Name, field: "--volume " + claim, path: m.Path, kind: pvcStorage,
-			create: size, sizeFrom: sizeFrom, tolerate: true})
+			create: size, sizeFrom: sizeFrom, tolerate: true, notImported: notImported})
 	}
 	for _, m := range maps {
 		if !used[m.Name] {
@@ -324,6 +330,9 @@ func (s diskSpec) createFile(path string, log func(string, ...any)) (*os.File, e
 		return nil, err
 	}
 	log("vlctl: created %s (%d bytes, sparse raw, blank) for %s\n", s.path, size, s.sizeFrom)
+	if s.notImported != "" {
+		log("vlctl: warning: %s is not imported by vlctl run: the disk starts blank (write an image to %s first)\n", s.notImported, s.path)
+	}
 	return f, nil
 }
 
@@ -513,7 +522,32 @@ func (r *runner) openDisks() error {
 		}
 		r.disks = append(r.disks, d)
 	}
+	if d := r.blankBootDisk(); d != nil {
+		fmt.Fprintf(&msgs, "vlctl: warning: the boot disk %s is %s, created blank by this run: nothing boots from it until an image is written to it\n", d.volume, d.path)
+	}
 	fmt.Fprint(r.cfg.Status, msgs.String())
+	return nil
+}
+
+// blankBootDisk is the user disk the guest boots from (lowest bootOrder,
+// else the first disk) when this run created it empty.
+func (r *runner) blankBootDisk() *userDisk {
+	disks := r.vmi.Spec.Domain.Devices.Disks
+	if len(disks) == 0 {
+		return nil
+	}
+	boot := disks[0]
+	var best uint
+	for _, d := range disks {
+		if d.BootOrder != nil && (best == 0 || *d.BootOrder < best) {
+			best, boot = *d.BootOrder, d
+		}
+	}
+	for _, d := range r.disks {
+		if d.volume == boot.Name && d.created {
+			return d
+		}
+	}
 	return nil
 }
 

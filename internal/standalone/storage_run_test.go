@@ -190,6 +190,9 @@ func TestVlctlRunKeepsData(t *testing.T) {
 				t.Errorf("run %d: the guest does not see %s with %d sectors", run+1, s, sectors)
 			}
 		}
+		if strings.Contains(stderr, "boot disk") {
+			t.Errorf("run %d: warned of a blank boot disk; the guest boots from its containerDisk:\n%s", run+1, stderr)
+		}
 		if run == 0 && !strings.Contains(stderr, "created "+filepath.Join(e.dir, "hdnew.img")) {
 			t.Errorf("vlctl did not say it created hdnew.img:\n%s", stderr)
 		}

@@ -130,6 +130,13 @@ func TestPlanStorage(t *testing.T) {
 		{name: "a DataVolume gets its template's storage request",
 			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: vmWithTemplate("dv1", "2Gi"), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "")},
 			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 2 << 30}}},
+		{name: "a DataVolume source is not imported: noted",
+			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: func() *v1.VirtualMachine {
+				vm := vmWithTemplate("dv1", "2Gi")
+				vm.Spec.DataVolumeTemplates[0].Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://x/img"}}
+				return vm
+			}(), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "")},
+			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 2 << 30, notImported: "spec.dataVolumeTemplates[0].spec.source"}}},
 		{name: "size= wins over the template",
 			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: vmWithTemplate("dv1", "2Gi"), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "3Gi")},
 			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 3 << 30}}},
@@ -171,7 +178,7 @@ func TestPlanStorage(t *testing.T) {
 			}
 			for i, w := range tc.want {
 				g := got[i]
-				if g.volume != w.volume || g.field != w.field || g.path != w.path || g.kind != w.kind || g.create != w.create {
+				if g.volume != w.volume || g.field != w.field || g.path != w.path || g.kind != w.kind || g.create != w.create || g.notImported != w.notImported {
 					t.Errorf("plan[%d] = %+v, want %+v", i, g, w)
 				}
 			}
@@ -495,4 +502,39 @@ func listTree(t *testing.T, dir string) string {
 		return nil
 	})
 	return b.String()
+}
+
+func TestBlankBootDisk(t *testing.T) {
+	one, two := uint(1), uint(2)
+	v := &v1.VirtualMachineInstance{}
+	v.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "root"}, {Name: "data"}}
+	made := func(vol string, created bool) *userDisk {
+		return &userDisk{diskSpec: diskSpec{volume: vol, path: "/srv/" + vol}, created: created}
+	}
+	for _, tc := range []struct {
+		name  string
+		boot  []*uint
+		disks []*userDisk
+		want  string
+	}{
+		{"first disk created blank", nil, []*userDisk{made("root", true)}, "root"},
+		{"first disk existed", nil, []*userDisk{made("root", false), made("data", true)}, ""},
+		{"bootOrder picks the created one", []*uint{&two, &one}, []*userDisk{made("root", false), made("data", true)}, "data"},
+		{"bootOrder picks the existing one", []*uint{&one, &two}, []*userDisk{made("root", false), made("data", true)}, ""},
+	} {
+		for i := range v.Spec.Domain.Devices.Disks {
+			v.Spec.Domain.Devices.Disks[i].BootOrder = nil
+			if i < len(tc.boot) {
+				v.Spec.Domain.Devices.Disks[i].BootOrder = tc.boot[i]
+			}
+		}
+		r := &runner{vmi: v, disks: tc.disks}
+		got := ""
+		if d := r.blankBootDisk(); d != nil {
+			got = d.volume
+		}
+		if got != tc.want {
+			t.Errorf("%s: blank boot disk %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }
