@@ -20,6 +20,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -912,7 +913,16 @@ func killTree(pid int) {
 			break
 		}
 		for _, p := range below {
-			syscall.Kill(p, syscall.SIGKILL)
+			// A pidfd pins the process: checked again through it, a pid
+			// reused since the snapshot is never signalled.
+			proc, err := os.FindProcess(p)
+			if err != nil {
+				continue
+			}
+			if slices.Contains(descendants(pid), p) {
+				proc.Signal(syscall.SIGKILL)
+			}
+			proc.Release()
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
