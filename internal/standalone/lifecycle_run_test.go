@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,4 +190,28 @@ func TestRunForcedWhileStarting(t *testing.T) {
 	if t.Failed() {
 		t.Logf("status:\n%s", status.String())
 	}
+}
+
+// TestVlctlRunNotRoot: run by an ordinary user, vlctl run says it needs
+// root, in one line, and makes nothing.
+func TestVlctlRunNotRoot(t *testing.T) {
+	needRoot(t)
+	uid, gid, err := standalone.LookupUser("virtlauncher")
+	if err != nil {
+		t.Skip(err)
+	}
+	root := workRoot(t)
+	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--workdir", root, "/nonexistent.yaml")
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	msg := strings.TrimSuffix(string(out), "\n")
+	if strings.Contains(msg, "\n") || !strings.Contains(msg, "vlctl run needs root") || !strings.Contains(msg, "sudo") {
+		t.Errorf("output %q", msg)
+	}
+	checkNothingLeft(t, root)
 }

@@ -107,6 +107,10 @@ func (e *ManifestError) Unwrap() error { return e.Err }
 // cfg.ForceStart.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
+	if os.Geteuid() != 0 {
+		// Told before anything fails half-way with EPERM on /run/vl.
+		return fmt.Errorf("vlctl run needs root: it builds network namespaces, grants QEMU access to your disks and runs the launcher as user %s; run it with sudo", cfg.User)
+	}
 	v, err := vmi.LoadFile(cfg.File, vmi.Options{DefaultBinding: cfg.Binding})
 	if err != nil {
 		return &ManifestError{Err: err}
