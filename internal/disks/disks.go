@@ -38,6 +38,10 @@ type Preparer struct {
 	// MemoryLimit is the address-space limit (bytes) of the qemu-img probe;
 	// 0 means DefaultMemoryLimit.
 	MemoryLimit int64
+	// ImageVolume (--image-volume): container disks and the kernel-boot
+	// image are image volumes; Gather first links their files into the
+	// classic paths (LinkImageVolumes).
+	ImageVolume bool
 }
 
 func (p *Preparer) log() *slog.Logger {

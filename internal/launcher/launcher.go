@@ -133,7 +133,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		Socket:        d.Socket(),
 		URI:           d.URI(),
 		Events:        events,
-		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit},
+		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, ImageVolume: l.opts.ImageVolume},
 		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath)),
 		HypervisorErr: hvErr,
 		StartNetwork: func(ctx context.Context, v *v1.VirtualMachineInstance) (map[string]facts.Interface, func() error, error) {

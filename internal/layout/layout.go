@@ -24,6 +24,14 @@ type Layout struct {
 	ContainerDiskDir string // /var/run/kubevirt/container-disks
 	HotplugDiskDir   string // /var/run/kubevirt/hotplug-disks
 	LibvirtRunDir    string // /var/run/libvirt (empty disks live here in KubeVirt)
+
+	// With KubeVirt's ImageVolume feature gate (--image-volume) the pod
+	// mounts each container disk's image read-only as a Kubernetes image
+	// volume at <ImageVolumeDir>/disk_<N>, and a kernelBoot container's
+	// image at KernelBootVolumeDir; the launcher links the files it needs
+	// from there into ContainerDiskDir.
+	ImageVolumeDir      string // /var/run/kubevirt-image-volume
+	KernelBootVolumeDir string // /var/run/kubevirt-kernel-boot
 }
 
 // Default is the layout inside a KubeVirt launcher pod.
@@ -35,6 +43,9 @@ func Default() Layout {
 		ContainerDiskDir: "/var/run/kubevirt/container-disks",
 		HotplugDiskDir:   "/var/run/kubevirt/hotplug-disks",
 		LibvirtRunDir:    "/var/run/libvirt",
+
+		ImageVolumeDir:      "/var/run/kubevirt-image-volume",
+		KernelBootVolumeDir: "/var/run/kubevirt-kernel-boot",
 	}
 }
 
@@ -48,6 +59,9 @@ func Under(dir string) Layout {
 		ContainerDiskDir: filepath.Join(dir, "share", "container-disks"),
 		HotplugDiskDir:   filepath.Join(dir, "share", "hotplug-disks"),
 		LibvirtRunDir:    filepath.Join(dir, "libvirt-run"),
+
+		ImageVolumeDir:      filepath.Join(dir, "imagevol"),
+		KernelBootVolumeDir: filepath.Join(dir, "kernelvol"),
 	}
 }
 
@@ -94,12 +108,21 @@ func (l Layout) USBRedirSocket(uid string, n int) string {
 	return filepath.Join(l.VMIPrivateDir(uid), "virt-usbredir-"+strconv.Itoa(n))
 }
 
-// ContainerDiskImage is the n-th container disk (n = index in spec.volumes).
+// ContainerDiskImage is the n-th container disk (n = index in spec.volumes):
+// bind-mounted by virt-handler, or with --image-volume a link into
+// ImageVolume(n).
 func (l Layout) ContainerDiskImage(n int) string {
 	return filepath.Join(l.ContainerDiskDir, fmt.Sprintf("disk_%d.img", n))
 }
 
-// KernelBootDir holds the kernel and initrd of a kernelBoot container.
+// ImageVolume is where the image of the n-th container disk (n = index in
+// spec.volumes) is mounted with --image-volume.
+func (l Layout) ImageVolume(n int) string {
+	return filepath.Join(l.ImageVolumeDir, fmt.Sprintf("disk_%d", n))
+}
+
+// KernelBootDir holds the kernel and initrd of a kernelBoot container (with
+// --image-volume, links into KernelBootVolumeDir).
 func (l Layout) KernelBootDir() string { return filepath.Join(l.ContainerDiskDir, "kernel-boot") }
 
 // DiskOverlay is the qcow2 overlay of a containerDisk or ephemeral volume.
