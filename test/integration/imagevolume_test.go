@@ -95,7 +95,7 @@ func TestImageVolume(t *testing.T) {
 			// The classic paths are links into the image volumes, and the
 			// domain uses them.
 			for link, want := range map[string]string{
-				p.Layout.ContainerDiskImage(0): filepath.Join(p.Layout.ImageVolume(0), iv.DiskFile),
+				p.Layout.ContainerDiskImage(0):                                        filepath.Join(p.Layout.ImageVolume(0), iv.DiskFile),
 				filepath.Join(p.Layout.KernelBootDir(), filepath.Base(iv.KernelPath)): filepath.Join(p.Layout.KernelBootVolumeDir, iv.KernelFile),
 				filepath.Join(p.Layout.KernelBootDir(), filepath.Base(iv.InitrdPath)): filepath.Join(p.Layout.KernelBootVolumeDir, iv.InitrdFile),
 			} {
