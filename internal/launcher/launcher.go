@@ -142,7 +142,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		Socket:        d.Socket(),
 		URI:           d.URI(),
 		Events:        events,
-		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm},
+		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm, ImageVolume: l.opts.ImageVolume},
 		Hooks:         hm,
 		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath)),
 		HypervisorErr: hvErr,

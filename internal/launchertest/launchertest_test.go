@@ -44,6 +44,27 @@ func TestVMIYAML(t *testing.T) {
 	}
 }
 
+// TestVMIYAMLPaths: the image-volume variants' paths reach the VMI.
+func TestVMIYAMLPaths(t *testing.T) {
+	s := VMISpec{Name: "tv", Namespace: "ns1", UID: "0b7c1f3e-8c39-4d8b-a1f0-3f2e9d1c4b5a", Token: "t",
+		DiskPath: "/srv/guest.qcow2", KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img"}
+	v, err := vmi.Load([]byte(VMIYAML(s)), vmi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := v.Spec.Domain.Firmware.KernelBoot.Container
+	if v.Spec.Volumes[0].ContainerDisk.Path != s.DiskPath || c.KernelPath != s.KernelPath || c.InitrdPath != s.InitrdPath {
+		t.Errorf("paths %q %q %q", v.Spec.Volumes[0].ContainerDisk.Path, c.KernelPath, c.InitrdPath)
+	}
+	v, err = vmi.Load([]byte(VMIYAML(VMISpec{Name: "tv", Namespace: "ns1", UID: s.UID})), vmi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := v.Spec.Domain.Firmware.KernelBoot.Container; v.Spec.Volumes[0].ContainerDisk.Path != "" || c.KernelPath != "/vmlinuz" || c.InitrdPath != "/initrd.img" {
+		t.Errorf("default paths %q %q %q", v.Spec.Volumes[0].ContainerDisk.Path, c.KernelPath, c.InitrdPath)
+	}
+}
+
 // TestProcessesUnder: a process naming a path inside the directory, or the
 // directory itself, is found; one naming a sibling whose name starts with
 // the directory's is not. DescendantsOf finds them under this process.

@@ -21,6 +21,11 @@ type VMISpec struct {
 	// KernelArgs are appended to the test guest's default command line
 	// (without DHCP).
 	KernelArgs []string
+	// DiskPath is the root volume's containerDisk.path (default: none).
+	DiskPath string
+	// KernelPath and InitrdPath are the kernelBoot container's paths
+	// (default /vmlinuz and /initrd.img).
+	KernelPath, InitrdPath string
 }
 
 // VMIYAML is the test VMI: the test guest from a containerDisk with
@@ -31,6 +36,16 @@ func VMIYAML(s VMISpec) string {
 	if s.PodNetwork {
 		ifaces = "      interfaces:\n      - name: default\n        masquerade: {}\n"
 		networks = "  networks:\n  - name: default\n    pod: {}\n"
+	}
+	if s.KernelPath == "" {
+		s.KernelPath = "/vmlinuz"
+	}
+	if s.InitrdPath == "" {
+		s.InitrdPath = "/initrd.img"
+	}
+	diskPath := ""
+	if s.DiskPath != "" {
+		diskPath = fmt.Sprintf("\n      path: %q", s.DiskPath)
 	}
 	var extra strings.Builder
 	for _, l := range s.ExtraUserData {
@@ -49,8 +64,8 @@ spec:
       kernelBoot:
         container:
           image: registry.example/testguest-kernel:v1
-          kernelPath: /vmlinuz
-          initrdPath: /initrd.img
+          kernelPath: %q
+          initrdPath: %q
         kernelArgs: %q
     devices:
 %s      disks:
@@ -66,7 +81,7 @@ spec:
 %s  volumes:
   - name: root
     containerDisk:
-      image: registry.example/testguest-root:v1
+      image: registry.example/testguest-root:v1%s
   - name: scratch
     emptyDisk:
       capacity: 64Mi
@@ -75,14 +90,18 @@ spec:
       userData: |
         #!/bin/sh
         echo "token %s"
-`, s.Name, s.Namespace, s.UID, strings.Join(args, " "), ifaces, networks, s.Token) + extra.String()
+`, s.Name, s.Namespace, s.UID, s.KernelPath, s.InitrdPath, strings.Join(args, " "), ifaces, networks, diskPath, s.Token) + extra.String()
 }
 
 // VMIYAML is the pod's test VMI (its name, namespace, uid, network and
 // extra user data) printing token.
 func (p *Pod) VMIYAML(token string, kernelArgs ...string) string {
-	return VMIYAML(VMISpec{Name: p.Name, Namespace: p.NS, UID: p.UID, Token: token,
-		PodNetwork: p.opts.Network, ExtraUserData: p.ExtraUserData, KernelArgs: kernelArgs})
+	s := VMISpec{Name: p.Name, Namespace: p.NS, UID: p.UID, Token: token,
+		PodNetwork: p.opts.Network, ExtraUserData: p.ExtraUserData, KernelArgs: kernelArgs}
+	if iv := p.opts.ImageVolume; iv != nil {
+		s.DiskPath, s.KernelPath, s.InitrdPath = iv.DiskPath, iv.KernelPath, iv.InitrdPath
+	}
+	return VMIYAML(s)
 }
 
 // VMI is VMIYAML loaded as virt-api would store it.

@@ -29,6 +29,14 @@ type Layout struct {
 	// subdirectory as its own /var/run/kubevirt-hooks), each with the
 	// sidecar's gRPC socket.
 	HooksDir string // /var/run/kubevirt-hooks
+
+	// With KubeVirt's ImageVolume feature gate (--image-volume) the pod
+	// mounts each container disk's image read-only as a Kubernetes image
+	// volume at <ImageVolumeDir>/disk_<N>, and a kernelBoot container's
+	// image at KernelBootVolumeDir; the launcher links the files it needs
+	// from there into ContainerDiskDir.
+	ImageVolumeDir      string // /var/run/kubevirt-image-volume
+	KernelBootVolumeDir string // /var/run/kubevirt-kernel-boot
 }
 
 // Default is the layout inside a KubeVirt launcher pod.
@@ -41,6 +49,9 @@ func Default() Layout {
 		HotplugDiskDir:   "/var/run/kubevirt/hotplug-disks",
 		LibvirtRunDir:    "/var/run/libvirt",
 		HooksDir:         "/var/run/kubevirt-hooks",
+
+		ImageVolumeDir:      "/var/run/kubevirt-image-volume",
+		KernelBootVolumeDir: "/var/run/kubevirt-kernel-boot",
 	}
 }
 
@@ -55,6 +66,9 @@ func Under(dir string) Layout {
 		HotplugDiskDir:   filepath.Join(dir, "share", "hotplug-disks"),
 		LibvirtRunDir:    filepath.Join(dir, "libvirt-run"),
 		HooksDir:         filepath.Join(dir, "hooks"),
+
+		ImageVolumeDir:      filepath.Join(dir, "imagevol"),
+		KernelBootVolumeDir: filepath.Join(dir, "kernelvol"),
 	}
 }
 
@@ -101,12 +115,21 @@ func (l Layout) USBRedirSocket(uid string, n int) string {
 	return filepath.Join(l.VMIPrivateDir(uid), "virt-usbredir-"+strconv.Itoa(n))
 }
 
-// ContainerDiskImage is the n-th container disk (n = index in spec.volumes).
+// ContainerDiskImage is the n-th container disk (n = index in spec.volumes):
+// bind-mounted by virt-handler, or with --image-volume a link into
+// ImageVolume(n).
 func (l Layout) ContainerDiskImage(n int) string {
 	return filepath.Join(l.ContainerDiskDir, fmt.Sprintf("disk_%d.img", n))
 }
 
-// KernelBootDir holds the kernel and initrd of a kernelBoot container.
+// ImageVolume is where the image of the n-th container disk (n = index in
+// spec.volumes) is mounted with --image-volume.
+func (l Layout) ImageVolume(n int) string {
+	return filepath.Join(l.ImageVolumeDir, fmt.Sprintf("disk_%d", n))
+}
+
+// KernelBootDir holds the kernel and initrd of a kernelBoot container (with
+// --image-volume, links into KernelBootVolumeDir).
 func (l Layout) KernelBootDir() string { return filepath.Join(l.ContainerDiskDir, "kernel-boot") }
 
 // DiskOverlay is the qcow2 overlay of a containerDisk or ephemeral volume.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -35,16 +36,34 @@ exec "$@"
 
 // TestRootMode: as uid 0 "in a container" the launcher runs the daemon in
 // system mode (qemu:///system) with its own config; the guest boots from
-// STANDALONE_VMI and powers off, and the launcher exits 0.
+// STANDALONE_VMI and powers off, and the launcher exits 0. Both pod
+// layouts: the classic one, and KubeVirt's ImageVolume gate's (read-only
+// image volumes, which libvirt's system-mode ownership handling must
+// leave alone).
 func TestRootMode(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare not installed")
 	}
-	p := env.NewDeferred(t, "rootvm", podOpts{})
+	for _, tc := range []struct {
+		name string
+		opts podOpts
+	}{
+		{"classic", podOpts{}},
+		{"image-volume", podOpts{ImageVolume: &launchertest.ImageVolumeLayout{}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testRootMode(t, tc.opts) })
+	}
+}
+
+func testRootMode(t *testing.T, opts podOpts) {
+	p := env.NewDeferred(t, "rootvm", opts)
 	args := []string{"--mount", "--net", "--propagation", "private", "/bin/sh", "-c", rootShell, "sh", p.Dir,
 		filepath.Join(env.BinDir, "virt-launcher")}
 	args = append(append(args, p.PodArgs()...), "--force-emulation")
+	if opts.ImageVolume != nil {
+		args = append(args, "--image-volume")
+	}
 	p.Cmd = exec.Command("unshare", args...)
 	p.Cmd.Dir = p.Dir
 	p.Cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "container=virtlauncher-test",
