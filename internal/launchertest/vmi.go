@@ -21,6 +21,12 @@ type VMISpec struct {
 	// KernelArgs are appended to the test guest's default command line
 	// (without DHCP).
 	KernelArgs []string
+	// EFI boots by EFI firmware (OVMF, secure boot off) instead of BIOS,
+	// with the guest's EFI-stub kernel; PersistentEFI also sets
+	// efi.persistent (NVRAM on the backend-storage volume in KubeVirt).
+	EFI, PersistentEFI bool
+	// TPM adds devices.tpm: {}; PersistentTPM makes it persistent: true.
+	TPM, PersistentTPM bool
 }
 
 // VMIYAML is the test VMI: the test guest from a containerDisk with
@@ -31,6 +37,18 @@ func VMIYAML(s VMISpec) string {
 	if s.PodNetwork {
 		ifaces = "      interfaces:\n      - name: default\n        masquerade: {}\n"
 		networks = "  networks:\n  - name: default\n    pod: {}\n"
+	}
+	kernel, bootloader, memory := "/vmlinuz", "", "128Mi"
+	if s.EFI || s.PersistentEFI {
+		// OVMF loading the kernel faults with 128 MiB.
+		kernel, memory = "/"+testguest.EFIKernelName, "256Mi"
+		bootloader = fmt.Sprintf("      bootloader:\n        efi: {secureBoot: false, persistent: %v}\n", s.PersistentEFI)
+	}
+	switch {
+	case s.PersistentTPM:
+		ifaces = "      tpm: {persistent: true}\n" + ifaces
+	case s.TPM:
+		ifaces = "      tpm: {}\n" + ifaces
 	}
 	var extra strings.Builder
 	for _, l := range s.ExtraUserData {
@@ -46,10 +64,10 @@ spec:
   terminationGracePeriodSeconds: 30
   domain:
     firmware:
-      kernelBoot:
+%s      kernelBoot:
         container:
           image: registry.example/testguest-kernel:v1
-          kernelPath: /vmlinuz
+          kernelPath: %s
           initrdPath: /initrd.img
         kernelArgs: %q
     devices:
@@ -62,7 +80,7 @@ spec:
         disk: {bus: virtio}
     resources:
       requests:
-        memory: 128Mi
+        memory: %s
 %s  volumes:
   - name: root
     containerDisk:
@@ -75,7 +93,7 @@ spec:
       userData: |
         #!/bin/sh
         echo "token %s"
-`, s.Name, s.Namespace, s.UID, strings.Join(args, " "), ifaces, networks, s.Token) + extra.String()
+`, s.Name, s.Namespace, s.UID, bootloader, kernel, strings.Join(args, " "), ifaces, memory, networks, s.Token) + extra.String()
 }
 
 // VMIYAML is the pod's test VMI (its name, namespace, uid, network and
@@ -89,6 +107,19 @@ func (p *Pod) VMIYAML(token string, kernelArgs ...string) string {
 func (p *Pod) VMI(token string, kernelArgs ...string) *v1.VirtualMachineInstance {
 	p.T.Helper()
 	v, err := vmiLoad(p.VMIYAML(token, kernelArgs...))
+	if err != nil {
+		p.T.Fatal(err)
+	}
+	return v
+}
+
+// VMIWith is the pod's test VMI as s describes it, s's identity, network
+// and extra user data taken from the pod; loaded as virt-api would store it.
+func (p *Pod) VMIWith(s VMISpec) *v1.VirtualMachineInstance {
+	p.T.Helper()
+	s.Name, s.Namespace, s.UID = p.Name, p.NS, p.UID
+	s.PodNetwork, s.ExtraUserData = p.opts.Network, p.ExtraUserData
+	v, err := vmiLoad(VMIYAML(s))
 	if err != nil {
 		p.T.Fatal(err)
 	}
