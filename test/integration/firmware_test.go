@@ -206,3 +206,40 @@ func TestPersistentEFIAndTPM(t *testing.T) {
 	killAndDelete(t, p2, c2, ctx, vm2)
 	t.Logf("TestPersistentEFIAndTPM took %v", time.Since(t0))
 }
+
+// TestRootModeTPM: a root launcher (system-mode daemon, as in a root pod)
+// boots a VMI with a TPM by EFI: libvirt runs swtpm as tss (its default
+// when the user exists, as Debian's swtpm-tools creates it) with state in
+// /var/lib/libvirt/swtpm and swtpm_setup's CA in /var/lib/swtpm-localca,
+// and the variable store is in /var/lib/libvirt/qemu/nvram. The guest
+// sees /dev/tpm0 and writes an EFI variable, then powers off.
+func TestRootModeTPM(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare not installed")
+	}
+	t0 := time.Now()
+	p := env.NewDeferred(t, "roottpm", podOpts{})
+	args := []string{"--mount", "--net", "--propagation", "private", "/bin/sh", "-c", rootShell, "sh", p.Dir,
+		filepath.Join(env.BinDir, "virt-launcher")}
+	args = append(append(args, p.PodArgs()...), "--force-emulation")
+	p.Cmd = exec.Command("unshare", args...)
+	p.Cmd.Dir = p.Dir
+	y := launchertest.VMIYAML(launchertest.VMISpec{Name: p.Name, Namespace: p.NS, UID: p.UID, Token: "roottpm",
+		EFI: true, TPM: true, KernelArgs: []string{testguest.OptPowerOff, testguest.OptEFIVar("VlRoot", "r1")}})
+	p.Cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "container=virtlauncher-test", "STANDALONE_VMI=" + y}
+	p.Cmd.Stdout, p.Cmd.Stderr = p.Stderr, p.Stderr
+	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.Start()
+	p.WaitReady(60 * time.Second)
+	p.WaitConsole(testguest.MarkerPowerOff, efiBootTimeout)
+	t.Logf("start -> guest powered off (OVMF): %v", time.Since(t0))
+	tpmEK(t, p)
+	if out := p.Console(); !strings.Contains(out, testguest.MarkerEFIVar+" VlRoot=r1") {
+		t.Errorf("guest did not write its EFI variable; console:\n%s", launchertest.Tail(out, 4000))
+	}
+	if code := p.ExitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	p.AssertNothingLeft()
+}
