@@ -15,6 +15,10 @@
 // (Layout.ContainerDiskImage(i), raw), and optionally a cloudInitNoCloud or
 // cloudInitConfigDrive volume whose user-data starting with "#!" the init
 // runs. Disks may be on virtio, SATA or SCSI buses; the console is ttyS0.
+// To boot by EFI firmware (OVMF) use EFIKernel instead (kernelPath
+// /vmlinuz.efi) and at least 256 MiB; the guest then lists its EFI
+// variables (MarkerEFIVar) and writes one on request (OptEFIVar). With a TPM
+// it prints MarkerTPM.
 package testguest
 
 import (
