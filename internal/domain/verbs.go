@@ -94,11 +94,19 @@ func (m *Manager) destroy(l *libvirt.Libvirt, d libvirt.Domain) error {
 	return err
 }
 
+// undefineFlags are KubeVirt's (DeleteVMI): keep the EFI variable store, so
+// a persistent-EFI VMI finds its variables again on the backend-storage
+// volume (and a new Sync in the same pod finds them too), and drop checkpoint
+// metadata. No TPM flag: libvirt then keeps a TPM's state when it is
+// persistent (persistent_state="yes") and removes it otherwise, which is
+// what devices.tpm.persistent asks for.
+const undefineFlags = libvirt.DomainUndefineKeepNvram | libvirt.DomainUndefineCheckpointsMetadata
+
 // Delete undefines the domain. When it is (or becomes) inactive the manager
 // sends the "gone" event.
 func (m *Manager) Delete(ctx context.Context, v *v1.VirtualMachineInstance) error {
 	return m.verb(ctx, v, "delete", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
-		err := l.DomainUndefineFlags(d, libvirt.DomainUndefineNvram)
+		err := l.DomainUndefineFlags(d, undefineFlags)
 		if err != nil && libvirt.IsNotFound(err) {
 			return nil
 		}

@@ -135,7 +135,7 @@ func (e *Env) New(t *testing.T, name string, o Options) *Pod {
 
 // NewDeferred lays out the pod under a short temp root (unix socket paths
 // are limited to 107 bytes): the test guest's root disk as container disk
-// 0, its kernel and initrd in kernel-boot/, as virt-handler's mounts would
+// 0, its kernels (PVH and EFI stub) and initrd in kernel-boot/, as virt-handler's mounts would
 // provide them (or as image volumes, see Options.ImageVolume). Cmd is the monitor as user virtlauncher with the flags
 // virt-controller's pod template passes; the caller may change it before
 // Start.
@@ -190,6 +190,7 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 		Must(t, e.Guest.CopyRootDisk(p.Layout.ContainerDiskImage(0)))
 		Must(t, os.Chmod(p.Layout.ContainerDiskImage(0), 0o444))
 		Must(t, CopyFile(e.Guest.Kernel, filepath.Join(p.Layout.KernelBootDir(), "vmlinuz")))
+		Must(t, CopyFile(e.Guest.EFIKernel, filepath.Join(p.Layout.KernelBootDir(), testguest.EFIKernelName)))
 		Must(t, CopyFile(e.Guest.Initrd, filepath.Join(p.Layout.KernelBootDir(), "initrd.img")))
 	}
 	Must(t, os.MkdirAll(p.Layout.ShareDir, 0o755))

@@ -26,3 +26,33 @@ func TestImageVolumeRoots(t *testing.T) {
 		}
 	}
 }
+
+// TestStatePaths: the NVRAM and TPM state directories are KubeVirt's
+// (pkg/util PathForNVram, PathForSwtpm, PathForSwtpmLocalca), where
+// virt-controller mounts the backend-storage volume for persistent EFI
+// and TPM.
+func TestStatePaths(t *testing.T) {
+	pod := Default()
+	for _, c := range []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"nvram non-root", pod.NVRAMDir(false), "/var/run/kubevirt-private/libvirt/qemu/nvram"},
+		{"nvram root", pod.NVRAMDir(true), "/var/lib/libvirt/qemu/nvram"},
+		{"swtpm non-root", pod.SwtpmDir(false), "/var/run/kubevirt-private/libvirt/qemu/swtpm"},
+		{"swtpm root", pod.SwtpmDir(true), "/var/lib/libvirt/swtpm"},
+		{"localca non-root", pod.SwtpmLocalCADir(false), "/var/run/kubevirt-private/var/lib/swtpm-localca"},
+		{"localca root", pod.SwtpmLocalCADir(true), "/var/lib/swtpm-localca"},
+		// Standalone, non-root paths move with the private dir; the
+		// system daemon's do not (libvirt fixes them).
+		{"standalone nvram non-root", Under("/w").NVRAMDir(false), "/w/private/libvirt/qemu/nvram"},
+		{"standalone swtpm non-root", Under("/w").SwtpmDir(false), "/w/private/libvirt/qemu/swtpm"},
+		{"standalone localca non-root", Under("/w").SwtpmLocalCADir(false), "/w/private/var/lib/swtpm-localca"},
+		{"standalone nvram root", Under("/w").NVRAMDir(true), "/var/lib/libvirt/qemu/nvram"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, c.got, c.want)
+		}
+	}
+}

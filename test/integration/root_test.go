@@ -14,9 +14,9 @@ import (
 )
 
 // rootShell gives a root launcher what a root container has: its own
-// /run, /var/lib/libvirt, /var/cache/libvirt, /var/log/libvirt and
-// /etc/libvirt (tmpfs or a private directory, in a private mount
-// namespace), a libvirt-qemu user (system mode resolves it before reading
+// /run, /var/lib/libvirt, /var/cache/libvirt, /var/log/libvirt,
+// /etc/libvirt and swtpm's /var/lib/swtpm-localca (tmpfs or a private
+// directory, in a private mount namespace), a libvirt-qemu user (system mode resolves it before reading
 // qemu.conf) in a private /etc/passwd, and a network namespace of its own
 // (libvirt's system-mode drivers would otherwise touch the host's
 // firewall). Nothing of the host is changed.
@@ -30,6 +30,7 @@ mount --bind $D/passwd /etc/passwd
 mount --bind $D/group /etc/group
 mount -t tmpfs vl-run /run
 for p in /var/lib/libvirt /var/cache/libvirt /var/log/libvirt; do mkdir -p $p; mount -t tmpfs vl-lib $p; done
+[ ! -d /var/lib/swtpm-localca ] || mount -t tmpfs -o mode=0750,uid=$(id -u tss 2>/dev/null || echo 0) vl-ca /var/lib/swtpm-localca
 mount --bind $D/etc-libvirt /etc/libvirt
 exec "$@"
 `
