@@ -110,6 +110,9 @@ type Manager struct {
 	cache      *domainjson.Domain
 	defined    bool // the domain exists (as far as we last saw)
 	everActive bool
+	// capsWarmed is the connection whose daemon was asked to build its
+	// host capabilities (warmCapabilities).
+	capsWarmed *libvirt.Libvirt
 	userPaused bool
 	definedCh  chan struct{}
 	stoppedCh  chan struct{}

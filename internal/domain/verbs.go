@@ -173,17 +173,28 @@ func (m *Manager) Domain(ctx context.Context) (*domainjson.Domain, error) {
 	return m.cache, nil
 }
 
-// QemuVersion is the hypervisor version libvirt reports, e.g. "7.2.22".
+// QemuVersion is the hypervisor version as KubeVirt's launcher words it
+// (cli.LibvirtConnection.GetQemuVersion): "QEMU 7.2.22" for libvirt's
+// 7002022.
 func (m *Manager) QemuVersion(ctx context.Context) (string, error) {
 	l, err := m.waitConn(ctx)
 	if err != nil {
 		return "", err
 	}
-	v, err := l.ConnectGetVersion()
+	var v uint64
+	err = withContext(ctx, "hypervisor version", func() error {
+		var err error
+		v, err = l.ConnectGetVersion()
+		return err
+	})
 	if err != nil {
-		return "", fmt.Errorf("hypervisor version: %w", err)
+		return "", err
 	}
-	return fmt.Sprintf("%d.%d.%d", v/1000000, v/1000%1000, v%1000), nil
+	return formatQemuVersion(v), nil
+}
+
+func formatQemuVersion(v uint64) string {
+	return fmt.Sprintf("QEMU %d.%d.%d", v/1000000, v/1000%1000, v%1000)
 }
 
 // MarkGracefulShutdown records that the pod got SIGTERM
