@@ -194,7 +194,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	sctx, scancel := context.WithCancel(context.Background())
 	sdone := make(chan struct{})
 	go func() {
-		if err := cmdserver.New(l.mgr, l.log).Serve(sctx, lis); err != nil {
+		if err := cmdserver.New(l.mgr, l.log, cmdserver.WithPodName(os.Getenv("POD_NAME"))).Serve(sctx, lis); err != nil {
 			l.log.Error("command server stopped", "reason", err.Error())
 		}
 		close(sdone)
