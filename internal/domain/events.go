@@ -138,7 +138,7 @@ func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
 		m.markStopped(st, reason)
 	}
 	if active(st) {
-		m.warmCapabilities(ctx, l)
+		m.warmHostCapabilities(ctx, l)
 	}
 	if emit {
 		m.queue(outEvent{typ: typ, domain: obj})

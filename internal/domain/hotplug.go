@@ -3,6 +3,7 @@ package domain
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -126,8 +127,8 @@ const maxScreenshot = 4<<20 - 4096
 
 // Screenshot is GetScreenshot: libvirt's virDomainScreenshot of the
 // primary display, its data and MIME type passed on unchanged as KubeVirt's
-// launcher does (manager.go GetScreenshot; QEMU gives a PPM,
-// "image/x-portable-pixmap").
+// launcher does (manager.go GetScreenshot): "image/png" here, PPM
+// ("image/x-portable-pixmap") from a QEMU that cannot write PNG.
 func (m *Manager) Screenshot(ctx context.Context, v *v1.VirtualMachineInstance) (string, []byte, error) {
 	if err := m.checkIdentity(v, false); err != nil {
 		return "", nil, err
@@ -141,10 +142,21 @@ func (m *Manager) Screenshot(ctx context.Context, v *v1.VirtualMachineInstance) 
 	}
 	var buf limitedBuffer
 	buf.limit = maxScreenshot
-	var mime libvirt.OptString
+	var mime string
 	err = withContext(ctx, "screenshot of domain "+d.Name, func() error {
-		var err error
-		mime, err = l.DomainScreenshot(d, &buf, 0, 0)
+		m, err := l.DomainScreenshot(d, &buf, 0, 0)
+		var lerr libvirt.Error
+		if err != nil && !errors.As(err, &lerr) && buf.Len() > 0 {
+			// go-libvirt decodes the reply (the MIME type) from the
+			// stream's closing packet, which is empty, so a screenshot
+			// that came whole ends in an XDR EOF. libvirt chose the
+			// format it asked QEMU for; the image's magic names it.
+			mime, err = imageMIME(buf.Bytes())
+			return err
+		}
+		if err == nil && len(m) > 0 {
+			mime = m[0]
+		}
 		return err
 	})
 	if err != nil {
@@ -153,11 +165,19 @@ func (m *Manager) Screenshot(ctx context.Context, v *v1.VirtualMachineInstance) 
 	if buf.over {
 		return "", nil, fmt.Errorf("screenshot of domain %s: larger than %d bytes", d.Name, maxScreenshot)
 	}
-	mt := ""
-	if len(mime) > 0 {
-		mt = mime[0]
+	return mime, buf.Bytes(), nil
+}
+
+// imageMIME names the formats QEMU's screendump writes for libvirt: PNG
+// when QEMU can (libvirt 9.0 with QEMU 7.2 here), else PPM.
+func imageMIME(data []byte) (string, error) {
+	switch {
+	case bytes.HasPrefix(data, []byte("P6")):
+		return "image/x-portable-pixmap", nil
+	case bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")):
+		return "image/png", nil
 	}
-	return mt, buf.Bytes(), nil
+	return "", fmt.Errorf("screenshot in an unknown format (starts %q)", data[:min(len(data), 8)])
 }
 
 // limitedBuffer keeps up to limit bytes and notes that more came.

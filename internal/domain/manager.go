@@ -111,7 +111,7 @@ type Manager struct {
 	defined    bool // the domain exists (as far as we last saw)
 	everActive bool
 	// capsWarmed is the connection whose daemon was asked to build its
-	// host capabilities (warmCapabilities).
+	// host capabilities (warmHostCapabilities).
 	capsWarmed *libvirt.Libvirt
 	userPaused bool
 	definedCh  chan struct{}

@@ -452,18 +452,20 @@ func statsFromParams(params []libvirt.TypedParam, aliases map[string]string, bal
 	return s
 }
 
-// warmCapabilities makes the daemon build its host capabilities now, in
-// the background, rather than in the first GetDomainStats or
+// warmHostCapabilities makes the daemon build its host capabilities now,
+// in the background, rather than in the first GetDomainStats or
 // GetQemuVersion. libvirt builds them on first use (the stats' cpu group
 // asks for them for its cache-monitor figures, virConnectGetVersion for
 // the default emulator), and building them probes every qemu-system-*
 // binary on the PATH that the capability cache lacks: on Debian that is
 // qemu-system-i386 besides the x86_64 one the domain uses, ~0.5 s of QEMU
-// probing under TCG (KubeVirt's image has one QEMU binary). It is called
-// once a domain runs, so the probe never delays a Sync's own QEMU probe and
-// start, and once per connection, since a restarted daemon builds them
-// anew (from the capability cache, which now holds both binaries).
-func (m *Manager) warmCapabilities(ctx context.Context, l *libvirt.Libvirt) {
+// probing under TCG (KubeVirt's image has one QEMU binary). It runs once a
+// domain runs: the daemon probes one binary at a time, so earlier it would
+// hold up the first Sync's define and start (WarmCapabilities, at launcher
+// start, probes only the binary the domain uses, for that define). It runs
+// once per connection, since a restarted daemon builds them anew (from the
+// capability cache, which by then holds both binaries).
+func (m *Manager) warmHostCapabilities(ctx context.Context, l *libvirt.Libvirt) {
 	m.mu.Lock()
 	if m.capsWarmed == l {
 		m.mu.Unlock()
