@@ -113,13 +113,16 @@ type Manager struct {
 	// capsWarmed is the connection whose daemon was asked to build its
 	// host capabilities (warmHostCapabilities).
 	capsWarmed *libvirt.Libvirt
-	userPaused bool
-	definedCh  chan struct{}
-	stoppedCh  chan struct{}
-	stopState  libvirt.DomainState
-	stopReason int32
-	goneSent   chan struct{}
-	goneQueued bool
+	// hostCPUs is the daemon's host CPU count, read on hostCPUsConn.
+	hostCPUsConn *libvirt.Libvirt
+	hostCPUs     int
+	userPaused   bool
+	definedCh    chan struct{}
+	stoppedCh    chan struct{}
+	stopState    libvirt.DomainState
+	stopReason   int32
+	goneSent     chan struct{}
+	goneQueued   bool
 
 	events chan outEvent
 

@@ -197,7 +197,11 @@ func (m *Manager) DomainStats(ctx context.Context) ([]byte, error) {
 		// KubeVirt's launcher adds the vCPU pinning (libvirt-go's
 		// GetVcpuPinInfo): one row per current vCPU, one column per host
 		// CPU; a failure fails the whole call there too.
-		s.CPUMap, err = vcpuPinning(l, d, vcpuCurrent(recs[0].Params))
+		hostCPUs, err := m.hostCPUCount(l)
+		if err != nil {
+			return err
+		}
+		s.CPUMap, err = vcpuPinning(l, d, vcpuCurrent(recs[0].Params), hostCPUs)
 		if err != nil {
 			return fmt.Errorf("vCPU pinning: %w", err)
 		}
@@ -212,15 +216,32 @@ func (m *Manager) DomainStats(ctx context.Context) ([]byte, error) {
 	return json.Marshal(s)
 }
 
-// vcpuPinning reads the affinity of the first n vCPUs as libvirt-go's
-// Domain.GetVcpuPinInfo(DOMAIN_AFFECT_CURRENT) does: the host CPU count is
-// nodes x sockets x cores x threads of virNodeGetInfo.
-func vcpuPinning(l *libvirt.Libvirt, d libvirt.Domain, n int) ([][]bool, error) {
+// hostCPUCount is libvirt-go's host CPU count for GetVcpuPinInfo: nodes x
+// sockets x cores x threads of virNodeGetInfo. It is read once per
+// connection (a daemon restart may come with a CPU hotplug): it does not
+// change, and asking costs half a millisecond of each stats call.
+func (m *Manager) hostCPUCount(l *libvirt.Libvirt) (int, error) {
+	m.mu.Lock()
+	if m.hostCPUsConn == l {
+		n := m.hostCPUs
+		m.mu.Unlock()
+		return n, nil
+	}
+	m.mu.Unlock()
 	_, _, _, _, nodes, sockets, cores, threads, err := l.NodeGetInfo()
 	if err != nil {
-		return nil, fmt.Errorf("host CPU topology: %w", err)
+		return 0, fmt.Errorf("host CPU topology: %w", err)
 	}
-	hostCPUs := int(nodes * sockets * cores * threads)
+	n := int(nodes * sockets * cores * threads)
+	m.mu.Lock()
+	m.hostCPUsConn, m.hostCPUs = l, n
+	m.mu.Unlock()
+	return n, nil
+}
+
+// vcpuPinning reads the affinity of the first n vCPUs over hostCPUs host
+// CPUs, as libvirt-go's Domain.GetVcpuPinInfo(DOMAIN_AFFECT_CURRENT) does.
+func vcpuPinning(l *libvirt.Libvirt, d libvirt.Domain, n, hostCPUs int) ([][]bool, error) {
 	if n <= 0 || hostCPUs <= 0 {
 		return [][]bool{}, nil
 	}
