@@ -34,6 +34,11 @@ func TestLifecycle(t *testing.T) {
 	c := p.Client(ctx)
 	v := p.VMI("life-7f3a")
 
+	// No running domain, no stats: KubeVirt's launcher fails the call too.
+	if s, err := c.GetDomainStats(ctx); err == nil || !strings.Contains(err.Error(), "empty DomainStats") {
+		t.Errorf("GetDomainStats before Sync: %q, %v; want a failure", s, err)
+	}
+
 	t0 := time.Now()
 	if err := c.Sync(ctx, v, nil); err != nil {
 		t.Fatalf("Sync: %v", err)
