@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -26,6 +24,7 @@ import (
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/api/cmdinfo"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 )
 
 // Deadlines of virt-handler's client (kubevirt-wire.md 1.3).

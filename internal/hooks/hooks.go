@@ -46,12 +46,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
-
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
 	hooksinfo "github.com/virtlauncher/virtlauncher/api/hooks/info"
+	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 )
 
 // Hook point names (KubeVirt's pkg/hooks/info).

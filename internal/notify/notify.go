@@ -24,8 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,6 +34,7 @@ import (
 	notifyv1 "github.com/virtlauncher/virtlauncher/api/notify/v1"
 	"github.com/virtlauncher/virtlauncher/api/notifyinfo"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 )
 
 // SocketName is the notify socket's name in the share dir.
