@@ -109,3 +109,22 @@ func TestRoleOf(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckStats(t *testing.T) {
+	full := `{"Cpu":{"TimeSet":true},"Vcpu":[{"TimeSet":true},{"StateSet":true}],"Block":[{"Alias":"root"}],"CPUMapSet":true}`
+	if err := checkStats(full); err != nil {
+		t.Errorf("complete stats refused: %v", err)
+	}
+	for name, s := range map[string]string{
+		"no cpu":      `{"Vcpu":[{"TimeSet":true}],"Block":[{"Alias":"root"}],"CPUMapSet":true}`,
+		"no alias":    `{"Cpu":{"TimeSet":true},"Vcpu":[{"TimeSet":true}],"Block":[{"Alias":""}],"CPUMapSet":true}`,
+		"no cpu map":  `{"Cpu":{"TimeSet":true},"Vcpu":[{"TimeSet":true}],"Block":[{"Alias":"root"}]}`,
+		"no vcpus":    `{"Cpu":{"TimeSet":true},"Vcpu":[],"Block":[{"Alias":"root"}],"CPUMapSet":true}`,
+		"not JSON":    `{`,
+		"empty reply": ``,
+	} {
+		if err := checkStats(s); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -341,6 +342,55 @@ func (in *instance) firstSync(ctx context.Context) error {
 	in.syncDoneAt = time.Now()
 	if err != nil {
 		return in.withLog(fmt.Errorf("sync: %w", err))
+	}
+	return nil
+}
+
+// domainStats times a GetDomainStats call, as virt-handler's metrics
+// collector makes it, and checks the answer has what the collector reads.
+func (in *instance) domainStats(ctx context.Context) (time.Duration, error) {
+	sctx, cancel := context.WithTimeout(ctx, cmdclient.ShortTimeout)
+	defer cancel()
+	t := time.Now()
+	s, err := in.client.GetDomainStats(sctx)
+	d := time.Since(t)
+	if err != nil {
+		return 0, fmt.Errorf("GetDomainStats: %w", err)
+	}
+	if err := checkStats(s); err != nil {
+		return 0, fmt.Errorf("GetDomainStats: %w", err)
+	}
+	return d, nil
+}
+
+// checkStats makes sure a stats answer carries the fields virt-handler's
+// collectors read: CPU time, vCPUs, disks with the VMI's names, the vCPU
+// pinning. A figure for an answer without them would flatter.
+func checkStats(s string) error {
+	var st struct {
+		Cpu       *struct{ TimeSet bool } //nolint:revive // KubeVirt's key.
+		Vcpu      []struct{ TimeSet bool }
+		Block     []struct{ Alias string }
+		CPUMapSet bool
+	}
+	if err := json.Unmarshal([]byte(s), &st); err != nil {
+		return fmt.Errorf("stats JSON: %w", err)
+	}
+	var missing []string
+	if st.Cpu == nil || !st.Cpu.TimeSet {
+		missing = append(missing, "Cpu.Time")
+	}
+	if len(st.Vcpu) == 0 || !st.Vcpu[0].TimeSet {
+		missing = append(missing, "Vcpu[0].Time")
+	}
+	if len(st.Block) == 0 || st.Block[0].Alias == "" {
+		missing = append(missing, "Block[0].Alias")
+	}
+	if !st.CPUMapSet {
+		missing = append(missing, "CPUMap")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("stats lack %s", strings.Join(missing, ", "))
 	}
 	return nil
 }

@@ -18,6 +18,10 @@ import (
 
 const repeatSyncs = 10
 
+// steadyStats is how many GetDomainStats calls of the running guest are
+// timed per run, after the first.
+const steadyStats = 10
+
 type bench struct {
 	env *env
 	r   *results
@@ -89,6 +93,12 @@ func (b *bench) fullRun(ctx context.Context, i int, warm bool) error {
 	if err := in.firstSync(ctx); err != nil {
 		return err
 	}
+	// virt-handler may scrape metrics at any moment: the first
+	// GetDomainStats right after the first Sync is the worst case.
+	statsFirst, err := in.domainStats(ctx)
+	if err != nil {
+		return err
+	}
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	defined, err := in.waitEvent(wctx, in.syncSentAt, "ADDED", func(e stamped) bool { return e.typ == notify.EventAdded })
@@ -119,6 +129,7 @@ func (b *bench) fullRun(ctx context.Context, i int, warm bool) error {
 	r.between(mode+".exec_defined", in.execAt, defined)
 	r.between(mode+".exec_running", in.execAt, running)
 	r.between(mode+".sync_booted", in.syncSentAt, booted)
+	r.addDur(mode+".stats_first", statsFirst)
 	syncRunning := running.Sub(in.syncSentAt)
 	e.logf("run %d: ready %v, first Sync %v, running %v after Sync, guest ready %v after Sync",
 		i, in.readyAt.Sub(in.execAt).Round(time.Millisecond), in.syncDoneAt.Sub(in.syncSentAt).Round(time.Millisecond),
@@ -137,6 +148,13 @@ func (b *bench) fullRun(ctx context.Context, i int, warm bool) error {
 			return err
 		}
 		r.addDur("repeat_sync", d)
+	}
+	for k := 0; k < steadyStats; k++ {
+		d, err := in.domainStats(ctx)
+		if err != nil {
+			return err
+		}
+		r.addDur("stats_steady", d)
 	}
 
 	// Steady state, then the memory sample.

@@ -116,3 +116,32 @@ func mustAbs(t *testing.T, p string) string {
 	}
 	return a
 }
+
+// TestContainerfileMatchesMkrootfs: the Containerfile installs every package
+// deploy/mkrootfs puts in the image (`make image`), so the two builds give
+// the same tree.
+func TestContainerfileMatchesMkrootfs(t *testing.T) {
+	b, err := os.ReadFile("mkrootfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)\npackages=\(\n(.*?)\n\)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("mkrootfs: no packages=( ... ) list")
+	}
+	pkgs := strings.Fields(string(m[1]))
+	if len(pkgs) < 10 {
+		t.Fatalf("mkrootfs lists %d packages: %v", len(pkgs), pkgs)
+	}
+	cf := containerfile(t)
+	for _, p := range pkgs {
+		if !regexp.MustCompile(`[\s\\]` + regexp.QuoteMeta(p) + `[\s\\]`).MatchString(cf) {
+			t.Errorf("Containerfile does not install %s (mkrootfs does)", p)
+		}
+	}
+	for _, want := range []string{"--uid 64055 libvirt-qemu", "setcap cap_net_bind_service=+ep /usr/bin/virt-launcher-monitor", "USER 107", `ENTRYPOINT ["/usr/bin/virt-launcher"]`} {
+		if !strings.Contains(cf, want) {
+			t.Errorf("Containerfile lacks %q (make image has it)", want)
+		}
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,14 +18,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	v1 "kubevirt.io/api/core/v1"
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/api/cmdinfo"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 )
 
 // Deadlines of virt-handler's client (kubevirt-wire.md 1.3).
@@ -56,27 +54,12 @@ type Client struct {
 // Dial connects to the command socket at socketPath and negotiates the
 // version. The connection is established synchronously within 2 s.
 func Dial(ctx context.Context, socketPath string) (*Client, error) {
-	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
-		d := net.Dialer{Timeout: ConnectTimeout}
-		return d.DialContext(ctx, "unix", socketPath)
-	}
-	conn, err := grpc.NewClient("passthrough:///"+socketPath,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(dialer),
-		grpc.WithAuthority("localhost"),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("dial command socket %s: %w", socketPath, err)
-	}
 	// Connect now, within the connect limit, instead of at the first call.
 	cctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
-	conn.Connect()
-	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
-		if st == connectivity.TransientFailure || !conn.WaitForStateChange(cctx, st) {
-			conn.Close()
-			return nil, fmt.Errorf("dial command socket %s: connection not established (%s)", socketPath, st)
-		}
+	conn, err := unixgrpc.Dial(cctx, socketPath, "")
+	if err != nil {
+		return nil, fmt.Errorf("dial command socket: %w", err)
 	}
 	c := &Client{conn: conn, cmd: cmdv1.NewCmdClient(conn)}
 	if err := c.negotiate(ctx); err != nil {

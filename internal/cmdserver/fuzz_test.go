@@ -33,6 +33,13 @@ func (nopManager) SoftReboot(context.Context, *v1.VirtualMachineInstance) error 
 func (nopManager) Domain(context.Context) (*domainjson.Domain, error)                  { return nil, nil }
 func (nopManager) DomainStats(context.Context) ([]byte, error)                         { return nil, nil }
 func (nopManager) QemuVersion(context.Context) (string, error)                         { return "", nil }
+func (nopManager) SyncVCPUs(context.Context, *v1.VirtualMachineInstance) error         { return nil }
+func (nopManager) HotplugHostDevices(context.Context, *v1.VirtualMachineInstance) error {
+	return nil
+}
+func (nopManager) Screenshot(context.Context, *v1.VirtualMachineInstance) (string, []byte, error) {
+	return "", nil, nil
+}
 
 // FuzzVMIRequest feeds arbitrary bytes, as a VMIRequest protobuf and as the
 // VMI JSON inside one, through the handlers' decode path: protobuf

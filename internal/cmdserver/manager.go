@@ -40,4 +40,11 @@ type Manager interface {
 	// DomainStats returns the stats JSON (KubeVirt's DomainStats keys).
 	DomainStats(ctx context.Context) ([]byte, error)
 	QemuVersion(ctx context.Context) (string, error)
+	// SyncVCPUs, HotplugHostDevices: nil when the domain already is what
+	// the VMI asks for; an error naming the change otherwise (virtlauncher
+	// hotplugs nothing).
+	SyncVCPUs(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	HotplugHostDevices(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	// Screenshot returns the primary display's image and its MIME type.
+	Screenshot(ctx context.Context, vmi *v1.VirtualMachineInstance) (mime string, data []byte, err error)
 }

@@ -49,6 +49,8 @@ type Server struct {
 	gs  *grpc.Server
 	// skipSyncValidation: Sync hands the VMI to the Manager unchecked.
 	skipSyncValidation bool
+	// podName is the launcher's pod (POD_NAME); empty when unknown.
+	podName string
 }
 
 // Option changes how a Server behaves.
@@ -58,6 +60,10 @@ type Option func(*Server)
 // without ValidateSyncVMI. Only for tests whose fake Manager is fed
 // skeleton VMIs; a launcher always validates.
 func WithoutSyncValidation() Option { return func(s *Server) { s.skipSyncValidation = true } }
+
+// WithPodName names the launcher's pod (KubeVirt's POD_NAME), which
+// SignalTargetPodCleanup compares with the VMI's migration target pod.
+func WithPodName(name string) Option { return func(s *Server) { s.podName = name } }
 
 // New makes a server driving m. It registers both services on one gRPC
 // server, as virt-handler expects them on one socket.

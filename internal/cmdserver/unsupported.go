@@ -27,20 +27,8 @@ func (c *cmdServer) SyncMigrationTarget(context.Context, *cmdv1.VMIRequest) (*cm
 	return fail(notSupported("SyncMigrationTarget")), nil
 }
 
-func (c *cmdServer) CancelVirtualMachineMigration(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("CancelVirtualMachineMigration")), nil
-}
-
-func (c *cmdServer) SignalTargetPodCleanup(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("SignalTargetPodCleanup")), nil
-}
-
 func (c *cmdServer) FinalizeVirtualMachineMigration(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 	return fail(notSupported("FinalizeVirtualMachineMigration")), nil
-}
-
-func (c *cmdServer) HotplugHostDevices(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("HotplugHostDevices")), nil
 }
 
 func (c *cmdServer) GetGuestInfo(context.Context, *cmdv1.EmptyRequest) (*cmdv1.GuestInfoResponse, error) {
@@ -57,10 +45,6 @@ func (c *cmdServer) GetFilesystems(context.Context, *cmdv1.EmptyRequest) (*cmdv1
 
 func (c *cmdServer) VirtualMachineMemoryDump(context.Context, *cmdv1.MemoryDumpRequest) (*cmdv1.Response, error) {
 	return fail(notSupported("VirtualMachineMemoryDump")), nil
-}
-
-func (c *cmdServer) SyncVirtualMachineCPUs(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("SyncVirtualMachineCPUs")), nil
 }
 
 func (c *cmdServer) SyncVirtualMachineMemory(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
@@ -81,10 +65,6 @@ func (c *cmdServer) InjectLaunchSecret(context.Context, *cmdv1.InjectLaunchSecre
 
 func (c *cmdServer) GetDomainDirtyRateStats(context.Context, *cmdv1.EmptyRequest) (*cmdv1.DirtyRateStatsResponse, error) {
 	return &cmdv1.DirtyRateStatsResponse{Response: fail(notSupported("GetDomainDirtyRateStats")), DirtyRateMbs: -1}, nil
-}
-
-func (c *cmdServer) GetScreenshot(context.Context, *cmdv1.VMIRequest) (*cmdv1.ScreenshotResponse, error) {
-	return &cmdv1.ScreenshotResponse{Response: fail(notSupported("GetScreenshot"))}, nil
 }
 
 func (c *cmdServer) BackupVirtualMachine(context.Context, *cmdv1.BackupRequest) (*cmdv1.Response, error) {

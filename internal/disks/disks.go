@@ -41,6 +41,10 @@ type Preparer struct {
 	// Hooks, when set, may change the cloud-init data before its ISO is
 	// written (the hook sidecars' PreCloudInitIso).
 	Hooks CloudInitHook
+	// ImageVolume (--image-volume): container disks and the kernel-boot
+	// image are image volumes; Gather first links their files into the
+	// classic paths (LinkImageVolumes).
+	ImageVolume bool
 }
 
 func (p *Preparer) log() *slog.Logger {

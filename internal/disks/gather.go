@@ -36,8 +36,15 @@ const (
 // them (or whose file appears later, like hotplugged ones) get no entry.
 //
 // Gather changes nothing, except that probing O_DIRECT support of a
-// directory creates and removes a temporary file in it.
+// directory creates and removes a temporary file in it, and that with
+// ImageVolume it first links the image volumes' files into the classic
+// container-disk paths it then reads (LinkImageVolumes).
 func (p *Preparer) Gather(ctx context.Context, vmi *v1.VirtualMachineInstance) (map[string]facts.Volume, error) {
+	if p.ImageVolume {
+		if err := p.LinkImageVolumes(vmi); err != nil {
+			return nil, fmt.Errorf("--image-volume: %w", err)
+		}
+	}
 	out := make(map[string]facts.Volume, len(vmi.Spec.Volumes))
 	for i := range vmi.Spec.Volumes {
 		vol := &vmi.Spec.Volumes[i]
@@ -63,6 +70,9 @@ func (p *Preparer) gatherVolume(ctx context.Context, vmi *v1.VirtualMachineInsta
 		img := l.ContainerDiskImage(i)
 		format, err := p.ImageFormat(ctx, img)
 		if err != nil {
+			if _, serr := os.Stat(l.ImageVolume(i)); !p.ImageVolume && serr == nil {
+				return fv, false, fmt.Errorf("containerDisk: %w (an image volume is mounted at %s: the pod was made with KubeVirt's ImageVolume feature gate, but the launcher has no --image-volume)", err, l.ImageVolume(i))
+			}
 			return fv, false, fmt.Errorf("containerDisk: %w", err)
 		}
 		fv.BackingFormat = format

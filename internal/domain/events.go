@@ -137,6 +137,9 @@ func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
 	if !active(st) && wasActive {
 		m.markStopped(st, reason)
 	}
+	if active(st) {
+		m.warmHostCapabilities(ctx, l)
+	}
 	if emit {
 		m.queue(outEvent{typ: typ, domain: obj})
 	}

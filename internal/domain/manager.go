@@ -110,13 +110,19 @@ type Manager struct {
 	cache      *domainjson.Domain
 	defined    bool // the domain exists (as far as we last saw)
 	everActive bool
-	userPaused bool
-	definedCh  chan struct{}
-	stoppedCh  chan struct{}
-	stopState  libvirt.DomainState
-	stopReason int32
-	goneSent   chan struct{}
-	goneQueued bool
+	// capsWarmed is the connection whose daemon was asked to build its
+	// host capabilities (warmHostCapabilities).
+	capsWarmed *libvirt.Libvirt
+	// hostCPUs is the daemon's host CPU count, read on hostCPUsConn.
+	hostCPUsConn *libvirt.Libvirt
+	hostCPUs     int
+	userPaused   bool
+	definedCh    chan struct{}
+	stoppedCh    chan struct{}
+	stopState    libvirt.DomainState
+	stopReason   int32
+	goneSent     chan struct{}
+	goneQueued   bool
 
 	events chan outEvent
 

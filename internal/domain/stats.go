@@ -3,25 +3,39 @@ package domain
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
-	"strings"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
+
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
-// Stats is KubeVirt's DomainStats as JSON: Go field names as keys, and a
-// ...Set flag next to each value (kubevirt-wire.md section 7 lists the top
-// level keys). Only what libvirt's bulk stats report is filled in.
+// Stats is KubeVirt's stats.DomainStats (pkg/virt-launcher/virtwrap/stats)
+// as JSON: Go field names as keys, in its order, with a ...Set flag next to
+// each value (kubevirt-wire.md section 7). KubeVirt's launcher fills it
+// from libvirt's bulk stats, virDomainMemoryStats and the vCPU pinning;
+// here the bulk stats' balloon group stands in for virDomainMemoryStats
+// (libvirt fills both from the same QEMU query), which saves a round trip.
 type Stats struct {
-	Name      string
-	UUID      string
-	Cpu       *StatsCPU //nolint:revive // KubeVirt's key.
-	Memory    *StatsMemory
-	Vcpu      []StatsVcpu
-	Net       []StatsNet
-	Block     []StatsBlock
-	NrVirtCpu uint //nolint:revive // KubeVirt's key.
+	Name   string
+	UUID   string
+	Cpu    *StatsCPU //nolint:revive // KubeVirt's key.
+	Memory *StatsMemory
+	// MigrateDomainJobInfo is KubeVirt's migration job progress: always
+	// null, virtlauncher does not migrate.
+	MigrateDomainJobInfo any
+	Vcpu                 []StatsVcpu
+	Net                  []StatsNet
+	Block                []StatsBlock
+	CPUMapSet            bool
+	CPUMap               [][]bool
+	DirtyRate            *StatsDirtyRate
+	// Load is the guest agent's load average: always null, virtlauncher
+	// does not drive the guest agent.
+	Load any
 }
 
 // StatsCPU is DomainStatsCPU.
@@ -38,6 +52,8 @@ type StatsCPU struct {
 type StatsMemory struct {
 	UnusedSet        bool
 	Unused           uint64
+	CachedSet        bool
+	Cached           uint64
 	AvailableSet     bool
 	Available        uint64
 	ActualBalloonSet bool
@@ -96,57 +112,193 @@ type StatsNet struct {
 
 // StatsBlock is DomainStatsBlock.
 type StatsBlock struct {
-	NameSet       bool
-	Name          string
-	Alias         string
-	PathSet       bool
-	Path          string
-	RdReqsSet     bool
-	RdReqs        uint64
-	RdBytesSet    bool
-	RdBytes       uint64
-	RdTimesSet    bool
-	RdTimes       uint64
-	WrReqsSet     bool
-	WrReqs        uint64
-	WrBytesSet    bool
-	WrBytes       uint64
-	WrTimesSet    bool
-	WrTimes       uint64
-	FlReqsSet     bool
-	FlReqs        uint64
-	FlTimesSet    bool
-	FlTimes       uint64
-	ErrorsSet     bool
-	Errors        uint64
-	AllocationSet bool
-	Allocation    uint64
-	CapacitySet   bool
-	Capacity      uint64
-	PhysicalSet   bool
-	Physical      uint64
+	NameSet         bool
+	Name            string
+	Alias           string
+	BackingIndexSet bool
+	BackingIndex    uint
+	PathSet         bool
+	Path            string
+	RdReqsSet       bool
+	RdReqs          uint64
+	RdBytesSet      bool
+	RdBytes         uint64
+	RdTimesSet      bool
+	RdTimes         uint64
+	WrReqsSet       bool
+	WrReqs          uint64
+	WrBytesSet      bool
+	WrBytes         uint64
+	WrTimesSet      bool
+	WrTimes         uint64
+	FlReqsSet       bool
+	FlReqs          uint64
+	FlTimesSet      bool
+	FlTimes         uint64
+	ErrorsSet       bool
+	Errors          uint64
+	AllocationSet   bool
+	Allocation      uint64
+	CapacitySet     bool
+	Capacity        uint64
+	PhysicalSet     bool
+	Physical        uint64
 }
 
-// DomainStats returns the stats JSON of the running domain; nil when no
-// domain is defined.
+// StatsDirtyRate is DomainStatsDirtyRate.
+type StatsDirtyRate struct {
+	CalcStatusSet         bool
+	CalcStatus            int
+	CalcStartTimeSet      bool
+	CalcStartTime         int64
+	CalcPeriodSet         bool
+	CalcPeriod            int
+	MegabytesPerSecondSet bool
+	MegabytesPerSecond    int64
+}
+
+// statsTypes and statsFlags are KubeVirt's request (manager.go
+// getDomainStats): running or paused domains only, and NOWAIT, so that a
+// long job (a start, a shutdown) does not hold the call; the groups that
+// need the job are then left out of that one answer.
+const (
+	statsTypes = libvirt.DomainStatsBalloon | libvirt.DomainStatsCPUTotal | libvirt.DomainStatsVCPU |
+		libvirt.DomainStatsInterface | libvirt.DomainStatsBlock | libvirt.DomainStatsDirtyrate
+	statsFlags = libvirt.ConnectGetAllDomainsStatsRunning | libvirt.ConnectGetAllDomainsStatsPaused |
+		libvirt.ConnectGetAllDomainsStatsNowait
+)
+
+// ErrNoStats is DomainStats' error when no domain is running or paused:
+// KubeVirt's launcher then fails the call too ("empty DomainStats").
+var ErrNoStats = errors.New("empty DomainStats: no running or paused domain")
+
+// DomainStats returns the stats JSON of the running (or paused) domain.
 func (m *Manager) DomainStats(ctx context.Context) ([]byte, error) {
 	l, d, ok, err := m.lookup(ctx)
-	if err != nil || !ok {
+	if err != nil {
 		return nil, err
 	}
-	types := libvirt.DomainStatsState | libvirt.DomainStatsCPUTotal | libvirt.DomainStatsBalloon |
-		libvirt.DomainStatsVCPU | libvirt.DomainStatsInterface | libvirt.DomainStatsBlock
-	recs, err := l.ConnectGetAllDomainStats([]libvirt.Domain{d}, uint32(types), 0)
+	if !ok {
+		return nil, ErrNoStats
+	}
+	var s *Stats
+	err = withContext(ctx, "stats of domain "+d.Name, func() error {
+		recs, err := l.ConnectGetAllDomainStats([]libvirt.Domain{d}, uint32(statsTypes), uint32(statsFlags))
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 {
+			return ErrNoStats
+		}
+		m.mu.Lock()
+		dom := m.cache
+		m.mu.Unlock()
+		s = statsFromParams(recs[0].Params, deviceAliases(dom), hasBalloon(dom))
+		// KubeVirt's launcher adds the vCPU pinning (libvirt-go's
+		// GetVcpuPinInfo): one row per current vCPU, one column per host
+		// CPU; a failure fails the whole call there too.
+		hostCPUs, err := m.hostCPUCount(l)
+		if err != nil {
+			return err
+		}
+		s.CPUMap, err = vcpuPinning(l, d, vcpuCurrent(recs[0].Params), hostCPUs)
+		if err != nil {
+			return fmt.Errorf("vCPU pinning: %w", err)
+		}
+		s.CPUMapSet = true
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("stats of domain %s: %w", d.Name, err)
+		return nil, err
 	}
-	if len(recs) == 0 {
-		return nil, nil
-	}
-	s := statsFromParams(recs[0].Params)
 	s.Name = d.Name
 	s.UUID = formatUUID(d.UUID)
 	return json.Marshal(s)
+}
+
+// hostCPUCount is libvirt-go's host CPU count for GetVcpuPinInfo: nodes x
+// sockets x cores x threads of virNodeGetInfo. It is read once per
+// connection (a daemon restart may come with a CPU hotplug): it does not
+// change, and asking costs half a millisecond of each stats call.
+func (m *Manager) hostCPUCount(l *libvirt.Libvirt) (int, error) {
+	m.mu.Lock()
+	if m.hostCPUsConn == l {
+		n := m.hostCPUs
+		m.mu.Unlock()
+		return n, nil
+	}
+	m.mu.Unlock()
+	_, _, _, _, nodes, sockets, cores, threads, err := l.NodeGetInfo()
+	if err != nil {
+		return 0, fmt.Errorf("host CPU topology: %w", err)
+	}
+	n := int(nodes * sockets * cores * threads)
+	m.mu.Lock()
+	m.hostCPUsConn, m.hostCPUs = l, n
+	m.mu.Unlock()
+	return n, nil
+}
+
+// vcpuPinning reads the affinity of the first n vCPUs over hostCPUs host
+// CPUs, as libvirt-go's Domain.GetVcpuPinInfo(DOMAIN_AFFECT_CURRENT) does.
+func vcpuPinning(l *libvirt.Libvirt, d libvirt.Domain, n, hostCPUs int) ([][]bool, error) {
+	if n <= 0 || hostCPUs <= 0 {
+		return [][]bool{}, nil
+	}
+	maplen := (hostCPUs + 7) / 8
+	raw, _, err := l.DomainGetVcpuPinInfo(d, int32(n), int32(maplen), uint32(libvirt.DomainAffectCurrent))
+	if err != nil {
+		return nil, err
+	}
+	return cpuMap(raw, n, hostCPUs), nil
+}
+
+// cpuMap unpacks libvirt's per-vCPU bitmaps (maplen bytes each, host CPU j
+// at bit j%8 of byte j/8) into rows of n vCPUs by hostCPUs columns.
+func cpuMap(raw []byte, n, hostCPUs int) [][]bool {
+	maplen := (hostCPUs + 7) / 8
+	out := make([][]bool, n)
+	for i := range out {
+		out[i] = make([]bool, hostCPUs)
+		for j := 0; j < hostCPUs; j++ {
+			if b := i*maplen + j/8; b < len(raw) && raw[b]&(1<<(j%8)) != 0 {
+				out[i][j] = true
+			}
+		}
+	}
+	return out
+}
+
+// deviceAliases maps the target device of each disk and interface (vda,
+// tap0) to its alias without the "ua-" prefix, i.e. the VMI's disk or
+// interface name: KubeVirt's refreshDeviceAliasMap, read here from the
+// cached Domain object, which every lifecycle event and Sync refreshes.
+func deviceAliases(dom *domainjson.Domain) map[string]string {
+	out := map[string]string{}
+	if dom == nil {
+		return out
+	}
+	for _, iface := range dom.Spec.Devices.Interfaces {
+		if iface.Target != nil && iface.Target.Device != "" && iface.Alias != nil {
+			out[iface.Target.Device] = iface.Alias.Name
+		}
+	}
+	for _, disk := range dom.Spec.Devices.Disks {
+		if disk.Target.Device != "" && disk.Alias != nil {
+			out[disk.Target.Device] = disk.Alias.Name
+		}
+	}
+	return out
+}
+
+// hasBalloon tells whether the domain has a working balloon device: only
+// then does virDomainMemoryStats report the actual balloon size.
+func hasBalloon(dom *domainjson.Domain) bool {
+	if dom == nil {
+		return false
+	}
+	b := dom.Spec.Devices.Ballooning
+	return b != nil && b.Model != "none"
 }
 
 func formatUUID(u libvirt.UUID) string {
@@ -168,179 +320,215 @@ func paramUint(p libvirt.TypedParam) (uint64, bool) {
 	return 0, false
 }
 
-func statsFromParams(params []libvirt.TypedParam) *Stats {
-	s := &Stats{}
-	vcpus := map[int]*StatsVcpu{}
-	nets := map[int]*StatsNet{}
-	blocks := map[int]*StatsBlock{}
+// vcpuCurrent is the params' vcpu.current (the vCPUs plugged in now).
+func vcpuCurrent(params []libvirt.TypedParam) int {
 	for _, p := range params {
-		n, isNum := paramUint(p)
-		str, _ := p.Value.I.(string)
-		set := func(dst *uint64, flag *bool) {
-			if isNum {
-				*dst, *flag = n, true
-			}
-		}
-		f := p.Field
-		switch {
-		case strings.HasPrefix(f, "cpu."):
-			if s.Cpu == nil {
-				s.Cpu = &StatsCPU{}
-			}
-			switch f {
-			case "cpu.time":
-				set(&s.Cpu.Time, &s.Cpu.TimeSet)
-			case "cpu.user":
-				set(&s.Cpu.User, &s.Cpu.UserSet)
-			case "cpu.system":
-				set(&s.Cpu.System, &s.Cpu.SystemSet)
-			}
-		case strings.HasPrefix(f, "balloon."):
-			if s.Memory == nil {
-				s.Memory = &StatsMemory{}
-			}
-			mem := s.Memory
-			switch f {
-			case libvirt.DomainStatsBalloonCurrent:
-				set(&mem.ActualBalloon, &mem.ActualBalloonSet)
-			case libvirt.DomainStatsBalloonMaximum:
-				set(&mem.Total, &mem.TotalSet)
-			case libvirt.DomainStatsBalloonUnused:
-				set(&mem.Unused, &mem.UnusedSet)
-			case libvirt.DomainStatsBalloonAvailable:
-				set(&mem.Available, &mem.AvailableSet)
-			case libvirt.DomainStatsBalloonRss:
-				set(&mem.RSS, &mem.RSSSet)
-			case libvirt.DomainStatsBalloonSwapIn:
-				set(&mem.SwapIn, &mem.SwapInSet)
-			case libvirt.DomainStatsBalloonSwapOut:
-				set(&mem.SwapOut, &mem.SwapOutSet)
-			case libvirt.DomainStatsBalloonMajorFault:
-				set(&mem.MajorFault, &mem.MajorFaultSet)
-			case libvirt.DomainStatsBalloonMinorFault:
-				set(&mem.MinorFault, &mem.MinorFaultSet)
-			case libvirt.DomainStatsBalloonUsable:
-				set(&mem.Usable, &mem.UsableSet)
-			}
-		case f == "vcpu.current":
-			s.NrVirtCpu = uint(n)
-		case strings.HasPrefix(f, "vcpu."):
-			i, rest, ok := indexed(f, "vcpu.")
-			if !ok {
-				continue
-			}
-			v := vcpus[i]
-			if v == nil {
-				v = &StatsVcpu{}
-				vcpus[i] = v
-			}
-			switch rest {
-			case "state":
-				v.State, v.StateSet = int(n), isNum
-			case "time":
-				set(&v.Time, &v.TimeSet)
-			case "wait":
-				set(&v.Wait, &v.WaitSet)
-			case "delay":
-				set(&v.Delay, &v.DelaySet)
-			}
-		case strings.HasPrefix(f, "net."):
-			i, rest, ok := indexed(f, "net.")
-			if !ok {
-				continue
-			}
-			v := nets[i]
-			if v == nil {
-				v = &StatsNet{}
-				nets[i] = v
-			}
-			switch rest {
-			case "name":
-				v.Name, v.NameSet = str, true
-			case "rx.bytes":
-				set(&v.RxBytes, &v.RxBytesSet)
-			case "rx.pkts":
-				set(&v.RxPkts, &v.RxPktsSet)
-			case "rx.errs":
-				set(&v.RxErrs, &v.RxErrsSet)
-			case "rx.drop":
-				set(&v.RxDrop, &v.RxDropSet)
-			case "tx.bytes":
-				set(&v.TxBytes, &v.TxBytesSet)
-			case "tx.pkts":
-				set(&v.TxPkts, &v.TxPktsSet)
-			case "tx.errs":
-				set(&v.TxErrs, &v.TxErrsSet)
-			case "tx.drop":
-				set(&v.TxDrop, &v.TxDropSet)
-			}
-		case strings.HasPrefix(f, "block."):
-			i, rest, ok := indexed(f, "block.")
-			if !ok {
-				continue
-			}
-			v := blocks[i]
-			if v == nil {
-				v = &StatsBlock{}
-				blocks[i] = v
-			}
-			switch rest {
-			case "name":
-				v.Name, v.NameSet = str, true
-			case "path":
-				v.Path, v.PathSet = str, true
-			case "rd.reqs":
-				set(&v.RdReqs, &v.RdReqsSet)
-			case "rd.bytes":
-				set(&v.RdBytes, &v.RdBytesSet)
-			case "rd.times":
-				set(&v.RdTimes, &v.RdTimesSet)
-			case "wr.reqs":
-				set(&v.WrReqs, &v.WrReqsSet)
-			case "wr.bytes":
-				set(&v.WrBytes, &v.WrBytesSet)
-			case "wr.times":
-				set(&v.WrTimes, &v.WrTimesSet)
-			case "fl.reqs":
-				set(&v.FlReqs, &v.FlReqsSet)
-			case "fl.times":
-				set(&v.FlTimes, &v.FlTimesSet)
-			case "errors":
-				set(&v.Errors, &v.ErrorsSet)
-			case "allocation":
-				set(&v.Allocation, &v.AllocationSet)
-			case "capacity":
-				set(&v.Capacity, &v.CapacitySet)
-			case "physical":
-				set(&v.Physical, &v.PhysicalSet)
-			}
+		if p.Field == "vcpu.current" {
+			n, _ := paramUint(p)
+			return int(min(n, 4096))
 		}
 	}
-	s.Vcpu = collect(vcpus)
-	s.Net = collect(nets)
-	s.Block = collect(blocks)
+	return 0
+}
+
+// statsFromParams converts one bulk stats record the way libvirt-go's
+// GetAllDomainStats and KubeVirt's statsconv do: Vcpu has vcpu.maximum
+// entries (vcpu.current without a maximum), an entry libvirt reports
+// nothing for being an offline vCPU (StateSet, State 0); Net and Block have
+// net.count and block.count entries. aliases maps target devices to the
+// VMI's names (Net[].Alias, Block[].Alias); balloon says whether the domain
+// has a balloon device. Cpu, Memory and DirtyRate are never nil.
+func statsFromParams(params []libvirt.TypedParam, aliases map[string]string, balloon bool) *Stats {
+	s := &Stats{Cpu: &StatsCPU{}, Memory: &StatsMemory{}, DirtyRate: &StatsDirtyRate{}}
+	byField := make(map[string]libvirt.TypedParam, len(params))
+	for _, p := range params {
+		byField[p.Field] = p
+	}
+	num := func(field string, dst *uint64, set *bool) bool {
+		p, ok := byField[field]
+		if !ok {
+			return false
+		}
+		n, isNum := paramUint(p)
+		if isNum {
+			*dst, *set = n, true
+		}
+		return isNum
+	}
+	str := func(field string, dst *string, set *bool) bool {
+		p, ok := byField[field]
+		if !ok {
+			return false
+		}
+		v, isStr := p.Value.I.(string)
+		if isStr {
+			*dst, *set = v, true
+		}
+		return isStr
+	}
+	count := func(field string) int {
+		var n uint64
+		var set bool
+		num(field, &n, &set)
+		return int(min(n, 4096)) // bound what a daemon can make us allocate
+	}
+
+	c := s.Cpu
+	num("cpu.time", &c.Time, &c.TimeSet)
+	num("cpu.user", &c.User, &c.UserSet)
+	num("cpu.system", &c.System, &c.SystemSet)
+
+	mem := s.Memory
+	num("balloon.current", &mem.Total, &mem.TotalSet)
+	if balloon {
+		num("balloon.current", &mem.ActualBalloon, &mem.ActualBalloonSet)
+	}
+	num("balloon.unused", &mem.Unused, &mem.UnusedSet)
+	num("balloon.disk_caches", &mem.Cached, &mem.CachedSet)
+	num("balloon.available", &mem.Available, &mem.AvailableSet)
+	num("balloon.rss", &mem.RSS, &mem.RSSSet)
+	num("balloon.swap_in", &mem.SwapIn, &mem.SwapInSet)
+	num("balloon.swap_out", &mem.SwapOut, &mem.SwapOutSet)
+	num("balloon.major_fault", &mem.MajorFault, &mem.MajorFaultSet)
+	num("balloon.minor_fault", &mem.MinorFault, &mem.MinorFaultSet)
+	num("balloon.usable", &mem.Usable, &mem.UsableSet)
+
+	nvcpu := count("vcpu.maximum")
+	if _, ok := byField["vcpu.maximum"]; !ok {
+		nvcpu = count("vcpu.current")
+	}
+	s.Vcpu = make([]StatsVcpu, nvcpu)
+	for i := range s.Vcpu {
+		v := &s.Vcpu[i]
+		pre := "vcpu." + strconv.Itoa(i) + "."
+		var state uint64
+		found := num(pre+"state", &state, &v.StateSet)
+		v.State = int(state)
+		found = num(pre+"time", &v.Time, &v.TimeSet) || found
+		found = num(pre+"wait", &v.Wait, &v.WaitSet) || found
+		found = num(pre+"delay", &v.Delay, &v.DelaySet) || found
+		if _, halted := byField[pre+"halted"]; !found && !halted {
+			v.StateSet, v.State = true, 0 // VIR_VCPU_OFFLINE
+		}
+	}
+
+	s.Net = make([]StatsNet, count("net.count"))
+	for i := range s.Net {
+		n := &s.Net[i]
+		pre := "net." + strconv.Itoa(i) + "."
+		str(pre+"name", &n.Name, &n.NameSet)
+		num(pre+"rx.bytes", &n.RxBytes, &n.RxBytesSet)
+		num(pre+"rx.pkts", &n.RxPkts, &n.RxPktsSet)
+		num(pre+"rx.errs", &n.RxErrs, &n.RxErrsSet)
+		num(pre+"rx.drop", &n.RxDrop, &n.RxDropSet)
+		num(pre+"tx.bytes", &n.TxBytes, &n.TxBytesSet)
+		num(pre+"tx.pkts", &n.TxPkts, &n.TxPktsSet)
+		num(pre+"tx.errs", &n.TxErrs, &n.TxErrsSet)
+		num(pre+"tx.drop", &n.TxDrop, &n.TxDropSet)
+		if a, ok := aliases[n.Name]; ok && n.NameSet {
+			n.Alias, n.AliasSet = a, true
+		}
+	}
+
+	s.Block = make([]StatsBlock, count("block.count"))
+	for i := range s.Block {
+		b := &s.Block[i]
+		pre := "block." + strconv.Itoa(i) + "."
+		str(pre+"name", &b.Name, &b.NameSet)
+		var backing uint64
+		num(pre+"backingIndex", &backing, &b.BackingIndexSet)
+		b.BackingIndex = uint(backing)
+		str(pre+"path", &b.Path, &b.PathSet)
+		num(pre+"rd.reqs", &b.RdReqs, &b.RdReqsSet)
+		num(pre+"rd.bytes", &b.RdBytes, &b.RdBytesSet)
+		num(pre+"rd.times", &b.RdTimes, &b.RdTimesSet)
+		num(pre+"wr.reqs", &b.WrReqs, &b.WrReqsSet)
+		num(pre+"wr.bytes", &b.WrBytes, &b.WrBytesSet)
+		num(pre+"wr.times", &b.WrTimes, &b.WrTimesSet)
+		num(pre+"fl.reqs", &b.FlReqs, &b.FlReqsSet)
+		num(pre+"fl.times", &b.FlTimes, &b.FlTimesSet)
+		num(pre+"errors", &b.Errors, &b.ErrorsSet)
+		num(pre+"allocation", &b.Allocation, &b.AllocationSet)
+		num(pre+"capacity", &b.Capacity, &b.CapacitySet)
+		num(pre+"physical", &b.Physical, &b.PhysicalSet)
+		if a, ok := aliases[b.Name]; ok && b.NameSet {
+			b.Alias = a // KubeVirt has no AliasSet for blocks
+		}
+	}
+
+	dr := s.DirtyRate
+	var u uint64
+	if num("dirtyrate.calc_status", &u, &dr.CalcStatusSet) {
+		dr.CalcStatus = int(int32(u))
+	}
+	if num("dirtyrate.calc_start_time", &u, &dr.CalcStartTimeSet) {
+		dr.CalcStartTime = int64(u)
+	}
+	if num("dirtyrate.calc_period", &u, &dr.CalcPeriodSet) {
+		dr.CalcPeriod = int(int32(u))
+	}
+	if num("dirtyrate.megabytes_per_second", &u, &dr.MegabytesPerSecondSet) {
+		dr.MegabytesPerSecond = int64(u)
+	}
 	return s
 }
 
-// indexed splits "net.3.rx.bytes" into 3 and "rx.bytes".
-func indexed(field, prefix string) (int, string, bool) {
-	idx, rest, ok := strings.Cut(strings.TrimPrefix(field, prefix), ".")
-	if !ok {
-		return 0, "", false
+// warmHostCapabilities makes the daemon build its host capabilities now,
+// in the background, rather than in the first GetDomainStats or
+// GetQemuVersion. libvirt builds them on first use (the stats' cpu group
+// asks for them for its cache-monitor figures, virConnectGetVersion for
+// the default emulator), and building them probes every qemu-system-*
+// binary on the PATH that the capability cache lacks: on Debian that is
+// qemu-system-i386 besides the x86_64 one the domain uses, ~0.5 s of QEMU
+// probing under TCG (KubeVirt's image has one QEMU binary). It runs once a
+// domain runs: the daemon probes one binary at a time, so earlier it would
+// hold up the first Sync's define and start (WarmCapabilities, at launcher
+// start, probes only the binary the domain uses, for that define). It runs
+// once per connection, since a restarted daemon builds them anew (from the
+// capability cache, which by then holds both binaries).
+func (m *Manager) warmHostCapabilities(ctx context.Context, l *libvirt.Libvirt) {
+	m.mu.Lock()
+	if m.capsWarmed == l {
+		m.mu.Unlock()
+		return
 	}
-	i, err := strconv.Atoi(idx)
-	if err != nil || i < 0 || i > 4096 {
-		return 0, "", false
-	}
-	return i, rest, true
+	m.capsWarmed = l
+	m.mu.Unlock()
+	go func() {
+		// ctx may be a call's (a Sync's refresh): the warm-up outlives it.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), capsWarmTimeout)
+		defer cancel()
+		t0 := time.Now()
+		err := withContext(wctx, "warm the daemon's capabilities", func() error {
+			_, err := l.ConnectGetVersion()
+			return err
+		})
+		if err != nil {
+			m.log.Debug("warm the daemon's capabilities", "reason", err.Error())
+			return
+		}
+		m.log.Debug("daemon capabilities ready", "took", time.Since(t0).String())
+	}()
 }
 
-func collect[T any](m map[int]*T) []T {
-	out := make([]T, 0, len(m))
-	for i := 0; len(out) < len(m) && i <= 4096; i++ {
-		if v, ok := m[i]; ok {
-			out = append(out, *v)
+// capsWarmTimeout bounds the capability warm-up: a cold probe of a QEMU
+// binary takes ~0.5 s here, several seconds on a loaded node.
+const capsWarmTimeout = 30 * time.Second
+
+// withContext runs the libvirt call f (go-libvirt calls take no context)
+// and returns when it does or when ctx ends, whichever is first. On ctx's
+// end f is left to finish on its own: it ends when the daemon answers or
+// the connection drops.
+func withContext(ctx context.Context, what string, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
-	return out
 }

@@ -2,46 +2,199 @@ package domain
 
 import (
 	"encoding/json"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
 func tp(field string, v any) libvirt.TypedParam {
 	return libvirt.TypedParam{Field: field, Value: libvirt.TypedParamValue{I: v}}
 }
 
+// liveXML is a running domain as libvirt reports it: user aliases with
+// the "ua-" prefix, targets filled in.
+const liveXML = `<domain type="qemu"><name>ns_vm</name>
+<vcpu placement="static" current="2">4</vcpu>
+<devices>
+  <disk type="file" device="disk"><source file="/d/root.qcow2"/><target dev="vda" bus="virtio"/><alias name="ua-root"/></disk>
+  <disk type="file" device="disk"><source file="/d/scratch.qcow2"/><target dev="vdb" bus="virtio"/><alias name="ua-scratch"/></disk>
+  <disk type="file" device="cdrom"><source file="/d/x.iso"/><target dev="sda" bus="sata"/><alias name="sata0-0-0"/></disk>
+  <interface type="ethernet"><target dev="tap0" managed="no"/><alias name="ua-default"/></interface>
+  <interface type="ethernet"><alias name="ua-notarget"/></interface>
+  <memballoon model="virtio"><alias name="balloon0"/></memballoon>
+</devices></domain>`
+
+func liveDomain(t *testing.T, xml string) *domainjson.Domain {
+	t.Helper()
+	var spec libvirtxml.Domain
+	if err := spec.Unmarshal(xml); err != nil {
+		t.Fatal(err)
+	}
+	return domainjson.Build("vm", "ns", &spec, libvirt.DomainRunning, 1, domainjson.Metadata{})
+}
+
+func liveDomainOrNil(t *testing.T, xml string) *domainjson.Domain {
+	if xml == "" {
+		return nil
+	}
+	return liveDomain(t, xml)
+}
+
+func TestDeviceAliases(t *testing.T) {
+	got := deviceAliases(liveDomain(t, liveXML))
+	want := map[string]string{"vda": "root", "vdb": "scratch", "sda": "sata0-0-0", "tap0": "default"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("aliases %v, want %v", got, want)
+	}
+	if len(deviceAliases(nil)) != 0 {
+		t.Error("aliases of no domain")
+	}
+	if !hasBalloon(liveDomain(t, liveXML)) {
+		t.Error("virtio balloon not seen")
+	}
+	if hasBalloon(liveDomain(t, strings.Replace(liveXML, `model="virtio"`, `model="none"`, 1))) || hasBalloon(nil) {
+		t.Error("balloon model none seen as a balloon")
+	}
+}
+
+// A record as libvirt 9.0 sends it for <vcpu current="2">4</vcpu>, two
+// disks and a NIC, converted as KubeVirt's launcher does.
 func TestStatsFromParams(t *testing.T) {
-	s := statsFromParams([]libvirt.TypedParam{
+	params := []libvirt.TypedParam{
 		tp("cpu.time", uint64(1000)), tp("cpu.user", uint64(10)),
-		tp("balloon.current", uint64(131072)), tp("balloon.rss", uint64(9000)),
-		tp("vcpu.current", uint32(2)), tp("vcpu.1.time", uint64(7)), tp("vcpu.0.state", int32(1)),
-		tp("net.0.name", "tap0"), tp("net.0.rx.bytes", uint64(42)),
-		tp("block.1.name", "vdb"), tp("block.0.name", "vda"), tp("block.0.wr.bytes", uint64(512)),
-		tp("block.x.name", "bad"),
-	})
-	if !s.Cpu.TimeSet || s.Cpu.Time != 1000 || !s.Cpu.UserSet || s.Cpu.SystemSet {
+		tp("balloon.current", uint64(131072)), tp("balloon.maximum", uint64(262144)),
+		tp("balloon.rss", uint64(9000)), tp("balloon.disk_caches", uint64(77)), tp("balloon.last-update", uint64(5)),
+		tp("vcpu.current", uint32(2)), tp("vcpu.maximum", uint32(4)),
+		tp("vcpu.0.state", int32(1)), tp("vcpu.0.time", uint64(6)), tp("vcpu.0.delay", uint64(3)),
+		tp("vcpu.1.state", int32(2)), tp("vcpu.1.time", uint64(7)), tp("vcpu.1.wait", uint64(0)),
+		tp("net.count", uint32(1)), tp("net.0.name", "tap0"), tp("net.0.rx.bytes", uint64(42)),
+		tp("block.count", uint32(3)),
+		tp("block.0.name", "vda"), tp("block.0.path", "/d/root.qcow2"), tp("block.0.wr.bytes", uint64(512)),
+		tp("block.0.backingIndex", uint32(1)), tp("block.0.capacity", uint64(1<<25)),
+		tp("block.1.name", "vdb"),
+		tp("block.2.name", "vdz"), // no alias known
+		tp("block.x.name", "bad"), tp("net.9.name", "beyond-count"),
+		tp("dirtyrate.calc_status", int32(0)), tp("dirtyrate.calc_start_time", int64(-1)), tp("dirtyrate.calc_period", int32(0)),
+	}
+	dom := liveDomain(t, liveXML)
+	s := statsFromParams(params, deviceAliases(dom), hasBalloon(dom))
+
+	if *s.Cpu != (StatsCPU{TimeSet: true, Time: 1000, UserSet: true, User: 10}) {
 		t.Errorf("cpu %+v", s.Cpu)
 	}
-	if !s.Memory.ActualBalloonSet || s.Memory.ActualBalloon != 131072 || s.Memory.RSS != 9000 {
-		t.Errorf("memory %+v", s.Memory)
+	wantMem := StatsMemory{TotalSet: true, Total: 131072, ActualBalloonSet: true, ActualBalloon: 131072,
+		RSSSet: true, RSS: 9000, CachedSet: true, Cached: 77}
+	if *s.Memory != wantMem {
+		t.Errorf("memory %+v, want %+v", *s.Memory, wantMem)
 	}
-	if s.NrVirtCpu != 2 || len(s.Vcpu) != 2 || s.Vcpu[1].Time != 7 || !s.Vcpu[0].StateSet || s.Vcpu[0].State != 1 {
-		t.Errorf("vcpu %d %+v", s.NrVirtCpu, s.Vcpu)
+	wantVcpu := []StatsVcpu{
+		{StateSet: true, State: 1, TimeSet: true, Time: 6, DelaySet: true, Delay: 3},
+		{StateSet: true, State: 2, TimeSet: true, Time: 7, WaitSet: true},
+		{StateSet: true}, {StateSet: true}, // offline: the maximum counts
 	}
-	if len(s.Net) != 1 || s.Net[0].Name != "tap0" || s.Net[0].RxBytes != 42 {
+	if !reflect.DeepEqual(s.Vcpu, wantVcpu) {
+		t.Errorf("vcpu %+v, want %+v", s.Vcpu, wantVcpu)
+	}
+	if len(s.Net) != 1 || s.Net[0] != (StatsNet{NameSet: true, Name: "tap0", AliasSet: true, Alias: "default", RxBytesSet: true, RxBytes: 42}) {
 		t.Errorf("net %+v", s.Net)
 	}
-	if len(s.Block) != 2 || s.Block[0].Name != "vda" || s.Block[1].Name != "vdb" || s.Block[0].WrBytes != 512 {
-		t.Errorf("block %+v", s.Block)
+	if len(s.Block) != 3 {
+		t.Fatalf("block %+v", s.Block)
 	}
-	b, _ := json.Marshal(s)
-	for _, key := range []string{`"Cpu":`, `"NrVirtCpu":2`, `"ActualBalloonSet":true`, `"RxBytes":42`} {
-		if !strings.Contains(string(b), key) {
-			t.Errorf("JSON lacks %s: %s", key, b)
+	b0 := s.Block[0]
+	if b0.Name != "vda" || b0.Alias != "root" || b0.Path != "/d/root.qcow2" || b0.WrBytes != 512 || !b0.WrBytesSet ||
+		!b0.BackingIndexSet || b0.BackingIndex != 1 || b0.Capacity != 1<<25 || b0.RdBytesSet {
+		t.Errorf("block 0 %+v", b0)
+	}
+	if s.Block[1].Alias != "scratch" || s.Block[2].Alias != "" || !s.Block[2].NameSet {
+		t.Errorf("block aliases %q %q", s.Block[1].Alias, s.Block[2].Alias)
+	}
+	if *s.DirtyRate != (StatsDirtyRate{CalcStatusSet: true, CalcStartTimeSet: true, CalcStartTime: -1, CalcPeriodSet: true}) {
+		t.Errorf("dirty rate %+v", s.DirtyRate)
+	}
+
+	// Without a balloon device virDomainMemoryStats has no actual balloon.
+	if m := statsFromParams(params, nil, false).Memory; m.ActualBalloonSet || !m.TotalSet {
+		t.Errorf("memory without balloon %+v", m)
+	}
+	// Only vcpu.current: that many entries.
+	if v := statsFromParams([]libvirt.TypedParam{tp("vcpu.current", uint32(3))}, nil, false).Vcpu; len(v) != 3 {
+		t.Errorf("vcpu with current only: %+v", v)
+	}
+}
+
+// The JSON has exactly KubeVirt's top-level keys, Cpu, Memory and
+// DirtyRate as objects and the lists as arrays even when empty, as
+// KubeVirt's converter makes them.
+func TestStatsJSONShape(t *testing.T) {
+	s := statsFromParams(nil, nil, false)
+	s.Name, s.UUID = "ns_vm", "u"
+	s.CPUMap, s.CPUMapSet = cpuMap([]byte{0x05}, 1, 3), true
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range top {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	want := []string{"Block", "CPUMap", "CPUMapSet", "Cpu", "DirtyRate", "Load", "Memory", "MigrateDomainJobInfo", "Name", "Net", "UUID", "Vcpu"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Errorf("keys %v, want %v", keys, want)
+	}
+	for k, v := range map[string]string{"Vcpu": "[]", "Net": "[]", "Block": "[]", "Load": "null",
+		"MigrateDomainJobInfo": "null", "CPUMap": "[[true,false,true]]", "CPUMapSet": "true"} {
+		if string(top[k]) != v {
+			t.Errorf("%s = %s, want %s", k, top[k], v)
+		}
+	}
+	for _, k := range []string{"Cpu", "Memory", "DirtyRate"} {
+		if !strings.HasPrefix(string(top[k]), "{") {
+			t.Errorf("%s = %s, want an object", k, top[k])
+		}
+	}
+}
+
+func TestCPUMap(t *testing.T) {
+	tests := []struct {
+		name     string
+		raw      []byte
+		n, hosts int
+		want     [][]bool
+	}{
+		{"one vCPU on host CPUs 0 and 2", []byte{0x05}, 1, 3, [][]bool{{true, false, true}}},
+		{"two vCPUs, 10 host CPUs, 2 bytes each", []byte{0xff, 0x03, 0x00, 0x02}, 2, 10, [][]bool{
+			{true, true, true, true, true, true, true, true, true, true},
+			{false, false, false, false, false, false, false, false, false, true}}},
+		{"short answer", []byte{0x01}, 2, 4, [][]bool{{true, false, false, false}, {false, false, false, false}}},
+		{"no vCPUs", nil, 0, 4, [][]bool{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := cpuMap(tt.raw, tt.n, tt.hosts); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFormatQemuVersion(t *testing.T) {
+	for v, want := range map[uint64]string{7002022: "QEMU 7.2.22", 7002000: "QEMU 7.2.0", 10001002: "QEMU 10.1.2"} {
+		if got := formatQemuVersion(v); got != want {
+			t.Errorf("%d: %q, want %q", v, got, want)
 		}
 	}
 }

@@ -94,11 +94,19 @@ func (m *Manager) destroy(l *libvirt.Libvirt, d libvirt.Domain) error {
 	return err
 }
 
+// undefineFlags are KubeVirt's (DeleteVMI): keep the EFI variable store, so
+// a persistent-EFI VMI finds its variables again on the backend-storage
+// volume (and a new Sync in the same pod finds them too), and drop checkpoint
+// metadata. No TPM flag: libvirt then keeps a TPM's state when it is
+// persistent (persistent_state="yes") and removes it otherwise, which is
+// what devices.tpm.persistent asks for.
+const undefineFlags = libvirt.DomainUndefineKeepNvram | libvirt.DomainUndefineCheckpointsMetadata
+
 // Delete undefines the domain. When it is (or becomes) inactive the manager
 // sends the "gone" event.
 func (m *Manager) Delete(ctx context.Context, v *v1.VirtualMachineInstance) error {
 	return m.verb(ctx, v, "delete", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
-		err := l.DomainUndefineFlags(d, libvirt.DomainUndefineNvram)
+		err := l.DomainUndefineFlags(d, undefineFlags)
 		if err != nil && libvirt.IsNotFound(err) {
 			return nil
 		}
@@ -165,17 +173,28 @@ func (m *Manager) Domain(ctx context.Context) (*domainjson.Domain, error) {
 	return m.cache, nil
 }
 
-// QemuVersion is the hypervisor version libvirt reports, e.g. "7.2.22".
+// QemuVersion is the hypervisor version as KubeVirt's launcher words it
+// (cli.LibvirtConnection.GetQemuVersion): "QEMU 7.2.22" for libvirt's
+// 7002022.
 func (m *Manager) QemuVersion(ctx context.Context) (string, error) {
 	l, err := m.waitConn(ctx)
 	if err != nil {
 		return "", err
 	}
-	v, err := l.ConnectGetVersion()
+	var v uint64
+	err = withContext(ctx, "hypervisor version", func() error {
+		var err error
+		v, err = l.ConnectGetVersion()
+		return err
+	})
 	if err != nil {
-		return "", fmt.Errorf("hypervisor version: %w", err)
+		return "", err
 	}
-	return fmt.Sprintf("%d.%d.%d", v/1000000, v/1000%1000, v%1000), nil
+	return formatQemuVersion(v), nil
+}
+
+func formatQemuVersion(v uint64) string {
+	return fmt.Sprintf("QEMU %d.%d.%d", v/1000000, v/1000%1000, v%1000)
 }
 
 // MarkGracefulShutdown records that the pod got SIGTERM

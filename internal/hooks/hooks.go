@@ -40,7 +40,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,10 +48,9 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 
 	hooksinfo "github.com/virtlauncher/virtlauncher/api/hooks/info"
+	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 )
 
 // Hook point names (KubeVirt's pkg/hooks/info).
@@ -305,28 +303,9 @@ func dupDir(dir *os.File) (*os.File, error) {
 // ConnectTimeout.
 func (s *Sidecar) dial(ctx context.Context) (*grpc.ClientConn, error) {
 	path := fmt.Sprintf("/proc/self/fd/%d/%s", s.dir.Fd(), s.base)
-	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
-		d := net.Dialer{Timeout: ConnectTimeout}
-		return d.DialContext(ctx, "unix", path)
-	}
-	conn, err := grpc.NewClient("passthrough:///"+s.Socket,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(dialer),
-		grpc.WithAuthority("localhost"),
-	)
-	if err != nil {
-		return nil, err
-	}
 	cctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
-	conn.Connect()
-	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
-		if st == connectivity.TransientFailure || !conn.WaitForStateChange(cctx, st) {
-			conn.Close()
-			return nil, fmt.Errorf("connection not established (%s)", st)
-		}
-	}
-	return conn, nil
+	return unixgrpc.Dial(cctx, s.Socket, path)
 }
 
 // subscribed lists the sidecars subscribed to point, in discovery order

@@ -54,6 +54,8 @@ type Options struct {
 	LibvirtRunDir      string
 	HooksDir           string
 	BlockDeviceDir     string
+	ImageVolumeDir     string
+	KernelBootVolDir   string
 	QemuCapsCache      string
 	ResolvConf         string
 	Virtlogd           bool
@@ -63,6 +65,7 @@ type Options struct {
 	DiskMemoryLimit    int64
 	Hypervisor         string
 	RunAsNonroot       bool
+	ImageVolume        bool
 	AllowEmulation     bool
 	ForceEmulation     bool
 	SimulateCrash      bool
@@ -70,10 +73,10 @@ type Options struct {
 	Verbosity          int
 
 	// Accepted for compatibility; they change nothing.
-	ImageVolume, UpgradeOrdinalIfaces, VGPUDedicatedHook, VMStatsCollector bool
-	FirmwareAutoSelection, KeepAfterFailure, AllowCrossArchEmulation       bool
-	AgentSysInterval, AgentFileInterval, AgentUserInterval                 time.Duration
-	AgentVersionInterval, FSFreezeStatusInterval                           time.Duration
+	UpgradeOrdinalIfaces, VGPUDedicatedHook, VMStatsCollector        bool
+	FirmwareAutoSelection, KeepAfterFailure, AllowCrossArchEmulation bool
+	AgentSysInterval, AgentFileInterval, AgentUserInterval           time.Duration
+	AgentVersionInterval, FSFreezeStatusInterval                     time.Duration
 }
 
 // Layout derives every path from the directory flags.
@@ -87,6 +90,9 @@ func (o *Options) Layout() layout.Layout {
 		LibvirtRunDir:    o.LibvirtRunDir,
 		HooksDir:         o.HooksDir,
 		BlockDeviceDir:   o.BlockDeviceDir,
+
+		ImageVolumeDir:      o.ImageVolumeDir,
+		KernelBootVolumeDir: o.KernelBootVolDir,
 	}
 }
 
@@ -108,6 +114,8 @@ func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.HotplugDiskDir, "hotplug-disk-dir", d.HotplugDiskDir+"/", "directory holding hotplugged disks")
 	fs.StringVar(&o.PrivateDir, "private-dir", d.PrivateDir, "launcher-private directory (libvirt state, console sockets, config disks); ours, not KubeVirt's")
 	fs.StringVar(&o.LibvirtRunDir, "libvirt-run-dir", d.LibvirtRunDir, "libvirt runtime directory (daemon sockets, empty disks); ours, not KubeVirt's")
+	fs.StringVar(&o.ImageVolumeDir, "image-volume-dir", d.ImageVolumeDir, "with --image-volume, where container disk N's image is mounted (as disk_N); ours, not KubeVirt's")
+	fs.StringVar(&o.KernelBootVolDir, "kernel-boot-volume-dir", d.KernelBootVolumeDir, "with --image-volume, where the kernelBoot container's image is mounted; ours, not KubeVirt's")
 	fs.BoolVar(&o.Virtlogd, "virtlogd", false, "run virtlogd beside the libvirt daemon: QEMU's log and the serial console log go through it, capped at 1 MiB with one backup (off: QEMU writes them itself, the launcher caps the serial log at 1 MiB with one backup, and the pod saves ~18 MiB); ours, not KubeVirt's")
 	fs.StringVar(&o.ResolvConf, "resolv-conf", "/etc/resolv.conf", "the pod's resolver configuration, whose servers and search domains the DHCP server hands to the guest; ours, not KubeVirt's")
 	fs.StringVar(&o.QemuCapsCache, "qemu-caps-cache", "", "directory of libvirt QEMU capability cache files shared by the launchers of a machine, so only the first pays for the probe (~2.5 s under TCG); empty: none; ours, not KubeVirt's")
@@ -125,7 +133,7 @@ func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.LibvirtLogFilters, "libvirt-log-filters", "", "libvirt log_filters for the daemon")
 	fs.IntVar(&o.Verbosity, "v", 2, "log verbosity (VIRT_LAUNCHER_LOG_VERBOSITY overrides it)")
 
-	fs.BoolVar(&o.ImageVolume, "image-volume", false, "container disks come from image volumes"+ignored)
+	fs.BoolVar(&o.ImageVolume, "image-volume", false, "container disks and the kernelBoot image are Kubernetes image volumes (KubeVirt's ImageVolume feature gate): at Sync, link disk_N.img and kernel-boot/ in --container-disk-dir to their files")
 	fs.BoolVar(&o.UpgradeOrdinalIfaces, "upgrade-ordinal-ifaces", false, "rename ordinal pod interfaces"+ignored)
 	fs.BoolVar(&o.VGPUDedicatedHook, "vgpu-dedicated-hook", false, "vGPU display hook"+ignored)
 	fs.BoolVar(&o.VMStatsCollector, "vm-stats-collector", false, "enable GetVMStats"+ignored)
@@ -173,6 +181,8 @@ func Parse(args []string, out io.Writer) (*Options, error) {
 		{"container-disk-dir", o.ContainerDiskDir}, {"hotplug-disk-dir", o.HotplugDiskDir},
 		{"private-dir", o.PrivateDir}, {"libvirt-run-dir", o.LibvirtRunDir}, {"qemu-caps-cache", o.QemuCapsCache},
 		{"hooks-dir", o.HooksDir}, {"block-device-dir", o.BlockDeviceDir},
+		{"hooks-dir", o.HooksDir},
+		{"image-volume-dir", o.ImageVolumeDir}, {"kernel-boot-volume-dir", o.KernelBootVolDir},
 	} {
 		if p.flag == "qemu-caps-cache" && p.v == "" {
 			continue

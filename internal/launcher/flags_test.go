@@ -28,8 +28,12 @@ func TestParseKubeVirtArgs(t *testing.T) {
 	}
 	if o.QemuTimeout != 263*time.Second || o.Name != "vm1" || o.UID != "u-1" || o.Namespace != "ns1" ||
 		o.GracePeriodSeconds != 45 || !o.AllowEmulation || !o.RunAsNonroot || o.LibvirtLogFilters != "1:qemu" ||
-		o.Verbosity != 4 || !o.SimulateCrash {
+		o.Verbosity != 4 || !o.SimulateCrash || !o.ImageVolume {
 		t.Errorf("parsed %+v", o)
+	}
+	// --image-volume: KubeVirt's fixed mount points of the image volumes.
+	if l := o.Layout(); l.ImageVolume(2) != "/var/run/kubevirt-image-volume/disk_2" || l.KernelBootVolumeDir != "/var/run/kubevirt-kernel-boot" {
+		t.Errorf("image volume roots %q %q", l.ImageVolume(2), l.KernelBootVolumeDir)
 	}
 	if got := o.Layout().HotplugDiskDir; got != "/var/run/kubevirt/hotplug-disks" {
 		t.Errorf("hotplug dir %q", got)
@@ -64,6 +68,8 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--qemu-timeout", "0s"}, "qemu-timeout"},
 		{[]string{"--hypervisor", "xen"}, "only kvm"},
 		{[]string{"--private-dir", "rel"}, "absolute"},
+		{[]string{"--image-volume-dir", "rel"}, "--image-volume-dir \"rel\": must be an absolute path"},
+		{[]string{"--kernel-boot-volume-dir", ""}, "--kernel-boot-volume-dir"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 		{[]string{"extra"}, "unexpected arguments"},
 	}
@@ -89,11 +95,14 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			t.Errorf("--help does not list %s", a)
 		}
 	}
-	for _, f := range []string{"image-volume", "vm-stats-collector", "qemu-agent-sys-interval"} {
+	for _, f := range []string{"vm-stats-collector", "qemu-agent-sys-interval"} {
 		i := strings.Index(help, "-"+f)
 		if i < 0 || !strings.Contains(help[i:min(len(help), i+200)], "(accepted, ignored)") {
 			t.Errorf("--help does not mark %s as ignored", f)
 		}
+	}
+	if i := strings.Index(help, "-image-volume\n"); i < 0 || strings.Contains(help[i:min(len(help), i+250)], "(accepted, ignored)") {
+		t.Errorf("--help does not list --image-volume as honoured")
 	}
 	if !strings.Contains(help, "force-emulation") {
 		t.Error("--help lacks --force-emulation")

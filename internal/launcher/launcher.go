@@ -142,7 +142,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		Socket:        d.Socket(),
 		URI:           d.URI(),
 		Events:        events,
-		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm},
+		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm, ImageVolume: l.opts.ImageVolume},
 		Hooks:         hm,
 		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath)),
 		HypervisorErr: hvErr,
@@ -194,7 +194,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	sctx, scancel := context.WithCancel(context.Background())
 	sdone := make(chan struct{})
 	go func() {
-		if err := cmdserver.New(l.mgr, l.log).Serve(sctx, lis); err != nil {
+		if err := cmdserver.New(l.mgr, l.log, cmdserver.WithPodName(os.Getenv("POD_NAME"))).Serve(sctx, lis); err != nil {
 			l.log.Error("command server stopped", "reason", err.Error())
 		}
 		close(sdone)

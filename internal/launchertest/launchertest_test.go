@@ -44,6 +44,64 @@ func TestVMIYAML(t *testing.T) {
 	}
 }
 
+// TestVMIYAMLPaths: the image-volume variants' paths reach the VMI.
+func TestVMIYAMLPaths(t *testing.T) {
+	s := VMISpec{Name: "tv", Namespace: "ns1", UID: "0b7c1f3e-8c39-4d8b-a1f0-3f2e9d1c4b5a", Token: "t",
+		DiskPath: "/srv/guest.qcow2", KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img"}
+	v, err := vmi.Load([]byte(VMIYAML(s)), vmi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := v.Spec.Domain.Firmware.KernelBoot.Container
+	if v.Spec.Volumes[0].ContainerDisk.Path != s.DiskPath || c.KernelPath != s.KernelPath || c.InitrdPath != s.InitrdPath {
+		t.Errorf("paths %q %q %q", v.Spec.Volumes[0].ContainerDisk.Path, c.KernelPath, c.InitrdPath)
+	}
+	v, err = vmi.Load([]byte(VMIYAML(VMISpec{Name: "tv", Namespace: "ns1", UID: s.UID})), vmi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := v.Spec.Domain.Firmware.KernelBoot.Container; v.Spec.Volumes[0].ContainerDisk.Path != "" || c.KernelPath != "/vmlinuz" || c.InitrdPath != "/initrd.img" {
+		t.Errorf("default paths %q %q %q", v.Spec.Volumes[0].ContainerDisk.Path, c.KernelPath, c.InitrdPath)
+	}
+}
+
+// TestVMIYAMLFirmware: EFI and TPM choices reach the VMI, the EFI one with
+// the EFI-stub kernel.
+func TestVMIYAMLFirmware(t *testing.T) {
+	for _, c := range []struct {
+		s               VMISpec
+		kernel          string
+		efi, efiPersist bool
+		tpm, tpmPersist bool
+	}{
+		{s: VMISpec{}, kernel: "/vmlinuz"},
+		{s: VMISpec{EFI: true, TPM: true}, kernel: "/vmlinuz.efi", efi: true, tpm: true},
+		{s: VMISpec{PersistentEFI: true, PersistentTPM: true}, kernel: "/vmlinuz.efi", efi: true, efiPersist: true, tpm: true, tpmPersist: true},
+	} {
+		c.s.Name, c.s.Namespace, c.s.UID = "tv", "ns1", "0b7c1f3e-8c39-4d8b-a1f0-3f2e9d1c4b5a"
+		y := VMIYAML(c.s)
+		v, err := vmi.Load([]byte(y), vmi.Options{})
+		if err != nil {
+			t.Fatalf("%+v: load: %v\n%s", c.s, err, y)
+		}
+		fw := v.Spec.Domain.Firmware
+		if got := fw.KernelBoot.Container.KernelPath; got != c.kernel {
+			t.Errorf("%+v: kernelPath %s, want %s", c.s, got, c.kernel)
+		}
+		efi := fw.Bootloader != nil && fw.Bootloader.EFI != nil
+		if efi != c.efi {
+			t.Errorf("%+v: efi %v", c.s, efi)
+		}
+		if efi && (*fw.Bootloader.EFI.SecureBoot || (fw.Bootloader.EFI.Persistent != nil && *fw.Bootloader.EFI.Persistent) != c.efiPersist) {
+			t.Errorf("%+v: efi %+v", c.s, fw.Bootloader.EFI)
+		}
+		tpm := v.Spec.Domain.Devices.TPM
+		if (tpm != nil) != c.tpm || (tpm != nil && (tpm.Persistent != nil && *tpm.Persistent) != c.tpmPersist) {
+			t.Errorf("%+v: tpm %+v", c.s, tpm)
+		}
+	}
+}
+
 // TestProcessesUnder: a process naming a path inside the directory, or the
 // directory itself, is found; one naming a sibling whose name starts with
 // the directory's is not. DescendantsOf finds them under this process.

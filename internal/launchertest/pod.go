@@ -55,6 +55,47 @@ type Options struct {
 	// LogTail limits the output logged for a failed test (0: all; the
 	// environment variable VL_FULLLOG lifts the limit).
 	LogTail int
+	// ImageVolume lays the pod out as virt-controller renders it with
+	// KubeVirt's ImageVolume feature gate (on by default since v1.9) and
+	// passes --image-volume; nil is the classic layout, where virt-handler
+	// has put disk_0.img and kernel-boot/ into the container-disk directory.
+	ImageVolume *ImageVolumeLayout
+}
+
+// ImageVolumeLayout is what the test guest's images hold with
+// Options.ImageVolume. Kubernetes mounts the root disk's container image
+// read-only at Layout.ImageVolume(0) (the root volume is volume 0) and the
+// kernelBoot container's image read-only at Layout.KernelBootVolumeDir; the
+// container-disk directory is not a volume of its own then, only a
+// directory of the share dir the launcher creates.
+type ImageVolumeLayout struct {
+	// DiskFile is the root disk's path inside its image; default
+	// /disk/disk.img, the layout of a classic container-disk image.
+	DiskFile string
+	// DiskPath is the VMI's containerDisk.path; empty lets the launcher
+	// search the image, as KubeVirt's does.
+	DiskPath string
+	// KernelFile and InitrdFile are where the kernel and initrd lie in the
+	// kernel-boot image; default /boot/vmlinuz and /boot/initrd.img.
+	KernelFile, InitrdFile string
+	// KernelPath and InitrdPath are the VMI's kernelPath and initrdPath;
+	// default KernelFile and InitrdFile. When they differ, the image holds
+	// KernelPath as an absolute symbolic link to KernelFile (and likewise
+	// the initrd), as a distribution's /vmlinuz -> /boot/vmlinuz-<version>.
+	KernelPath, InitrdPath string
+}
+
+func (iv *ImageVolumeLayout) defaults() {
+	def := func(s *string, d string) {
+		if *s == "" {
+			*s = d
+		}
+	}
+	def(&iv.DiskFile, "/disk/disk.img")
+	def(&iv.KernelFile, "/boot/vmlinuz")
+	def(&iv.InitrdFile, "/boot/initrd.img")
+	def(&iv.KernelPath, iv.KernelFile)
+	def(&iv.InitrdPath, iv.InitrdFile)
 }
 
 // Pod is one launcher "pod": a directory laid out like KubeVirt's pod
@@ -94,8 +135,8 @@ func (e *Env) New(t *testing.T, name string, o Options) *Pod {
 
 // NewDeferred lays out the pod under a short temp root (unix socket paths
 // are limited to 107 bytes): the test guest's root disk as container disk
-// 0, its kernel and initrd in kernel-boot/, as virt-handler's mounts would
-// provide them. Cmd is the monitor as user virtlauncher with the flags
+// 0, its kernels (PVH and EFI stub) and initrd in kernel-boot/, as virt-handler's mounts would
+// provide them (or as image volumes, see Options.ImageVolume). Cmd is the monitor as user virtlauncher with the flags
 // virt-controller's pod template passes; the caller may change it before
 // Start.
 func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
@@ -116,6 +157,11 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	if o.LeftWait == 0 {
 		o.LeftWait = 5 * time.Second
 	}
+	if o.ImageVolume != nil {
+		iv := *o.ImageVolume
+		iv.defaults()
+		o.ImageVolume = &iv
+	}
 	dir, err := os.MkdirTemp("", o.DirPrefix)
 	Must(t, err)
 	p := &Pod{T: t, Env: e, Dir: dir, Layout: layout.Under(dir), Name: name, NS: o.Namespace, UID: uuid.NewString(),
@@ -133,14 +179,21 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	cred := e.Cred
 	Must(t, os.Chmod(dir, 0o755))
 	Must(t, os.Chown(dir, int(cred.Uid), int(cred.Gid)))
-	// The container-disk volume is filled by virt-handler in a pod; here
-	// the test plays that part. The image stays root-owned and read-only
-	// for the launcher, as a bind-mounted container image would be.
-	Must(t, os.MkdirAll(p.Layout.KernelBootDir(), 0o755))
-	Must(t, e.Guest.CopyRootDisk(p.Layout.ContainerDiskImage(0)))
-	Must(t, os.Chmod(p.Layout.ContainerDiskImage(0), 0o444))
-	Must(t, CopyFile(e.Guest.Kernel, filepath.Join(p.Layout.KernelBootDir(), "vmlinuz")))
-	Must(t, CopyFile(e.Guest.Initrd, filepath.Join(p.Layout.KernelBootDir(), "initrd.img")))
+	if o.ImageVolume != nil {
+		p.placeImageVolumes()
+	} else {
+		// The container-disk volume is filled by virt-handler in a pod;
+		// here the test plays that part. The image stays root-owned and
+		// read-only for the launcher, as a bind-mounted container image
+		// would be.
+		Must(t, os.MkdirAll(p.Layout.KernelBootDir(), 0o755))
+		Must(t, e.Guest.CopyRootDisk(p.Layout.ContainerDiskImage(0)))
+		Must(t, os.Chmod(p.Layout.ContainerDiskImage(0), 0o444))
+		Must(t, CopyFile(e.Guest.Kernel, filepath.Join(p.Layout.KernelBootDir(), "vmlinuz")))
+		Must(t, CopyFile(e.Guest.EFIKernel, filepath.Join(p.Layout.KernelBootDir(), testguest.EFIKernelName)))
+		Must(t, CopyFile(e.Guest.Initrd, filepath.Join(p.Layout.KernelBootDir(), "initrd.img")))
+	}
+	Must(t, os.MkdirAll(p.Layout.ShareDir, 0o755))
 	Must(t, os.Chown(p.Layout.ShareDir, int(cred.Uid), int(cred.Gid)))
 	if o.EphemeralTmpfs != "" {
 		Must(t, os.MkdirAll(p.Layout.EphemeralDiskDir, 0o755))
@@ -156,6 +209,9 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	)
 	if o.SharedCaps {
 		args = append(args, "--qemu-caps-cache", e.CapsDir)
+	}
+	if o.ImageVolume != nil {
+		args = append(args, "--image-volume")
 	}
 	if p.net != nil {
 		args = append(args, "--resolv-conf", p.net.ResolvConf)
@@ -187,6 +243,55 @@ func (p *Pod) PodArgs() []string {
 		"--private-dir", p.Layout.PrivateDir,
 		"--libvirt-run-dir", p.Layout.LibvirtRunDir,
 		"--hooks-dir", p.Layout.HooksDir,
+		"--image-volume-dir", p.Layout.ImageVolumeDir,
+		"--kernel-boot-volume-dir", p.Layout.KernelBootVolumeDir,
+	}
+}
+
+// imagesDir holds the unpacked images of Options.ImageVolume, which are
+// mounted read-only at the image volume mount points.
+func (p *Pod) imagesDir() string { return filepath.Join(p.Dir, "images") }
+
+// RootImage is the host path of the test guest's root disk image: the
+// container disk of the classic layout, or the file inside the image
+// volume.
+func (p *Pod) RootImage() string {
+	if iv := p.opts.ImageVolume; iv != nil {
+		return filepath.Join(p.imagesDir(), "disk_0", iv.DiskFile)
+	}
+	return p.Layout.ContainerDiskImage(0)
+}
+
+// placeImageVolumes unpacks the test guest's two images (root-owned, files
+// read-only) and mounts them read-only, nosuid and nodev where
+// virt-controller's pod template mounts image volumes.
+func (p *Pod) placeImageVolumes() {
+	t, iv, g := p.T, p.opts.ImageVolume, p.Env.Guest
+	disk, kernel := filepath.Join(p.imagesDir(), "disk_0"), filepath.Join(p.imagesDir(), "kernel-boot")
+	put := func(root, file string, copy func(dst string) error) {
+		dst := filepath.Join(root, file)
+		Must(t, os.MkdirAll(filepath.Dir(dst), 0o755))
+		Must(t, copy(dst))
+		Must(t, os.Chmod(dst, 0o444))
+	}
+	put(disk, iv.DiskFile, g.CopyRootDisk)
+	put(kernel, iv.KernelFile, func(dst string) error { return CopyFile(g.Kernel, dst) })
+	put(kernel, iv.InitrdFile, func(dst string) error { return CopyFile(g.Initrd, dst) })
+	for _, l := range [][2]string{{iv.KernelPath, iv.KernelFile}, {iv.InitrdPath, iv.InitrdFile}} {
+		if l[0] != l[1] {
+			link := filepath.Join(kernel, l[0])
+			Must(t, os.MkdirAll(filepath.Dir(link), 0o755))
+			Must(t, os.Symlink(l[1], link))
+		}
+	}
+	for _, m := range [][2]string{{disk, p.Layout.ImageVolume(0)}, {kernel, p.Layout.KernelBootVolumeDir}} {
+		Must(t, os.MkdirAll(m[1], 0o755))
+		if err := syscall.Mount(m[0], m[1], "", syscall.MS_BIND, ""); err != nil {
+			t.Fatalf("bind-mount %s at %s: %v", m[0], m[1], err)
+		}
+		if err := syscall.Mount("", m[1], "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV, ""); err != nil {
+			t.Fatalf("make %s read-only: %v", m[1], err)
+		}
 	}
 }
 
@@ -344,7 +449,7 @@ func (p *Pod) Signal(sig syscall.Signal) {
 // descendants seen, then any process whose command line names the pod's
 // directory) and removes the directory (kept with VL_KEEP set).
 func (p *Pod) cleanup() {
-	if p.Cmd.Process != nil {
+	if p.Cmd != nil && p.Cmd.Process != nil {
 		if p.Running() {
 			syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
 			if p.opts.TrackDescendants {
@@ -371,6 +476,10 @@ func (p *Pod) cleanup() {
 	}
 	if p.opts.EphemeralTmpfs != "" {
 		syscall.Unmount(p.Layout.EphemeralDiskDir, syscall.MNT_DETACH)
+	}
+	if p.opts.ImageVolume != nil {
+		syscall.Unmount(p.Layout.ImageVolume(0), syscall.MNT_DETACH)
+		syscall.Unmount(p.Layout.KernelBootVolumeDir, syscall.MNT_DETACH)
 	}
 	if os.Getenv("VL_KEEP") == "" {
 		os.RemoveAll(p.Dir)

@@ -21,6 +21,17 @@ type VMISpec struct {
 	// KernelArgs are appended to the test guest's default command line
 	// (without DHCP).
 	KernelArgs []string
+	// DiskPath is the root volume's containerDisk.path (default: none).
+	DiskPath string
+	// KernelPath and InitrdPath are the kernelBoot container's paths
+	// (default /vmlinuz and /initrd.img).
+	KernelPath, InitrdPath string
+	// EFI boots by EFI firmware (OVMF, secure boot off) instead of BIOS,
+	// with the guest's EFI-stub kernel; PersistentEFI also sets
+	// efi.persistent (NVRAM on the backend-storage volume in KubeVirt).
+	EFI, PersistentEFI bool
+	// TPM adds devices.tpm: {}; PersistentTPM makes it persistent: true.
+	TPM, PersistentTPM bool
 }
 
 // VMIYAML is the test VMI: the test guest from a containerDisk with
@@ -31,6 +42,28 @@ func VMIYAML(s VMISpec) string {
 	if s.PodNetwork {
 		ifaces = "      interfaces:\n      - name: default\n        masquerade: {}\n"
 		networks = "  networks:\n  - name: default\n    pod: {}\n"
+	}
+	kernelDefault, bootloader, memory := "/vmlinuz", "", "128Mi"
+	if s.EFI || s.PersistentEFI {
+		// OVMF loading the kernel faults with 128 MiB.
+		kernelDefault, memory = "/"+testguest.EFIKernelName, "256Mi"
+		bootloader = fmt.Sprintf("      bootloader:\n        efi: {secureBoot: false, persistent: %v}\n", s.PersistentEFI)
+	}
+	switch {
+	case s.PersistentTPM:
+		ifaces = "      tpm: {persistent: true}\n" + ifaces
+	case s.TPM:
+		ifaces = "      tpm: {}\n" + ifaces
+	}
+	if s.KernelPath == "" {
+		s.KernelPath = kernelDefault
+	}
+	if s.InitrdPath == "" {
+		s.InitrdPath = "/initrd.img"
+	}
+	diskPath := ""
+	if s.DiskPath != "" {
+		diskPath = fmt.Sprintf("\n      path: %q", s.DiskPath)
 	}
 	var extra strings.Builder
 	for _, l := range s.ExtraUserData {
@@ -46,11 +79,11 @@ spec:
   terminationGracePeriodSeconds: 30
   domain:
     firmware:
-      kernelBoot:
+%s      kernelBoot:
         container:
           image: registry.example/testguest-kernel:v1
-          kernelPath: /vmlinuz
-          initrdPath: /initrd.img
+          kernelPath: %q
+          initrdPath: %q
         kernelArgs: %q
     devices:
 %s      disks:
@@ -62,11 +95,11 @@ spec:
         disk: {bus: virtio}
     resources:
       requests:
-        memory: 128Mi
+        memory: %s
 %s  volumes:
   - name: root
     containerDisk:
-      image: registry.example/testguest-root:v1
+      image: registry.example/testguest-root:v1%s
   - name: scratch
     emptyDisk:
       capacity: 64Mi
@@ -75,20 +108,37 @@ spec:
       userData: |
         #!/bin/sh
         echo "token %s"
-`, s.Name, s.Namespace, s.UID, strings.Join(args, " "), ifaces, networks, s.Token) + extra.String()
+`, s.Name, s.Namespace, s.UID, bootloader, s.KernelPath, s.InitrdPath, strings.Join(args, " "), ifaces, memory, networks, diskPath, s.Token) + extra.String()
 }
 
 // VMIYAML is the pod's test VMI (its name, namespace, uid, network and
 // extra user data) printing token.
 func (p *Pod) VMIYAML(token string, kernelArgs ...string) string {
-	return VMIYAML(VMISpec{Name: p.Name, Namespace: p.NS, UID: p.UID, Token: token,
-		PodNetwork: p.opts.Network, ExtraUserData: p.ExtraUserData, KernelArgs: kernelArgs})
+	s := VMISpec{Name: p.Name, Namespace: p.NS, UID: p.UID, Token: token,
+		PodNetwork: p.opts.Network, ExtraUserData: p.ExtraUserData, KernelArgs: kernelArgs}
+	if iv := p.opts.ImageVolume; iv != nil {
+		s.DiskPath, s.KernelPath, s.InitrdPath = iv.DiskPath, iv.KernelPath, iv.InitrdPath
+	}
+	return VMIYAML(s)
 }
 
 // VMI is VMIYAML loaded as virt-api would store it.
 func (p *Pod) VMI(token string, kernelArgs ...string) *v1.VirtualMachineInstance {
 	p.T.Helper()
 	v, err := vmiLoad(p.VMIYAML(token, kernelArgs...))
+	if err != nil {
+		p.T.Fatal(err)
+	}
+	return v
+}
+
+// VMIWith is the pod's test VMI as s describes it, s's identity, network
+// and extra user data taken from the pod; loaded as virt-api would store it.
+func (p *Pod) VMIWith(s VMISpec) *v1.VirtualMachineInstance {
+	p.T.Helper()
+	s.Name, s.Namespace, s.UID = p.Name, p.NS, p.UID
+	s.PodNetwork, s.ExtraUserData = p.opts.Network, p.ExtraUserData
+	v, err := vmiLoad(VMIYAML(s))
 	if err != nil {
 		p.T.Fatal(err)
 	}

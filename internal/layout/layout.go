@@ -33,6 +33,14 @@ type Layout struct {
 	// standalone launcher shares the host's /dev, so its block volumes
 	// live below its own directory instead. Empty means /dev.
 	BlockDeviceDir string
+
+	// With KubeVirt's ImageVolume feature gate (--image-volume) the pod
+	// mounts each container disk's image read-only as a Kubernetes image
+	// volume at <ImageVolumeDir>/disk_<N>, and a kernelBoot container's
+	// image at KernelBootVolumeDir; the launcher links the files it needs
+	// from there into ContainerDiskDir.
+	ImageVolumeDir      string // /var/run/kubevirt-image-volume
+	KernelBootVolumeDir string // /var/run/kubevirt-kernel-boot
 }
 
 // Default is the layout inside a KubeVirt launcher pod.
@@ -46,6 +54,9 @@ func Default() Layout {
 		LibvirtRunDir:    "/var/run/libvirt",
 		HooksDir:         "/var/run/kubevirt-hooks",
 		BlockDeviceDir:   "/dev",
+
+		ImageVolumeDir:      "/var/run/kubevirt-image-volume",
+		KernelBootVolumeDir: "/var/run/kubevirt-kernel-boot",
 	}
 }
 
@@ -61,6 +72,9 @@ func Under(dir string) Layout {
 		LibvirtRunDir:    filepath.Join(dir, "libvirt-run"),
 		HooksDir:         filepath.Join(dir, "hooks"),
 		BlockDeviceDir:   filepath.Join(dir, "dev"),
+
+		ImageVolumeDir:      filepath.Join(dir, "imagevol"),
+		KernelBootVolumeDir: filepath.Join(dir, "kernelvol"),
 	}
 }
 
@@ -107,12 +121,21 @@ func (l Layout) USBRedirSocket(uid string, n int) string {
 	return filepath.Join(l.VMIPrivateDir(uid), "virt-usbredir-"+strconv.Itoa(n))
 }
 
-// ContainerDiskImage is the n-th container disk (n = index in spec.volumes).
+// ContainerDiskImage is the n-th container disk (n = index in spec.volumes):
+// bind-mounted by virt-handler, or with --image-volume a link into
+// ImageVolume(n).
 func (l Layout) ContainerDiskImage(n int) string {
 	return filepath.Join(l.ContainerDiskDir, fmt.Sprintf("disk_%d.img", n))
 }
 
-// KernelBootDir holds the kernel and initrd of a kernelBoot container.
+// ImageVolume is where the image of the n-th container disk (n = index in
+// spec.volumes) is mounted with --image-volume.
+func (l Layout) ImageVolume(n int) string {
+	return filepath.Join(l.ImageVolumeDir, fmt.Sprintf("disk_%d", n))
+}
+
+// KernelBootDir holds the kernel and initrd of a kernelBoot container (with
+// --image-volume, links into KernelBootVolumeDir).
 func (l Layout) KernelBootDir() string { return filepath.Join(l.ContainerDiskDir, "kernel-boot") }
 
 // DiskOverlay is the qcow2 overlay of a containerDisk or ephemeral volume.
@@ -198,8 +221,52 @@ func (l Layout) ServiceAccountSource() string {
 	return filepath.Join(l.PrivateDir, "service-account")
 }
 
-// NVRAMDir holds per-VM EFI variable stores.
-func (l Layout) NVRAMDir() string { return filepath.Join(l.PrivateDir, "libvirt", "qemu", "nvram") }
+// systemLibDir is the system-mode (root) libvirt daemon's state root. Its
+// paths are libvirt's own, fixed at build time, so they do not move with
+// Under: a root launcher only runs in a container, whose /var/lib is its own.
+const systemLibDir = "/var/lib"
+
+// NVRAMDir holds the per-VM EFI variable stores (<vmi name>_VARS.fd), in the
+// directory KubeVirt's launcher and pod template agree on: in a non-root pod
+// the session daemon's own nvram dir ($XDG_CONFIG_HOME/libvirt/qemu/nvram,
+// below the private dir), in a root pod the system daemon's
+// /var/lib/libvirt/qemu/nvram. With persistent EFI
+// (firmware.bootloader.efi.persistent) virt-controller mounts the
+// backend-storage volume's "nvram" subdirectory here, so the variables
+// outlive the pod.
+func (l Layout) NVRAMDir(root bool) string {
+	if root {
+		return filepath.Join(systemLibDir, "libvirt", "qemu", "nvram")
+	}
+	return filepath.Join(l.LibvirtDir(), "qemu", "nvram")
+}
+
+// SwtpmDir is where libvirt keeps an emulated TPM's state (swtpm's
+// <domain uuid>/tpm2 below it; the domain UUID is the firmware UUID, from
+// the SMBIOS entry). libvirt 9.0 has no setting for it: the session daemon
+// uses $XDG_CONFIG_HOME/libvirt/qemu/swtpm, the system daemon
+// /var/lib/libvirt/swtpm. With devices.tpm.persistent virt-controller mounts
+// the backend-storage volume's "swtpm" subdirectory here.
+func (l Layout) SwtpmDir(root bool) string {
+	if root {
+		return filepath.Join(systemLibDir, "libvirt", "swtpm")
+	}
+	return filepath.Join(l.LibvirtDir(), "qemu", "swtpm")
+}
+
+// SwtpmLocalCADir is the state of swtpm's local certificate authority, which
+// signs the TPM's EK and platform certificates: /var/lib/swtpm-localca for
+// root (Debian's /etc/swtpm-localca.conf), and for non-root the directory
+// swtpm_setup --create-config-files names in the
+// $XDG_CONFIG_HOME/swtpm-localca.conf it writes (libvirt's session daemon
+// asks for that). virt-controller mounts the backend-storage volume's
+// "swtpm-localca" subdirectory here for a persistent TPM.
+func (l Layout) SwtpmLocalCADir(root bool) string {
+	if root {
+		return filepath.Join(systemLibDir, "swtpm-localca")
+	}
+	return filepath.Join(l.PrivateDir, "var", "lib", "swtpm-localca")
+}
 
 // LibvirtDir is the libvirt daemon's private state (XDG dirs in session mode).
 func (l Layout) LibvirtDir() string { return filepath.Join(l.PrivateDir, "libvirt") }

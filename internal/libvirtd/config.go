@@ -14,7 +14,13 @@ type Config struct {
 	// Dir is the launcher's private libvirt directory (layout.LibvirtDir()).
 	// The generated config files are written here. In session mode it is
 	// also $XDG_CONFIG_HOME/libvirt, so the daemon finds qemu.conf there and
-	// keeps its domain definitions under Dir/qemu.
+	// keeps its domain definitions under Dir/qemu, EFI variable stores in
+	// Dir/qemu/nvram and TPM state in Dir/qemu/swtpm (layout.NVRAMDir,
+	// layout.SwtpmDir). swtpm_setup, which the daemon runs with its
+	// environment and --create-config-files, writes its config files to
+	// $XDG_CONFIG_HOME and its local CA to $XDG_CONFIG_HOME/var/lib/
+	// swtpm-localca (layout.SwtpmLocalCADir). In system mode all of these
+	// are libvirt's and swtpm's fixed /var/lib paths.
 	Dir string
 	// RuntimeDir is $XDG_RUNTIME_DIR in session mode: the sockets end up in
 	// RuntimeDir/libvirt (in a pod /var/run, giving KubeVirt's

@@ -20,15 +20,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +34,7 @@ import (
 	notifyv1 "github.com/virtlauncher/virtlauncher/api/notify/v1"
 	"github.com/virtlauncher/virtlauncher/api/notifyinfo"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 )
 
 // SocketName is the notify socket's name in the share dir.
@@ -374,24 +372,10 @@ func (c *Client) attempt(it *item) error {
 // connect dials the socket and negotiates the notify version.
 func (c *Client) connect(ctx context.Context) (*grpc.ClientConn, error) {
 	path := c.path
-	conn, err := grpc.NewClient("passthrough:///"+path,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		}),
-		grpc.WithAuthority("localhost"),
-	)
+	conn, err := unixgrpc.Dial(ctx, path, "")
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", path, err)
-	}
-	conn.Connect()
-	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
-		if st == connectivity.TransientFailure || !conn.WaitForStateChange(ctx, st) {
-			conn.Close()
-			// Not a gRPC status: transient, retried.
-			return nil, fmt.Errorf("connect %s: %s", path, st)
-		}
+		// Not a gRPC status: transient, retried.
+		return nil, err
 	}
 	info, err := notifyinfo.NewNotifyInfoClient(conn).Info(ctx, &notifyinfo.NotifyInfoRequest{})
 	if err != nil {

@@ -45,6 +45,16 @@ const (
 	MarkerDHCP = "VL-DHCP"
 	// "VL-DHCP-FAILED": eth0 got no lease.
 	MarkerDHCPFailed = "VL-DHCP-FAILED"
+	// "VL-EFI <n> variables": booted by EFI firmware, efivarfs mounted with
+	// n variables.
+	MarkerEFI = "VL-EFI"
+	// "VL-EFIVAR <name>=<value>": one line per EFI variable of the guest's
+	// own vendor GUID (EFIVarGUID), after OptEFIVar's write.
+	MarkerEFIVar = "VL-EFIVAR"
+	// "VL-TPM /dev/tpm0 ek <bytes> <sha256 prefix>": the guest has a TPM; the
+	// TPM2_ReadPublic answer for the endorsement key (handle 0x81010001)
+	// is that long and hashes to that (more than 10 bytes: the key exists).
+	MarkerTPM = "VL-TPM"
 	// "VL-READY uptime <seconds>": boot finished; a shell runs on the console
 	// (prompt "vl# ") unless vl.noshell=1.
 	MarkerReady = "VL-READY"
@@ -63,6 +73,14 @@ const (
 	OptNoDHCP   = "vl.nodhcp=1"   // no DHCP on eth0
 	OptNoShell  = "vl.noshell=1"  // no shell on the console
 )
+
+// EFIVarGUID is the vendor GUID of the EFI variables the guest writes and
+// lists.
+const EFIVarGUID = "c0a2b8a5-6f4e-4b7e-9d51-766c74657374"
+
+// OptEFIVar asks the guest to write EFI variable name (letters and digits)
+// with value (no spaces) under EFIVarGUID.
+func OptEFIVar(name, value string) string { return "vl.efivar=" + name + "=" + value }
 
 // RootLabel is the file system label of the root disk image.
 const RootLabel = "vlroot"

@@ -18,9 +18,11 @@ var requiredModules = []string{
 	"ahci", "sd_mod", "sr_mod", "isofs", "crc32c_generic", "ext4", "evdev", "button",
 }
 
-// optionalModules are loaded when the kernel has them as modules.
+// optionalModules are loaded when the kernel has them as modules (Debian
+// builds the TPM drivers in; efivarfs, for the EFI variables, is a module).
 var optionalModules = []string{
 	"ata_piix", "e1000", "e1000e", "virtio_rng", "virtio_balloon", "virtio_input",
+	"tpm_tis", "tpm_crb", "efivarfs",
 }
 
 // modName is a module's name as modprobe spells it.

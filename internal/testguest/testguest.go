@@ -15,6 +15,10 @@
 // (Layout.ContainerDiskImage(i), raw), and optionally a cloudInitNoCloud or
 // cloudInitConfigDrive volume whose user-data starting with "#!" the init
 // runs. Disks may be on virtio, SATA or SCSI buses; the console is ttyS0.
+// To boot by EFI firmware (OVMF) use EFIKernel instead (kernelPath
+// /vmlinuz.efi) and at least 256 MiB; the guest then lists its EFI
+// variables (MarkerEFIVar) and writes one on request (OptEFIVar). With a TPM
+// it prints MarkerTPM.
 package testguest
 
 import (
@@ -43,7 +47,11 @@ var udhcpcScript []byte
 
 // buildVersion changes when the build itself changes in a way the inputs
 // hashed below do not show.
-const buildVersion = "2"
+const buildVersion = "3"
+
+// EFIKernelName is the file name of Guest.EFIKernel in KernelDir (and in a
+// kernelBoot container: kernelPath /vmlinuz.efi for a VMI booting by EFI).
+const EFIKernelName = "vmlinuz.efi"
 
 // RootDiskSize is the size of the raw ext4 root disk image.
 const RootDiskSize = 32 << 20
@@ -55,11 +63,15 @@ type Guest struct {
 	// Kernel is the kernel: the uncompressed PVH vmlinux extracted from
 	// /boot/vmlinuz-<version> when it has a PVH entry (much faster to boot
 	// under TCG), else a copy of that file.
-	Kernel   string
-	Initrd   string // gzip-compressed newc cpio
-	RootDisk string // raw ext4 image labelled RootLabel
-	// KernelDir holds "vmlinuz" and "initrd.img", the layout of a KubeVirt
-	// kernelBoot container.
+	Kernel string
+	// EFIKernel is /boot/vmlinuz-<version> itself, the bzImage with its EFI
+	// stub: EFI firmware (OVMF) boots a kernel only through that, not the
+	// PVH vmlinux.
+	EFIKernel string
+	Initrd    string // gzip-compressed newc cpio
+	RootDisk  string // raw ext4 image labelled RootLabel
+	// KernelDir holds "vmlinuz", "vmlinuz.efi" and "initrd.img", the
+	// layout of a KubeVirt kernelBoot container.
 	KernelDir     string
 	KernelVersion string
 }
@@ -154,6 +166,9 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("test guest kernel: %w", err)
 	}
+	if err := copyFile(kernel, filepath.Join(tmp, EFIKernelName)); err != nil {
+		return nil, err
+	}
 	if err := writeInitrd(filepath.Join(tmp, "initrd.img"), kver, s.Busybox, modDir, mods); err != nil {
 		return nil, fmt.Errorf("test guest initrd: %w", err)
 	}
@@ -174,12 +189,13 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 func load(dir, kver string) (*Guest, error) {
 	g := &Guest{
 		Kernel:        filepath.Join(dir, "vmlinuz"),
+		EFIKernel:     filepath.Join(dir, EFIKernelName),
 		Initrd:        filepath.Join(dir, "initrd.img"),
 		RootDisk:      filepath.Join(dir, "root.img"),
 		KernelDir:     dir,
 		KernelVersion: kver,
 	}
-	for _, f := range []string{g.Kernel, g.Initrd, g.RootDisk} {
+	for _, f := range []string{g.Kernel, g.EFIKernel, g.Initrd, g.RootDisk} {
 		if _, err := os.Stat(f); err != nil {
 			return nil, err
 		}

@@ -401,6 +401,7 @@ func TestHandlerLifecycle(t *testing.T) {
 		t.Fatalf("GetDomain: no domain while it runs")
 	}
 	checkRunningDomain(t, p, d)
+	checkDomainStats(t, h, p.DomainName())
 	// Every informer list and resync is a new connection that calls Info
 	// first, while the long-lived one stays open.
 	h2 := dialLauncher(t, p.Layout.ReadySocket())

@@ -80,6 +80,24 @@ func (f *Fake) DomainStats(context.Context) ([]byte, error) { return f.Stats, f.
 // QemuVersion returns Version.
 func (f *Fake) QemuVersion(context.Context) (string, error) { return f.Version, f.Err }
 
+// SyncVCPUs records the call and returns Err.
+func (f *Fake) SyncVCPUs(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("SyncVCPUs", vmi)
+}
+
+// HotplugHostDevices records the call and returns Err.
+func (f *Fake) HotplugHostDevices(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("HotplugHostDevices", vmi)
+}
+
+// Screenshot records the call and returns an empty PPM image, or Err.
+func (f *Fake) Screenshot(_ context.Context, vmi *v1.VirtualMachineInstance) (string, []byte, error) {
+	if err := f.op("Screenshot", vmi); err != nil {
+		return "", nil, err
+	}
+	return "image/x-portable-pixmap", []byte("P6\n0 0\n255\n"), nil
+}
+
 // Start serves m on a socket in a temporary directory until the test ends
 // and returns the socket path.
 func Start(t testing.TB, m cmdserver.Manager) string {

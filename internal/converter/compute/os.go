@@ -93,7 +93,7 @@ func (o OS) efi(vmi *v1.VirtualMachineInstance, out *libvirtxml.DomainOS) error 
 	}
 	out.Loader = &libvirtxml.DomainLoader{Path: code, Readonly: "yes", Secure: secure, Type: "pflash"}
 	out.NVRam = &libvirtxml.DomainNVRam{
-		NVRam:    filepath.Join(o.Ctx.Layout.NVRAMDir(), vmi.Name+"_VARS.fd"),
+		NVRam:    filepath.Join(o.Ctx.Layout.NVRAMDir(!o.Ctx.NonRoot), vmi.Name+"_VARS.fd"),
 		Template: vars,
 	}
 	return nil

@@ -26,6 +26,12 @@ func TestOS(t *testing.T) {
 			`<loader readonly="yes" secure="no" type="pflash">/usr/share/OVMF/OVMF_CODE_4M.fd</loader>`,
 			`<nvram template="/usr/share/OVMF/OVMF_VARS_4M.fd">/var/run/kubevirt-private/libvirt/qemu/nvram/testvmi_VARS.fd</nvram>`,
 			`<model type="bochs" heads="1">`}, Absent: []string{"<smm"}},
+		{Name: "efi root pod", VMI: efi(convtest.Ptr(false)), Ctx: func(c *facts.Context) { c.NonRoot = false }, Contains: []string{
+			`<nvram template="/usr/share/OVMF/OVMF_VARS_4M.fd">/var/lib/libvirt/qemu/nvram/testvmi_VARS.fd</nvram>`}},
+		{Name: "efi persistent", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{SecureBoot: convtest.Ptr(false), Persistent: convtest.Ptr(true)}}
+		}, Contains: []string{
+			`<nvram template="/usr/share/OVMF/OVMF_VARS_4M.fd">/var/run/kubevirt-private/libvirt/qemu/nvram/testvmi_VARS.fd</nvram>`}},
 		{Name: "efi secure by default", VMI: efi(nil), Contains: []string{
 			`<loader readonly="yes" secure="yes" type="pflash">/usr/share/OVMF/OVMF_CODE_4M.secboot.fd</loader>`,
 			`template="/usr/share/OVMF/OVMF_VARS_4M.ms.fd"`, `<smm state="on">`}},

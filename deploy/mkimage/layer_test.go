@@ -1,0 +1,111 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func rootfsTar(t *testing.T, hs ...*tar.Header) *bytes.Buffer {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, h := range hs {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Size > 0 {
+			tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
+		}
+	}
+	tw.Close()
+	return &b
+}
+
+// TestNormalRootfs: names cleaned and sorted, one mtime, no owner names,
+// devices dropped, and a hard link that sorts before its target becomes
+// the data-carrying entry (a tar reader needs the target first).
+func TestNormalRootfs(t *testing.T) {
+	old := time.Unix(1e9, 0)
+	in := rootfsTar(t,
+		&tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755, ModTime: old},
+		&tar.Header{Typeflag: tar.TypeDir, Name: "./usr/", Mode: 0o755, ModTime: old, Uname: "root"},
+		&tar.Header{Typeflag: tar.TypeReg, Name: "./usr/zz", Mode: 0o4755, Size: 3, ModTime: old, Uid: 5, Gid: 6, Uname: "u", Gname: "g"},
+		&tar.Header{Typeflag: tar.TypeLink, Name: "./usr/aa", Linkname: "./usr/zz", ModTime: old},
+		&tar.Header{Typeflag: tar.TypeChar, Name: "./dev/null", Devmajor: 1, Devminor: 3, ModTime: old},
+		&tar.Header{Typeflag: tar.TypeSymlink, Name: "./var/run", Linkname: "../run", ModTime: old},
+	)
+	epoch := time.Unix(1735689600, 0)
+	es, err := normalRootfs(in, epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.hdr.Name)
+		if !e.hdr.ModTime.Equal(epoch) || e.hdr.Uname != "" || e.hdr.Gname != "" {
+			t.Errorf("%s: mtime %v uname %q gname %q", e.hdr.Name, e.hdr.ModTime, e.hdr.Uname, e.hdr.Gname)
+		}
+	}
+	if got := strings.Join(names, " "); got != "usr/ usr/aa usr/zz var/run" {
+		t.Fatalf("entries %q", got)
+	}
+	aa, zz := es[1].hdr, es[2].hdr
+	if aa.Typeflag != tar.TypeReg || len(es[1].data) != 3 || aa.Mode != 0o4755 || aa.Uid != 5 || aa.Gid != 6 {
+		t.Errorf("usr/aa should carry the file: %+v", aa)
+	}
+	if zz.Typeflag != tar.TypeLink || zz.Linkname != "usr/aa" || es[2].data != nil {
+		t.Errorf("usr/zz should link to usr/aa: %+v", zz)
+	}
+	if es[3].hdr.Linkname != "../run" {
+		t.Errorf("symlink target %q changed", es[3].hdr.Linkname)
+	}
+}
+
+func TestNormalRootfsRefusesDanglingHardLink(t *testing.T) {
+	in := rootfsTar(t, &tar.Header{Typeflag: tar.TypeLink, Name: "./a", Linkname: "./missing"})
+	if _, err := normalRootfs(in, time.Unix(0, 0)); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("err = %v, want one naming the missing target", err)
+	}
+}
+
+// TestFileCaps: the bytes `setcap cap_net_bind_service=+ep` stores
+// (getcap -v and the kernel's vfs_cap_data revision 2).
+func TestFileCaps(t *testing.T) {
+	b, err := fileCaps([]string{"net_bind_service"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := hex.EncodeToString(b), "0100000200040000000000000000000000000000"; got != want {
+		t.Errorf("security.capability = %s, want %s", got, want)
+	}
+	if _, err := fileCaps([]string{"cap_bogus"}); err == nil {
+		t.Error("unknown capability accepted")
+	}
+}
+
+func TestFileEntries(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(src, []byte("ELF"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	es, err := fileEntries([]File{{Dst: "/usr/bin/m", Src: src, Caps: []string{"net_bind_service"}}}, time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 3 || es[0].hdr.Name != "usr/" || es[1].hdr.Name != "usr/bin/" || es[2].hdr.Name != "usr/bin/m" {
+		t.Fatalf("entries %v", es)
+	}
+	h := es[2].hdr
+	if h.Mode != 0o755 || h.Uid != 0 || h.PAXRecords["SCHILY.xattr.security.capability"] == "" {
+		t.Errorf("usr/bin/m: mode %o uid %d pax %v", h.Mode, h.Uid, h.PAXRecords)
+	}
+	if _, err := fileEntries([]File{{Dst: "/x", Src: filepath.Dir(src)}}, time.Unix(1, 0)); err == nil {
+		t.Error("a directory accepted as a file")
+	}
+}

@@ -1,0 +1,70 @@
+package cmdserver
+
+import (
+	"context"
+	"fmt"
+
+	v1 "kubevirt.io/api/core/v1"
+
+	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
+)
+
+// The calls virt-handler makes on a running VMI that usually have nothing
+// to do here: they answer success when there is nothing to do, as
+// KubeVirt's launcher does (cmd-server/server.go), and fail naming what
+// virtlauncher cannot do otherwise.
+
+// SyncVirtualMachineCPUs succeeds when the domain has the VMI's vCPUs.
+func (c *cmdServer) SyncVirtualMachineCPUs(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "SyncVirtualMachineCPUs", req, c.s.m.SyncVCPUs)
+}
+
+// HotplugHostDevices succeeds when no SR-IOV interface awaits a hotplug.
+func (c *cmdServer) HotplugHostDevices(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "HotplugHostDevices", req, c.s.m.HotplugHostDevices)
+}
+
+// CancelVirtualMachineMigration: KubeVirt's launcher answers success for
+// any VMI it can decode and aborts a migration only if one runs. This
+// launcher never runs one (MigrateVirtualMachine is not supported), so
+// there is never anything to cancel.
+func (c *cmdServer) CancelVirtualMachineMigration(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "CancelVirtualMachineMigration", req, func(context.Context, *v1.VirtualMachineInstance) error {
+		return nil
+	})
+}
+
+// SignalTargetPodCleanup: KubeVirt's launcher answers success, and when
+// its pod (POD_NAME) is the VMI's migration target it makes the launcher
+// exit early. This launcher never becomes a migration target
+// (SyncMigrationTarget is not supported); being named one fails.
+func (c *cmdServer) SignalTargetPodCleanup(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "SignalTargetPodCleanup", req, func(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+		return targetPodCleanup(vmi, c.s.podName)
+	})
+}
+
+// targetPodCleanup decides SignalTargetPodCleanup for the pod podName
+// (empty: unknown, as KubeVirt treats an unset POD_NAME).
+func targetPodCleanup(vmi *v1.VirtualMachineInstance, podName string) error {
+	ms := vmi.Status.MigrationState
+	if podName == "" || ms == nil || ms.TargetPod != podName {
+		return nil
+	}
+	return fmt.Errorf("pod %s is the migration target of VMI %s/%s, but virtlauncher does not support migration targets", podName, vmi.Namespace, vmi.Name)
+}
+
+// GetScreenshot returns the primary display's image as libvirt gives it.
+func (c *cmdServer) GetScreenshot(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.ScreenshotResponse, error) {
+	var mime string
+	var data []byte
+	resp, err := c.vmiOp(ctx, "GetScreenshot", req, func(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
+		var err error
+		mime, data, err = c.s.m.Screenshot(ctx, vmi)
+		return err
+	})
+	if err != nil || !resp.GetSuccess() {
+		return &cmdv1.ScreenshotResponse{Response: resp}, err
+	}
+	return &cmdv1.ScreenshotResponse{Response: resp, Mime: mime, Data: data}, nil
+}

@@ -1,0 +1,58 @@
+package layout
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestImageVolumeRoots: in a pod the image volumes are where KubeVirt
+// v1.9's virt-controller mounts them; standalone they stay under the
+// working directory.
+func TestImageVolumeRoots(t *testing.T) {
+	d := Default()
+	if got := d.ImageVolume(3); got != "/var/run/kubevirt-image-volume/disk_3" {
+		t.Errorf("pod ImageVolume(3) = %s", got)
+	}
+	if d.KernelBootVolumeDir != "/var/run/kubevirt-kernel-boot" {
+		t.Errorf("pod kernel boot volume %s", d.KernelBootVolumeDir)
+	}
+	if d.ContainerDiskImage(3) != "/var/run/kubevirt/container-disks/disk_3.img" || d.KernelBootDir() != "/var/run/kubevirt/container-disks/kernel-boot" {
+		t.Errorf("classic paths %s %s", d.ContainerDiskImage(3), d.KernelBootDir())
+	}
+	u := Under("/w")
+	for _, p := range []string{u.ImageVolume(0), u.KernelBootVolumeDir} {
+		if !strings.HasPrefix(p, "/w/") || len(p) > len("/w/")+16 {
+			t.Errorf("standalone root %s: not a short name under /w", p)
+		}
+	}
+}
+
+// TestStatePaths: the NVRAM and TPM state directories are KubeVirt's
+// (pkg/util PathForNVram, PathForSwtpm, PathForSwtpmLocalca), where
+// virt-controller mounts the backend-storage volume for persistent EFI
+// and TPM.
+func TestStatePaths(t *testing.T) {
+	pod := Default()
+	for _, c := range []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"nvram non-root", pod.NVRAMDir(false), "/var/run/kubevirt-private/libvirt/qemu/nvram"},
+		{"nvram root", pod.NVRAMDir(true), "/var/lib/libvirt/qemu/nvram"},
+		{"swtpm non-root", pod.SwtpmDir(false), "/var/run/kubevirt-private/libvirt/qemu/swtpm"},
+		{"swtpm root", pod.SwtpmDir(true), "/var/lib/libvirt/swtpm"},
+		{"localca non-root", pod.SwtpmLocalCADir(false), "/var/run/kubevirt-private/var/lib/swtpm-localca"},
+		{"localca root", pod.SwtpmLocalCADir(true), "/var/lib/swtpm-localca"},
+		// Standalone, non-root paths move with the private dir; the
+		// system daemon's do not (libvirt fixes them).
+		{"standalone nvram non-root", Under("/w").NVRAMDir(false), "/w/private/libvirt/qemu/nvram"},
+		{"standalone swtpm non-root", Under("/w").SwtpmDir(false), "/w/private/libvirt/qemu/swtpm"},
+		{"standalone localca non-root", Under("/w").SwtpmLocalCADir(false), "/w/private/var/lib/swtpm-localca"},
+		{"standalone nvram root", Under("/w").NVRAMDir(true), "/var/lib/libvirt/qemu/nvram"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, c.got, c.want)
+		}
+	}
+}

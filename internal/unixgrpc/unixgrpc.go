@@ -1,0 +1,47 @@
+// Package unixgrpc connects gRPC clients to unix sockets the way every
+// client in the launcher needs it: the socket's own path as the target (no
+// name resolution), no TLS, and the connection established before the first
+// call, so that a peer that is not there fails within the caller's deadline
+// instead of at some later RPC.
+package unixgrpc
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Dial connects to the unix socket at path and waits until the connection
+// is ready or ctx ends. dialPath, when not empty, is where the socket is
+// actually opened (e.g. /proc/self/fd/N/name for a socket in a held
+// directory); path names it in the target and in errors. The caller bounds
+// the wait through ctx.
+func Dial(ctx context.Context, path, dialPath string) (*grpc.ClientConn, error) {
+	if dialPath == "" {
+		dialPath = path
+	}
+	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", dialPath)
+	}
+	conn, err := grpc.NewClient("passthrough:///"+path,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(dialer),
+		grpc.WithAuthority("localhost"),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", path, err)
+	}
+	conn.Connect()
+	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
+		if st == connectivity.TransientFailure || !conn.WaitForStateChange(ctx, st) {
+			conn.Close()
+			return nil, fmt.Errorf("connect %s: connection not established (%s)", path, st)
+		}
+	}
+	return conn, nil
+}
