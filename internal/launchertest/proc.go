@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
+
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
 
 // Proc is one /proc entry.
@@ -20,21 +21,11 @@ func (q Proc) String() string { return fmt.Sprintf("%d(%s)", q.PID, q.Comm) }
 
 // ReadProc reads /proc/pid/stat; false when the process is gone.
 func ReadProc(pid int) (Proc, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	s, err := procfs.ReadStat("/proc", pid)
 	if err != nil {
 		return Proc{}, false
 	}
-	s := string(b)
-	open, cl := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || cl < 0 {
-		return Proc{}, false
-	}
-	f := strings.Fields(s[cl+1:])
-	if len(f) < 20 {
-		return Proc{}, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return Proc{PID: pid, PPID: ppid, Comm: s[open+1 : cl], State: f[0], Start: f[19]}, true
+	return Proc{PID: pid, PPID: s.PPID, Comm: s.Comm, State: string(s.State), Start: strconv.FormatUint(s.StartTime, 10)}, true
 }
 
 // AllProcs lists every process, zombies included.

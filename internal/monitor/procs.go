@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
 
 // proc is what the monitor needs to know about one process.
@@ -16,28 +18,13 @@ type proc struct {
 	state     byte   // R, S, D, Z, ...
 }
 
-// readProc parses /proc/<pid>/stat. The comm field is in parentheses and may
-// itself contain spaces and parentheses, so the fields after it are found
-// from the last ')'.
+// readProc parses /proc/<pid>/stat.
 func readProc(procRoot string, pid int) (proc, error) {
-	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
+	s, err := procfs.ReadStat(procRoot, pid)
 	if err != nil {
 		return proc{}, err
 	}
-	open := bytes.IndexByte(b, '(')
-	closing := bytes.LastIndexByte(b, ')')
-	if open < 0 || closing < open || closing+4 > len(b) {
-		return proc{}, errors.New("malformed stat of pid " + strconv.Itoa(pid))
-	}
-	rest := strings.Fields(string(b[closing+2:]))
-	if len(rest) < 2 {
-		return proc{}, errors.New("malformed stat of pid " + strconv.Itoa(pid))
-	}
-	ppid, err := strconv.Atoi(rest[1])
-	if err != nil {
-		return proc{}, err
-	}
-	return proc{pid: pid, ppid: ppid, comm: string(b[open+1 : closing]), state: rest[0][0]}, nil
+	return proc{pid: pid, ppid: s.PPID, comm: s.Comm, state: s.State}, nil
 }
 
 // listProcs reads every process of /proc. Processes that vanish while it

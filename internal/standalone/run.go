@@ -30,6 +30,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -943,19 +944,11 @@ func descendants(pid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
+		st, err := procfs.ReadStat("/proc", p)
+		if err != nil || st.State == 'Z' {
 			continue
 		}
-		// pid (comm) state ppid ...: comm may hold spaces and parens.
-		i := strings.LastIndexByte(string(b), ')')
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 || f[0] == "Z" {
-			continue
-		}
-		if pp, err := strconv.Atoi(f[1]); err == nil {
-			parent[p] = pp
-		}
+		parent[p] = st.PPID
 	}
 	var out []int
 	for p := range parent {
