@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"syscall"
@@ -54,10 +55,17 @@ type Client struct {
 // Dial connects to the command socket at socketPath and negotiates the
 // version. The connection is established synchronously within 2 s.
 func Dial(ctx context.Context, socketPath string) (*Client, error) {
+	return DialChecked(ctx, socketPath, nil)
+}
+
+// DialChecked is Dial with check run on the socket connection before it is
+// used (see unixgrpc.DialChecked): vlctl checks there that the listener is
+// the launcher it means.
+func DialChecked(ctx context.Context, socketPath string, check func(net.Conn) error) (*Client, error) {
 	// Connect now, within the connect limit, instead of at the first call.
 	cctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
-	conn, err := unixgrpc.Dial(cctx, socketPath, "")
+	conn, err := unixgrpc.DialChecked(cctx, socketPath, "", check)
 	if err != nil {
 		return nil, fmt.Errorf("dial command socket: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -21,12 +22,32 @@ import (
 // directory); path names it in the target and in errors. The caller bounds
 // the wait through ctx.
 func Dial(ctx context.Context, path, dialPath string) (*grpc.ClientConn, error) {
+	return DialChecked(ctx, path, dialPath, nil)
+}
+
+// DialChecked is Dial with check run on every connection made (the first
+// and any reconnection) before gRPC uses it; a connection it refuses is
+// closed. Callers use it to check who listens on the socket.
+func DialChecked(ctx context.Context, path, dialPath string, check func(net.Conn) error) (*grpc.ClientConn, error) {
 	if dialPath == "" {
 		dialPath = path
 	}
+	var mu sync.Mutex
+	var refused error // written by gRPC's dialing goroutine
 	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, "unix", dialPath)
+		c, err := d.DialContext(ctx, "unix", dialPath)
+		if err != nil || check == nil {
+			return c, err
+		}
+		if err := check(c); err != nil {
+			c.Close()
+			mu.Lock()
+			refused = err
+			mu.Unlock()
+			return nil, err
+		}
+		return c, nil
 	}
 	conn, err := grpc.NewClient("passthrough:///"+path,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -40,6 +61,11 @@ func Dial(ctx context.Context, path, dialPath string) (*grpc.ClientConn, error) 
 	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
 		if st == connectivity.TransientFailure || !conn.WaitForStateChange(ctx, st) {
 			conn.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if refused != nil {
+				return nil, fmt.Errorf("connect %s: %w", path, refused)
+			}
 			return nil, fmt.Errorf("connect %s: connection not established (%s)", path, st)
 		}
 	}
