@@ -1,0 +1,268 @@
+// Package runrecord keeps, for every running `vlctl run` on the machine, a
+// small record of where its VM is (name, launcher socket, console, address),
+// so that `vlctl ps|stop|kill|pause|unpause|console NAME` find it from any
+// terminal.
+//
+// The records live in a directory only root can write (default
+// /run/vlctl), never in a run's work dir: that tree belongs to the
+// unprivileged launcher user, and root must not follow what that user can
+// change. The paths a record names are inside that tree all the same, so a
+// command that dials one checks who answers (PeerOwnedBy): the socket's
+// listener must be a process of the same run, which keeps one VM's
+// launcher user from steering vlctl onto another VM.
+package runrecord
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
+)
+
+// DefaultDir is where root keeps the records.
+const DefaultDir = "/run/vlctl"
+
+// Record describes one running `vlctl run`.
+type Record struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// PID is the `vlctl run` process; PIDStart its start time (clock ticks
+	// after boot, /proc/<pid>/stat), which tells it from a later process
+	// that reuses the pid.
+	PID      int    `json:"pid"`
+	PIDStart uint64 `json:"pidStart"`
+	WorkDir  string `json:"workDir"`
+	// Socket is the launcher's command socket, Console the guest's serial
+	// console socket.
+	Socket  string `json:"socket"`
+	Console string `json:"console"`
+	// Addresses are where the guest is reachable, each with the network
+	// namespace it is reachable from.
+	Addresses []Address `json:"addresses,omitempty"`
+	// Started is when the guest's domain started.
+	Started time.Time `json:"started"`
+	// VMI is the VMI as the launcher was synced with: the pause and
+	// unpause requests carry it.
+	VMI *v1.VirtualMachineInstance `json:"vmi"`
+}
+
+// Address is one place the guest is reachable.
+type Address struct {
+	IP    string `json:"ip"`
+	NetNS string `json:"netns,omitempty"`
+}
+
+func (a Address) String() string {
+	if a.NetNS == "" {
+		return a.IP
+	}
+	return a.IP + " (netns " + a.NetNS + ")"
+}
+
+// FullName is namespace/name.
+func (r *Record) FullName() string { return r.Namespace + "/" + r.Name }
+
+// Entry is a record read back, with whether its run is gone.
+type Entry struct {
+	Record
+	Path string
+	// Stale: the recorded vlctl run process is gone (SIGKILLed, say); the
+	// record must not be acted on.
+	Stale bool
+}
+
+// Self returns the pid and start time of the calling process, for a record.
+func Self() (int, uint64, error) {
+	pid := os.Getpid()
+	s, err := procfs.ReadStat("/proc", pid)
+	if err != nil {
+		return 0, 0, fmt.Errorf("own start time: %w", err)
+	}
+	return pid, s.StartTime, nil
+}
+
+// Alive reports whether the recorded vlctl run is still the same process.
+func (r *Record) Alive() bool {
+	s, err := procfs.ReadStat("/proc", r.PID)
+	return err == nil && s.State != 'Z' && s.StartTime == r.PIDStart && r.PIDStart != 0
+}
+
+// trustedDir checks that dir and every directory above it can be written
+// by root alone: owned by root and not writable by group or others, or, a
+// directory like /tmp, root-owned and sticky (others cannot rename or
+// remove root's entries in it).
+func trustedDir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := abs; ; p = filepath.Dir(p) {
+		st, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Errorf("record directory %s: %w", dir, err)
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !st.IsDir() || !ok || sys.Uid != 0 {
+			return fmt.Errorf("record directory %s: %s is not a directory owned by root", dir, p)
+		}
+		if st.Mode().Perm()&0o022 != 0 && (p == abs || st.Mode()&os.ModeSticky == 0) {
+			return fmt.Errorf("record directory %s: %s is writable by users other than root", dir, p)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}
+
+// Write stores rec in dir (made 0755 when missing) atomically, as a file
+// only root can write; it returns the file's path, for Remove.
+func Write(dir string, rec *Record) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("record directory: %w", err)
+	}
+	if err := trustedDir(dir); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("record of %s: %w", rec.FullName(), err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%d-%s.json", rec.PID, filepath.Base(rec.WorkDir)))
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return "", fmt.Errorf("record of %s: %w", rec.FullName(), err)
+	}
+	_, werr := tmp.Write(append(b, '\n'))
+	err = errors.Join(werr, tmp.Chmod(0o644), tmp.Close())
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("record of %s: %w", rec.FullName(), err)
+	}
+	return path, nil
+}
+
+// List reads the records in dir, sorted by namespace/name; a missing dir
+// holds none. Files not written by root, or unreadable, are skipped and
+// reported in the returned error alongside what was read.
+func List(dir string) ([]Entry, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("records: %w", err)
+	}
+	if err := trustedDir(dir); err != nil {
+		return nil, err
+	}
+	var out []Entry
+	var errs []error
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		rec, err := read(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, Entry{Record: *rec, Path: path, Stale: !rec.Alive()})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if a, b := out[i].FullName(), out[j].FullName(); a != b {
+			return a < b
+		}
+		return out[i].PID < out[j].PID
+	})
+	return out, errors.Join(errs...)
+}
+
+func read(path string) (*Record, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("record %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("record %s: %w", path, err)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !st.Mode().IsRegular() || !ok || sys.Uid != 0 || st.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("record %s: not a regular file only root can write; ignored", path)
+	}
+	var rec Record
+	if err := json.NewDecoder(f).Decode(&rec); err != nil {
+		return nil, fmt.Errorf("record %s: %w", path, err)
+	}
+	if rec.Name == "" || rec.PID <= 0 {
+		return nil, fmt.Errorf("record %s: no name or pid", path)
+	}
+	return &rec, nil
+}
+
+// Remove deletes a record file; a missing one is fine.
+func Remove(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove record: %w", err)
+	}
+	return nil
+}
+
+// Match finds the one live run that query names: "namespace/name", or
+// "name" with namespace (--namespace) or alone when only one namespace has
+// a VM of that name. Stale records are never returned.
+func Match(entries []Entry, query, namespace string) (*Entry, error) {
+	name := query
+	if ns, n, ok := strings.Cut(query, "/"); ok {
+		if namespace != "" && namespace != ns {
+			return nil, fmt.Errorf("%q names namespace %s, --namespace says %s", query, ns, namespace)
+		}
+		namespace, name = ns, n
+	}
+	if name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("%q: give NAME or NAMESPACE/NAME", query)
+	}
+	var live, stale []*Entry
+	for i := range entries {
+		e := &entries[i]
+		if e.Name != name || (namespace != "" && e.Namespace != namespace) {
+			continue
+		}
+		if e.Stale {
+			stale = append(stale, e)
+		} else {
+			live = append(live, e)
+		}
+	}
+	switch {
+	case len(live) == 1:
+		return live[0], nil
+	case len(live) > 1:
+		var names []string
+		for _, e := range live {
+			names = append(names, e.FullName()+" (pid "+strconv.Itoa(e.PID)+")")
+		}
+		if namespace != "" {
+			return nil, fmt.Errorf("%q: %d runs of this VM: %s", query, len(live), strings.Join(names, ", "))
+		}
+		return nil, fmt.Errorf("%q is ambiguous: %s; give NAMESPACE/NAME or --namespace", query, strings.Join(names, ", "))
+	case len(stale) > 0:
+		return nil, fmt.Errorf("%q: its vlctl run (pid %d) is gone; the stale record %s is not acted on", query, stale[0].PID, stale[0].Path)
+	}
+	return nil, fmt.Errorf("no running VM named %q (vlctl ps lists them)", query)
+}
