@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -15,12 +16,22 @@ import (
 const escapeByte = 0x1d
 
 func newConsoleCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "console SOCKET",
-		Short: "Attach to a guest's serial console socket (…/<uid>/virt-serial0); ^] detaches",
-		Args:  cobra.ExactArgs(1),
+	var n nameFlags
+	cmd := &cobra.Command{
+		Use:   "console NAME|SOCKET",
+		Short: "Attach to a guest's serial console; ^] detaches",
+		Long: `console attaches to the serial console of NAME, a VM that vlctl run runs on this machine
+(NAMESPACE/NAME, or NAME when unique; vlctl ps lists them), or to the console socket at the
+absolute path SOCKET (…/<uid>/virt-serial0). ^] detaches.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			conn, err := net.Dial("unix", args[0])
+			var conn net.Conn
+			var err error
+			if strings.HasPrefix(args[0], "/") {
+				conn, err = net.Dial("unix", args[0])
+			} else {
+				conn, err = dialConsole(&n, args[0])
+			}
 			if err != nil {
 				return fmt.Errorf("console: %w", err)
 			}
@@ -38,6 +49,8 @@ func newConsoleCmd() *cobra.Command {
 			return <-done
 		},
 	}
+	n.register(cmd)
+	return cmd
 }
 
 // copyUntilEscape forwards input to the console until ^] or end of input.

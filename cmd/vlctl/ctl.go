@@ -24,11 +24,11 @@ type socketFlags struct {
 
 func (s *socketFlags) register(cmd *cobra.Command, needsVMI bool) {
 	cmd.Flags().StringVar(&s.socket, "socket", "", "the launcher's command socket (…/sockets/launcher-sock)")
-	cmd.MarkFlagRequired("socket")
 	if needsVMI {
 		cmd.Flags().StringVarP(&s.file, "file", "f", "", "the VMI manifest the launcher runs")
-		cmd.MarkFlagRequired("file")
 		cmd.Flags().StringVar(&s.binding, "binding", "masquerade", "binding of the auto-attached pod interface")
+	} else {
+		cmd.MarkFlagRequired("socket")
 	}
 }
 
@@ -40,14 +40,33 @@ func (s *socketFlags) load() (*v1.VirtualMachineInstance, error) {
 	return vmi.LoadFile(s.file, vmi.Options{DefaultBinding: s.binding})
 }
 
-// vmiVerb makes a command that sends one VMIRequest RPC.
-func vmiVerb(use, short string, call func(*cmdclient.Client, context.Context, *v1.VirtualMachineInstance) error) *cobra.Command {
+// vmiVerb makes a command that sends one VMIRequest RPC, to the launcher
+// of a VM that `vlctl run` runs (NAME) or to the one at --socket. byName,
+// when set, replaces the RPC for a VM given by name.
+func vmiVerb(use, short string, call func(*cmdclient.Client, context.Context, *v1.VirtualMachineInstance) error,
+	byName func(cmd *cobra.Command, n *nameFlags, name string) error) *cobra.Command {
 	var s socketFlags
+	var n nameFlags
 	cmd := &cobra.Command{
-		Use:   use + " --socket PATH -f FILE",
+		Use:   use + " NAME | " + use + " --socket PATH -f FILE",
 		Short: short,
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Long: short + `.
+
+NAME is a VM that vlctl run runs on this machine (vlctl ps lists them): NAMESPACE/NAME, or
+NAME alone when only one namespace has a VM of that name. With --socket and -f instead, the
+request goes to the launcher at that command socket, for the VMI in that manifest.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 1 && (s.socket != "" || s.file != ""):
+				return fmt.Errorf("%s: give NAME or --socket and -f, not both", use)
+			case len(args) == 1 && byName != nil:
+				return byName(cmd, &n, args[0])
+			case len(args) == 1:
+				return byNameRPC(cmd.Context(), &n, args[0], use, call)
+			case s.socket == "" || s.file == "":
+				return fmt.Errorf("%s: give a VM's NAME, or --socket and -f", use)
+			}
 			v, err := s.load()
 			if err != nil {
 				return err
@@ -66,6 +85,7 @@ func vmiVerb(use, short string, call func(*cmdclient.Client, context.Context, *v
 		},
 	}
 	s.register(cmd, true)
+	n.register(cmd)
 	return cmd
 }
 
@@ -73,14 +93,16 @@ func newCtlCmds() []*cobra.Command {
 	sync := vmiVerb("sync", "Sync the VMI (define and start the domain when needed)",
 		func(c *cmdclient.Client, ctx context.Context, v *v1.VirtualMachineInstance) error {
 			return c.Sync(ctx, v, cmdclient.HandlerSyncOptions())
-		})
+		}, nil)
 	cmds := []*cobra.Command{
 		sync,
-		vmiVerb("pause", "Pause the guest", (*cmdclient.Client).Pause),
-		vmiVerb("unpause", "Resume a paused guest", (*cmdclient.Client).Unpause),
-		vmiVerb("shutdown", "Ask the guest to power off (ACPI)", (*cmdclient.Client).Shutdown),
-		vmiVerb("kill", "Destroy the guest at once", (*cmdclient.Client).Kill),
-		vmiVerb("delete", "Undefine the (stopped) domain; the launcher then exits", (*cmdclient.Client).Delete),
+		vmiVerb("pause", "Pause the guest", (*cmdclient.Client).Pause, nil),
+		vmiVerb("unpause", "Resume a paused guest", (*cmdclient.Client).Unpause, nil),
+		vmiVerb("shutdown", "Ask the guest to power off (ACPI)", (*cmdclient.Client).Shutdown, nil),
+		// By name, its vlctl run destroys the guest and cleans up, as on a
+		// second Ctrl-C, so the run stays the one owner of the cleanup.
+		vmiVerb("kill", "Destroy the guest at once", (*cmdclient.Client).Kill, killByName),
+		vmiVerb("delete", "Undefine the (stopped) domain; the launcher then exits", (*cmdclient.Client).Delete, nil),
 	}
 
 	var gs socketFlags

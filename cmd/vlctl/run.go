@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 )
 
@@ -39,7 +40,10 @@ unless --force-start.
 
 It returns when the guest powers off (status 0). Ctrl-C (or SIGTERM) shuts the guest down
 with ACPI, destroys it when the grace period ends (at once on a second Ctrl-C), and removes
-everything run created.`,
+everything run created.
+
+While it runs, vlctl ps lists the VM and vlctl stop|kill|pause|unpause|console NAME drive it
+from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run does the same).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.File = args[0]
@@ -56,13 +60,24 @@ everything run created.`,
 			defer cancel()
 			force := make(chan struct{})
 			cfg.Force = force
-			sigs := make(chan os.Signal, 2)
+			sigs, kill := make(chan os.Signal, 2), make(chan os.Signal, 1)
 			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			signal.Notify(kill, killSignal) // vlctl kill NAME
 			defer signal.Stop(sigs)
+			defer signal.Stop(kill)
 			go func() {
-				<-sigs
-				cancel()
-				<-sigs
+				select {
+				case <-sigs:
+					cancel()
+				case <-kill:
+					cancel()
+					close(force)
+					return
+				}
+				select {
+				case <-sigs:
+				case <-kill:
+				}
 				close(force)
 			}()
 			cfg.Console = cmd.OutOrStdout()
@@ -81,6 +96,7 @@ everything run created.`,
 	f.BoolVar(&cfg.Emulation, "emulation", false, "force software emulation (TCG); without it KVM is used when /dev/kvm opens")
 	f.StringVar(&cfg.Binding, "binding", "masquerade", "binding of the auto-attached pod interface: masquerade or bridge (KubeVirt's cluster default)")
 	f.StringVar(&cfg.WorkRoot, "workdir", "/run/vl", "parent of the per-run working directory")
+	f.StringVar(&cfg.RecordDir, "record-dir", runrecord.DefaultDir, "where the run records itself for vlctl ps and the verbs by name (a directory only root can write)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs, overlays) after the run")
 	f.StringVar(&cfg.User, "user", "virtlauncher", "unprivileged user that runs the launcher, libvirt and QEMU")
 	f.StringVar(&cfg.BinDir, "bin-dir", "", "directory of virt-launcher-monitor and virt-launcher (default: vlctl's own)")

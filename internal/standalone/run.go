@@ -31,6 +31,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -74,6 +75,10 @@ type Config struct {
 	// immediate one (a second Ctrl-C): the guest is destroyed and the
 	// launcher killed.
 	Force <-chan struct{}
+	// RecordDir is where the run records itself for `vlctl ps` and the
+	// verbs by name (default runrecord.DefaultDir): a directory only root
+	// can write.
+	RecordDir string
 	// Started, when set, is called once the guest's domain runs, with where
 	// things are; tests use it to reach the guest from the outside.
 	Started func(Started)
@@ -199,6 +204,9 @@ func (c *Config) defaults() {
 			c.BinDir = filepath.Dir(exe)
 		}
 	}
+	if c.RecordDir == "" {
+		c.RecordDir = runrecord.DefaultDir
+	}
 	if c.CapsCache == "" {
 		c.CapsCache = "/var/tmp/virtlauncher-qemu-caps"
 	}
@@ -254,6 +262,7 @@ type runner struct {
 	net     *network
 	monitor *exec.Cmd
 	exited  chan struct{} // closed when the monitor has exited
+	record  string        // the run's record file, once written
 	exitErr error
 }
 
@@ -620,6 +629,8 @@ func (r *runner) drive(ctx context.Context) error {
 		return r.userPaths(r.withLauncherLog(fmt.Errorf("sync: %w", err)))
 	}
 	r.started = true
+	fmt.Fprintf(r.cfg.Status, "vlctl: VM %s/%s is running; console: vlctl console %s/%s (socket %s)\n",
+		r.vmi.Namespace, r.vmi.Name, r.vmi.Namespace, r.vmi.Name, r.layout.SerialSocket(string(r.vmi.UID)))
 	// The console outlives ctx: it shows the guest's shutdown after Ctrl-C.
 	consoleCtx, closeConsole := context.WithCancel(context.Background())
 	defer closeConsole()
@@ -629,6 +640,10 @@ func (r *runner) drive(ctx context.Context) error {
 		r.net.printForwards(r.cfg.Status)
 		started.OutsideNS = r.net.pod.OutsideName
 		started.PodAddress = r.net.pod.Pod4.Addr().String()
+	}
+	if err := r.writeRecord(started); err != nil {
+		// The guest runs; only the verbs by name are missing.
+		fmt.Fprintf(r.cfg.Status, "vlctl: %v (vlctl ps will not list this VM)\n", err)
 	}
 	if r.cfg.Started != nil {
 		r.cfg.Started(started)
@@ -668,6 +683,27 @@ func (r *runner) drive(ctx context.Context) error {
 		}
 	}
 	return r.waitMonitor(45 * time.Second)
+}
+
+// writeRecord records the running guest for `vlctl ps` and the verbs by
+// name.
+func (r *runner) writeRecord(st Started) error {
+	pid, start, err := runrecord.Self()
+	if err != nil {
+		return err
+	}
+	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
+		WorkDir: r.workDir, Socket: st.Socket, Console: r.layout.SerialSocket(string(r.vmi.UID)),
+		Started: time.Now().UTC(), VMI: r.vmi}
+	if st.PodAddress != "" {
+		rec.Addresses = append(rec.Addresses, runrecord.Address{IP: st.PodAddress, NetNS: st.OutsideNS})
+	}
+	path, err := runrecord.Write(r.cfg.RecordDir, rec)
+	if err != nil {
+		return err
+	}
+	r.record = path
+	return nil
 }
 
 func (r *runner) waitReady(ctx context.Context) (*cmdclient.Client, error) {
@@ -875,6 +911,12 @@ func (r *runner) withLauncherLog(err error) error {
 // cleanup stops whatever is still running and removes what Run made.
 func (r *runner) cleanup() error {
 	var errs []error
+	if r.record != "" {
+		// The guest is off or going: nothing left for the verbs by name.
+		if err := runrecord.Remove(r.record); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if r.monitor != nil {
 		select {
 		case <-r.exited:

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+// The verbs by name find a running `vlctl run` through the record it keeps
+// in a directory only root writes (internal/runrecord).
+
+// killSignal asks a `vlctl run` to destroy its guest at once, as a second
+// Ctrl-C does (vlctl kill NAME).
+const killSignal = syscall.SIGUSR1
+
+type nameFlags struct {
+	namespace string
+	recordDir string
+}
+
+func (n *nameFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&n.namespace, "namespace", "n", "", "namespace of the VM (needed when several namespaces have a VM of that name)")
+	cmd.Flags().StringVar(&n.recordDir, "record-dir", runrecord.DefaultDir, "where running vlctl runs record themselves (the --record-dir of vlctl run)")
+}
+
+// find returns the live run that query names.
+func (n *nameFlags) find(query string) (*runrecord.Entry, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the verbs by name need root, as vlctl run does: run them with sudo")
+	}
+	entries, lerr := runrecord.List(n.recordDir)
+	e, err := runrecord.Match(entries, query, n.namespace)
+	if err != nil && lerr != nil {
+		return nil, errors.Join(err, lerr)
+	}
+	return e, err
+}
+
+// dialLauncher connects to the run's launcher, refusing a socket that is
+// not its launcher's.
+func dialLauncher(ctx context.Context, e *runrecord.Entry) (*cmdclient.Client, error) {
+	c, err := cmdclient.DialChecked(ctx, e.Socket, e.PeerOwnedBy)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", e.FullName(), err)
+	}
+	return c, nil
+}
+
+// byNameRPC sends one VMIRequest RPC to the launcher of the VM named.
+func byNameRPC(ctx context.Context, n *nameFlags, query, verb string, call func(*cmdclient.Client, context.Context, *v1.VirtualMachineInstance) error) error {
+	e, err := n.find(query)
+	if err != nil {
+		return err
+	}
+	if e.VMI == nil {
+		return fmt.Errorf("%s: its record has no VMI", e.FullName())
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := dialLauncher(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := call(c, ctx, e.VMI); err != nil {
+		return fmt.Errorf("%s %s: %w", verb, e.FullName(), err)
+	}
+	return nil
+}
+
+// signalRun sends sig to the entry's vlctl run and waits up to timeout for
+// it to end. A pidfd pins the process: the start time is checked again
+// through it, so a pid reused since the record was read is never
+// signalled.
+func signalRun(e *runrecord.Entry, sig syscall.Signal, timeout time.Duration) error {
+	fd, err := unix.PidfdOpen(e.PID, 0)
+	if err != nil {
+		return fmt.Errorf("%s: vlctl run pid %d: %w", e.FullName(), e.PID, err)
+	}
+	defer unix.Close(fd)
+	if !e.Alive() {
+		return fmt.Errorf("%s: its vlctl run (pid %d) is gone; the stale record %s is not acted on", e.FullName(), e.PID, e.Path)
+	}
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
+		return fmt.Errorf("%s: signal vlctl run pid %d: %w", e.FullName(), e.PID, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("%s: vlctl run (pid %d) still running after %s", e.FullName(), e.PID, timeout)
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(min(left, time.Second).Milliseconds())+1)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("%s: wait for pid %d: %w", e.FullName(), e.PID, err)
+		}
+		if n > 0 { // readable: the process has exited
+			return nil
+		}
+	}
+}
+
+func newByNameCmds() []*cobra.Command {
+	var ps nameFlags
+	psCmd := &cobra.Command{
+		Use:   "ps",
+		Short: "List the VMs that `vlctl run` runs on this machine",
+		Long: `ps lists every running vlctl run: name, namespace, the domain's state as its launcher
+reports it, uptime, addresses (with the network namespace they are reachable from) and the
+console socket. A record whose vlctl run is gone (killed with SIGKILL, say) is shown as stale
+and removed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Geteuid() != 0 {
+				return errors.New("ps needs root, as vlctl run does: run it with sudo")
+			}
+			entries, lerr := runrecord.List(ps.recordDir)
+			rows := make([]psRow, 0, len(entries))
+			for i := range entries {
+				rows = append(rows, psRowOf(cmd.Context(), &entries[i]))
+			}
+			writePS(cmd.OutOrStdout(), rows, time.Now())
+			if lerr != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "vlctl:", lerr)
+			}
+			return nil
+		},
+	}
+	ps.register(psCmd)
+
+	var st nameFlags
+	var stopTimeout time.Duration
+	stop := &cobra.Command{
+		Use:   "stop NAME",
+		Short: "Stop a VM as Ctrl-C on its vlctl run does (ACPI shutdown, then destroy after the grace period)",
+		Long: `stop asks the vlctl run of the VM to stop, as Ctrl-C on its terminal does: the guest is
+shut down with ACPI, destroyed when its grace period ends, and the run removes what it made.
+NAME is NAMESPACE/NAME, or NAME alone when only one namespace has a VM of that name.
+stop waits for the run to end.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := st.find(args[0])
+			if err != nil {
+				return err
+			}
+			timeout := stopTimeout
+			if timeout == 0 {
+				// The run's own limits: the grace period, then the
+				// launcher's end and cleanup.
+				timeout = time.Duration(vmi.GracePeriodSeconds(e.VMI))*time.Second + 2*time.Minute
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "vlctl: stopping %s (vlctl run pid %d)\n", e.FullName(), e.PID)
+			if err := signalRun(e, syscall.SIGTERM, timeout); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "vlctl: %s stopped\n", e.FullName())
+			return nil
+		},
+	}
+	st.register(stop)
+	stop.Flags().DurationVar(&stopTimeout, "timeout", 0, "how long to wait for the run to end (default: the VM's grace period + 2m)")
+	return []*cobra.Command{psCmd, stop}
+}
+
+// killByName destroys the guest at once: its vlctl run does it, and cleans
+// up, as on a second Ctrl-C.
+func killByName(cmd *cobra.Command, n *nameFlags, query string) error {
+	e, err := n.find(query)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "vlctl: destroying %s (vlctl run pid %d)\n", e.FullName(), e.PID)
+	if err := signalRun(e, killSignal, 2*time.Minute); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "vlctl: %s destroyed\n", e.FullName())
+	return nil
+}
+
+// psRow is one line of `vlctl ps`.
+type psRow struct {
+	Name, Namespace string
+	State           string
+	Started         time.Time // zero: no uptime shown
+	Addresses       []string
+	Console         string
+}
+
+// psRowOf asks the run's launcher for the domain's state; a stale record
+// is removed and shown as such.
+func psRowOf(ctx context.Context, e *runrecord.Entry) psRow {
+	row := psRow{Name: e.Name, Namespace: e.Namespace, Console: e.Console}
+	for _, a := range e.Addresses {
+		row.Addresses = append(row.Addresses, a.String())
+	}
+	if e.Stale {
+		row.State = "stale (vlctl run gone)"
+		if err := runrecord.Remove(e.Path); err == nil {
+			row.State = "stale (record removed)"
+		}
+		return row
+	}
+	row.Started = e.Started
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := dialLauncher(ctx, e)
+	if err != nil {
+		row.State = "unknown (launcher not answering)"
+		return row
+	}
+	defer c.Close()
+	d, exists, err := c.GetDomain(ctx)
+	switch {
+	case err != nil:
+		row.State = "unknown (launcher not answering)"
+	case !exists || d == nil:
+		row.State = "NoDomain"
+	default:
+		row.State = d.Status.Status
+		for _, i := range d.Status.Interfaces {
+			for _, ip := range i.IPs {
+				row.Addresses = append(row.Addresses, ip+" (guest)")
+			}
+		}
+	}
+	return row
+}
+
+// writePS prints the rows as a table.
+func writePS(w io.Writer, rows []psRow, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tNAMESPACE\tSTATE\tUPTIME\tADDRESSES\tCONSOLE")
+	for _, r := range rows {
+		up, addrs := "-", "-"
+		if !r.Started.IsZero() {
+			up = uptime(now.Sub(r.Started))
+		}
+		if len(r.Addresses) > 0 {
+			addrs = strings.Join(r.Addresses, ", ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Namespace, r.State, up, addrs, r.Console)
+	}
+	tw.Flush()
+}
+
+// uptime is d in the two largest units: 45s, 3m12s, 2h05m, 3d04h.
+func uptime(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	s := int64(d / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	case s < 86400:
+		return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
+	}
+	return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
+}
+
+// dialConsole connects to the serial console of the VM named, refusing a
+// socket its run's QEMU does not serve.
+func dialConsole(n *nameFlags, query string) (net.Conn, error) {
+	e, err := n.find(query)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := net.DialTimeout("unix", e.Console, 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("console of %s: %w", e.FullName(), err)
+	}
+	if err := e.PeerOwnedBy(conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestUptime(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		-time.Second:                     "0s",
+		0:                                "0s",
+		45 * time.Second:                 "45s",
+		3*time.Minute + 12*time.Second:   "3m12s",
+		2*time.Hour + 5*time.Minute + 59: "2h05m",
+		76*time.Hour + 30*time.Minute:    "3d04h",
+	} {
+		if got := uptime(d); got != want {
+			t.Errorf("uptime(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestWritePS(t *testing.T) {
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name string
+		rows []psRow
+		want string
+	}{
+		{name: "none", want: "NAME  NAMESPACE  STATE  UPTIME  ADDRESSES  CONSOLE\n"},
+		{name: "running, paused and stale", rows: []psRow{
+			{Name: "web", Namespace: "default", State: "Running", Started: now.Add(-90 * time.Second),
+				Addresses: []string{"192.168.67.2 (netns vlout-ab)", "10.0.2.2 (guest)"}, Console: "/run/vl/ab12/s/virt-serial0"},
+			{Name: "database", Namespace: "prod", State: "Paused", Started: now.Add(-2 * time.Hour), Console: "/run/vl/cd34/s/virt-serial0"},
+			{Name: "old", Namespace: "default", State: "stale (record removed)", Console: "/run/vl/ef56/s/virt-serial0"},
+		}, want: "" +
+			"NAME      NAMESPACE  STATE                   UPTIME  ADDRESSES                                        CONSOLE\n" +
+			"web       default    Running                 1m30s   192.168.67.2 (netns vlout-ab), 10.0.2.2 (guest)  /run/vl/ab12/s/virt-serial0\n" +
+			"database  prod       Paused                  2h00m   -                                                /run/vl/cd34/s/virt-serial0\n" +
+			"old       default    stale (record removed)  -       -                                                /run/vl/ef56/s/virt-serial0\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var b bytes.Buffer
+			writePS(&b, c.rows, now)
+			if got := b.String(); got != c.want {
+				t.Errorf("got:\n%s\nwant:\n%s", got, c.want)
+			}
+		})
+	}
+}
+
+// TestVerbArgs: a verb gets NAME or --socket with -f, never both or
+// neither; the check comes before anything is dialled or read.
+func TestVerbArgs(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"pause"}, "give a VM's NAME, or --socket and -f"},
+		{[]string{"pause", "--socket", "/x"}, "give a VM's NAME, or --socket and -f"},
+		{[]string{"unpause", "vm", "--socket", "/x"}, "not both"},
+		{[]string{"kill", "vm", "-f", "/x.yaml"}, "not both"},
+		{[]string{"pause", "a", "b"}, "accepts at most 1 arg"},
+		{[]string{"stop"}, "accepts 1 arg"},
+	} {
+		cmds := append(newCtlCmds(), newByNameCmds()...)
+		var cmd = cmds[0]
+		for _, k := range cmds {
+			if k.Name() == c.args[0] {
+				cmd = k
+			}
+		}
+		cmd.SetArgs(c.args[1:])
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("vlctl %s: %v, want an error with %q", strings.Join(c.args, " "), err, c.err)
+		}
+	}
+}
