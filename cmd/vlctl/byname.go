@@ -247,14 +247,17 @@ func writePS(w io.Writer, rows []psRow, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tNAMESPACE\tSTATE\tUPTIME\tADDRESSES\tCONSOLE")
 	for _, r := range rows {
-		up, addrs := "-", "-"
+		up, addrs, console := "-", "-", r.Console
+		if console == "" {
+			console = "-"
+		}
 		if !r.Started.IsZero() {
 			up = uptime(now.Sub(r.Started))
 		}
 		if len(r.Addresses) > 0 {
 			addrs = strings.Join(r.Addresses, ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Namespace, r.State, up, addrs, r.Console)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Namespace, r.State, up, addrs, console)
 	}
 	tw.Flush()
 }

@@ -1,0 +1,190 @@
+package standalone_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// TestVlctlVerbsByName: two `vlctl run`s of the test guest (with its pod
+// network) in two namespaces are listed by `vlctl ps` with their names,
+// states and addresses; `vlctl pause NAME` and `unpause NAME` change the
+// state the launcher reports; a stale record (its pid now another
+// process's) is shown as stale and never acted on; `vlctl stop NAME` ends
+// one run, gracefully and completely, while the other keeps running; `vlctl
+// kill NS/NAME` ends the other at once.
+func TestVlctlVerbsByName(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	records := workRoot(t) // a fresh directory under /run: root's alone
+	type vm struct {
+		name, ns, root string
+		cmd            *exec.Cmd
+		stdout, stderr *syncBuffer
+		exited         chan error
+	}
+	vms := []*vm{{name: "alpha", ns: "default"}, {name: "beta", ns: "team"}}
+	for _, v := range vms {
+		code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", v.name)
+		if code != 0 {
+			t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
+		}
+		if !strings.Contains(manifest, "namespace: default\n") {
+			t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)
+		}
+		manifest = strings.Replace(manifest, "namespace: default\n", "namespace: "+v.ns+"\n", 1)
+		file := filepath.Join(t.TempDir(), v.name+".yaml")
+		if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		v.root = workRoot(t)
+		v.cmd, v.stdout, v.stderr, v.exited = startVlctl(t, "run", "--emulation", "--workdir", v.root, "--record-dir", records, file)
+	}
+	for _, v := range vms {
+		waitFor(t, v.name+"'s guest", 4*time.Minute, v.exited, func() bool {
+			return strings.Contains(v.stdout.String(), testguest.MarkerReady)
+		})
+		want := "vlctl: VM " + v.ns + "/" + v.name + " is running; console: vlctl console " + v.ns + "/" + v.name + " (socket " + v.root + "/"
+		if !strings.Contains(v.stderr.String(), want) {
+			t.Errorf("vlctl run of %s did not print its name and console: want %q in\n%s", v.name, want, v.stderr.String())
+		}
+	}
+
+	// ps prints one line per VM: NAME NAMESPACE STATE UPTIME ADDRESSES... CONSOLE.
+	ps := func() map[string]string {
+		t.Helper()
+		code, out, stderr := vlctl(t, time.Minute, "ps", "--record-dir", records)
+		if code != 0 {
+			t.Fatalf("vlctl ps: exit %d: %s", code, stderr)
+		}
+		t.Logf("vlctl ps:\n%s", out)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if !strings.HasPrefix(lines[0], "NAME ") {
+			t.Fatalf("vlctl ps: no header:\n%s", out)
+		}
+		rows := map[string]string{}
+		for _, l := range lines[1:] {
+			rows[strings.Fields(l)[0]] = l
+		}
+		return rows
+	}
+	addr := regexp.MustCompile(`^(\S+)\s+(\S+)\s+(\S+)\s+(\d+[smhd]\d*[smh]?)\s+(192\.168\.\d+\.\d+) \(netns (vlout-\S+)\)\s+(/\S+virt-serial0)$`)
+	rows := ps()
+	netns := map[string]bool{}
+	for _, v := range vms {
+		m := addr.FindStringSubmatch(rows[v.name])
+		if m == nil || m[2] != v.ns || m[3] != "Running" || !strings.HasPrefix(m[7], v.root+"/") {
+			t.Fatalf("vlctl ps line of %s: %q, want it %s, Running, with an address and its console", v.name, rows[v.name], v.ns)
+		}
+		netns[m[6]] = true
+	}
+	if len(netns) != 2 {
+		t.Errorf("the two VMs share an outside namespace: %v", netns)
+	}
+
+	// Pause and unpause by name change what the launcher reports.
+	state := func(name string) string {
+		f := strings.Fields(ps()[name])
+		if len(f) < 3 {
+			t.Fatalf("vlctl ps has no %s", name)
+		}
+		return f[2]
+	}
+	for _, step := range []struct{ verb, want string }{{"pause", "Paused"}, {"unpause", "Running"}} {
+		if code, _, stderr := vlctl(t, time.Minute, step.verb, "alpha", "--record-dir", records); code != 0 {
+			t.Fatalf("vlctl %s alpha: exit %d: %s", step.verb, code, stderr)
+		}
+		if got := state("alpha"); got != step.want {
+			t.Errorf("after vlctl %s alpha: state %s, want %s", step.verb, got, step.want)
+		}
+		if got := state("beta"); got != "Running" {
+			t.Errorf("after vlctl %s alpha: beta is %s", step.verb, got)
+		}
+	}
+
+	// A stale record: its pid is a living process, but not the one that
+	// wrote it (another start time), as after a SIGKILL and a pid reuse.
+	sleeper := exec.Command("sleep", "300")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+	st, err := procfs.ReadStat("/proc", sleeper.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost, err := runrecord.Write(records, &runrecord.Record{Name: "ghost", Namespace: "default",
+		PID: sleeper.Process.Pid, PIDStart: st.StartTime - 1, WorkDir: "/run/vl/dead", Socket: "/run/vl/dead/sock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"stop", "kill", "pause"} {
+		code, _, stderr := vlctl(t, time.Minute, verb, "ghost", "--record-dir", records)
+		if code == 0 || !strings.Contains(stderr, "is not acted on") {
+			t.Errorf("vlctl %s of a stale record: exit %d: %s", verb, code, stderr)
+		}
+	}
+	if rows := ps(); !strings.Contains(rows["ghost"], "stale") {
+		t.Errorf("vlctl ps shows the stale record as %q", rows["ghost"])
+	}
+	if _, err := os.Stat(ghost); !os.IsNotExist(err) {
+		t.Errorf("vlctl ps did not prune the stale record: %v", err)
+	}
+	if p, err := procfs.ReadStat("/proc", sleeper.Process.Pid); err != nil || p.State == 'Z' {
+		t.Errorf("the process behind the stale record was signalled: %+v %v", p, err)
+	}
+
+	// stop by name: the run shuts its guest down and cleans up; the other
+	// keeps running.
+	a, b := vms[0], vms[1]
+	code, _, stderr := vlctl(t, 3*time.Minute, "stop", "alpha", "--record-dir", records)
+	if code != 0 {
+		t.Fatalf("vlctl stop alpha: exit %d: %s", code, stderr)
+	}
+	select {
+	case <-a.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("vlctl stop returned while alpha's run still ran")
+	}
+	if c := a.cmd.ProcessState.ExitCode(); c != 0 {
+		t.Errorf("alpha's run: exit %d", c)
+	}
+	if !strings.Contains(a.stderr.String(), "shutting the guest down") || strings.Contains(a.stderr.String(), "destroying the guest") {
+		t.Errorf("alpha was not shut down gracefully:\n%s", a.stderr.String())
+	}
+	checkNothingLeft(t, a.root)
+	rows = ps()
+	if _, ok := rows["alpha"]; ok {
+		t.Errorf("vlctl ps still lists alpha: %q", rows["alpha"])
+	}
+	if f := strings.Fields(rows["beta"]); len(f) < 3 || f[2] != "Running" {
+		t.Errorf("beta after alpha's stop: %q", rows["beta"])
+	}
+	select {
+	case err := <-b.exited:
+		b.exited <- err
+		t.Fatalf("beta's run ended with alpha's: %v", err)
+	default:
+	}
+
+	// kill by namespace/name: destroyed at once, then cleaned up.
+	if code, _, stderr := vlctl(t, 2*time.Minute, "kill", "team/beta", "--record-dir", records); code != 0 {
+		t.Fatalf("vlctl kill team/beta: exit %d: %s", code, stderr)
+	}
+	<-b.exited
+	if !strings.Contains(b.stderr.String(), "destroying the guest") {
+		t.Errorf("beta was not destroyed:\n%s", b.stderr.String())
+	}
+	checkNothingLeft(t, b.root)
+	if ents, _ := os.ReadDir(records); len(ents) != 0 {
+		t.Errorf("records left: %v", ents)
+	}
+}
