@@ -110,6 +110,13 @@ func TestVlctlVerbsByName(t *testing.T) {
 		}
 	}
 
+	// console by name reaches the guest's console socket, whose listener
+	// (QEMU or its libvirt daemon) is checked to be of alpha's run; with
+	// no input it detaches at once.
+	if code, _, stderr := vlctl(t, time.Minute, "console", "default/alpha", "--record-dir", records); code != 0 {
+		t.Errorf("vlctl console default/alpha: exit %d: %s", code, stderr)
+	}
+
 	// A stale record: its pid is a living process, but not the one that
 	// wrote it (another start time), as after a SIGKILL and a pid reuse.
 	sleeper := exec.Command("sleep", "300")
@@ -126,7 +133,7 @@ func TestVlctlVerbsByName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, verb := range []string{"stop", "kill", "pause"} {
+	for _, verb := range []string{"stop", "kill", "pause", "console"} {
 		code, _, stderr := vlctl(t, time.Minute, verb, "ghost", "--record-dir", records)
 		if code == 0 || !strings.Contains(stderr, "is not acted on") {
 			t.Errorf("vlctl %s of a stale record: exit %d: %s", verb, code, stderr)
