@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
 
 // proc is one process as /proc shows it.
@@ -49,25 +50,11 @@ func roleOf(p proc) string {
 }
 
 func readProc(pid int) (proc, bool) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	st, err := procfs.ReadStat("/proc", pid)
+	if err != nil || st.State == 'Z' { // a zombie has exited already
 		return proc{}, false
 	}
-	// The command name is in parentheses and may hold spaces: parse after
-	// the last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return proc{}, false
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 20 {
-		return proc{}, false
-	}
-	if f[0] == "Z" { // a zombie has exited already
-		return proc{}, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	start, _ := strconv.ParseUint(f[19], 10, 64)
+	ppid, start := st.PPID, st.StartTime
 	cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	args := strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")
 	p := proc{pid: pid, ppid: ppid, start: start, cmdline: strings.Join(args, " ")}

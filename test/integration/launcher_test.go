@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -190,48 +191,12 @@ func childNamed(t *testing.T, parent int, names ...string) int {
 }
 
 func childNamedOrZero(parent int, names ...string) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < 0 {
-			continue
-		}
-		comm := s[open+1 : close]
-		f := strings.Fields(s[close+1:])
-		if len(f) < 2 || f[0] == "Z" || f[1] != itoa(parent) {
-			continue
-		}
-		for _, n := range names {
-			if comm == n {
-				pid := 0
-				for _, ch := range e.Name() {
-					pid = pid*10 + int(ch-'0')
-				}
-				return pid
-			}
+	for _, q := range launchertest.AllProcs() {
+		if q.PPID == parent && q.State != "Z" && slices.Contains(names, q.Comm) {
+			return q.PID
 		}
 	}
 	return 0
-}
-
-func itoa(i int) string {
-	return strings.TrimSpace(strings.Replace(string(rune('0'+0)), "0", "", 1)) + formatInt(i)
-}
-
-func formatInt(i int) string {
-	if i == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; i > 0; i /= 10 {
-		b = append([]byte{byte('0' + i%10)}, b...)
-	}
-	return string(b)
 }
 
 // waitStatus waits until GetDomain reports status/reason (events update the
