@@ -131,13 +131,20 @@ and removed.`,
 				return errors.New("ps needs root, as vlctl run does: run it with sudo")
 			}
 			entries, lerr := runrecord.List(ps.recordDir)
+			if len(entries) == 0 && lerr != nil {
+				return lerr
+			}
 			rows := make([]psRow, 0, len(entries))
+			var errs []error
 			for i := range entries {
-				rows = append(rows, psRowOf(cmd.Context(), &entries[i]))
+				row, err := psRowOf(cmd.Context(), &entries[i])
+				rows = append(rows, row)
+				errs = append(errs, err)
 			}
 			writePS(cmd.OutOrStdout(), rows, time.Now())
-			if lerr != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "vlctl:", lerr)
+			// Why a state is unknown, after the table.
+			if err := errors.Join(append(errs, lerr)...); err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "vlctl:", err)
 			}
 			return nil
 		},
@@ -203,8 +210,8 @@ type psRow struct {
 }
 
 // psRowOf asks the run's launcher for the domain's state; a stale record
-// is removed and shown as such.
-func psRowOf(ctx context.Context, e *runrecord.Entry) psRow {
+// is removed and shown as such. The error says why a state is unknown.
+func psRowOf(ctx context.Context, e *runrecord.Entry) (psRow, error) {
 	row := psRow{Name: e.Name, Namespace: e.Namespace, Console: e.Console}
 	for _, a := range e.Addresses {
 		row.Addresses = append(row.Addresses, a.String())
@@ -214,21 +221,22 @@ func psRowOf(ctx context.Context, e *runrecord.Entry) psRow {
 		if err := runrecord.Remove(e.Path); err == nil {
 			row.State = "stale (record removed)"
 		}
-		return row
+		return row, nil
 	}
 	row.Started = e.Started
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	c, err := dialLauncher(ctx, e)
 	if err != nil {
-		row.State = "unknown (launcher not answering)"
-		return row
+		row.State = "unknown"
+		return row, err
 	}
 	defer c.Close()
 	d, exists, err := c.GetDomain(ctx)
 	switch {
 	case err != nil:
-		row.State = "unknown (launcher not answering)"
+		row.State = "unknown"
+		return row, fmt.Errorf("%s: get domain: %w", e.FullName(), err)
 	case !exists || d == nil:
 		row.State = "NoDomain"
 	default:
@@ -239,7 +247,7 @@ func psRowOf(ctx context.Context, e *runrecord.Entry) psRow {
 			}
 		}
 	}
-	return row
+	return row, nil
 }
 
 // writePS prints the rows as a table.
