@@ -110,6 +110,36 @@ func TestVlctlVerbsByName(t *testing.T) {
 		}
 	}
 
+	// alpha's launcher user points alpha's command socket at beta's: vlctl
+	// sees that the listener is not of alpha's run and refuses.
+	entries, err := runrecord.List(records)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("records: %+v %v", entries, err)
+	}
+	sockA, sockB := entries[0].Socket, entries[1].Socket
+	if entries[0].Name != "alpha" || !strings.HasPrefix(sockA, vms[0].root+"/") {
+		t.Fatalf("records: %+v", entries)
+	}
+	if err := os.Rename(sockA, sockA+".real"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(sockB, sockA); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := vlctl(t, time.Minute, "pause", "alpha", "--record-dir", records)
+	if code == 0 || !strings.Contains(stderr, "is not a process of its vlctl run") {
+		t.Errorf("vlctl pause alpha through a socket swapped for beta's: exit %d: %s", code, stderr)
+	}
+	if err := os.Remove(sockA); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(sockA+".real", sockA); err != nil {
+		t.Fatal(err)
+	}
+	if got := state("beta"); got != "Running" {
+		t.Errorf("beta after the refused pause: %s", got)
+	}
+
 	// console by name reaches the guest's console socket, whose listener
 	// (QEMU or its libvirt daemon) is checked to be of alpha's run; with
 	// no input it detaches at once.
@@ -152,7 +182,7 @@ func TestVlctlVerbsByName(t *testing.T) {
 	// stop by name: the run shuts its guest down and cleans up; the other
 	// keeps running.
 	a, b := vms[0], vms[1]
-	code, _, stderr := vlctl(t, 3*time.Minute, "stop", "alpha", "--record-dir", records)
+	code, _, stderr = vlctl(t, 3*time.Minute, "stop", "alpha", "--record-dir", records)
 	if code != 0 {
 		t.Fatalf("vlctl stop alpha: exit %d: %s", code, stderr)
 	}
