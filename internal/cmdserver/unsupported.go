@@ -7,7 +7,7 @@ import (
 )
 
 // The RPCs below are features virtlauncher does not implement (migration,
-// hotplug, guest agent, SEV, backup, ...). Each answers a failure Response
+// hotplug, freeze, SEV, backup, ...). Each answers a failure Response
 // with a non-empty message, which virt-handler reports as a failed
 // operation; none pretends to succeed.
 
@@ -29,18 +29,6 @@ func (c *cmdServer) SyncMigrationTarget(context.Context, *cmdv1.VMIRequest) (*cm
 
 func (c *cmdServer) FinalizeVirtualMachineMigration(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 	return fail(notSupported("FinalizeVirtualMachineMigration")), nil
-}
-
-func (c *cmdServer) GetGuestInfo(context.Context, *cmdv1.EmptyRequest) (*cmdv1.GuestInfoResponse, error) {
-	return &cmdv1.GuestInfoResponse{Response: fail(notSupported("GetGuestInfo"))}, nil
-}
-
-func (c *cmdServer) GetUsers(context.Context, *cmdv1.EmptyRequest) (*cmdv1.GuestUserListResponse, error) {
-	return &cmdv1.GuestUserListResponse{Response: fail(notSupported("GetUsers"))}, nil
-}
-
-func (c *cmdServer) GetFilesystems(context.Context, *cmdv1.EmptyRequest) (*cmdv1.GuestFilesystemsResponse, error) {
-	return &cmdv1.GuestFilesystemsResponse{Response: fail(notSupported("GetFilesystems"))}, nil
 }
 
 func (c *cmdServer) VirtualMachineMemoryDump(context.Context, *cmdv1.MemoryDumpRequest) (*cmdv1.Response, error) {

@@ -12,8 +12,9 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
-// eventLoop handles lifecycle events until the connection drops.
-func (m *Manager) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-chan libvirt.DomainEventLifecycleMsg) {
+// eventLoop handles lifecycle and guest-agent lifecycle events until the
+// connection drops.
+func (m *Manager) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-chan libvirt.DomainEventLifecycleMsg, agentEvents <-chan any) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -25,8 +26,38 @@ func (m *Manager) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-ch
 				return
 			}
 			m.handle(ctx, ev)
+		case ev, ok := <-agentEvents:
+			if !ok {
+				return
+			}
+			if msg, isAgent := ev.(*libvirt.DomainEventCallbackAgentLifecycleMsg); isAgent {
+				m.handleAgent(ctx, msg)
+			}
 		}
 	}
+}
+
+// handleAgent follows the guest agent connecting or going away. The new
+// state is in the live XML (the org.qemu.guest_agent.0 channel's target
+// state, which virt-handler reads for AgentConnected), so, as KubeVirt's
+// notifier does, the Domain is re-read and sent as MODIFIED.
+func (m *Manager) handleAgent(ctx context.Context, ev *libvirt.DomainEventCallbackAgentLifecycleMsg) {
+	domName, _, _ := m.names()
+	if !agentEventApplies(domName, ev) {
+		return
+	}
+	m.log.Info("guest agent lifecycle event", "domain", ev.Dom.Name,
+		"state", libvirt.ConnectDomainEventAgentLifecycleState(ev.State).String(),
+		"reason", libvirt.ConnectDomainEventAgentLifecycleReason(ev.Reason).String())
+	m.refresh(ctx, EventModified, true)
+}
+
+// agentEventApplies tells whether an agent lifecycle event concerns the
+// launcher's domain (domName empty: not learnt yet, any domain is ours).
+// Whatever the state it reports, the Domain is re-read, as KubeVirt does:
+// the live XML, not the event, is what the Domain says.
+func agentEventApplies(domName string, ev *libvirt.DomainEventCallbackAgentLifecycleMsg) bool {
+	return domName == "" || ev.Dom.Name == domName
 }
 
 func (m *Manager) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg) {

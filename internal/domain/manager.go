@@ -180,7 +180,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	backoff := 20 * time.Millisecond
 	first := true
 	for {
-		l, events, err := m.connect(ctx)
+		l, events, agentEvents, err := m.connect(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -215,7 +215,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}()
 		}
 		first = false
-		m.eventLoop(ctx, l, events)
+		m.eventLoop(ctx, l, events, agentEvents)
 		m.clearConn()
 		if ctx.Err() != nil {
 			_ = l.Disconnect()
@@ -225,17 +225,27 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
-func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt.DomainEventLifecycleMsg, error) {
+func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt.DomainEventLifecycleMsg, <-chan any, error) {
 	l := libvirt.NewWithDialer(unixDialer(m.cfg.Socket))
 	if err := l.ConnectToURI(libvirt.ConnectURI(m.cfg.URI)); err != nil {
-		return nil, nil, fmt.Errorf("connect %s at %s: %w", m.cfg.URI, m.cfg.Socket, err)
+		return nil, nil, nil, fmt.Errorf("connect %s at %s: %w", m.cfg.URI, m.cfg.Socket, err)
 	}
 	events, err := l.LifecycleEvents(ctx)
 	if err != nil {
 		_ = l.Disconnect()
-		return nil, nil, fmt.Errorf("subscribe to lifecycle events: %w", err)
+		return nil, nil, nil, fmt.Errorf("subscribe to lifecycle events: %w", err)
 	}
-	return l, events, nil
+	// Guest-agent connect/disconnect changes the channel state in the live
+	// XML without a lifecycle event; KubeVirt's notifier subscribes to it
+	// to re-send the Domain (notify-client/client.go). go-libvirt routes
+	// by callback id, so SubscribeEvents delivers the
+	// *DomainEventCallbackAgentLifecycleMsg values.
+	agentEvents, err := l.SubscribeEvents(ctx, libvirt.DomainEventIDAgentLifecycle, libvirt.OptDomain{})
+	if err != nil {
+		_ = l.Disconnect()
+		return nil, nil, nil, fmt.Errorf("subscribe to guest agent lifecycle events: %w", err)
+	}
+	return l, events, agentEvents, nil
 }
 
 // unixDialer dials the daemon's unix socket. go-libvirt's own

@@ -245,6 +245,11 @@ func checkEvents(t *testing.T, p *pod, s *notifyServer) {
 		for _, bad := range badTimestamps(e.JSON) {
 			t.Errorf("event %d (%s): %s", i, e, bad)
 		}
+		// The test guest runs no agent: no event may claim its channel
+		// connected (virt-handler would then call GetGuestInfo).
+		if st, _ := agentChannelState(d); st == "connected" {
+			t.Errorf("event %d (%s) reports the %s channel connected; the guest runs no agent", i, e, guestAgentChannel)
+		}
 	}
 	if added != 1 {
 		t.Errorf("%d ADDED events, want 1 (the define)", added)
@@ -401,6 +406,7 @@ func TestHandlerLifecycle(t *testing.T) {
 		t.Fatalf("GetDomain: no domain while it runs")
 	}
 	checkRunningDomain(t, p, d)
+	checkAgentDisconnected(t, h, d)
 	checkDomainStats(t, h, p.DomainName())
 	// Every informer list and resync is a new connection that calls Info
 	// first, while the long-lived one stays open.
