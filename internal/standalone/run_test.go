@@ -81,6 +81,22 @@ func workRoot(t *testing.T) string {
 }
 
 // vlctl runs the built vlctl and returns its exit code, stdout and stderr.
+// oneLineError checks that vlctl failed with one line of its own that names
+// every want, and returns that line.
+func oneLineError(t *testing.T, stderr string, want ...string) string {
+	t.Helper()
+	msg := strings.TrimSuffix(stderr, "\n")
+	if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "vlctl: ") {
+		t.Errorf("error is not one line from vlctl:\n%s", stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("error %q does not name %q", msg, w)
+		}
+	}
+	return msg
+}
+
 func vlctl(t *testing.T, timeout time.Duration, args ...string) (int, string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -249,15 +265,7 @@ func TestVlctlRunBadInput(t *testing.T) {
 			if code != 1 {
 				t.Errorf("exit status %d, want 1", code)
 			}
-			msg := strings.TrimSuffix(stderr, "\n")
-			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "vlctl: ") {
-				t.Errorf("error is not one line from vlctl:\n%s", stderr)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("error %q does not name %q", msg, w)
-				}
-			}
+			oneLineError(t, stderr, tc.want...)
 			if stdout != "" {
 				t.Errorf("printed %q on stdout", stdout)
 			}

@@ -273,15 +273,7 @@ func TestVlctlRunStorageRefused(t *testing.T) {
 			if code != 1 {
 				t.Errorf("exit status %d, want 1", code)
 			}
-			msg := strings.TrimSuffix(stderr, "\n")
-			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "vlctl: ") {
-				t.Errorf("error is not one line from vlctl:\n%s", stderr)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("error %q does not name %q", msg, w)
-				}
-			}
+			msg := oneLineError(t, stderr, tc.want...)
 			if strings.Contains(msg, e.root) {
 				t.Errorf("error names the work dir, not the user's path: %s", msg)
 			}
