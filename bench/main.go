@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/repo"
 )
 
 // env is what every measurement shares.
@@ -66,7 +68,7 @@ func main() {
 	flag.DurationVar(&o.settle, "settle", 30*time.Second, "steady state after the guest booted before the memory sample")
 	flag.IntVar(&o.density, "density", 10, "VMIs started at once for the density figures")
 	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
-	flag.StringVar(&o.corpus, "corpus", "/work/shared/corpus/kubevirt-examples/vmi-fedora.yaml", "the translator's input")
+	flag.StringVar(&o.corpus, "corpus", "", "the translator's input (default: vmi-fedora.yaml of the example corpus beside the checkout, or in $VL_CORPUS)")
 	flag.IntVar(&o.benchRuns, "translator-runs", 5, "testing.Benchmark repetitions for the translator")
 	flag.StringVar(&e.binDir, "bin", "bin", "directory with virt-launcher-monitor, virt-launcher and vlctl (make build)")
 	flag.StringVar(&e.workRoot, "work-root", "/run/vlb", "parent of the runs' work directories (short: unix socket paths are limited to 107 bytes)")
@@ -169,8 +171,7 @@ func run(e *env, o options, user string) error {
 		}
 	}
 	if parts["translator"] && ctx.Err() == nil {
-		e.logf("translator: %s", o.corpus)
-		if err := translator(r, o.corpus, o.benchRuns); err != nil {
+		if err := translatorRun(e, r, o); err != nil {
 			errs = append(errs, fmt.Errorf("translator: %w", err))
 		}
 	}
@@ -280,4 +281,19 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// translatorRun benchmarks the translator on -corpus, by default the
+// example corpus' vmi-fedora.yaml.
+func translatorRun(e *env, r *results, o options) error {
+	input := o.corpus
+	if input == "" {
+		dir, err := repo.Corpus()
+		if err != nil {
+			return err
+		}
+		input = filepath.Join(dir, "vmi-fedora.yaml")
+	}
+	e.logf("translator: %s", input)
+	return translator(r, input, o.benchRuns)
 }

@@ -7,15 +7,21 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/virtlauncher/virtlauncher/internal/repo"
 )
 
-const corpus = "/work/shared/corpus/kubevirt-examples"
-
+// example is a manifest of KubeVirt's example corpus (internal/repo finds
+// it beside the checkout); a missing one fails the test.
 func example(t *testing.T, name string) string {
 	t.Helper()
-	p := filepath.Join(corpus, name)
+	dir, err := repo.Corpus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("corpus missing: %v", err)
+		t.Fatalf("corpus: %v", err)
 	}
 	return p
 }

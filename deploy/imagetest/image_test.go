@@ -37,6 +37,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	vllayout "github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/repo"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -70,15 +71,9 @@ exec chroot --userspec="$U" --groups="${U#*:}" "$R" "$@"
 
 func moduleRoot(t *testing.T) string {
 	t.Helper()
-	wd, err := os.Getwd()
+	root, err := repo.Root()
 	launchertest.Must(t, err)
-	for d := wd; d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-	}
-	t.Fatalf("no go.mod above %s", wd)
-	return ""
+	return root
 }
 
 func TestImageRootAndNonRoot(t *testing.T) {

@@ -2,7 +2,6 @@ package converter_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -12,18 +11,18 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/repo"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
-// corpusDir is KubeVirt's published example manifests
-// (/work/shared/corpus/kubevirt-examples/SOURCE.md); VL_CORPUS overrides.
+// corpusDir is KubeVirt's published example manifests (SOURCE.md there
+// says where they come from), found beside the checkout; VL_CORPUS
+// overrides. A missing corpus fails the test: it must run in CI.
 func corpusDir(t testing.TB) string {
-	dir := os.Getenv("VL_CORPUS")
-	if dir == "" {
-		dir = "/work/shared/corpus/kubevirt-examples"
-	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("example corpus not found at %s (set VL_CORPUS): %v", dir, err)
+	t.Helper()
+	dir, err := repo.Corpus()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }

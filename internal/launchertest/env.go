@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/repo"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -58,7 +59,7 @@ func build(dir string, extra []string) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
-	root, err := moduleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return err
 	}
@@ -106,17 +107,4 @@ func (e *Env) Need(t testing.TB) {
 	if e.Err != nil {
 		t.Skip(e.Err)
 	}
-}
-
-func moduleRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := wd; d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-	}
-	return "", fmt.Errorf("no go.mod above %s", wd)
 }

@@ -7,17 +7,18 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/virtlauncher/virtlauncher/internal/repo"
 )
 
-// corpusDir finds KubeVirt's published example manifests (see
-// /work/shared/corpus/kubevirt-examples/SOURCE.md). VL_CORPUS overrides.
+// corpusDir is KubeVirt's published example manifests (SOURCE.md there
+// says where they come from), found beside the checkout; VL_CORPUS
+// overrides. A missing corpus fails the test: it must run in CI.
 func corpusDir(t testing.TB) string {
-	dir := os.Getenv("VL_CORPUS")
-	if dir == "" {
-		dir = "/work/shared/corpus/kubevirt-examples"
-	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("example corpus not found at %s (set VL_CORPUS): %v", dir, err)
+	t.Helper()
+	dir, err := repo.Corpus()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }
