@@ -1,0 +1,24 @@
+package domain
+
+import (
+	"context"
+	"fmt"
+)
+
+// withContext runs the libvirt call f (go-libvirt calls take no context)
+// and returns when it does or when ctx ends, whichever is first. On ctx's
+// end f is left to finish on its own: it ends when the daemon answers or
+// the connection drops.
+func withContext(ctx context.Context, what string, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+}
