@@ -88,9 +88,16 @@ const RootLabel = "vlroot"
 // DefaultCmdline is a kernel command line for the guest on a serial console.
 const DefaultCmdline = "console=ttyS0 quiet panic=-1"
 
-// FindMarker returns the text after marker on the first line of console
-// output that contains it, and whether there was one.
+// FindMarker returns the text after marker on the first complete line of
+// console output that contains it, and whether there was one. A line still
+// being written (no newline yet) does not count: the console is read while
+// the guest writes it, and half a line would be taken for the whole.
 func FindMarker(output, marker string) (string, bool) {
+	if i := strings.LastIndexByte(output, '\n'); i >= 0 {
+		output = output[:i]
+	} else {
+		output = ""
+	}
 	for _, line := range strings.Split(output, "\n") {
 		if i := strings.Index(line, marker); i >= 0 {
 			rest := line[i+len(marker):]

@@ -116,15 +116,20 @@ func (c *consoleBuf) String() string {
 // when done (Run returned) closes.
 func (c *consoleBuf) waitFor(s string, timeout time.Duration, done <-chan struct{}) error {
 	deadline := time.After(timeout)
+	// The line holding s must be complete: callers read the rest of it.
+	has := func(out string) bool {
+		i := strings.Index(out, s)
+		return i >= 0 && strings.Contains(out[i:], "\n")
+	}
 	for {
-		if strings.Contains(c.String(), s) {
+		if has(c.String()) {
 			return nil
 		}
 		select {
 		case <-deadline:
 			return fmt.Errorf("no %q on the console within %s", s, timeout)
 		case <-done:
-			if strings.Contains(c.String(), s) {
+			if has(c.String()) {
 				return nil
 			}
 			return fmt.Errorf("run ended before %q appeared on the console", s)

@@ -1,0 +1,26 @@
+package testguest
+
+import "testing"
+
+// TestFindMarker: only complete lines count (the console is read while the
+// guest writes it), a marker must not match a longer one, and a carriage
+// return ends the text.
+func TestFindMarker(t *testing.T) {
+	for _, c := range []struct {
+		out, marker, want string
+		ok                bool
+	}{
+		{"VL-DHCP 10.0.2.2/24 router 10.0.2.1\n", MarkerDHCP, "10.0.2.2/24 router 10.0.2.1", true},
+		{"VL-DHCP 10.0.2.2/24 router 10.", MarkerDHCP, "", false},
+		{"boot\nVL-DHCP 10.0.2.2/24 rou", MarkerDHCP, "", false},
+		{"VL-DISK-WRITTEN /dev/vda\nVL-DISK vda size 1\r\n", "VL-DISK", "vda size 1", true},
+		{"VL-DISK-WRITTEN /dev/vda\n", "VL-DISK", "", false},
+		{"VL-READY\n", "VL-READY", "", true},
+		{"", "VL-READY", "", false},
+	} {
+		got, ok := FindMarker(c.out, c.marker)
+		if got != c.want || ok != c.ok {
+			t.Errorf("FindMarker(%q, %q) = %q, %v; want %q, %v", c.out, c.marker, got, ok, c.want, c.ok)
+		}
+	}
+}
