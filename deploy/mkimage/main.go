@@ -17,9 +17,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/ociimage"
 )
 
 // multi is a repeatable DST=SRC flag.
@@ -51,17 +54,25 @@ func run(rootfs, out, name, epoch string, adds, caps []string) error {
 	if err != nil || sec < 0 {
 		return fmt.Errorf("-epoch / SOURCE_DATE_EPOCH %q: want seconds since 1970", epoch)
 	}
-	spec := Spec{
-		Rootfs: rootfs,
-		Name:   name,
-		Epoch:  time.Unix(sec, 0).UTC(),
+	epochT := time.Unix(sec, 0).UTC()
+	// The image config as KubeVirt's launcher image has it
+	// (cmd/virt-launcher/BUILD.bazel: entrypoint /usr/bin/virt-launcher,
+	// user 107). The pod template sets the command
+	// (/usr/bin/virt-launcher-monitor) and the user (0 or 107) itself, so
+	// these only matter outside KubeVirt.
+	spec := ociimage.Spec{
+		Rootfs:   rootfs,
+		Epoch:    epochT,
+		Config:   ociimage.Config{Entrypoint: []string{"/usr/bin/virt-launcher"}, User: "107"},
+		RootfsBy: "deploy/mkrootfs: Debian 12 (mmdebstrap)",
+		FilesBy:  "deploy/mkimage: the virtlauncher binaries",
 	}
 	for _, a := range adds {
 		dst, src, ok := strings.Cut(a, "=")
 		if !ok || !strings.HasPrefix(dst, "/") || src == "" {
 			return fmt.Errorf("-add %q: want /DST=SRC", a)
 		}
-		spec.Files = append(spec.Files, File{Dst: dst, Src: src})
+		spec.Files = append(spec.Files, ociimage.File{Dst: dst, Src: src})
 	}
 	for _, c := range caps {
 		dst, list, ok := strings.Cut(c, "=")
@@ -79,5 +90,17 @@ func run(rootfs, out, name, epoch string, adds, caps []string) error {
 			return fmt.Errorf("-cap %q: %s is not a file given with -add", c, dst)
 		}
 	}
-	return Build(spec, out)
+	if err := ociimage.CheckName(name); err != nil {
+		return fmt.Errorf("-name: %w", err)
+	}
+	work, err := os.MkdirTemp(filepath.Dir(out), ".mkimage-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	img, err := ociimage.Image(spec, work)
+	if err != nil {
+		return err
+	}
+	return ociimage.WriteArchive(img, name, epochT, out)
 }

@@ -1,4 +1,4 @@
-package main
+package ociimage
 
 import (
 	"archive/tar"
@@ -21,101 +21,128 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// Spec is what goes into the image.
+// Spec is what goes into an image: an optional base root filesystem,
+// then one layer of files, and the image config.
 type Spec struct {
-	Rootfs string    // deploy/mkrootfs's tarball: the first layer
-	Files  []File    // the second layer
-	Name   string    // the reference recorded in the archive
+	Rootfs string    // a root filesystem tarball (deploy/mkrootfs) for the first layer; "" for none
+	Files  []File    // the next layer
 	Epoch  time.Time // every timestamp
+	Config Config
+	// What the layers' history says made them.
+	RootfsBy, FilesBy string
 }
 
-// File is one file of the second layer.
+// File is one file of the files layer: Src's contents, or Data.
 type File struct {
 	Dst, Src string
+	Data     []byte
+	Mode     int64    // 0 means 0755 (the files we add are programs)
+	UID, GID int      // owner, root by default
 	Caps     []string // file capabilities, permitted and effective
 }
 
-// The image config as KubeVirt's launcher image has it
-// (cmd/virt-launcher/BUILD.bazel: entrypoint /usr/bin/virt-launcher, user
-// 107). The pod template sets the command (/usr/bin/virt-launcher-monitor)
-// and the user (0 or 107) itself, so these only matter outside KubeVirt.
-var (
-	entrypoint = []string{"/usr/bin/virt-launcher"}
-	imageUser  = "107"
-	imageEnv   = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-)
+// Config is the part of the OCI image config a Spec sets.
+type Config struct {
+	Entrypoint, Cmd []string
+	User            string
+	Env             []string
+	WorkingDir      string
+}
 
-// Build writes the OCI image archive out.
-func Build(s Spec, out string) error {
-	// The name is recorded as given, so it must be complete: runtimes
-	// differ in how they fill in a missing registry or tag.
-	ref, err := name.ParseReference(s.Name, name.StrictValidation)
-	if err != nil {
-		return fmt.Errorf("-name %q: %w", s.Name, err)
-	}
-	if reg, _, _ := strings.Cut(s.Name, "/"); ref.Context().RegistryStr() != reg && !(reg == "docker.io" && ref.Context().RegistryStr() == name.DefaultRegistry) {
-		return fmt.Errorf("-name %q: give the registry (e.g. docker.io/%s)", s.Name, s.Name)
-	}
-	work, err := os.MkdirTemp(filepath.Dir(out), ".mkimage-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(work)
+// DefaultEnv is the PATH every image gets unless its Config sets Env.
+var DefaultEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
-	f, err := os.Open(s.Rootfs)
-	if err != nil {
-		return err
+// Image builds the image. Its layers are written into work, which must
+// outlive every use of the image (writing or pushing it).
+func Image(s Spec, work string) (v1.Image, error) {
+	type layerSpec struct {
+		file, createdBy string
+		es              []entry
 	}
-	base, err := normalRootfs(f, s.Epoch)
-	f.Close()
-	if err != nil {
-		return err
+	var layers []layerSpec
+	if s.Rootfs != "" {
+		f, err := os.Open(s.Rootfs)
+		if err != nil {
+			return nil, err
+		}
+		base, err := normalRootfs(f, s.Epoch)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, layerSpec{"rootfs.tar", s.RootfsBy, base})
 	}
 	top, err := fileEntries(s.Files, s.Epoch)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	layers := []struct {
-		file, createdBy string
-		es              []entry
-	}{
-		{"rootfs.tar", "deploy/mkrootfs: Debian 12 (mmdebstrap)", base},
-		{"files.tar", "deploy/mkimage: the virtlauncher binaries", top},
-	}
+	layers = append(layers, layerSpec{"files.tar", s.FilesBy, top})
 
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cf = cf.DeepCopy()
 	cf.Architecture, cf.OS = runtime.GOARCH, "linux"
 	cf.Created = v1.Time{Time: s.Epoch}
-	cf.Config.Entrypoint = entrypoint
-	cf.Config.User = imageUser
-	cf.Config.Env = imageEnv
+	cf.Config.Entrypoint = s.Config.Entrypoint
+	cf.Config.Cmd = s.Config.Cmd
+	cf.Config.User = s.Config.User
+	cf.Config.WorkingDir = s.Config.WorkingDir
+	cf.Config.Env = s.Config.Env
+	if cf.Config.Env == nil {
+		cf.Config.Env = DefaultEnv
+	}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return err
+		return nil, err
 	}
 	for _, l := range layers {
 		p := filepath.Join(work, l.file)
 		if err := writeTar(p, l.es); err != nil {
-			return err
+			return nil, err
 		}
 		layer, err := tarball.LayerFromFile(p, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
 		if err != nil {
-			return fmt.Errorf("layer %s: %w", l.file, err)
+			return nil, fmt.Errorf("layer %s: %w", l.file, err)
 		}
 		img, err = mutate.Append(img, mutate.Addendum{
 			Layer:   layer,
 			History: v1.History{Created: v1.Time{Time: s.Epoch}, CreatedBy: l.createdBy},
 		})
 		if err != nil {
-			return fmt.Errorf("layer %s: %w", l.file, err)
+			return nil, fmt.Errorf("layer %s: %w", l.file, err)
 		}
 	}
+	return img, nil
+}
 
+// CheckName refuses an image reference without its registry: runtimes
+// differ in how they fill in a missing registry or tag.
+func CheckName(ref string) error {
+	r, err := name.ParseReference(ref, name.StrictValidation)
+	if err != nil {
+		return fmt.Errorf("image name %q: %w", ref, err)
+	}
+	if reg, _, _ := strings.Cut(ref, "/"); r.Context().RegistryStr() != reg && !(reg == "docker.io" && r.Context().RegistryStr() == name.DefaultRegistry) {
+		return fmt.Errorf("image name %q: give the registry (e.g. docker.io/%s)", ref, ref)
+	}
+	return nil
+}
+
+// WriteArchive writes img as an OCI image archive (an OCI image layout in
+// a tar: `ctr images import`, `podman load`, `skopeo copy oci-archive:`)
+// named ref, with fixed timestamps.
+func WriteArchive(img v1.Image, ref string, epoch time.Time, out string) error {
+	if err := CheckName(ref); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp(filepath.Dir(out), ".ociarchive-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
 	dir := filepath.Join(work, "layout")
 	lp, err := layout.Write(dir, empty.Index)
 	if err != nil {
@@ -124,15 +151,15 @@ func Build(s Spec, out string) error {
 	// containerd names an imported image after io.containerd.image.name;
 	// podman and skopeo after org.opencontainers.image.ref.name.
 	err = lp.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":          s.Name,
-		"org.opencontainers.image.ref.name": s.Name,
-		"org.opencontainers.image.created":  s.Epoch.Format(time.RFC3339),
+		"io.containerd.image.name":          ref,
+		"org.opencontainers.image.ref.name": ref,
+		"org.opencontainers.image.created":  epoch.Format(time.RFC3339),
 	}))
 	if err != nil {
 		return fmt.Errorf("write OCI layout: %w", err)
 	}
 	tmp := out + ".tmp"
-	if err := tarDir(dir, tmp, s.Epoch); err != nil {
+	if err := tarDir(dir, tmp, epoch); err != nil {
 		os.Remove(tmp)
 		return err
 	}

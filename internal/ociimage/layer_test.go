@@ -1,4 +1,4 @@
-package main
+package ociimage
 
 import (
 	"archive/tar"

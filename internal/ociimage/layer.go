@@ -1,4 +1,4 @@
-package main
+package ociimage
 
 import (
 	"archive/tar"
@@ -136,31 +136,37 @@ func cleanName(n string) string {
 	return strings.TrimPrefix(n, "/")
 }
 
-// fileEntries makes the second layer: each file with its parent
-// directories, all 0755 and owned by root (every file we add is a program;
-// a fixed mode keeps a checkout's umask out of the image), and the
-// requested file capabilities.
+// fileEntries makes the files layer: each file with its parent
+// directories (0755, root's), the file 0755 and root's unless it says
+// otherwise (a fixed mode keeps a checkout's umask out of the image), and
+// the requested file capabilities.
 func fileEntries(files []File, epoch time.Time) ([]entry, error) {
 	var es []entry
 	dirs := map[string]bool{}
 	for _, f := range files {
-		st, err := os.Stat(f.Src)
-		if err != nil {
-			return nil, fmt.Errorf("add %s: %w", f.Dst, err)
-		}
-		if !st.Mode().IsRegular() {
-			return nil, fmt.Errorf("add %s: %s is not a regular file", f.Dst, f.Src)
-		}
-		data, err := os.ReadFile(f.Src)
-		if err != nil {
-			return nil, fmt.Errorf("add %s: %w", f.Dst, err)
+		data := f.Data
+		if f.Src != "" {
+			st, err := os.Stat(f.Src)
+			if err != nil {
+				return nil, fmt.Errorf("add %s: %w", f.Dst, err)
+			}
+			if !st.Mode().IsRegular() {
+				return nil, fmt.Errorf("add %s: %s is not a regular file", f.Dst, f.Src)
+			}
+			if data, err = os.ReadFile(f.Src); err != nil {
+				return nil, fmt.Errorf("add %s: %w", f.Dst, err)
+			}
 		}
 		name := cleanName(f.Dst)
 		for d := path.Dir(name); d != "." && !dirs[d]; d = path.Dir(d) {
 			dirs[d] = true
 			es = append(es, entry{&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: epoch}, nil})
 		}
-		h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(data)), ModTime: epoch}
+		mode := f.Mode
+		if mode == 0 {
+			mode = 0o755
+		}
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Uid: f.UID, Gid: f.GID, Size: int64(len(data)), ModTime: epoch}
 		if len(f.Caps) > 0 {
 			xattr, err := fileCaps(f.Caps)
 			if err != nil {

@@ -1,0 +1,142 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is one cluster daemon, started by us, its output in logs/NAME.log.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// cleanEnv is the whole environment of every daemon: nothing of the
+// caller's leaks in (proxies, GOFLAGS, KUBECONFIG...).
+func cleanEnv(bin string) []string {
+	return []string{
+		"PATH=" + bin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/root",
+		"LANG=C.UTF-8",
+	}
+}
+
+// start runs bin/NAME with args. The daemon gets SIGKILL if the process
+// that started it dies (Pdeathsig), so a killed `make e2e` does not
+// leave its API server running; what such a run still leaves (shims,
+// pods, mounts) is found by cleanLeftovers.
+func (c *Cluster) start(name, exe string, args ...string) (*proc, error) {
+	logPath := filepath.Join(c.logDir, name+".log")
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	defer lf.Close()
+	cmd := exec.Command(exe, args...)
+	cmd.Env = cleanEnv(c.cfg.Bin)
+	cmd.Dir = c.stateDir
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	c.procs = append(c.procs, p)
+	c.logf("started %s (pid %d), log %s", name, cmd.Process.Pid, logPath)
+	if err := c.recordState(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// exited says whether p has ended, and how.
+func (p *proc) exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// stop sends SIGTERM, then SIGKILL after grace.
+func (p *proc) stop(grace time.Duration) {
+	if done, _ := p.exited(); done {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// waitFor polls check until it succeeds, ctx ends, or one of the
+// cluster's daemons exits (then the error names it and the end of its log).
+func (c *Cluster) waitFor(ctx context.Context, what string, timeout time.Duration, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		for _, p := range c.procs {
+			if done, err := p.exited(); done {
+				return fmt.Errorf("waiting for %s: %s exited (%v); end of its log:\n%s", what, p.name, err, c.logTail(p.name, 15))
+			}
+		}
+		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+		last = check(cctx)
+		ccancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: not ready after %s: %w", what, timeout, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// logTail is the last n lines of a daemon's log.
+func (c *Cluster) logTail(name string, n int) string {
+	data, err := os.ReadFile(filepath.Join(c.logDir, name+".log"))
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+// run runs a short command to completion, with a deadline.
+func run(ctx context.Context, timeout time.Duration, env []string, exe string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return string(out), fmt.Errorf("%s %s: no answer in %s", exe, strings.Join(args, " "), timeout)
+		}
+		return string(out), fmt.Errorf("%s %s: %w: %s", exe, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
