@@ -84,6 +84,8 @@ K8S_LDFLAGS := -s -w $(foreach p,k8s.io/component-base/version k8s.io/client-go/
 	-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=34 -X $(p).gitTreeState=clean)
 CONTAINERD_VERSION := v2.2.9
 KUBEVIRT_VERSION := v1.8.2
+# The e2e cluster's image registry (e2e/cluster: on loopback, in the test process).
+E2E_REGISTRY := localhost:15000
 # Absent from the checksum database (e2e/build/kubevirt/go.mod); go.sum pins them.
 KUBEVIRT_NOSUMDB := kubevirt.io/virt-template*,github.com/rhobs/operator-observability-toolkit
 KUBEVIRT_LDFLAGS := -s -w -X kubevirt.io/client-go/version.gitVersion=$(KUBEVIRT_VERSION) -X kubevirt.io/client-go/version.gitTreeState=clean
@@ -105,8 +107,19 @@ e2e-build: e2e-deps
 		github.com/containerd/containerd/v2/cmd/ctr
 	cd e2e/build/kubevirt && GONOSUMDB='$(KUBEVIRT_NOSUMDB)' $(GO) build -trimpath -ldflags '$(KUBEVIRT_LDFLAGS)' -o $(E2E_BIN)/ \
 		kubevirt.io/kubevirt/cmd/virt-operator kubevirt.io/kubevirt/cmd/virt-api \
-		kubevirt.io/kubevirt/cmd/virt-controller kubevirt.io/kubevirt/cmd/virtctl kubevirt.io/kubevirt/cmd/virt-chroot
+		kubevirt.io/kubevirt/cmd/virt-controller kubevirt.io/kubevirt/cmd/virtctl kubevirt.io/kubevirt/cmd/virt-chroot \
+		kubevirt.io/kubevirt/tools/manifest-templator
 	# virt-handler's node labeller reads KVM's capabilities through cgo.
 	cd e2e/build/kubevirt && GONOSUMDB='$(KUBEVIRT_NOSUMDB)' CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(KUBEVIRT_LDFLAGS)' -o $(E2E_BIN)/ \
 		kubevirt.io/kubevirt/cmd/virt-handler
 	$(GO) build -trimpath -ldflags '-s -w' -o $(E2E_BIN)/pause ./e2e/pause
+	# KubeVirt's install manifest, rendered by its own templator as its
+	# release does (hack/build-manifests.sh), for images in our registry.
+	cd e2e/build/kubevirt && KV=$$(GONOSUMDB='$(KUBEVIRT_NOSUMDB)' $(GO) list -m -f '{{.Dir}}' kubevirt.io/kubevirt) && \
+	$(E2E_BIN)/manifest-templator --process-files --generated-manifests-dir=$$KV/manifests/generated/ \
+		--input-file=$$KV/manifests/release/kubevirt-operator.yaml.in > $(E2E_BIN)/kubevirt-operator.yaml.in && \
+	$(E2E_BIN)/manifest-templator --process-vars --namespace=kubevirt --container-prefix=$(E2E_REGISTRY)/kubevirt \
+		--container-tag=$(KUBEVIRT_VERSION) --image-pull-policy=IfNotPresent --verbosity=2 \
+		--kubevirt-logo-path=$$KV/assets/kubevirt_logo.png \
+		--input-file=$(E2E_BIN)/kubevirt-operator.yaml.in > $(E2E_BIN)/kubevirt-operator.yaml.tmp && \
+	mv $(E2E_BIN)/kubevirt-operator.yaml.tmp $(E2E_BIN)/kubevirt-operator.yaml && rm $(E2E_BIN)/kubevirt-operator.yaml.in

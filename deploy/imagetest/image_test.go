@@ -399,8 +399,8 @@ func unpack(t *testing.T, archive, dir string) {
 	launchertest.Must(t, err)
 	cf, err := img.ConfigFile()
 	launchertest.Must(t, err)
-	if got := strings.Join(cf.Config.Entrypoint, " "); got != "/usr/bin/virt-launcher" || cf.Config.User != "107" {
-		t.Errorf("image config: entrypoint %q user %q, want KubeVirt's /usr/bin/virt-launcher and 107", got, cf.Config.User)
+	if got := strings.Join(cf.Config.Entrypoint, " "); got != "/usr/bin/virt-launcher" || cf.Config.User != "" {
+		t.Errorf("image config: entrypoint %q user %q, want KubeVirt's /usr/bin/virt-launcher and no user (root)", got, cf.Config.User)
 	}
 	rc := mutate.Extract(img)
 	defer rc.Close()

@@ -56,14 +56,15 @@ func run(rootfs, out, name, epoch string, adds, caps []string) error {
 	}
 	epochT := time.Unix(sec, 0).UTC()
 	// The image config as KubeVirt's launcher image has it
-	// (cmd/virt-launcher/BUILD.bazel: entrypoint /usr/bin/virt-launcher,
-	// user 107). The pod template sets the command
-	// (/usr/bin/virt-launcher-monitor) and the user (0 or 107) itself, so
-	// these only matter outside KubeVirt.
+	// (cmd/virt-launcher/BUILD.bazel: entrypoint /usr/bin/virt-launcher, no
+	// user: root). VMI pods set the command (/usr/bin/virt-launcher-monitor)
+	// and the user (0 or 107) themselves; virt-handler's node-labeller init
+	// container sets neither, and runs node-labeller.sh as the image's user,
+	// which must be root to start a libvirt daemon.
 	spec := ociimage.Spec{
 		Rootfs:   rootfs,
 		Epoch:    epochT,
-		Config:   ociimage.Config{Entrypoint: []string{"/usr/bin/virt-launcher"}, User: "107"},
+		Config:   ociimage.Config{Entrypoint: []string{"/usr/bin/virt-launcher"}},
 		RootfsBy: "deploy/mkrootfs: Debian 12 (mmdebstrap)",
 		FilesBy:  "deploy/mkimage: the virtlauncher binaries",
 	}

@@ -62,10 +62,16 @@ type Config struct {
 	Runc         string   // the OCI runtime (Debian's runc: /usr/sbin/runc)
 	FeatureGates []string // Kubernetes feature gates, NAME=true|false
 	// HostPaths are host directories the workload creates (KubeVirt's
-	// /var/run/kubevirt and friends): removed by Down when they were
-	// not there before Up.
+	// /var/lib/kubevirt-node-labeller and friends): removed by Down when
+	// they were not there before Up.
 	HostPaths []string
-	Logf      func(format string, args ...any)
+	// SharedDirs are host directories a pod mounts with Bidirectional
+	// propagation (KubeVirt's /var/run/kubevirt), which needs a shared
+	// mount. Up refuses them when they exist, makes each a shared bind
+	// mount of itself (the machine's own / stays as it is), and Down
+	// removes them. KubeletDir is always one.
+	SharedDirs []string
+	Logf       func(format string, args ...any)
 }
 
 // Cluster is a running cluster.
@@ -78,6 +84,7 @@ type Cluster struct {
 	containerdSock   string
 	procs            []*proc
 	restrictOOM      bool // we may not lower OOM score adjustments (no CAP_SYS_RESOURCE)
+	initPid          int  // host pid of the PID 1 of the cluster's namespaces (startInit)
 	registry         *http.Server
 	// Kubeconfig is the cluster admin's (system:masters) kubeconfig.
 	Kubeconfig string
@@ -145,7 +152,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	// containerd's shim makes /run/containerd whatever its configuration.
-	for _, p := range append([]string{KubeletDir, "/run/containerd"}, cfg.HostPaths...) {
+	for _, p := range append(append([]string{KubeletDir, "/run/containerd"}, cfg.SharedDirs...), cfg.HostPaths...) {
 		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
 			c.st.CreatedDirs = append(c.st.CreatedDirs, p)
 		}
@@ -153,13 +160,18 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := c.recordState(); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{c.pkiDir, c.logDir, c.cniConfDir, c.registryHostsDir, filepath.Join(c.stateDir, "cni-ipam")} {
+	for _, d := range []string{c.pkiDir, c.logDir, c.cniConfDir, c.registryHostsDir, filepath.Join(c.stateDir, "cni-ipam"), c.Home()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
 	}
-	if err := os.MkdirAll(KubeletDir, 0o700); err != nil {
+	if err := c.startInit(ctx); err != nil {
 		return nil, err
+	}
+	for _, d := range append([]string{KubeletDir}, cfg.SharedDirs...) {
+		if err := c.makeShared(ctx, d); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.WriteFile(filepath.Join(KubeletDir, kubeletMarker), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		return nil, err
@@ -213,6 +225,11 @@ func (c *Cluster) preflight(ctx context.Context) error {
 	}
 	if _, err := os.Lstat(KubeletDir); err == nil {
 		return fmt.Errorf("%s exists and is not this suite's (no %s in it): another kubelet may use this machine; refusing to share it", KubeletDir, kubeletMarker)
+	}
+	for _, d := range c.cfg.SharedDirs {
+		if _, err := os.Lstat(d); err == nil {
+			return fmt.Errorf("%s exists and is not this suite's: another KubeVirt may use this machine; refusing to share it", d)
+		}
 	}
 	for _, a := range []string{
 		"127.0.0.1:" + strconv.Itoa(etcdPort), "127.0.0.1:" + strconv.Itoa(etcdPeerPort),
@@ -308,6 +325,9 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--authorization-mode", "Node,RBAC",
 		"--enable-admission-plugins", "NodeRestriction",
 		"--allow-privileged=true",
+		// The node's name is not in any DNS: logs, exec and port-forward
+		// go to its address.
+		"--kubelet-preferred-address-types", "InternalIP",
 		// The aggregation layer: KubeVirt's virt-api serves
 		// subresources.kubevirt.io (console, pause...) behind it.
 		"--requestheader-client-ca-file", pki("front-proxy-ca.crt"),
@@ -490,9 +510,10 @@ func (c *Cluster) recordState() error {
 // Down takes the cluster down and removes everything Up made. It is safe
 // to call on a partly started cluster.
 func (c *Cluster) Down(ctx context.Context) error {
-	// Reverse order: kube-proxy and kubelet first, etcd last.
+	// Reverse order: kube-proxy and kubelet first, etcd last, then the
+	// namespaces' PID 1, which takes the pods with it.
 	for i := len(c.procs) - 1; i >= 0; i-- {
-		c.procs[i].stop(20 * time.Second)
+		c.procs[i].stop(10 * time.Second)
 	}
 	if c.registry != nil {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -517,3 +538,6 @@ func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
 
 // CleanUp removes what a killed run left behind, if anything.
 func CleanUp(ctx context.Context, cfg Config) error { return cleanLeftovers(ctx, cfg, cfg.Logf) }
+
+// Home is a HOME for kubectl and virtctl (their caches), in our state directory.
+func (c *Cluster) Home() string { return filepath.Join(c.stateDir, "home") }

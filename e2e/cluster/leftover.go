@@ -90,7 +90,7 @@ func cleanLeftovers(ctx context.Context, cfg Config, logf func(string, ...any)) 
 	}
 	var errs []error
 	errs = append(errs, killOurs(cfg.Bin, st.Pids))
-	errs = append(errs, unmountUnder(KubeletDir, StateDir, RunDir))
+	errs = append(errs, unmountUnder(append([]string{KubeletDir, StateDir, RunDir}, st.CreatedDirs...)...))
 	errs = append(errs, removeCgroups("kubepods"))
 	for _, name := range []string{Bridge} {
 		if l, err := netlink.LinkByName(name); err == nil {
@@ -367,4 +367,20 @@ func hasCapability(n uint) bool {
 		}
 	}
 	return false
+}
+
+// makeShared creates dir (it must not exist) and makes it, in the
+// cluster's mount namespace, a shared bind mount of itself, so that mounts
+// made below it propagate both ways between pods and kubelet.
+func (c *Cluster) makeShared(ctx context.Context, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := c.inNamespace(ctx, "/usr/bin/mount", "--bind", dir, dir); err != nil {
+		return fmt.Errorf("bind mount %s: %w", dir, err)
+	}
+	if err := c.inNamespace(ctx, "/usr/bin/mount", "--make-shared", dir); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", dir, err)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -41,6 +42,11 @@ func (c *Cluster) start(name, exe string, args ...string) (*proc, error) {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	defer lf.Close()
+	if c.initPid != 0 {
+		// Into the cluster's PID and mount namespaces (startInit).
+		args = append([]string{"--target", strconv.Itoa(c.initPid), "--pid", "--mount", "--", exe}, args...)
+		exe = "/usr/bin/nsenter"
+	}
 	cmd := exec.Command(exe, args...)
 	cmd.Env = cleanEnv(c.cfg.Bin)
 	cmd.Dir = c.stateDir
@@ -72,12 +78,13 @@ func (p *proc) exited() (bool, error) {
 	}
 }
 
-// stop sends SIGTERM, then SIGKILL after grace.
+// stop sends SIGTERM to the daemon's process group (nsenter and the
+// daemon it forked), then SIGKILL after grace.
 func (p *proc) stop(grace time.Duration) {
 	if done, _ := p.exited(); done {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(grace):
@@ -139,4 +146,48 @@ func run(ctx context.Context, timeout time.Duration, env []string, exe string, a
 		return string(out), fmt.Errorf("%s %s: %w: %s", exe, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+// startInit starts the cluster's own PID and mount namespaces, with
+// e2e/pause as their PID 1, and records that PID 1's host pid; the
+// daemons are started in them (start). Why: hostPID pods (virt-handler)
+// read the host through /proc/1 (/proc/1/ns/mnt, /proc/1/root), and the
+// machine's PID 1 may not be ours to read; in these namespaces it is, and
+// their mount table is the cluster's own: the machine's stays as it was,
+// and everything mounted in them goes when PID 1 does. unshare's
+// --kill-child ends that PID 1 (and with it every process in the
+// namespace, pods included) when unshare dies, and unshare dies with us
+// (Pdeathsig).
+func (c *Cluster) startInit(ctx context.Context) error {
+	p, err := c.start("init", "/usr/bin/unshare", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc",
+		"--propagation", "private", filepath.Join(c.cfg.Bin, "pause"))
+	if err != nil {
+		return err
+	}
+	return c.waitFor(ctx, "the cluster's PID 1", 10*time.Second, func(context.Context) error {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p.cmd.Process.Pid, p.cmd.Process.Pid))
+		if err != nil {
+			return err
+		}
+		f := strings.Fields(string(data))
+		if len(f) != 1 {
+			return fmt.Errorf("unshare has %d children", len(f))
+		}
+		pid, err := strconv.Atoi(f[0])
+		if err != nil {
+			return err
+		}
+		if !strings.HasSuffix(exeOf(pid), "/pause") {
+			return fmt.Errorf("pid %d is not pause yet", pid)
+		}
+		c.initPid = pid
+		return nil
+	})
+}
+
+// inNamespace runs a short command in the cluster's mount namespace.
+func (c *Cluster) inNamespace(ctx context.Context, exe string, args ...string) error {
+	_, err := run(ctx, 10*time.Second, cleanEnv(c.cfg.Bin), "/usr/bin/nsenter",
+		append([]string{"--target", strconv.Itoa(c.initPid), "--mount", "--", exe}, args...)...)
+	return err
 }

@@ -4,9 +4,13 @@
 package suite
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/e2e/cluster"
@@ -32,15 +36,17 @@ func config(logf func(string, ...any)) (cluster.Config, string, error) {
 		Runc:         "/usr/sbin/runc",
 		FeatureGates: []string{"ImageVolume=true"},
 		HostPaths:    kubevirtHostPaths,
+		SharedDirs:   []string{"/run/kubevirt"},
 		Logf:         logf,
 	}, root, nil
 }
 
 // kubevirtHostPaths are the host directories KubeVirt's DaemonSet and
-// launcher pods create (its hostPath volumes).
+// launcher pods create (its hostPath volumes; /var/run is /run).
+// /run/kubevirt is mounted Bidirectional: a SharedDir.
 var kubevirtHostPaths = []string{
-	"/var/run/kubevirt", "/var/run/kubevirt-libvirt-runtimes", "/var/run/kubevirt-private",
-	"/var/lib/kubevirt", "/var/lib/kubevirt-node-labeller", "/var/run/kubevirt-ephemeral-disks",
+	"/run/kubevirt-libvirt-runtimes", "/run/kubevirt-private", "/run/kubevirt-ephemeral-disks",
+	"/var/lib/kubevirt", "/var/lib/kubevirt-node-labeller",
 }
 
 // Up brings the cluster up.
@@ -55,7 +61,56 @@ func Up(ctx context.Context, logf func(string, ...any)) (*Env, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	logf("cluster up in %s", time.Since(start).Round(time.Second))
-	return &Env{Cluster: c, Root: root, Bin: cfg.Bin, logf: logf}, nil
+	e := &Env{Cluster: c, Root: root, Bin: cfg.Bin, logf: logf}
+	if err := e.installKubeVirt(ctx); err != nil {
+		if derr := c.Down(context.WithoutCancel(ctx)); derr != nil {
+			logf("taking the cluster down: %v", derr)
+		}
+		return nil, fmt.Errorf("install KubeVirt: %w", err)
+	}
+	return e, nil
+}
+
+// Kubectl runs kubectl as the cluster admin, with a 2-minute deadline.
+func (e *Env) Kubectl(ctx context.Context, args ...string) (string, error) {
+	return e.KubectlTimeout(ctx, 2*time.Minute, args...)
+}
+
+// KubectlTimeout runs kubectl with the given deadline.
+func (e *Env) KubectlTimeout(ctx context.Context, timeout time.Duration, args ...string) (string, error) {
+	return e.command(ctx, timeout, "", "kubectl", args...)
+}
+
+// KubectlStdin runs kubectl with stdin.
+func (e *Env) KubectlStdin(ctx context.Context, stdin string, args ...string) (string, error) {
+	return e.command(ctx, 2*time.Minute, stdin, "kubectl", args...)
+}
+
+// Virtctl runs virtctl as the cluster admin.
+func (e *Env) Virtctl(ctx context.Context, timeout time.Duration, args ...string) (string, error) {
+	return e.command(ctx, timeout, "", "virtctl", args...)
+}
+
+func (e *Env) command(ctx context.Context, timeout time.Duration, stdin, tool string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(e.Bin, tool), append([]string{"--kubeconfig", e.Cluster.Kubeconfig}, args...)...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + e.Cluster.Home()}
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return stdout.String(), fmt.Errorf("%s %s: no answer in %s: %s", tool, strings.Join(args, " "), timeout, strings.TrimSpace(stderr.String()))
+		}
+		if ctx.Err() != nil {
+			return stdout.String(), fmt.Errorf("%s %s: interrupted", tool, strings.Join(args, " "))
+		}
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
 }
 
 // Down takes it all down.

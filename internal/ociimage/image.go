@@ -32,11 +32,13 @@ type Spec struct {
 	RootfsBy, FilesBy string
 }
 
-// File is one file of the files layer: Src's contents, or Data.
+// File is one file of the files layer: Src's contents, or Data; or, with
+// Dir, a directory of that mode (give it before anything in it).
 type File struct {
 	Dst, Src string
 	Data     []byte
-	Mode     int64    // 0 means 0755 (the files we add are programs)
+	Dir      bool
+	Mode     int64    // 0 means 0755 (the files we add are programs); tar's mode bits (01777 for /tmp)
 	UID, GID int      // owner, root by default
 	Caps     []string // file capabilities, permitted and effective
 }

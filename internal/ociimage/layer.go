@@ -144,6 +144,19 @@ func fileEntries(files []File, epoch time.Time) ([]entry, error) {
 	var es []entry
 	dirs := map[string]bool{}
 	for _, f := range files {
+		name := cleanName(f.Dst)
+		for d := path.Dir(name); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+			es = append(es, entry{&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: epoch}, nil})
+		}
+		if f.Dir {
+			if dirs[name] {
+				return nil, fmt.Errorf("add %s: directory given twice, or after a file in it", f.Dst)
+			}
+			dirs[name] = true
+			es = append(es, entry{&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: f.Mode, Uid: f.UID, Gid: f.GID, ModTime: epoch}, nil})
+			continue
+		}
 		data := f.Data
 		if f.Src != "" {
 			st, err := os.Stat(f.Src)
@@ -156,11 +169,6 @@ func fileEntries(files []File, epoch time.Time) ([]entry, error) {
 			if data, err = os.ReadFile(f.Src); err != nil {
 				return nil, fmt.Errorf("add %s: %w", f.Dst, err)
 			}
-		}
-		name := cleanName(f.Dst)
-		for d := path.Dir(name); d != "." && !dirs[d]; d = path.Dir(d) {
-			dirs[d] = true
-			es = append(es, entry{&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: epoch}, nil})
 		}
 		mode := f.Mode
 		if mode == 0 {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,5 +108,35 @@ func TestFileEntries(t *testing.T) {
 	}
 	if _, err := fileEntries([]File{{Dst: "/x", Src: filepath.Dir(src)}}, time.Unix(1, 0)); err == nil {
 		t.Error("a directory accepted as a file")
+	}
+}
+
+func TestFileEntriesDataDirsOwners(t *testing.T) {
+	es, err := fileEntries([]File{
+		{Dst: "/tmp", Dir: true, Mode: 0o1777},
+		{Dst: "/etc/passwd", Data: []byte("u:x:1001:1001::/:/bin/sh\n"), Mode: 0o644},
+		{Dst: "/disk/disk.qcow2", Data: []byte("QFI"), Mode: 0o440, UID: 107, GID: 107},
+	}, time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range es {
+		got[e.hdr.Name] = fmt.Sprintf("%o %d:%d %d", e.hdr.Mode, e.hdr.Uid, e.hdr.Gid, len(e.data))
+	}
+	want := map[string]string{
+		"tmp/": "1777 0:0 0", "etc/": "755 0:0 0", "etc/passwd": "644 0:0 25",
+		"disk/": "755 0:0 0", "disk/disk.qcow2": "440 107:107 3",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("entries %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %q, want %q", k, got[k], v)
+		}
+	}
+	if _, err := fileEntries([]File{{Dst: "/a/b", Data: []byte("x")}, {Dst: "/a", Dir: true, Mode: 0o700}}, time.Unix(1, 0)); err == nil {
+		t.Error("a directory given after a file in it was accepted")
 	}
 }

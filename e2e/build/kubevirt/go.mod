@@ -156,6 +156,7 @@ tool (
 	kubevirt.io/kubevirt/cmd/virt-handler
 	kubevirt.io/kubevirt/cmd/virt-operator
 	kubevirt.io/kubevirt/cmd/virtctl
+	kubevirt.io/kubevirt/tools/manifest-templator
 )
 
 replace (

@@ -1,0 +1,137 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/e2e/cluster"
+	"github.com/virtlauncher/virtlauncher/e2e/images"
+	"github.com/virtlauncher/virtlauncher/internal/ociimage"
+)
+
+// KubeVirtVersion is the control plane's version (e2e/build/kubevirt).
+const KubeVirtVersion = "v1.8.2"
+
+// Launcher images: ours (`make image`), and, for the control, none yet.
+const launcherRepo = "virtlauncher/virt-launcher:dev"
+
+// LauncherImage is the launcher image the cluster's KubeVirt uses.
+func (e *Env) LauncherImage() string { return e.Cluster.Registry() + "/" + launcherRepo }
+
+func (e *Env) kubevirtImage(component string) string {
+	return e.Cluster.Registry() + "/kubevirt/" + component + ":" + KubeVirtVersion
+}
+
+// pushKubeVirt builds KubeVirt's component images as its release does
+// (cmd/*/BUILD.bazel), from the binaries `make e2e-build` made:
+// virt-operator, virt-api and virt-controller are one static binary each
+// run as uid 1001 (their pods say runAsNonRoot); virt-handler runs as root
+// on a Debian root filesystem (it is linked against glibc through cgo and
+// runs nft, findmnt and sysctl): the launcher image's own (deploy/mkrootfs),
+// which has those. And it pushes our launcher image.
+func (e *Env) pushKubeVirt(ctx context.Context) error {
+	epoch := time.Unix(0, 0).UTC()
+	passwd := []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot-user:x:1001:1001::/home/nonroot-user:/sbin/nologin\n")
+	for _, comp := range []string{"virt-operator", "virt-api", "virt-controller"} {
+		spec := ociimage.Spec{
+			Files: []ociimage.File{
+				{Dst: "/tmp", Dir: true, Mode: 0o1777},
+				{Dst: "/etc/passwd", Data: passwd, Mode: 0o644},
+				{Dst: "/usr/bin/" + comp, Src: filepath.Join(e.Bin, comp)},
+			},
+			Epoch:   epoch,
+			Config:  ociimage.Config{Entrypoint: []string{"/usr/bin/" + comp}, User: "1001"},
+			FilesBy: "e2e/suite: " + comp + " " + KubeVirtVersion,
+		}
+		if err := images.Push(ctx, spec, e.kubevirtImage(comp)); err != nil {
+			return err
+		}
+	}
+	rootfs := filepath.Join(e.Root, "bin", "image", "rootfs.tar")
+	if _, err := os.Stat(rootfs); err != nil {
+		return fmt.Errorf("virt-handler's base: %w (run `make image`)", err)
+	}
+	handler := ociimage.Spec{
+		Rootfs: rootfs,
+		Files: []ociimage.File{
+			{Dst: "/usr/bin/virt-handler", Src: filepath.Join(e.Bin, "virt-handler")},
+			{Dst: "/usr/bin/virt-chroot", Src: filepath.Join(e.Bin, "virt-chroot")},
+		},
+		Epoch:    epoch,
+		Config:   ociimage.Config{Entrypoint: []string{"/usr/bin/virt-handler"}},
+		RootfsBy: "deploy/mkrootfs: Debian 12 (mmdebstrap)",
+		FilesBy:  "e2e/suite: virt-handler " + KubeVirtVersion,
+	}
+	if err := images.Push(ctx, handler, e.kubevirtImage("virt-handler")); err != nil {
+		return err
+	}
+	archive := filepath.Join(e.Root, "bin", "virtlauncher-launcher.oci.tar")
+	if _, err := os.Stat(archive); err != nil {
+		return fmt.Errorf("the launcher image: %w (run `make image`)", err)
+	}
+	return images.PushArchive(ctx, archive, e.LauncherImage())
+}
+
+// installKubeVirt installs KubeVirt as a cluster admin would: its operator
+// manifest, the one setting that makes it use our launcher image
+// (VIRT_LAUNCHER_IMAGE on the operator), and a KubeVirt CR, then waits for
+// it to be Available.
+func (e *Env) installKubeVirt(ctx context.Context) error {
+	start := time.Now()
+	if err := e.pushKubeVirt(ctx); err != nil {
+		return err
+	}
+	e.logf("KubeVirt images pushed in %s", time.Since(start).Round(time.Second))
+	// virt-operator, virt-api, virt-controller want a control-plane node.
+	if _, err := e.Kubectl(ctx, "label", "node", cluster.NodeName, "node-role.kubernetes.io/control-plane=", "--overwrite"); err != nil {
+		return err
+	}
+	if _, err := e.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(e.Bin, "kubevirt-operator.yaml")); err != nil {
+		return err
+	}
+	if _, err := e.Kubectl(ctx, "-n", "kubevirt", "set", "env", "deployment/virt-operator", "VIRT_LAUNCHER_IMAGE="+e.LauncherImage()); err != nil {
+		return err
+	}
+	// One node: one operator is enough (its manifest asks for two).
+	if _, err := e.Kubectl(ctx, "-n", "kubevirt", "scale", "deployment/virt-operator", "--replicas=1"); err != nil {
+		return err
+	}
+	if _, err := e.KubectlTimeout(ctx, 6*time.Minute, "-n", "kubevirt", "rollout", "status", "deployment/virt-operator", "--timeout=5m"); err != nil {
+		return e.explain(ctx, "kubevirt", err)
+	}
+	cr := `apiVersion: kubevirt.io/v1
+kind: KubeVirt
+metadata: {name: kubevirt, namespace: kubevirt}
+spec:
+  imagePullPolicy: IfNotPresent
+  infra: {replicas: 1}
+  configuration:
+    imagePullPolicy: IfNotPresent
+    developerConfiguration:
+      useEmulation: true
+      featureGates: []
+`
+	if _, err := e.KubectlStdin(ctx, cr, "apply", "-f", "-"); err != nil {
+		return err
+	}
+	if _, err := e.KubectlTimeout(ctx, 16*time.Minute, "-n", "kubevirt", "wait", "kv/kubevirt", "--for", "condition=Available", "--timeout=15m"); err != nil {
+		return e.explain(ctx, "kubevirt", err)
+	}
+	e.logf("KubeVirt %s Available in %s", KubeVirtVersion, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// explain adds what the namespace's pods and events say to err.
+func (e *Env) explain(ctx context.Context, ns string, err error) error {
+	pods, _ := e.Kubectl(ctx, "-n", ns, "get", "pods", "-o", "wide")
+	events, _ := e.Kubectl(ctx, "-n", ns, "get", "events", "--sort-by=.lastTimestamp")
+	lines := strings.Split(strings.TrimSpace(events), "\n")
+	if len(lines) > 25 {
+		lines = lines[len(lines)-25:]
+	}
+	return fmt.Errorf("%w\npods in %s:\n%s\nlast events:\n%s", err, ns, pods, strings.Join(lines, "\n"))
+}
