@@ -123,3 +123,8 @@ e2e-build: e2e-deps
 		--kubevirt-logo-path=$$KV/assets/kubevirt_logo.png \
 		--input-file=$(E2E_BIN)/kubevirt-operator.yaml.in > $(E2E_BIN)/kubevirt-operator.yaml.tmp && \
 	mv $(E2E_BIN)/kubevirt-operator.yaml.tmp $(E2E_BIN)/kubevirt-operator.yaml && rm $(E2E_BIN)/kubevirt-operator.yaml.in
+
+# The e2e suite (e2e/README.md): brings the cluster up, installs KubeVirt
+# with our launcher image, runs the scenarios, takes it all down.
+e2e: e2e-build image
+	$(GO) test -count=1 -timeout 60m -tags=grpcnotrace,e2e -v ./e2e/

@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -101,7 +102,7 @@ func (e *Env) installKubeVirt(ctx context.Context) error {
 		return err
 	}
 	if _, err := e.KubectlTimeout(ctx, 6*time.Minute, "-n", "kubevirt", "rollout", "status", "deployment/virt-operator", "--timeout=5m"); err != nil {
-		return e.explain(ctx, "kubevirt", err)
+		return e.Explain(ctx, "kubevirt", err)
 	}
 	cr := `apiVersion: kubevirt.io/v1
 kind: KubeVirt
@@ -119,14 +120,14 @@ spec:
 		return err
 	}
 	if _, err := e.KubectlTimeout(ctx, 16*time.Minute, "-n", "kubevirt", "wait", "kv/kubevirt", "--for", "condition=Available", "--timeout=15m"); err != nil {
-		return e.explain(ctx, "kubevirt", err)
+		return e.Explain(ctx, "kubevirt", err)
 	}
 	e.logf("KubeVirt %s Available in %s", KubeVirtVersion, time.Since(start).Round(time.Second))
 	return nil
 }
 
-// explain adds what the namespace's pods and events say to err.
-func (e *Env) explain(ctx context.Context, ns string, err error) error {
+// Explain adds what the namespace's pods and events say to err.
+func (e *Env) Explain(ctx context.Context, ns string, err error) error {
 	pods, _ := e.Kubectl(ctx, "-n", ns, "get", "pods", "-o", "wide")
 	events, _ := e.Kubectl(ctx, "-n", ns, "get", "events", "--sort-by=.lastTimestamp")
 	lines := strings.Split(strings.TrimSpace(events), "\n")
@@ -134,4 +135,50 @@ func (e *Env) explain(ctx context.Context, ns string, err error) error {
 		lines = lines[len(lines)-25:]
 	}
 	return fmt.Errorf("%w\npods in %s:\n%s\nlast events:\n%s", err, ns, pods, strings.Join(lines, "\n"))
+}
+
+// SetFeatureGate turns a KubeVirt feature gate on or off in the KubeVirt
+// CR and waits until the operator has taken the change in.
+func (e *Env) SetFeatureGate(ctx context.Context, gate string, on bool) error {
+	out, err := e.Kubectl(ctx, "-n", "kubevirt", "get", "kv/kubevirt", "-o", "jsonpath={.spec.configuration.developerConfiguration.featureGates}")
+	if err != nil {
+		return err
+	}
+	var gates []string
+	if strings.TrimSpace(out) != "" {
+		if err := json.Unmarshal([]byte(out), &gates); err != nil {
+			return fmt.Errorf("KubeVirt feature gates %q: %w", out, err)
+		}
+	}
+	var next []string
+	for _, g := range gates {
+		if g != gate {
+			next = append(next, g)
+		}
+	}
+	if on {
+		next = append(next, gate)
+	}
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"configuration": map[string]any{
+		"developerConfiguration": map[string]any{"featureGates": append([]string{}, next...)}}}})
+	if err != nil {
+		return err
+	}
+	if _, err := e.Kubectl(ctx, "-n", "kubevirt", "patch", "kv/kubevirt", "--type", "merge", "-p", string(patch)); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, err := e.Kubectl(ctx, "-n", "kubevirt", "get", "kv/kubevirt", "-o", "jsonpath={.metadata.generation} {.status.observedGeneration} {.status.phase}")
+		if err != nil {
+			return err
+		}
+		if f := strings.Fields(out); len(f) == 3 && f[0] == f[1] && f[2] == "Deployed" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("feature gate %s=%v: KubeVirt did not take it in 2 min (generation, observed, phase: %s)", gate, on, out)
+		}
+		time.Sleep(time.Second)
+	}
 }

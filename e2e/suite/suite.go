@@ -78,23 +78,32 @@ func (e *Env) Kubectl(ctx context.Context, args ...string) (string, error) {
 
 // KubectlTimeout runs kubectl with the given deadline.
 func (e *Env) KubectlTimeout(ctx context.Context, timeout time.Duration, args ...string) (string, error) {
-	return e.command(ctx, timeout, "", "kubectl", args...)
+	return e.command(ctx, timeout, "", e.tool("kubectl"), e.kubeconfig(args)...)
 }
 
 // KubectlStdin runs kubectl with stdin.
 func (e *Env) KubectlStdin(ctx context.Context, stdin string, args ...string) (string, error) {
-	return e.command(ctx, 2*time.Minute, stdin, "kubectl", args...)
+	return e.command(ctx, 2*time.Minute, stdin, e.tool("kubectl"), e.kubeconfig(args)...)
 }
 
 // Virtctl runs virtctl as the cluster admin.
 func (e *Env) Virtctl(ctx context.Context, timeout time.Duration, args ...string) (string, error) {
-	return e.command(ctx, timeout, "", "virtctl", args...)
+	return e.command(ctx, timeout, "", e.tool("virtctl"), e.kubeconfig(args)...)
 }
 
-func (e *Env) command(ctx context.Context, timeout time.Duration, stdin, tool string, args ...string) (string, error) {
+func (e *Env) tool(name string) string { return filepath.Join(e.Bin, name) }
+
+func (e *Env) kubeconfig(args []string) []string {
+	return append([]string{"--kubeconfig", e.Cluster.Kubeconfig}, args...)
+}
+
+// command runs exe to completion with a deadline and a clean
+// environment, and returns its stdout; an error carries its stderr.
+func (e *Env) command(ctx context.Context, timeout time.Duration, stdin, exe string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(e.Bin, tool), append([]string{"--kubeconfig", e.Cluster.Kubeconfig}, args...)...)
+	tool := filepath.Base(exe)
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + e.Cluster.Home()}
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)

@@ -34,6 +34,12 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	gi, err := env.PushTestGuest(ctx)
+	if err != nil {
+		logf("test guest images: %v", err)
+	} else {
+		logf("test guest images: containerdisk %s, kernelBoot container %s", gi.Disk, gi.Kernel)
+	}
 	logf("cluster up: kubectl --kubeconfig %s; Ctrl-C takes it down", env.Cluster.Kubeconfig)
 	<-ctx.Done()
 	if err := env.Down(context.WithoutCancel(ctx)); err != nil {

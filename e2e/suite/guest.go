@@ -1,0 +1,65 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/e2e/images"
+	"github.com/virtlauncher/virtlauncher/internal/ociimage"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// GuestImages are the test guest (internal/testguest) as a cluster's
+// images: a containerdisk in KubeVirt's format (the disk at
+// /disk/disk.qcow2, owned by 107, the qemu user) and a kernelBoot
+// container (/boot/vmlinuz, /boot/initrd.img).
+type GuestImages struct {
+	Disk, Kernel string
+	Guest        *testguest.Guest
+}
+
+// PushTestGuest builds the test guest (cached) and pushes its images.
+func (e *Env) PushTestGuest(ctx context.Context) (GuestImages, error) {
+	g, err := testguest.Build(ctx, testguest.DefaultCacheDir())
+	if err != nil {
+		return GuestImages{}, fmt.Errorf("build the test guest: %w", err)
+	}
+	work, err := os.MkdirTemp("", "vl-e2e-guest-")
+	if err != nil {
+		return GuestImages{}, err
+	}
+	defer os.RemoveAll(work)
+	qcow := filepath.Join(work, "disk.qcow2")
+	if _, err := e.command(ctx, time.Minute, "", "/usr/bin/qemu-img", "convert", "-f", "raw", "-O", "qcow2", g.RootDisk, qcow); err != nil {
+		return GuestImages{}, err
+	}
+	epoch := time.Unix(0, 0).UTC()
+	gi := GuestImages{
+		Disk:   e.Cluster.Registry() + "/vl-e2e/testguest-disk:1",
+		Kernel: e.Cluster.Registry() + "/vl-e2e/testguest-kernel:1",
+		Guest:  g,
+	}
+	disk := ociimage.Spec{
+		Files:   []ociimage.File{{Dst: "/disk/disk.qcow2", Src: qcow, Mode: 0o440, UID: 107, GID: 107}},
+		Epoch:   epoch,
+		FilesBy: "e2e/suite: the test guest's root disk",
+	}
+	if err := images.Push(ctx, disk, gi.Disk); err != nil {
+		return GuestImages{}, err
+	}
+	kernel := ociimage.Spec{
+		Files: []ociimage.File{
+			{Dst: "/boot/vmlinuz", Src: g.Kernel, Mode: 0o444},
+			{Dst: "/boot/initrd.img", Src: g.Initrd, Mode: 0o444},
+		},
+		Epoch:   epoch,
+		FilesBy: "e2e/suite: the test guest's kernel and initrd",
+	}
+	if err := images.Push(ctx, kernel, gi.Kernel); err != nil {
+		return GuestImages{}, err
+	}
+	return gi, nil
+}

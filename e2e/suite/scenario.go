@@ -1,0 +1,99 @@
+package suite
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Helpers for the scenarios (e2e/e2e_test.go): each fails t with what it
+// saw.
+
+// LauncherPod is the name of the VMI's launcher pod.
+func (e *Env) LauncherPod(t testing.TB, ctx context.Context, vmi string) string {
+	t.Helper()
+	uid, err := e.Kubectl(ctx, "get", "vmi", vmi, "-o", "jsonpath={.metadata.uid}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.Kubectl(ctx, "get", "pods", "-l", "kubevirt.io/created-by="+uid, "-o", "jsonpath={.items[*].metadata.name}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := strings.Fields(out)
+	if len(pods) != 1 {
+		t.Fatalf("VMI %s: %d launcher pods (%q), want 1", vmi, len(pods), out)
+	}
+	return pods[0]
+}
+
+// Console types line into the VMI's serial console with `virtctl
+// console` (after a newline for a fresh prompt) and returns what the
+// console showed in the following seconds.
+func (e *Env) Console(t testing.TB, ctx context.Context, vmi, line string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.tool("virtctl"), e.kubeconfig([]string{"console", vmi})...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + e.Cluster.Home()}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// virtctl connects first; what is typed before that is lost.
+	time.Sleep(3 * time.Second)
+	io.WriteString(in, "\n")
+	time.Sleep(time.Second)
+	io.WriteString(in, line+"\n")
+	time.Sleep(5 * time.Second)
+	in.Close() // virtctl ends at the end of its input
+	if err := cmd.Wait(); err != nil && ctx.Err() == nil {
+		t.Errorf("virtctl console %s: %v\n%s", vmi, err, out.String())
+	}
+	return out.String()
+}
+
+// WaitCondition waits (2 min at most) until obj's status condition typ is
+// there (want) or gone or False (!want).
+func (e *Env) WaitCondition(t testing.TB, ctx context.Context, obj, typ string, want bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	var last string
+	for time.Now().Before(deadline) {
+		out, err := e.Kubectl(ctx, "get", obj, "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o struct {
+			Status struct {
+				Conditions []struct{ Type, Status string }
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &o); err != nil {
+			t.Fatal(err)
+		}
+		has := false
+		last = ""
+		for _, c := range o.Status.Conditions {
+			last += c.Type + "=" + c.Status + " "
+			if c.Type == typ && c.Status == "True" {
+				has = true
+			}
+		}
+		if has == want {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("%s: condition %s %v not reached in 2 min; conditions: %s", obj, typ, want, last)
+}
