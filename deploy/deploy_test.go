@@ -5,7 +5,6 @@
 package deploy
 
 import (
-	"bytes"
 	"debug/elf"
 	"os"
 	"os/exec"
@@ -94,28 +93,6 @@ func TestStaticBinaries(t *testing.T) {
 	}
 }
 
-func TestNodeLabellerRefuses(t *testing.T) {
-	cmd := exec.Command("/bin/sh", "-c", "node-labeller.sh")
-	cmd.Env = append(os.Environ(), "PATH="+mustAbs(t, ".")+":"+os.Getenv("PATH"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != 1 {
-		t.Fatalf("node-labeller.sh: %v, want exit status 1", err)
-	}
-	if !strings.Contains(stderr.String(), "not supported") {
-		t.Errorf("node-labeller.sh does not say why: %q", stderr.String())
-	}
-}
-
-func mustAbs(t *testing.T, p string) string {
-	a, err := filepath.Abs(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
 
 // TestContainerfileMatchesMkrootfs: the Containerfile installs every package
 // deploy/mkrootfs puts in the image (`make image`), so the two builds give

@@ -16,6 +16,7 @@ package imagetest
 import (
 	"archive/tar"
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -29,14 +30,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	vllayout "github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/ociimage"
 	"github.com/virtlauncher/virtlauncher/internal/repo"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -387,15 +389,7 @@ func waitFor(t *testing.T, p *pod, timeout time.Duration, cond func() bool, what
 func unpack(t *testing.T, archive, dir string) {
 	t.Helper()
 	lay := filepath.Join(filepath.Dir(dir), "oci")
-	launchertest.Must(t, untar(archive, lay))
-	idx, err := layout.ImageIndexFromPath(lay)
-	launchertest.Must(t, err)
-	m, err := idx.IndexManifest()
-	launchertest.Must(t, err)
-	if len(m.Manifests) != 1 {
-		t.Fatalf("the archive has %d images, want 1", len(m.Manifests))
-	}
-	img, err := idx.Image(m.Manifests[0].Digest)
+	img, err := ociimage.ReadArchive(archive, lay)
 	launchertest.Must(t, err)
 	cf, err := img.ConfigFile()
 	launchertest.Must(t, err)
@@ -407,18 +401,6 @@ func unpack(t *testing.T, archive, dir string) {
 	launchertest.Must(t, os.MkdirAll(dir, 0o755))
 	launchertest.Must(t, extract(rc, dir))
 	launchertest.Must(t, os.RemoveAll(lay))
-}
-
-func untar(archive, dir string) error {
-	f, err := os.Open(archive)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return extract(f, dir)
 }
 
 // extract writes a tar stream under dir as root would unpack a layer. Names
@@ -532,4 +514,71 @@ func realDirs(dir, rel string) error {
 		}
 	}
 	return nil
+}
+
+// TestNodeLabeller runs the image's node-labeller.sh as virt-handler's
+// init container does (root, PREFERRED_VIRTTYPE and HYPERVISOR_DEVICE kvm)
+// and checks the three files with what virt-handler needs of them: it
+// does not start without them (cmd/virt-handler, node-labeller).
+func TestNodeLabeller(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: it makes namespaces, mounts and a chroot")
+	}
+	archive := filepath.Join(moduleRoot(t), archiveName)
+	if _, err := os.Stat(archive); err != nil {
+		t.Fatalf("%v: run `make image` first (make image-test does)", err)
+	}
+	dir := t.TempDir()
+	launchertest.Must(t, os.Chmod(dir, 0o755))
+	root, vols := filepath.Join(dir, "rootfs"), filepath.Join(dir, "run")
+	unpack(t, archive, root)
+	launchertest.Must(t, os.MkdirAll(filepath.Join(vols, "labeller"), 0o755))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--pid", "--fork", "--propagation", "private",
+		"/bin/sh", "-c", podShell, "sh", root, vols, "0:0", "/bin/sh", "-c", "node-labeller.sh")
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+		"PREFERRED_VIRTTYPE=kvm", "HYPERVISOR_DEVICE=kvm", "NODE_LABELLER_DIR=/run/labeller"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node-labeller.sh: %v\n%s", err, out)
+	}
+	t.Logf("node-labeller.sh:\n%s", launchertest.Tail(string(out), 2000))
+	read := func(name string, v any) {
+		data, err := os.ReadFile(filepath.Join(vols, "labeller", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := xml.Unmarshal(data, v); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	var caps libvirtxml.Caps
+	read("capabilities.xml", &caps)
+	if caps.Host.CPU == nil || caps.Host.CPU.Arch != "x86_64" {
+		t.Errorf("capabilities.xml: no x86_64 host CPU (virt-handler reads its counter)")
+	}
+	machines := 0
+	for _, g := range caps.Guests {
+		machines += len(g.Arch.Machines)
+	}
+	if machines == 0 {
+		t.Errorf("capabilities.xml: no guest machine types")
+	}
+	var dc libvirtxml.DomainCaps
+	read("virsh_domcapabilities.xml", &dc)
+	if dc.Machine == "" || !strings.HasPrefix(dc.Machine, "pc-q35") || dc.CPU == nil || len(dc.CPU.Modes) == 0 {
+		t.Fatalf("virsh_domcapabilities.xml: machine %q, CPU %+v", dc.Machine, dc.CPU)
+	}
+	for _, m := range dc.CPU.Modes {
+		// virt-handler refuses a supported host-model without a model.
+		if m.Name == "host-model" && m.Supported == "yes" && len(m.Models) == 0 {
+			t.Errorf("virsh_domcapabilities.xml: host-model supported but no model")
+		}
+	}
+	var features libvirtxml.DomainCPU
+	read("supported_features.xml", &features)
+	if len(features.Features) == 0 {
+		t.Errorf("supported_features.xml: no CPU features")
+	}
 }

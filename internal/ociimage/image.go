@@ -2,6 +2,7 @@ package ociimage
 
 import (
 	"archive/tar"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -225,4 +226,76 @@ func tarDir(dir, out string, epoch time.Time) error {
 		return err
 	}
 	return f.Sync()
+}
+
+// ReadArchive reads the single image of an OCI image archive (as
+// WriteArchive writes it), unpacking the layout into work, which must
+// outlive every use of the image.
+func ReadArchive(archive, work string) (v1.Image, error) {
+	dir := filepath.Join(work, "layout")
+	if err := untarLayout(archive, dir); err != nil {
+		return nil, fmt.Errorf("unpack %s: %w", archive, err)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", archive, err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", archive, err)
+	}
+	if len(m.Manifests) != 1 {
+		return nil, fmt.Errorf("%s: %d images in it, want 1", archive, len(m.Manifests))
+	}
+	return idx.Image(m.Manifests[0].Digest)
+}
+
+// untarLayout unpacks an OCI layout archive: regular files and
+// directories only (a layout has nothing else), every name kept inside dir.
+func untarLayout(archive, dir string) error {
+	f, err := os.Open(archive)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		p := filepath.Join(dir, filepath.Clean("/"+h.Name))
+		if p == dir {
+			continue
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o700); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				return err
+			}
+			out, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(out, tr)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%s: not a file or directory, not an OCI layout", h.Name)
+		}
+	}
 }
