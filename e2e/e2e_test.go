@@ -127,6 +127,7 @@ func TestContainerDiskVMI(t *testing.T) {
 			if err := env.SetFeatureGate(ctx, "ImageVolume", imageVolume); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { env.SetFeatureGate(context.Background(), "ImageVolume", false) })
 			runContainerDiskVMI(t, ctx, name, imageVolume)
 		})
 	}
@@ -207,4 +208,183 @@ func httpGet(ctx context.Context, url string, within time.Duration) (string, err
 		time.Sleep(time.Second)
 	}
 	return "", last
+}
+
+// vmYAML is the test guest as a VirtualMachine, halted until started.
+func vmYAML(name string) string {
+	vmi := vmiYAML(name)
+	spec := vmi[strings.Index(vmi, "spec:\n")+len("spec:\n"):]
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: %s\nspec:\n  runStrategy: Halted\n  template:\n    metadata:\n      labels: {app: %s}\n    spec:\n", name, name)
+	for _, line := range strings.Split(strings.TrimRight(spec, "\n"), "\n") {
+		b.WriteString("    " + line + "\n")
+	}
+	return b.String()
+}
+
+// TestVMLifecycle drives a VirtualMachine with virtctl through start,
+// pause, unpause, soft-reboot, restart and stop, checking the status
+// KubeVirt reports at each step.
+func TestVMLifecycle(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	const name = "vm-life"
+	ok(env.KubectlStdin(ctx, vmYAML(name), "create", "-f", "-"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=false") })
+	env.WaitPrintable(t, ctx, name, "Stopped")
+
+	ok(env.Virtctl(ctx, time.Minute, "start", name))
+	if _, err := env.KubectlTimeout(ctx, 11*time.Minute, "wait", "vmi/"+name, "--for", "condition=Ready", "--timeout=10m"); err != nil {
+		t.Fatal(env.Explain(ctx, "default", err))
+	}
+	env.WaitPrintable(t, ctx, name, "Running")
+	env.WaitCondition(t, ctx, "vm/"+name, "Ready", true)
+	firstUID := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.metadata.uid}"))
+
+	ok(env.Virtctl(ctx, time.Minute, "pause", "vm", name))
+	env.WaitCondition(t, ctx, "vmi/"+name, "Paused", true)
+	env.WaitPrintable(t, ctx, name, "Paused")
+	ok(env.Virtctl(ctx, time.Minute, "unpause", "vm", name))
+	env.WaitCondition(t, ctx, "vmi/"+name, "Paused", false)
+	env.WaitPrintable(t, ctx, name, "Running")
+
+	// soft-reboot: without a guest agent, an ACPI reboot in the guest;
+	// the same VMI, the guest boots a second time. Only once the guest is
+	// up: an ACPI button pressed while it boots is lost.
+	pod := env.LauncherPod(t, ctx, name)
+	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
+	ok(env.Virtctl(ctx, time.Minute, "soft-reboot", name))
+	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 2)
+
+	ok(env.Virtctl(ctx, time.Minute, "restart", name))
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		uid, _ := env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.metadata.uid}")
+		ready, _ := env.Kubectl(ctx, "get", "vmi", name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if uid != "" && uid != firstUID && ready == "True" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("virtctl restart: no new Ready VMI in 5 min (uid %q, first %q, Ready %q)", uid, firstUID, ready)
+		}
+		time.Sleep(time.Second)
+	}
+	env.WaitPrintable(t, ctx, name, "Running")
+
+	ok(env.Virtctl(ctx, time.Minute, "stop", name))
+	if _, err := env.KubectlTimeout(ctx, 3*time.Minute, "wait", "vmi/"+name, "--for=delete", "--timeout=2m"); err != nil {
+		t.Fatalf("virtctl stop: the VMI stayed: %v", err)
+	}
+	env.WaitPrintable(t, ctx, name, "Stopped")
+}
+
+// KubeVirt's per-process memory limits (pkg/hypervisor/kvm: the overhead
+// constants its functional test compares each process's RSS with); the
+// qemu one is QemuOverhead plus the VMI's memory request.
+var memoryLimits = []struct {
+	role  string
+	names []string // argv[0] base names that fill the role
+	limit int64    // bytes
+}{
+	{"virt-launcher-monitor", []string{"virt-launcher-monitor"}, 25 << 20},
+	{"virt-launcher", []string{"virt-launcher"}, 100 << 20},
+	{"virtlogd", []string{"virtlogd"}, 25 << 20},
+	{"virtqemud", []string{"virtqemud", "libvirtd"}, 40 << 20},
+	{"qemu", []string{"qemu-kvm", "qemu-system-x86_64"}, 30<<20 + 256<<20 + tcgAllowance},
+}
+
+// tcgAllowance is added to QEMU's limit here: KubeVirt's constant is for
+// KVM, and under TCG (no KVM on this machine) QEMU also holds its
+// translated-code cache (measured here: 285.9 MiB for a 256 MiB guest,
+// at the bare KVM limit). QEMU is the
+// same program under either launcher; the ones that are ours are held to
+// KubeVirt's constants as they are.
+const tcgAllowance = 32 << 20
+
+// TestLauncherMemory is KubeVirt's own per-process memory check
+// (tests/vmi_configuration_test.go, "virt-launcher processes memory
+// usage"): `ps` in the compute container, each process's RSS below its
+// constant. Ours runs libvirtd where KubeVirt's runs virtqemud (Debian 12
+// has no virtqemud), and no virtlogd: those are reported, not failed.
+func TestLauncherMemory(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	const name = "vmi-mem"
+	ok(env.KubectlStdin(ctx, vmiYAML(name), "create", "-f", "-"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
+	if _, err := env.KubectlTimeout(ctx, 11*time.Minute, "wait", "vmi/"+name, "--for", "condition=Ready", "--timeout=10m"); err != nil {
+		t.Fatal(env.Explain(ctx, "default", err))
+	}
+	pod := env.LauncherPod(t, ctx, name)
+	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
+	out := ok(env.Kubectl(ctx, "exec", pod, "-c", "compute", "--", "ps", "--no-header", "axo", "rss,command"))
+	rss := map[string][]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		var kib int64
+		if _, err := fmt.Sscan(f[0], &kib); err != nil {
+			t.Fatalf("ps line %q: %v", line, err)
+		}
+		base := f[1][strings.LastIndex(f[1], "/")+1:]
+		rss[base] = append(rss[base], kib<<10)
+	}
+	t.Logf("ps in the compute container:\n%s", out)
+	for _, l := range memoryLimits {
+		var found []string
+		for _, n := range l.names {
+			for _, v := range rss[n] {
+				found = append(found, n)
+				t.Logf("%-22s %-20s RSS %6.1f MiB, KubeVirt's limit %4d MiB (%.2f of it)", l.role, n, float64(v)/(1<<20), l.limit>>20, float64(v)/float64(l.limit))
+				if v >= l.limit {
+					t.Errorf("%s (%s): RSS %d MiB, not below KubeVirt's %d MiB", l.role, n, v>>20, l.limit>>20)
+				}
+			}
+		}
+		switch {
+		case len(found) > 1:
+			t.Errorf("%s: %d processes (%v), KubeVirt's check wants one", l.role, len(found), found)
+		case len(found) == 0 && (l.role == "virtlogd" || l.role == "virtqemud"):
+			t.Logf("%-22s not run by this launcher", l.role)
+		case len(found) == 0:
+			t.Errorf("%s: no such process in the compute container", l.role)
+		}
+	}
+}
+
+// TestRootAndNonRootPods runs the VMI in a non-root pod (KubeVirt's
+// default: compute as 107) and, with the Root feature gate, a root one.
+func TestRootAndNonRootPods(t *testing.T) {
+	for _, root := range []bool{false, true} {
+		t.Run(fmt.Sprintf("root=%v", root), func(t *testing.T) {
+			ok := must(t)
+			ctx := context.Background()
+			if err := env.SetFeatureGate(ctx, "Root", root); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { env.SetFeatureGate(context.Background(), "Root", false) })
+			name := "vmi-nonroot"
+			if root {
+				name = "vmi-root"
+			}
+			ok(env.KubectlStdin(ctx, vmiYAML(name), "create", "-f", "-"))
+			t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
+			if _, err := env.KubectlTimeout(ctx, 11*time.Minute, "wait", "vmi/"+name, "--for", "condition=Ready", "--timeout=10m"); err != nil {
+				t.Fatal(env.Explain(ctx, "default", err))
+			}
+			pod := env.LauncherPod(t, ctx, name)
+			uid := ok(env.Kubectl(ctx, "exec", pod, "-c", "compute", "--", "id", "-u"))
+			want := "107"
+			if root {
+				want = "0"
+			}
+			if strings.TrimSpace(uid) != want {
+				t.Errorf("compute runs as uid %q, want %s", strings.TrimSpace(uid), want)
+			}
+			env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
+			ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vmi", name, "--wait=true", "--timeout=90s"))
+		})
+	}
 }

@@ -302,9 +302,11 @@ func nftTables(ctx context.Context, bin string) ([]string, error) {
 }
 
 // removeTables undoes the cluster's packet filtering: kube-proxy's
-// tables, and the iptables chains kubelet makes (through iptables-nft)
-// for other components' sake. A table that was not there before Up is
-// deleted whole; in one that was, only kubelet's chains and jumps go.
+// table, and the iptables chains kubelet makes (through iptables-nft) for
+// other components' sake. A filter, nat or mangle table that was not there
+// before Up and holds only kubelet's chains is deleted whole; from any
+// other, only kubelet's chains and jumps are removed: someone else may
+// have made the table while we ran.
 func removeTables(ctx context.Context, bin string, before []string) error {
 	now, err := nftTables(ctx, bin)
 	if err != nil {
@@ -314,21 +316,32 @@ func removeTables(ctx context.Context, bin string, before []string) error {
 	for _, t := range before {
 		had[t] = true
 	}
-	ours := map[string]bool{"kube-proxy": true, "filter": true, "nat": true, "mangle": true}
 	var errs []error
 	for _, t := range now {
 		family, name, _ := strings.Cut(t, " ")
-		if (family != "ip" && family != "ip6") || !ours[name] {
+		if family != "ip" && family != "ip6" {
+			continue
+		}
+		switch name {
+		case "kube-proxy":
+			if !had[t] {
+				if _, err := run(ctx, 10*time.Second, cleanEnv(bin), "/usr/sbin/nft", "delete", "table", family, name); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			continue
+		case "filter", "nat", "mangle":
+		default:
 			continue
 		}
 		if !had[t] {
-			if _, err := run(ctx, 10*time.Second, cleanEnv(bin), "/usr/sbin/nft", "delete", "table", family, name); err != nil {
-				errs = append(errs, err)
+			listing, err := run(ctx, 10*time.Second, cleanEnv(bin), "/usr/sbin/nft", "list", "table", family, name)
+			if err == nil && onlyKubeletChains(listing) {
+				if _, err := run(ctx, 10*time.Second, cleanEnv(bin), "/usr/sbin/nft", "delete", "table", family, name); err != nil {
+					errs = append(errs, err)
+				}
+				continue
 			}
-			continue
-		}
-		if name == "kube-proxy" {
-			continue
 		}
 		ipt := "/usr/sbin/iptables"
 		if family == "ip6" {
@@ -349,6 +362,34 @@ func removeTables(ctx context.Context, bin string, before []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// onlyKubeletChains says whether an `nft list table` listing has nothing
+// but KUBE-* chains and, in base chains, jumps to them.
+func onlyKubeletChains(listing string) bool {
+	chain := ""
+	for _, line := range strings.Split(listing, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0 || f[0] == "}" || f[0] == "#" || strings.HasPrefix(f[0], "#"):
+		case f[0] == "table":
+		case f[0] == "chain" && len(f) >= 2:
+			chain = f[1]
+		case f[0] == "type": // a base chain's hook line
+		case strings.HasPrefix(chain, "KUBE-"):
+		default:
+			// A rule in a base chain: only "[counter packets N bytes N] jump KUBE-...".
+			if len(f) < 2 || f[len(f)-2] != "jump" || !strings.HasPrefix(f[len(f)-1], "KUBE-") {
+				return false
+			}
+			for _, w := range f[:len(f)-2] {
+				if w != "counter" && w != "packets" && w != "bytes" && strings.Trim(w, "0123456789") != "" {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 const capSysResource = 24

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
 // Helpers for the scenarios (e2e/e2e_test.go): each fails t with what it
@@ -96,4 +99,38 @@ func (e *Env) WaitCondition(t testing.TB, ctx context.Context, obj, typ string, 
 		time.Sleep(time.Second)
 	}
 	t.Fatalf("%s: condition %s %v not reached in 2 min; conditions: %s", obj, typ, want, last)
+}
+
+// WaitPrintable waits (5 min at most) until the VM's printableStatus is want.
+func (e *Env) WaitPrintable(t testing.TB, ctx context.Context, vm, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	var got string
+	for time.Now().Before(deadline) {
+		out, err := e.Kubectl(ctx, "get", "vm", vm, "-o", "jsonpath={.status.printableStatus}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = out; got == want {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("VM %s: printableStatus %q, want %q after 5 min", vm, got, want)
+}
+
+// WaitConsoleCount waits (5 min at most) until the pod's guest console
+// log (KubeVirt's guest-console-log container) has marker n times.
+func (e *Env) WaitConsoleCount(t testing.TB, ctx context.Context, pod, marker string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	var out string
+	for time.Now().Before(deadline) {
+		var err error
+		if out, err = e.Kubectl(ctx, "logs", pod, "-c", "guest-console-log"); err == nil && testguest.CountMarker(out, marker) >= n {
+			return
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Fatalf("pod %s: %q seen %d times on the guest console in 5 min, want %d; console:\n%s", pod, marker, testguest.CountMarker(out, marker), n, launchertest.Tail(out, 3000))
 }

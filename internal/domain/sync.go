@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -137,10 +136,8 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	if err != nil {
 		return fmt.Errorf("marshal domain XML: %w", err)
 	}
-	// The serial console, its log and VNC sockets live here; QEMU creates
-	// the sockets, so the directory must exist first.
-	if err := os.MkdirAll(m.cfg.Layout.VMIPrivateDir(string(v.UID)), 0o700); err != nil {
-		return fmt.Errorf("create VMI private dir: %w", err)
+	if err := initPrivateDir(m.cfg.Layout.VMIPrivateDir(string(v.UID)), m.cfg.Layout.SerialLog(string(v.UID))); err != nil {
+		return err
 	}
 	t0 := time.Now()
 	if err := m.cfg.Disks.Prepare(ctx, v, c.Volumes); err != nil {

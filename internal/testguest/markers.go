@@ -93,11 +93,26 @@ const DefaultCmdline = "console=ttyS0 quiet panic=-1"
 // being written (no newline yet) does not count: the console is read while
 // the guest writes it, and half a line would be taken for the whole.
 func FindMarker(output, marker string) (string, bool) {
+	all := findMarkers(output, marker)
+	if len(all) == 0 {
+		return "", false
+	}
+	return all[0], true
+}
+
+// CountMarker is how many complete lines of output have marker (a guest
+// that rebooted prints its boot markers again).
+func CountMarker(output, marker string) int { return len(findMarkers(output, marker)) }
+
+// findMarkers returns the text after marker on each complete line that
+// has it.
+func findMarkers(output, marker string) []string {
 	if i := strings.LastIndexByte(output, '\n'); i >= 0 {
 		output = output[:i]
 	} else {
 		output = ""
 	}
+	var found []string
 	for _, line := range strings.Split(output, "\n") {
 		if i := strings.Index(line, marker); i >= 0 {
 			rest := line[i+len(marker):]
@@ -105,10 +120,10 @@ func FindMarker(output, marker string) (string, bool) {
 			if rest != "" && rest[0] != ' ' && rest[0] != '\r' {
 				continue
 			}
-			return strings.TrimSpace(rest), true
+			found = append(found, strings.TrimSpace(rest))
 		}
 	}
-	return "", false
+	return found
 }
 
 // Between returns the lines of output between the begin and end markers

@@ -24,3 +24,13 @@ func TestFindMarker(t *testing.T) {
 		}
 	}
 }
+
+func TestCountMarker(t *testing.T) {
+	out := "VL-READY uptime 3.1\nVL-READY-NOT x\nboot again\nVL-READY uptime 2.9\nVL-READY upt"
+	if n := CountMarker(out, MarkerReady); n != 2 {
+		t.Errorf("CountMarker = %d, want 2 (the half line and VL-READY-NOT do not count)", n)
+	}
+	if n := CountMarker("", MarkerReady); n != 0 {
+		t.Errorf("CountMarker of nothing = %d", n)
+	}
+}

@@ -1,0 +1,38 @@
+package domain
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+// initPrivateDir makes the VMI's private directory, where QEMU creates the
+// serial console and VNC sockets, and the serial console's log file in it,
+// as KubeVirt's launcher does (InitializePrivateDirectories,
+// InitializeConsoleLogFile): owned by the qemu user when we run as root.
+// The pod's guest-console-log container tails that log as 107, in root
+// pods too.
+func initPrivateDir(dir, serialLog string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create VMI private dir: %w", err)
+	}
+	// O_NOFOLLOW: as root, never write through a link someone left there.
+	fd, err := unix.Open(serialLog, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("create the serial console log %s: %w", serialLog, err)
+	}
+	defer unix.Close(fd)
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	if err := os.Lchown(dir, vmi.RuntimeUser, vmi.RuntimeUser); err != nil {
+		return fmt.Errorf("hand %s to the qemu user: %w", dir, err)
+	}
+	if err := unix.Fchown(fd, vmi.RuntimeUser, vmi.RuntimeUser); err != nil {
+		return fmt.Errorf("hand %s to the qemu user: %w", serialLog, err)
+	}
+	return nil
+}
