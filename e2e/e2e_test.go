@@ -13,10 +13,12 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/e2e/cluster"
 	"github.com/virtlauncher/virtlauncher/e2e/suite"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
@@ -56,6 +58,12 @@ func TestMain(m *testing.M) {
 // containerDisk from the registry, cloud-init NoCloud user-data that serves
 // HTTP on port 80, a masquerade interface declaring that port.
 func vmiYAML(name string) string {
+	return vmiYAMLWithRoot(name, "containerDisk:\n      image: "+guest.Disk)
+}
+
+// vmiYAMLWithRoot is vmiYAML with another source for the root disk (the
+// YAML of the volume's source, indented for its place).
+func vmiYAMLWithRoot(name, rootSource string) string {
 	return fmt.Sprintf(`apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance
 metadata:
@@ -90,15 +98,22 @@ spec:
     pod: {}
   volumes:
   - name: rootdisk
-    containerDisk:
-      image: %[4]s
+    %[4]s
   - name: cloudinit
     cloudInitNoCloud:
       userData: |
         #!/bin/sh
         mkdir -p /tmp/www && echo "hello from %[1]s" > /tmp/www/index.html
         busybox httpd -p 80 -h /tmp/www && echo VL-HTTPD-STARTED
-`, name, testguest.DefaultCmdline, guest.Kernel, guest.Disk)
+`, name, testguest.DefaultCmdline, guest.Kernel, rootSource)
+}
+
+// createReady creates the test guest's VMI NAME and waits until it is Ready.
+func createReady(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	must(t)(env.KubectlStdin(ctx, vmiYAML(name), "create", "-f", "-"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
+	env.WaitReady(t, ctx, name)
 }
 
 // must makes a func that fails t on a command's error and returns its output.
@@ -136,11 +151,7 @@ func TestContainerDiskVMI(t *testing.T) {
 func runContainerDiskVMI(t *testing.T, ctx context.Context, name string, imageVolume bool) {
 	ok := must(t)
 	start := time.Now()
-	ok(env.KubectlStdin(ctx, vmiYAML(name), "create", "-f", "-"))
-	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
-	if _, err := env.KubectlTimeout(ctx, 11*time.Minute, "wait", "vmi/"+name, "--for", "condition=Ready", "--timeout=10m"); err != nil {
-		t.Fatal(env.Explain(ctx, "default", err))
-	}
+	createReady(t, ctx, name)
 	t.Logf("kubectl create -> Ready: %v", time.Since(start).Round(100*time.Millisecond))
 
 	pod := env.LauncherPod(t, ctx, name)
@@ -211,8 +222,9 @@ func httpGet(ctx context.Context, url string, within time.Duration) (string, err
 }
 
 // vmYAML is the test guest as a VirtualMachine, halted until started.
-func vmYAML(name string) string {
-	vmi := vmiYAML(name)
+func vmYAML(name string) string { return vmYAMLOf(name, vmiYAML(name)) }
+
+func vmYAMLOf(name, vmi string) string {
 	spec := vmi[strings.Index(vmi, "spec:\n")+len("spec:\n"):]
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: %s\nspec:\n  runStrategy: Halted\n  template:\n    metadata:\n      labels: {app: %s}\n    spec:\n", name, name)
@@ -234,9 +246,7 @@ func TestVMLifecycle(t *testing.T) {
 	env.WaitPrintable(t, ctx, name, "Stopped")
 
 	ok(env.Virtctl(ctx, time.Minute, "start", name))
-	if _, err := env.KubectlTimeout(ctx, 11*time.Minute, "wait", "vmi/"+name, "--for", "condition=Ready", "--timeout=10m"); err != nil {
-		t.Fatal(env.Explain(ctx, "default", err))
-	}
+	env.WaitReady(t, ctx, name)
 	env.WaitPrintable(t, ctx, name, "Running")
 	env.WaitCondition(t, ctx, "vm/"+name, "Ready", true)
 	firstUID := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.metadata.uid}"))
@@ -310,11 +320,7 @@ func TestLauncherMemory(t *testing.T) {
 	ok := must(t)
 	ctx := context.Background()
 	const name = "vmi-mem"
-	ok(env.KubectlStdin(ctx, vmiYAML(name), "create", "-f", "-"))
-	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
-	if _, err := env.KubectlTimeout(ctx, 11*time.Minute, "wait", "vmi/"+name, "--for", "condition=Ready", "--timeout=10m"); err != nil {
-		t.Fatal(env.Explain(ctx, "default", err))
-	}
+	createReady(t, ctx, name)
 	pod := env.LauncherPod(t, ctx, name)
 	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
 	out := ok(env.Kubectl(ctx, "exec", pod, "-c", "compute", "--", "ps", "--no-header", "axo", "rss,command"))
@@ -386,5 +392,85 @@ func TestRootAndNonRootPods(t *testing.T) {
 			env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
 			ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vmi", name, "--wait=true", "--timeout=90s"))
 		})
+	}
+}
+
+// TestPVCDiskSurvivesRestart boots a VM whose root disk is a PVC (a static
+// hostPath PV holding disk.img, KubeVirt's filesystem-mode layout): the
+// guest counts its boots on that disk, and the count goes on across a VM
+// restart, in a new pod.
+func TestPVCDiskSurvivesRestart(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	const name, claim = "vm-pvc", "pvc-root"
+	dir := filepath.Join(cluster.StateDir, "pv", claim)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(dir, "disk.img")
+	if err := guest.Guest.CopyRootDisk(img); err != nil {
+		t.Fatal(err)
+	}
+	// Non-root pods (107) write it.
+	for _, p := range []string{dir, img} {
+		if err := os.Chown(p, 107, 107); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pv := fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolume
+metadata: {name: %[1]s}
+spec:
+  capacity: {storage: 64Mi}
+  accessModes: [ReadWriteOnce]
+  volumeMode: Filesystem
+  storageClassName: manual
+  persistentVolumeReclaimPolicy: Retain
+  claimRef: {namespace: default, name: %[1]s}
+  hostPath: {path: %[2]s, type: Directory}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: %[1]s}
+spec:
+  accessModes: [ReadWriteOnce]
+  volumeMode: Filesystem
+  storageClassName: manual
+  volumeName: %[1]s
+  resources: {requests: {storage: 64Mi}}
+`, claim, dir)
+	ok(env.KubectlStdin(ctx, pv, "create", "-f", "-"))
+	t.Cleanup(func() {
+		env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=true", "--timeout=90s")
+		env.Kubectl(context.Background(), "delete", "pvc", claim, "--ignore-not-found")
+		env.Kubectl(context.Background(), "delete", "pv", claim, "--ignore-not-found")
+	})
+	vm := vmYAMLOf(name, vmiYAMLWithRoot(name, "persistentVolumeClaim:\n      claimName: "+claim))
+	ok(env.KubectlStdin(ctx, vm, "create", "-f", "-"))
+
+	counts := []string{}
+	for boot := 1; boot <= 2; boot++ {
+		if boot == 1 {
+			ok(env.Virtctl(ctx, time.Minute, "start", name))
+		} else {
+			ok(env.Virtctl(ctx, time.Minute, "stop", name))
+			if _, err := env.KubectlTimeout(ctx, 3*time.Minute, "wait", "vmi/"+name, "--for=delete", "--timeout=2m"); err != nil {
+				t.Fatalf("virtctl stop: %v", err)
+			}
+			ok(env.Virtctl(ctx, time.Minute, "start", name))
+		}
+		env.WaitPrintable(t, ctx, name, "Running")
+		env.WaitReady(t, ctx, name)
+		pod := env.LauncherPod(t, ctx, name)
+		env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
+		log := ok(env.Kubectl(ctx, "logs", pod, "-c", "guest-console-log"))
+		n, found := testguest.FindMarker(log, testguest.MarkerBootCount)
+		if !found {
+			t.Fatalf("boot %d: no %s on the console:\n%s", boot, testguest.MarkerBootCount, log)
+		}
+		counts = append(counts, n)
+	}
+	if counts[0] != "1" || counts[1] != "2" {
+		t.Errorf("boot counts on the PVC disk: %v, want [1 2] (the data of the first run kept)", counts)
 	}
 }

@@ -134,3 +134,12 @@ func (e *Env) WaitConsoleCount(t testing.TB, ctx context.Context, pod, marker st
 	}
 	t.Fatalf("pod %s: %q seen %d times on the guest console in 5 min, want %d; console:\n%s", pod, marker, testguest.CountMarker(out, marker), n, launchertest.Tail(out, 3000))
 }
+
+// WaitReady waits (10 min at most) for the VMI's Ready condition; on
+// timeout the error says what the namespace's pods and events show.
+func (e *Env) WaitReady(t testing.TB, ctx context.Context, vmi string) {
+	t.Helper()
+	if _, err := e.KubectlTimeout(ctx, 11*time.Minute, "wait", "vmi/"+vmi, "--for", "condition=Ready", "--timeout=10m"); err != nil {
+		t.Fatal(e.Explain(ctx, "default", err))
+	}
+}

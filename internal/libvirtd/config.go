@@ -187,7 +187,12 @@ func (c Config) qemuConf() string {
 	if c.Root {
 		b.WriteString("user = \"root\"\ngroup = \"root\"\n")
 		b.WriteString("namespaces = [ ]\ncgroup_controllers = [ ]\n")
-		b.WriteString("remember_owner = 0\n")
+		// QEMU runs as root here and can open what it needs as it is;
+		// with dynamic ownership libvirt would hand the serial console
+		// log (made by the launcher for the qemu user, as KubeVirt's is)
+		// to root, and the pod's guest-console-log container (uid 107)
+		// could no longer read it.
+		b.WriteString("dynamic_ownership = 0\nremember_owner = 0\n")
 	}
 	return b.String()
 }
