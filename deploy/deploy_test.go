@@ -93,7 +93,6 @@ func TestStaticBinaries(t *testing.T) {
 	}
 }
 
-
 // TestContainerfileMatchesMkrootfs: the Containerfile installs every package
 // deploy/mkrootfs puts in the image (`make image`), so the two builds give
 // the same tree.
