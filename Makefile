@@ -109,6 +109,9 @@ e2e-build: e2e-deps
 		kubevirt.io/kubevirt/cmd/virt-operator kubevirt.io/kubevirt/cmd/virt-api \
 		kubevirt.io/kubevirt/cmd/virt-controller kubevirt.io/kubevirt/cmd/virtctl kubevirt.io/kubevirt/cmd/virt-chroot \
 		kubevirt.io/kubevirt/tools/manifest-templator
+	# KubeVirt's hook sidecar shim and its smbios example hook (cmd/sidecars).
+	cd e2e/build/kubevirt && GONOSUMDB='$(KUBEVIRT_NOSUMDB)' $(GO) build -trimpath -ldflags '$(KUBEVIRT_LDFLAGS)' -o $(E2E_BIN)/sidecar-shim kubevirt.io/kubevirt/cmd/sidecars
+	cd e2e/build/kubevirt && GONOSUMDB='$(KUBEVIRT_NOSUMDB)' $(GO) build -trimpath -ldflags '$(KUBEVIRT_LDFLAGS)' -o $(E2E_BIN)/onDefineDomain kubevirt.io/kubevirt/cmd/sidecars/smbios
 	# virt-handler's node labeller reads KVM's capabilities through cgo.
 	cd e2e/build/kubevirt && GONOSUMDB='$(KUBEVIRT_NOSUMDB)' CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(KUBEVIRT_LDFLAGS)' -o $(E2E_BIN)/ \
 		kubevirt.io/kubevirt/cmd/virt-handler

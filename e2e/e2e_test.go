@@ -474,3 +474,34 @@ spec:
 		t.Errorf("boot counts on the PVC disk: %v, want [1 2] (the data of the first run kept)", counts)
 	}
 }
+
+// TestSidecarHook is KubeVirt's hook sidecar example: its sidecar-shim
+// with the smbios onDefineDomain hook sets the board manufacturer from an
+// annotation; the guest reads it from its DMI tables.
+func TestSidecarHook(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	image, err := env.PushSidecarImage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.SetFeatureGate(ctx, "Sidecar", true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.SetFeatureGate(context.Background(), "Sidecar", false) })
+	const name = "vmi-hook"
+	vmi := strings.Replace(vmiYAML(name), "  labels: {app: "+name+"}\n", fmt.Sprintf(`  labels: {app: %s}
+  annotations:
+    hooks.kubevirt.io/hookSidecars: '[{"args": ["--version", "v1alpha2"], "image": "%s"}]'
+    smbios.vm.kubevirt.io/baseBoardManufacturer: "Radical Edward"
+`, name, image), 1)
+	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
+	env.WaitReady(t, ctx, name)
+	pod := env.LauncherPod(t, ctx, name)
+	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
+	out := env.Console(t, ctx, name, "echo VL-BOARD-$(cat /sys/class/dmi/id/board_vendor)")
+	if !strings.Contains(out, "VL-BOARD-Radical Edward") {
+		t.Errorf("the guest's board vendor is not the hook's; console:\n%s", out)
+	}
+}

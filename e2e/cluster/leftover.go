@@ -367,15 +367,22 @@ func removeTables(ctx context.Context, bin string, before []string) error {
 // onlyKubeletChains says whether an `nft list table` listing has nothing
 // but KUBE-* chains and, in base chains, jumps to them.
 func onlyKubeletChains(listing string) bool {
-	chain := ""
+	chain, base := "", false
 	for _, line := range strings.Split(listing, "\n") {
 		f := strings.Fields(line)
 		switch {
-		case len(f) == 0 || f[0] == "}" || f[0] == "#" || strings.HasPrefix(f[0], "#"):
-		case f[0] == "table":
+		case len(f) == 0 || strings.HasPrefix(f[0], "#") || f[0] == "table":
+		case f[0] == "}":
+			// The end of a chain: one of someone else's (not a base
+			// chain, not KUBE-*) is not ours to delete.
+			if chain != "" && !base && !strings.HasPrefix(chain, "KUBE-") {
+				return false
+			}
+			chain = ""
 		case f[0] == "chain" && len(f) >= 2:
-			chain = f[1]
+			chain, base = f[1], false
 		case f[0] == "type": // a base chain's hook line
+			base = true
 		case strings.HasPrefix(chain, "KUBE-"):
 		default:
 			// A rule in a base chain: only "[counter packets N bytes N] jump KUBE-...".

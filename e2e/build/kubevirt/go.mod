@@ -150,6 +150,8 @@ require (
 )
 
 tool (
+	kubevirt.io/kubevirt/cmd/sidecars
+	kubevirt.io/kubevirt/cmd/sidecars/smbios
 	kubevirt.io/kubevirt/cmd/virt-api
 	kubevirt.io/kubevirt/cmd/virt-chroot
 	kubevirt.io/kubevirt/cmd/virt-controller
