@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -136,9 +137,6 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	if err != nil {
 		return fmt.Errorf("marshal domain XML: %w", err)
 	}
-	if err := initPrivateDir(m.cfg.Layout.VMIPrivateDir(string(v.UID)), m.cfg.Layout.SerialLog(string(v.UID))); err != nil {
-		return err
-	}
 	t0 := time.Now()
 	if err := m.cfg.Disks.Prepare(ctx, v, c.Volumes); err != nil {
 		return fmt.Errorf("prepare disks: %w", err)
@@ -149,8 +147,17 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 			return err
 		}
 	}
+	// Last before the define, so that a Sync failing before it leaves
+	// no console log behind.
+	created, err := initPrivateDir(m.cfg.Layout.VMIPrivateDir(string(v.UID)), m.cfg.Layout.SerialLog(string(v.UID)))
+	if err != nil {
+		return err
+	}
 	d, err := l.DomainDefineXMLFlags(xml, 0)
 	if err != nil {
+		if created {
+			os.Remove(m.cfg.Layout.SerialLog(string(v.UID)))
+		}
 		return fmt.Errorf("define domain %s: %w", dom.Name, err)
 	}
 	t2 := time.Now()
