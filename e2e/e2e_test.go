@@ -505,3 +505,39 @@ func TestSidecarHook(t *testing.T) {
 		t.Errorf("the guest's board vendor is not the hook's; console:\n%s", out)
 	}
 }
+
+// TestEFIAndTPM boots the guest with EFI firmware (OVMF loading the
+// kernel's EFI stub) and a TPM (swtpm in the launcher pod): the guest sees
+// EFI variables and /dev/tpm0 with an endorsement key. Not persistent: that
+// needs KubeVirt's backend-storage PVC (e2e/README.md).
+func TestEFIAndTPM(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	const name = "vmi-efi"
+	vmi := vmiYAML(name)
+	for _, r := range []struct{ old, new string }{
+		{"    firmware:\n", "    firmware:\n      bootloader:\n        efi: {secureBoot: false}\n"},
+		{"kernelPath: /boot/vmlinuz\n", "kernelPath: /boot/vmlinuz.efi\n"},
+		{"    devices:\n", "    devices:\n      tpm: {}\n"},
+	} {
+		if !strings.Contains(vmi, r.old) {
+			t.Fatalf("the VMI manifest has no %q", r.old)
+		}
+		vmi = strings.Replace(vmi, r.old, r.new, 1)
+	}
+	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
+	env.WaitReady(t, ctx, name)
+	pod := env.LauncherPod(t, ctx, name)
+	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
+	log := ok(env.Kubectl(ctx, "logs", pod, "-c", "guest-console-log"))
+	if rest, found := testguest.FindMarker(log, testguest.MarkerEFI); !found {
+		t.Errorf("the guest did not boot through EFI (no %s); console:\n%s", testguest.MarkerEFI, log)
+	} else {
+		t.Logf("%s %s", testguest.MarkerEFI, rest)
+	}
+	rest, found := testguest.FindMarker(log, testguest.MarkerTPM)
+	if f := strings.Fields(rest); !found || len(f) != 4 || f[0] != "/dev/tpm0" || f[1] != "ek" {
+		t.Errorf("the guest has no TPM with an endorsement key (%s %q); console:\n%s", testguest.MarkerTPM, rest, log)
+	}
+}

@@ -15,7 +15,7 @@ import (
 // GuestImages are the test guest (internal/testguest) as a cluster's
 // images: a containerdisk in KubeVirt's format (the disk at
 // /disk/disk.qcow2, owned by 107, the qemu user) and a kernelBoot
-// container (/boot/vmlinuz, /boot/initrd.img).
+// container (/boot/vmlinuz, /boot/vmlinuz.efi, /boot/initrd.img).
 type GuestImages struct {
 	Disk, Kernel string
 	Guest        *testguest.Guest
@@ -53,6 +53,8 @@ func (e *Env) PushTestGuest(ctx context.Context) (GuestImages, error) {
 	kernel := ociimage.Spec{
 		Files: []ociimage.File{
 			{Dst: "/boot/vmlinuz", Src: g.Kernel, Mode: 0o444},
+			// The bzImage with its EFI stub: OVMF boots only that.
+			{Dst: "/boot/vmlinuz.efi", Src: g.EFIKernel, Mode: 0o444},
 			{Dst: "/boot/initrd.img", Src: g.Initrd, Mode: 0o444},
 		},
 		Epoch:   epoch,
