@@ -541,3 +541,110 @@ func TestEFIAndTPM(t *testing.T) {
 		t.Errorf("the guest has no TPM with an endorsement key (%s %q); console:\n%s", testguest.MarkerTPM, rest, log)
 	}
 }
+
+// TestPersistentEFIAndTPM: a VM with persistent EFI NVRAM and TPM state,
+// which KubeVirt keeps on a backend-storage PVC it creates (10Mi, from the
+// default virt storage class). The suite stands in for a provisioner: a
+// no-provisioner storage class and a static hostPath PV for that claim.
+// The first boot writes an EFI variable; after stop, with the kernel
+// argument that wrote it removed, and start (a new pod), the guest still
+// reads it from NVRAM, and its TPM has the same endorsement key.
+func TestPersistentEFIAndTPM(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	const name = "vm-pefi"
+	dir := filepath.Join(cluster.StateDir, "pv", "backend-"+name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// What a provisioner with fsGroup support gives a non-root pod: group
+	// 107, group-writable, setgid. kubelet makes the pod's subPath
+	// directories (nvram, swtpm...) with the volume root's mode, as root.
+	if err := os.Chown(dir, 107, 107); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o775|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	storage := fmt.Sprintf(`apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: vl-e2e-local
+  annotations: {storageclass.kubevirt.io/is-default-virt-class: "true"}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: backend-%[1]s}
+spec:
+  capacity: {storage: 64Mi}
+  accessModes: [ReadWriteOnce]
+  volumeMode: Filesystem
+  storageClassName: vl-e2e-local
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: %[2]s, type: Directory}
+`, name, dir)
+	ok(env.KubectlStdin(ctx, storage, "apply", "-f", "-"))
+	t.Cleanup(func() {
+		bg := context.Background()
+		env.Kubectl(bg, "delete", "vm", name, "--ignore-not-found", "--wait=true", "--timeout=90s")
+		env.Kubectl(bg, "delete", "pvc", "-l", "persistent-state-for="+name, "--ignore-not-found")
+		env.Kubectl(bg, "delete", "pv", "backend-"+name, "--ignore-not-found")
+		env.Kubectl(bg, "delete", "storageclass", "vl-e2e-local", "--ignore-not-found")
+	})
+	token := fmt.Sprintf("kept%d", time.Now().UnixNano()%1e9)
+	vm := vmYAMLOf(name, vmiYAML(name))
+	for _, r := range []struct{ old, new string }{
+		{"        firmware:\n", "        firmware:\n          bootloader:\n            efi: {secureBoot: false, persistent: true}\n"},
+		{"kernelPath: /boot/vmlinuz\n", "kernelPath: /boot/vmlinuz.efi\n"},
+		{"        devices:\n", "        devices:\n          tpm: {persistent: true}\n"},
+		{"kernelArgs: \"" + testguest.DefaultCmdline + "\"", "kernelArgs: \"" + testguest.DefaultCmdline + " " + testguest.OptEFIVar("VlKeep", token) + "\""},
+	} {
+		if !strings.Contains(vm, r.old) {
+			t.Fatalf("the VM manifest has no %q:\n%s", r.old, vm)
+		}
+		vm = strings.Replace(vm, r.old, r.new, 1)
+	}
+	ok(env.KubectlStdin(ctx, vm, "create", "-f", "-"))
+
+	boot := func(n int) (efivar bool, ek string) {
+		t.Helper()
+		ok(env.Virtctl(ctx, time.Minute, "start", name))
+		env.WaitPrintable(t, ctx, name, "Running")
+		env.WaitReady(t, ctx, name)
+		pod := env.LauncherPod(t, ctx, name)
+		env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
+		log := ok(env.Kubectl(ctx, "logs", pod, "-c", "guest-console-log"))
+		if _, found := testguest.FindMarker(log, testguest.MarkerEFI); !found {
+			t.Fatalf("boot %d: not booted by EFI; console:\n%s", n, log)
+		}
+		rest, found := testguest.FindMarker(log, testguest.MarkerTPM)
+		f := strings.Fields(rest)
+		if !found || len(f) != 4 {
+			t.Fatalf("boot %d: no TPM endorsement key on the console (%q):\n%s", n, rest, log)
+		}
+		return strings.Contains(log, testguest.MarkerEFIVar+" VlKeep="+token), f[3]
+	}
+	wrote, ek1 := boot(1)
+	if !wrote {
+		t.Fatalf("the first boot did not write VlKeep=%s", token)
+	}
+	pvc := ok(env.Kubectl(ctx, "get", "pvc", "-o", "jsonpath={.items[*].metadata.name}"))
+	t.Logf("backend storage PVC: %s", pvc)
+	ok(env.Virtctl(ctx, time.Minute, "stop", name))
+	if _, err := env.KubectlTimeout(ctx, 3*time.Minute, "wait", "vmi/"+name, "--for=delete", "--timeout=2m"); err != nil {
+		t.Fatalf("virtctl stop: %v", err)
+	}
+	// The second boot no longer writes the variable: it can only come
+	// from the NVRAM kept on the PVC.
+	patch := fmt.Sprintf(`[{"op":"replace","path":"/spec/template/spec/domain/firmware/kernelBoot/kernelArgs","value":%q}]`, testguest.DefaultCmdline)
+	ok(env.Kubectl(ctx, "patch", "vm", name, "--type", "json", "-p", patch))
+	kept, ek2 := boot(2)
+	if !kept {
+		t.Errorf("after a restart the guest does not read VlKeep=%s from its NVRAM", token)
+	}
+	if ek1 != ek2 {
+		t.Errorf("the TPM's endorsement key changed across the restart: %s, then %s", ek1, ek2)
+	}
+}
