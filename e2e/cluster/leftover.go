@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -90,7 +89,8 @@ func cleanLeftovers(ctx context.Context, cfg Config, logf func(string, ...any)) 
 	}
 	var errs []error
 	errs = append(errs, killOurs(cfg.Bin, st.Pids))
-	errs = append(errs, unmountUnder(append([]string{KubeletDir, StateDir, RunDir}, st.CreatedDirs...)...))
+	// Nothing to unmount: the cluster mounts only in its own mount
+	// namespace (startInit), which is gone with its processes.
 	errs = append(errs, removeCgroups("kubepods"))
 	for _, name := range []string{Bridge} {
 		if l, err := netlink.LinkByName(name); err == nil {
@@ -190,61 +190,6 @@ func inKubepods(pid int) bool {
 	return false
 }
 
-// unmountUnder detaches every mount below the given directories, deepest
-// first. Mounts are read from our own mountinfo: the cluster's daemons run
-// in the host's mount namespace.
-func unmountUnder(dirs ...string) error {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		for _, d := range dirs {
-			if mp == d || strings.HasPrefix(mp, d+"/") {
-				points = append(points, mp)
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	var errs []error
-	for _, mp := range points {
-		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", mp, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space...).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // removeCgroups removes the cgroup NAME (kubelet's kubepods) and all below
 // it, in every hierarchy, deepest first. Its processes are gone by now.
 func removeCgroups(name string) error {
@@ -288,7 +233,7 @@ func removeCgroups(name string) error {
 
 // nftTables lists the machine's nftables tables as "FAMILY NAME".
 func nftTables(ctx context.Context, bin string) ([]string, error) {
-	out, err := run(ctx, 10*time.Second, cleanEnv(bin), "/usr/sbin/nft", "list", "tables")
+	out, err := Run(ctx, 10*time.Second, cleanEnv(bin), "", "/usr/sbin/nft", "list", "tables")
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +270,7 @@ func removeTables(ctx context.Context, bin string, before []string) error {
 		switch name {
 		case "kube-proxy":
 			if !had[t] {
-				if _, err := run(ctx, 10*time.Second, cleanEnv(bin), "/usr/sbin/nft", "delete", "table", family, name); err != nil {
+				if _, err := Run(ctx, 10*time.Second, cleanEnv(bin), "", "/usr/sbin/nft", "delete", "table", family, name); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -335,9 +280,9 @@ func removeTables(ctx context.Context, bin string, before []string) error {
 			continue
 		}
 		if !had[t] {
-			listing, err := run(ctx, 10*time.Second, cleanEnv(bin), "/usr/sbin/nft", "list", "table", family, name)
+			listing, err := Run(ctx, 10*time.Second, cleanEnv(bin), "", "/usr/sbin/nft", "list", "table", family, name)
 			if err == nil && onlyKubeletChains(listing) {
-				if _, err := run(ctx, 10*time.Second, cleanEnv(bin), "/usr/sbin/nft", "delete", "table", family, name); err != nil {
+				if _, err := Run(ctx, 10*time.Second, cleanEnv(bin), "", "/usr/sbin/nft", "delete", "table", family, name); err != nil {
 					errs = append(errs, err)
 				}
 				continue
@@ -358,7 +303,7 @@ func removeTables(ctx context.Context, bin string, before []string) error {
 		cmds = append(cmds, []string{"-X", "KUBE-KUBELET-CANARY"})
 		for _, args := range cmds {
 			// Best effort: a chain or rule that is not there is fine.
-			_, _ = run(ctx, 10*time.Second, cleanEnv(bin), ipt, append([]string{"-w", "5", "-t", name}, args...)...)
+			_, _ = Run(ctx, 10*time.Second, cleanEnv(bin), "", ipt, append([]string{"-w", "5", "-t", name}, args...)...)
 		}
 	}
 	return errors.Join(errs...)

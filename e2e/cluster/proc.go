@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -132,20 +133,36 @@ func (c *Cluster) logTail(name string, n int) string {
 	return "  " + strings.Join(lines, "\n  ")
 }
 
-// run runs a short command to completion, with a deadline.
-func run(ctx context.Context, timeout time.Duration, env []string, exe string, args ...string) (string, error) {
+// Run runs a short command to completion with a deadline, env as its
+// whole environment, and stdin (if any); it returns the command's stdout,
+// and an error carries its stderr. The one command runner of the suite.
+func Run(ctx context.Context, timeout time.Duration, env []string, stdin, exe string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Env = env
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return string(out), fmt.Errorf("%s %s: no answer in %s", exe, strings.Join(args, " "), timeout)
-		}
-		return string(out), fmt.Errorf("%s %s: %w: %s", exe, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
 	}
-	return string(out), nil
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		what := filepath.Base(exe) + " " + strings.Join(args, " ")
+		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return stdout.String(), fmt.Errorf("%s: no answer in %s: %s", what, timeout, strings.TrimSpace(stderr.String()))
+		case ctx.Err() != nil:
+			return stdout.String(), fmt.Errorf("%s: interrupted", what)
+		}
+		return stdout.String(), fmt.Errorf("%s: %w: %s", what, err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// run is Run as the cluster's own short commands need it: 10 s, the
+// daemons' clean environment, no input.
+func (c *Cluster) run(ctx context.Context, exe string, args ...string) (string, error) {
+	return Run(ctx, 10*time.Second, cleanEnv(c.cfg.Bin), "", exe, args...)
 }
 
 // startInit starts the cluster's own PID and mount namespaces, with
@@ -187,7 +204,7 @@ func (c *Cluster) startInit(ctx context.Context) error {
 
 // inNamespace runs a short command in the cluster's mount namespace.
 func (c *Cluster) inNamespace(ctx context.Context, exe string, args ...string) error {
-	_, err := run(ctx, 10*time.Second, cleanEnv(c.cfg.Bin), "/usr/bin/nsenter",
+	_, err := c.run(ctx, "/usr/bin/nsenter",
 		append([]string{"--target", strconv.Itoa(c.initPid), "--mount", "--", exe}, args...)...)
 	return err
 }

@@ -66,19 +66,15 @@ func (e *Env) PushTestGuest(ctx context.Context) (GuestImages, error) {
 	return gi, nil
 }
 
-// SidecarImage is KubeVirt's example hook sidecar, built as its release
+// PushSidecarImage pushes KubeVirt's example hook sidecar, built as its release
 // builds it (cmd/sidecars: the sidecar-shim entrypoint, the smbios example
-// as /usr/bin/onDefineDomain, uid 1001), pushed to the registry.
+// as /usr/bin/onDefineDomain, uid 1001), and returns its reference.
 func (e *Env) PushSidecarImage(ctx context.Context) (string, error) {
 	ref := e.Cluster.Registry() + "/kubevirt/example-hook-sidecar:" + KubeVirtVersion
-	passwd := []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot-user:x:1001:1001::/home/nonroot-user:/sbin/nologin\n")
 	spec := ociimage.Spec{
-		Files: []ociimage.File{
-			{Dst: "/tmp", Dir: true, Mode: 0o1777},
-			{Dst: "/etc/passwd", Data: passwd, Mode: 0o644},
-			{Dst: "/sidecar-shim", Src: filepath.Join(e.Bin, "sidecar-shim")},
-			{Dst: "/usr/bin/onDefineDomain", Src: filepath.Join(e.Bin, "onDefineDomain")},
-		},
+		Files: append(nonRootBase(),
+			ociimage.File{Dst: "/sidecar-shim", Src: filepath.Join(e.Bin, "sidecar-shim")},
+			ociimage.File{Dst: "/usr/bin/onDefineDomain", Src: filepath.Join(e.Bin, "onDefineDomain")}),
 		Epoch:   time.Unix(0, 0).UTC(),
 		Config:  ociimage.Config{Entrypoint: []string{"/sidecar-shim"}, User: "1001"},
 		FilesBy: "e2e/suite: KubeVirt's sidecar-shim and smbios hook " + KubeVirtVersion,

@@ -36,14 +36,9 @@ func (e *Env) kubevirtImage(component string) string {
 // which has those. And it pushes our launcher image.
 func (e *Env) pushKubeVirt(ctx context.Context) error {
 	epoch := time.Unix(0, 0).UTC()
-	passwd := []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot-user:x:1001:1001::/home/nonroot-user:/sbin/nologin\n")
 	for _, comp := range []string{"virt-operator", "virt-api", "virt-controller"} {
 		spec := ociimage.Spec{
-			Files: []ociimage.File{
-				{Dst: "/tmp", Dir: true, Mode: 0o1777},
-				{Dst: "/etc/passwd", Data: passwd, Mode: 0o644},
-				{Dst: "/usr/bin/" + comp, Src: filepath.Join(e.Bin, comp)},
-			},
+			Files:   append(nonRootBase(), ociimage.File{Dst: "/usr/bin/" + comp, Src: filepath.Join(e.Bin, comp)}),
 			Epoch:   epoch,
 			Config:  ociimage.Config{Entrypoint: []string{"/usr/bin/" + comp}, User: "1001"},
 			FilesBy: "e2e/suite: " + comp + " " + KubeVirtVersion,
@@ -75,6 +70,16 @@ func (e *Env) pushKubeVirt(ctx context.Context) error {
 		return fmt.Errorf("the launcher image: %w (run `make image`)", err)
 	}
 	return images.PushArchive(ctx, archive, e.LauncherImage())
+}
+
+// nonRootBase is what KubeVirt's passwd-image gives its non-root images
+// (BUILD.bazel): /etc/passwd with uid 1001, and a /tmp.
+func nonRootBase() []ociimage.File {
+	passwd := []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot-user:x:1001:1001::/home/nonroot-user:/sbin/nologin\n")
+	return []ociimage.File{
+		{Dst: "/tmp", Dir: true, Mode: 0o1777},
+		{Dst: "/etc/passwd", Data: passwd, Mode: 0o644},
+	}
 }
 
 // installKubeVirt installs KubeVirt as a cluster admin would: its operator

@@ -43,7 +43,7 @@ func (e *Env) Console(t testing.TB, ctx context.Context, vmi, line string) strin
 	ctx, cancel := context.WithTimeout(ctx, 45*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, e.tool("virtctl"), e.kubeconfig([]string{"console", vmi})...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + e.Cluster.Home()}
+	cmd.Env = e.env()
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

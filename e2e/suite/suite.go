@@ -4,13 +4,9 @@
 package suite
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/e2e/cluster"
@@ -97,29 +93,14 @@ func (e *Env) kubeconfig(args []string) []string {
 	return append([]string{"--kubeconfig", e.Cluster.Kubeconfig}, args...)
 }
 
-// command runs exe to completion with a deadline and a clean
-// environment, and returns its stdout; an error carries its stderr.
+// command runs exe with a deadline and a clean environment (cluster.Run).
 func (e *Env) command(ctx context.Context, timeout time.Duration, stdin, exe string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tool := filepath.Base(exe)
-	cmd := exec.CommandContext(ctx, exe, args...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + e.Cluster.Home()}
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return stdout.String(), fmt.Errorf("%s %s: no answer in %s: %s", tool, strings.Join(args, " "), timeout, strings.TrimSpace(stderr.String()))
-		}
-		if ctx.Err() != nil {
-			return stdout.String(), fmt.Errorf("%s %s: interrupted", tool, strings.Join(args, " "))
-		}
-		return stdout.String(), fmt.Errorf("%s %s: %w: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
+	return cluster.Run(ctx, timeout, e.env(), stdin, exe, args...)
+}
+
+// env is the whole environment of the tools the scenarios run.
+func (e *Env) env() []string {
+	return []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + e.Cluster.Home()}
 }
 
 // Down takes it all down.
