@@ -141,24 +141,38 @@ func (m *Manager) Screenshot(ctx context.Context, v *v1.VirtualMachineInstance) 
 		return "", nil, fmt.Errorf("screenshot: no domain is defined")
 	}
 	var buf limitedBuffer
-	buf.limit = maxScreenshot
 	var mime string
-	err = withContext(ctx, "screenshot of domain "+d.Name, func() error {
-		m, err := l.DomainScreenshot(d, &buf, 0, 0)
-		var lerr libvirt.Error
-		if err != nil && !errors.As(err, &lerr) && buf.Len() > 0 {
-			// go-libvirt decodes the reply (the MIME type) from the
-			// stream's closing packet, which is empty, so a screenshot
-			// that came whole ends in an XDR EOF. libvirt chose the
-			// format it asked QEMU for; the image's magic names it.
-			mime, err = imageMIME(buf.Bytes())
+	// go-libvirt decodes the reply (the MIME type) from the stream's
+	// closing packet, which is empty, so a screenshot that came whole ends
+	// in an XDR EOF. Seldom that closing packet is read before the data
+	// (seen once in a clean-clone run: an XDR EOF and no byte): then the
+	// screenshot is taken again, twice at most.
+	for attempt := 0; attempt < 3; attempt++ {
+		buf = limitedBuffer{limit: maxScreenshot}
+		var streamEOF bool
+		err = withContext(ctx, "screenshot of domain "+d.Name, func() error {
+			m, err := l.DomainScreenshot(d, &buf, 0, 0)
+			var lerr libvirt.Error
+			if err != nil && !errors.As(err, &lerr) {
+				if buf.Len() == 0 {
+					streamEOF = true
+					return err
+				}
+				// libvirt chose the format it asked QEMU for; the
+				// image's magic names it.
+				mime, err = imageMIME(buf.Bytes())
+				return err
+			}
+			if err == nil && len(m) > 0 {
+				mime = m[0]
+			}
 			return err
+		})
+		if !streamEOF || ctx.Err() != nil {
+			break
 		}
-		if err == nil && len(m) > 0 {
-			mime = m[0]
-		}
-		return err
-	})
+		m.log.Warn("screenshot came without data, taking it again", "domain", d.Name, "reason", err.Error())
+	}
 	if err != nil {
 		return "", nil, err
 	}
