@@ -222,6 +222,12 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	p.Cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "VIRT_LAUNCHER_BIN=" + filepath.Join(e.BinDir, "virt-launcher")}
 	p.Cmd.Stdout = p.Stdout
 	p.Cmd.Stderr = p.Stderr
+	// A process of the pod that left its process group (a daemonized
+	// helper) may still hold the output pipe when the monitor is gone:
+	// Wait gives up on the pipe after this instead of waiting for it
+	// (a failed test once hung 22 minutes in cleanup on it), and cleanup
+	// then kills what is left under the pod's directory.
+	p.Cmd.WaitDelay = 10 * time.Second
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
 	if p.net != nil {
 		// The launcher's DHCP server binds port 67 on the bridge: the one
