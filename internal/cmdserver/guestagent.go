@@ -10,6 +10,19 @@ import (
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 )
 
+// GuestAgent is the launcher's record of what the guest agent reported
+// (agent.Store is one).
+type GuestAgent interface {
+	GuestInfo() v1.VirtualMachineInstanceGuestAgentInfo
+	Users() []v1.VirtualMachineInstanceGuestOSUser
+	Filesystems() []v1.VirtualMachineInstanceFileSystem
+}
+
+// WithGuestAgent gives the server the guest agent data its GetGuestInfo,
+// GetUsers and GetFilesystems answer from. Without one they answer as
+// KubeVirt does before its poller has data.
+func WithGuestAgent(a GuestAgent) Option { return func(s *Server) { s.agent = a } }
+
 // The guest-agent RPCs answer what KubeVirt's launcher answers from its
 // agent store (virtwrap/manager.go GetGuestInfo, GetUsers, GetFilesystems;
 // cmd-server/server.go): always success, with the store's data in
@@ -18,20 +31,9 @@ import (
 // virt-handler only calls GetGuestInfo while the Domain reports the
 // org.qemu.guest_agent.0 channel connected, and aborts its status update
 // on an error, so an error here would freeze the VMI status.
-//
-// Issue 15 stage 1 has no agent poller: the store is always empty, so
-// these are KubeVirt's disconnected answers. Stage 2 (the agent poller,
-// guest-info, guest-get-users, guest-get-fsinfo, ...) fills the data.
-
-// emptyGuestInfo is KubeVirt's GuestAgentInfo with no agent data. Its
-// timezone is not empty: KubeVirt formats the zone and offset of an empty
-// record as "<zone>, <offset>", giving ", 0".
-func emptyGuestInfo() v1.VirtualMachineInstanceGuestAgentInfo {
-	return v1.VirtualMachineInstanceGuestAgentInfo{Timezone: fmt.Sprintf("%s, %d", "", 0)}
-}
 
 func (c *cmdServer) GetGuestInfo(context.Context, *cmdv1.EmptyRequest) (*cmdv1.GuestInfoResponse, error) {
-	data, err := json.Marshal(emptyGuestInfo())
+	data, err := json.Marshal(c.s.agent.GuestInfo())
 	if err != nil {
 		return &cmdv1.GuestInfoResponse{Response: fail(fmt.Sprintf("encode guest agent info: %v", err))}, nil
 	}
@@ -39,8 +41,7 @@ func (c *cmdServer) GetGuestInfo(context.Context, *cmdv1.EmptyRequest) (*cmdv1.G
 }
 
 func (c *cmdServer) GetUsers(context.Context, *cmdv1.EmptyRequest) (*cmdv1.GuestUserListResponse, error) {
-	// KubeVirt starts from an empty, non-nil list: "[]", never "null".
-	data, err := json.Marshal([]v1.VirtualMachineInstanceGuestOSUser{})
+	data, err := json.Marshal(c.s.agent.Users())
 	if err != nil {
 		return &cmdv1.GuestUserListResponse{Response: fail(fmt.Sprintf("encode guest user list: %v", err))}, nil
 	}
@@ -48,7 +49,7 @@ func (c *cmdServer) GetUsers(context.Context, *cmdv1.EmptyRequest) (*cmdv1.Guest
 }
 
 func (c *cmdServer) GetFilesystems(context.Context, *cmdv1.EmptyRequest) (*cmdv1.GuestFilesystemsResponse, error) {
-	data, err := json.Marshal([]v1.VirtualMachineInstanceFileSystem{})
+	data, err := json.Marshal(c.s.agent.Filesystems())
 	if err != nil {
 		return &cmdv1.GuestFilesystemsResponse{Response: fail(fmt.Sprintf("encode guest filesystems: %v", err))}, nil
 	}

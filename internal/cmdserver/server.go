@@ -27,6 +27,7 @@ import (
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/api/cmdinfo"
+	"github.com/virtlauncher/virtlauncher/internal/agent"
 )
 
 // SupportedCmdVersions is what CmdInfo.Info answers: virt-handler speaks
@@ -51,6 +52,8 @@ type Server struct {
 	skipSyncValidation bool
 	// podName is the launcher's pod (POD_NAME); empty when unknown.
 	podName string
+	// agent answers the guest-agent RPCs.
+	agent GuestAgent
 }
 
 // Option changes how a Server behaves.
@@ -68,7 +71,7 @@ func WithPodName(name string) Option { return func(s *Server) { s.podName = name
 // New makes a server driving m. It registers both services on one gRPC
 // server, as virt-handler expects them on one socket.
 func New(m Manager, log *slog.Logger, opts ...Option) *Server {
-	s := &Server{m: m, log: log}
+	s := &Server{m: m, log: log, agent: agent.NewStore()}
 	for _, o := range opts {
 		o(s)
 	}

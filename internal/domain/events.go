@@ -33,6 +33,10 @@ func (m *Manager) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-ch
 			if msg, isAgent := ev.(*libvirt.DomainEventCallbackAgentLifecycleMsg); isAgent {
 				m.handleAgent(ctx, msg)
 			}
+		case <-m.agent.Changed():
+			// The guest agent reported new interfaces, OS info or freeze
+			// state: KubeVirt's notifier sends the Domain again.
+			m.refresh(ctx, EventModified, true)
 		}
 	}
 }
@@ -138,6 +142,7 @@ func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
 		}
 	}
 	if !ok {
+		m.poller.Set(m.pollerContext(), false)
 		m.mu.Lock()
 		wasDefined := m.defined
 		m.defined = false
@@ -150,6 +155,8 @@ func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
 		}
 		return
 	}
+	m.agent.Overlay(&obj.Status)
+	m.switchPoller(obj, st)
 	m.mu.Lock()
 	m.cache = obj
 	if !m.defined {

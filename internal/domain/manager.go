@@ -24,6 +24,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
@@ -87,6 +88,10 @@ type Config struct {
 	// is unusable and emulation is not allowed.
 	HypervisorErr error
 
+	// AgentIntervals are the guest agent poller's periods; zero ones are
+	// KubeVirt's defaults.
+	AgentIntervals agent.Intervals
+
 	// Name, Namespace and UID are the VMI identity from the command line
 	// (--name, --namespace, --uid); empty ones are learnt from the first
 	// Sync. A Sync for another VMI is refused.
@@ -128,6 +133,14 @@ type Manager struct {
 
 	terminating atomic.Bool // set by BeginTermination: Sync refuses
 
+	// agent keeps what the guest agent reports; poller fills it while
+	// the guest runs with its agent connected (refresh switches it).
+	agent  *agent.Store
+	poller *agent.Poller
+	// runCtx is Run's context: the poller's lifetime (refresh may run
+	// under an RPC's shorter one).
+	runCtx context.Context
+
 	netStarted bool // opMu
 	netIfaces  map[string]facts.Interface
 	netStop    func() error
@@ -163,6 +176,8 @@ func New(cfg Config) *Manager {
 	}
 	m.md.UID = cfg.UID
 	m.md.GracePeriodSeconds = 30
+	m.agent = agent.NewStore()
+	m.poller = agent.NewPoller(m.agentCommand, m.agent, cfg.AgentIntervals, log.With("component", "guest-agent"))
 	return m
 }
 
@@ -176,6 +191,10 @@ func DomainName(namespace, name string) string { return namespace + "_" + name }
 const reconnectRecheck = 2 * time.Second
 
 func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	m.runCtx = ctx
+	m.mu.Unlock()
+	defer m.poller.Stop()
 	go m.sendLoop(ctx)
 	backoff := 20 * time.Millisecond
 	first := true

@@ -140,11 +140,11 @@ func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.FirmwareAutoSelection, "firmware-auto-selection", false, "let libvirt pick the firmware"+ignored)
 	fs.BoolVar(&o.KeepAfterFailure, "keep-after-failure", false, "monitor flag"+ignored)
 	fs.BoolVar(&o.AllowCrossArchEmulation, "allow-cross-arch-emulation", false, "allow emulating another architecture"+ignored)
-	fs.DurationVar(&o.AgentSysInterval, "qemu-agent-sys-interval", 120*time.Second, "guest agent system info poll period"+ignored)
-	fs.DurationVar(&o.AgentFileInterval, "qemu-agent-file-interval", 300*time.Second, "guest agent filesystem poll period"+ignored)
-	fs.DurationVar(&o.AgentUserInterval, "qemu-agent-user-interval", 10*time.Second, "guest agent user poll period"+ignored)
-	fs.DurationVar(&o.AgentVersionInterval, "qemu-agent-version-interval", 300*time.Second, "guest agent version poll period"+ignored)
-	fs.DurationVar(&o.FSFreezeStatusInterval, "qemu-fsfreeze-status-interval", 5*time.Second, "guest agent fsfreeze status poll period"+ignored)
+	fs.DurationVar(&o.AgentSysInterval, "qemu-agent-sys-interval", 120*time.Second, "guest agent poll period of interfaces, OS, host name and time zone")
+	fs.DurationVar(&o.AgentFileInterval, "qemu-agent-file-interval", 300*time.Second, "guest agent poll period of the file systems")
+	fs.DurationVar(&o.AgentUserInterval, "qemu-agent-user-interval", 10*time.Second, "guest agent poll period of the logged-in users")
+	fs.DurationVar(&o.AgentVersionInterval, "qemu-agent-version-interval", 300*time.Second, "guest agent poll period of its version and commands")
+	fs.DurationVar(&o.FSFreezeStatusInterval, "qemu-fsfreeze-status-interval", 5*time.Second, "guest agent poll period of the file-system freeze state")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: virt-launcher [flags]\n\n"+
 			"Runs one VirtualMachineInstance through a private libvirt daemon, driven over\n"+

@@ -95,14 +95,16 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			t.Errorf("--help does not list %s", a)
 		}
 	}
-	for _, f := range []string{"vm-stats-collector", "qemu-agent-sys-interval"} {
+	for _, f := range []string{"vm-stats-collector", "upgrade-ordinal-ifaces"} {
 		i := strings.Index(help, "-"+f)
 		if i < 0 || !strings.Contains(help[i:min(len(help), i+200)], "(accepted, ignored)") {
 			t.Errorf("--help does not mark %s as ignored", f)
 		}
 	}
-	if i := strings.Index(help, "-image-volume\n"); i < 0 || strings.Contains(help[i:min(len(help), i+250)], "(accepted, ignored)") {
-		t.Errorf("--help does not list --image-volume as honoured")
+	for _, f := range []string{"-image-volume\n", "-qemu-agent-sys-interval duration", "-qemu-fsfreeze-status-interval duration"} {
+		if i := strings.Index(help, f); i < 0 || strings.Contains(help[i:min(len(help), i+250)], "(accepted, ignored)") {
+			t.Errorf("--help does not list %s as honoured", strings.TrimSpace(f))
+		}
 	}
 	if !strings.Contains(help, "force-emulation") {
 		t.Error("--help lacks --force-emulation")

@@ -15,6 +15,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
@@ -149,6 +150,10 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		StartNetwork: func(ctx context.Context, v *v1.VirtualMachineInstance) (map[string]facts.Interface, func() error, error) {
 			return dhcp.Start(ctx, v, dhcp.Config{CacheDir: l.layout.PrivateDir, ResolvConf: l.opts.ResolvConf}, l.log)
 		},
+		AgentIntervals: agent.Intervals{
+			Sys: l.opts.AgentSysInterval, File: l.opts.AgentFileInterval, User: l.opts.AgentUserInterval,
+			Version: l.opts.AgentVersionInterval, FSFreezeStatus: l.opts.FSFreezeStatusInterval,
+		},
 		Name:      l.opts.Name,
 		Namespace: l.opts.Namespace,
 		UID:       l.opts.UID,
@@ -194,7 +199,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	sctx, scancel := context.WithCancel(context.Background())
 	sdone := make(chan struct{})
 	go func() {
-		if err := cmdserver.New(l.mgr, l.log, cmdserver.WithPodName(os.Getenv("POD_NAME"))).Serve(sctx, lis); err != nil {
+		if err := cmdserver.New(l.mgr, l.log, cmdserver.WithPodName(os.Getenv("POD_NAME")), cmdserver.WithGuestAgent(l.mgr.GuestAgent())).Serve(sctx, lis); err != nil {
 			l.log.Error("command server stopped", "reason", err.Error())
 		}
 		close(sdone)
