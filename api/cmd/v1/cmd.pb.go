@@ -1,4 +1,4 @@
-// Commands from virt-handler to the launcher (kubevirt-wire.md 1.3, 1.4).
+// Commands from virt-handler to the launcher (docs/kubevirt-wire.md 1.3, 1.4).
 // Wire-identical to KubeVirt's kubevirt.cmd.v1 package: the package name,
 // service and method names form the method paths, and the field numbers and
 // types form the encoding. Repeated scalars are packed (proto3 default), as

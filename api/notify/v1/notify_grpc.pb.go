@@ -1,4 +1,4 @@
-// Events from the launcher to virt-handler (kubevirt-wire.md 2.2).
+// Events from the launcher to virt-handler (docs/kubevirt-wire.md 2.2).
 // Wire-identical to KubeVirt's kubevirt.notify.v1 package. Note the method
 // name HandleK8sEvent with a lower-case "s": it is part of the method path.
 
