@@ -49,7 +49,9 @@ func (iv Intervals) groups() []group {
 		{[]string{CmdInfo}, iv.Version},
 		{[]string{CmdFSInfo}, iv.File},
 		{[]string{CmdFSFreezeState}, iv.FSFreezeStatus},
-		{[]string{CmdInterfaces, CmdOSInfo, CmdHostName, CmdTimezone}, iv.Sys},
+		// The Domain data last: when its change is sent, the host name
+		// and time zone of the same round are in the store already.
+		{[]string{CmdHostName, CmdTimezone, CmdOSInfo, CmdInterfaces}, iv.Sys},
 		{[]string{CmdUsers}, iv.User},
 	}
 }

@@ -3,14 +3,17 @@ package cmdserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "kubevirt.io/api/core/v1"
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
+	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -225,16 +228,31 @@ func (c *cmdServer) GetQemuVersion(ctx context.Context, _ *cmdv1.EmptyRequest) (
 	return &cmdv1.QemuVersionResponse{Response: ok(), Version: v}, nil
 }
 
-// Exec and GuestPing need the guest agent, which virtlauncher does not
-// drive. KubeVirt's server also returns a gRPC error when they fail.
-func (c *cmdServer) Exec(context.Context, *cmdv1.ExecRequest) (*cmdv1.ExecResponse, error) {
-	msg := notSupported("Exec")
-	return &cmdv1.ExecResponse{Response: fail(msg)}, status.Error(codes.Unimplemented, msg)
+// Exec runs a command in the guest through its agent (virt-handler's exec
+// probes). As in KubeVirt, a command that ran answers success with its exit
+// code and output, whatever the code; any other failure (no agent, a
+// timeout) answers a gRPC error, which is what virt-handler's client reads.
+func (c *cmdServer) Exec(ctx context.Context, req *cmdv1.ExecRequest) (*cmdv1.ExecResponse, error) {
+	out, err := c.s.m.Exec(ctx, req.DomainName, req.Command, req.Args, time.Duration(req.TimeoutSeconds)*time.Second)
+	var exit agent.ExitError
+	switch {
+	case err == nil:
+		return &cmdv1.ExecResponse{Response: ok(), StdOut: out}, nil
+	case errors.As(err, &exit):
+		return &cmdv1.ExecResponse{Response: ok(), StdOut: out, ExitCode: int32(exit.Code)}, nil
+	}
+	c.s.log.Warn("exec in the guest failed", "command", req.Command, "reason", err.Error())
+	return &cmdv1.ExecResponse{Response: fail(err.Error())}, status.Error(codes.Unknown, err.Error())
 }
 
-func (c *cmdServer) GuestPing(context.Context, *cmdv1.GuestPingRequest) (*cmdv1.GuestPingResponse, error) {
-	msg := notSupported("GuestPing")
-	return &cmdv1.GuestPingResponse{Response: fail(msg)}, status.Error(codes.Unimplemented, msg)
+// GuestPing asks the guest agent for a ping (virt-handler's
+// guestAgentPing probes); a failure is a gRPC error, as in KubeVirt.
+func (c *cmdServer) GuestPing(ctx context.Context, req *cmdv1.GuestPingRequest) (*cmdv1.GuestPingResponse, error) {
+	if err := c.s.m.GuestPing(ctx, req.DomainName); err != nil {
+		c.s.log.Warn("guest agent ping probe failed", "reason", err.Error())
+		return &cmdv1.GuestPingResponse{Response: fail(err.Error())}, status.Error(codes.Unknown, err.Error())
+	}
+	return &cmdv1.GuestPingResponse{Response: ok()}, nil
 }
 
 // GetVMStats answers like KubeVirt's launcher with the collector off.

@@ -37,6 +37,10 @@ func (nopManager) SyncVCPUs(context.Context, *v1.VirtualMachineInstance) error  
 func (nopManager) HotplugHostDevices(context.Context, *v1.VirtualMachineInstance) error {
 	return nil
 }
+func (nopManager) Exec(context.Context, string, string, []string, time.Duration) (string, error) {
+	return "", nil
+}
+func (nopManager) GuestPing(context.Context, string) error { return nil }
 func (nopManager) Screenshot(context.Context, *v1.VirtualMachineInstance) (string, []byte, error) {
 	return "", nil, nil
 }

@@ -2,6 +2,7 @@ package cmdserver
 
 import (
 	"context"
+	"time"
 
 	v1 "kubevirt.io/api/core/v1"
 
@@ -45,6 +46,11 @@ type Manager interface {
 	// hotplugs nothing).
 	SyncVCPUs(ctx context.Context, vmi *v1.VirtualMachineInstance) error
 	HotplugHostDevices(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	// Exec runs command in the guest through its agent and returns its
+	// standard output; a non-zero exit is an agent.ExitError.
+	Exec(ctx context.Context, domainName, command string, args []string, timeout time.Duration) (string, error)
+	// GuestPing pings the guest agent.
+	GuestPing(ctx context.Context, domainName string) error
 	// Screenshot returns the primary display's image and its MIME type.
 	Screenshot(ctx context.Context, vmi *v1.VirtualMachineInstance) (mime string, data []byte, err error)
 }

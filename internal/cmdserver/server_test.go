@@ -49,6 +49,11 @@ type fakeManager struct {
 	domain   *domainjson.Domain
 	version  string
 	panicOn  string
+	// Exec and GuestPing answers
+	execOut  string
+	execErr  error
+	pingErr  error
+	execArgs []string
 }
 
 func (f *fakeManager) record(op string, vmi *v1.VirtualMachineInstance, opts cmdserver.SyncOptions) error {
@@ -120,6 +125,19 @@ func (f *fakeManager) HotplugHostDevices(_ context.Context, v *v1.VirtualMachine
 }
 func (f *fakeManager) Screenshot(_ context.Context, v *v1.VirtualMachineInstance) (string, []byte, error) {
 	return "image/x-portable-pixmap", []byte("P6\n1 1\n255\n\x00\x00\x00"), f.record("Screenshot", v, cmdserver.SyncOptions{})
+}
+
+func (f *fakeManager) Exec(_ context.Context, domainName, command string, args []string, timeout time.Duration) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.execArgs = append([]string{domainName, command, timeout.String()}, args...)
+	return f.execOut, f.execErr
+}
+func (f *fakeManager) GuestPing(_ context.Context, domainName string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.execArgs = []string{domainName}
+	return f.pingErr
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -316,10 +334,10 @@ func TestUnsupportedRPCs(t *testing.T) {
 		// answered by the Manager or with nothing to do (hotplug_test.go)
 		"SyncVirtualMachineCPUs": true, "HotplugHostDevices": true, "CancelVirtualMachineMigration": true,
 		"SignalTargetPodCleanup": true, "GetScreenshot": true,
-		// KubeVirt's answers without agent data (guestagent_test.go)
-		"GetGuestInfo": true, "GetUsers": true, "GetFilesystems": true,
+		// the guest agent's (guestagent_test.go)
+		"GetGuestInfo": true, "GetUsers": true, "GetFilesystems": true, "Exec": true, "GuestPing": true,
 	}
-	grpcErr := map[string]codes.Code{"Exec": codes.Unimplemented, "GuestPing": codes.Unimplemented, "GetVMStats": codes.Unknown}
+	grpcErr := map[string]codes.Code{"GetVMStats": codes.Unknown}
 	svc := cmdv1.File_cmd_v1_cmd_proto.Services().ByName("Cmd")
 	methods := svc.Methods()
 	if methods.Len() != 36 {
@@ -361,8 +379,8 @@ func TestUnsupportedRPCs(t *testing.T) {
 			t.Errorf("%s: success=%v message=%q", name, success, msg)
 		}
 	}
-	if checked != 16 {
-		t.Errorf("checked %d unsupported RPCs, want 16", checked)
+	if checked != 14 {
+		t.Errorf("checked %d unsupported RPCs, want 14", checked)
 	}
 	if len(m.calls) != 0 {
 		t.Errorf("unsupported RPCs reached the manager: %+v", m.calls)

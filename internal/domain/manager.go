@@ -140,6 +140,9 @@ type Manager struct {
 	// runCtx is Run's context: the poller's lifetime (refresh may run
 	// under an RPC's shorter one).
 	runCtx context.Context
+	// probesPaused: the VMI's kubevirt.io/pause-guest-agent-probes
+	// annotation was true at the last Sync (GuestPing passes).
+	probesPaused atomic.Bool
 
 	netStarted bool // opMu
 	netIfaces  map[string]facts.Interface

@@ -29,6 +29,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts c
 	if err := m.checkIdentity(v, true); err != nil {
 		return err
 	}
+	m.syncProbesPaused(v)
 	if m.terminating.Load() {
 		// virt-handler keeps reconciling while the pod shuts down; an error
 		// would become a warning on the VMI. Nothing is defined, started or

@@ -64,6 +64,10 @@ const (
 	MarkerACPIIgnored = "VL-ACPI-IGNORED"
 	// "VL-POWEROFF": disks synced and unmounted, poweroff -f follows.
 	MarkerPowerOff = "VL-POWEROFF"
+	// "VL-AGENT /dev/vportNpM": the guest agent starts on that port (the
+	// one the host names org.qemu.guest_agent.0); not printed with
+	// vl.noagent=1 or when the VM has no such port.
+	MarkerAgent = "VL-AGENT"
 )
 
 // Kernel command-line options the init understands.
@@ -72,6 +76,7 @@ const (
 	OptPowerOff = "vl.poweroff=1" // power off right after booting
 	OptNoDHCP   = "vl.nodhcp=1"   // no DHCP on eth0
 	OptNoShell  = "vl.noshell=1"  // no shell on the console
+	OptNoAgent  = "vl.noagent=1"  // no guest agent
 )
 
 // EFIVarGUID is the vendor GUID of the EFI variables the guest writes and

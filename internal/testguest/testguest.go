@@ -3,7 +3,12 @@
 // modules the guest needs and an /init script that reports what it sees on
 // the serial console as VL-* marker lines (markers.go), and a small ext4 root
 // disk. Everything comes from Debian packages (linux-image-amd64,
-// busybox-static, e2fsprogs); nothing is downloaded.
+// busybox-static, e2fsprogs, qemu-guest-agent); nothing is downloaded.
+//
+// The guest runs a real qemu-guest-agent (Debian's qemu-ga with the shared
+// libraries it links, copied into the initramfs) on the
+// org.qemu.guest_agent.0 port when the VM has one, unless OptNoAgent is
+// given; /etc/os-release names the guest (OSName, OSID, OSVersionID).
 //
 // The result is cached, keyed by kernel version and a hash of everything that
 // goes into it, so only the first test run on a machine pays for the build.
@@ -47,7 +52,7 @@ var udhcpcScript []byte
 
 // buildVersion changes when the build itself changes in a way the inputs
 // hashed below do not show.
-const buildVersion = "3"
+const buildVersion = "4"
 
 // EFIKernelName is the file name of Guest.EFIKernel in KernelDir (and in a
 // kernelBoot container: kernelPath /vmlinuz.efi for a VMI booting by EFI).
@@ -82,6 +87,7 @@ type Sources struct {
 	ModulesDir string // holds <version>/modules.dep; default /lib/modules
 	Busybox    string // a static busybox; default /bin/busybox
 	Mkfs       string // mkfs.ext4; default from PATH
+	Agent      string // qemu-ga; default /usr/sbin/qemu-ga
 }
 
 func (s Sources) withDefaults() Sources {
@@ -96,6 +102,9 @@ func (s Sources) withDefaults() Sources {
 	}
 	if s.Mkfs == "" {
 		s.Mkfs = "mkfs.ext4"
+	}
+	if s.Agent == "" {
+		s.Agent = "/usr/sbin/qemu-ga"
 	}
 	return s
 }
@@ -136,7 +145,11 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := cacheKey(kver, kernel, s.Busybox, modDir, mods)
+	agentFiles, err := agentFiles(ctx, s.Agent)
+	if err != nil {
+		return nil, err
+	}
+	key, err := cacheKey(kver, kernel, s.Busybox, modDir, mods, agentFiles)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +182,7 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	if err := copyFile(kernel, filepath.Join(tmp, EFIKernelName)); err != nil {
 		return nil, err
 	}
-	if err := writeInitrd(filepath.Join(tmp, "initrd.img"), kver, s.Busybox, modDir, mods); err != nil {
+	if err := writeInitrd(filepath.Join(tmp, "initrd.img"), kver, s.Busybox, modDir, mods, agentFiles); err != nil {
 		return nil, fmt.Errorf("test guest initrd: %w", err)
 	}
 	if err := makeRootDisk(ctx, s.Mkfs, filepath.Join(tmp, "root.img")); err != nil {
@@ -223,12 +236,14 @@ func findKernel(bootDir, modulesDir string) (string, string, error) {
 }
 
 // cacheKey hashes everything the guest is made of.
-func cacheKey(kver, kernel, busybox, modDir string, mods []string) (string, error) {
+func cacheKey(kver, kernel, busybox, modDir string, mods, agentFiles []string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "v%s\x00%s\x00", buildVersion, kver)
 	h.Write(initScript)
 	h.Write(udhcpcScript)
-	for _, f := range append([]string{kernel, busybox}, prefixed(modDir, mods)...) {
+	h.Write(osRelease)
+	files := append([]string{kernel, busybox}, prefixed(modDir, mods)...)
+	for _, f := range append(files, agentFiles...) {
 		fi, err := os.Stat(f)
 		if err != nil {
 			return "", err
@@ -246,7 +261,7 @@ func prefixed(dir string, names []string) []string {
 	return out
 }
 
-func writeInitrd(path, kver, busybox, modDir string, mods []string) error {
+func writeInitrd(path, kver, busybox, modDir string, mods, agentFiles []string) error {
 	bb, err := os.ReadFile(busybox)
 	if err != nil {
 		return err
@@ -278,6 +293,10 @@ func writeInitrd(path, kver, busybox, modDir string, mods []string) error {
 	}
 	c.File("init", 0o755, initScript)
 	c.File("etc/udhcpc.script", 0o755, udhcpcScript)
+	c.File("etc/os-release", 0o644, osRelease)
+	if err := addAgent(c, agentFiles); err != nil {
+		return err
+	}
 
 	// Modules keep their paths below lib/modules/<version>, with a
 	// modules.dep of just these, so busybox modprobe works too.

@@ -245,8 +245,9 @@ func checkEvents(t *testing.T, p *pod, s *notifyServer) {
 		for _, bad := range badTimestamps(e.JSON) {
 			t.Errorf("event %d (%s): %s", i, e, bad)
 		}
-		// The test guest runs no agent: no event may claim its channel
-		// connected (virt-handler would then call GetGuestInfo).
+		// The test guest runs no agent here (vl.noagent=1): no event may
+		// claim its channel connected (virt-handler would then call
+		// GetGuestInfo).
 		if st, _ := agentChannelState(d); st == "connected" {
 			t.Errorf("event %d (%s) reports the %s channel connected; the guest runs no agent", i, e, guestAgentChannel)
 		}
@@ -382,7 +383,8 @@ func TestHandlerLifecycle(t *testing.T) {
 	p := startPod(t, "conf-life", true)
 	h, s := start(t, p)
 	t.Logf("launcher-sock after %v", time.Since(t0))
-	vmiJSON := handlerVMI(t, p)
+	// Without the guest agent: TestGuestAgent has it.
+	vmiJSON := handlerVMI(t, p, testguest.OptNoAgent)
 
 	syncWithConcurrentQueries(t, h, vmiJSON)
 	added := s.wait(t, 0, "ADDED", 30*time.Second, func(*kvshape.Domain) bool { return true })
@@ -441,7 +443,7 @@ func TestSIGTERMGracefulShutdown(t *testing.T) {
 	t0 := time.Now()
 	p := startPod(t, "conf-term", false)
 	h, s := start(t, p)
-	vmiJSON := handlerVMI(t, p)
+	vmiJSON := handlerVMI(t, p, testguest.OptNoAgent)
 	if err := h.vmiCall(t, "SyncVirtualMachine", h.cmd.SyncVirtualMachine, vmiJSON); err != nil {
 		t.Fatalf("%v", err)
 	}

@@ -2,10 +2,21 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
+	"net"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "kubevirt.io/api/core/v1"
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
 // guestAgentChannel is the virtio channel KubeVirt gives every guest and
@@ -65,5 +76,289 @@ func checkAgentDisconnected(t *testing.T, h *handler, data string) {
 		t.Errorf("%v (KubeVirt answers success without agent data)", err)
 	} else if list, err := kvshape.DecodeFilesystems([]byte(fs.GuestFilesystemsResponse)); err != nil || list == nil || len(list) != 0 {
 		t.Errorf("GetFilesystems = %q (%v), want KubeVirt's []", fs.GuestFilesystemsResponse, err)
+	}
+}
+
+// requiredAgentCommands are the commands virt-handler needs the agent to
+// have enabled, or it sets AgentVersionNotSupported (KubeVirt's
+// pkg/virt-handler/guestagent.go requiredGuestAgentCommands).
+var requiredAgentCommands = []string{
+	"guest-ping", "guest-get-time", "guest-info", "guest-shutdown", "guest-network-get-interfaces",
+	"guest-get-fsinfo", "guest-get-host-name", "guest-get-users", "guest-get-timezone", "guest-get-osinfo",
+}
+
+// TestGuestAgent: the test guest runs Debian's qemu-guest-agent. The
+// launcher reports its channel connected, polls it, and gives its data
+// where virt-handler reads it: the Domain status (the interface with the
+// address the guest got by DHCP and its MAC, the OS, the freeze state) in
+// an event and in GetDomain, and GetGuestInfo, GetUsers, GetFilesystems in
+// KubeVirt's types, with every command virt-handler requires. Pausing
+// stops the polling, unpausing starts it again; an agent that goes away
+// is reported disconnected, and connected again when it comes back.
+func TestGuestAgent(t *testing.T) {
+	t.Parallel()
+	p := startPod(t, "conf-agent", true)
+	// The guest asks the launcher's DHCP server for its address.
+	p.ExtraUserData = []string{"ip link set eth0 up", "udhcpc -i eth0 -s /etc/udhcpc.script -q -n -t 10 -T 2 >/dev/null 2>&1"}
+	h, s := start(t, p)
+	vmiJSON := handlerVMI(t, p)
+	if err := h.vmiCall(t, "SyncVirtualMachine", h.cmd.SyncVirtualMachine, vmiJSON); err != nil {
+		t.Fatalf("%v", err)
+	}
+	port := p.WaitConsole(testguest.MarkerAgent, bootTimeout)
+	lease, err := testguest.ParseDHCP(p.WaitConsole(testguest.MarkerDHCP, bootTimeout))
+	launchertest.Must(t, err)
+	guestIP := strings.Split(lease.Address, "/")[0]
+
+	connected := s.wait(t, 0, "agent channel connected", bootTimeout, func(d *kvshape.Domain) bool {
+		st, _ := agentChannelState(d)
+		return st == "connected"
+	})
+	// The poller's first round runs at once; the interfaces come with the
+	// sys group, the freeze state every 5 s.
+	withData := s.wait(t, connected, "agent data in the Domain status", 60*time.Second, func(d *kvshape.Domain) bool {
+		return d.Status.OSInfo.Name != "" && d.Status.FSFreezeStatus.Status != "" && len(d.Status.Interfaces) > 0 &&
+			d.Status.Interfaces[0].Ip != ""
+	})
+	ev := s.event(withData)
+	if ev.Type != "MODIFIED" {
+		t.Errorf("agent data came in a %s event, want MODIFIED", ev.Type)
+	}
+	checkAgentStatus(t, ev.Domain, guestIP, "event")
+	d, err := h.getDomain(t)
+	launchertest.Must(t, err)
+	dom, err := kvshape.Decode([]byte(d))
+	launchertest.Must(t, err)
+	checkAgentStatus(t, dom, guestIP, "GetDomain")
+
+	// The host name and time zone come in the round that brought the
+	// Domain data (before it), or the guest had not set its host name yet
+	// then: the next round (within 20 s) has it.
+	info := guestInfo(t, h)
+	for deadline := time.Now().Add(30 * time.Second); info.Hostname != lease.Hostname && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		info = guestInfo(t, h)
+	}
+	if info.GAVersion == "" {
+		t.Errorf("GetGuestInfo has no guestAgentVersion")
+	}
+	enabled := map[string]bool{}
+	for _, c := range info.SupportedCommands {
+		enabled[c.Name] = c.Enabled
+	}
+	for _, c := range requiredAgentCommands {
+		if !enabled[c] {
+			t.Errorf("GetGuestInfo: %s is not an enabled command (virt-handler would report AgentVersionNotSupported); commands %v", c, info.SupportedCommands)
+		}
+	}
+	if info.OS.ID != testguest.OSID || info.OS.Name != testguest.OSName || info.OS.VersionID != testguest.OSVersionID || info.OS.Machine != "x86_64" || info.OS.KernelRelease == "" {
+		t.Errorf("GetGuestInfo OS %+v, want the test guest's os-release (%s %s %s) on x86_64", info.OS, testguest.OSID, testguest.OSName, testguest.OSVersionID)
+	}
+	// The guest takes the host name the launcher's DHCP server offers.
+	if info.Hostname != lease.Hostname || info.Hostname == "" {
+		t.Errorf("GetGuestInfo hostname %q, want %q (the DHCP lease's)", info.Hostname, lease.Hostname)
+	}
+	if info.Timezone != "UTC, 0" {
+		t.Errorf("GetGuestInfo timezone %q, want the guest's \"UTC, 0\"", info.Timezone)
+	}
+	if info.FSFreezeStatus != "thawed" {
+		t.Errorf("GetGuestInfo fsFreezeStatus %q, want thawed", info.FSFreezeStatus)
+	}
+	if t.Failed() {
+		b, _ := json.Marshal(info)
+		t.Logf("GetGuestInfo: %s", b)
+	}
+	if !hasRootFS(info.FSInfo.Filesystems) {
+		t.Errorf("GetGuestInfo file systems %+v, want the root disk's ext4 at /mnt/root", info.FSInfo.Filesystems)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), shortDeadline)
+	defer cancel()
+	fs, err := h.cmd.GetFilesystems(ctx, &cmdv1.EmptyRequest{})
+	if err := failure(t, "GetFilesystems", fs.GetResponse(), err); err != nil {
+		t.Errorf("%v", err)
+	} else if list, err := kvshape.DecodeFilesystems([]byte(fs.GuestFilesystemsResponse)); err != nil || !hasRootFS(list) {
+		t.Errorf("GetFilesystems = %s (%v), want the root disk's ext4 at /mnt/root", fs.GuestFilesystemsResponse, err)
+	}
+	// Nobody logs in to the test guest: an empty list, not null.
+	us, err := h.cmd.GetUsers(ctx, &cmdv1.EmptyRequest{})
+	if err := failure(t, "GetUsers", us.GetResponse(), err); err != nil {
+		t.Errorf("%v", err)
+	} else if users, err := kvshape.DecodeUsers([]byte(us.GuestUserListResponse)); err != nil || users == nil {
+		t.Errorf("GetUsers = %q (%v), want a list", us.GuestUserListResponse, err)
+	}
+
+	checkProbes(t, h, p)
+
+	// Pause stops the polling, unpause starts it again.
+	starts := func() int { return strings.Count(p.Stderr.String(), "guest agent connected: polling it") }
+	if n := starts(); n != 1 {
+		t.Errorf("the poller started %d times before the pause, want 1", n)
+	}
+	launchertest.Must(t, h.vmiCall(t, "PauseVirtualMachine", h.cmd.PauseVirtualMachine, vmiJSON))
+	paused := s.wait(t, withData, "Paused", 30*time.Second, func(d *kvshape.Domain) bool { return d.Status.Status == "Paused" })
+	waitLog(t, p, "guest agent polling stopped", 10*time.Second)
+	launchertest.Must(t, h.vmiCall(t, "UnpauseVirtualMachine", h.cmd.UnpauseVirtualMachine, vmiJSON))
+	resumed := s.wait(t, paused, "Running again", 30*time.Second, func(d *kvshape.Domain) bool { return d.Status.Status == "Running" })
+	deadline := time.Now().Add(10 * time.Second)
+	for starts() < 2 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := starts(); n != 2 {
+		t.Errorf("the poller started %d times after the unpause, want 2", n)
+	}
+
+	// The agent goes away (killed on the guest's console shell) and comes
+	// back: the channel follows, in events.
+	typeOnConsole(t, p, "killall qemu-ga\n")
+	gone := s.wait(t, resumed, "agent channel disconnected", 60*time.Second, func(d *kvshape.Domain) bool {
+		st, _ := agentChannelState(d)
+		return st == "disconnected"
+	})
+	waitLog(t, p, "guest agent polling stopped", 10*time.Second)
+	// Without its agent the ping probe fails with a gRPC error and a
+	// GuestAgentPingFailed warning on the VMI.
+	pctx, pcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	_, err = h.cmd.GuestPing(pctx, &cmdv1.GuestPingRequest{DomainName: p.DomainName(), TimeoutSeconds: 10})
+	pcancel()
+	if err == nil {
+		t.Errorf("GuestPing succeeded with the agent gone")
+	} else {
+		t.Logf("GuestPing without the agent: %v", err)
+	}
+	waitK8sEvent(t, s, "GuestAgentPingFailed", 10*time.Second)
+	typeOnConsole(t, p, "LD_LIBRARY_PATH=/lib/x86_64-linux-gnu "+testguest.AgentPath+" -m virtio-serial -p "+strings.TrimSpace(port)+" -t /run -l /run/qemu-ga.log &\n")
+	s.wait(t, gone, "agent channel connected again", 60*time.Second, func(d *kvshape.Domain) bool {
+		st, _ := agentChannelState(d)
+		return st == "connected"
+	})
+
+	launchertest.Must(t, h.vmiCall(t, "KillVirtualMachine", h.cmd.KillVirtualMachine, vmiJSON))
+	launchertest.Must(t, h.vmiCall(t, "DeleteVirtualMachine", h.cmd.DeleteVirtualMachine, vmiJSON))
+	if code := p.ExitCode(60 * time.Second); code != 0 {
+		t.Errorf("monitor exit status %d, want 0", code)
+	}
+	p.AssertNothingLeft()
+}
+
+// checkAgentStatus: the Domain carries the agent's interface list (eth0
+// with the DHCP address and the domain interface's MAC, no loopback), its
+// OS and the freeze state.
+func checkAgentStatus(t *testing.T, d *kvshape.Domain, guestIP, where string) {
+	t.Helper()
+	if len(d.Spec.Devices.Interfaces) != 1 || d.Spec.Devices.Interfaces[0].MAC == nil {
+		t.Fatalf("%s: domain interfaces %+v, want one with a MAC", where, d.Spec.Devices.Interfaces)
+	}
+	mac := d.Spec.Devices.Interfaces[0].MAC.MAC
+	ifs := d.Status.Interfaces
+	if len(ifs) != 1 || ifs[0].InterfaceName != "eth0" || !strings.EqualFold(ifs[0].Mac, mac) || ifs[0].Ip != guestIP || !slices.Contains(ifs[0].IPs, guestIP) {
+		t.Errorf("%s: Status.Interfaces %+v, want eth0 with MAC %s and address %s (and no lo)", where, ifs, mac, guestIP)
+	}
+	if d.Status.OSInfo.Id != testguest.OSID || d.Status.OSInfo.Name != testguest.OSName {
+		t.Errorf("%s: Status.OSInfo %+v, want the test guest's (%s, %s)", where, d.Status.OSInfo, testguest.OSID, testguest.OSName)
+	}
+	if d.Status.FSFreezeStatus.Status != "thawed" {
+		t.Errorf("%s: Status.FSFreezeStatus %q, want thawed", where, d.Status.FSFreezeStatus.Status)
+	}
+}
+
+func guestInfo(t *testing.T, h *handler) *v1.VirtualMachineInstanceGuestAgentInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), shortDeadline)
+	defer cancel()
+	gi, err := h.cmd.GetGuestInfo(ctx, &cmdv1.EmptyRequest{})
+	if err := failure(t, "GetGuestInfo", gi.GetResponse(), err); err != nil {
+		t.Fatalf("%v", err)
+	}
+	info, err := kvshape.DecodeGuestInfo([]byte(gi.GuestInfoResponse))
+	if err != nil {
+		t.Fatalf("GetGuestInfo: %v\n%s", err, gi.GuestInfoResponse)
+	}
+	return info
+}
+
+func hasRootFS(list []v1.VirtualMachineInstanceFileSystem) bool {
+	for _, f := range list {
+		if f.MountPoint == "/mnt/root" && f.FileSystemType == "ext4" && f.TotalBytes > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// typeOnConsole writes to the guest's serial console (its shell).
+func typeOnConsole(t *testing.T, p *pod, text string) {
+	t.Helper()
+	c, err := net.DialTimeout("unix", p.Layout.SerialSocket(p.UID), 5*time.Second)
+	launchertest.Must(t, err)
+	defer c.Close()
+	launchertest.Must(t, c.SetDeadline(time.Now().Add(5*time.Second)))
+	_, err = c.Write([]byte(text))
+	launchertest.Must(t, err)
+	// Let QEMU hand the bytes to the guest before the connection closes.
+	time.Sleep(500 * time.Millisecond)
+}
+
+// waitLog waits for a line of the launcher's log.
+func waitLog(t *testing.T, p *pod, text string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(p.Stderr.String(), text) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the launcher's log after %v", text, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkProbes: virt-handler's exec and guestAgentPing probes through the
+// real agent: output and exit codes as KubeVirt reports them, a command
+// that outlives its timeout is an error, and a ping answers.
+func checkProbes(t *testing.T, h *handler, p *pod) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	exec := func(timeout int32, cmd string, args ...string) (*cmdv1.ExecResponse, error) {
+		return h.cmd.Exec(ctx, &cmdv1.ExecRequest{DomainName: p.DomainName(), Command: cmd, Args: args, TimeoutSeconds: timeout})
+	}
+	if r, err := exec(10, "/bin/sh", "-c", `echo "probe $((6*7))"; exit 0`); err != nil ||
+		!r.GetResponse().GetSuccess() || r.ExitCode != 0 || r.StdOut != "probe 42\n" {
+		t.Errorf("Exec echo = %+v, %v; want success, exit 0, %q", r, err, "probe 42\n")
+	}
+	if r, err := exec(10, "/bin/sh", "-c", "echo failing; exit 3"); err != nil || !r.GetResponse().GetSuccess() || r.ExitCode != 3 || r.StdOut != "failing\n" {
+		t.Errorf("Exec exit 3 = %+v, %v; want success with exit code 3 (KubeVirt's answer)", r, err)
+	}
+	t0 := time.Now()
+	if r, err := exec(2, "/bin/sleep", "30"); err == nil || status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "timed out") {
+		t.Errorf("Exec of a command outliving its 2 s timeout = %+v, %v; want a gRPC error saying it timed out", r, err)
+	} else if d := time.Since(t0); d > 10*time.Second {
+		t.Errorf("Exec with a 2 s timeout took %v", d)
+	}
+	if r, err := exec(5, "/no/such/command"); err == nil {
+		t.Errorf("Exec of a missing command = %+v, want an error", r)
+	}
+	if r, err := h.cmd.GuestPing(ctx, &cmdv1.GuestPingRequest{DomainName: p.DomainName(), TimeoutSeconds: 5}); err != nil || !r.GetResponse().GetSuccess() {
+		t.Errorf("GuestPing = %+v, %v; want success", r, err)
+	}
+	if _, err := h.cmd.GuestPing(ctx, &cmdv1.GuestPingRequest{DomainName: "other_vm", TimeoutSeconds: 5}); err == nil {
+		t.Errorf("GuestPing for another domain succeeded")
+	}
+}
+
+// waitK8sEvent waits for a Kubernetes event with reason on the notify
+// stream.
+func waitK8sEvent(t *testing.T, s *notifyServer, reason string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, e := range s.k8sEvents() {
+			if strings.Contains(e, reason) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s K8s event after %v; events %q", reason, timeout, s.k8sEvents())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

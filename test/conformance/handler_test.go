@@ -288,9 +288,9 @@ func peerPID(t *testing.T, sock string) int {
 
 // handlerVMI is the VMI JSON the handler sends: the full object with
 // apiVersion and kind left empty.
-func handlerVMI(t *testing.T, p *pod) []byte {
+func handlerVMI(t *testing.T, p *pod, kernelArgs ...string) []byte {
 	t.Helper()
-	v, err := loadVMI(vmiYAML(p))
+	v, err := loadVMI(p.VMIYAML(p.Name, kernelArgs...))
 	launchertest.Must(t, err)
 	v.APIVersion, v.Kind = "", ""
 	b, err := json.Marshal(v)

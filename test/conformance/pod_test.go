@@ -47,9 +47,6 @@ func startPod(t *testing.T, name string, withNet bool) *pod {
 	})
 }
 
-// vmiYAML is the pod's test VMI (its name as token).
-func vmiYAML(p *pod) string { return p.VMIYAML(p.Name) }
-
 // loadVMI parses and defaults the manifest as virt-api would have (the
 // handler sends the stored, defaulted object), in phase Scheduled as at the
 // first Sync.

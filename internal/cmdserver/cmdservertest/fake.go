@@ -5,11 +5,13 @@ package cmdservertest
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "kubevirt.io/api/core/v1"
 
@@ -89,6 +91,16 @@ func (f *Fake) SyncVCPUs(_ context.Context, vmi *v1.VirtualMachineInstance) erro
 func (f *Fake) HotplugHostDevices(_ context.Context, vmi *v1.VirtualMachineInstance) error {
 	return f.op("HotplugHostDevices", vmi)
 }
+
+// Exec fails: the fake has no guest agent.
+func (f *Fake) Exec(context.Context, string, string, []string, time.Duration) (string, error) {
+	return "", errNoAgent
+}
+
+// GuestPing fails: the fake has no guest agent.
+func (f *Fake) GuestPing(context.Context, string) error { return errNoAgent }
+
+var errNoAgent = errors.New("no guest agent in the fake manager")
 
 // Screenshot records the call and returns an empty PPM image, or Err.
 func (f *Fake) Screenshot(_ context.Context, vmi *v1.VirtualMachineInstance) (string, []byte, error) {

@@ -1,0 +1,103 @@
+package testguest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+//go:embed files/os-release
+var osRelease []byte
+
+// What the guest's /etc/os-release says, and so what the guest agent's
+// guest-get-osinfo reports.
+const (
+	OSName      = "virtlauncher test guest"
+	OSID        = "vltestguest"
+	OSVersionID = "1"
+)
+
+// AgentPath is where the guest agent is in the guest (run as /bin/qemu-ga).
+const AgentPath = "/bin/qemu-ga"
+
+// agentFiles returns the agent binary followed by the shared libraries
+// and the dynamic loader it needs, as the host's dynamic linker resolves
+// them (ldd): the guest is the host's Debian userland, in miniature.
+func agentFiles(ctx context.Context, agent string) ([]string, error) {
+	if _, err := os.Stat(agent); err != nil {
+		return nil, fmt.Errorf("test guest agent: %w (install qemu-guest-agent)", err)
+	}
+	cmd := exec.CommandContext(ctx, "ldd", agent)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", agent, err)
+	}
+	libs, err := parseLdd(out)
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", agent, err)
+	}
+	return append([]string{agent}, libs...), nil
+}
+
+// parseLdd reads ldd's output: "name => /path (addr)" for a library,
+// "/path (addr)" for the loader, and no path for the vDSO. A library ldd
+// could not find is an error.
+func parseLdd(out []byte) ([]string, error) {
+	var libs []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		if strings.Contains(line, "not found") {
+			return nil, fmt.Errorf("missing library: %s", line)
+		}
+		if _, after, ok := strings.Cut(line, "=> "); ok {
+			line = after
+		}
+		f := strings.Fields(line)
+		if len(f) > 0 && strings.HasPrefix(f[0], "/") {
+			libs = append(libs, f[0])
+		}
+	}
+	if len(libs) == 0 {
+		return nil, fmt.Errorf("no library in %q", out)
+	}
+	return libs, nil
+}
+
+// addAgent writes the agent as bin/qemu-ga and each library at the path
+// the host's loader found it, with its directories; symbolic links are
+// followed (the initramfs holds the files themselves).
+func addAgent(c *cpioWriter, files []string) error {
+	made := map[string]bool{"bin": true, "lib": true}
+	for i, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			c.File(strings.TrimPrefix(AgentPath, "/"), 0o755, data)
+			continue
+		}
+		rel := strings.TrimPrefix(filepath.Clean(f), "/")
+		var dirs []string
+		for d := filepath.Dir(rel); d != "." && !made[d]; d = filepath.Dir(d) {
+			dirs = append(dirs, d)
+		}
+		for j := len(dirs) - 1; j >= 0; j-- {
+			c.Dir(dirs[j], 0o755)
+			made[dirs[j]] = true
+		}
+		c.File(rel, 0o755, data)
+	}
+	return nil
+}
