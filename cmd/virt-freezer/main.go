@@ -1,8 +1,8 @@
 // Command virt-freezer freezes or thaws a VMI's guest file systems, run
 // from backup hooks inside the launcher pod like KubeVirt's virt-freezer.
 // It calls FreezeVirtualMachine / UnfreezeVirtualMachine on the command
-// socket. virtlauncher's launcher does not support them (they need the guest
-// agent), so with it virt-freezer exits non-zero with that message.
+// socket; the launcher freezes through the guest agent, so without a
+// connected agent virt-freezer exits non-zero with the launcher's reason.
 package main
 
 import (

@@ -41,6 +41,10 @@ func (nopManager) Exec(context.Context, string, string, []string, time.Duration)
 	return "", nil
 }
 func (nopManager) GuestPing(context.Context, string) error { return nil }
+func (nopManager) Freeze(context.Context, *v1.VirtualMachineInstance, time.Duration) error {
+	return nil
+}
+func (nopManager) Unfreeze(context.Context, *v1.VirtualMachineInstance) error { return nil }
 func (nopManager) Screenshot(context.Context, *v1.VirtualMachineInstance) (string, []byte, error) {
 	return "", nil, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	v1 "kubevirt.io/api/core/v1"
 
@@ -54,4 +55,19 @@ func (c *cmdServer) GetFilesystems(context.Context, *cmdv1.EmptyRequest) (*cmdv1
 		return &cmdv1.GuestFilesystemsResponse{Response: fail(fmt.Sprintf("encode guest filesystems: %v", err))}, nil
 	}
 	return &cmdv1.GuestFilesystemsResponse{Response: ok(), GuestFilesystemsResponse: string(data)}, nil
+}
+
+// FreezeVirtualMachine freezes the guest's file systems through its agent
+// (virt-freezer, snapshot and backup hooks), with KubeVirt's automatic thaw
+// after unfreezeTimeoutSeconds (0: none).
+func (c *cmdServer) FreezeVirtualMachine(ctx context.Context, req *cmdv1.FreezeRequest) (*cmdv1.Response, error) {
+	timeout := time.Duration(req.GetUnfreezeTimeoutSeconds()) * time.Second
+	return c.vmiOp(ctx, "FreezeVirtualMachine", &cmdv1.VMIRequest{Vmi: req.GetVmi()}, func(ctx context.Context, v *v1.VirtualMachineInstance) error {
+		return c.s.m.Freeze(ctx, v, timeout)
+	})
+}
+
+// UnfreezeVirtualMachine thaws the guest's file systems.
+func (c *cmdServer) UnfreezeVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "UnfreezeVirtualMachine", req, c.s.m.Unfreeze)
 }

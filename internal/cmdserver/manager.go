@@ -49,6 +49,10 @@ type Manager interface {
 	// Exec runs command in the guest through its agent and returns its
 	// standard output; a non-zero exit is an agent.ExitError.
 	Exec(ctx context.Context, domainName, command string, args []string, timeout time.Duration) (string, error)
+	// Freeze freezes the guest's file systems, thawing them by itself
+	// after unfreezeTimeout (zero: never) unless Unfreeze comes first.
+	Freeze(ctx context.Context, vmi *v1.VirtualMachineInstance, unfreezeTimeout time.Duration) error
+	Unfreeze(ctx context.Context, vmi *v1.VirtualMachineInstance) error
 	// GuestPing pings the guest agent.
 	GuestPing(ctx context.Context, domainName string) error
 	// Screenshot returns the primary display's image and its MIME type.

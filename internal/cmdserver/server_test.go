@@ -133,6 +133,12 @@ func (f *fakeManager) Exec(_ context.Context, domainName, command string, args [
 	f.execArgs = append([]string{domainName, command, timeout.String()}, args...)
 	return f.execOut, f.execErr
 }
+func (f *fakeManager) Freeze(_ context.Context, v *v1.VirtualMachineInstance, timeout time.Duration) error {
+	return f.record("Freeze "+timeout.String(), v, cmdserver.SyncOptions{})
+}
+func (f *fakeManager) Unfreeze(_ context.Context, v *v1.VirtualMachineInstance) error {
+	return f.record("Unfreeze", v, cmdserver.SyncOptions{})
+}
 func (f *fakeManager) GuestPing(_ context.Context, domainName string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -336,6 +342,7 @@ func TestUnsupportedRPCs(t *testing.T) {
 		"SignalTargetPodCleanup": true, "GetScreenshot": true,
 		// the guest agent's (guestagent_test.go)
 		"GetGuestInfo": true, "GetUsers": true, "GetFilesystems": true, "Exec": true, "GuestPing": true,
+		"FreezeVirtualMachine": true, "UnfreezeVirtualMachine": true,
 	}
 	grpcErr := map[string]codes.Code{"GetVMStats": codes.Unknown}
 	svc := cmdv1.File_cmd_v1_cmd_proto.Services().ByName("Cmd")
@@ -379,8 +386,8 @@ func TestUnsupportedRPCs(t *testing.T) {
 			t.Errorf("%s: success=%v message=%q", name, success, msg)
 		}
 	}
-	if checked != 14 {
-		t.Errorf("checked %d unsupported RPCs, want 14", checked)
+	if checked != 12 {
+		t.Errorf("checked %d unsupported RPCs, want 12", checked)
 	}
 	if len(m.calls) != 0 {
 		t.Errorf("unsupported RPCs reached the manager: %+v", m.calls)

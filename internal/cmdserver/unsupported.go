@@ -7,17 +7,9 @@ import (
 )
 
 // The RPCs below are features virtlauncher does not implement (migration,
-// hotplug, freeze, SEV, backup, ...). Each answers a failure Response
+// hotplug, SEV, backup, ...). Each answers a failure Response
 // with a non-empty message, which virt-handler reports as a failed
 // operation; none pretends to succeed.
-
-func (c *cmdServer) FreezeVirtualMachine(context.Context, *cmdv1.FreezeRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("FreezeVirtualMachine")), nil
-}
-
-func (c *cmdServer) UnfreezeVirtualMachine(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("UnfreezeVirtualMachine")), nil
-}
 
 func (c *cmdServer) MigrateVirtualMachine(context.Context, *cmdv1.MigrationRequest) (*cmdv1.Response, error) {
 	return fail(notSupported("MigrateVirtualMachine")), nil

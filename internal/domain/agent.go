@@ -66,9 +66,15 @@ func (m *Manager) switchPoller(d *domainjson.Domain, st libvirt.DomainState) {
 	m.poller.Set(m.pollerContext(), st == libvirt.DomainRunning && agentConnected(d))
 }
 
+// pollerContext is Run's context: what the manager starts in the
+// background (polling, automatic thaws, time sync) ends with it.
 func (m *Manager) pollerContext() context.Context {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.runContextLocked()
+}
+
+func (m *Manager) runContextLocked() context.Context {
 	if m.runCtx == nil {
 		return context.Background()
 	}

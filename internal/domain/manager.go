@@ -143,6 +143,10 @@ type Manager struct {
 	// probesPaused: the VMI's kubevirt.io/pause-guest-agent-probes
 	// annotation was true at the last Sync (GuestPing passes).
 	probesPaused atomic.Bool
+	// thawTimer is the pending automatic thaw after a Freeze (mu).
+	thawTimer *time.Timer
+	// timeCancel stops the time sync under way after an unpause (mu).
+	timeCancel context.CancelFunc
 
 	netStarted bool // opMu
 	netIfaces  map[string]facts.Interface

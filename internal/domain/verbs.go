@@ -37,7 +37,11 @@ func (m *Manager) Unpause(ctx context.Context, v *v1.VirtualMachineInstance) err
 		if st != libvirt.DomainPaused {
 			return nil
 		}
-		return l.DomainResume(d)
+		if err := l.DomainResume(d); err != nil {
+			return err
+		}
+		m.syncGuestTime()
+		return nil
 	})
 }
 

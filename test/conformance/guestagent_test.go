@@ -189,6 +189,7 @@ func TestGuestAgent(t *testing.T) {
 	}
 
 	checkProbes(t, h, p)
+	checkFreeze(t, h, s, p, vmiJSON)
 
 	// Pause stops the polling, unpause starts it again.
 	starts := func() int { return strings.Count(p.Stderr.String(), "guest agent connected: polling it") }
@@ -200,6 +201,8 @@ func TestGuestAgent(t *testing.T) {
 	waitLog(t, p, "guest agent polling stopped", 10*time.Second)
 	launchertest.Must(t, h.vmiCall(t, "UnpauseVirtualMachine", h.cmd.UnpauseVirtualMachine, vmiJSON))
 	resumed := s.wait(t, paused, "Running again", 30*time.Second, func(d *kvshape.Domain) bool { return d.Status.Status == "Running" })
+	// The guest's clock is set after the unpause.
+	waitLog(t, p, "guest time set after unpause", 30*time.Second)
 	deadline := time.Now().Add(10 * time.Second)
 	for starts() < 2 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
@@ -361,4 +364,37 @@ func waitK8sEvent(t *testing.T, s *notifyServer, reason string, timeout time.Dur
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// checkFreeze: Freeze and Unfreeze through the agent (the guest's ext4
+// root disk is frozen: the freeze state goes to the Domain), both
+// idempotent, and KubeVirt's automatic thaw after unfreezeTimeoutSeconds.
+func checkFreeze(t *testing.T, h *handler, s *notifyServer, p *pod, vmiJSON []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	freeze := func(timeout int32) error {
+		r, err := h.cmd.FreezeVirtualMachine(ctx, &cmdv1.FreezeRequest{Vmi: &cmdv1.VMI{VmiJson: vmiJSON}, UnfreezeTimeoutSeconds: timeout})
+		return failure(t, "FreezeVirtualMachine", r, err)
+	}
+	state := func(want string) func(*kvshape.Domain) bool {
+		return func(d *kvshape.Domain) bool { return d.Status.FSFreezeStatus.Status == want }
+	}
+	evs, _ := s.snapshot()
+	from := len(evs)
+	launchertest.Must(t, freeze(0))
+	launchertest.Must(t, freeze(0)) // frozen already: nothing to do
+	frozen := s.wait(t, from, "FSFreezeStatus frozen", 20*time.Second, state("frozen"))
+	if info := guestInfo(t, h); info.FSFreezeStatus != "frozen" {
+		t.Errorf("GetGuestInfo fsFreezeStatus %q after Freeze, want frozen", info.FSFreezeStatus)
+	}
+	for range 2 { // thawed already the second time: nothing to do
+		launchertest.Must(t, h.vmiCall(t, "UnfreezeVirtualMachine", h.cmd.UnfreezeVirtualMachine, vmiJSON))
+	}
+	thawed := s.wait(t, frozen, "FSFreezeStatus thawed", 20*time.Second, state("thawed"))
+	// Frozen with a 3 s timeout and never unfrozen: the launcher thaws.
+	launchertest.Must(t, freeze(3))
+	refrozen := s.wait(t, thawed, "FSFreezeStatus frozen again", 20*time.Second, state("frozen"))
+	waitLog(t, p, "unfreeze was not asked for in time", 20*time.Second)
+	s.wait(t, refrozen, "FSFreezeStatus thawed by the launcher", 20*time.Second, state("thawed"))
 }

@@ -97,6 +97,16 @@ func (f *Fake) Exec(context.Context, string, string, []string, time.Duration) (s
 	return "", errNoAgent
 }
 
+// Freeze records the call and returns Err.
+func (f *Fake) Freeze(_ context.Context, vmi *v1.VirtualMachineInstance, _ time.Duration) error {
+	return f.op("Freeze", vmi)
+}
+
+// Unfreeze records the call and returns Err.
+func (f *Fake) Unfreeze(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("Unfreeze", vmi)
+}
+
 // GuestPing fails: the fake has no guest agent.
 func (f *Fake) GuestPing(context.Context, string) error { return errNoAgent }
 

@@ -1,0 +1,179 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/agent"
+)
+
+// freezeCallTimeout bounds one freeze, thaw or time call to the daemon
+// (the agent itself answers within libvirt's 5 s, a freeze within its 60 s
+// at worst).
+const freezeCallTimeout = 90 * time.Second
+
+// fsFreezeStatus asks the agent whether the guest's file systems are
+// frozen ("frozen" or "thawed").
+func (m *Manager) fsFreezeStatus(ctx context.Context) (string, error) {
+	reply, err := m.agentCommand(ctx, `{"execute":"`+agent.CmdFSFreezeState+`"}`)
+	if err != nil {
+		return "", err
+	}
+	s := agent.NewStore()
+	if err := s.Record(agent.CmdFSFreezeState, reply); err != nil {
+		return "", err
+	}
+	// Keep the answer for the Domain too (the poller would within 5 s).
+	_ = m.agent.Record(agent.CmdFSFreezeState, reply)
+	return s.GuestInfo().FSFreezeStatus, nil
+}
+
+// Freeze freezes the guest's file systems through its agent
+// (virDomainFSFreeze), for consistent snapshots (virt-freezer, backup
+// hooks), as KubeVirt does: nothing to do when they are frozen already,
+// and, when unfreezeTimeout is not zero, a thaw of its own after that long
+// unless Unfreeze (or another Freeze) comes first, so a freezer that dies
+// cannot leave the guest frozen.
+func (m *Manager) Freeze(ctx context.Context, v *v1.VirtualMachineInstance, unfreezeTimeout time.Duration) error {
+	if err := m.checkIdentity(v, false); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, freezeCallTimeout)
+	defer cancel()
+	st, err := m.fsFreezeStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("freeze: file system freeze status: %w", err)
+	}
+	if st == "frozen" {
+		return nil
+	}
+	l, d, ok, err := m.lookupNow()
+	if err != nil {
+		return fmt.Errorf("freeze: %w", err)
+	}
+	if !ok {
+		return errors.New("freeze: no domain is defined")
+	}
+	var n int32
+	if err := withContext(ctx, "freeze file systems of "+d.Name, func() error {
+		var ferr error
+		n, ferr = l.DomainFsfreeze(d, nil, 0)
+		return ferr
+	}); err != nil {
+		return err
+	}
+	m.log.Info("guest file systems frozen", "count", n, "unfreezeTimeout", unfreezeTimeout.String())
+	m.scheduleThaw(v, unfreezeTimeout)
+	_, _ = m.fsFreezeStatus(ctx)
+	return nil
+}
+
+// Unfreeze thaws the guest's file systems (virDomainFSThaw); nothing to do
+// when they are thawed already. It cancels a pending automatic thaw.
+func (m *Manager) Unfreeze(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	if err := m.checkIdentity(v, false); err != nil {
+		return err
+	}
+	m.scheduleThaw(v, 0)
+	ctx, cancel := context.WithTimeout(ctx, freezeCallTimeout)
+	defer cancel()
+	// As KubeVirt: a thawed guest is left alone (its thaw hooks do not run
+	// twice); a failed status query still tries the thaw.
+	if st, err := m.fsFreezeStatus(ctx); err == nil && st == "thawed" {
+		return nil
+	}
+	l, d, ok, err := m.lookupNow()
+	if err != nil {
+		return fmt.Errorf("unfreeze: %w", err)
+	}
+	if !ok {
+		return errors.New("unfreeze: no domain is defined")
+	}
+	if err := withContext(ctx, "thaw file systems of "+d.Name, func() error {
+		_, terr := l.DomainFsthaw(d, nil, 0)
+		return terr
+	}); err != nil {
+		return err
+	}
+	m.log.Info("guest file systems thawed")
+	_, _ = m.fsFreezeStatus(ctx)
+	return nil
+}
+
+// scheduleThaw replaces the pending automatic thaw by one after timeout
+// (none when timeout is zero).
+func (m *Manager) scheduleThaw(v *v1.VirtualMachineInstance, timeout time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.thawTimer != nil {
+		m.thawTimer.Stop()
+		m.thawTimer = nil
+	}
+	if timeout <= 0 {
+		return
+	}
+	m.thawTimer = time.AfterFunc(timeout, func() {
+		m.log.Warn("unfreeze was not asked for in time: thawing the guest's file systems", "after", timeout.String())
+		if err := m.Unfreeze(m.pollerContext(), v); err != nil {
+			m.log.Error("automatic thaw failed", "reason", err.Error())
+		}
+	})
+}
+
+// syncGuestTime sets the guest's clock to the host's through the agent
+// (virDomainSetTime) after an unpause: a guest that was paused is behind
+// by the pause. It tries every second for up to a minute while the agent
+// is not responding, and gives up at once where the guest cannot do it.
+// Best effort, in the background; a newer call replaces an older one.
+// (KubeVirt does this after the first unpause of a launcher's life only;
+// every unpause leaves the clock behind, so we do it after each.)
+func (m *Manager) syncGuestTime() {
+	m.mu.Lock()
+	if m.timeCancel != nil {
+		m.timeCancel()
+	}
+	ctx, cancel := context.WithTimeout(m.runContextLocked(), time.Minute)
+	m.timeCancel = cancel
+	m.mu.Unlock()
+	go func() {
+		defer cancel()
+		var last error
+		for {
+			select {
+			case <-ctx.Done():
+				if last != nil && !errors.Is(ctx.Err(), context.Canceled) {
+					m.log.Warn("could not set the guest's time after unpause", "reason", last.Error())
+				}
+				return
+			case <-time.After(time.Second):
+			}
+			l, d, ok, err := m.lookupNow()
+			if err != nil || !ok {
+				last = fmt.Errorf("no domain: %v", err)
+				continue
+			}
+			now := time.Now()
+			err = withContext(ctx, "set guest time", func() error {
+				return l.DomainSetTime(d, now.Unix(), uint32(now.Nanosecond()), 0)
+			})
+			if err == nil {
+				m.log.Info("guest time set after unpause")
+				return
+			}
+			var le libvirt.Error
+			if errors.As(err, &le) {
+				switch libvirt.ErrorNumber(le.Code) {
+				case libvirt.ErrOperationUnsupported, libvirt.ErrArgumentUnsupported:
+					m.log.Warn("the guest's time cannot be set", "reason", err.Error())
+					return
+				}
+			}
+			last = err
+		}
+	}()
+}
