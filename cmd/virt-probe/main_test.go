@@ -1,7 +1,7 @@
 package main
 
 // The launcher side here is the real command server with a fake Manager
-// (cmdservertest): Exec and GuestPing never reach the Manager.
+// (cmdservertest), with a guest agent or without one.
 
 import (
 	"bytes"
@@ -14,16 +14,20 @@ import (
 
 func TestProbe(t *testing.T) {
 	sock := cmdservertest.Start(t, &cmdservertest.Fake{})
+	healthy := cmdservertest.Start(t, &cmdservertest.Fake{Agent: true, ExecOut: "ok"})
+	failing := cmdservertest.Start(t, &cmdservertest.Fake{Agent: true, ExecOut: "bad", ExecCode: 3})
+	exec := []string{"--domainName", "ns_vm", "--timeoutSeconds", "2", "--command", "cat", "--", "/tmp/healthy"}
 	cases := []struct {
 		name string
 		args []string
 		code int
 		msg  string
 	}{
-		{"exec not supported", []string{"--socket", sock, "--domainName", "ns_vm", "--timeoutSeconds", "2", "--command", "cat", "--", "/tmp/healthy"},
-			1, "Exec is not supported by virtlauncher"},
-		{"ping not supported", []string{"--socket", sock, "--domainName", "ns_vm", "--guestAgentPing"},
-			1, "GuestPing is not supported by virtlauncher"},
+		{"exec without agent", append([]string{"--socket", sock}, exec...), 1, "no guest agent in the fake manager"},
+		{"ping without agent", []string{"--socket", sock, "--domainName", "ns_vm", "--guestAgentPing"}, 1, "no guest agent in the fake manager"},
+		{"exec exits 0", append([]string{"--socket", healthy}, exec...), 0, ""},
+		{"exec exits 3", append([]string{"--socket", failing}, exec...), 3, ""},
+		{"ping", []string{"--socket", healthy, "--domainName", "ns_vm", "--guestAgentPing"}, 0, ""},
 		{"no launcher", []string{"--socket", filepath.Join(t.TempDir(), "none"), "--guestAgentPing"}, 1, "connect to launcher"},
 		{"nothing to do", []string{"--socket", sock}, 2, "--command or --guestAgentPing is required"},
 		{"bad timeout", []string{"--socket", sock, "--guestAgentPing", "--timeoutSeconds", "0"}, 2, "must be positive"},

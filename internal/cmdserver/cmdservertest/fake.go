@@ -15,6 +15,7 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
@@ -28,6 +29,11 @@ type Fake struct {
 	Dom     *domainjson.Domain
 	Stats   []byte
 	Version string
+	// Agent makes Exec and GuestPing answer as a guest agent would: Exec
+	// returns ExecOut and exits with ExecCode. Without it both fail.
+	Agent    bool
+	ExecOut  string
+	ExecCode int
 }
 
 func (f *Fake) op(name string, vmi *v1.VirtualMachineInstance) error {
@@ -92,9 +98,15 @@ func (f *Fake) HotplugHostDevices(_ context.Context, vmi *v1.VirtualMachineInsta
 	return f.op("HotplugHostDevices", vmi)
 }
 
-// Exec fails: the fake has no guest agent.
+// Exec answers ExecOut and ExecCode with Agent, else fails.
 func (f *Fake) Exec(context.Context, string, string, []string, time.Duration) (string, error) {
-	return "", errNoAgent
+	switch {
+	case !f.Agent:
+		return "", errNoAgent
+	case f.ExecCode != 0:
+		return f.ExecOut, agent.ExitError{Code: f.ExecCode}
+	}
+	return f.ExecOut, nil
 }
 
 // Freeze records the call and returns Err.
@@ -107,8 +119,13 @@ func (f *Fake) Unfreeze(_ context.Context, vmi *v1.VirtualMachineInstance) error
 	return f.op("Unfreeze", vmi)
 }
 
-// GuestPing fails: the fake has no guest agent.
-func (f *Fake) GuestPing(context.Context, string) error { return errNoAgent }
+// GuestPing succeeds with Agent, else fails.
+func (f *Fake) GuestPing(context.Context, string) error {
+	if !f.Agent {
+		return errNoAgent
+	}
+	return nil
+}
 
 var errNoAgent = errors.New("no guest agent in the fake manager")
 
