@@ -76,7 +76,8 @@ func TestVlctlVerbsByName(t *testing.T) {
 		}
 		return rows
 	}
-	addr := regexp.MustCompile(`^(\S+)\s+(\S+)\s+(\S+)\s+(\d+[smhd]\d*[smh]?)\s+(192\.168\.\d+\.\d+) \(netns (vlout-\S+)\)\s+(/\S+virt-serial0)$`)
+	// The guest's own address follows once its agent has reported it.
+	addr := regexp.MustCompile(`^(\S+)\s+(\S+)\s+(\S+)\s+(\d+[smhd]\d*[smh]?)\s+(192\.168\.\d+\.\d+) \(netns (vlout-\S+)\)(?:, \d+\.\d+\.\d+\.\d+ \(guest\))?\s+(/\S+virt-serial0)$`)
 	rows := ps()
 	netns := map[string]bool{}
 	for _, v := range vms {
