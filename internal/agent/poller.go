@@ -72,6 +72,12 @@ type Poller struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc // non-nil while on
 	wg     sync.WaitGroup
+	// callMu keeps one agent command in flight at a time: a command to a
+	// paused or hung agent holds one of the daemon's few request slots per
+	// client (libvirt's max_client_requests, 5) for libvirt's 5 s agent
+	// timeout, and five at once would stall the launcher's own calls
+	// (Pause, Unpause) behind them.
+	callMu sync.Mutex
 }
 
 // NewPoller makes a poller that keeps what run returns in store. Zero
@@ -150,6 +156,11 @@ func (p *Poller) poll(ctx context.Context, g group) {
 // skipped, as KubeVirt does: the next round tries again, and the data of
 // the last good answer stays.
 func (p *Poller) runOne(ctx context.Context, command string) {
+	p.callMu.Lock()
+	defer p.callMu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
 	cctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 	reply, err := p.run(cctx, `{"execute":"`+command+`"}`)
