@@ -103,6 +103,19 @@ func decodeReturn(command, reply string, v any) error {
 	return nil
 }
 
+// FSFreezeStatus decodes guest-fsfreeze-status' reply: "frozen" or
+// "thawed".
+func FSFreezeStatus(reply string) (string, error) {
+	var st string
+	if err := decodeReturn(CmdFSFreezeState, reply, &st); err != nil {
+		return "", err
+	}
+	if st == "" {
+		return "", fmt.Errorf("%s: empty status in reply %.200q", CmdFSFreezeState, reply)
+	}
+	return st, nil
+}
+
 // guestInterfaces turns guest-network-get-interfaces' reply into the
 // Domain's interface list as KubeVirt builds it (through libvirt's guest
 // info, which does the same): the loopback is left out, an alias such as

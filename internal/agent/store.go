@@ -71,85 +71,63 @@ const (
 // data. A reply that does not decode changes nothing and is an error.
 // Changed is signalled when data the Domain carries changed.
 func (s *Store) Record(command, reply string) error {
-	var domainChanged bool
 	switch command {
 	case CmdInfo:
-		var v Info
-		if err := decodeReturn(command, reply, &v); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.info = &v
-		s.mu.Unlock()
+		return record(s, command, reply, func(v Info) bool { s.info = &v; return false })
 	case CmdOSInfo:
-		var v OSInfo
-		if err := decodeReturn(command, reply, &v); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		domainChanged = s.os == nil || *s.os != v
-		s.os = &v
-		s.mu.Unlock()
+		return record(s, command, reply, func(v OSInfo) bool {
+			changed := s.os == nil || *s.os != v
+			s.os = &v
+			return changed
+		})
 	case CmdHostName:
-		var v struct {
+		return record(s, command, reply, func(v struct {
 			HostName string `json:"host-name"`
-		}
-		if err := decodeReturn(command, reply, &v); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.hostname = &v.HostName
-		s.mu.Unlock()
+		}) bool {
+			s.hostname = &v.HostName
+			return false
+		})
 	case CmdTimezone:
-		var v Timezone
-		if err := decodeReturn(command, reply, &v); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.timezone = &v
-		s.mu.Unlock()
+		return record(s, command, reply, func(v Timezone) bool { s.timezone = &v; return false })
 	case CmdUsers:
-		var v []User
-		if err := decodeReturn(command, reply, &v); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.users = v
-		s.mu.Unlock()
+		return record(s, command, reply, func(v []User) bool { s.users = v; return false })
 	case CmdFSInfo:
-		var v []Filesystem
-		if err := decodeReturn(command, reply, &v); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.fs = v
-		s.mu.Unlock()
+		return record(s, command, reply, func(v []Filesystem) bool { s.fs = v; return false })
 	case CmdInterfaces:
-		var v []Interface
-		if err := decodeReturn(command, reply, &v); err != nil {
-			return err
-		}
-		ifaces := guestInterfaces(v)
-		s.mu.Lock()
-		domainChanged = !s.ifSet || !reflect.DeepEqual(s.ifaces, ifaces)
-		s.ifaces, s.ifSet = ifaces, true
-		s.mu.Unlock()
+		return record(s, command, reply, func(v []Interface) bool {
+			ifaces := guestInterfaces(v)
+			changed := !s.ifSet || !reflect.DeepEqual(s.ifaces, ifaces)
+			s.ifaces, s.ifSet = ifaces, true
+			return changed
+		})
 	case CmdFSFreezeState:
-		var v string
-		if err := decodeReturn(command, reply, &v); err != nil {
+		st, err := FSFreezeStatus(reply)
+		if err != nil {
 			return err
 		}
-		if v == "" {
-			return fmt.Errorf("%s: empty status in reply %.200q", command, reply)
-		}
 		s.mu.Lock()
-		domainChanged = s.fsfreeze == nil || *s.fsfreeze != v
-		s.fsfreeze = &v
+		changed := s.fsfreeze == nil || *s.fsfreeze != st
+		s.fsfreeze = &st
 		s.mu.Unlock()
-	default:
-		return fmt.Errorf("%s: not a command the store keeps", command)
+		if changed {
+			s.notify()
+		}
+		return nil
 	}
-	if domainChanged {
+	return fmt.Errorf("%s: not a command the store keeps", command)
+}
+
+// record decodes reply into a T and hands it to keep under the store's
+// lock; keep stores it and tells whether data the Domain carries changed.
+func record[T any](s *Store, command, reply string, keep func(T) bool) error {
+	var v T
+	if err := decodeReturn(command, reply, &v); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	changed := keep(v)
+	s.mu.Unlock()
+	if changed {
 		s.notify()
 	}
 	return nil

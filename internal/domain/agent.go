@@ -24,12 +24,9 @@ const agentTimeoutDefault = -1
 // (virDomainQemuAgentCommand) and returns the agent's reply text. It does
 // not wait for a connection: without one there is no agent to ask.
 func (m *Manager) agentCommand(ctx context.Context, command string) (string, error) {
-	l, d, ok, err := m.lookupNow()
+	l, d, err := m.definedDomain()
 	if err != nil {
 		return "", err
-	}
-	if !ok {
-		return "", errors.New("no domain")
 	}
 	var reply libvirt.OptString
 	err = withContext(ctx, "guest agent command", func() error {
@@ -44,6 +41,19 @@ func (m *Manager) agentCommand(ctx context.Context, command string) (string, err
 		return "", errors.New("guest agent command: empty reply")
 	}
 	return reply[0], nil
+}
+
+// definedDomain is lookupNow for calls that need the domain: its absence
+// is an error.
+func (m *Manager) definedDomain() (*libvirt.Libvirt, libvirt.Domain, error) {
+	l, d, ok, err := m.lookupNow()
+	if err != nil {
+		return nil, libvirt.Domain{}, err
+	}
+	if !ok {
+		return nil, libvirt.Domain{}, errors.New("no domain is defined")
+	}
+	return l, d, nil
 }
 
 // agentConnected tells whether the Domain's guest agent channel is

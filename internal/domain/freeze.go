@@ -24,13 +24,13 @@ func (m *Manager) fsFreezeStatus(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s := agent.NewStore()
-	if err := s.Record(agent.CmdFSFreezeState, reply); err != nil {
+	st, err := agent.FSFreezeStatus(reply)
+	if err != nil {
 		return "", err
 	}
 	// Keep the answer for the Domain too (the poller would within 5 s).
 	_ = m.agent.Record(agent.CmdFSFreezeState, reply)
-	return s.GuestInfo().FSFreezeStatus, nil
+	return st, nil
 }
 
 // Freeze freezes the guest's file systems through its agent
@@ -52,12 +52,9 @@ func (m *Manager) Freeze(ctx context.Context, v *v1.VirtualMachineInstance, unfr
 	if st == "frozen" {
 		return nil
 	}
-	l, d, ok, err := m.lookupNow()
+	l, d, err := m.definedDomain()
 	if err != nil {
 		return fmt.Errorf("freeze: %w", err)
-	}
-	if !ok {
-		return errors.New("freeze: no domain is defined")
 	}
 	var n int32
 	if err := withContext(ctx, "freeze file systems of "+d.Name, func() error {
@@ -87,12 +84,9 @@ func (m *Manager) Unfreeze(ctx context.Context, v *v1.VirtualMachineInstance) er
 	if st, err := m.fsFreezeStatus(ctx); err == nil && st == "thawed" {
 		return nil
 	}
-	l, d, ok, err := m.lookupNow()
+	l, d, err := m.definedDomain()
 	if err != nil {
 		return fmt.Errorf("unfreeze: %w", err)
-	}
-	if !ok {
-		return errors.New("unfreeze: no domain is defined")
 	}
 	if err := withContext(ctx, "thaw file systems of "+d.Name, func() error {
 		_, terr := l.DomainFsthaw(d, nil, 0)

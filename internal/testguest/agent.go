@@ -78,7 +78,6 @@ func parseLdd(out []byte) ([]string, error) {
 // the host's loader found it, with its directories; symbolic links are
 // followed (the initramfs holds the files themselves).
 func addAgent(c *cpioWriter, files []string) error {
-	made := map[string]bool{"bin": true, "lib": true}
 	for i, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -89,14 +88,7 @@ func addAgent(c *cpioWriter, files []string) error {
 			continue
 		}
 		rel := strings.TrimPrefix(filepath.Clean(f), "/")
-		var dirs []string
-		for d := filepath.Dir(rel); d != "." && !made[d]; d = filepath.Dir(d) {
-			dirs = append(dirs, d)
-		}
-		for j := len(dirs) - 1; j >= 0; j-- {
-			c.Dir(dirs[j], 0o755)
-			made[dirs[j]] = true
-		}
+		c.Parents(rel)
 		c.File(rel, 0o755, data)
 	}
 	return nil

@@ -3,6 +3,7 @@ package testguest
 import (
 	"fmt"
 	"io"
+	"path"
 	"syscall"
 )
 
@@ -10,9 +11,10 @@ import (
 // an initramfs: a 110-byte ASCII header per entry, the name, the data, each
 // padded to 4 bytes, and a TRAILER!!! entry at the end.
 type cpioWriter struct {
-	w   io.Writer
-	ino uint32
-	err error
+	w    io.Writer
+	ino  uint32
+	err  error
+	dirs map[string]bool // directories written so far
 }
 
 func (c *cpioWriter) entry(name string, mode uint32, data []byte, rdevMajor, rdevMinor uint32) {
@@ -46,7 +48,25 @@ func (c *cpioWriter) pad(n int) {
 }
 
 // Dir, File, Symlink and CharDev add entries; names have no leading slash.
-func (c *cpioWriter) Dir(name string, perm uint32) { c.entry(name, syscall.S_IFDIR|perm, nil, 0, 0) }
+func (c *cpioWriter) Dir(name string, perm uint32) {
+	if c.dirs == nil {
+		c.dirs = map[string]bool{}
+	}
+	c.dirs[name] = true
+	c.entry(name, syscall.S_IFDIR|perm, nil, 0, 0)
+}
+
+// Parents adds the directories above name (relative, cleaned) that were
+// not written yet, outermost first, mode 0755.
+func (c *cpioWriter) Parents(name string) {
+	var missing []string
+	for d := path.Dir(name); d != "." && d != "/" && !c.dirs[d]; d = path.Dir(d) {
+		missing = append(missing, d)
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		c.Dir(missing[i], 0o755)
+	}
+}
 func (c *cpioWriter) File(name string, perm uint32, data []byte) {
 	c.entry(name, syscall.S_IFREG|perm, data, 0, 0)
 }

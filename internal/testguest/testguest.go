@@ -301,17 +301,6 @@ func writeInitrd(path, kver, busybox, modDir string, mods, agentFiles []string) 
 	// Modules keep their paths below lib/modules/<version>, with a
 	// modules.dep of just these, so busybox modprobe works too.
 	kdir := "lib/modules/" + kver
-	made := map[string]bool{"lib/modules": true}
-	mkdirs := func(p string) {
-		var parts []string
-		for d := filepath.Dir(p); d != "." && !made[d]; d = filepath.Dir(d) {
-			parts = append(parts, d)
-		}
-		for i := len(parts) - 1; i >= 0; i-- {
-			c.Dir(parts[i], 0o755)
-			made[parts[i]] = true
-		}
-	}
 	var order, dep bytes.Buffer
 	for _, m := range mods {
 		data, err := os.ReadFile(filepath.Join(modDir, m))
@@ -319,7 +308,7 @@ func writeInitrd(path, kver, busybox, modDir string, mods, agentFiles []string) 
 			return err
 		}
 		p := kdir + "/" + m
-		mkdirs(p)
+		c.Parents(p)
 		c.File(p, 0o644, data)
 		fmt.Fprintf(&order, "%s/%s\n", kver, m)
 		fmt.Fprintf(&dep, "%s:\n", m)
