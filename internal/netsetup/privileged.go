@@ -20,6 +20,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
 // BridgeMAC is the masquerade bridge's fixed MAC (KubeVirt's).
@@ -30,8 +31,15 @@ type PrivilegedConfig struct {
 	// QemuUID and QemuGID own the taps, so an unprivileged QEMU can open them.
 	QemuUID, QemuGID int
 	// CacheDir is the launcher's private dir (layout.Layout.PrivateDir):
-	// vif-cache-<podIface>.json and this package's restore state go there.
+	// vif-cache-<podIface>.json goes there, and the restore state too
+	// unless StateDir is set.
 	CacheDir string
+	// StateDir is where the bridge binding's restore state goes
+	// (netsetup-state-<podIface>.json). Teardown reads it back as root and
+	// restores the pod interface from it, so it belongs in a directory the
+	// launcher's user cannot write (vlctl run keeps it in its root-owned
+	// work dir). Empty: CacheDir.
+	StateDir string
 	Plan     PlanOptions
 }
 
@@ -243,7 +251,11 @@ type bridgeState struct {
 	Routes      []netlink.Route
 }
 
-func statePath(dir, podIface string) string {
+func statePath(cfg PrivilegedConfig, podIface string) string {
+	dir := cfg.StateDir
+	if dir == "" {
+		dir = cfg.CacheDir
+	}
 	return filepath.Join(dir, "netsetup-state-"+podIface+".json")
 }
 
@@ -316,10 +328,10 @@ func setupBridge(it Iface, cfg PrivilegedConfig, u *undo) error {
 		}
 	}
 	st := bridgeState{Placeholder: placeholderType(), MAC: attrs.HardwareAddr, Addrs: keep, Routes: saved}
-	if err := writeJSON(statePath(cfg.CacheDir, it.PodIface), st); err != nil {
+	if err := writeJSON(statePath(cfg, it.PodIface), st); err != nil {
 		return err
 	}
-	u.push(func() error { return os.Remove(statePath(cfg.CacheDir, it.PodIface)) })
+	u.push(func() error { return os.Remove(statePath(cfg, it.PodIface)) })
 	if err := putCache(cfg.CacheDir, c, u); err != nil {
 		return err
 	}
@@ -456,7 +468,9 @@ func teardownIface(it Iface, cfg PrivilegedConfig) error {
 	}
 	if it.Binding == BindingBridge {
 		var st bridgeState
-		b, err := os.ReadFile(statePath(cfg.CacheDir, it.PodIface))
+		// Never through a link, and never blocking on a FIFO: what is read
+		// here is acted on as root.
+		b, err := safefs.ReadFile(statePath(cfg, it.PodIface))
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			// never bridged (or already restored)
@@ -464,10 +478,10 @@ func teardownIface(it Iface, cfg PrivilegedConfig) error {
 			errs = append(errs, err)
 		default:
 			if err := json.Unmarshal(b, &st); err != nil {
-				errs = append(errs, fmt.Errorf("parse %s: %w", statePath(cfg.CacheDir, it.PodIface), err))
+				errs = append(errs, fmt.Errorf("parse %s: %w", statePath(cfg, it.PodIface), err))
 			} else if err := restorePodNIC(it, st); err != nil {
 				errs = append(errs, err)
-			} else if err := os.Remove(statePath(cfg.CacheDir, it.PodIface)); err != nil {
+			} else if err := os.Remove(statePath(cfg, it.PodIface)); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -615,8 +629,10 @@ func ensureAddr(l netlink.Link, p netip.Prefix, u *undo) error {
 }
 
 func putCache(dir string, c *VifCache, u *undo) error {
-	_, err := os.Stat(plan.CachePath(dir, c.Name))
-	existed := err == nil
+	// Only a regular file counts as an earlier run's cache: anything else
+	// (a link planted there) is replaced by ours, which a rollback removes.
+	st, err := os.Lstat(plan.CachePath(dir, c.Name))
+	existed := err == nil && st.Mode().IsRegular()
 	if err := plan.WriteVifCache(dir, c); err != nil {
 		return err
 	}
@@ -680,6 +696,9 @@ func writeSysctl(key, val string) error {
 	return nil
 }
 
+// writeJSON writes root's own state file atomically, replacing (never
+// writing through) whatever is at path: a link planted there by the
+// launcher's user gets root nowhere.
 func writeJSON(path string, v any) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
@@ -688,8 +707,8 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", path, err)
 	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if err := safefs.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("network restore state: %w", err)
 	}
 	return nil
 }

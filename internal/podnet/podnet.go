@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
 // Config describes the pod network. Zero fields take the defaults.
@@ -33,7 +34,9 @@ type Config struct {
 	MTU            int      // 1500
 	DNS            []string // nameservers written to the resolv.conf
 	Search         []string // search domains
-	// Dir is where resolv.conf is written (required).
+	// Dir is where resolv.conf is written (required): a directory only
+	// root can change when root runs this, since the pod's user must not
+	// be able to swap it (its last element may not be a link).
 	Dir string
 }
 
@@ -146,10 +149,12 @@ func New(cfg Config) (p *Pod, err error) {
 		fmt.Fprintf(&rc, "search %s\n", strings.Join(cfg.Search, " "))
 	}
 	rc.WriteString("options ndots:5\n")
-	p.ResolvConf = filepath.Join(cfg.Dir, "resolv.conf."+suffix)
-	if err = os.WriteFile(p.ResolvConf, []byte(rc.String()), 0o644); err != nil {
+	// Root writes it: never through a link at its name or in place of Dir.
+	rcPath := filepath.Join(cfg.Dir, "resolv.conf."+suffix)
+	if err = safefs.WriteFile(rcPath, []byte(rc.String()), 0o644); err != nil {
 		return p, fmt.Errorf("podnet resolv.conf: %w", err)
 	}
+	p.ResolvConf = rcPath
 	return p, nil
 }
 

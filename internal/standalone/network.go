@@ -52,13 +52,22 @@ func (r *runner) setupNetwork(ctx context.Context) error {
 			return fmt.Errorf("pod interface %s: %w", ifc.PodIface, err)
 		}
 	}
-	cfg := netsetup.PrivilegedConfig{QemuUID: r.owner.uid, QemuGID: r.owner.gid, CacheDir: r.layout.PrivateDir}
-	if err := netsetup.SetupPrivileged(ctx, pod.NS, r.vmi, cfg, r.log); err != nil {
+	// This runs before the hand-over: root alone can write the work dir.
+	// The vif caches in private/ go to the launcher's user with the rest
+	// of its directories (handOver).
+	if err := netsetup.SetupPrivileged(ctx, pod.NS, r.vmi, n.privileged(), r.log); err != nil {
 		return fmt.Errorf("network privileged phase: %w", err)
 	}
 	n.up = true
-	// The caches are read by the unprivileged launcher.
-	return chownTree(r.layout.PrivateDir, r.owner)
+	return nil
+}
+
+// privileged configures the privileged phase: the vif caches go to the
+// launcher's private dir, the restore state, which root acts on at the
+// end, to the work dir that stays root's.
+func (n *network) privileged() netsetup.PrivilegedConfig {
+	return netsetup.PrivilegedConfig{QemuUID: n.r.owner.uid, QemuGID: n.r.owner.gid,
+		CacheDir: n.r.layout.PrivateDir, StateDir: n.r.workDir}
 }
 
 // inPod runs fn (a fork) with the calling thread in the pod namespace, so the
@@ -81,8 +90,7 @@ func (n *network) printForwards(w io.Writer) {
 func (n *network) teardown() error {
 	var errs []error
 	if n.up {
-		cfg := netsetup.PrivilegedConfig{QemuUID: n.r.owner.uid, QemuGID: n.r.owner.gid, CacheDir: n.r.layout.PrivateDir}
-		if err := netsetup.TeardownPrivileged(context.Background(), n.pod.NS, n.r.vmi, cfg, n.r.log); err != nil {
+		if err := netsetup.TeardownPrivileged(context.Background(), n.pod.NS, n.r.vmi, n.privileged(), n.r.log); err != nil {
 			errs = append(errs, fmt.Errorf("network teardown: %w", err))
 		}
 	}

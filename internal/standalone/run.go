@@ -32,6 +32,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -183,6 +184,12 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	if err := run.setupNetwork(ctx); err != nil {
 		return false, err
 	}
+	if err := run.stageLauncher(); err != nil {
+		return false, err
+	}
+	if err := run.handOver(); err != nil {
+		return false, err
+	}
 	if err := run.startMonitor(); err != nil {
 		return false, err
 	}
@@ -258,7 +265,16 @@ type runner struct {
 	started bool        // the guest's domain ran: created disks are kept
 	log     *slog.Logger
 	workDir string
-	layout  layout.Layout
+	// dir is the work dir, open: root's writes there go through it and
+	// never follow a link (safefs). The work dir itself stays root's.
+	dir    *safefs.Dir
+	layout layout.Layout
+	// podDirs are the work dir's entries handed to the launcher's user.
+	podDirs []string
+	// bins are the monitor and launcher binaries to run, logFile their
+	// output, both staged before the hand-over.
+	bins    [2]string
+	logFile *os.File
 	net     *network
 	monitor *exec.Cmd
 	exited  chan struct{} // closed when the monitor has exited
@@ -266,8 +282,10 @@ type runner struct {
 	exitErr error
 }
 
-// prepare makes the working directory and links the local images where a
-// cluster would have mounted them.
+// prepare makes the working directory and links the user's disks and the
+// local images where a cluster would have mounted them. Root alone can
+// enter the directory until handOver, and everything is made through its
+// descriptor, never following a link.
 func (r *runner) prepare() error {
 	// The manifest's files are checked before anything is made.
 	if _, err := r.localImages(layout.Layout{}); err != nil {
@@ -276,31 +294,32 @@ func (r *runner) prepare() error {
 	if err := r.openDisks(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(r.cfg.WorkRoot, 0o755); err != nil {
-		return fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
-	}
-	dir, err := makeWorkDir(r.cfg.WorkRoot)
+	root, err := r.openWorkRoot()
 	if err != nil {
 		return err
 	}
-	r.workDir = dir
+	defer root.Close()
+	dir, d, err := makeWorkDir(root)
+	if err != nil {
+		return err
+	}
+	r.workDir, r.dir = dir, d
 	r.layout = layout.Under(dir)
 	l := r.layout
-	for _, d := range []string{l.ShareDir, l.SocketsDir(), l.PrivateDir, l.EphemeralDiskDir,
+	for _, p := range []string{l.ShareDir, l.SocketsDir(), l.PrivateDir, l.EphemeralDiskDir,
 		l.ContainerDiskDir, l.KernelBootDir(), l.HotplugDiskDir, l.LibvirtRunDir, l.BlockDeviceDir} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			return fmt.Errorf("create %s: %w", d, err)
+		rel, err := r.rel(p)
+		if err != nil {
+			return err
+		}
+		if err := r.dir.MkdirAll(rel, 0o750); err != nil {
+			return fmt.Errorf("create %s: %w", p, err)
+		}
+		if top, _, _ := strings.Cut(rel, "/"); !slices.Contains(r.podDirs, top) {
+			r.podDirs = append(r.podDirs, top)
 		}
 	}
-	// Made while root alone owns the tree: nothing below is followed.
 	if err := r.linkDisks(); err != nil {
-		return err
-	}
-	// The launcher runs as the unprivileged user and owns its pod directories.
-	if err := chownTree(dir, r.owner); err != nil {
-		return err
-	}
-	if err := os.Chmod(dir, 0o750); err != nil {
 		return err
 	}
 	links, err := r.localImages(l)
@@ -308,11 +327,55 @@ func (r *runner) prepare() error {
 		return err
 	}
 	for _, k := range links {
-		if err := os.Symlink(k.src, k.dst); err != nil {
+		rel, err := r.rel(k.dst)
+		if err != nil {
+			return err
+		}
+		if err := r.dir.Symlink(k.src, rel); err != nil {
 			return fmt.Errorf("%s: link: %w", k.field, err)
 		}
 	}
 	return nil
+}
+
+// rel is p relative to the work dir, for the safefs calls on r.dir.
+func (r *runner) rel(p string) (string, error) {
+	rel, err := filepath.Rel(r.workDir, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("%s is not below the work dir %s", p, r.workDir)
+	}
+	return rel, nil
+}
+
+// openWorkRoot makes the work root (0755) when missing and opens it. It is
+// refused when the launcher's user could change it or a directory above
+// it: root makes the run's directory there and removes it by name at the
+// end. A sticky directory such as /tmp is fine, since no other user can
+// rename or remove root's entries in it.
+func (r *runner) openWorkRoot() (*safefs.Dir, error) {
+	if err := os.MkdirAll(r.cfg.WorkRoot, 0o755); err != nil {
+		return nil, fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
+	}
+	real, err := resolveTrusted(r.cfg.WorkRoot, r.owner)
+	if err != nil {
+		return nil, fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
+	}
+	d, err := safefs.Open(real)
+	if err != nil {
+		return nil, fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
+	}
+	st, err := d.Stat()
+	// In a sticky directory only its owner may remove or rename others'
+	// entries.
+	if err == nil && changeableBy(int(st.Uid), int(st.Gid), os.FileMode(st.Mode).Perm(), r.owner) &&
+		(st.Mode&syscall.S_ISVTX == 0 || int(st.Uid) == r.owner.uid) {
+		err = fmt.Errorf("%s can be changed by user %s, which runs QEMU", real, r.owner.name)
+	}
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
+	}
+	return d, nil
 }
 
 // longestSocketSuffix is the longest path libvirt puts below a launcher's
@@ -324,45 +387,59 @@ const longestSocketSuffix = len("/private/libvirt/qemu/channel/target/domain-12-
 // maxSocketPath is the longest unix socket path (sun_path holds 108 bytes).
 const maxSocketPath = 107
 
-// makeWorkDir creates a work dir with a short random name under root, and
-// refuses a root so long that libvirt's sockets would not fit.
-func makeWorkDir(root string) (string, error) {
-	if len(root)+1+4+longestSocketSuffix > maxSocketPath {
-		return "", fmt.Errorf("--workdir %q: too long for unix socket paths below it (at most %d bytes)",
-			root, maxSocketPath-longestSocketSuffix-5)
+// makeWorkDir creates a work dir (0700, root's) with a short random name
+// in root, opens it, and refuses a root so long that libvirt's sockets
+// would not fit.
+func makeWorkDir(root *safefs.Dir) (string, *safefs.Dir, error) {
+	if len(root.Path())+1+4+longestSocketSuffix > maxSocketPath {
+		return "", nil, fmt.Errorf("--workdir %q: too long for unix socket paths below it (at most %d bytes)",
+			root.Path(), maxSocketPath-longestSocketSuffix-5)
 	}
 	for i := 0; i < 100; i++ {
 		var b [2]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			return "", err
+			return "", nil, err
 		}
-		dir := filepath.Join(root, hex.EncodeToString(b[:]))
-		err := os.Mkdir(dir, 0o700)
-		if err == nil {
-			return dir, nil
+		name := hex.EncodeToString(b[:])
+		err := root.Mkdir(name, 0o700)
+		if errors.Is(err, os.ErrExist) {
+			continue
 		}
-		if !errors.Is(err, os.ErrExist) {
-			return "", fmt.Errorf("work dir: %w", err)
+		if err != nil {
+			return "", nil, fmt.Errorf("work dir: %w", err)
+		}
+		d, err := root.OpenDir(name)
+		if err != nil {
+			root.Remove(name)
+			return "", nil, fmt.Errorf("work dir: %w", err)
+		}
+		return root.Join(name), d, nil
+	}
+	return "", nil, fmt.Errorf("work dir: no free name under %s", root.Path())
+}
+
+// handOver gives the launcher's user the pod directories (share/,
+// private/, ephemeral/, ...), owners changed through descriptors without
+// following links (safefs.ChownTree). The work dir itself stays root's,
+// mode 0750 with the user's group: the user can reach its directories but
+// can neither add nor replace anything root keeps there (launcher.log,
+// resolv.conf.*, bin/, the network's restore state). Everything root
+// writes into the tree is written before this.
+func (r *runner) handOver() error {
+	for _, top := range r.podDirs {
+		if err := r.dir.ChownTree(top, r.owner.uid, r.owner.gid); err != nil {
+			return fmt.Errorf("hand the work dir to user %s: %w", r.owner.name, err)
 		}
 	}
-	return "", fmt.Errorf("work dir: no free name under %s", root)
+	if err := r.dir.Chown(0, r.owner.gid); err != nil {
+		return err
+	}
+	return r.dir.Chmod(0o750)
 }
 
-func chownTree(root string, o ids) error { return ChownTree(root, o.uid, o.gid) }
-
-// ChownTree hands a directory tree (links themselves, not their targets)
-// to the launcher's user.
-func ChownTree(root string, uid, gid int) error {
-	return filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := os.Lchown(p, uid, gid); err != nil {
-			return fmt.Errorf("chown %s: %w", p, err)
-		}
-		return nil
-	})
-}
+// ChownTree hands a directory tree (links themselves, never their targets)
+// to uid:gid; see safefs.ChownTree. The bench uses it for its pod trees.
+func ChownTree(root string, uid, gid int) error { return safefs.ChownTree(root, uid, gid) }
 
 // link is a local file put where a cluster would have mounted it.
 type link struct {
@@ -420,11 +497,12 @@ func (r *runner) localImages(l layout.Layout) ([]link, error) {
 	return links, nil
 }
 
-// startMonitor starts virt-launcher-monitor as the unprivileged user, inside
-// the pod network namespace when there is one.
-func (r *runner) startMonitor() error {
-	l := r.layout
-	var bins [2]string
+// stageLauncher puts into the work dir, while root alone can write there,
+// what the monitor starts with: copies of the binaries when the launcher's
+// user cannot reach the build's, and launcher.log, the output of the
+// monitor, launcher and QEMU (a fresh file, O_EXCL and never through a
+// link: the fd is handed to QEMU).
+func (r *runner) stageLauncher() error {
 	for i, name := range []string{"virt-launcher-monitor", "virt-launcher"} {
 		b := filepath.Join(r.cfg.BinDir, name)
 		if _, err := os.Stat(b); err != nil {
@@ -435,13 +513,25 @@ func (r *runner) startMonitor() error {
 			// under /root, or in a mktemp -d directory): run a copy from
 			// the work dir, which goes away with the run.
 			var err error
-			if b, err = copyBinary(b, filepath.Join(r.workDir, "bin")); err != nil {
+			if b, err = copyBinary(b, r.dir, "bin"); err != nil {
 				return err
 			}
 		}
-		bins[i] = b
+		r.bins[i] = b
 	}
-	monitorBin, launcherBin := bins[0], bins[1]
+	f, err := r.dir.OpenFile("launcher.log", os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return fmt.Errorf("launcher log: %w", err)
+	}
+	r.logFile = f
+	return nil
+}
+
+// startMonitor starts virt-launcher-monitor as the unprivileged user, inside
+// the pod network namespace when there is one.
+func (r *runner) startMonitor() error {
+	l := r.layout
+	monitorBin, launcherBin := r.bins[0], r.bins[1]
 	grace := vmi.GracePeriodSeconds(r.vmi)
 	args := []string{
 		"--qemu-timeout", r.cfg.QemuTimeout.String(),
@@ -469,11 +559,7 @@ func (r *runner) startMonitor() error {
 	if r.cfg.Emulation || !kvmUsable() {
 		args = append(args, "--force-emulation")
 	}
-	logPath := filepath.Join(r.workDir, "launcher.log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
-	if err != nil {
-		return fmt.Errorf("launcher log: %w", err)
-	}
+	logFile := r.logFile
 	cmd := exec.Command(monitorBin, args...)
 	cmd.Env = append(os.Environ(), "VIRT_LAUNCHER_BIN="+launcherBin)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -494,42 +580,53 @@ func (r *runner) startMonitor() error {
 	if r.net != nil {
 		start = func() error { return r.net.inPod(cmd.Start) }
 	}
-	if err := start(); err != nil {
-		logFile.Close()
+	err := start()
+	// The child has its own copy; root keeps none.
+	logFile.Close()
+	r.logFile = nil
+	if err != nil {
 		return fmt.Errorf("start %s: %w", monitorBin, err)
 	}
-	logFile.Close()
 	r.monitor = cmd
 	r.exited = make(chan struct{})
 	go func() {
 		r.exitErr = cmd.Wait()
 		close(r.exited)
 	}()
-	r.log.Info("monitor started", "pid", cmd.Process.Pid, "workdir", r.workDir, "log", logPath)
+	r.log.Info("monitor started", "pid", cmd.Process.Pid, "workdir", r.workDir, "log", r.dir.Join("launcher.log"))
 	return nil
 }
 
 // capsCache makes sure the shared capability cache directory exists and
 // belongs to the launcher's user alone: libvirt trusts what it finds there,
-// so a directory anyone else can write is not used.
+// so a directory anyone else can write is not used. A new one is handed
+// over through its descriptor, never by path.
 func (r *runner) capsCache() (string, error) {
 	dir := r.cfg.CapsCache
 	if dir == "none" {
 		return "", nil
 	}
+	made := false
 	if err := os.Mkdir(dir, 0o700); err == nil {
-		if err := os.Chown(dir, r.owner.uid, r.owner.gid); err != nil {
-			return "", fmt.Errorf("chown %s: %w", dir, err)
-		}
+		made = true
 	} else if !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("create %s: %w", dir, err)
 	}
-	st, err := os.Lstat(dir)
+	d, err := safefs.Open(dir)
 	if err != nil {
 		return "", err
 	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if !st.IsDir() || !ok || int(sys.Uid) != r.owner.uid || st.Mode().Perm()&0o022 != 0 {
+	defer d.Close()
+	if made {
+		if err := d.Chown(r.owner.uid, r.owner.gid); err != nil {
+			return "", err
+		}
+	}
+	st, err := d.Stat()
+	if err != nil {
+		return "", err
+	}
+	if int(st.Uid) != r.owner.uid || st.Mode&0o022 != 0 {
 		return "", fmt.Errorf("%s must be a directory owned by %s and writable by it alone", dir, r.cfg.User)
 	}
 	return dir, nil
@@ -572,10 +669,19 @@ func reachable(path string, o ids) bool {
 	}
 }
 
-// copyBinary copies the executable src into dir (created 0755) and returns
-// the copy's path.
-func copyBinary(src, dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// copyBinary copies the executable src into the directory sub of d
+// (created 0755), never through a link, and returns the copy's path.
+func copyBinary(src string, d *safefs.Dir, sub string) (string, error) {
+	if err := d.MkdirAll(sub, 0o755); err != nil {
+		return "", err
+	}
+	sd, err := d.OpenDir(sub)
+	if err != nil {
+		return "", err
+	}
+	defer sd.Close()
+	// Whatever root's umask: the launcher's user must reach the copy.
+	if err := sd.Chmod(0o755); err != nil {
 		return "", err
 	}
 	in, err := os.Open(src)
@@ -583,16 +689,16 @@ func copyBinary(src, dir string) (string, error) {
 		return "", err
 	}
 	defer in.Close()
-	dst := filepath.Join(dir, filepath.Base(src))
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	name := filepath.Base(src)
+	out, err := sd.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
 	if err != nil {
 		return "", err
 	}
 	_, cerr := io.Copy(out, in)
-	if err := errors.Join(cerr, out.Close()); err != nil {
+	if err := errors.Join(cerr, out.Chmod(0o755), out.Close()); err != nil {
 		return "", fmt.Errorf("copy %s: %w", src, err)
 	}
-	return dst, nil
+	return sd.Join(name), nil
 }
 
 // capNetBindService is CAP_NET_BIND_SERVICE (linux/capability.h).
@@ -895,9 +1001,22 @@ func (r *runner) waitMonitor(timeout time.Duration) error {
 }
 
 // withLauncherLog adds the end of the launcher's log to an error, which is
-// where the reason usually is.
+// where the reason usually is. Only the last 64 KiB are read: the launcher
+// and QEMU write the file.
 func (r *runner) withLauncherLog(err error) error {
-	b, rerr := os.ReadFile(filepath.Join(r.workDir, "launcher.log"))
+	if r.dir == nil {
+		return err
+	}
+	f, rerr := r.dir.OpenRegular("launcher.log")
+	if rerr != nil {
+		return err
+	}
+	defer f.Close()
+	const tail = 64 << 10
+	if st, serr := f.Stat(); serr == nil && st.Size() > tail {
+		f.Seek(st.Size()-tail, io.SeekStart)
+	}
+	b, rerr := io.ReadAll(io.LimitReader(f, tail))
 	if rerr != nil || len(b) == 0 {
 		return err
 	}
@@ -939,6 +1058,12 @@ func (r *runner) cleanup() error {
 		}
 	}
 	r.releaseDisks()
+	if r.logFile != nil { // staged, the monitor never started
+		r.logFile.Close()
+		r.logFile = nil
+	}
+	// os.RemoveAll works through descriptors and does not follow links
+	// below the work dir, whose own parent only root can change.
 	if r.workDir != "" && !r.cfg.Keep {
 		if err := os.RemoveAll(r.workDir); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", r.workDir, err))
@@ -946,6 +1071,7 @@ func (r *runner) cleanup() error {
 	} else if r.workDir != "" {
 		fmt.Fprintf(r.cfg.Status, "vlctl: kept %s\n", r.workDir)
 	}
+	r.dir.Close()
 	return errors.Join(errs...)
 }
 

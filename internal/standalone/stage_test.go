@@ -4,15 +4,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
 // TestBinaryReach: a binary in a directory only root can enter is not
 // reachable by the launcher's user, and its copy is.
 func TestBinaryReach(t *testing.T) {
-	o, err := lookupUser("virtlauncher")
-	if err != nil {
-		t.Skip(err)
-	}
+	o := launcherUser(t)
 	// Not t.TempDir: its parent is 0700.
 	root, err := os.MkdirTemp("", "vlreach")
 	if err != nil {
@@ -38,7 +37,15 @@ func TestBinaryReach(t *testing.T) {
 	if !reachable(filepath.Join(open, "virt-launcher"), o) {
 		t.Error("a binary in a 0755 directory counts as unreachable")
 	}
-	dst, err := copyBinary(filepath.Join(private, "virt-launcher"), filepath.Join(root, "work", "bin"))
+	if err := os.Mkdir(filepath.Join(root, "work"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	work, err := safefs.Open(filepath.Join(root, "work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer work.Close()
+	dst, err := copyBinary(filepath.Join(private, "virt-launcher"), work, "bin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +55,7 @@ func TestBinaryReach(t *testing.T) {
 	if b, _ := os.ReadFile(dst); string(b) != "#!/bin/true\n" {
 		t.Errorf("copy holds %q", b)
 	}
-	if _, err := copyBinary(filepath.Join(private, "missing"), filepath.Join(root, "work", "bin")); err == nil {
+	if _, err := copyBinary(filepath.Join(private, "missing"), work, "bin"); err == nil {
 		t.Error("a missing binary was copied")
 	}
 }

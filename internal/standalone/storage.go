@@ -452,11 +452,16 @@ func owner(st os.FileInfo) int { return int(st.Sys().(*syscall.Stat_t).Uid) }
 // the directory st (by its mode bits; ACLs are not read).
 func changeable(st os.FileInfo, o ids) bool {
 	sys := st.Sys().(*syscall.Stat_t)
-	perm := st.Mode().Perm()
+	return changeableBy(int(sys.Uid), int(sys.Gid), st.Mode().Perm(), o)
+}
+
+// changeableBy is changeable for a directory with owner uid, group gid and
+// permission bits perm.
+func changeableBy(uid, gid int, perm os.FileMode, o ids) bool {
 	switch {
-	case int(sys.Uid) == o.uid:
+	case uid == o.uid:
 		return true
-	case int(sys.Gid) == o.gid && perm&0o020 != 0:
+	case gid == o.gid && perm&0o020 != 0:
 		return true
 	default:
 		return perm&0o002 != 0
@@ -552,17 +557,21 @@ func (r *runner) blankBootDisk() *userDisk {
 }
 
 // linkDisks puts a symlink to each user disk where the launcher looks for
-// it. It runs before the tree is handed to the launcher's user.
+// it. It runs before the tree is handed to the launcher's user, through
+// the work dir's descriptor.
 func (r *runner) linkDisks() error {
 	for _, d := range r.disks {
 		dst, err := d.link(r.layout)
+		if err == nil {
+			dst, err = r.rel(dst)
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", d.field, err)
 		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
+		if err := r.dir.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
 			return fmt.Errorf("%s: %w", d.field, err)
 		}
-		if err := os.Symlink(d.real, dst); err != nil {
+		if err := r.dir.Symlink(d.real, dst); err != nil {
 			return fmt.Errorf("%s %s: link it for the launcher: %w", d.field, d.path, err)
 		}
 	}

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
 // VifCache is what the privileged phase records for the unprivileged one,
@@ -50,7 +50,9 @@ func ReadVifCache(dir, podIface string) (*VifCache, error) {
 }
 
 // WriteVifCache writes atomically (rename) with mode 0644: the launcher may
-// run as another user and must read it; nothing in it is secret.
+// run as another user and must read it; nothing in it is secret. The
+// privileged side writes it as root, so a link at the file's name is
+// replaced, never written through, and a link in place of dir is refused.
 func WriteVifCache(dir string, c *VifCache) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create cache dir: %w", err)
@@ -59,24 +61,7 @@ func WriteVifCache(dir string, c *VifCache) error {
 	if err != nil {
 		return fmt.Errorf("encode vif cache of %s: %w", c.Name, err)
 	}
-	p := CachePath(dir, c.Name)
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".vif-cache-*")
-	if err != nil {
-		return fmt.Errorf("write vif cache of %s: %w", c.Name, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write vif cache of %s: %w", c.Name, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write vif cache of %s: %w", c.Name, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write vif cache of %s: %w", c.Name, err)
-	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
+	if err := safefs.WriteFile(CachePath(dir, c.Name), b, 0o644); err != nil {
 		return fmt.Errorf("write vif cache of %s: %w", c.Name, err)
 	}
 	return nil
