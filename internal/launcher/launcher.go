@@ -225,7 +225,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 			return ExitFatal, fatal("%s: %w", EnvStandaloneVMI, err)
 		}
 		sctx, c := context.WithTimeout(ctx, 2*time.Minute)
-		err = l.mgr.Sync(sctx, v, cmdserver.SyncOptions{})
+		err = l.mgr.Sync(sctx, v, domain.SyncOptions{})
 		c()
 		if err != nil {
 			return ExitFatal, fatal("%s: sync: %w", EnvStandaloneVMI, err)

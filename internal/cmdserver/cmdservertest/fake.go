@@ -16,6 +16,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
@@ -44,7 +45,7 @@ func (f *Fake) Calls() []string {
 	return append([]string(nil), f.Ops...)
 }
 
-func (f *Fake) Sync(_ context.Context, vmi *v1.VirtualMachineInstance, _ cmdserver.SyncOptions) error {
+func (f *Fake) Sync(_ context.Context, vmi *v1.VirtualMachineInstance, _ domain.SyncOptions) error {
 	return f.op("Sync", vmi)
 }
 func (f *Fake) Pause(_ context.Context, vmi *v1.VirtualMachineInstance) error {
