@@ -19,6 +19,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -309,7 +310,7 @@ func (p *Pod) Start() {
 	p.T.Helper()
 	p.Started = time.Now()
 	if p.net != nil {
-		Must(p.T, netsetup.InNS(p.net.NS, p.Cmd.Start))
+		Must(p.T, plan.InNS(p.net.NS, p.Cmd.Start))
 	} else {
 		Must(p.T, p.Cmd.Start())
 	}
