@@ -183,7 +183,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 			if emulation {
 				virtType = "qemu"
 			}
-			if err := l.mgr.WarmCapabilities(mctx, libvirtArch(runtime.GOARCH), virtType); err != nil {
+			if err := l.mgr.WarmCapabilities(mctx, facts.LibvirtArch(runtime.GOARCH), virtType); err != nil {
 				l.log.Warn("probe QEMU capabilities ahead of the first Sync", "reason", err.Error())
 				return
 			}

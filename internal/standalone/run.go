@@ -29,6 +29,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
@@ -466,7 +467,9 @@ func (r *runner) startMonitor() error {
 	} else if dir != "" {
 		args = append(args, "--qemu-caps-cache", dir)
 	}
-	if r.cfg.Emulation || !kvmUsable() {
+	// kvm.Usable cannot tell a nested setup where guests do not progress;
+	// --emulation is for that.
+	if r.cfg.Emulation || kvm.Usable() != nil {
 		args = append(args, "--force-emulation")
 	}
 	logPath := filepath.Join(r.workDir, "launcher.log")
@@ -597,17 +600,6 @@ func copyBinary(src, dir string) (string, error) {
 
 // capNetBindService is CAP_NET_BIND_SERVICE (linux/capability.h).
 const capNetBindService = 10
-
-// kvmUsable reports whether /dev/kvm can be opened. It cannot tell a nested
-// setup where guests do not progress; --emulation is for that.
-func kvmUsable() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
-}
 
 // drive syncs the VMI, streams the console and waits for the guest to end.
 func (r *runner) drive(ctx context.Context) error {
