@@ -33,7 +33,7 @@ type Options struct {
 	Namespace   string        // default "default"
 	DirPrefix   string        // temp dir name prefix, default "vl"; keep it short
 	QemuTimeout time.Duration // --qemu-timeout, default 3m
-	Grace       int           // --grace-period-seconds, default 30
+	Grace       int           // --grace-period-seconds, default the launcher's
 	SharedCaps  bool          // pass --qemu-caps-cache (the first pod still probes)
 	ExtraArgs   []string      // more monitor flags
 	// SeparateStdout keeps the monitor's stdout apart from its stderr
@@ -153,7 +153,7 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 		o.QemuTimeout = 3 * time.Minute
 	}
 	if o.Grace == 0 {
-		o.Grace = 30
+		o.Grace = int(vmi.DefaultGracePeriodSeconds)
 	}
 	if o.LeftWait == 0 {
 		o.LeftWait = 5 * time.Second
