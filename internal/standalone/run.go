@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -994,18 +993,4 @@ func descendants(pid int) []int {
 		}
 	}
 	return out
-}
-
-// lockedThread runs fn on a dedicated OS thread; used to fork children
-// inside another network namespace without leaking that namespace to other
-// goroutines.
-func lockedThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// The thread is not unlocked: it may have switched namespaces, so
-		// it must die with this goroutine.
-		errc <- fn()
-	}()
-	return <-errc
 }
