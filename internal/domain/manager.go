@@ -454,7 +454,7 @@ func (m *Manager) Close() error {
 // and starting the domain, say), if any.
 func (m *Manager) WaitIdle() {
 	m.opMu.Lock()
-	//nolint:staticcheck // empty critical section: wait for the running operation.
+	//lint:ignore SA2001 empty critical section: wait for the running operation.
 	m.opMu.Unlock()
 }
 
