@@ -111,17 +111,6 @@ func (r *results) note(format string, args ...any) {
 	r.notes = append(r.notes, fmt.Sprintf(format, args...))
 }
 
-// setTarget sets a numeric target computed during the run (the 1.2x of the
-// raw virsh time).
-func (r *results) setTarget(key string, limit float64, text string) {
-	f := r.fig(key)
-	f.limit = &limit
-	f.Target = text
-	if f.On == "" {
-		f.On = "median"
-	}
-}
-
 // list returns the figures in the catalog's order.
 func (r *results) list() []*Figure {
 	out := make([]*Figure, 0, len(r.order))

@@ -46,15 +46,14 @@ func (e *env) logf(format string, args ...any) {
 }
 
 type options struct {
-	quick      bool
-	runs       int
-	only       string
-	settle     time.Duration
-	density    int
-	out        string
-	corpus     string
-	benchRuns  int
-	allDensity bool
+	quick     bool
+	runs      int
+	only      string
+	settle    time.Duration
+	density   int
+	out       string
+	corpus    string
+	benchRuns int
 }
 
 func main() {

@@ -444,6 +444,7 @@ func (c *Cluster) startNode(ctx context.Context) error {
 				if cond.Status == "True" {
 					return nil
 				}
+				//lint:ignore ST1005 "Ready" is the condition's name.
 				return fmt.Errorf("Ready is %s: %s", cond.Status, cond.Message)
 			}
 		}

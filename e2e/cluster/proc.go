@@ -37,7 +37,7 @@ func cleanEnv(bin string) []string {
 // leave its API server running; what such a run still leaves (shims,
 // pods, mounts) is found by cleanLeftovers.
 func (c *Cluster) start(name, exe string, args ...string) (*proc, error) {
-	logPath := filepath.Join(c.logDir, name+".log")
+	logPath := c.Log(name)
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -122,7 +122,7 @@ func (c *Cluster) waitFor(ctx context.Context, what string, timeout time.Duratio
 
 // logTail is the last n lines of a daemon's log.
 func (c *Cluster) logTail(name string, n int) string {
-	data, err := os.ReadFile(filepath.Join(c.logDir, name+".log"))
+	data, err := os.ReadFile(c.Log(name))
 	if err != nil {
 		return "(" + err.Error() + ")"
 	}

@@ -15,6 +15,7 @@ import (
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -128,8 +129,8 @@ func (c *cmdServer) SyncVirtualMachine(ctx context.Context, req *cmdv1.VMIReques
 // DisksInfo (always empty now), interfaceMigration and the Grace/vGPU
 // switches have no use in virtlauncher and are ignored; domain-mutation
 // plugins cannot be honoured, so a non-empty plugin list fails the Sync.
-func syncOptions(o *cmdv1.VirtualMachineOptions) (SyncOptions, error) {
-	var so SyncOptions
+func syncOptions(o *cmdv1.VirtualMachineOptions) (domain.SyncOptions, error) {
+	var so domain.SyncOptions
 	if o == nil {
 		return so, nil
 	}

@@ -15,6 +15,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
+	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
@@ -22,18 +23,20 @@ import (
 // decoding, not the domain.
 type nopManager struct{}
 
-func (nopManager) Sync(context.Context, *v1.VirtualMachineInstance, SyncOptions) error { return nil }
-func (nopManager) Pause(context.Context, *v1.VirtualMachineInstance) error             { return nil }
-func (nopManager) Unpause(context.Context, *v1.VirtualMachineInstance) error           { return nil }
-func (nopManager) Shutdown(context.Context, *v1.VirtualMachineInstance) error          { return nil }
-func (nopManager) Kill(context.Context, *v1.VirtualMachineInstance) error              { return nil }
-func (nopManager) Delete(context.Context, *v1.VirtualMachineInstance) error            { return nil }
-func (nopManager) Reset(context.Context, *v1.VirtualMachineInstance) error             { return nil }
-func (nopManager) SoftReboot(context.Context, *v1.VirtualMachineInstance) error        { return nil }
-func (nopManager) Domain(context.Context) (*domainjson.Domain, error)                  { return nil, nil }
-func (nopManager) DomainStats(context.Context) ([]byte, error)                         { return nil, nil }
-func (nopManager) QemuVersion(context.Context) (string, error)                         { return "", nil }
-func (nopManager) SyncVCPUs(context.Context, *v1.VirtualMachineInstance) error         { return nil }
+func (nopManager) Sync(context.Context, *v1.VirtualMachineInstance, domain.SyncOptions) error {
+	return nil
+}
+func (nopManager) Pause(context.Context, *v1.VirtualMachineInstance) error      { return nil }
+func (nopManager) Unpause(context.Context, *v1.VirtualMachineInstance) error    { return nil }
+func (nopManager) Shutdown(context.Context, *v1.VirtualMachineInstance) error   { return nil }
+func (nopManager) Kill(context.Context, *v1.VirtualMachineInstance) error       { return nil }
+func (nopManager) Delete(context.Context, *v1.VirtualMachineInstance) error     { return nil }
+func (nopManager) Reset(context.Context, *v1.VirtualMachineInstance) error      { return nil }
+func (nopManager) SoftReboot(context.Context, *v1.VirtualMachineInstance) error { return nil }
+func (nopManager) Domain(context.Context) (*domainjson.Domain, error)           { return nil, nil }
+func (nopManager) DomainStats(context.Context) ([]byte, error)                  { return nil, nil }
+func (nopManager) QemuVersion(context.Context) (string, error)                  { return "", nil }
+func (nopManager) SyncVCPUs(context.Context, *v1.VirtualMachineInstance) error  { return nil }
 func (nopManager) HotplugHostDevices(context.Context, *v1.VirtualMachineInstance) error {
 	return nil
 }

@@ -6,28 +6,16 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
-
-// SyncOptions is what the launcher uses of VirtualMachineOptions (the
-// rest of that message is accepted and ignored).
-type SyncOptions struct {
-	SMBIOS                    *facts.SMBIOS // nil: keep the launcher's default
-	MemBalloonStatsPeriod     *uint32       // nil: keep the launcher's default
-	PreallocatedVolumes       []string
-	FreePageReportingDisabled bool
-	BochsDisplayForEFIGuests  bool
-	SerialConsoleLogDisabled  bool
-	InterfaceDomainAttachment map[string]string
-}
 
 // Manager is the domain manager the command server drives. The server
 // serialises mutating calls itself only through the manager: the manager is
 // responsible for one-operation-at-a-time, and Domain must never wait behind
 // a long Sync.
 type Manager interface {
-	Sync(ctx context.Context, vmi *v1.VirtualMachineInstance, opts SyncOptions) error
+	Sync(ctx context.Context, vmi *v1.VirtualMachineInstance, opts domain.SyncOptions) error
 	Pause(ctx context.Context, vmi *v1.VirtualMachineInstance) error
 	Unpause(ctx context.Context, vmi *v1.VirtualMachineInstance) error
 	Shutdown(ctx context.Context, vmi *v1.VirtualMachineInstance) error
@@ -58,3 +46,7 @@ type Manager interface {
 	// Screenshot returns the primary display's image and its MIME type.
 	Screenshot(ctx context.Context, vmi *v1.VirtualMachineInstance) (mime string, data []byte, err error)
 }
+
+// The launcher drives a *domain.Manager; this catches a signature that
+// drifts before the launcher does.
+var _ Manager = (*domain.Manager)(nil)

@@ -29,13 +29,14 @@ import (
 	"github.com/virtlauncher/virtlauncher/api/cmdinfo"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
 type call struct {
 	op   string
 	name string
-	opts cmdserver.SyncOptions
+	opts domain.SyncOptions
 }
 
 // fakeManager records calls; syncGate, when set, makes Sync block until
@@ -56,7 +57,7 @@ type fakeManager struct {
 	execArgs []string
 }
 
-func (f *fakeManager) record(op string, vmi *v1.VirtualMachineInstance, opts cmdserver.SyncOptions) error {
+func (f *fakeManager) record(op string, vmi *v1.VirtualMachineInstance, opts domain.SyncOptions) error {
 	f.mu.Lock()
 	f.calls = append(f.calls, call{op, vmi.Name, opts})
 	err := f.err
@@ -76,7 +77,7 @@ func (f *fakeManager) last() call {
 	return f.calls[len(f.calls)-1]
 }
 
-func (f *fakeManager) Sync(ctx context.Context, vmi *v1.VirtualMachineInstance, o cmdserver.SyncOptions) error {
+func (f *fakeManager) Sync(ctx context.Context, vmi *v1.VirtualMachineInstance, o domain.SyncOptions) error {
 	if f.syncGate != nil {
 		close(f.syncIn)
 		select {
@@ -88,25 +89,25 @@ func (f *fakeManager) Sync(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 	return f.record("Sync", vmi, o)
 }
 func (f *fakeManager) Pause(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Pause", v, cmdserver.SyncOptions{})
+	return f.record("Pause", v, domain.SyncOptions{})
 }
 func (f *fakeManager) Unpause(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Unpause", v, cmdserver.SyncOptions{})
+	return f.record("Unpause", v, domain.SyncOptions{})
 }
 func (f *fakeManager) Shutdown(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Shutdown", v, cmdserver.SyncOptions{})
+	return f.record("Shutdown", v, domain.SyncOptions{})
 }
 func (f *fakeManager) Kill(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Kill", v, cmdserver.SyncOptions{})
+	return f.record("Kill", v, domain.SyncOptions{})
 }
 func (f *fakeManager) Delete(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Delete", v, cmdserver.SyncOptions{})
+	return f.record("Delete", v, domain.SyncOptions{})
 }
 func (f *fakeManager) Reset(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Reset", v, cmdserver.SyncOptions{})
+	return f.record("Reset", v, domain.SyncOptions{})
 }
 func (f *fakeManager) SoftReboot(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("SoftReboot", v, cmdserver.SyncOptions{})
+	return f.record("SoftReboot", v, domain.SyncOptions{})
 }
 func (f *fakeManager) Domain(context.Context) (*domainjson.Domain, error) {
 	f.mu.Lock()
@@ -118,13 +119,13 @@ func (f *fakeManager) DomainStats(context.Context) ([]byte, error) {
 }
 func (f *fakeManager) QemuVersion(context.Context) (string, error) { return f.version, f.err }
 func (f *fakeManager) SyncVCPUs(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("SyncVCPUs", v, cmdserver.SyncOptions{})
+	return f.record("SyncVCPUs", v, domain.SyncOptions{})
 }
 func (f *fakeManager) HotplugHostDevices(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("HotplugHostDevices", v, cmdserver.SyncOptions{})
+	return f.record("HotplugHostDevices", v, domain.SyncOptions{})
 }
 func (f *fakeManager) Screenshot(_ context.Context, v *v1.VirtualMachineInstance) (string, []byte, error) {
-	return "image/x-portable-pixmap", []byte("P6\n1 1\n255\n\x00\x00\x00"), f.record("Screenshot", v, cmdserver.SyncOptions{})
+	return "image/x-portable-pixmap", []byte("P6\n1 1\n255\n\x00\x00\x00"), f.record("Screenshot", v, domain.SyncOptions{})
 }
 
 func (f *fakeManager) Exec(_ context.Context, domainName, command string, args []string, timeout time.Duration) (string, error) {
@@ -134,10 +135,10 @@ func (f *fakeManager) Exec(_ context.Context, domainName, command string, args [
 	return f.execOut, f.execErr
 }
 func (f *fakeManager) Freeze(_ context.Context, v *v1.VirtualMachineInstance, timeout time.Duration) error {
-	return f.record("Freeze "+timeout.String(), v, cmdserver.SyncOptions{})
+	return f.record("Freeze "+timeout.String(), v, domain.SyncOptions{})
 }
 func (f *fakeManager) Unfreeze(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Unfreeze", v, cmdserver.SyncOptions{})
+	return f.record("Unfreeze", v, domain.SyncOptions{})
 }
 func (f *fakeManager) GuestPing(_ context.Context, domainName string) error {
 	f.mu.Lock()

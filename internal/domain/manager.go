@@ -28,6 +28,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
 // Event types sent to the EventSink. The manager never sends DELETED or
@@ -182,7 +183,7 @@ func New(cfg Config) *Manager {
 		events:    make(chan outEvent, 1024),
 	}
 	m.md.UID = cfg.UID
-	m.md.GracePeriodSeconds = 30
+	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
 	m.agent = agent.NewStore()
 	m.poller = agent.NewPoller(m.agentCommand, m.agent, cfg.AgentIntervals, log.With("component", "guest-agent"))
 	return m
@@ -453,7 +454,7 @@ func (m *Manager) Close() error {
 // and starting the domain, say), if any.
 func (m *Manager) WaitIdle() {
 	m.opMu.Lock()
-	//nolint:staticcheck // empty critical section: wait for the running operation.
+	//lint:ignore SA2001 empty critical section: wait for the running operation.
 	m.opMu.Unlock()
 }
 

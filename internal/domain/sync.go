@@ -10,20 +10,31 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
 	"github.com/virtlauncher/virtlauncher/internal/converter"
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
-var _ cmdserver.Manager = (*Manager)(nil)
+// SyncOptions is what the launcher uses of virt-handler's
+// VirtualMachineOptions (the rest of that message is accepted and ignored).
+// The manager owns it because Sync consumes it; the command server only
+// decodes the wire message into it.
+type SyncOptions struct {
+	SMBIOS                    *facts.SMBIOS // nil: keep the launcher's default
+	MemBalloonStatsPeriod     *uint32       // nil: keep the launcher's default
+	PreallocatedVolumes       []string
+	FreePageReportingDisabled bool
+	BochsDisplayForEFIGuests  bool
+	SerialConsoleLogDisabled  bool
+	InterfaceDomainAttachment map[string]string
+}
 
 // Sync converges the domain to the VMI (kubevirt-wire.md section 4, end):
 // define it if missing (after preparing its disks), start it only when it
 // is down and the VMI is neither Running nor final (paused for
 // startStrategy Paused), resume it when it was paused by anything but the
 // user, and refresh the grace period. Repeating a Sync changes nothing.
-func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts cmdserver.SyncOptions) error {
+func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts SyncOptions) error {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	if err := m.checkIdentity(v, true); err != nil {
@@ -86,7 +97,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts c
 }
 
 // Context gathers every outside fact the converter needs for v.
-func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opts cmdserver.SyncOptions) (*facts.Context, error) {
+func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opts SyncOptions) (*facts.Context, error) {
 	var c *facts.Context
 	if m.cfg.BaseFacts != nil {
 		c = m.cfg.BaseFacts()
@@ -125,7 +136,7 @@ func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opt
 	return c, nil
 }
 
-func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.VirtualMachineInstance, opts cmdserver.SyncOptions) error {
+func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.VirtualMachineInstance, opts SyncOptions) error {
 	c, err := m.Context(ctx, v, opts)
 	if err != nil {
 		return err

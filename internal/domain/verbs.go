@@ -14,7 +14,7 @@ import (
 // Pause suspends a running domain; it stays paused until Unpause (Sync does
 // not resume a domain the user paused).
 func (m *Manager) Pause(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, "pause", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.verb(ctx, v, verbPause, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		m.mu.Lock()
 		m.userPaused = true
 		m.mu.Unlock()
@@ -30,7 +30,7 @@ func (m *Manager) Pause(ctx context.Context, v *v1.VirtualMachineInstance) error
 
 // Unpause resumes a paused domain.
 func (m *Manager) Unpause(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, "unpause", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.verb(ctx, v, verbUnpause, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		m.mu.Lock()
 		m.userPaused = false
 		m.mu.Unlock()
@@ -48,7 +48,7 @@ func (m *Manager) Unpause(ctx context.Context, v *v1.VirtualMachineInstance) err
 // Shutdown asks the guest to power off (ACPI power button). The first one
 // records the deletion timestamp in the metadata (kubevirt-wire.md 3.5).
 func (m *Manager) Shutdown(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, "shut down", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.verb(ctx, v, verbShutdown, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		if !active(st) {
 			return nil
 		}
@@ -74,7 +74,7 @@ func (m *Manager) markShutdownStart(ctx context.Context) {
 
 // Kill destroys the domain (QEMU is terminated).
 func (m *Manager) Kill(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, "kill", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.verb(ctx, v, verbKill, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		if !active(st) {
 			return nil
 		}
@@ -109,7 +109,7 @@ const undefineFlags = libvirt.DomainUndefineKeepNvram | libvirt.DomainUndefineCh
 // Delete undefines the domain. When it is (or becomes) inactive the manager
 // sends the "gone" event.
 func (m *Manager) Delete(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, "delete", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.verb(ctx, v, verbDelete, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		err := l.DomainUndefineFlags(d, undefineFlags)
 		if err != nil && libvirt.IsNotFound(err) {
 			return nil
@@ -120,7 +120,7 @@ func (m *Manager) Delete(ctx context.Context, v *v1.VirtualMachineInstance) erro
 
 // Reset is a hard reset of the guest.
 func (m *Manager) Reset(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, "reset", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.verb(ctx, v, verbReset, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		if !active(st) {
 			return fmt.Errorf("domain %s is not running", d.Name)
 		}
@@ -130,7 +130,7 @@ func (m *Manager) Reset(ctx context.Context, v *v1.VirtualMachineInstance) error
 
 // SoftReboot asks the guest to reboot (ACPI; there is no guest agent).
 func (m *Manager) SoftReboot(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, "soft reboot", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.verb(ctx, v, verbSoftReboot, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		if st != libvirt.DomainRunning {
 			return fmt.Errorf("domain %s is not running", d.Name)
 		}
@@ -138,10 +138,47 @@ func (m *Manager) SoftReboot(ctx context.Context, v *v1.VirtualMachineInstance) 
 	})
 }
 
-// verb runs one lifecycle operation under the operation lock. A VMI whose
-// domain does not exist is not an error for any of them (virt-handler calls
-// Kill and Delete on domains that are already gone).
-func (m *Manager) verb(ctx context.Context, v *v1.VirtualMachineInstance, what string, f func(*libvirt.Libvirt, libvirt.Domain, libvirt.DomainState) error) error {
+// verbKind is one lifecycle verb. What verb does depends on it
+// (needsDomain); its String is only for messages.
+type verbKind int
+
+const (
+	verbPause verbKind = iota
+	verbUnpause
+	verbShutdown
+	verbKill
+	verbDelete
+	verbReset
+	verbSoftReboot
+)
+
+var verbNames = [...]string{
+	verbPause:      "pause",
+	verbUnpause:    "unpause",
+	verbShutdown:   "shut down",
+	verbKill:       "kill",
+	verbDelete:     "delete",
+	verbReset:      "reset",
+	verbSoftReboot: "soft reboot",
+}
+
+func (k verbKind) String() string { return verbNames[k] }
+
+// needsDomain says whether the verb fails when no domain is defined: the
+// ones that act on a running guest do; the ones that stop or remove it are
+// already done (virt-handler calls Kill and Delete on domains that are
+// already gone).
+func (k verbKind) needsDomain() bool {
+	switch k {
+	case verbPause, verbUnpause, verbReset, verbSoftReboot:
+		return true
+	}
+	return false
+}
+
+// verb runs one lifecycle operation under the operation lock. Without a
+// domain it fails or succeeds as what.needsDomain says.
+func (m *Manager) verb(ctx context.Context, v *v1.VirtualMachineInstance, what verbKind, f func(*libvirt.Libvirt, libvirt.Domain, libvirt.DomainState) error) error {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	if v != nil {
@@ -154,7 +191,7 @@ func (m *Manager) verb(ctx context.Context, v *v1.VirtualMachineInstance, what s
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if !ok {
-		if what == "pause" || what == "reset" || what == "soft reboot" || what == "unpause" {
+		if what.needsDomain() {
 			return fmt.Errorf("%s: no domain is defined", what)
 		}
 		return nil
@@ -216,7 +253,7 @@ func (m *Manager) MarkGracefulShutdown(ctx context.Context) {
 // domain exists.
 func (m *Manager) ShutdownForTermination(ctx context.Context) (bool, error) {
 	running := false
-	err := m.verb(ctx, nil, "shut down", func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	err := m.verb(ctx, nil, verbShutdown, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		if !active(st) {
 			return nil
 		}

@@ -29,3 +29,31 @@ func TestUndefineFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestVerbKinds: each verb has a name for its messages, and only the verbs
+// that act on a running guest fail without a domain.
+func TestVerbKinds(t *testing.T) {
+	for _, c := range []struct {
+		k           verbKind
+		name        string
+		needsDomain bool
+	}{
+		{verbPause, "pause", true},
+		{verbUnpause, "unpause", true},
+		{verbShutdown, "shut down", false},
+		{verbKill, "kill", false},
+		{verbDelete, "delete", false},
+		{verbReset, "reset", true},
+		{verbSoftReboot, "soft reboot", true},
+	} {
+		if got := c.k.String(); got != c.name {
+			t.Errorf("verb %d: String() = %q, want %q", int(c.k), got, c.name)
+		}
+		if got := c.k.needsDomain(); got != c.needsDomain {
+			t.Errorf("%s: needsDomain() = %v, want %v", c.name, got, c.needsDomain)
+		}
+	}
+	if len(verbNames) != int(verbSoftReboot)+1 {
+		t.Errorf("%d verb names for %d verbs", len(verbNames), int(verbSoftReboot)+1)
+	}
+}

@@ -7,17 +7,9 @@ import (
 	"runtime"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
-
-// kvmUsable reports whether this process can open /dev/kvm read-write.
-func kvmUsable() error {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
 
 // hypervisor decides between KVM and TCG: forced emulation, else KVM when
 // /dev/kvm can be opened, else emulation when allowed, else an error that
@@ -26,7 +18,7 @@ func hypervisor(o *Options) (emulation bool, err error) {
 	if o.ForceEmulation {
 		return true, nil
 	}
-	kerr := kvmUsable()
+	kerr := kvm.Usable()
 	if kerr == nil {
 		return false, nil
 	}
@@ -69,17 +61,4 @@ func baseFacts(l layout.Layout, emulation, nonRoot bool, efi facts.EFI) func() *
 		c.EFI = efi
 		return c
 	}
-}
-
-// libvirtArch is libvirt's name of a GOARCH.
-func libvirtArch(goarch string) string {
-	switch goarch {
-	case "amd64":
-		return "x86_64"
-	case "arm64":
-		return "aarch64"
-	case "386":
-		return "i686"
-	}
-	return goarch
 }

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
 // Options are virt-launcher's command-line flags: every flag KubeVirt's pod
@@ -119,7 +120,7 @@ func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.Virtlogd, "virtlogd", false, "run virtlogd beside the libvirt daemon: QEMU's log and the serial console log go through it, capped at 1 MiB with one backup (off: QEMU writes them itself, the launcher caps the serial log at 1 MiB with one backup, and the pod saves ~18 MiB); ours, not KubeVirt's")
 	fs.StringVar(&o.ResolvConf, "resolv-conf", "/etc/resolv.conf", "the pod's resolver configuration, whose servers and search domains the DHCP server hands to the guest; ours, not KubeVirt's")
 	fs.StringVar(&o.QemuCapsCache, "qemu-caps-cache", "", "directory of libvirt QEMU capability cache files shared by the launchers of a machine, so only the first pays for the probe (~2.5 s under TCG); empty: none; ours, not KubeVirt's")
-	fs.IntVar(&o.GracePeriodSeconds, "grace-period-seconds", 30, "after SIGTERM, seconds to wait for the guest to power off before destroying it")
+	fs.IntVar(&o.GracePeriodSeconds, "grace-period-seconds", int(vmi.DefaultGracePeriodSeconds), "after SIGTERM, seconds to wait for the guest to power off before destroying it")
 	fs.UintVar(&o.HookSidecars, "hook-sidecars", 0, "number of hook sidecars to wait for (up to --qemu-timeout) before starting; their sockets are in --hooks-dir")
 	fs.StringVar(&o.BlockDeviceDir, "block-device-dir", d.BlockDeviceDir, "directory holding block PVCs' device nodes, one per volume name; ours, not KubeVirt's")
 	fs.StringVar(&o.HooksDir, "hooks-dir", d.HooksDir, "directory holding one directory per hook sidecar, each with its gRPC socket; ours, not KubeVirt's")

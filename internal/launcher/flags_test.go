@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/kvm"
 )
 
 // The flags virt-controller's pod template passes (kubevirt-wire.md 5.3).
@@ -131,7 +133,7 @@ func TestHypervisor(t *testing.T) {
 	if !emu || err != nil {
 		t.Errorf("forced: %v %v", emu, err)
 	}
-	if kvmUsable() != nil {
+	if kvm.Usable() != nil {
 		if _, err := hypervisor(&Options{}); err == nil || !strings.Contains(err.Error(), "--allow-emulation") {
 			t.Errorf("no KVM, no emulation allowed: %v", err)
 		}

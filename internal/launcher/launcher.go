@@ -183,7 +183,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 			if emulation {
 				virtType = "qemu"
 			}
-			if err := l.mgr.WarmCapabilities(mctx, libvirtArch(runtime.GOARCH), virtType); err != nil {
+			if err := l.mgr.WarmCapabilities(mctx, facts.LibvirtArch(runtime.GOARCH), virtType); err != nil {
 				l.log.Warn("probe QEMU capabilities ahead of the first Sync", "reason", err.Error())
 				return
 			}
@@ -225,7 +225,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 			return ExitFatal, fatal("%s: %w", EnvStandaloneVMI, err)
 		}
 		sctx, c := context.WithTimeout(ctx, 2*time.Minute)
-		err = l.mgr.Sync(sctx, v, cmdserver.SyncOptions{})
+		err = l.mgr.Sync(sctx, v, domain.SyncOptions{})
 		c()
 		if err != nil {
 			return ExitFatal, fatal("%s: sync: %w", EnvStandaloneVMI, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -32,7 +33,7 @@ type Options struct {
 	Namespace   string        // default "default"
 	DirPrefix   string        // temp dir name prefix, default "vl"; keep it short
 	QemuTimeout time.Duration // --qemu-timeout, default 3m
-	Grace       int           // --grace-period-seconds, default 30
+	Grace       int           // --grace-period-seconds, default the launcher's
 	SharedCaps  bool          // pass --qemu-caps-cache (the first pod still probes)
 	ExtraArgs   []string      // more monitor flags
 	// SeparateStdout keeps the monitor's stdout apart from its stderr
@@ -152,7 +153,7 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 		o.QemuTimeout = 3 * time.Minute
 	}
 	if o.Grace == 0 {
-		o.Grace = 30
+		o.Grace = int(vmi.DefaultGracePeriodSeconds)
 	}
 	if o.LeftWait == 0 {
 		o.LeftWait = 5 * time.Second
@@ -309,7 +310,7 @@ func (p *Pod) Start() {
 	p.T.Helper()
 	p.Started = time.Now()
 	if p.net != nil {
-		Must(p.T, netsetup.InNS(p.net.NS, p.Cmd.Start))
+		Must(p.T, plan.InNS(p.net.NS, p.Cmd.Start))
 	} else {
 		Must(p.T, p.Cmd.Start())
 	}

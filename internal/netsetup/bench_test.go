@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/dhcp"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 )
 
@@ -53,7 +55,7 @@ func BenchmarkFirstLease(b *testing.B) {
 	if err := netsetup.SetupPrivileged(ctx, pod.NS, vmi, priv, nil); err != nil {
 		b.Fatal(err)
 	}
-	c, err := netsetup.ReadVifCache(priv.CacheDir, "eth0")
+	c, err := plan.ReadVifCache(priv.CacheDir, "eth0")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,7 +68,7 @@ func BenchmarkFirstLease(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		_, stop, err := netsetup.StartDHCP(ctx, vmi, netsetup.DHCPConfig{CacheDir: priv.CacheDir,
+		_, stop, err := dhcp.Start(ctx, vmi, dhcp.Config{CacheDir: priv.CacheDir,
 			ResolvConf: pod.ResolvConf, NetNS: pod.NS}, nil)
 		if err != nil {
 			b.Fatal(err)

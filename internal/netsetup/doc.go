@@ -7,7 +7,7 @@
 //   - the unprivileged phase (the launcher) only reads that cache and serves
 //     DHCP on the bridge, so the guest learns its address, routes and DNS.
 //
-// The plan and the vif cache live in internal/netsetup/plan, the
-// unprivileged phase in internal/netsetup/dhcp; this package keeps their
-// names as aliases for its callers.
+// This package is the privileged phase. The plan and the vif cache, which
+// both phases read, live in internal/netsetup/plan; the unprivileged phase
+// lives in internal/netsetup/dhcp. Callers import those directly.
 package netsetup

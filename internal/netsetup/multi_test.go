@@ -22,6 +22,8 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/dhcp"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 )
 
@@ -32,7 +34,7 @@ func TestTwoInterfaces(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
 	pod := newPod(t, podnet.Config{NoIPv6: true})
-	blue := netsetup.HashedPodIfaceName("blue")
+	blue := plan.HashedPodIfaceName("blue")
 	if err := pod.AddInterface(blue, netip.MustParsePrefix("192.168.77.2/24"), netip.MustParsePrefix("192.168.77.1/24")); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func TestTwoInterfaces(t *testing.T) {
 			t.Errorf("missing %q in:\n%s", want, snap)
 		}
 	}
-	ifs, stop, err := netsetup.StartDHCP(ctx, vmi, netsetup.DHCPConfig{CacheDir: priv.CacheDir,
+	ifs, stop, err := dhcp.Start(ctx, vmi, dhcp.Config{CacheDir: priv.CacheDir,
 		ResolvConf: pod.ResolvConf, NetNS: pod.NS}, testLog(t))
 	if err != nil {
 		t.Fatalf("dhcp: %v", err)
@@ -101,7 +103,7 @@ func TestDHCPv6Masquerade(t *testing.T) {
 		t.Fatalf("setup: %v", err)
 	}
 	t.Cleanup(func() { netsetup.TeardownPrivileged(ctx, pod.NS, vmi, priv, testLog(t)) })
-	ifs, stop, err := netsetup.StartDHCP(ctx, vmi, netsetup.DHCPConfig{CacheDir: priv.CacheDir,
+	ifs, stop, err := dhcp.Start(ctx, vmi, dhcp.Config{CacheDir: priv.CacheDir,
 		ResolvConf: pod.ResolvConf, NetNS: pod.NS}, testLog(t))
 	if err != nil {
 		t.Fatalf("dhcp: %v", err)
@@ -114,7 +116,7 @@ func TestDHCPv6Masquerade(t *testing.T) {
 	}
 	defer g.Remove()
 	var reply *dhcpv6.Message
-	err = netsetup.InNS(g.NS, func() error {
+	err = plan.InNS(g.NS, func() error {
 		// Numeric zones: Go's zone-name cache is process-wide and does not
 		// know which namespace an "eth0" is in.
 		l, err := netlink.LinkByName("eth0")
@@ -169,7 +171,7 @@ func TestMultiQueueTap(t *testing.T) {
 	if err := netsetup.SetupPrivileged(context.Background(), pod.NS, vmi, priv, testLog(t)); err != nil {
 		t.Fatal(err)
 	}
-	err := netsetup.InNS(pod.NS, func() error {
+	err := plan.InNS(pod.NS, func() error {
 		l, err := netlink.LinkByName("tap0")
 		if err != nil {
 			return err
@@ -214,7 +216,7 @@ func TestTapOpenableByQemuUser(t *testing.T) {
 	run := func(uid uint32) error {
 		var out []byte
 		var runErr error
-		err := netsetup.InNS(pod.NS, func() error {
+		err := plan.InNS(pod.NS, func() error {
 			cmd := exec.Command(bin, "-test.run=^TestHelperOpenTap$")
 			cmd.Env = []string{"VL_OPEN_TAP=tap0"}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}

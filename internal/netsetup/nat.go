@@ -10,6 +10,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 )
 
 // NATTable is the nftables table (one per family, "ip" and "ip6") that
@@ -37,7 +39,7 @@ type natSpec struct {
 	// PodAddrs are the pod interface's own addresses of this family:
 	// connections to them from inside the pod are sent to the guest.
 	PodAddrs []netip.Addr
-	Ports    []Port // empty: every port
+	Ports    []plan.Port // empty: every port
 }
 
 // natRuleset is the table, its chains and its rules for one family, in the
@@ -96,7 +98,7 @@ func buildNAT(s natSpec) (*natRuleset, error) {
 	add(post, append(matchIfname(expr.MetaKeyOIFNAME, s.Bridge), jump(chainPostInbound))...)
 
 	// nil port: every port; otherwise one rule per declared port.
-	ports := []*Port{nil}
+	ports := []*plan.Port{nil}
 	if len(s.Ports) > 0 {
 		ports = ports[:0]
 		for i := range s.Ports {
@@ -155,7 +157,7 @@ func matchAddr(v4, dst bool, a netip.Addr) []expr.Any {
 }
 
 // matchPort matches "meta l4proto <p> th dport <n>"; nil matches anything.
-func matchPort(p *Port) []expr.Any {
+func matchPort(p *plan.Port) []expr.Any {
 	if p == nil {
 		return nil
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 )
 
 // ruleText renders a rule compactly enough to compare in a table.
@@ -53,7 +55,7 @@ func TestBuildNAT(t *testing.T) {
 	v6 := natSpec{Family: nftables.TableFamilyIPv6, PodIface: "eth0", Bridge: "k6t-eth0",
 		Guest: netip.MustParseAddr("fd10:0:2::2"), Gateway: netip.MustParseAddr("fd10:0:2::1"),
 		PodAddrs: []netip.Addr{netip.MustParseAddr("fd00:66::2")}}
-	withPorts := func(s natSpec, p ...Port) natSpec { s.Ports = p; return s }
+	withPorts := func(s natSpec, p ...plan.Port) natSpec { s.Ports = p; return s }
 
 	common4 := []string{
 		"prerouting: meta6 ==eth0 jump:KUBEVIRT_PREINBOUND",
@@ -72,7 +74,7 @@ func TestBuildNAT(t *testing.T) {
 			"output: payload1@16/4 ==192.168.66.2 imm:10.0.2.2 dnat",
 			"KUBEVIRT_POSTINBOUND: payload1@12/4 ==192.168.66.2 imm:10.0.2.1 snat",
 		)},
-		{"v4 declared ports", withPorts(v4, Port{Protocol: "TCP", Port: 80}, Port{Protocol: "UDP", Port: 53}), append(common4,
+		{"v4 declared ports", withPorts(v4, plan.Port{Protocol: "TCP", Port: 80}, plan.Port{Protocol: "UDP", Port: 53}), append(common4,
 			"KUBEVIRT_PREINBOUND: meta16 ==[6] payload2@2/2 ==80 imm:10.0.2.2 dnat",
 			"output: payload1@16/4 ==127.0.0.1 meta16 ==[6] payload2@2/2 ==80 imm:10.0.2.2 dnat",
 			"KUBEVIRT_POSTINBOUND: payload1@12/4 ==127.0.0.1 meta16 ==[6] payload2@2/2 ==80 imm:10.0.2.1 snat",
@@ -92,7 +94,7 @@ func TestBuildNAT(t *testing.T) {
 			"output: payload1@24/16 ==fd00:66::2 imm:fd10:0:2::2 dnat",
 			"KUBEVIRT_POSTINBOUND: payload1@8/16 ==fd00:66::2 imm:fd10:0:2::1 snat",
 		}},
-		{"v6 declared port", withPorts(v6, Port{Protocol: "TCP", Port: 22}), []string{
+		{"v6 declared port", withPorts(v6, plan.Port{Protocol: "TCP", Port: 22}), []string{
 			"prerouting: meta6 ==eth0 jump:KUBEVIRT_PREINBOUND",
 			"postrouting: payload1@8/16 ==fd10:0:2::2 masq",
 			"postrouting: meta7 ==k6t-eth0 jump:KUBEVIRT_POSTINBOUND",

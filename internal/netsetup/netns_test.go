@@ -21,6 +21,8 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/dhcp"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 )
 
@@ -63,7 +65,7 @@ func newPod(t testing.TB, cfg podnet.Config) *podnet.Pod {
 func snapshot(t testing.TB, ns netns.NsHandle) string {
 	t.Helper()
 	var lines []string
-	err := netsetup.InNS(ns, func() error {
+	err := plan.InNS(ns, func() error {
 		links, err := netlink.LinkList()
 		if err != nil {
 			return err
@@ -193,11 +195,11 @@ func TestPrivilegedMasqueradeIdempotentAndTeardown(t *testing.T) {
 		}
 	}
 	var fwd []byte
-	netsetup.InNS(pod.NS, func() (err error) { fwd, err = os.ReadFile("/proc/sys/net/ipv4/ip_forward"); return })
+	plan.InNS(pod.NS, func() (err error) { fwd, err = os.ReadFile("/proc/sys/net/ipv4/ip_forward"); return })
 	if strings.TrimSpace(string(fwd)) != "1" {
 		t.Errorf("ip_forward = %q in pod netns", fwd)
 	}
-	c, err := netsetup.ReadVifCache(cfg.CacheDir, "eth0")
+	c, err := plan.ReadVifCache(cfg.CacheDir, "eth0")
 	if err != nil {
 		t.Fatalf("cache: %v", err)
 	}
@@ -253,7 +255,7 @@ func TestPrivilegedBridgeTeardownRestores(t *testing.T) {
 	if strings.Contains(first, "addr eth0-nic") {
 		t.Errorf("pod NIC kept an address:\n%s", first)
 	}
-	c, err := netsetup.ReadVifCache(cfg.CacheDir, "eth0")
+	c, err := plan.ReadVifCache(cfg.CacheDir, "eth0")
 	if err != nil {
 		t.Fatalf("cache: %v", err)
 	}
@@ -318,7 +320,7 @@ func TestPrivilegedInvalidLeavesNothing(t *testing.T) {
 func dhcpLease(t testing.TB, g *podnet.FakeGuest) *nclient4.Lease {
 	t.Helper()
 	var lease *nclient4.Lease
-	err := netsetup.InNS(g.NS, func() error {
+	err := plan.InNS(g.NS, func() error {
 		cl, err := nclient4.New("eth0", nclient4.WithTimeout(2*time.Second), nclient4.WithRetry(3))
 		if err != nil {
 			return err
@@ -338,7 +340,7 @@ func dhcpLease(t testing.TB, g *podnet.FakeGuest) *nclient4.Lease {
 // configureGuest applies a lease in the guest namespace.
 func configureGuest(t testing.TB, g *podnet.FakeGuest, ack *dhcpv4.DHCPv4) {
 	t.Helper()
-	err := netsetup.InNS(g.NS, func() error {
+	err := plan.InNS(g.NS, func() error {
 		l, err := netlink.LinkByName("eth0")
 		if err != nil {
 			return err
@@ -357,7 +359,7 @@ func configureGuest(t testing.TB, g *podnet.FakeGuest, ack *dhcpv4.DHCPv4) {
 func serveHTTP(t testing.TB, ns netns.NsHandle, addr, body string) {
 	t.Helper()
 	var ln net.Listener
-	if err := netsetup.InNS(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return }); err != nil {
+	if err := plan.InNS(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return }); err != nil {
 		t.Fatalf("listen %s: %v", addr, err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -374,7 +376,7 @@ func httpGet(ns netns.NsHandle, url string) (string, error) {
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var err error
-			ierr := netsetup.InNS(ns, func() error {
+			ierr := plan.InNS(ns, func() error {
 				d := net.Dialer{Timeout: 3 * time.Second}
 				conn, err = d.DialContext(ctx, network, addr)
 				return nil
@@ -405,7 +407,7 @@ func TestMasqueradeDHCPAndNAT(t *testing.T) {
 		t.Fatalf("setup: %v", err)
 	}
 	t.Cleanup(func() { netsetup.TeardownPrivileged(ctx, pod.NS, vmi, priv, testLog(t)) })
-	ifs, stop, err := netsetup.StartDHCP(ctx, vmi, netsetup.DHCPConfig{CacheDir: priv.CacheDir,
+	ifs, stop, err := dhcp.Start(ctx, vmi, dhcp.Config{CacheDir: priv.CacheDir,
 		ResolvConf: pod.ResolvConf, NetNS: pod.NS}, testLog(t))
 	if err != nil {
 		t.Fatalf("dhcp: %v", err)
@@ -432,7 +434,7 @@ func TestMasqueradeDHCPAndNAT(t *testing.T) {
 		"search":   {fmt.Sprint(ack.DomainSearch().Labels), "[default.svc.cluster.local cluster.local]"},
 		"hostname": {ack.HostName(), "vm1"},
 		"mtu":      {fmt.Sprint(ack.Options.Get(dhcpv4.OptionInterfaceMTU)), "[5 170]"},
-		"lease":    {ack.IPAddressLeaseTime(0).String(), netsetup.InfiniteLease.String()},
+		"lease":    {ack.IPAddressLeaseTime(0).String(), dhcp.InfiniteLease.String()},
 		"server":   {ack.ServerIdentifier().String(), "10.0.2.1"},
 	}
 	for k, v := range checks {
@@ -475,7 +477,7 @@ func TestBridgeDHCPAndReachability(t *testing.T) {
 		t.Fatalf("setup: %v", err)
 	}
 	t.Cleanup(func() { netsetup.TeardownPrivileged(ctx, pod.NS, vmi, priv, testLog(t)) })
-	ifs, stop, err := netsetup.StartDHCP(ctx, vmi, netsetup.DHCPConfig{CacheDir: priv.CacheDir,
+	ifs, stop, err := dhcp.Start(ctx, vmi, dhcp.Config{CacheDir: priv.CacheDir,
 		ResolvConf: pod.ResolvConf, NetNS: pod.NS}, testLog(t))
 	if err != nil {
 		t.Fatalf("dhcp: %v", err)

@@ -6,7 +6,7 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 )
 
 func TestNames(t *testing.T) {
@@ -15,18 +15,18 @@ func TestNames(t *testing.T) {
 		{"net1", "tap1", "k6t-net1", "net1-nic"},
 		{"pod16477688c0e", "tap16477688c0e", "k6t-16477688c0e", "16477688c0e-nic"},
 	} {
-		if got := netsetup.TapName(tc.pod); got != tc.tap {
+		if got := plan.TapName(tc.pod); got != tc.tap {
 			t.Errorf("TapName(%s) = %s, want %s", tc.pod, got, tc.tap)
 		}
-		if got := netsetup.BridgeName(tc.pod); got != tc.bridge || len(got) > 15 {
+		if got := plan.BridgeName(tc.pod); got != tc.bridge || len(got) > 15 {
 			t.Errorf("BridgeName(%s) = %s, want %s", tc.pod, got, tc.bridge)
 		}
-		if got := netsetup.NICName(tc.pod); got != tc.nic || len(got) > 15 {
+		if got := plan.NICName(tc.pod); got != tc.nic || len(got) > 15 {
 			t.Errorf("NICName(%s) = %s, want %s", tc.pod, got, tc.nic)
 		}
 	}
 	// sha256("blue") = 16477688c0e00699c6cfa4497a3612d7e83c532062b64b250fed8908128ed548
-	if got := netsetup.HashedPodIfaceName("blue"); got != "pod16477688c0e" {
+	if got := plan.HashedPodIfaceName("blue"); got != "pod16477688c0e" {
 		t.Errorf("HashedPodIfaceName(blue) = %s", got)
 	}
 }
@@ -44,24 +44,24 @@ func withMultus(vmi *v1.VirtualMachineInstance, names ...string) *v1.VirtualMach
 func TestPlanFor(t *testing.T) {
 	vmi := withMultus(masqVMI("vm", v1.Port{Port: 80}, v1.Port{Port: 80, Protocol: "udp"}), "blue", "red")
 	vmi.Spec.Domain.Devices.Interfaces[0].MacAddress = "02:11:22:33:44:55"
-	plan, err := netsetup.PlanFor(vmi, netsetup.PlanOptions{})
+	ifaces, err := plan.PlanFor(vmi, plan.PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(plan) != 3 {
-		t.Fatalf("plan has %d interfaces", len(plan))
+	if len(ifaces) != 3 {
+		t.Fatalf("plan has %d interfaces", len(ifaces))
 	}
-	p := plan[0]
+	p := ifaces[0]
 	if p.PodIface != "eth0" || p.Tap != "tap0" || p.Bridge != "k6t-eth0" || p.Binding != "masquerade" ||
 		p.MAC.String() != "02:11:22:33:44:55" || len(p.Ports) != 2 || p.Ports[1].Protocol != "UDP" ||
 		p.Gateway4().String() != "10.0.2.1" || p.Guest4().String() != "10.0.2.2" ||
 		p.Gateway6().String() != "fd10:0:2::1" || p.Guest6().String() != "fd10:0:2::2" {
 		t.Errorf("primary = %+v", p)
 	}
-	if plan[1].PodIface != netsetup.HashedPodIfaceName("blue") || plan[1].Index != 1 || plan[2].Tap != netsetup.TapName(netsetup.HashedPodIfaceName("red")) {
-		t.Errorf("secondaries = %+v / %+v", plan[1], plan[2])
+	if ifaces[1].PodIface != plan.HashedPodIfaceName("blue") || ifaces[1].Index != 1 || ifaces[2].Tap != plan.TapName(plan.HashedPodIfaceName("red")) {
+		t.Errorf("secondaries = %+v / %+v", ifaces[1], ifaces[2])
 	}
-	ord, err := netsetup.PlanFor(vmi, netsetup.PlanOptions{OrdinalNames: true})
+	ord, err := plan.PlanFor(vmi, plan.PlanOptions{OrdinalNames: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,26 +72,26 @@ func TestPlanFor(t *testing.T) {
 	cidr := masqVMI("vm")
 	cidr.Spec.Networks[0].Pod.VMNetworkCIDR = "10.11.12.0/30"
 	cidr.Spec.Networks[0].Pod.VMIPv6NetworkCIDR = "fd00:1::/64"
-	plan, err = netsetup.PlanFor(cidr, netsetup.PlanOptions{})
+	ifaces, err = plan.PlanFor(cidr, plan.PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan[0].Guest4().String() != "10.11.12.2" || plan[0].Gateway6().String() != "fd00:1::1" {
-		t.Errorf("vmNetworkCIDR not applied: %+v", plan[0])
+	if ifaces[0].Guest4().String() != "10.11.12.2" || ifaces[0].Gateway6().String() != "fd00:1::1" {
+		t.Errorf("vmNetworkCIDR not applied: %+v", ifaces[0])
 	}
 
 	mq := masqVMI("vm")
 	yes := true
 	mq.Spec.Domain.Devices.NetworkInterfaceMultiQueue = &yes
 	mq.Spec.Domain.CPU = &v1.CPU{Sockets: 1, Cores: 2, Threads: 2}
-	if plan, err = netsetup.PlanFor(mq, netsetup.PlanOptions{}); err != nil || plan[0].Queues != 4 {
-		t.Errorf("multiqueue: %v %+v", err, plan)
+	if ifaces, err = plan.PlanFor(mq, plan.PlanOptions{}); err != nil || ifaces[0].Queues != 4 {
+		t.Errorf("multiqueue: %v %+v", err, ifaces)
 	}
 
 	absent := withMultus(masqVMI("vm"), "blue")
 	absent.Spec.Domain.Devices.Interfaces[1].State = v1.InterfaceStateAbsent
-	if plan, err = netsetup.PlanFor(absent, netsetup.PlanOptions{}); err != nil || len(plan) != 1 {
-		t.Errorf("absent interface: %v %d", err, len(plan))
+	if ifaces, err = plan.PlanFor(absent, plan.PlanOptions{}); err != nil || len(ifaces) != 1 {
+		t.Errorf("absent interface: %v %d", err, len(ifaces))
 	}
 }
 
@@ -140,7 +140,7 @@ func TestPlanForErrors(t *testing.T) {
 			v.Spec.Domain.Devices.Interfaces[0].Ports = []v1.Port{{Port: 80}}
 		}), "interfaces[0].ports: only the masquerade binding"},
 	} {
-		_, err := netsetup.PlanFor(tc.vmi, netsetup.PlanOptions{})
+		_, err := plan.PlanFor(tc.vmi, plan.PlanOptions{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to contain %q", tc.name, err, tc.want)
 		}

@@ -40,7 +40,7 @@ type PrivilegedConfig struct {
 	// launcher's user cannot write (vlctl run keeps it in its root-owned
 	// work dir). Empty: CacheDir.
 	StateDir string
-	Plan     PlanOptions
+	Plan     plan.PlanOptions
 }
 
 // undo collects the reversal of every change one call made, so a failure
@@ -64,7 +64,7 @@ func (u undo) run() error {
 // a second run finds everything in place and changes nothing. On error
 // every link, address, rule and file this call created is removed again.
 func SetupPrivileged(ctx context.Context, podNS netns.NsHandle, vmi *v1.VirtualMachineInstance, cfg PrivilegedConfig, log *slog.Logger) error {
-	plan, err := PlanFor(vmi, cfg.Plan)
+	ifaces, err := plan.PlanFor(vmi, cfg.Plan)
 	if err != nil {
 		return err
 	}
@@ -74,17 +74,17 @@ func SetupPrivileged(ctx context.Context, podNS netns.NsHandle, vmi *v1.VirtualM
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return InNS(podNS, func() error {
+	return plan.InNS(podNS, func() error {
 		var u undo
-		for _, it := range plan {
+		for _, it := range ifaces {
 			if err := ctx.Err(); err != nil {
 				return errors.Join(err, u.run())
 			}
 			var err error
 			switch it.Binding {
-			case BindingMasquerade:
+			case plan.BindingMasquerade:
 				err = setupMasquerade(it, cfg, &u)
-			case BindingBridge:
+			case plan.BindingBridge:
 				err = setupBridge(it, cfg, &u)
 			}
 			if err != nil {
@@ -105,24 +105,24 @@ func SetupPrivileged(ctx context.Context, podNS netns.NsHandle, vmi *v1.VirtualM
 // back its name, MAC, addresses and routes. Missing pieces are fine, so it
 // can run after a partial setup or twice.
 func TeardownPrivileged(ctx context.Context, podNS netns.NsHandle, vmi *v1.VirtualMachineInstance, cfg PrivilegedConfig, log *slog.Logger) error {
-	plan, err := PlanFor(vmi, cfg.Plan)
+	ifaces, err := plan.PlanFor(vmi, cfg.Plan)
 	if err != nil {
 		return err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return InNS(podNS, func() error {
+	return plan.InNS(podNS, func() error {
 		var errs []error
 		masq := false
-		for _, it := range plan {
+		for _, it := range ifaces {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			if err := teardownIface(it, cfg); err != nil {
 				errs = append(errs, fmt.Errorf("interface %s: %w", it.Name, err))
 			}
-			masq = masq || it.Binding == BindingMasquerade
+			masq = masq || it.Binding == plan.BindingMasquerade
 		}
 		if masq {
 			for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
@@ -131,12 +131,12 @@ func TeardownPrivileged(ctx context.Context, podNS netns.NsHandle, vmi *v1.Virtu
 				}
 			}
 		}
-		log.Info("pod network torn down", "interfaces", len(plan), "errors", len(errs))
+		log.Info("pod network torn down", "interfaces", len(ifaces), "errors", len(errs))
 		return errors.Join(errs...)
 	})
 }
 
-func setupMasquerade(it Iface, cfg PrivilegedConfig, u *undo) error {
+func setupMasquerade(it plan.Iface, cfg PrivilegedConfig, u *undo) error {
 	pod, err := netlink.LinkByName(it.PodIface)
 	if err != nil {
 		return fmt.Errorf("pod interface %s: %w", it.PodIface, err)
@@ -216,7 +216,7 @@ func setupMasquerade(it Iface, cfg PrivilegedConfig, u *undo) error {
 	if mac == nil {
 		mac = pod.Attrs().HardwareAddr
 	}
-	c := &VifCache{
+	c := &plan.VifCache{
 		Name:              it.PodIface,
 		IP:                netlink.Addr{IPNet: ipnet(netip.PrefixFrom(it.Guest4(), it.VMNetwork4.Bits()))},
 		MAC:               mac,
@@ -259,14 +259,14 @@ func statePath(cfg PrivilegedConfig, podIface string) string {
 	return filepath.Join(dir, "netsetup-state-"+podIface+".json")
 }
 
-func setupBridge(it Iface, cfg PrivilegedConfig, u *undo) error {
+func setupBridge(it plan.Iface, cfg PrivilegedConfig, u *undo) error {
 	fake, err := bridgeFakeIP(it.Index)
 	if err != nil {
 		return err
 	}
 	// Already bridged by an earlier run: the renamed NIC exists.
 	if nic, err := netlink.LinkByName(it.NIC); err == nil {
-		if _, err := ReadVifCache(cfg.CacheDir, it.PodIface); err != nil {
+		if _, err := plan.ReadVifCache(cfg.CacheDir, it.PodIface); err != nil {
 			return fmt.Errorf("%s exists but %w", it.NIC, err)
 		}
 		br, err := ensureBridge(it.Bridge, nic.Attrs().MTU, nil, u)
@@ -317,7 +317,7 @@ func setupBridge(it Iface, cfg PrivilegedConfig, u *undo) error {
 	if mac == nil {
 		mac = attrs.HardwareAddr
 	}
-	c := &VifCache{Name: it.PodIface, MAC: mac, Mtu: uint16(attrs.MTU), Gateway: gw, IPAMDisabled: true}
+	c := &plan.VifCache{Name: it.PodIface, MAC: mac, Mtu: uint16(attrs.MTU), Gateway: gw, IPAMDisabled: true}
 	for _, a := range keep {
 		if a.IP.To4() != nil {
 			c.IP = netlink.Addr{IPNet: a.IPNet}
@@ -405,7 +405,7 @@ func setupBridge(it Iface, cfg PrivilegedConfig, u *undo) error {
 
 // restorePodNIC undoes the bridge binding's changes to the pod interface:
 // dummy gone, NIC renamed back with its MAC, addresses and routes.
-func restorePodNIC(it Iface, st bridgeState) error {
+func restorePodNIC(it plan.Iface, st bridgeState) error {
 	ph := st.Placeholder
 	if ph == "" {
 		ph = "dummy"
@@ -458,7 +458,7 @@ func restorePodNIC(it Iface, st bridgeState) error {
 	return nil
 }
 
-func teardownIface(it Iface, cfg PrivilegedConfig) error {
+func teardownIface(it plan.Iface, cfg PrivilegedConfig) error {
 	var errs []error
 	if err := delLink(it.Tap, "tuntap"); err != nil {
 		errs = append(errs, err)
@@ -466,7 +466,7 @@ func teardownIface(it Iface, cfg PrivilegedConfig) error {
 	if err := delLink(it.Bridge, "bridge"); err != nil {
 		errs = append(errs, err)
 	}
-	if it.Binding == BindingBridge {
+	if it.Binding == plan.BindingBridge {
 		var st bridgeState
 		// Never through a link, and never blocking on a FIFO: what is read
 		// here is acted on as root.
@@ -540,7 +540,7 @@ func ensureBridge(name string, mtu int, mac net.HardwareAddr, u *undo) (netlink.
 
 // ensureTap creates the persistent tap owned by the QEMU user and puts it
 // in the bridge. An existing tap must have the same owner and queue mode.
-func ensureTap(it Iface, mtu int, br netlink.Link, cfg PrivilegedConfig, u *undo) error {
+func ensureTap(it plan.Iface, mtu int, br netlink.Link, cfg PrivilegedConfig, u *undo) error {
 	flags := netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR
 	if it.Queues > 1 {
 		flags |= netlink.TUNTAP_MULTI_QUEUE
@@ -628,7 +628,7 @@ func ensureAddr(l netlink.Link, p netip.Prefix, u *undo) error {
 	return nil
 }
 
-func putCache(dir string, c *VifCache, u *undo) error {
+func putCache(dir string, c *plan.VifCache, u *undo) error {
 	// Only a regular file counts as an earlier run's cache: anything else
 	// (a link planted there) is replaced by ours, which a rollback removes.
 	st, err := os.Lstat(plan.CachePath(dir, c.Name))

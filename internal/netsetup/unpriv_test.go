@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/dhcp"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 )
 
@@ -63,7 +65,7 @@ func TestUnprivilegedDHCP(t *testing.T) {
 		var cmd *exec.Cmd
 		var stdin io.WriteCloser
 		var stdout io.Reader
-		err := netsetup.InNS(pod.NS, func() error {
+		err := plan.InNS(pod.NS, func() error {
 			cmd = exec.Command(bin, "-test.run=^TestHelperServeDHCP$", "-test.v")
 			cmd.Env = []string{"VL_DHCP_CACHE=" + priv.CacheDir, "VL_DHCP_RESOLV=" + rc}
 			cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -130,7 +132,7 @@ func TestUnprivilegedDHCP(t *testing.T) {
 	if l, err := waitLine(out, "VL-HELPER-SERVING", "VL-HELPER-FAILED"); err != nil || !strings.Contains(l, "VL-HELPER-SERVING") {
 		t.Fatalf("with CAP_NET_BIND_SERVICE: %q %v", l, err)
 	}
-	c, err := netsetup.ReadVifCache(priv.CacheDir, "eth0")
+	c, err := plan.ReadVifCache(priv.CacheDir, "eth0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,8 +154,8 @@ func TestHelperServeDHCP(t *testing.T) {
 	if cache == "" {
 		t.Skip("helper process only")
 	}
-	_, stop, err := netsetup.StartDHCP(context.Background(), masqVMI("vm1"),
-		netsetup.DHCPConfig{CacheDir: cache, ResolvConf: os.Getenv("VL_DHCP_RESOLV")}, nil)
+	_, stop, err := dhcp.Start(context.Background(), masqVMI("vm1"),
+		dhcp.Config{CacheDir: cache, ResolvConf: os.Getenv("VL_DHCP_RESOLV")}, nil)
 	if err != nil {
 		fmt.Printf("VL-HELPER-FAILED uid=%d %v\n", os.Getuid(), err)
 		return
@@ -176,14 +178,14 @@ func TestDHCPWithoutCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { netsetup.TeardownPrivileged(ctx, pod.NS, vmi, priv, testLog(t)) })
-	cached, err := netsetup.ReadVifCache(priv.CacheDir, "eth0")
+	cached, err := plan.ReadVifCache(priv.CacheDir, "eth0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(priv.CacheDir, "vif-cache-eth0.json")); err != nil {
 		t.Fatal(err)
 	}
-	ifs, stop, err := netsetup.StartDHCP(ctx, vmi, netsetup.DHCPConfig{CacheDir: priv.CacheDir, ResolvConf: pod.ResolvConf, NetNS: pod.NS}, testLog(t))
+	ifs, stop, err := dhcp.Start(ctx, vmi, dhcp.Config{CacheDir: priv.CacheDir, ResolvConf: pod.ResolvConf, NetNS: pod.NS}, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +204,7 @@ func TestDHCPWithoutCache(t *testing.T) {
 
 	// Bridge binding has no such fallback: its cache is the only record of
 	// the pod's address.
-	if _, _, err := netsetup.StartDHCP(ctx, bridgeVMI("vm2"), netsetup.DHCPConfig{CacheDir: t.TempDir(), NetNS: pod.NS}, nil); err == nil ||
+	if _, _, err := dhcp.Start(ctx, bridgeVMI("vm2"), dhcp.Config{CacheDir: t.TempDir(), NetNS: pod.NS}, nil); err == nil ||
 		!strings.Contains(err.Error(), "privileged phase not run") {
 		t.Errorf("bridge without cache: %v", err)
 	}

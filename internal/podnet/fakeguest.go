@@ -11,7 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 )
 
 // FakeGuest stands in for a guest NIC where no QEMU runs (tests, and the
@@ -38,7 +38,7 @@ func (p *Pod) AttachFakeGuest(bridge string, mac net.HardwareAddr) (g *FakeGuest
 	if g.NS, err = NewNamedNS(g.NSName); err != nil {
 		return g, err
 	}
-	err = netsetup.InNS(p.NS, func() error {
+	err = plan.InNS(p.NS, func() error {
 		br, err := netlink.LinkByName(bridge)
 		if err != nil {
 			return fmt.Errorf("bridge %s: %w", bridge, err)
@@ -60,7 +60,7 @@ func (p *Pod) AttachFakeGuest(bridge string, mac net.HardwareAddr) (g *FakeGuest
 	if err != nil {
 		return g, err
 	}
-	err = netsetup.InNS(g.NS, func() error {
+	err = plan.InNS(g.NS, func() error {
 		// No duplicate address detection: the link-local address is usable
 		// at once, so a DHCPv6 client can start right away.
 		if err := os.WriteFile("/proc/sys/net/ipv6/conf/eth0/accept_dad", []byte("0"), 0o644); err != nil {
@@ -118,7 +118,7 @@ func (g *FakeGuest) Remove() error {
 	}
 	// The pair dies with the guest namespace; this catches a half-made one.
 	if g.pod != nil && g.pod.NS > 0 {
-		errs = append(errs, netsetup.InNS(g.pod.NS, func() error {
+		errs = append(errs, plan.InNS(g.pod.NS, func() error {
 			if l, err := netlink.LinkByName(g.PodEnd); err == nil {
 				return netlink.LinkDel(l)
 			}

@@ -20,7 +20,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
@@ -117,7 +117,7 @@ func New(cfg Config) (p *Pod, err error) {
 
 	// Create the pair from inside the outside namespace, placing eth0
 	// directly in the pod namespace: no name ever exists on the host.
-	err = netsetup.InNS(p.Outside, func() error {
+	err = plan.InNS(p.Outside, func() error {
 		veth := &netlink.Veth{
 			LinkAttrs: netlink.LinkAttrs{Name: p.OutsideIface, MTU: cfg.MTU},
 			PeerName:  "eth0",
@@ -135,7 +135,7 @@ func New(cfg Config) (p *Pod, err error) {
 	if !cfg.NoIPv6 {
 		gw6 = cfg.Outside6.Addr()
 	}
-	if err = netsetup.InNS(p.NS, func() error {
+	if err = plan.InNS(p.NS, func() error {
 		return configure("eth0", cfg.Pod4, cfg.Pod6, cfg.Outside4.Addr(), gw6)
 	}); err != nil {
 		return p, fmt.Errorf("podnet pod: %w", err)
@@ -230,10 +230,10 @@ type Forward struct {
 // Forwards lists the declared ports of masquerade interfaces at the pod
 // address. A masquerade interface without ports forwards every port; it is
 // reported once with Port 0 and Address "<pod address>:*".
-func (p *Pod) Forwards(plan []netsetup.Iface) []Forward {
+func (p *Pod) Forwards(ifaces []plan.Iface) []Forward {
 	var out []Forward
-	for _, it := range plan {
-		if it.Binding != netsetup.BindingMasquerade {
+	for _, it := range ifaces {
+		if it.Binding != plan.BindingMasquerade {
 			continue
 		}
 		if len(it.Ports) == 0 {
@@ -355,7 +355,7 @@ func ipnet(p netip.Prefix) *net.IPNet {
 func (p *Pod) AddInterface(podIface string, pod4, outside4 netip.Prefix) error {
 	p.extra++
 	ext := fmt.Sprintf("ext%d", p.extra)
-	err := netsetup.InNS(p.Outside, func() error {
+	err := plan.InNS(p.Outside, func() error {
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: ext, MTU: p.MTU}, PeerName: podIface}
 		veth.PeerNamespace = netlink.NsFd(p.NS)
 		if err := netlink.LinkAdd(veth); err != nil {
@@ -366,7 +366,7 @@ func (p *Pod) AddInterface(podIface string, pod4, outside4 netip.Prefix) error {
 	if err != nil {
 		return err
 	}
-	return netsetup.InNS(p.NS, func() error {
+	return plan.InNS(p.NS, func() error {
 		return configure(podIface, pod4, netip.Prefix{}, netip.Addr{}, netip.Addr{})
 	})
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 )
 
@@ -45,7 +45,7 @@ func TestPodNetwork(t *testing.T) {
 	// eth0 in the pod: address, default route via the outside, and the
 	// outside answers on TCP.
 	var ln net.Listener
-	if err := netsetup.InNS(a.Outside, func() (err error) { ln, err = net.Listen("tcp", "192.168.66.1:0"); return }); err != nil {
+	if err := plan.InNS(a.Outside, func() (err error) { ln, err = net.Listen("tcp", "192.168.66.1:0"); return }); err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
@@ -55,7 +55,7 @@ func TestPodNetwork(t *testing.T) {
 			c.Close()
 		}
 	}()
-	err = netsetup.InNS(a.NS, func() error {
+	err = plan.InNS(a.NS, func() error {
 		l, err := netlink.LinkByName("eth0")
 		if err != nil {
 			return err
@@ -92,17 +92,17 @@ func TestPodNetwork(t *testing.T) {
 	vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default",
 		InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}},
 		Ports:                  []v1.Port{{Port: 22}, {Port: 53, Protocol: "UDP"}}}}
-	plan, err := netsetup.PlanFor(vmi, netsetup.PlanOptions{})
+	ifaces, err := plan.PlanFor(vmi, plan.PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw := a.Forwards(plan)
+	fw := a.Forwards(ifaces)
 	if len(fw) != 2 || fw[0].Address != "192.168.66.2:22" || fw[1].Protocol != "UDP" || fw[1].Address != "192.168.66.2:53" {
 		t.Errorf("forwards %+v", fw)
 	}
 	vmi.Spec.Domain.Devices.Interfaces[0].Ports = nil
-	plan, _ = netsetup.PlanFor(vmi, netsetup.PlanOptions{})
-	if fw := a.Forwards(plan); len(fw) != 1 || fw[0].Address != "192.168.66.2:*" {
+	ifaces, _ = plan.PlanFor(vmi, plan.PlanOptions{})
+	if fw := a.Forwards(ifaces); len(fw) != 1 || fw[0].Address != "192.168.66.2:*" {
 		t.Errorf("all-ports forward %+v", fw)
 	}
 

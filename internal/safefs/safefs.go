@@ -69,9 +69,6 @@ func (d *Dir) Path() string { return d.path }
 // others (who then resolve it with their own rights).
 func (d *Dir) Join(name string) string { return filepath.Join(d.path, name) }
 
-// Fd is d's descriptor; it stays d's.
-func (d *Dir) Fd() int { return d.fd }
-
 // Close closes d.
 func (d *Dir) Close() error {
 	if d == nil || d.fd < 0 {
@@ -352,20 +349,6 @@ func (d *Dir) Remove(name string) error {
 	}
 	if err != nil {
 		return &fs.PathError{Op: "remove", Path: d.Join(name), Err: err}
-	}
-	return nil
-}
-
-// Lchown changes the owner of name below d; a link itself, never what it
-// points to.
-func (d *Dir) Lchown(name string, uid, gid int) error {
-	pfd, base, done, err := d.parent("chown", name)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return &fs.PathError{Op: "chown", Path: d.Join(name), Err: err}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 )
 
@@ -17,28 +18,28 @@ import (
 type network struct {
 	r    *runner
 	pod  *podnet.Pod
-	plan []netsetup.Iface
+	plan []plan.Iface
 	up   bool // privileged phase done: teardown must undo it
 }
 
 // setupNetwork runs the privileged phase (virt-handler's job in a cluster)
 // when the VMI has masquerade or bridge interfaces.
 func (r *runner) setupNetwork(ctx context.Context) error {
-	plan, err := netsetup.PlanFor(r.vmi, netsetup.PlanOptions{})
+	ifaces, err := plan.PlanFor(r.vmi, plan.PlanOptions{})
 	if err != nil {
 		return err
 	}
-	if len(plan) == 0 {
+	if len(ifaces) == 0 {
 		return nil
 	}
 	pod, err := podnet.New(podnet.Config{Dir: r.workDir})
 	if err != nil {
 		return fmt.Errorf("pod network: %w", err)
 	}
-	n := &network{r: r, pod: pod, plan: plan}
+	n := &network{r: r, pod: pod, plan: ifaces}
 	r.net = n
 	extra := 0
-	for _, ifc := range plan {
+	for _, ifc := range ifaces {
 		if ifc.PodIface == "eth0" { // podnet.New made it
 			continue
 		}
@@ -72,7 +73,7 @@ func (n *network) privileged() netsetup.PrivilegedConfig {
 
 // inPod runs fn (a fork) with the calling thread in the pod namespace, so the
 // child starts there.
-func (n *network) inPod(fn func() error) error { return netsetup.InNS(n.pod.NS, fn) }
+func (n *network) inPod(fn func() error) error { return plan.InNS(n.pod.NS, fn) }
 
 // resolvConf is the pod's resolver configuration, for the DHCP server.
 func (n *network) resolvConf() string { return n.pod.ResolvConf }

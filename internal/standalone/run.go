@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +28,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
@@ -556,7 +556,9 @@ func (r *runner) startMonitor() error {
 	} else if dir != "" {
 		args = append(args, "--qemu-caps-cache", dir)
 	}
-	if r.cfg.Emulation || !kvmUsable() {
+	// kvm.Usable cannot tell a nested setup where guests do not progress;
+	// --emulation is for that.
+	if r.cfg.Emulation || kvm.Usable() != nil {
 		args = append(args, "--force-emulation")
 	}
 	logFile := r.logFile
@@ -703,17 +705,6 @@ func copyBinary(src string, d *safefs.Dir, sub string) (string, error) {
 
 // capNetBindService is CAP_NET_BIND_SERVICE (linux/capability.h).
 const capNetBindService = 10
-
-// kvmUsable reports whether /dev/kvm can be opened. It cannot tell a nested
-// setup where guests do not progress; --emulation is for that.
-func kvmUsable() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
-}
 
 // drive syncs the VMI, streams the console and waits for the guest to end.
 func (r *runner) drive(ctx context.Context) error {
@@ -1128,18 +1119,4 @@ func descendants(pid int) []int {
 		}
 	}
 	return out
-}
-
-// lockedThread runs fn on a dedicated OS thread; used to fork children
-// inside another network namespace without leaking that namespace to other
-// goroutines.
-func lockedThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// The thread is not unlocked: it may have switched namespaces, so
-		// it must die with this goroutine.
-		errc <- fn()
-	}()
-	return <-errc
 }

@@ -33,7 +33,8 @@ const (
 
 	// DefaultGracePeriodSeconds is what the launcher uses when
 	// spec.terminationGracePeriodSeconds is nil (KubeVirt does not default
-	// the field).
+	// the field), and so also the default of its --grace-period-seconds
+	// and the grace period a new domain manager starts with.
 	DefaultGracePeriodSeconds int64 = 30
 
 	// RuntimeUser is the non-root qemu user id KubeVirt records in

@@ -30,7 +30,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 )
 
 // binDir holds virt-launcher-monitor and virt-launcher built for this run
@@ -146,7 +146,7 @@ func inNamedNS(name string, fn func() error) error {
 		return fmt.Errorf("netns %s: %w", name, err)
 	}
 	defer h.Close()
-	return netsetup.InNS(h, fn)
+	return plan.InNS(h, fn)
 }
 
 // serveHTTP serves body on addr inside the named namespace until the test ends.

@@ -251,10 +251,12 @@ func concurrentClients(t *testing.T, p *pod, ctx context.Context) {
 				case 0:
 					err, limit = c.Sync(ctx, v, nil), cmdclient.LongTimeout
 				case 1:
-					var d interface{}
-					d, _, err = c.GetDomain(ctx)
+					// exists, not d: a nil *Domain in an interface{} is not nil,
+					// so comparing d would never catch a missing domain.
+					var exists bool
+					_, exists, err = c.GetDomain(ctx)
 					limit = cmdclient.ShortTimeout
-					if err == nil && d == nil {
+					if err == nil && !exists {
 						err = fmt.Errorf("GetDomain: no domain while the guest runs")
 					}
 				case 2:

@@ -27,6 +27,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
@@ -546,7 +547,7 @@ func TestRootLinksNetsetupFiles(t *testing.T) {
 			t.Errorf("setup: %v, want a refused link naming %s", err, link)
 		}
 		// Rolled back: no bridge or tap left in the pod namespace.
-		netsetup.InNS(pod.NS, func() error {
+		plan.InNS(pod.NS, func() error {
 			links, _ := netlink.LinkList()
 			for _, l := range links {
 				if n := l.Attrs().Name; strings.HasPrefix(n, "k6t-") || strings.HasPrefix(n, "tap") {

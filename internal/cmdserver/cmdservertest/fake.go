@@ -17,6 +17,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
@@ -50,7 +51,7 @@ func (f *Fake) Calls() []string {
 	return append([]string(nil), f.Ops...)
 }
 
-func (f *Fake) Sync(_ context.Context, vmi *v1.VirtualMachineInstance, _ cmdserver.SyncOptions) error {
+func (f *Fake) Sync(_ context.Context, vmi *v1.VirtualMachineInstance, _ domain.SyncOptions) error {
 	return f.op("Sync", vmi)
 }
 func (f *Fake) Pause(_ context.Context, vmi *v1.VirtualMachineInstance) error {

@@ -7,11 +7,9 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
-)
 
-// DefaultGracePeriodSeconds is what KubeVirt uses when the VMI sets no
-// terminationGracePeriodSeconds.
-const DefaultGracePeriodSeconds = 30
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
 
 // Metadata names the domain "<namespace>_<name>" and records the VMI's UID and
 // grace period in a KubeVirt metadata block, so that a restarted launcher can
@@ -26,19 +24,19 @@ type kubevirtMetadata struct {
 	} `xml:"graceperiod"`
 }
 
-func (Metadata) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
-	if vmi.Name == "" {
+func (Metadata) Configure(v *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+	if v.Name == "" {
 		return fmt.Errorf("metadata.name: must not be empty")
 	}
-	ns := vmi.Namespace
+	ns := v.Namespace
 	if ns == "" {
 		ns = "default"
 	}
-	dom.Name = ns + "_" + vmi.Name
+	dom.Name = ns + "_" + v.Name
 
-	md := kubevirtMetadata{UID: string(vmi.UID)}
-	md.GracePeriod.Seconds = DefaultGracePeriodSeconds
-	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil {
+	md := kubevirtMetadata{UID: string(v.UID)}
+	md.GracePeriod.Seconds = vmi.DefaultGracePeriodSeconds
+	if g := v.Spec.TerminationGracePeriodSeconds; g != nil {
 		if *g < 0 {
 			return fmt.Errorf("spec.terminationGracePeriodSeconds: %d is negative", *g)
 		}

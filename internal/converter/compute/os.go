@@ -16,19 +16,18 @@ import (
 // pflash with its NVRAM), kernel boot, ACPI tables and the boot menu.
 type OS struct{ Ctx *facts.Context }
 
-var (
-	libvirtArch    = map[string]string{"amd64": "x86_64", "arm64": "aarch64", "s390x": "s390x"}
-	defaultMachine = map[string]string{"amd64": "q35", "arm64": "virt", "s390x": "s390-ccw-virtio"}
-)
+// defaultMachine is the machine type of each architecture the converter
+// supports; an architecture missing here is refused.
+var defaultMachine = map[string]string{"amd64": "q35", "arm64": "virt", "s390x": "s390-ccw-virtio"}
 
 func (o OS) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
 	a := arch(vmi, o.Ctx)
-	la, ok := libvirtArch[a]
+	machine, ok := defaultMachine[a]
 	if !ok {
 		return fmt.Errorf("spec.architecture: %q is not supported, use amd64, arm64 or s390x", a)
 	}
 	out := domainOS(dom)
-	out.Type = &libvirtxml.DomainOSType{Type: "hvm", Arch: la, Machine: defaultMachine[a]}
+	out.Type = &libvirtxml.DomainOSType{Type: "hvm", Arch: facts.LibvirtArch(a), Machine: machine}
 	if m := vmi.Spec.Domain.Machine; m != nil && m.Type != "" {
 		out.Type.Machine = m.Type
 	}

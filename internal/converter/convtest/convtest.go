@@ -99,17 +99,6 @@ func Convert(t testing.TB, vmi *v1.VirtualMachineInstance, c *facts.Context) (*l
 	return dom, Validate(t, dom)
 }
 
-// ConvertErr runs the converter and returns its error (nil if it succeeded,
-// in which case the domain was also schema-checked).
-func ConvertErr(t testing.TB, vmi *v1.VirtualMachineInstance, c *facts.Context) error {
-	t.Helper()
-	dom, err := converter.Convert(vmi, c)
-	if err == nil {
-		Validate(t, dom)
-	}
-	return err
-}
-
 // CheckErr fails unless err matches want: nil for "", else containing want.
 func CheckErr(t testing.TB, err error, want string) bool {
 	t.Helper()

@@ -102,3 +102,17 @@ func TestTopologyAndModels(t *testing.T) {
 		}
 	}
 }
+
+func TestLibvirtArch(t *testing.T) {
+	for _, tc := range []struct{ goarch, want string }{
+		{"amd64", "x86_64"},
+		{"arm64", "aarch64"},
+		{"386", "i686"},
+		{"s390x", "s390x"},
+		{"ppc64le", "ppc64le"},
+	} {
+		if got := facts.LibvirtArch(tc.goarch); got != tc.want {
+			t.Errorf("LibvirtArch(%s) = %s, want %s", tc.goarch, got, tc.want)
+		}
+	}
+}

@@ -24,6 +24,21 @@ func Arch(vmi *v1.VirtualMachineInstance, c *Context) string {
 	return a
 }
 
+// LibvirtArch is libvirt's name of a GOARCH (amd64 is x86_64); names the
+// two share pass through. It says nothing about what the converter
+// supports.
+func LibvirtArch(goarch string) string {
+	switch goarch {
+	case "amd64":
+		return "x86_64"
+	case "arm64":
+		return "aarch64"
+	case "386":
+		return "i686"
+	}
+	return goarch
+}
+
 // VirtioModel is the model name virtio devices get: non-transitional by
 // default, transitional on request, plain "virtio" on s390x.
 func VirtioModel(vmi *v1.VirtualMachineInstance, c *Context) string {
