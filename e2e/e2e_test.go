@@ -57,6 +57,11 @@ func TestMain(m *testing.M) {
 // vmiYAML is the test guest as a VMI: kernelBoot container and
 // containerDisk from the registry, cloud-init NoCloud user-data that serves
 // HTTP on port 80, a masquerade interface declaring that port.
+// guestCmdline is the test guest's kernel command line here: the guest
+// agent's shutdown and reboot work (testguest.OptAgentShutdown), as on a
+// real distribution.
+const guestCmdline = testguest.DefaultCmdline + " " + testguest.OptAgentShutdown
+
 func vmiYAML(name string) string {
 	return vmiYAMLWithRoot(name, "containerDisk:\n      image: "+guest.Disk)
 }
@@ -105,7 +110,7 @@ spec:
         #!/bin/sh
         mkdir -p /tmp/www && echo "hello from %[1]s" > /tmp/www/index.html
         busybox httpd -p 80 -h /tmp/www && echo VL-HTTPD-STARTED
-`, name, testguest.DefaultCmdline, guest.Kernel, rootSource)
+`, name, guestCmdline, guest.Kernel, rootSource)
 }
 
 // createReady creates the test guest's VMI NAME and waits until it is Ready.
@@ -258,12 +263,14 @@ func TestVMLifecycle(t *testing.T) {
 	env.WaitCondition(t, ctx, "vmi/"+name, "Paused", false)
 	env.WaitPrintable(t, ctx, name, "Running")
 
-	// soft-reboot: without a guest agent, an ACPI reboot in the guest;
-	// the same VMI, the guest boots a second time. Only once the guest is
-	// up: an ACPI button pressed while it boots is lost.
+	// soft-reboot: the guest agent is connected, so a reboot through it
+	// (the guest's shutdown -r); the same VMI, the guest boots a second
+	// time. Only once the guest is up and its agent connected.
 	pod := env.LauncherPod(t, ctx, name)
 	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
+	env.WaitCondition(t, ctx, "vmi/"+name, "AgentConnected", true)
 	ok(env.Virtctl(ctx, time.Minute, "soft-reboot", name))
+	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerAgentReboot, 1)
 	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 2)
 
 	ok(env.Virtctl(ctx, time.Minute, "restart", name))
@@ -599,7 +606,7 @@ spec:
 		{"        firmware:\n", "        firmware:\n          bootloader:\n            efi: {secureBoot: false, persistent: true}\n"},
 		{"kernelPath: /boot/vmlinuz\n", "kernelPath: /boot/vmlinuz.efi\n"},
 		{"        devices:\n", "        devices:\n          tpm: {persistent: true}\n"},
-		{"kernelArgs: \"" + testguest.DefaultCmdline + "\"", "kernelArgs: \"" + testguest.DefaultCmdline + " " + testguest.OptEFIVar("VlKeep", token) + "\""},
+		{"kernelArgs: \"" + guestCmdline + "\"", "kernelArgs: \"" + guestCmdline + " " + testguest.OptEFIVar("VlKeep", token) + "\""},
 	} {
 		if !strings.Contains(vm, r.old) {
 			t.Fatalf("the VM manifest has no %q:\n%s", r.old, vm)
@@ -638,7 +645,7 @@ spec:
 	}
 	// The second boot no longer writes the variable: it can only come
 	// from the NVRAM kept on the PVC.
-	patch := fmt.Sprintf(`[{"op":"replace","path":"/spec/template/spec/domain/firmware/kernelBoot/kernelArgs","value":%q}]`, testguest.DefaultCmdline)
+	patch := fmt.Sprintf(`[{"op":"replace","path":"/spec/template/spec/domain/firmware/kernelBoot/kernelArgs","value":%q}]`, guestCmdline)
 	ok(env.Kubectl(ctx, "patch", "vm", name, "--type", "json", "-p", patch))
 	kept, ek2 := boot(2)
 	if !kept {

@@ -45,7 +45,7 @@ func (m *Manager) Unpause(ctx context.Context, v *v1.VirtualMachineInstance) err
 	})
 }
 
-// Shutdown asks the guest to power off (ACPI power button). The first one
+// Shutdown asks the guest to power off (signalShutdown). The first one
 // records the deletion timestamp in the metadata (kubevirt-wire.md 3.5).
 func (m *Manager) Shutdown(ctx context.Context, v *v1.VirtualMachineInstance) error {
 	return m.verb(ctx, v, verbShutdown, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
@@ -53,7 +53,26 @@ func (m *Manager) Shutdown(ctx context.Context, v *v1.VirtualMachineInstance) er
 			return nil
 		}
 		m.markShutdownStart(ctx)
-		return l.DomainShutdownFlags(d, libvirt.DomainShutdownAcpiPowerBtn)
+		return m.signalShutdown(ctx, l, d)
+	})
+}
+
+// shutdownCallTimeout bounds the shutdown request to the daemon. With the
+// guest agent connected libvirt asks the agent first and may wait up to
+// 60 s for a hung one before it tries ACPI; the caller gets an error
+// after this long instead, and the grace period's destroy (which needs
+// no daemon job) still ends the guest on time.
+const shutdownCallTimeout = 10 * time.Second
+
+// signalShutdown asks the guest to power off as KubeVirt's launcher does
+// (VIR_DOMAIN_SHUTDOWN_DEFAULT): libvirt uses the guest agent when it is
+// connected and falls back to the ACPI power button when the agent fails
+// or is not there.
+func (m *Manager) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) error {
+	ctx, cancel := context.WithTimeout(ctx, shutdownCallTimeout)
+	defer cancel()
+	return withContext(ctx, "ask the guest to power off", func() error {
+		return l.DomainShutdownFlags(d, 0)
 	})
 }
 
@@ -128,13 +147,24 @@ func (m *Manager) Reset(ctx context.Context, v *v1.VirtualMachineInstance) error
 	})
 }
 
-// SoftReboot asks the guest to reboot (ACPI; there is no guest agent).
+// SoftReboot asks the guest to reboot: through its agent when it is
+// connected, else with the ACPI power button, as KubeVirt does (which
+// reads the agent's state from the VMI's AgentConnected condition, itself
+// made from the Domain this reads).
 func (m *Manager) SoftReboot(ctx context.Context, v *v1.VirtualMachineInstance) error {
 	return m.verb(ctx, v, verbSoftReboot, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		if st != libvirt.DomainRunning {
 			return fmt.Errorf("domain %s is not running", d.Name)
 		}
-		return l.DomainReboot(d, libvirt.DomainRebootAcpiPowerBtn)
+		flags := libvirt.DomainRebootAcpiPowerBtn
+		m.mu.Lock()
+		if m.cache != nil && agentConnected(m.cache) {
+			flags = libvirt.DomainRebootGuestAgent
+		}
+		m.mu.Unlock()
+		ctx, cancel := context.WithTimeout(ctx, shutdownCallTimeout)
+		defer cancel()
+		return withContext(ctx, "ask the guest to reboot", func() error { return l.DomainReboot(d, flags) })
 	})
 }
 
@@ -249,7 +279,7 @@ func (m *Manager) MarkGracefulShutdown(ctx context.Context) {
 }
 
 // ShutdownForTermination is the launcher's own graceful stop on SIGTERM:
-// ACPI power button, without the handler. It reports whether a running
+// signalShutdown, without the handler. It reports whether a running
 // domain exists.
 func (m *Manager) ShutdownForTermination(ctx context.Context) (bool, error) {
 	running := false
@@ -261,7 +291,7 @@ func (m *Manager) ShutdownForTermination(ctx context.Context) (bool, error) {
 		// The launcher's own power-off after SIGTERM starts the grace
 		// period just as the handler's Shutdown does.
 		m.markShutdownStart(ctx)
-		return l.DomainShutdownFlags(d, libvirt.DomainShutdownAcpiPowerBtn)
+		return m.signalShutdown(ctx, l, d)
 	})
 	return running, err
 }

@@ -15,6 +15,12 @@ import (
 //go:embed files/os-release
 var osRelease []byte
 
+// shutdownScript is the guest's /sbin/shutdown, which the agent's
+// guest-shutdown runs (OptAgentShutdown).
+//
+//go:embed files/shutdown
+var shutdownScript []byte
+
 // What the guest's /etc/os-release says, and so what the guest agent's
 // guest-get-osinfo reports.
 const (
@@ -78,6 +84,7 @@ func parseLdd(out []byte) ([]string, error) {
 // the host's loader found it, with its directories; symbolic links are
 // followed (the initramfs holds the files themselves).
 func addAgent(c *cpioWriter, files []string) error {
+	c.File("bin/shutdown", 0o755, shutdownScript)
 	for i, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {

@@ -68,6 +68,12 @@ const (
 	// one the host names org.qemu.guest_agent.0); not printed with
 	// vl.noagent=1 or when the VM has no such port.
 	MarkerAgent = "VL-AGENT"
+	// "VL-GA-POWEROFF", "VL-GA-REBOOT": the agent's guest-shutdown
+	// powers off or reboots the guest (OptAgentShutdown); "VL-GA-HANG": it
+	// hangs (OptAgentShutdownHang). No marker is a prefix of another one.
+	MarkerAgentShutdown     = "VL-GA-POWEROFF"
+	MarkerAgentReboot       = "VL-GA-REBOOT"
+	MarkerAgentShutdownHang = "VL-GA-HANG"
 )
 
 // Kernel command-line options the init understands.
@@ -77,6 +83,12 @@ const (
 	OptNoDHCP   = "vl.nodhcp=1"   // no DHCP on eth0
 	OptNoShell  = "vl.noshell=1"  // no shell on the console
 	OptNoAgent  = "vl.noagent=1"  // no guest agent
+	// OptAgentShutdown makes the agent's guest-shutdown power off (or
+	// reboot) the guest; without it the guest has no working shutdown
+	// command and the host falls back to ACPI. OptAgentShutdownHang makes
+	// it hang instead.
+	OptAgentShutdown     = "vl.agentshutdown=1"
+	OptAgentShutdownHang = "vl.agentshutdown=hang"
 )
 
 // EFIVarGUID is the vendor GUID of the EFI variables the guest writes and

@@ -242,6 +242,7 @@ func cacheKey(kver, kernel, busybox, modDir string, mods, agentFiles []string) (
 	h.Write(initScript)
 	h.Write(udhcpcScript)
 	h.Write(osRelease)
+	h.Write(shutdownScript)
 	files := append([]string{kernel, busybox}, prefixed(modDir, mods)...)
 	for _, f := range append(files, agentFiles...) {
 		fi, err := os.Stat(f)

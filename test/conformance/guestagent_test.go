@@ -398,3 +398,84 @@ func checkFreeze(t *testing.T, h *handler, s *notifyServer, p *pod, vmiJSON []by
 	waitLog(t, p, "unfreeze was not asked for in time", 20*time.Second)
 	s.wait(t, refrozen, "FSFreezeStatus thawed by the launcher", 20*time.Second, state("thawed"))
 }
+
+// TestShutdownThroughAgent: Shutdown and SoftReboot go through the guest
+// agent when it is connected, as KubeVirt's do (libvirt's default shutdown
+// asks the agent first; the reboot is the agent's), and a hung agent
+// neither hangs Shutdown past its bound nor keeps Kill from ending the
+// guest at once.
+func TestShutdownThroughAgent(t *testing.T) {
+	t.Parallel()
+	t.Run("works", func(t *testing.T) {
+		t.Parallel()
+		p := startPod(t, "conf-gashut", false)
+		h, s := start(t, p)
+		vmiJSON := handlerVMI(t, p, testguest.OptAgentShutdown)
+		launchertest.Must(t, h.vmiCall(t, "SyncVirtualMachine", h.cmd.SyncVirtualMachine, vmiJSON))
+		waitAgent := func(from int) int {
+			return s.wait(t, from, "agent channel connected", bootTimeout, func(d *kvshape.Domain) bool {
+				st, _ := agentChannelState(d)
+				return st == "connected"
+			})
+		}
+		connected := waitAgent(0)
+		launchertest.Must(t, h.vmiCall(t, "SoftRebootVirtualMachine", h.cmd.SoftRebootVirtualMachine, vmiJSON))
+		p.WaitConsole(testguest.MarkerAgentReboot, 30*time.Second)
+		deadline := time.Now().Add(bootTimeout)
+		for testguest.CountMarker(p.Console(), testguest.MarkerReady) < 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the guest did not boot again after the agent's reboot; console:\n%s", launchertest.Tail(p.Console(), 4000))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		// The reboot dropped the agent; it connects again.
+		gone := s.wait(t, connected, "agent channel disconnected by the reboot", 30*time.Second, func(d *kvshape.Domain) bool {
+			st, _ := agentChannelState(d)
+			return st == "disconnected"
+		})
+		waitAgent(gone)
+		launchertest.Must(t, h.vmiCall(t, "ShutdownVirtualMachine", h.cmd.ShutdownVirtualMachine, vmiJSON))
+		s.wait(t, gone, "Shutoff", 60*time.Second, func(d *kvshape.Domain) bool { return d.Status.Status == "Shutoff" })
+		out := p.Console()
+		if testguest.CountMarker(out, testguest.MarkerAgentShutdown) != 1 || testguest.CountMarker(out, testguest.MarkerPowerButton) != 0 {
+			t.Errorf("the guest was not powered off by its agent alone; console:\n%s", launchertest.Tail(out, 4000))
+		}
+		launchertest.Must(t, h.vmiCall(t, "DeleteVirtualMachine", h.cmd.DeleteVirtualMachine, vmiJSON))
+		if code := p.ExitCode(60 * time.Second); code != 0 {
+			t.Errorf("monitor exit status %d, want 0", code)
+		}
+		p.AssertNothingLeft()
+	})
+	t.Run("hung agent", func(t *testing.T) {
+		t.Parallel()
+		p := startPod(t, "conf-gahang", false)
+		h, s := start(t, p)
+		vmiJSON := handlerVMI(t, p, testguest.OptAgentShutdownHang)
+		launchertest.Must(t, h.vmiCall(t, "SyncVirtualMachine", h.cmd.SyncVirtualMachine, vmiJSON))
+		s.wait(t, 0, "agent channel connected", bootTimeout, func(d *kvshape.Domain) bool {
+			st, _ := agentChannelState(d)
+			return st == "connected"
+		})
+		t0 := time.Now()
+		err := h.vmiCall(t, "ShutdownVirtualMachine", h.cmd.ShutdownVirtualMachine, vmiJSON)
+		took := time.Since(t0)
+		p.WaitConsole(testguest.MarkerAgentShutdownHang, 30*time.Second)
+		t.Logf("Shutdown with a hung agent: %v after %v", err, took)
+		if took > 20*time.Second {
+			t.Errorf("Shutdown with a hung agent took %v: it must give up within its bound", took)
+		}
+		// The handler kills once the grace period is over: at once, though
+		// the daemon still waits for the agent.
+		t0 = time.Now()
+		launchertest.Must(t, h.vmiCall(t, "KillVirtualMachine", h.cmd.KillVirtualMachine, vmiJSON))
+		s.wait(t, 0, "Shutoff after Kill", 30*time.Second, func(d *kvshape.Domain) bool { return d.Status.Status == "Shutoff" })
+		if d := time.Since(t0); d > 15*time.Second {
+			t.Errorf("Kill took %v with a hung agent", d)
+		}
+		launchertest.Must(t, h.vmiCall(t, "DeleteVirtualMachine", h.cmd.DeleteVirtualMachine, vmiJSON))
+		if code := p.ExitCode(60 * time.Second); code != 0 {
+			t.Errorf("monitor exit status %d, want 0", code)
+		}
+		p.AssertNothingLeft()
+	})
+}
