@@ -1,7 +1,6 @@
 package disks
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,15 +11,17 @@ import (
 
 	"github.com/diskfs/go-diskfs/backend"
 	"github.com/diskfs/go-diskfs/filesystem/iso9660"
+
+	"github.com/virtlauncher/virtlauncher/internal/podvolume"
 )
 
-// isoFile is one file of an ISO: a slash-separated path relative to the root
-// and its content.
-type isoFile struct {
-	Name string
-	Data []byte
-	Mode fs.FileMode // permission bits recorded in Rock Ridge; 0 means 0644
-}
+// isoFile is one file of an ISO: a slash-separated path relative to the
+// root, its content, and the permission bits recorded in Rock Ridge (0
+// means 0644).
+type isoFile = podvolume.File
+
+// readSourceDir reads a config volume's directory into ISO files.
+func readSourceDir(dir string) ([]isoFile, error) { return podvolume.ReadDir(dir) }
 
 // writeISO builds an ISO 9660 image with Rock Ridge and Joliet extensions,
 // labelled label, holding files, and puts it at final atomically.
@@ -138,57 +139,6 @@ func (s *stickyStorage) WriteAt(b []byte, off int64) (int, error) {
 		s.err = err
 	}
 	return n, err
-}
-
-// readSourceDir reads a config volume's directory as the pod mounts it into
-// ISO files. Kubernetes' atomic writer keeps its bookkeeping in entries named
-// "..something" (the real files are symlinks into "..data"); those are
-// skipped and symlinks are followed, so the ISO holds the keys as files.
-func readSourceDir(dir string) ([]isoFile, error) {
-	var out []isoFile
-	var walk func(rel string, depth int) error
-	walk = func(rel string, depth int) error {
-		if depth > 8 {
-			return fmt.Errorf("%s: directories nested too deep (symlink loop?)", filepath.Join(dir, rel))
-		}
-		entries, err := os.ReadDir(filepath.Join(dir, rel))
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), "..") {
-				continue
-			}
-			r := path.Join(rel, e.Name())
-			full := filepath.Join(dir, filepath.FromSlash(r))
-			fi, err := os.Stat(full) // follows symlinks
-			if err != nil {
-				return err
-			}
-			switch {
-			case fi.IsDir():
-				if err := walk(r, depth+1); err != nil {
-					return err
-				}
-			case fi.Mode().IsRegular():
-				data, err := os.ReadFile(full)
-				if err != nil {
-					return err
-				}
-				out = append(out, isoFile{Name: r, Data: data, Mode: fi.Mode().Perm()})
-			default:
-				return fmt.Errorf("%s is neither a file nor a directory", full)
-			}
-		}
-		return nil
-	}
-	if err := walk("", 0); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("source directory: %w", err)
-		}
-		return nil, err
-	}
-	return out, nil
 }
 
 // padLabel pads a volume label with spaces to its 32-byte field, as ISO 9660

@@ -148,6 +148,9 @@ type Manager struct {
 	thawTimer *time.Timer
 	// timeCancel stops the time sync under way after an unpause (mu).
 	timeCancel context.CancelFunc
+	// credentialsStarted: the access credentials are being propagated
+	// (startCredentials, mu).
+	credentialsStarted bool
 
 	netStarted bool // opMu
 	netIfaces  map[string]facts.Interface

@@ -62,8 +62,13 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		return err
 	}
 	if !exists {
-		return m.defineAndStart(ctx, l, v, opts)
+		if err := m.defineAndStart(ctx, l, v, opts); err != nil {
+			return err
+		}
+		m.startCredentials(v)
+		return nil
 	}
+	m.startCredentials(v)
 	st, reason, err := m.state(l, d)
 	if err != nil {
 		return err

@@ -60,7 +60,12 @@ func kubeVirtMetadata(meta Metadata) DomainMetadata {
 		ts := metav1.NewTime(*meta.DeletionTimestamp)
 		gp.DeletionTimestamp = &ts
 	}
-	return DomainMetadata{KubeVirt: KubeVirtMetadata{UID: meta.UID, GracePeriod: gp}}
+	var ac *AccessCredentialMetadata
+	if meta.AccessCredential != nil {
+		c := *meta.AccessCredential
+		ac = &c
+	}
+	return DomainMetadata{KubeVirt: KubeVirtMetadata{UID: meta.UID, GracePeriod: gp, AccessCredential: ac}}
 }
 
 func convertSpec(x *libvirtxml.Domain) DomainSpec {

@@ -35,6 +35,9 @@ type Metadata struct {
 	GracePeriodSeconds        int64
 	DeletionTimestamp         *time.Time
 	MarkedForGracefulShutdown *bool
+	// AccessCredential is the outcome of the last propagation of the
+	// VMI's accessCredentials through the guest agent (nil: none yet).
+	AccessCredential *AccessCredentialMetadata
 }
 
 // Domain is KubeVirt's api.Domain as JSON.

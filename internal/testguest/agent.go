@@ -21,6 +21,29 @@ var osRelease []byte
 //go:embed files/shutdown
 var shutdownScript []byte
 
+// chpasswdScript is the guest's chpasswd, which the agent's
+// guest-set-user-password runs.
+//
+//go:embed files/chpasswd
+var chpasswdScript []byte
+
+// GuestUser is the guest's user besides root (uid 1000, home
+// /home/vluser), for access credentials: the agent sets its authorized
+// SSH keys and its password.
+const GuestUser = "vluser"
+
+// accounts are the guest's /etc/passwd, /etc/group and /etc/shadow: root
+// and GuestUser, both without a password.
+var accounts = []struct {
+	name string
+	mode uint32
+	data string
+}{
+	{"etc/passwd", 0o644, "root:x:0:0:root:/root:/bin/sh\n" + GuestUser + ":x:1000:1000:test user:/home/" + GuestUser + ":/bin/sh\n"},
+	{"etc/group", 0o644, "root:x:0:\n" + GuestUser + ":x:1000:\n"},
+	{"etc/shadow", 0o600, "root:*:20000:0:99999:7:::\n" + GuestUser + ":!:20000:0:99999:7:::\n"},
+}
+
 // What the guest's /etc/os-release says, and so what the guest agent's
 // guest-get-osinfo reports.
 const (
@@ -85,6 +108,13 @@ func parseLdd(out []byte) ([]string, error) {
 // followed (the initramfs holds the files themselves).
 func addAgent(c *cpioWriter, files []string) error {
 	c.File("bin/shutdown", 0o755, shutdownScript)
+	c.File("bin/chpasswd", 0o755, chpasswdScript)
+	for _, a := range accounts {
+		c.File(a.name, a.mode, []byte(a.data))
+	}
+	c.Dir("home", 0o755)
+	c.Dir("home/"+GuestUser, 0o755)
+	c.Dir("root", 0o700)
 	for i, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {

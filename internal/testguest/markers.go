@@ -74,6 +74,9 @@ const (
 	MarkerAgentShutdown     = "VL-GA-POWEROFF"
 	MarkerAgentReboot       = "VL-GA-REBOOT"
 	MarkerAgentShutdownHang = "VL-GA-HANG"
+	// "VL-PASSWORD-SET <user>": the agent set the user's password
+	// (guest-set-user-password, through the guest's chpasswd).
+	MarkerPasswordSet = "VL-PASSWORD-SET"
 )
 
 // Kernel command-line options the init understands.

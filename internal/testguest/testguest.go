@@ -243,6 +243,10 @@ func cacheKey(kver, kernel, busybox, modDir string, mods, agentFiles []string) (
 	h.Write(udhcpcScript)
 	h.Write(osRelease)
 	h.Write(shutdownScript)
+	h.Write(chpasswdScript)
+	for _, a := range accounts {
+		h.Write([]byte(a.data))
+	}
 	files := append([]string{kernel, busybox}, prefixed(modDir, mods)...)
 	for _, f := range append(files, agentFiles...) {
 		fi, err := os.Stat(f)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -478,4 +480,108 @@ func TestShutdownThroughAgent(t *testing.T) {
 		}
 		p.AssertNothingLeft()
 	})
+}
+
+// TestAccessCredentials: the VMI's accessCredentials with propagation
+// method qemuGuestAgent reach the guest through its agent, from the
+// secrets the pod mounts (<secret>-access-cred): the user's authorized SSH
+// keys (and again when the secret changes) and its password. The outcome
+// is in the Domain's metadata, where virt-handler reads it for the
+// AccessCredentialsSynchronized condition: "Guest agent is offline" before
+// the agent is up, then success.
+func TestAccessCredentials(t *testing.T) {
+	t.Parallel()
+	const key1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyOneKeyOneKeyOneKeyOneKeyOneKeyOne0001 one@example"
+	const key2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyTwoKeyTwoKeyTwoKeyTwoKeyTwoKeyTwo0002 two@example"
+	const password = "s3cret-Pa55"
+	var keysDir string
+	// The secrets as the kubelet mounts them: <secret>-access-cred.
+	p := startPodAfter(t, "conf-creds", false, func(p *pod) {
+		// The private dir is the launcher's (an emptyDir in a pod); the
+		// secret volumes mounted in it stay root's, read-only.
+		launchertest.Must(t, os.MkdirAll(p.Layout.PrivateDir, 0o700))
+		launchertest.Must(t, os.Chown(p.Layout.PrivateDir, int(env.Cred.Uid), int(env.Cred.Gid)))
+		keysDir = p.Layout.SecretSource("vl-keys-access-cred")
+		passDir := p.Layout.SecretSource("vl-pass-access-cred")
+		for _, d := range []string{keysDir, passDir} {
+			launchertest.Must(t, os.MkdirAll(d, 0o755))
+		}
+		launchertest.Must(t, os.WriteFile(filepath.Join(keysDir, "key1"), []byte(key1+"\n"), 0o644))
+		launchertest.Must(t, os.WriteFile(filepath.Join(passDir, testguest.GuestUser), []byte(password+"\n"), 0o644))
+	})
+	h, s := start(t, p)
+	v, err := loadVMI(p.VMIYAML(p.Name))
+	launchertest.Must(t, err)
+	ga := &v1.QemuGuestAgentSSHPublicKeyAccessCredentialPropagation{Users: []string{testguest.GuestUser}}
+	v.Spec.AccessCredentials = []v1.AccessCredential{
+		{SSHPublicKey: &v1.SSHPublicKeyAccessCredential{
+			Source:            v1.SSHPublicKeyAccessCredentialSource{Secret: &v1.AccessCredentialSecretSource{SecretName: "vl-keys"}},
+			PropagationMethod: v1.SSHPublicKeyAccessCredentialPropagationMethod{QemuGuestAgent: ga},
+		}},
+		{UserPassword: &v1.UserPasswordAccessCredential{
+			Source:            v1.UserPasswordAccessCredentialSource{Secret: &v1.AccessCredentialSecretSource{SecretName: "vl-pass"}},
+			PropagationMethod: v1.UserPasswordAccessCredentialPropagationMethod{QemuGuestAgent: &v1.QemuGuestAgentUserPasswordAccessCredentialPropagation{}},
+		}},
+	}
+	vmiJSON, err := json.Marshal(v)
+	launchertest.Must(t, err)
+	launchertest.Must(t, h.vmiCall(t, "SyncVirtualMachine", h.cmd.SyncVirtualMachine, vmiJSON))
+
+	credentials := func(ok bool, message string) func(*kvshape.Domain) bool {
+		return func(d *kvshape.Domain) bool {
+			ac := d.Spec.Metadata.KubeVirt.AccessCredential
+			return ac != nil && ac.Succeeded == ok && strings.Contains(ac.Message, message)
+		}
+	}
+	s.wait(t, 0, "AccessCredential: Guest agent is offline", bootTimeout, credentials(false, "Guest agent is offline"))
+	synced := s.wait(t, 0, "AccessCredential succeeded", bootTimeout+30*time.Second, credentials(true, ""))
+	p.WaitConsole(testguest.MarkerPasswordSet+" "+testguest.GuestUser, 10*time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	guestSh := func(script string, args ...string) (string, int32) {
+		t.Helper()
+		r, err := h.cmd.Exec(ctx, &cmdv1.ExecRequest{DomainName: p.DomainName(), Command: "/bin/sh",
+			Args: append([]string{"-c", script, "sh"}, args...), TimeoutSeconds: 10})
+		if err != nil {
+			t.Fatalf("Exec %q: %v", script, err)
+		}
+		return r.StdOut, r.ExitCode
+	}
+	authorized := "/home/" + testguest.GuestUser + "/.ssh/authorized_keys"
+	if out, _ := guestSh("cat " + authorized); strings.TrimSpace(out) != key1 {
+		t.Errorf("%s in the guest = %q, want the secret's key", authorized, out)
+	}
+	// The password is the secret's: its crypt hash in /etc/shadow matches.
+	verify := `h=$(grep "^` + testguest.GuestUser + `:" /etc/shadow | cut -d: -f2); salt=$(echo "$h" | cut -d'$' -f3); [ "$(mkpasswd -m sha512 -S "$salt" "$1")" = "$h" ]`
+	if _, code := guestSh(verify, password); code != 0 {
+		t.Errorf("the guest's password for %s is not the secret's (exit %d)", testguest.GuestUser, code)
+	}
+	if _, code := guestSh(verify, "not-"+password); code == 0 {
+		t.Errorf("the password check passes with a wrong password: it checks nothing")
+	}
+
+	// A key added to the secret reaches the guest at the next check.
+	launchertest.Must(t, os.WriteFile(filepath.Join(keysDir, "key2"), []byte(key2+"\n"), 0o644))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, _ := guestSh("cat " + authorized)
+		if strings.Contains(out, key1) && strings.Contains(out, key2) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %q 60 s after key2 was added to the secret", authorized, out)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if e := s.event(synced); e.Type != "MODIFIED" {
+		t.Errorf("the credentials' outcome came in a %s event", e.Type)
+	}
+
+	launchertest.Must(t, h.vmiCall(t, "KillVirtualMachine", h.cmd.KillVirtualMachine, vmiJSON))
+	launchertest.Must(t, h.vmiCall(t, "DeleteVirtualMachine", h.cmd.DeleteVirtualMachine, vmiJSON))
+	if code := p.ExitCode(60 * time.Second); code != 0 {
+		t.Errorf("monitor exit status %d, want 0", code)
+	}
+	p.AssertNothingLeft()
 }

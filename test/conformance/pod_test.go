@@ -35,7 +35,14 @@ func TestMain(m *testing.M) { os.Exit(launchertest.Main(m, &env, "vl-conf-bin-")
 // prepared beforehand.
 func startPod(t *testing.T, name string, withNet bool) *pod {
 	t.Helper()
-	return env.New(t, name, launchertest.Options{
+	return startPodAfter(t, name, withNet, nil)
+}
+
+// startPodAfter is startPod with prepare run on the laid-out pod before it
+// starts (to place what virt-handler and the kubelet would have mounted).
+func startPodAfter(t *testing.T, name string, withNet bool, prepare func(*pod)) *pod {
+	t.Helper()
+	p := env.NewDeferred(t, name, launchertest.Options{
 		Namespace:      "conformance",
 		DirPrefix:      "vc",
 		QemuTimeout:    250 * time.Second,
@@ -45,6 +52,11 @@ func startPod(t *testing.T, name string, withNet bool) *pod {
 		SeparateStdout: true,
 		Network:        withNet,
 	})
+	if prepare != nil {
+		prepare(p)
+	}
+	p.Start()
+	return p
 }
 
 // loadVMI parses and defaults the manifest as virt-api would have (the
