@@ -68,12 +68,23 @@ const shutdownCallTimeout = 10 * time.Second
 // (VIR_DOMAIN_SHUTDOWN_DEFAULT): libvirt uses the guest agent when it is
 // connected and falls back to the ACPI power button when the agent fails
 // or is not there.
+//
+// A guest that powers off at once through its agent can be gone before
+// libvirt's answer, which then says the domain is not running: that is
+// the shutdown asked for, not a failure.
 func (m *Manager) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) error {
 	ctx, cancel := context.WithTimeout(ctx, shutdownCallTimeout)
 	defer cancel()
-	return withContext(ctx, "ask the guest to power off", func() error {
+	err := withContext(ctx, "ask the guest to power off", func() error {
 		return l.DomainShutdownFlags(d, 0)
 	})
+	if err != nil && ctx.Err() == nil {
+		if st, _, serr := m.state(l, d); libvirt.IsNotFound(serr) || (serr == nil && !active(st)) {
+			m.log.Info("the guest powered off while its shutdown was asked for", "reason", err.Error())
+			return nil
+		}
+	}
+	return err
 }
 
 // markShutdownStart records when the graceful shutdown began (the start of
