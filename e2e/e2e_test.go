@@ -8,6 +8,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -17,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/e2e/cluster"
 	"github.com/virtlauncher/virtlauncher/e2e/suite"
@@ -654,4 +657,104 @@ spec:
 	if ek1 != ek2 {
 		t.Errorf("the TPM's endorsement key changed across the restart: %s, then %s", ek1, ek2)
 	}
+}
+
+// TestGuestAgent: the test guest's qemu-guest-agent through KubeVirt's
+// unchanged control plane. The VMI is Ready only once its guestAgentPing
+// readiness probe passes (virt-probe in the compute container, GuestPing
+// to the launcher), stays alive under an exec liveness probe, gets the
+// AgentConnected and AccessCredentialsSynchronized conditions (an SSH key
+// from a Secret for the guest's user), virtctl guestosinfo / userlist /
+// fslist answer from the agent's data, the guest's OS and an interface
+// reported by the agent are in the VMI status, and virt-freezer (as backup
+// hooks run it) freezes and thaws the guest's file systems.
+func TestGuestAgent(t *testing.T) {
+	ctx := context.Background()
+	ok := must(t)
+	name := "vmi-agent"
+	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eKeyForTheE2eGuestAgentScenario000000 e2e@example"
+	ok(env.KubectlStdin(ctx, fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: %s-keys}\nstringData:\n  key1: %q\n", name, key), "create", "-f", "-"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "secret", name+"-keys", "--ignore-not-found") })
+
+	yaml := strings.Replace(vmiYAML(name), "spec:\n  terminationGracePeriodSeconds: 30\n", fmt.Sprintf(`spec:
+  terminationGracePeriodSeconds: 30
+  accessCredentials:
+  - sshPublicKey:
+      source: {secret: {secretName: %s-keys}}
+      propagationMethod: {qemuGuestAgent: {users: [%s]}}
+  readinessProbe:
+    guestAgentPing: {}
+    initialDelaySeconds: 5
+    periodSeconds: 5
+  livenessProbe:
+    exec: {command: [cat, /etc/os-release]}
+    initialDelaySeconds: 60
+    periodSeconds: 10
+    timeoutSeconds: 10
+`, name, testguest.GuestUser), 1)
+	if !strings.Contains(yaml, "readinessProbe") {
+		t.Fatalf("the VMI manifest did not take the probes:\n%s", yaml)
+	}
+	start := time.Now()
+	ok(env.KubectlStdin(ctx, yaml, "create", "-f", "-"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
+	env.WaitReady(t, ctx, name)
+	t.Logf("kubectl create -> Ready (readiness: guestAgentPing): %v", time.Since(start).Round(100*time.Millisecond))
+	env.WaitCondition(t, ctx, "vmi/"+name, "AgentConnected", true)
+	env.WaitCondition(t, ctx, "vmi/"+name, "AccessCredentialsSynchronized", true)
+
+	var info v1.VirtualMachineInstanceGuestAgentInfo
+	if err := json.Unmarshal([]byte(ok(env.Virtctl(ctx, time.Minute, "guestosinfo", name))), &info); err != nil {
+		t.Fatalf("virtctl guestosinfo: %v", err)
+	}
+	if info.GAVersion == "" || info.OS.ID != testguest.OSID || info.Hostname != name {
+		t.Errorf("virtctl guestosinfo: version %q, OS id %q, host name %q; want the agent's, %s, %s", info.GAVersion, info.OS.ID, info.Hostname, testguest.OSID, name)
+	}
+	ok(env.Virtctl(ctx, time.Minute, "userlist", name))
+	if fs := ok(env.Virtctl(ctx, time.Minute, "fslist", name)); !strings.Contains(fs, "/mnt/root") {
+		t.Errorf("virtctl fslist has no /mnt/root:\n%s", fs)
+	}
+
+	var vmi struct {
+		Status struct {
+			GuestOSInfo struct{ ID string }
+			Interfaces  []struct {
+				Name, IPAddress, InfoSource string
+			}
+			FSFreezeStatus string
+		}
+	}
+	status := func() {
+		t.Helper()
+		if err := json.Unmarshal([]byte(ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "json"))), &vmi); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitStatus := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Second) {
+			status()
+			if cond() {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("VMI status without %s: %+v", what, vmi.Status)
+			}
+		}
+	}
+	waitStatus("the guest's OS and an agent-reported interface", func() bool {
+		return vmi.Status.GuestOSInfo.ID == testguest.OSID && len(vmi.Status.Interfaces) > 0 &&
+			strings.Contains(vmi.Status.Interfaces[0].InfoSource, "guest-agent")
+	})
+
+	pod := env.LauncherPod(t, ctx, name)
+	freezer := func(flag string) {
+		ok(env.Kubectl(ctx, "exec", pod, "-c", "compute", "--", "virt-freezer", flag, "--name", name, "--namespace", "default"))
+	}
+	freezer("--freeze")
+	waitStatus("fsFreezeStatus frozen", func() bool { return vmi.Status.FSFreezeStatus == "frozen" })
+	freezer("--unfreeze")
+	waitStatus("fsFreezeStatus cleared by the thaw", func() bool { return vmi.Status.FSFreezeStatus == "" })
+
+	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vmi", name, "--wait=true", "--timeout=90s"))
 }
