@@ -715,7 +715,7 @@ func TestGuestAgent(t *testing.T) {
 		t.Errorf("virtctl fslist has no /mnt/root:\n%s", fs)
 	}
 
-	var vmi struct {
+	type vmiStatus struct {
 		Status struct {
 			GuestOSInfo struct{ ID string }
 			Interfaces  []struct {
@@ -724,11 +724,16 @@ func TestGuestAgent(t *testing.T) {
 			FSFreezeStatus string
 		}
 	}
+	var vmi vmiStatus
 	status := func() {
 		t.Helper()
-		if err := json.Unmarshal([]byte(ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "json"))), &vmi); err != nil {
+		// A fresh value each time: a field the VMI no longer has (a
+		// cleared fsFreezeStatus) must not keep the last one's value.
+		var v vmiStatus
+		if err := json.Unmarshal([]byte(ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "json"))), &v); err != nil {
 			t.Fatal(err)
 		}
+		vmi = v
 	}
 	waitStatus := func(what string, cond func() bool) {
 		t.Helper()
