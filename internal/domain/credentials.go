@@ -26,6 +26,11 @@ const (
 	credentialsCallTimeout = 30 * time.Second
 )
 
+// deprecatedKeysMessage is KubeVirt's warning when SSH keys went into the
+// guest through the file-based fallback.
+const deprecatedKeysMessage = "Used deprecated method to set SSH keys. It will be removed in a future release. " +
+	"Update qemu guest agent to 5.2 or newer to keep SSH key injection working."
+
 // startCredentials starts propagating the VMI's accessCredentials through
 // the guest agent (SSH keys and passwords from the secrets the pod mounts),
 // once per launcher, as KubeVirt's launcher starts its credential manager
@@ -54,6 +59,7 @@ func (m *Manager) propagateCredentials(ctx context.Context, v *v1.VirtualMachine
 		applied     agent.Credentials
 		appliedAt   time.Time
 		needApplied = true
+		warned      bool // the deprecated-flow warning is out
 	)
 	for {
 		c, err := agent.ReadCredentials(v, m.credentialSecretDir)
@@ -62,14 +68,22 @@ func (m *Manager) propagateCredentials(ctx context.Context, v *v1.VirtualMachine
 			m.reportCredentials(ctx, false, err.Error())
 			needApplied = true
 		case needApplied || !reflect.DeepEqual(c, applied) || time.Since(appliedAt) >= credentialsResync:
-			err := m.applyCredentials(ctx, c)
+			deprecated, err := m.applyCredentials(ctx, c)
 			if err != nil {
 				m.log.Warn("access credentials not propagated", "reason", err.Error())
 				m.reportCredentials(ctx, false, err.Error())
 			} else {
-				m.log.Info("access credentials propagated through the guest agent", "users", len(c.Keys)+len(c.Passwords))
+				m.log.Info("access credentials propagated through the guest agent", "users", len(c.Keys)+len(c.Passwords), "keyFileFallback", deprecated)
 				m.reportCredentials(ctx, true, "")
 			}
+			// As KubeVirt v1.9: one warning on the VMI while the keys keep
+			// needing the file-based way, again after a round without it.
+			if err == nil && deprecated && !warned {
+				_, name, ns := m.names()
+				m.queue(outEvent{k8s: true, ref: VMIRef{Name: name, Namespace: ns, UID: m.uidValue()}, k8sType: "Warning",
+					reason: string(v1.AccessCredentialsSyncSuccess), message: deprecatedKeysMessage})
+			}
+			warned = err == nil && deprecated
 			applied, appliedAt, needApplied = c, time.Now(), err != nil
 		}
 		select {
@@ -94,14 +108,14 @@ func (m *Manager) credentialSecretDir(secret string) (string, error) {
 // applyCredentials sets each user's authorized SSH keys (replacing the
 // file, libvirt's guest-ssh-add-authorized-keys with reset) and password
 // (guest-set-user-password) through the agent, with KubeVirt's messages.
-func (m *Manager) applyCredentials(ctx context.Context, c agent.Credentials) error {
+func (m *Manager) applyCredentials(ctx context.Context, c agent.Credentials) (deprecated bool, err error) {
 	if _, err := m.agentCommand(ctx, `{"execute":"guest-ping"}`); err != nil {
 		//lint:ignore ST1005 KubeVirt's message, shown on the VMI.
-		return errors.New("Guest agent is offline")
+		return false, errors.New("Guest agent is offline")
 	}
 	l, d, err := m.definedDomain()
 	if err != nil {
-		return err
+		return false, err
 	}
 	call := func(what string, f func() error) error {
 		cctx, cancel := context.WithTimeout(ctx, credentialsCallTimeout)
@@ -110,10 +124,22 @@ func (m *Manager) applyCredentials(ctx context.Context, c agent.Credentials) err
 	}
 	for _, user := range sortedKeys(c.Keys) {
 		keys := c.Keys[user]
-		if err := call("set authorized SSH keys", func() error { return l.DomainAuthorizedSshKeysSet(d, user, keys, 0) }); err != nil {
-			//lint:ignore ST1005 KubeVirt's message, shown on the VMI.
-			return fmt.Errorf("Error encountered writing ssh pub key access credentials for user [%s]: %w", user, err)
+		err := call("set authorized SSH keys", func() error { return l.DomainAuthorizedSshKeysSet(d, user, keys, 0) })
+		if err == nil {
+			continue
 		}
+		// An agent without guest-ssh-add-authorized-keys (before 5.2, or
+		// with it disabled): KubeVirt's file-based way.
+		m.log.Debug("could not set SSH keys with guest-ssh-add-authorized-keys; writing the file", "user", user, "reason", err.Error())
+		fctx, cancel := context.WithTimeout(ctx, credentialsCallTimeout)
+		ferr := agent.WriteAuthorizedKeysFile(fctx, m.agentCommand, user, keys)
+		cancel()
+		if ferr != nil {
+			//lint:ignore ST1005 KubeVirt's message, shown on the VMI.
+			return deprecated, fmt.Errorf("Error encountered writing ssh pub key access credentials for user [%s]: "+
+				"failed to set SSH keys: error from guest-ssh-add-authorized-keys: %w; error from using guest-file-write: %w", user, err, ferr)
+		}
+		deprecated = true
 	}
 	for _, user := range sortedKeys(c.Passwords) {
 		pw := c.Passwords[user]
@@ -121,10 +147,10 @@ func (m *Manager) applyCredentials(ctx context.Context, c agent.Credentials) err
 			return l.DomainSetUserPassword(d, libvirt.OptString{user}, libvirt.OptString{pw}, 0)
 		}); err != nil {
 			//lint:ignore ST1005 KubeVirt's message, shown on the VMI.
-			return fmt.Errorf("Error encountered setting password for user [%s]: %w", user, err)
+			return deprecated, fmt.Errorf("Error encountered setting password for user [%s]: %w", user, err)
 		}
 	}
-	return nil
+	return deprecated, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

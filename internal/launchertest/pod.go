@@ -3,6 +3,7 @@ package launchertest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -415,6 +416,35 @@ func (p *Pod) Client(ctx context.Context) *cmdclient.Client {
 	}
 	p.T.Cleanup(func() { c.Close() })
 	return c
+}
+
+// PodAddress is the pod's IPv4 address on its network (Options.Network),
+// where masquerade forwards the guest's ports.
+func (p *Pod) PodAddress() string {
+	p.T.Helper()
+	if p.net == nil {
+		p.T.Fatal("the pod has no network (Options.Network)")
+	}
+	return p.net.Pod4.Addr().String()
+}
+
+// DialOutside connects to addr from the pod network's outside, as a
+// client elsewhere in the cluster would (Options.Network).
+func (p *Pod) DialOutside(ctx context.Context, network, addr string) (net.Conn, error) {
+	if p.net == nil {
+		return nil, fmt.Errorf("the pod has no network (Options.Network)")
+	}
+	var conn net.Conn
+	var derr error
+	err := plan.InNS(p.net.Outside, func() error {
+		d := net.Dialer{Timeout: 10 * time.Second}
+		conn, derr = d.DialContext(ctx, network, addr)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return conn, derr
 }
 
 // ExitCode waits for the monitor (the compute container's process) to

@@ -6,9 +6,11 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -26,6 +28,12 @@ var shutdownScript []byte
 //
 //go:embed files/chpasswd
 var chpasswdScript []byte
+
+// getentScript is the guest's getent (busybox has none), which KubeVirt's
+// file-based SSH key fallback runs through the agent.
+//
+//go:embed files/getent
+var getentScript []byte
 
 // GuestUser is the guest's user besides root (uid 1000, home
 // /home/vluser), for access credentials: the agent sets its authorized
@@ -55,24 +63,58 @@ const (
 // AgentPath is where the guest agent is in the guest (run as /bin/qemu-ga).
 const AgentPath = "/bin/qemu-ga"
 
-// agentFiles returns the agent binary followed by the shared libraries
-// and the dynamic loader it needs, as the host's dynamic linker resolves
-// them (ldd): the guest is the host's Debian userland, in miniature.
-func agentFiles(ctx context.Context, agent string) ([]string, error) {
-	if _, err := os.Stat(agent); err != nil {
-		return nil, fmt.Errorf("test guest agent: %w (install qemu-guest-agent)", err)
+// SSHDPath is where the guest's SSH server (Debian's dropbear) is: init
+// starts it on port 22 once the network is up, with host keys made at the
+// first connection.
+const SSHDPath = "/bin/dropbear"
+
+// hostPrograms are the dynamically linked host programs the guest
+// carries, with the shared libraries and the dynamic loader they need as
+// the host's dynamic linker resolves them (ldd): the guest is the host's
+// Debian userland, in miniature.
+type hostPrograms struct {
+	bins map[string]string // path in the guest -> host path
+	libs []string          // host paths, at the same path in the guest
+}
+
+// files returns every host file the programs are made of, in a stable
+// order (for the cache key).
+func (h hostPrograms) files() []string {
+	var out []string
+	for _, dst := range slices.Sorted(maps.Keys(h.bins)) {
+		out = append(out, h.bins[dst])
 	}
-	cmd := exec.CommandContext(ctx, "ldd", agent)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("ldd %s: %w", agent, err)
+	return append(out, h.libs...)
+}
+
+// findPrograms resolves bins (path in the guest -> host path) and their
+// libraries.
+func findPrograms(ctx context.Context, bins map[string]string) (hostPrograms, error) {
+	h := hostPrograms{bins: bins}
+	seen := map[string]bool{}
+	for _, dst := range slices.Sorted(maps.Keys(bins)) {
+		src := bins[dst]
+		if _, err := os.Stat(src); err != nil {
+			return hostPrograms{}, fmt.Errorf("test guest program %s: %w (run scripts/install-deps)", dst, err)
+		}
+		cmd := exec.CommandContext(ctx, "ldd", src)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
+		out, err := cmd.Output()
+		if err != nil {
+			return hostPrograms{}, fmt.Errorf("ldd %s: %w", src, err)
+		}
+		libs, err := parseLdd(out)
+		if err != nil {
+			return hostPrograms{}, fmt.Errorf("ldd %s: %w", src, err)
+		}
+		for _, l := range libs {
+			if !seen[l] {
+				seen[l] = true
+				h.libs = append(h.libs, l)
+			}
+		}
 	}
-	libs, err := parseLdd(out)
-	if err != nil {
-		return nil, fmt.Errorf("ldd %s: %w", agent, err)
-	}
-	return append([]string{agent}, libs...), nil
+	return h, nil
 }
 
 // parseLdd reads ldd's output: "name => /path (addr)" for a library,
@@ -103,26 +145,31 @@ func parseLdd(out []byte) ([]string, error) {
 	return libs, nil
 }
 
-// addAgent writes the agent as bin/qemu-ga and each library at the path
-// the host's loader found it, with its directories; symbolic links are
-// followed (the initramfs holds the files themselves).
-func addAgent(c *cpioWriter, files []string) error {
+// addPrograms writes the guest's accounts and helper scripts, each
+// program at its guest path and each library at the path the host's
+// loader found it, with its directories; symbolic links are followed (the
+// initramfs holds the files themselves).
+func addPrograms(c *cpioWriter, h hostPrograms) error {
 	c.File("bin/shutdown", 0o755, shutdownScript)
 	c.File("bin/chpasswd", 0o755, chpasswdScript)
+	c.File("bin/getent", 0o755, getentScript)
 	for _, a := range accounts {
 		c.File(a.name, a.mode, []byte(a.data))
 	}
 	c.Dir("home", 0o755)
 	c.Dir("home/"+GuestUser, 0o755)
 	c.Dir("root", 0o700)
-	for i, f := range files {
-		data, err := os.ReadFile(f)
+	for _, dst := range slices.Sorted(maps.Keys(h.bins)) {
+		data, err := os.ReadFile(h.bins[dst])
 		if err != nil {
 			return err
 		}
-		if i == 0 {
-			c.File(strings.TrimPrefix(AgentPath, "/"), 0o755, data)
-			continue
+		c.File(strings.TrimPrefix(dst, "/"), 0o755, data)
+	}
+	for _, f := range h.libs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
 		}
 		rel := strings.TrimPrefix(filepath.Clean(f), "/")
 		c.Parents(rel)

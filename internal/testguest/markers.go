@@ -77,6 +77,12 @@ const (
 	// "VL-PASSWORD-SET <user>": the agent set the user's password
 	// (guest-set-user-password, through the guest's chpasswd).
 	MarkerPasswordSet = "VL-PASSWORD-SET"
+	// "VL-SSHD <port>": the SSH server listens (started after the
+	// network, whatever DHCP did).
+	MarkerSSHD = "VL-SSHD"
+	// "VL-FAKE-AGENT <garbage|silent> /dev/vportNpM": a fake agent runs
+	// on the port instead of the real one (OptAgentGarbage, OptAgentSilent).
+	MarkerFakeAgent = "VL-FAKE-AGENT"
 )
 
 // Kernel command-line options the init understands.
@@ -92,7 +98,19 @@ const (
 	// it hang instead.
 	OptAgentShutdown     = "vl.agentshutdown=1"
 	OptAgentShutdownHang = "vl.agentshutdown=hang"
+	// OptAgentGarbage and OptAgentSilent replace the agent with a fake on
+	// its port, for the faults a real agent does not produce: one that
+	// answers every line with bytes that are not JSON, one that reads and
+	// never answers.
+	OptAgentGarbage = "vl.agentfake=garbage"
+	OptAgentSilent  = "vl.agentfake=silent"
 )
+
+// OptAgentBlock runs the agent with these commands disabled (qemu-ga
+// --block-rpcs), as an agent built without them or older than them looks.
+func OptAgentBlock(commands ...string) string {
+	return "vl.agentblock=" + strings.Join(commands, ",")
+}
 
 // EFIVarGUID is the vendor GUID of the EFI variables the guest writes and
 // lists.

@@ -3,12 +3,15 @@
 // modules the guest needs and an /init script that reports what it sees on
 // the serial console as VL-* marker lines (markers.go), and a small ext4 root
 // disk. Everything comes from Debian packages (linux-image-amd64,
-// busybox-static, e2fsprogs, qemu-guest-agent); nothing is downloaded.
+// busybox-static, e2fsprogs, qemu-guest-agent, dropbear-bin); nothing is
+// downloaded.
 //
 // The guest runs a real qemu-guest-agent (Debian's qemu-ga with the shared
 // libraries it links, copied into the initramfs) on the
 // org.qemu.guest_agent.0 port when the VM has one, unless OptNoAgent is
-// given; /etc/os-release names the guest (OSName, OSID, OSVersionID).
+// given; /etc/os-release names the guest (OSName, OSID, OSVersionID). It
+// also runs an SSH server (Debian's dropbear) on port 22 once its network
+// is up, for logins with the keys the agent installs.
 //
 // The result is cached, keyed by kernel version and a hash of everything that
 // goes into it, so only the first test run on a machine pays for the build.
@@ -52,7 +55,7 @@ var udhcpcScript []byte
 
 // buildVersion changes when the build itself changes in a way the inputs
 // hashed below do not show.
-const buildVersion = "4"
+const buildVersion = "5"
 
 // EFIKernelName is the file name of Guest.EFIKernel in KernelDir (and in a
 // kernelBoot container: kernelPath /vmlinuz.efi for a VMI booting by EFI).
@@ -88,6 +91,7 @@ type Sources struct {
 	Busybox    string // a static busybox; default /bin/busybox
 	Mkfs       string // mkfs.ext4; default from PATH
 	Agent      string // qemu-ga; default /usr/sbin/qemu-ga
+	SSHD       string // dropbear; default /usr/sbin/dropbear
 }
 
 func (s Sources) withDefaults() Sources {
@@ -105,6 +109,9 @@ func (s Sources) withDefaults() Sources {
 	}
 	if s.Agent == "" {
 		s.Agent = "/usr/sbin/qemu-ga"
+	}
+	if s.SSHD == "" {
+		s.SSHD = "/usr/sbin/dropbear"
 	}
 	return s
 }
@@ -145,11 +152,11 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	if err != nil {
 		return nil, err
 	}
-	agentFiles, err := agentFiles(ctx, s.Agent)
+	progs, err := findPrograms(ctx, map[string]string{AgentPath: s.Agent, SSHDPath: s.SSHD})
 	if err != nil {
 		return nil, err
 	}
-	key, err := cacheKey(kver, kernel, s.Busybox, modDir, mods, agentFiles)
+	key, err := cacheKey(kver, kernel, s.Busybox, modDir, mods, progs.files())
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +189,7 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	if err := copyFile(kernel, filepath.Join(tmp, EFIKernelName)); err != nil {
 		return nil, err
 	}
-	if err := writeInitrd(filepath.Join(tmp, "initrd.img"), kver, s.Busybox, modDir, mods, agentFiles); err != nil {
+	if err := writeInitrd(filepath.Join(tmp, "initrd.img"), kver, s.Busybox, modDir, mods, progs); err != nil {
 		return nil, fmt.Errorf("test guest initrd: %w", err)
 	}
 	if err := makeRootDisk(ctx, s.Mkfs, filepath.Join(tmp, "root.img")); err != nil {
@@ -236,7 +243,7 @@ func findKernel(bootDir, modulesDir string) (string, string, error) {
 }
 
 // cacheKey hashes everything the guest is made of.
-func cacheKey(kver, kernel, busybox, modDir string, mods, agentFiles []string) (string, error) {
+func cacheKey(kver, kernel, busybox, modDir string, mods, progFiles []string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "v%s\x00%s\x00", buildVersion, kver)
 	h.Write(initScript)
@@ -244,11 +251,12 @@ func cacheKey(kver, kernel, busybox, modDir string, mods, agentFiles []string) (
 	h.Write(osRelease)
 	h.Write(shutdownScript)
 	h.Write(chpasswdScript)
+	h.Write(getentScript)
 	for _, a := range accounts {
 		h.Write([]byte(a.data))
 	}
 	files := append([]string{kernel, busybox}, prefixed(modDir, mods)...)
-	for _, f := range append(files, agentFiles...) {
+	for _, f := range append(files, progFiles...) {
 		fi, err := os.Stat(f)
 		if err != nil {
 			return "", err
@@ -266,7 +274,7 @@ func prefixed(dir string, names []string) []string {
 	return out
 }
 
-func writeInitrd(path, kver, busybox, modDir string, mods, agentFiles []string) error {
+func writeInitrd(path, kver, busybox, modDir string, mods []string, progs hostPrograms) error {
 	bb, err := os.ReadFile(busybox)
 	if err != nil {
 		return err
@@ -299,7 +307,7 @@ func writeInitrd(path, kver, busybox, modDir string, mods, agentFiles []string) 
 	c.File("init", 0o755, initScript)
 	c.File("etc/udhcpc.script", 0o755, udhcpcScript)
 	c.File("etc/os-release", 0o644, osRelease)
-	if err := addAgent(c, agentFiles); err != nil {
+	if err := addPrograms(c, progs); err != nil {
 		return err
 	}
 

@@ -2,6 +2,8 @@ package conformance
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"net"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "kubevirt.io/api/core/v1"
@@ -485,18 +488,32 @@ func TestShutdownThroughAgent(t *testing.T) {
 // TestAccessCredentials: the VMI's accessCredentials with propagation
 // method qemuGuestAgent reach the guest through its agent, from the
 // secrets the pod mounts (<secret>-access-cred): the user's authorized SSH
-// keys (and again when the secret changes) and its password. The outcome
+// keys (and again when the secret changes), with which the user logs in
+// over SSH at the pod's masquerade address, and its password. The outcome
 // is in the Domain's metadata, where virt-handler reads it for the
 // AccessCredentialsSynchronized condition: "Guest agent is offline" before
-// the agent is up, then success.
+// the agent is up, then success. With the agent's key commands disabled
+// (as an agent older than 5.2 is) the keys go through KubeVirt's
+// file-based fallback, with its warning on the VMI.
 func TestAccessCredentials(t *testing.T) {
 	t.Parallel()
-	const key1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyOneKeyOneKeyOneKeyOneKeyOneKeyOne0001 one@example"
-	const key2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyTwoKeyTwoKeyTwoKeyTwoKeyTwoKeyTwo0002 two@example"
+	t.Run("agent", func(t *testing.T) {
+		t.Parallel()
+		checkAccessCredentials(t, "conf-creds", false)
+	})
+	t.Run("file fallback", func(t *testing.T) {
+		t.Parallel()
+		checkAccessCredentials(t, "conf-credf", true)
+	})
+}
+
+func checkAccessCredentials(t *testing.T, name string, fallback bool) {
+	one, key1 := sshKey(t, "one@example")
+	two, key2 := sshKey(t, "two@example")
 	const password = "s3cret-Pa55"
 	var keysDir string
 	// The secrets as the kubelet mounts them: <secret>-access-cred.
-	p := startPodAfter(t, "conf-creds", false, func(p *pod) {
+	p := startPodAfter(t, name, true, func(p *pod) {
 		// The private dir is the launcher's (an emptyDir in a pod); the
 		// secret volumes mounted in it stay root's, read-only.
 		launchertest.Must(t, os.MkdirAll(p.Layout.PrivateDir, 0o700))
@@ -509,8 +526,14 @@ func TestAccessCredentials(t *testing.T) {
 		launchertest.Must(t, os.WriteFile(filepath.Join(keysDir, "key1"), []byte(key1+"\n"), 0o644))
 		launchertest.Must(t, os.WriteFile(filepath.Join(passDir, testguest.GuestUser), []byte(password+"\n"), 0o644))
 	})
+	// The guest asks the launcher's DHCP server for its address.
+	p.ExtraUserData = []string{"ip link set eth0 up", "udhcpc -i eth0 -s /etc/udhcpc.script -q -n -t 10 -T 2 >/dev/null 2>&1"}
 	h, s := start(t, p)
-	v, err := loadVMI(p.VMIYAML(p.Name))
+	var args []string
+	if fallback {
+		args = append(args, testguest.OptAgentBlock("guest-ssh-add-authorized-keys", "guest-ssh-remove-authorized-keys"))
+	}
+	v, err := loadVMI(p.VMIYAML(p.Name, args...))
 	launchertest.Must(t, err)
 	ga := &v1.QemuGuestAgentSSHPublicKeyAccessCredentialPropagation{Users: []string{testguest.GuestUser}}
 	v.Spec.AccessCredentials = []v1.AccessCredential{
@@ -536,6 +559,13 @@ func TestAccessCredentials(t *testing.T) {
 	s.wait(t, 0, "AccessCredential: Guest agent is offline", bootTimeout, credentials(false, "Guest agent is offline"))
 	synced := s.wait(t, 0, "AccessCredential succeeded", bootTimeout+30*time.Second, credentials(true, ""))
 	p.WaitConsole(testguest.MarkerPasswordSet+" "+testguest.GuestUser, 10*time.Second)
+	const deprecated = "Used deprecated method to set SSH keys"
+	if fallback {
+		waitK8sEvent(t, s, deprecated, 10*time.Second)
+		waitLog(t, p, `"keyFileFallback":true`, 10*time.Second)
+	} else if slices.ContainsFunc(s.k8sEvents(), func(e string) bool { return strings.Contains(e, deprecated) }) {
+		t.Errorf("the deprecated-method warning went out though the agent set the keys itself: %q", s.k8sEvents())
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -551,6 +581,17 @@ func TestAccessCredentials(t *testing.T) {
 	authorized := "/home/" + testguest.GuestUser + "/.ssh/authorized_keys"
 	if out, _ := guestSh("cat " + authorized); strings.TrimSpace(out) != key1 {
 		t.Errorf("%s in the guest = %q, want the secret's key", authorized, out)
+	}
+	if out, _ := guestSh("stat -c '%u %a' " + authorized); strings.TrimSpace(out) != "1000 600" {
+		t.Errorf("%s owner and mode %q, want the user's (1000), 600", authorized, out)
+	}
+	// The key logs the user in over SSH at the pod's address (masquerade
+	// forwards port 22); the other key does not, yet.
+	if out, err := sshRun(t, p, one, "id -un"); err != nil || strings.TrimSpace(out) != testguest.GuestUser {
+		t.Errorf("ssh with the injected key: %q, %v; want %s logged in", out, err, testguest.GuestUser)
+	}
+	if out, err := sshRun(t, p, two, "id -un"); err == nil {
+		t.Errorf("ssh with a key not in the secret logged in (%q): the login checks nothing", out)
 	}
 	// The password is the secret's: its crypt hash in /etc/shadow matches.
 	verify := `h=$(grep "^` + testguest.GuestUser + `:" /etc/shadow | cut -d: -f2); salt=$(echo "$h" | cut -d'$' -f3); [ "$(mkpasswd -m sha512 -S "$salt" "$1")" = "$h" ]`
@@ -574,6 +615,9 @@ func TestAccessCredentials(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 	}
+	if out, err := sshRun(t, p, two, "id -un"); err != nil || strings.TrimSpace(out) != testguest.GuestUser {
+		t.Errorf("ssh with the key added to the secret: %q, %v", out, err)
+	}
 	if e := s.event(synced); e.Type != "MODIFIED" {
 		t.Errorf("the credentials' outcome came in a %s event", e.Type)
 	}
@@ -584,4 +628,49 @@ func TestAccessCredentials(t *testing.T) {
 		t.Errorf("monitor exit status %d, want 0", code)
 	}
 	p.AssertNothingLeft()
+}
+
+// sshKey makes an ed25519 key: its signer and its authorized_keys line.
+func sshKey(t *testing.T, comment string) (ssh.Signer, string) {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	launchertest.Must(t, err)
+	signer, err := ssh.NewSignerFromKey(priv)
+	launchertest.Must(t, err)
+	return signer, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))) + " " + comment
+}
+
+// sshRun logs in to the guest's SSH server as the guest user with key,
+// from the pod network's outside to the pod's address (masquerade
+// forwards the port to the guest), and runs command.
+func sshRun(t *testing.T, p *pod, key ssh.Signer, command string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr := net.JoinHostPort(p.PodAddress(), "22")
+	conn, err := p.DialOutside(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	// TCG is slow; the server makes its host key at the first connection.
+	launchertest.Must(t, conn.SetDeadline(time.Now().Add(time.Minute)))
+	c, chans, reqs, err := ssh.NewClientConn(conn, addr, &ssh.ClientConfig{
+		User: testguest.GuestUser, Auth: []ssh.AuthMethod{ssh.PublicKeys(key)},
+		// A test guest made for this run: its host key is new every boot.
+		HostKeyCallback:   ssh.InsecureIgnoreHostKey(),
+		HostKeyAlgorithms: []string{ssh.KeyAlgoED25519},
+	})
+	if err != nil {
+		return "", err
+	}
+	client := ssh.NewClient(c, chans, reqs)
+	defer client.Close()
+	sess, err := client.NewSession()
+	if err != nil {
+		return "", err
+	}
+	defer sess.Close()
+	out, err := sess.Output(command)
+	return string(out), err
 }
