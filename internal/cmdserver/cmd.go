@@ -229,11 +229,22 @@ func (c *cmdServer) GetQemuVersion(ctx context.Context, _ *cmdv1.EmptyRequest) (
 	return &cmdv1.QemuVersionResponse{Response: ok(), Version: v}, nil
 }
 
+// probeBound is how long a probe RPC may work: virt-handler's client waits
+// the probe's timeoutSeconds (at least 1 s) and gives up, so the launcher
+// stops too, a second later, rather than keep libvirt's agent job (which
+// the poller and the next probe wait for) busy with an agent that does not
+// answer.
+func probeBound(timeoutSeconds int32) time.Duration {
+	return time.Duration(max(timeoutSeconds, 1))*time.Second + time.Second
+}
+
 // Exec runs a command in the guest through its agent (virt-handler's exec
 // probes). As in KubeVirt, a command that ran answers success with its exit
 // code and output, whatever the code; any other failure (no agent, a
 // timeout) answers a gRPC error, which is what virt-handler's client reads.
 func (c *cmdServer) Exec(ctx context.Context, req *cmdv1.ExecRequest) (*cmdv1.ExecResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeBound(req.TimeoutSeconds))
+	defer cancel()
 	out, err := c.s.m.Exec(ctx, req.DomainName, req.Command, req.Args, time.Duration(req.TimeoutSeconds)*time.Second)
 	var exit agent.ExitError
 	switch {
@@ -249,6 +260,8 @@ func (c *cmdServer) Exec(ctx context.Context, req *cmdv1.ExecRequest) (*cmdv1.Ex
 // GuestPing asks the guest agent for a ping (virt-handler's
 // guestAgentPing probes); a failure is a gRPC error, as in KubeVirt.
 func (c *cmdServer) GuestPing(ctx context.Context, req *cmdv1.GuestPingRequest) (*cmdv1.GuestPingResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeBound(req.TimeoutSeconds))
+	defer cancel()
 	if err := c.s.m.GuestPing(ctx, req.DomainName); err != nil {
 		c.s.log.Warn("guest agent ping probe failed", "reason", err.Error())
 		return &cmdv1.GuestPingResponse{Response: fail(err.Error())}, status.Error(codes.Unknown, err.Error())

@@ -59,10 +59,13 @@ func (m *Manager) Shutdown(ctx context.Context, v *v1.VirtualMachineInstance) er
 
 // shutdownCallTimeout bounds the shutdown request to the daemon. With the
 // guest agent connected libvirt asks the agent first and may wait up to
-// 60 s for a hung one before it tries ACPI; the caller gets an error
-// after this long instead, and the grace period's destroy (which needs
-// no daemon job) still ends the guest on time.
+// 60 s for a hung one before it tries ACPI; signalShutdown presses the
+// power button itself after this long instead, and the grace period's
+// destroy (which needs no daemon job) still ends the guest on time.
 const shutdownCallTimeout = 10 * time.Second
+
+// acpiCallTimeout bounds pressing the power button (a QEMU monitor command).
+const acpiCallTimeout = 5 * time.Second
 
 // signalShutdown asks the guest to power off as KubeVirt's launcher does
 // (VIR_DOMAIN_SHUTDOWN_DEFAULT): libvirt uses the guest agent when it is
@@ -72,17 +75,36 @@ const shutdownCallTimeout = 10 * time.Second
 // A guest that powers off at once through its agent can be gone before
 // libvirt's answer, which then says the domain is not running: that is
 // the shutdown asked for, not a failure.
+//
+// An agent that does not answer (or whose shutdown hangs) keeps libvirt
+// waiting long before its own fallback: after shutdownCallTimeout the
+// power button is pressed directly (a separate daemon job, which the
+// agent's does not hold up), as libvirt would have done in the end.
 func (m *Manager) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) error {
-	ctx, cancel := context.WithTimeout(ctx, shutdownCallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, shutdownCallTimeout)
 	defer cancel()
-	err := withContext(ctx, "ask the guest to power off", func() error {
+	err := withContext(cctx, "ask the guest to power off", func() error {
 		return l.DomainShutdownFlags(d, 0)
 	})
-	if err != nil && ctx.Err() == nil {
-		if st, _, serr := m.state(l, d); libvirt.IsNotFound(serr) || (serr == nil && !active(st)) {
-			m.log.Info("the guest powered off while its shutdown was asked for", "reason", err.Error())
+	switch {
+	case err == nil:
+		return nil
+	case cctx.Err() != nil && ctx.Err() == nil:
+		m.log.Warn("the guest agent did not carry out the shutdown in time: pressing the ACPI power button", "after", shutdownCallTimeout)
+		actx, cancel := context.WithTimeout(ctx, acpiCallTimeout)
+		defer cancel()
+		err = withContext(actx, "press the ACPI power button", func() error {
+			return l.DomainShutdownFlags(d, libvirt.DomainShutdownAcpiPowerBtn)
+		})
+		if err == nil {
 			return nil
 		}
+	case cctx.Err() != nil:
+		return err
+	}
+	if st, _, serr := m.state(l, d); libvirt.IsNotFound(serr) || (serr == nil && !active(st)) {
+		m.log.Info("the guest powered off while its shutdown was asked for", "reason", err.Error())
+		return nil
 	}
 	return err
 }

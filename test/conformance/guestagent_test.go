@@ -372,8 +372,9 @@ func waitK8sEvent(t *testing.T, s *notifyServer, reason string, timeout time.Dur
 }
 
 // checkFreeze: Freeze and Unfreeze through the agent (the guest's ext4
-// root disk is frozen: the freeze state goes to the Domain), both
-// idempotent, and KubeVirt's automatic thaw after unfreezeTimeoutSeconds.
+// root disk is frozen: the freeze state goes to the Domain, writes wait
+// for the thaw), both idempotent, and KubeVirt's automatic thaw after
+// unfreezeTimeoutSeconds.
 func checkFreeze(t *testing.T, h *handler, s *notifyServer, p *pod, vmiJSON []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -393,10 +394,20 @@ func checkFreeze(t *testing.T, h *handler, s *notifyServer, p *pod, vmiJSON []by
 	if info := guestInfo(t, h); info.FSFreezeStatus != "frozen" {
 		t.Errorf("GetGuestInfo fsFreezeStatus %q after Freeze, want frozen", info.FSFreezeStatus)
 	}
+	// A write to the frozen disk blocks until the thaw. (The console's
+	// shell writes: a frozen agent refuses guest-exec. The marker is
+	// computed so that the echo of the typed line does not match it.)
+	const written = "VL-T-FROZEN-2WRITTEN"
+	typeOnConsole(t, p, "echo frozen-write >/mnt/root/frozen-write; sync; echo VL-T-FROZEN-$((1+1))WRITTEN\n")
+	time.Sleep(3 * time.Second)
+	if strings.Contains(p.Console(), written) {
+		t.Errorf("a write to the frozen root disk went through; console:\n%s", launchertest.Tail(p.Console(), 2000))
+	}
 	for range 2 { // thawed already the second time: nothing to do
 		launchertest.Must(t, h.vmiCall(t, "UnfreezeVirtualMachine", h.cmd.UnfreezeVirtualMachine, vmiJSON))
 	}
 	thawed := s.wait(t, frozen, "FSFreezeStatus thawed", 20*time.Second, state("thawed"))
+	p.WaitConsole(written, 20*time.Second) // the blocked write ends with the thaw
 	// Frozen with a 3 s timeout and never unfrozen: the launcher thaws.
 	launchertest.Must(t, freeze(3))
 	refrozen := s.wait(t, thawed, "FSFreezeStatus frozen again", 20*time.Second, state("frozen"))
@@ -468,6 +479,9 @@ func TestShutdownThroughAgent(t *testing.T) {
 		t.Logf("Shutdown with a hung agent: %v after %v", err, took)
 		if took > 20*time.Second {
 			t.Errorf("Shutdown with a hung agent took %v: it must give up within its bound", took)
+		}
+		if err != nil {
+			t.Errorf("Shutdown with a hung agent: %v; want the power button pressed instead", err)
 		}
 		// The handler kills once the grace period is over: at once, though
 		// the daemon still waits for the agent.
@@ -673,4 +687,115 @@ func sshRun(t *testing.T, p *pod, key ssh.Signer, command string) (string, error
 	defer sess.Close()
 	out, err := sess.Output(command)
 	return string(out), err
+}
+
+// TestFaultyAgent: a guest without an agent, and fakes on the agent's port
+// for the faults a real agent does not produce (one that answers with bytes
+// that are not JSON, one that never answers: the fake is the guest's shell,
+// testguest.OptAgentGarbage/OptAgentSilent), never block the handler's
+// calls: Ping, GetDomain and the agent data RPCs answer at once with
+// KubeVirt's answers (success, empty data) while the poller fails; Sync
+// succeeds; GuestPing and Exec fail within their timeouts, as KubeVirt's
+// do; Shutdown asks and the guest powers off by ACPI.
+func TestFaultyAgent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, opt, marker string }{
+		{"none", testguest.OptNoAgent, testguest.MarkerReady},
+		{"garbage", testguest.OptAgentGarbage, testguest.MarkerFakeAgent + " garbage"},
+		{"silent", testguest.OptAgentSilent, testguest.MarkerFakeAgent + " silent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := startPod(t, "conf-ga"+tc.name[:2], false)
+			h, s := start(t, p)
+			vmiJSON := handlerVMI(t, p, tc.opt)
+			launchertest.Must(t, h.vmiCall(t, "SyncVirtualMachine", h.cmd.SyncVirtualMachine, vmiJSON))
+			p.WaitConsole(tc.marker, bootTimeout)
+			if d, err := h.getDomain(t); err == nil {
+				if dom, err := kvshape.Decode([]byte(d)); err == nil {
+					st, _ := agentChannelState(dom)
+					t.Logf("agent channel %q", st)
+				}
+			}
+
+			// 15 s of the handler's calls while the poller runs into
+			// the fault: each answers quickly, as KubeVirt's does.
+			slowest := map[string]time.Duration{}
+			timed := func(name string, bound time.Duration, call func(ctx context.Context) error) {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(context.Background(), bound)
+				defer cancel()
+				t0 := time.Now()
+				if err := call(ctx); err != nil {
+					t.Errorf("%s: %v (after %v)", name, err, time.Since(t0))
+				}
+				slowest[name] = max(slowest[name], time.Since(t0))
+			}
+			empty := &cmdv1.EmptyRequest{}
+			for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+				timed("Ping", 2*time.Second, func(ctx context.Context) error {
+					r, err := h.cmd.Ping(ctx, empty)
+					return failure(t, "Ping", r, err)
+				})
+				timed("GetDomain", 5*time.Second, func(ctx context.Context) error {
+					r, err := h.cmd.GetDomain(ctx, empty)
+					return failure(t, "GetDomain", r.GetResponse(), err)
+				})
+				timed("GetGuestInfo", 5*time.Second, func(ctx context.Context) error {
+					r, err := h.cmd.GetGuestInfo(ctx, empty)
+					if err := failure(t, "GetGuestInfo", r.GetResponse(), err); err != nil {
+						return err
+					}
+					_, err = kvshape.DecodeGuestInfo([]byte(r.GuestInfoResponse))
+					return err
+				})
+				timed("GetUsers", 5*time.Second, func(ctx context.Context) error {
+					r, err := h.cmd.GetUsers(ctx, empty)
+					return failure(t, "GetUsers", r.GetResponse(), err)
+				})
+				timed("GetFilesystems", 5*time.Second, func(ctx context.Context) error {
+					r, err := h.cmd.GetFilesystems(ctx, empty)
+					return failure(t, "GetFilesystems", r.GetResponse(), err)
+				})
+			}
+			timed("Sync", 20*time.Second, func(ctx context.Context) error {
+				r, err := h.cmd.SyncVirtualMachine(ctx, vmiRequest(vmiJSON))
+				return failure(t, "SyncVirtualMachine", r, err)
+			})
+			t.Logf("slowest answers with the agent %s: %v", tc.name, slowest)
+
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			t0 := time.Now()
+			if _, err := h.cmd.GuestPing(ctx, &cmdv1.GuestPingRequest{DomainName: p.DomainName(), TimeoutSeconds: 5}); err == nil {
+				t.Errorf("GuestPing succeeded with agent %s", tc.name)
+			} else if d := time.Since(t0); d > 15*time.Second {
+				t.Errorf("GuestPing with a 5 s timeout took %v", d)
+			}
+			t0 = time.Now()
+			if r, err := h.cmd.Exec(ctx, &cmdv1.ExecRequest{DomainName: p.DomainName(), Command: "/bin/true", TimeoutSeconds: 5}); err == nil {
+				t.Errorf("Exec succeeded with agent %s: %+v", tc.name, r)
+			} else if d := time.Since(t0); d > 15*time.Second {
+				t.Errorf("Exec with a 5 s timeout took %v", d)
+			}
+
+			// Shutdown: the agent cannot do it; the power button does.
+			t0 = time.Now()
+			if err := h.vmiCall(t, "ShutdownVirtualMachine", h.cmd.ShutdownVirtualMachine, vmiJSON); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if d := time.Since(t0); d > 20*time.Second {
+				t.Errorf("Shutdown took %v", d)
+			}
+			s.wait(t, 0, "Shutoff", time.Minute, func(d *kvshape.Domain) bool { return d.Status.Status == "Shutoff" })
+			if out := p.Console(); !strings.Contains(out, testguest.MarkerPowerButton) {
+				t.Errorf("the guest was not powered off by ACPI; console:\n%s", launchertest.Tail(out, 3000))
+			}
+			launchertest.Must(t, h.vmiCall(t, "DeleteVirtualMachine", h.cmd.DeleteVirtualMachine, vmiJSON))
+			if code := p.ExitCode(60 * time.Second); code != 0 {
+				t.Errorf("monitor exit status %d, want 0", code)
+			}
+			p.AssertNothingLeft()
+		})
+	}
 }
