@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -135,6 +136,57 @@ func newCtlCmds() []*cobra.Command {
 	}
 	gs.register(get, false)
 
+	// guestinfo, by name or socket: what `virtctl guestosinfo` shows.
+	var gis socketFlags
+	var gin nameFlags
+	guestinfo := &cobra.Command{
+		Use:   "guestinfo NAME | guestinfo --socket PATH",
+		Short: "Print what the guest agent reports (OS, host name, users, file systems, interfaces)",
+		Long: `guestinfo prints the guest agent's report as KubeVirt gives it (virtctl guestosinfo):
+KubeVirt's VirtualMachineInstanceGuestAgentInfo JSON. Its fields stay empty while the guest
+runs no agent (qemu-guest-agent) or the agent has not answered yet.
+
+NAME is a VM that vlctl run runs on this machine (vlctl ps lists them); --socket is a
+launcher's command socket instead.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			var c *cmdclient.Client
+			var err error
+			switch {
+			case len(args) == 1 && gis.socket != "":
+				return fmt.Errorf("guestinfo: give NAME or --socket, not both")
+			case len(args) == 1:
+				e, ferr := gin.find(args[0])
+				if ferr != nil {
+					return ferr
+				}
+				c, err = dialLauncher(ctx, e)
+			case gis.socket == "":
+				return fmt.Errorf("guestinfo: give a VM's NAME, or --socket")
+			default:
+				c, err = gis.dial(ctx)
+			}
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			info, err := c.GetGuestInfo(ctx)
+			if err != nil {
+				return fmt.Errorf("guestinfo: %w", err)
+			}
+			var pretty bytes.Buffer
+			if err := json.Indent(&pretty, []byte(info), "", "  "); err != nil {
+				return fmt.Errorf("guestinfo: %w", err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), pretty.String())
+			return nil
+		},
+	}
+	guestinfo.Flags().StringVar(&gis.socket, "socket", "", "the launcher's command socket (…/sockets/launcher-sock)")
+	gin.register(guestinfo)
+
 	var ps socketFlags
 	ping := &cobra.Command{
 		Use:   "ping --socket PATH",
@@ -156,5 +208,5 @@ func newCtlCmds() []*cobra.Command {
 		},
 	}
 	ps.register(ping, false)
-	return append(cmds, get, ping)
+	return append(cmds, get, guestinfo, ping)
 }

@@ -272,6 +272,22 @@ func (c *Client) GetDomainStats(ctx context.Context) (string, error) {
 	return resp.GetDomainStats(), nil
 }
 
+// GetGuestInfo returns what the guest agent reported (KubeVirt's
+// VirtualMachineInstanceGuestAgentInfo JSON: OS, host name, time zone,
+// users, file systems, interfaces); without an agent its fields are empty.
+func (c *Client) GetGuestInfo(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, ShortTimeout)
+	defer cancel()
+	resp, err := c.cmd.GetGuestInfo(ctx, &cmdv1.EmptyRequest{})
+	if err := callError("GetGuestInfo", err); err != nil {
+		return "", err
+	}
+	if err := responseError("GetGuestInfo", resp.GetResponse()); err != nil {
+		return "", err
+	}
+	return resp.GetGuestInfoResponse(), nil
+}
+
 // GetQemuVersion returns QEMU's version; an empty version is an error.
 func (c *Client) GetQemuVersion(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, ShortTimeout)

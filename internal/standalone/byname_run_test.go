@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
@@ -16,7 +17,8 @@ import (
 
 // TestVlctlVerbsByName: two `vlctl run`s of the test guest (with its pod
 // network) in two namespaces are listed by `vlctl ps` with their names,
-// states and addresses; `vlctl pause NAME` and `unpause NAME` change the
+// states and addresses; a run shows its guest agent's report, and `vlctl
+// guestinfo NAME` all of it; `vlctl pause NAME` and `unpause NAME` change the
 // state the launcher reports; a stale record (its pid now another
 // process's) is shown as stale and never acted on; `vlctl stop NAME` ends
 // one run, gracefully and completely, while the other keeps running; `vlctl
@@ -89,6 +91,23 @@ func TestVlctlVerbsByName(t *testing.T) {
 	}
 	if len(netns) != 2 {
 		t.Errorf("the two VMs share an outside namespace: %v", netns)
+	}
+
+	// The guest agent's report: in vlctl run's output once it comes, and
+	// in full from vlctl guestinfo.
+	beta := vms[1]
+	report := "vlctl: guest agent: " + testguest.OSName + " " + testguest.OSVersionID + "; eth0 10.0.2.2"
+	waitFor(t, "beta's guest agent report", 2*time.Minute, beta.exited, func() bool {
+		return strings.Contains(beta.stderr.String(), report)
+	})
+	gcode, gout, gerr := vlctl(t, time.Minute, "guestinfo", "team/beta", "--record-dir", records)
+	if gcode != 0 {
+		t.Fatalf("vlctl guestinfo team/beta: exit %d: %s", gcode, gerr)
+	}
+	if info, err := kvshape.DecodeGuestInfo([]byte(gout)); err != nil {
+		t.Errorf("vlctl guestinfo team/beta: %v\n%s", err, gout)
+	} else if info.OS.ID != testguest.OSID || info.Hostname != "beta" || info.GAVersion == "" {
+		t.Errorf("vlctl guestinfo team/beta: OS %q, host name %q, agent %q; want %s, beta, a version", info.OS.ID, info.Hostname, info.GAVersion, testguest.OSID)
 	}
 
 	// Pause and unpause by name change what the launcher reports.

@@ -7,6 +7,7 @@
 package standalone
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -28,6 +29,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
@@ -861,6 +863,7 @@ func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
 func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, error) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
+	var reported string // the guest agent's report last shown
 	for {
 		select {
 		case <-ctx.Done():
@@ -869,7 +872,12 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 			return r.launcherGone()
 		case <-t.C:
 		}
-		st, err := domainStatus(ctx, c)
+		d, err := getDomain(ctx, c)
+		st := domainState(d)
+		if g := guestReport(d); err == nil && g != "" && g != reported {
+			fmt.Fprintf(r.cfg.Status, "vlctl: guest agent: %s\n", g)
+			reported = g
+		}
 		if err != nil {
 			// The launcher ends by itself once QEMU is gone and its last
 			// event is out; a refused call is then the normal end.
@@ -902,16 +910,58 @@ func (r *runner) launcherGone() (bool, error) {
 }
 
 func domainStatus(ctx context.Context, c *cmdclient.Client) (string, error) {
+	d, err := getDomain(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	return domainState(d), nil
+}
+
+// getDomain asks the launcher for its Domain; nil when none is defined.
+func getDomain(ctx context.Context, c *cmdclient.Client) (*domainjson.Domain, error) {
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	d, exists, err := c.GetDomain(gctx)
 	if err != nil {
-		return "", fmt.Errorf("get domain: %w", err)
+		return nil, fmt.Errorf("get domain: %w", err)
 	}
-	if !exists || d == nil {
-		return "NoState", nil
+	if !exists {
+		return nil, nil
 	}
-	return string(d.Status.Status), nil
+	return d, nil
+}
+
+// domainState is the Domain's state, NoState without one.
+func domainState(d *domainjson.Domain) string {
+	if d == nil {
+		return "NoState"
+	}
+	return string(d.Status.Status)
+}
+
+// guestReport is one line of what the guest agent put in the Domain's
+// status: the OS, then each interface with its addresses ("" before the
+// agent reported anything).
+func guestReport(d *domainjson.Domain) string {
+	if d == nil {
+		return ""
+	}
+	var parts []string
+	osi := d.Status.OSInfo
+	if name := cmp.Or(osi.PrettyName, osi.Name); name != "" {
+		parts = append(parts, name)
+	}
+	for _, i := range d.Status.Interfaces {
+		ips := i.IPs
+		if len(ips) == 0 && i.Ip != "" {
+			ips = []string{i.Ip}
+		}
+		if len(ips) == 0 {
+			continue
+		}
+		parts = append(parts, cmp.Or(i.InterfaceName, i.Mac)+" "+strings.Join(ips, " "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // shutdown asks for an ACPI power-off and destroys the guest when the grace

@@ -241,6 +241,24 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 			t.Errorf("outside -> %s: %q, %v", url1, body, err)
 		}
 	}
+	if tc.secondary {
+		// The guest agent reports both interfaces' addresses; vlctl run
+		// shows them (from the Domain status the launcher fills).
+		want := []string{"eth0 " + strings.Split(tc.wantAddr, "/")[0], "eth1 " + secondaryPod}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			line := lastLine(status.String(), "vlctl: guest agent: ")
+			if strings.Contains(line, want[0]) && strings.Contains(line, want[1]) {
+				t.Logf("guest agent report: %s", line)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("vlctl run did not show the guest's two interfaces (%q) from its agent; status:\n%s", want, status)
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
 	if tc.ipv6 {
 		page6, ok := testguest.Between(console.String(), "VL-T-PAGE6-BEGIN", "VL-T-PAGE6-END")
 		if !ok || !strings.Contains(page6, "outside6-"+token) {
@@ -441,6 +459,17 @@ func leftovers(workDir string, inodes map[string]uint64) []string {
 		}
 	}
 	return out
+}
+
+// lastLine is the last line of s that holds marker ("" if none).
+func lastLine(s, marker string) string {
+	lines := strings.Split(s, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], marker) {
+			return lines[i]
+		}
+	}
+	return ""
 }
 
 func trim(s string) string {
