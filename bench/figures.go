@@ -280,6 +280,16 @@ var catalogList = []spec{
 	{key: "density.helpers.pss", group: "density: VMIs started at once", label: "helper PSS, all VMIs", unit: "MiB"},
 	{key: "density.per_vm.pss", group: "density: VMIs started at once", label: "helper PSS per VMI", unit: "MiB"},
 
+	// guest agent
+	{key: "agent.on.launcher_cpu", group: "guest agent: 1 guest, steady state, with and without its agent", label: "launcher CPU, agent polled", unit: "ms/min"},
+	{key: "agent.off.launcher_cpu", group: "guest agent: 1 guest, steady state, with and without its agent", label: "launcher CPU, no agent", unit: "ms/min"},
+	{key: "agent.on.daemon_cpu", group: "guest agent: 1 guest, steady state, with and without its agent", label: "libvirtd CPU, agent polled", unit: "ms/min"},
+	{key: "agent.off.daemon_cpu", group: "guest agent: 1 guest, steady state, with and without its agent", label: "libvirtd CPU, no agent", unit: "ms/min"},
+	{key: "agent.on.launcher_rss", group: "guest agent: 1 guest, steady state, with and without its agent", label: "launcher RSS, agent polled", unit: "MiB"},
+	{key: "agent.off.launcher_rss", group: "guest agent: 1 guest, steady state, with and without its agent", label: "launcher RSS, no agent", unit: "MiB"},
+	{key: "agent.on.daemon_rss", group: "guest agent: 1 guest, steady state, with and without its agent", label: "libvirtd RSS, agent polled", unit: "MiB"},
+	{key: "agent.off.daemon_rss", group: "guest agent: 1 guest, steady state, with and without its agent", label: "libvirtd RSS, no agent", unit: "MiB"},
+
 	// translator
 	{key: "translator.convert_per_s", group: "translator: vmi-fedora.yaml", label: "Convert per second", unit: "1/s"},
 	{key: "translator.convert_allocs", group: "translator: vmi-fedora.yaml", label: "allocs per Convert", unit: "count"},

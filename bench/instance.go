@@ -78,8 +78,9 @@ type instance struct {
 
 // newInstance lays out a work directory for the test guest named name. A
 // non-empty seed is a capability cache directory copied into the daemon's
-// XDG cache before start.
-func newInstance(ctx context.Context, e *env, name, seed string) (*instance, error) {
+// XDG cache before start. kernelArgs are added to the guest's command line
+// (testguest.Opt*).
+func newInstance(ctx context.Context, e *env, name, seed string, kernelArgs ...string) (*instance, error) {
 	// Short names: libvirt builds unix socket paths under the private dir
 	// from it and the domain name, and sun_path holds 107 bytes.
 	dir, err := os.MkdirTemp(e.workRoot, "")
@@ -87,14 +88,14 @@ func newInstance(ctx context.Context, e *env, name, seed string) (*instance, err
 		return nil, fmt.Errorf("work dir: %w", err)
 	}
 	in := &instance{env: e, name: name, dir: dir, lay: layout.Under(dir), evCh: make(chan struct{})}
-	if err := in.prepare(ctx, seed); err != nil {
+	if err := in.prepare(ctx, seed, kernelArgs); err != nil {
 		in.cleanup()
 		return nil, err
 	}
 	return in, nil
 }
 
-func (in *instance) prepare(ctx context.Context, seed string) error {
+func (in *instance) prepare(ctx context.Context, seed string, kernelArgs []string) error {
 	manifest := filepath.Join(in.dir, "vmi.yaml")
 	out, err := exec.CommandContext(ctx, filepath.Join(in.env.binDir, "vlctl"), "testguest", "--no-network", "--name", in.name).Output()
 	if err != nil {
@@ -106,6 +107,11 @@ func (in *instance) prepare(ctx context.Context, seed string) error {
 	v, err := vmi.LoadFile(manifest, vmi.Options{})
 	if err != nil {
 		return err
+	}
+	if kb := v.Spec.Domain.Firmware.KernelBoot; len(kernelArgs) > 0 && kb != nil {
+		kb.KernelArgs = strings.Join(append([]string{kb.KernelArgs}, kernelArgs...), " ")
+	} else if len(kernelArgs) > 0 {
+		return fmt.Errorf("the test guest manifest has no kernelBoot to add %v to", kernelArgs)
 	}
 	in.vmi = v
 	l := in.lay

@@ -3,13 +3,14 @@
 // QEMU, the way virt-handler drives a launcher, and measures the helpers'
 // fixed memory, the time to ready and to a running guest (with the libvirt
 // capability cache cold and warm), the same domain through plain virsh as
-// the limit, the lifecycle verbs, ten VMIs at once, and the translator.
+// the limit, the lifecycle verbs, ten VMIs at once, the guest agent
+// poller's cost, and the translator.
 // It prints a table and writes every figure (median and p95 over repeated
 // runs, with the samples) to a JSON file. It never fails on a timing.
 //
 // Run it as root from the repository root after `make build`:
 //
-//	go run ./bench [-quick] [-runs N] [-only runs,density,translator]
+//	go run ./bench [-quick] [-runs N] [-only runs,density,agent,translator]
 package main
 
 import (
@@ -54,6 +55,10 @@ type options struct {
 	out       string
 	corpus    string
 	benchRuns int
+	// agentPairs runs with and without the guest agent; agentWindow is
+	// how long their CPU time is measured.
+	agentPairs  int
+	agentWindow time.Duration
 }
 
 func main() {
@@ -63,7 +68,9 @@ func main() {
 	var user string
 	flag.BoolVar(&o.quick, "quick", false, "a short run for development: 2 runs per cache mode, 5 s settle, 3 VMIs for density, output to bench/out/")
 	flag.IntVar(&o.runs, "runs", 5, "launcher runs per cache mode (cold and warm)")
-	flag.StringVar(&o.only, "only", "", "run only these parts, comma-separated: runs, density, translator")
+	flag.StringVar(&o.only, "only", "", "run only these parts, comma-separated: runs, density, agent, translator")
+	flag.IntVar(&o.agentPairs, "agent-pairs", 2, "pairs of runs with and without the guest agent, for the poller's cost")
+	flag.DurationVar(&o.agentWindow, "agent-window", time.Minute, "how long the CPU time of a run with or without the guest agent is measured")
 	flag.DurationVar(&o.settle, "settle", 30*time.Second, "steady state after the guest booted before the memory sample")
 	flag.IntVar(&o.density, "density", 10, "VMIs started at once for the density figures")
 	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
@@ -93,6 +100,12 @@ func main() {
 		if !set["translator-runs"] {
 			o.benchRuns = 2
 		}
+		if !set["agent-pairs"] {
+			o.agentPairs = 1
+		}
+		if !set["agent-window"] {
+			o.agentWindow = 20 * time.Second
+		}
 	}
 	if err := run(e, o, user); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -101,21 +114,21 @@ func main() {
 }
 
 func run(e *env, o options, user string) error {
-	parts := map[string]bool{"runs": true, "density": true, "translator": true}
+	parts := map[string]bool{"runs": true, "density": true, "agent": true, "translator": true}
 	if o.only != "" {
 		parts = map[string]bool{}
 		for _, p := range strings.Split(o.only, ",") {
 			p = strings.TrimSpace(p)
 			switch p {
-			case "runs", "density", "translator":
+			case "runs", "density", "agent", "translator":
 				parts[p] = true
 			default:
-				return fmt.Errorf("-only: unknown part %q (want runs, density, translator)", p)
+				return fmt.Errorf("-only: unknown part %q (want runs, density, agent, translator)", p)
 			}
 		}
 	}
-	if o.runs < 1 || o.density < 1 || o.benchRuns < 1 {
-		return errors.New("-runs, -density and -translator-runs must be at least 1")
+	if o.runs < 1 || o.density < 1 || o.benchRuns < 1 || o.agentPairs < 1 || o.agentWindow < time.Second {
+		return errors.New("-runs, -density, -agent-pairs and -translator-runs must be at least 1, -agent-window at least 1s")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -123,10 +136,10 @@ func run(e *env, o options, user string) error {
 	r := newResults()
 	rep := report{Time: time.Now().UTC().Format(time.RFC3339), Host: hostInfo(), Config: config{
 		Runs: o.runs, SettleSeconds: o.settle.Seconds(), Density: o.density, Quick: o.quick, Only: o.only,
-		TranslatorRuns: o.benchRuns,
+		TranslatorRuns: o.benchRuns, AgentPairs: o.agentPairs, AgentWindowSeconds: o.agentWindow.Seconds(),
 	}}
 	var errs []error
-	if parts["runs"] || parts["density"] {
+	if parts["runs"] || parts["density"] || parts["agent"] {
 		if os.Geteuid() != 0 {
 			return errors.New("the launcher parts need root (they start the monitor as the unprivileged user); use -only translator otherwise")
 		}
@@ -166,6 +179,11 @@ func run(e *env, o options, user string) error {
 		if parts["density"] && ctx.Err() == nil {
 			if err := b.densityRun(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("density: %w", err))
+			}
+		}
+		if parts["agent"] && ctx.Err() == nil {
+			if err := b.agentRun(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("agent: %w", err))
 			}
 		}
 	}
@@ -233,8 +251,11 @@ type config struct {
 	SettleSeconds  float64 `json:"settleSeconds"`
 	Density        int     `json:"densityVMIs"`
 	TranslatorRuns int     `json:"translatorRuns"`
-	Quick          bool    `json:"quick"`
-	Only           string  `json:"only,omitempty"`
+	AgentPairs     int     `json:"agentPairs"`
+	// AgentWindowSeconds is how long each agent run's CPU time is measured.
+	AgentWindowSeconds float64 `json:"agentWindowSeconds"`
+	Quick              bool    `json:"quick"`
+	Only               string  `json:"only,omitempty"`
 }
 
 func hostInfo() host {

@@ -23,6 +23,9 @@ type Stat struct {
 	// with the pid it names one process, never a later one that reuses the
 	// pid. Zero when the line is too short to hold it.
 	StartTime uint64
+	// UTime and STime are the CPU time spent in user and kernel mode, in
+	// clock ticks (zero when the line is too short).
+	UTime, STime uint64
 }
 
 // ReadStat reads <procRoot>/<pid>/stat (procRoot is "/proc" but for tests).
@@ -44,7 +47,8 @@ func ParseStat(pid int, b []byte) (Stat, error) {
 	if open < 0 || closing < open || closing+4 > len(b) {
 		return Stat{}, malformed
 	}
-	// Fields after comm: state(3) ppid(4) ... starttime(22), numbered as in proc(5).
+	// Fields after comm: state(3) ppid(4) ... utime(14) stime(15) ...
+	// starttime(22), numbered as in proc(5).
 	rest := strings.Fields(string(b[closing+1:]))
 	if len(rest) < 2 || len(rest[0]) != 1 {
 		return Stat{}, malformed
@@ -54,6 +58,14 @@ func ParseStat(pid int, b []byte) (Stat, error) {
 		return Stat{}, fmt.Errorf("stat of pid %d: ppid: %w", pid, err)
 	}
 	s := Stat{PID: pid, PPID: ppid, Comm: string(b[open+1 : closing]), State: rest[0][0]}
+	if len(rest) > 12 {
+		if s.UTime, err = strconv.ParseUint(rest[11], 10, 64); err != nil {
+			return Stat{}, fmt.Errorf("stat of pid %d: utime: %w", pid, err)
+		}
+		if s.STime, err = strconv.ParseUint(rest[12], 10, 64); err != nil {
+			return Stat{}, fmt.Errorf("stat of pid %d: stime: %w", pid, err)
+		}
+	}
 	if len(rest) > 19 {
 		if s.StartTime, err = strconv.ParseUint(rest[19], 10, 64); err != nil {
 			return Stat{}, fmt.Errorf("stat of pid %d: starttime: %w", pid, err)

@@ -13,8 +13,8 @@ func TestParseStat(t *testing.T) {
 		want       Stat
 		bad        bool
 	}{
-		{name: "full", line: "42 (vlctl) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 8 0 98765 0 0",
-			want: Stat{PID: 42, PPID: 7, Comm: "vlctl", State: 'S', StartTime: 98765}},
+		{name: "full", line: "42 (vlctl) S 7 42 42 0 -1 4194560 1 0 0 0 31 17 0 0 20 0 8 0 98765 0 0",
+			want: Stat{PID: 42, PPID: 7, Comm: "vlctl", State: 'S', StartTime: 98765, UTime: 31, STime: 17}},
 		{name: "parens and spaces in comm", line: "42 (a) b (c) Z 1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 5 0",
 			want: Stat{PID: 42, PPID: 1, Comm: "a) b (c", State: 'Z', StartTime: 5}},
 		{name: "short line: no start time", line: "42 (x) R 3",
@@ -22,6 +22,7 @@ func TestParseStat(t *testing.T) {
 		{name: "no comm", line: "42 R 3", bad: true},
 		{name: "no ppid", line: "42 (x) R", bad: true},
 		{name: "bad ppid", line: "42 (x) R y 1 2", bad: true},
+		{name: "bad utime", line: "42 (x) R 1 0 0 0 0 0 0 0 0 0 u 0 0 0 0 0 0 0 5 0", bad: true},
 		{name: "bad start time", line: "42 (x) R 1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 zz 0", bad: true},
 	}
 	for _, c := range cases {
