@@ -503,7 +503,8 @@ func TestShutdownThroughAgent(t *testing.T) {
 // method qemuGuestAgent reach the guest through its agent, from the
 // secrets the pod mounts (<secret>-access-cred): the user's authorized SSH
 // keys (and again when the secret changes), with which the user logs in
-// over SSH at the pod's masquerade address, and its password. The outcome
+// over SSH at the pod's masquerade address (a login with a terminal then
+// shows in the agent's user list), and its password. The outcome
 // is in the Domain's metadata, where virt-handler reads it for the
 // AccessCredentialsSynchronized condition: "Guest agent is offline" before
 // the agent is up, then success. With the agent's key commands disabled
@@ -607,6 +608,21 @@ func checkAccessCredentials(t *testing.T, name string, fallback bool) {
 	if out, err := sshRun(t, p, two, "id -un"); err == nil {
 		t.Errorf("ssh with a key not in the secret logged in (%q): the login checks nothing", out)
 	}
+	if fallback {
+		// The blocked commands show as disabled, as virt-handler reads
+		// them (a required one disabled is AgentVersionNotSupported).
+		for _, c := range guestInfo(t, h).SupportedCommands {
+			if c.Name == "guest-ssh-add-authorized-keys" && c.Enabled {
+				t.Errorf("GetGuestInfo: %s enabled, but the agent runs with it blocked", c.Name)
+			}
+		}
+	} else {
+		// A login with a terminal is in the guest's utmp: the agent's
+		// user list has it at the next users poll (10 s).
+		logout := sshLogin(t, p, one)
+		checkLoggedIn(t, h, testguest.GuestUser)
+		logout()
+	}
 	// The password is the secret's: its crypt hash in /etc/shadow matches.
 	verify := `h=$(grep "^` + testguest.GuestUser + `:" /etc/shadow | cut -d: -f2); salt=$(echo "$h" | cut -d'$' -f3); [ "$(mkpasswd -m sha512 -S "$salt" "$1")" = "$h" ]`
 	if _, code := guestSh(verify, password); code != 0 {
@@ -644,6 +660,82 @@ func checkAccessCredentials(t *testing.T, name string, fallback bool) {
 	p.AssertNothingLeft()
 }
 
+// checkLoggedIn waits for user in GetUsers and GetGuestInfo's user list,
+// with a login time.
+func checkLoggedIn(t *testing.T, h *handler, user string) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), shortDeadline)
+		us, err := h.cmd.GetUsers(ctx, &cmdv1.EmptyRequest{})
+		cancel()
+		if err := failure(t, "GetUsers", us.GetResponse(), err); err != nil {
+			t.Fatalf("%v", err)
+		}
+		users, err := kvshape.DecodeUsers([]byte(us.GuestUserListResponse))
+		if err != nil {
+			t.Fatalf("GetUsers: %v", err)
+		}
+		if i := slices.IndexFunc(users, func(u v1.VirtualMachineInstanceGuestOSUser) bool { return u.UserName == user }); i >= 0 {
+			if users[i].LoginTime <= 0 {
+				t.Errorf("GetUsers: %s has login time %v", user, users[i].LoginTime)
+			}
+			if !slices.ContainsFunc(guestInfo(t, h).UserList, func(u v1.VirtualMachineInstanceGuestOSUser) bool { return u.UserName == user }) {
+				t.Errorf("GetGuestInfo's user list has no %s, though GetUsers has", user)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GetUsers = %s 45 s after %s logged in", us.GuestUserListResponse, user)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// sshLogin logs in with a terminal (recorded in the guest's utmp, as a
+// login is) and stays until the returned func is called.
+func sshLogin(t *testing.T, p *pod, key ssh.Signer) (logout func()) {
+	t.Helper()
+	client, err := sshConnect(t, p, key)
+	launchertest.Must(t, err)
+	sess, err := client.NewSession()
+	launchertest.Must(t, err)
+	launchertest.Must(t, sess.RequestPty("xterm", 24, 80, ssh.TerminalModes{}))
+	launchertest.Must(t, sess.Start("sleep 300"))
+	return func() {
+		sess.Close()
+		client.Close()
+	}
+}
+
+// sshConnect logs in to the guest's SSH server as the guest user with
+// key, from the pod network's outside to the pod's address.
+func sshConnect(t *testing.T, p *pod, key ssh.Signer) (*ssh.Client, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr := net.JoinHostPort(p.PodAddress(), "22")
+	conn, err := p.DialOutside(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	// TCG is slow; the server makes its host key at the first connection.
+	launchertest.Must(t, conn.SetDeadline(time.Now().Add(time.Minute)))
+	c, chans, reqs, err := ssh.NewClientConn(conn, addr, &ssh.ClientConfig{
+		User: testguest.GuestUser, Auth: []ssh.AuthMethod{ssh.PublicKeys(key)},
+		// A test guest made for this run: its host key is new every boot.
+		HostKeyCallback:   ssh.InsecureIgnoreHostKey(),
+		HostKeyAlgorithms: []string{ssh.KeyAlgoED25519},
+	})
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	// The login is done: the session's own timeouts apply from here.
+	launchertest.Must(t, conn.SetDeadline(time.Time{}))
+	return ssh.NewClient(c, chans, reqs), nil
+}
+
 // sshKey makes an ed25519 key: its signer and its authorized_keys line.
 func sshKey(t *testing.T, comment string) (ssh.Signer, string) {
 	t.Helper()
@@ -659,26 +751,10 @@ func sshKey(t *testing.T, comment string) (ssh.Signer, string) {
 // forwards the port to the guest), and runs command.
 func sshRun(t *testing.T, p *pod, key ssh.Signer, command string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	addr := net.JoinHostPort(p.PodAddress(), "22")
-	conn, err := p.DialOutside(ctx, "tcp", addr)
+	client, err := sshConnect(t, p, key)
 	if err != nil {
 		return "", err
 	}
-	defer conn.Close()
-	// TCG is slow; the server makes its host key at the first connection.
-	launchertest.Must(t, conn.SetDeadline(time.Now().Add(time.Minute)))
-	c, chans, reqs, err := ssh.NewClientConn(conn, addr, &ssh.ClientConfig{
-		User: testguest.GuestUser, Auth: []ssh.AuthMethod{ssh.PublicKeys(key)},
-		// A test guest made for this run: its host key is new every boot.
-		HostKeyCallback:   ssh.InsecureIgnoreHostKey(),
-		HostKeyAlgorithms: []string{ssh.KeyAlgoED25519},
-	})
-	if err != nil {
-		return "", err
-	}
-	client := ssh.NewClient(c, chans, reqs)
 	defer client.Close()
 	sess, err := client.NewSession()
 	if err != nil {
