@@ -104,7 +104,7 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 
-	opMu      sync.Mutex // one domain operation at a time
+	op        opLock     // one domain operation at a time
 	refreshMu sync.Mutex // keeps cache updates and their events in order
 
 	mu         sync.Mutex
@@ -152,7 +152,7 @@ type Manager struct {
 	// (startCredentials, mu).
 	credentialsStarted bool
 
-	netStarted bool // opMu
+	netStarted bool // op
 	netIfaces  map[string]facts.Interface
 	netStop    func() error
 }
@@ -176,6 +176,7 @@ func New(cfg Config) *Manager {
 	m := &Manager{
 		cfg:       cfg,
 		log:       log,
+		op:        newOpLock(),
 		connReady: make(chan struct{}),
 		name:      cfg.Name,
 		ns:        cfg.Namespace,
@@ -443,8 +444,8 @@ func (m *Manager) state(l *libvirt.Libvirt, d libvirt.Domain) (libvirt.DomainSta
 // Close stops what the manager started besides its connection (the DHCP
 // servers). Call it after Run returned.
 func (m *Manager) Close() error {
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
+	m.op.wait()
+	defer m.op.unlock()
 	if m.netStop == nil {
 		return nil
 	}
@@ -456,9 +457,8 @@ func (m *Manager) Close() error {
 // WaitIdle waits for the mutating operation in progress (a Sync defining
 // and starting the domain, say), if any.
 func (m *Manager) WaitIdle() {
-	m.opMu.Lock()
-	//lint:ignore SA2001 empty critical section: wait for the running operation.
-	m.opMu.Unlock()
+	m.op.wait()
+	m.op.unlock()
 }
 
 // BeginTermination makes every later Sync fail (the pod is going away: no

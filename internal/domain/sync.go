@@ -35,8 +35,10 @@ type SyncOptions struct {
 // startStrategy Paused), resume it when it was paused by anything but the
 // user, and refresh the grace period. Repeating a Sync changes nothing.
 func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts SyncOptions) error {
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
+	if err := m.op.lock(ctx); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	defer m.op.unlock()
 	if err := m.checkIdentity(v, true); err != nil {
 		return err
 	}

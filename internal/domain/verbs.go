@@ -242,8 +242,10 @@ func (k verbKind) needsDomain() bool {
 // verb runs one lifecycle operation under the operation lock. Without a
 // domain it fails or succeeds as what.needsDomain says.
 func (m *Manager) verb(ctx context.Context, v *v1.VirtualMachineInstance, what verbKind, f func(*libvirt.Libvirt, libvirt.Domain, libvirt.DomainState) error) error {
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
+	if err := m.op.lock(ctx); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer m.op.unlock()
 	if v != nil {
 		if err := m.checkIdentity(v, false); err != nil {
 			return err

@@ -37,6 +37,12 @@ const (
 	// and the grace period a new domain manager starts with.
 	DefaultGracePeriodSeconds int64 = 30
 
+	// MaxGracePeriodSeconds caps a termination grace period (68 years):
+	// larger values are taken as this one, so that a grace period in
+	// seconds never overflows a time.Duration or the launcher's flag (a
+	// grace period of 2^62 s wrapped to 0 and skipped the ACPI shutdown).
+	MaxGracePeriodSeconds int64 = math.MaxInt32
+
 	// RuntimeUser is the non-root qemu user id KubeVirt records in
 	// status.runtimeUser.
 	RuntimeUser = 107
@@ -73,12 +79,14 @@ func StableUID(namespace, name string) types.UID {
 	return types.UID(uuid.NewSHA1(firmwareUUIDNamespace, []byte("uid:"+namespace+"/"+name)).String())
 }
 
-// GracePeriodSeconds is the VMI's termination grace period, 30 when unset.
+// GracePeriodSeconds is the VMI's termination grace period, 30 when unset,
+// at most MaxGracePeriodSeconds (and never negative: Validate refuses
+// that).
 func GracePeriodSeconds(vmi *v1.VirtualMachineInstance) int64 {
 	if vmi == nil || vmi.Spec.TerminationGracePeriodSeconds == nil {
 		return DefaultGracePeriodSeconds
 	}
-	return *vmi.Spec.TerminationGracePeriodSeconds
+	return min(max(*vmi.Spec.TerminationGracePeriodSeconds, 0), MaxGracePeriodSeconds)
 }
 
 // SetDefaults applies what KubeVirt's admission webhook applies when a VMI is

@@ -1,9 +1,11 @@
 package vmi
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	k8sv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -496,5 +498,35 @@ func eq[T any](t *testing.T, what string, got, want T) {
 	t.Helper()
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
+
+func TestGracePeriodSeconds(t *testing.T) {
+	ptr := func(v int64) *v1.VirtualMachineInstance {
+		return &v1.VirtualMachineInstance{Spec: v1.VirtualMachineInstanceSpec{TerminationGracePeriodSeconds: &v}}
+	}
+	for _, tc := range []struct {
+		name string
+		vmi  *v1.VirtualMachineInstance
+		want int64
+	}{
+		{"no VMI", nil, DefaultGracePeriodSeconds},
+		{"unset", &v1.VirtualMachineInstance{}, DefaultGracePeriodSeconds},
+		{"zero", ptr(0), 0},
+		{"set", ptr(180), 180},
+		{"2^62: capped, not wrapped", ptr(1 << 62), MaxGracePeriodSeconds},
+		{"largest int64", ptr(math.MaxInt64), MaxGracePeriodSeconds},
+		{"negative (Validate refuses it)", ptr(-5), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := GracePeriodSeconds(tc.vmi)
+			if got != tc.want {
+				t.Errorf("GracePeriodSeconds = %d, want %d", got, tc.want)
+			}
+			// What the callers do with it must not overflow.
+			if d := time.Duration(got) * time.Second; d < 0 || got > 0 && d/time.Second != time.Duration(got) {
+				t.Errorf("%d s overflows a time.Duration", got)
+			}
+		})
 	}
 }

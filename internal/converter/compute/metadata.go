@@ -35,13 +35,10 @@ func (Metadata) Configure(v *v1.VirtualMachineInstance, dom *libvirtxml.Domain) 
 	dom.Name = ns + "_" + v.Name
 
 	md := kubevirtMetadata{UID: string(v.UID)}
-	md.GracePeriod.Seconds = vmi.DefaultGracePeriodSeconds
-	if g := v.Spec.TerminationGracePeriodSeconds; g != nil {
-		if *g < 0 {
-			return fmt.Errorf("spec.terminationGracePeriodSeconds: %d is negative", *g)
-		}
-		md.GracePeriod.Seconds = *g
+	if g := v.Spec.TerminationGracePeriodSeconds; g != nil && *g < 0 {
+		return fmt.Errorf("spec.terminationGracePeriodSeconds: %d is negative", *g)
 	}
+	md.GracePeriod.Seconds = vmi.GracePeriodSeconds(v)
 	var buf bytes.Buffer
 	if err := xml.NewEncoder(&buf).Encode(md); err != nil {
 		return fmt.Errorf("metadata: %w", err)

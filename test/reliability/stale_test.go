@@ -1,0 +1,86 @@
+package reliability
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+)
+
+// TestStaleRPCNotCarriedOut (issue 14, class 5): a Sync whose client gave
+// up while an earlier operation held the launcher (its libvirt daemon
+// stopped with SIGSTOP, so a Pause hangs inside its libvirt call) is never
+// carried out afterwards. The guest was killed before: a stale Sync run
+// late would start it again behind the handler's back.
+func TestStaleRPCNotCarriedOut(t *testing.T) {
+	t.Parallel()
+	p := newPod(t, "stale", podOpts{grace: 5})
+	p.WaitReady(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	p.boot(ctx, c)
+	v := p.vmi()
+	launchertest.Must(t, c.Kill(ctx, v))
+	waitStatus(t, ctx, c, "Shutoff")
+	started := strings.Count(p.Stderr.String(), `"domain started"`)
+
+	daemon := p.MustChild("libvirtd", "virtqemud")
+	launchertest.Must(t, syscall.Kill(daemon, syscall.SIGSTOP))
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			launchertest.Must(t, syscall.Kill(daemon, syscall.SIGCONT))
+		}
+	}
+	defer resume()
+
+	// The Pause holds the launcher's operation lock, stuck in libvirt.
+	paused := make(chan error, 1)
+	go func() { paused <- c.Pause(ctx, v) }()
+	time.Sleep(time.Second)
+	// The Sync waits behind it and its client gives up.
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	t0 := time.Now()
+	err := c.Sync(sctx, v, nil)
+	scancel()
+	if err == nil {
+		t.Fatalf("Sync behind a hung operation succeeded within its 2 s deadline")
+	}
+	t.Logf("the stale Sync's client got, after %v: %v", time.Since(t0).Round(time.Millisecond), err)
+	time.Sleep(time.Second)
+	resume()
+	select {
+	case err := <-paused:
+		t.Logf("the Pause that held the launcher returned: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatalf("the Pause did not return a minute after the daemon resumed")
+	}
+
+	// Give a late Sync every chance to show: the domain stays off.
+	time.Sleep(10 * time.Second)
+	d, exists, err := c.GetDomain(ctx)
+	if err != nil || !exists || d.Status.Status != "Shutoff" {
+		st := ""
+		if d != nil {
+			st = d.Status.Status
+		}
+		t.Errorf("after the stale Sync: domain %q (exists %v, %v), want Shutoff", st, exists, err)
+	}
+	if n := strings.Count(p.Stderr.String(), `"domain started"`); n != started {
+		t.Errorf("the domain was started %d more times after the Kill: the stale Sync was carried out", n-started)
+	}
+	if !strings.Contains(p.Stderr.String(), "not carried out") {
+		t.Errorf("the launcher's log does not say the stale Sync was not carried out")
+	}
+
+	launchertest.Must(t, c.Delete(ctx, v))
+	if code := p.ExitCode(60 * time.Second); code != 0 {
+		t.Errorf("monitor exit status %d, want 0", code)
+	}
+	p.assertNothingLeft()
+}
