@@ -3,6 +3,7 @@ package vmi
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"regexp"
 	"strings"
@@ -82,6 +83,7 @@ func Validate(vmi *v1.VirtualMachineInstance) error {
 	v.bootOrders()
 	v.inputs()
 	v.clock()
+	v.dns()
 	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil && *g < 0 {
 		v.fail("spec.terminationGracePeriodSeconds", "must not be negative, got %d", *g)
 	}
@@ -126,8 +128,85 @@ func (v *validator) metadata() {
 			v.fail("metadata.namespace", "%q is not a valid namespace: %s", truncate(ns, 80), msg)
 		}
 	}
-	if v.vmi.UID == "" {
+	switch uid := string(v.vmi.UID); {
+	case uid == "":
 		v.fail("metadata.uid", "required (SetDefaults derives one from namespace and name)")
+	case !uidPattern.MatchString(uid) || strings.Contains(uid, ".."):
+		// Kubernetes gives UUIDs; paths of the pod (the serial console's
+		// socket, say) are made from it.
+		v.fail("metadata.uid", "%q is not a valid uid: want letters, digits, '-', '_' and '.' (no \"..\"), at most 128", truncate(uid, 80))
+	}
+	// Kubernetes' limit on all of an object's annotations together.
+	size := 0
+	for k, val := range v.vmi.Annotations {
+		size += len(k) + len(val)
+	}
+	if size > maxAnnotationsBytes {
+		v.fail("metadata.annotations", "%d bytes in all, at most %d allowed", size, maxAnnotationsBytes)
+	}
+}
+
+// uidPattern is what a metadata.uid may look like here.
+var uidPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// maxAnnotationsBytes is Kubernetes' TotalAnnotationSizeLimitB (256 KiB).
+const maxAnnotationsBytes = 256 << 10
+
+// KubeVirt's (and Kubernetes') limits on a pod's DNS configuration.
+const (
+	maxDNSNameservers     = 3
+	maxDNSSearchPaths     = 6
+	maxDNSSearchListChars = 256
+)
+
+// dns checks the host name, subdomain and DNS configuration as KubeVirt's
+// admission does: they reach the guest through DHCP and cloud-init, so a
+// newline or a quote in them must never get that far.
+func (v *validator) dns() {
+	if h := v.spec.Hostname; h != "" {
+		for _, msg := range validation.IsDNS1123Label(h) {
+			v.fail("spec.hostname", "%q is not a valid host name: %s", truncate(h, 80), msg)
+		}
+	}
+	if d := v.spec.Subdomain; d != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(d) {
+			v.fail("spec.subdomain", "%q is not a valid subdomain: %s", truncate(d, 80), msg)
+		}
+	}
+	c := v.spec.DNSConfig
+	if v.spec.DNSPolicy == k8sv1.DNSNone && (c == nil || len(c.Nameservers) == 0) {
+		v.fail("spec.dnsConfig.nameservers", "at least one is required when spec.dnsPolicy is None")
+	}
+	if c == nil {
+		return
+	}
+	const p = "spec.dnsConfig"
+	if len(c.Nameservers) > maxDNSNameservers {
+		v.fail(p+".nameservers", "%d given, at most %d allowed", len(c.Nameservers), maxDNSNameservers)
+	}
+	for i, ns := range c.Nameservers {
+		if net.ParseIP(ns) == nil {
+			v.fail(idx(p+".nameservers", i, ""), "%q is not an IP address", truncate(ns, 80))
+		}
+	}
+	if len(c.Searches) > maxDNSSearchPaths {
+		v.fail(p+".searches", "%d given, at most %d allowed", len(c.Searches), maxDNSSearchPaths)
+	}
+	if n := len(strings.Join(c.Searches, " ")); n > maxDNSSearchListChars {
+		v.fail(p+".searches", "%d characters with the spaces between them, at most %d allowed", n, maxDNSSearchListChars)
+	}
+	for i, s := range c.Searches {
+		for _, msg := range validation.IsDNS1123Subdomain(s) {
+			v.fail(idx(p+".searches", i, ""), "%q is not a valid search domain: %s", truncate(s, 80), msg)
+		}
+	}
+	for i, o := range c.Options {
+		if o.Name == "" {
+			v.fail(idx(p+".options", i, "name"), "required")
+		}
+		if strings.ContainsAny(o.Name, " \t\n\r\"'") || (o.Value != nil && strings.ContainsAny(*o.Value, " \t\n\r\"'")) {
+			v.fail(idx(p+".options", i, ""), "%q holds a space, quote or line break", truncate(o.Name, 80))
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -51,6 +52,7 @@ const (
 	rootVolume = "  - name: root\n    containerDisk:\n      image: registry.example/testguest-root:v1\n"
 	scratchCap = "      capacity: 64Mi\n"
 	memory     = "        memory: 128Mi\n"
+	grace      = "  terminationGracePeriodSeconds: 30\n"
 )
 
 var bigUserData = "      userData: |\n        #!/bin/sh\n        # " + strings.Repeat("x", 300<<10) + "\n"
@@ -144,5 +146,22 @@ var badCases = []badCase{
 	{name: "disk serial with bad characters", doc: replace(rootDisk, rootDisk+"        serial: \"a b;rm -rf\"\n"), want: "spec.domain.devices.disks[0].serial"},
 	{name: "interface without a network", doc: replace("      autoattachPodInterface: false\n",
 		"      autoattachPodInterface: false\n      interfaces:\n      - name: nic0\n        masquerade: {}\n"), want: "spec.domain.devices.interfaces[0]"},
+	// Identity and DNS: names that reach paths, the guest's DHCP and
+	// cloud-init (issue 14, class 7).
+	{name: "metadata.uid with ../", doc: func(s string) string {
+		return regexp.MustCompile(`(?m)^  uid: .*$`).ReplaceAllString(s, "  uid: ../../escape")
+	}, want: "metadata.uid", grpc: "uid"},
+	{name: "hostname with a line break", doc: replace(grace, grace+"  hostname: \"vm\\nnameserver 6.6.6.6\"\n"), want: "spec.hostname"},
+	{name: "hostname with a quote", doc: replace(grace, grace+"  hostname: \"vm'x\"\n"), want: "spec.hostname"},
+	{name: "subdomain with a line break", doc: replace(grace, grace+"  subdomain: \"sub\\ndomain\"\n"), want: "spec.subdomain"},
+	{name: "dnsConfig nameserver not an address", doc: replace(grace, grace+"  dnsPolicy: None\n  dnsConfig:\n    nameservers: [\"1.1.1.1\\nsearch evil\"]\n"),
+		want: "spec.dnsConfig.nameservers[0]"},
+	{name: "dnsConfig four nameservers", doc: replace(grace, grace+"  dnsConfig:\n    nameservers: [1.1.1.1, 1.0.0.1, 8.8.8.8, 8.8.4.4]\n"),
+		want: "spec.dnsConfig.nameservers"},
+	{name: "dnsConfig search with a line break", doc: replace(grace, grace+"  dnsConfig:\n    searches: [\"a.example\\nnameserver 6.6.6.6\"]\n"),
+		want: "spec.dnsConfig.searches[0]"},
+	{name: "dnsPolicy None without nameservers", doc: replace(grace, grace+"  dnsPolicy: None\n"), want: "spec.dnsConfig.nameservers"},
+	{name: "annotations over 256 KiB", doc: replace("  uid: ", "  annotations:\n    big: \""+strings.Repeat("a", 257<<10)+"\"\n  uid: "),
+		want: "metadata.annotations"},
 	{name: "startStrategy unknown", doc: replace("  terminationGracePeriodSeconds: 30\n", "  terminationGracePeriodSeconds: 30\n  startStrategy: Later\n"), want: "spec.startStrategy"},
 }
