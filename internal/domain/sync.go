@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
@@ -71,6 +73,37 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		return nil
 	}
 	m.startCredentials(v)
+	if err := m.converge(l, d, v); err != nil {
+		return err
+	}
+	return m.checkApplied(ctx, l, d, v)
+}
+
+// checkApplied fails the Sync for what the VMI asks of the defined domain
+// that Sync does not carry out (unappliedChanges): never a success for a
+// change that was not made.
+func (m *Manager) checkApplied(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
+	var x string
+	if err := withContext(ctx, "read the domain XML", func() (err error) {
+		x, err = l.DomainGetXMLDesc(d, 0)
+		return err
+	}); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	var live libvirtxml.Domain
+	if err := live.Unmarshal(x); err != nil {
+		return fmt.Errorf("sync: parse XML of domain %s: %w", d.Name, err)
+	}
+	if msgs := unappliedChanges(v, &live, m.cfg.Layout.HotplugDiskDir); len(msgs) > 0 {
+		return fmt.Errorf("sync: not applied to the running domain: %s", strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// converge brings a defined domain to the state the VMI asks for: started
+// when it is down and the VMI is neither Running nor final, resumed when
+// something other than the user paused it.
+func (m *Manager) converge(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
 	st, reason, err := m.state(l, d)
 	if err != nil {
 		return err

@@ -23,6 +23,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	k8sv1 "k8s.io/api/core/v1"
+	v1 "kubevirt.io/api/core/v1"
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/api/cmdinfo"
@@ -321,6 +323,50 @@ func checkUnsupported(t *testing.T, h *handler, vmiJSON []byte) {
 	}
 }
 
+// checkUnappliedRefused: the changes virt-handler asks of a running
+// domain that the launcher does not carry out yet (issue 16: a volume
+// mounted into the pod for hotplug, the link set down) fail the Sync with
+// a message naming the device, never a success; the unchanged VMI syncs
+// again.
+func checkUnappliedRefused(t *testing.T, h *handler, vmiJSON []byte) {
+	t.Helper()
+	for _, tc := range []struct {
+		name, want string
+		change     func(v *v1.VirtualMachineInstance)
+	}{
+		{"hotplug volume mounted to the pod", `disk "hp": hotplug`, func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks,
+				v1.Disk{Name: "hp", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusSCSI}}})
+			v.Spec.Volumes = append(v.Spec.Volumes, v1.Volume{Name: "hp", VolumeSource: v1.VolumeSource{
+				PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{Hotpluggable: true,
+					PersistentVolumeClaimVolumeSource: k8sv1.PersistentVolumeClaimVolumeSource{ClaimName: "hp-claim"}}}})
+			v.Status.VolumeStatus = append(v.Status.VolumeStatus, v1.VolumeStatus{Name: "hp", Target: "sda",
+				Phase: v1.HotplugVolumeMounted, HotplugVolume: &v1.HotplugVolumeStatus{AttachPodName: "hp-pod"}})
+		}},
+		{"link set down", `interface "default": changing the link state`, func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Interfaces[0].State = v1.InterfaceStateLinkDown
+		}},
+	} {
+		var v v1.VirtualMachineInstance
+		launchertest.Must(t, json.Unmarshal(vmiJSON, &v))
+		tc.change(&v)
+		b, err := json.Marshal(&v)
+		launchertest.Must(t, err)
+		err = h.vmiCall(t, "SyncVirtualMachine", h.cmd.SyncVirtualMachine, b)
+		switch {
+		case err == nil:
+			t.Errorf("%s: Sync answered success for a change it did not make", tc.name)
+		case !strings.Contains(err.Error(), tc.want):
+			t.Errorf("%s: Sync failed with %v, want it to name %q", tc.name, err, tc.want)
+		default:
+			t.Logf("%s: %v", tc.name, err)
+		}
+	}
+	if err := h.vmiCall(t, "SyncVirtualMachine (unchanged)", h.cmd.SyncVirtualMachine, vmiJSON); err != nil {
+		t.Errorf("%v", err)
+	}
+}
+
 // shutdownAndDelete is section 6 "Graceful stop" steps 2-6 from the
 // handler's side, after the events up to index from.
 func shutdownAndDelete(t *testing.T, p *pod, h *handler, s *notifyServer, vmiJSON []byte, from int) {
@@ -427,6 +473,7 @@ func TestHandlerLifecycle(t *testing.T) {
 		t.Errorf("%v", err)
 	}
 	checkUnsupported(t, h, vmiJSON)
+	checkUnappliedRefused(t, h, vmiJSON)
 
 	shutdownAndDelete(t, p, h, s, vmiJSON, running+1)
 	checkEvents(t, p, s)
