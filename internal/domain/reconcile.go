@@ -13,7 +13,8 @@ import (
 // unappliedChanges lists, one message per device, what the VMI asks of a
 // defined domain that Sync does not carry out: hotplug and unplug of disks
 // (volumes virt-handler mounted into the pod, or took away), CD-ROM media
-// inserted or ejected, interfaces added or removed, and link state.
+// inserted or ejected, interfaces added or removed. (Link state it does:
+// planChanges.)
 // KubeVirt's launcher applies these on every Sync; a Sync that answered
 // success for them would leave virt-handler waiting forever for a volume
 // that never appears in the guest, or, on unplug, unmounting a volume that
@@ -23,6 +24,23 @@ import (
 // It is pure: live is the domain's XML as libvirt has it now, hotplugDir
 // the directory virt-handler mounts hotplugged volumes into.
 func unappliedChanges(v *v1.VirtualMachineInstance, live *libvirtxml.Domain, hotplugDir string) []string {
+	return planChanges(v, live, hotplugDir).unsupported
+}
+
+// changePlan is what Sync must do to a defined domain for the VMI: the
+// changes it carries out, and the ones it cannot (yet), one message per
+// device.
+type changePlan struct {
+	// links are interfaces whose link state must change: the live
+	// interface with its new <link state>.
+	links       []libvirtxml.DomainInterface
+	unsupported []string
+}
+
+// planChanges diffs the VMI against the live domain (see
+// unappliedChanges for what it looks at).
+func planChanges(v *v1.VirtualMachineInstance, live *libvirtxml.Domain, hotplugDir string) changePlan {
+	var plan changePlan
 	var out []string
 	if live.Devices == nil {
 		live.Devices = &libvirtxml.DomainDeviceList{}
@@ -101,12 +119,14 @@ func unappliedChanges(v *v1.VirtualMachineInstance, live *libvirtxml.Domain, hot
 			wantDown := iface.State == v1.InterfaceStateLinkDown
 			haveDown := have.Link != nil && have.Link.State == "down"
 			if wantDown != haveDown {
-				out = append(out, fmt.Sprintf("interface %q: changing the link state of a running domain to %q is not supported yet",
-					iface.Name, linkWord(wantDown)))
+				changed := *have
+				changed.Link = &libvirtxml.DomainInterfaceLink{State: linkWord(wantDown)}
+				plan.links = append(plan.links, changed)
 			}
 		}
 	}
-	return out
+	plan.unsupported = out
+	return plan
 }
 
 func linkWord(down bool) string {

@@ -90,12 +90,6 @@ func TestUnappliedChanges(t *testing.T) {
 		{name: "interface marked absent", vmi: vmi(nil, nil, nil, masq("default", ""), masq("blue", v1.InterfaceStateAbsent)),
 			live: dom(nil, iface("default", ""), iface("blue", "")), want: []string{`interface "blue": unplug`}},
 		{name: "absent interface gone already", vmi: vmi(nil, nil, nil, masq("blue", v1.InterfaceStateAbsent)), live: dom(nil)},
-		{name: "link set down", vmi: vmi(nil, nil, nil, masq("default", v1.InterfaceStateLinkDown)),
-			live: dom(nil, iface("default", "up")), want: []string{`interface "default": changing the link state`}},
-		{name: "link set up", vmi: vmi(nil, nil, nil, masq("default", v1.InterfaceStateLinkUp)),
-			live: dom(nil, iface("default", "down")), want: []string{`"up"`}},
-		{name: "link down as defined", vmi: vmi(nil, nil, nil, masq("default", v1.InterfaceStateLinkDown)),
-			live: dom(nil, iface("default", "down"))},
 		{name: "SR-IOV interfaces are host devices", vmi: vmi(nil, nil, nil,
 			v1.Interface{Name: "sriov", InterfaceBindingMethod: v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}}), live: dom(nil)},
 		{name: "several at once", vmi: vmi([]v1.Disk{disk("a"), disk("b")}, []v1.Volume{vol("a"), vol("b")},
@@ -114,5 +108,58 @@ func TestUnappliedChanges(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestPlanLinkState(t *testing.T) {
+	masq := func(name string, state v1.InterfaceState) v1.Interface {
+		return v1.Interface{Name: name, State: state, InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}
+	}
+	iface := func(name, link string) libvirtxml.DomainInterface {
+		i := libvirtxml.DomainInterface{Alias: &libvirtxml.DomainAlias{Name: "ua-" + name},
+			MAC: &libvirtxml.DomainInterfaceMAC{Address: "02:00:00:00:00:01"}}
+		if link != "" {
+			i.Link = &libvirtxml.DomainInterfaceLink{State: link}
+		}
+		return i
+	}
+	for _, tc := range []struct {
+		name  string
+		state v1.InterfaceState
+		live  string // the live <link state>, "" none
+		want  string // the new link state, "" no change
+	}{
+		{"set down", v1.InterfaceStateLinkDown, "", "down"},
+		{"set down, libvirt says up", v1.InterfaceStateLinkDown, "up", "down"},
+		{"set up", v1.InterfaceStateLinkUp, "down", "up"},
+		{"unset means up", "", "down", "up"},
+		{"down as it is", v1.InterfaceStateLinkDown, "down", ""},
+		{"up as it is", v1.InterfaceStateLinkUp, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &v1.VirtualMachineInstance{}
+			v.Spec.Domain.Devices.Interfaces = []v1.Interface{masq("default", tc.state)}
+			live := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Interfaces: []libvirtxml.DomainInterface{iface("default", tc.live)}}}
+			plan := planChanges(v, live, "/hp")
+			if len(plan.unsupported) != 0 {
+				t.Errorf("unsupported %q", plan.unsupported)
+			}
+			switch {
+			case tc.want == "" && len(plan.links) != 0:
+				t.Errorf("links %+v, want no change", plan.links)
+			case tc.want != "" && (len(plan.links) != 1 || plan.links[0].Link == nil || plan.links[0].Link.State != tc.want):
+				t.Errorf("links %+v, want the interface with link %q", plan.links, tc.want)
+			case tc.want != "" && plan.links[0].MAC.Address != "02:00:00:00:00:01":
+				t.Errorf("the changed interface lost its MAC: %+v", plan.links[0])
+			}
+		})
+	}
+	// The live domain itself is left as it was.
+	live := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Interfaces: []libvirtxml.DomainInterface{iface("default", "")}}}
+	v := &v1.VirtualMachineInstance{}
+	v.Spec.Domain.Devices.Interfaces = []v1.Interface{masq("default", v1.InterfaceStateLinkDown)}
+	planChanges(v, live, "/hp")
+	if live.Devices.Interfaces[0].Link != nil {
+		t.Errorf("planChanges changed the live domain: %+v", live.Devices.Interfaces[0].Link)
 	}
 }

@@ -94,10 +94,57 @@ func (m *Manager) checkApplied(ctx context.Context, l *libvirt.Libvirt, d libvir
 	if err := live.Unmarshal(x); err != nil {
 		return fmt.Errorf("sync: parse XML of domain %s: %w", d.Name, err)
 	}
-	if msgs := unappliedChanges(v, &live, m.cfg.Layout.HotplugDiskDir); len(msgs) > 0 {
-		return fmt.Errorf("sync: not applied to the running domain: %s", strings.Join(msgs, "; "))
+	plan := planChanges(v, &live, m.cfg.Layout.HotplugDiskDir)
+	for _, iface := range plan.links {
+		if err := m.setLink(ctx, l, d, iface); err != nil {
+			return err
+		}
+	}
+	if len(plan.unsupported) > 0 {
+		return fmt.Errorf("sync: not applied to the running domain: %s", strings.Join(plan.unsupported, "; "))
 	}
 	return nil
+}
+
+// setLink changes an interface's link state, live and in the definition
+// (as KubeVirt does), and reads it back: the Sync succeeds only for a
+// change libvirt confirms.
+func (m *Manager) setLink(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, iface libvirtxml.DomainInterface) error {
+	name, _ := userAlias(iface.Alias)
+	want := iface.Link.State
+	x, err := iface.Marshal()
+	if err != nil {
+		return fmt.Errorf("sync: interface %q: %w", name, err)
+	}
+	flags := libvirt.DomainDeviceModifyLive | libvirt.DomainDeviceModifyConfig
+	if err := withContext(ctx, "update the interface", func() error { return l.DomainUpdateDeviceFlags(d, x, flags) }); err != nil {
+		return fmt.Errorf("sync: interface %q: set link %s: %w", name, want, err)
+	}
+	var after string
+	if err := withContext(ctx, "read the domain XML", func() (err error) {
+		after, err = l.DomainGetXMLDesc(d, 0)
+		return err
+	}); err != nil {
+		return fmt.Errorf("sync: interface %q: %w", name, err)
+	}
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(after); err != nil {
+		return fmt.Errorf("sync: interface %q: parse XML of domain %s: %w", name, d.Name, err)
+	}
+	for _, i := range dom.Devices.Interfaces {
+		if n, ok := userAlias(i.Alias); ok && n == name {
+			got := "up"
+			if i.Link != nil && i.Link.State != "" {
+				got = i.Link.State
+			}
+			if got != want {
+				return fmt.Errorf("sync: interface %q: link %s asked, libvirt reports %s", name, want, got)
+			}
+			m.log.Info("interface link state changed", "interface", name, "link", want)
+			return nil
+		}
+	}
+	return fmt.Errorf("sync: interface %q: gone from the domain after its link state changed", name)
 }
 
 // converge brings a defined domain to the state the VMI asks for: started

@@ -325,9 +325,8 @@ func checkUnsupported(t *testing.T, h *handler, vmiJSON []byte) {
 
 // checkUnappliedRefused: the changes virt-handler asks of a running
 // domain that the launcher does not carry out yet (issue 16: a volume
-// mounted into the pod for hotplug, the link set down) fail the Sync with
-// a message naming the device, never a success; the unchanged VMI syncs
-// again.
+// mounted into the pod for hotplug) fail the Sync with a message naming
+// the device, never a success; the unchanged VMI syncs again.
 func checkUnappliedRefused(t *testing.T, h *handler, vmiJSON []byte) {
 	t.Helper()
 	for _, tc := range []struct {
@@ -342,9 +341,6 @@ func checkUnappliedRefused(t *testing.T, h *handler, vmiJSON []byte) {
 					PersistentVolumeClaimVolumeSource: k8sv1.PersistentVolumeClaimVolumeSource{ClaimName: "hp-claim"}}}})
 			v.Status.VolumeStatus = append(v.Status.VolumeStatus, v1.VolumeStatus{Name: "hp", Target: "sda",
 				Phase: v1.HotplugVolumeMounted, HotplugVolume: &v1.HotplugVolumeStatus{AttachPodName: "hp-pod"}})
-		}},
-		{"link set down", `interface "default": changing the link state`, func(v *v1.VirtualMachineInstance) {
-			v.Spec.Domain.Devices.Interfaces[0].State = v1.InterfaceStateLinkDown
 		}},
 	} {
 		var v v1.VirtualMachineInstance
@@ -364,6 +360,47 @@ func checkUnappliedRefused(t *testing.T, h *handler, vmiJSON []byte) {
 	}
 	if err := h.vmiCall(t, "SyncVirtualMachine (unchanged)", h.cmd.SyncVirtualMachine, vmiJSON); err != nil {
 		t.Errorf("%v", err)
+	}
+}
+
+// checkLinkState: interfaces[].state down and up again (KubeVirt's
+// LiveUpdate of a running VM) reach the running domain: the Sync succeeds,
+// the Domain reports the link state, and the guest sees its carrier go and
+// come back.
+func checkLinkState(t *testing.T, h *handler, p *pod, vmiJSON []byte) {
+	t.Helper()
+	for i, state := range []v1.InterfaceState{v1.InterfaceStateLinkDown, v1.InterfaceStateLinkUp} {
+		var v v1.VirtualMachineInstance
+		launchertest.Must(t, json.Unmarshal(vmiJSON, &v))
+		v.Spec.Domain.Devices.Interfaces[0].State = state
+		b, err := json.Marshal(&v)
+		launchertest.Must(t, err)
+		if err := h.vmiCall(t, "SyncVirtualMachine (link "+string(state)+")", h.cmd.SyncVirtualMachine, b); err != nil {
+			t.Errorf("%v", err)
+			continue
+		}
+		data, err := h.getDomain(t)
+		launchertest.Must(t, err)
+		d, err := kvshape.Decode([]byte(data))
+		launchertest.Must(t, err)
+		if ifs := d.Spec.Devices.Interfaces; len(ifs) != 1 || (state == v1.InterfaceStateLinkDown) != (ifs[0].LinkState != nil && ifs[0].LinkState.State == "down") {
+			t.Errorf("link %s: the Domain's interfaces %+v", state, ifs)
+		}
+		// The guest's carrier: 0 while the link is down.
+		carrier := "1"
+		if state == v1.InterfaceStateLinkDown {
+			carrier = "0"
+		}
+		marker := fmt.Sprintf("VL-T-CARRIER%d-%sX", i, carrier)
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(p.Console(), marker) {
+			if time.Now().After(deadline) {
+				t.Errorf("link %s: the guest's eth0 carrier is not %s; console:\n%s", state, carrier, launchertest.Tail(p.Console(), 1500))
+				break
+			}
+			typeOnConsole(t, p, fmt.Sprintf("ip link set eth0 up; echo VL-T-CARRIER%d-$(cat /sys/class/net/eth0/carrier)X\n", i))
+			time.Sleep(time.Second)
+		}
 	}
 }
 
@@ -474,6 +511,7 @@ func TestHandlerLifecycle(t *testing.T) {
 	}
 	checkUnsupported(t, h, vmiJSON)
 	checkUnappliedRefused(t, h, vmiJSON)
+	checkLinkState(t, h, p, vmiJSON)
 
 	shutdownAndDelete(t, p, h, s, vmiJSON, running+1)
 	checkEvents(t, p, s)
