@@ -147,40 +147,62 @@ func (m *Manager) setLink(ctx context.Context, l *libvirt.Libvirt, d libvirt.Dom
 	return fmt.Errorf("sync: interface %q: gone from the domain after its link state changed", name)
 }
 
-// converge brings a defined domain to the state the VMI asks for: started
-// when it is down and the VMI is neither Running nor final, resumed when
-// something other than the user paused it.
+// converge brings a defined domain to the state the VMI asks for
+// (decideConverge).
 func (m *Manager) converge(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
 	st, reason, err := m.state(l, d)
 	if err != nil {
 		return err
 	}
-	switch {
-	case !active(st):
-		if v.Status.Phase == v1.Running || v.IsFinal() {
-			return nil
-		}
+	m.mu.Lock()
+	userPaused := m.userPaused
+	m.mu.Unlock()
+	switch decideConverge(st, reason, userPaused, v.Status.Phase == v1.Running, v.IsFinal()) {
+	case convergeStart:
 		return m.start(l, d, v)
-	case st == libvirt.DomainPaused:
-		m.mu.Lock()
-		userPaused := m.userPaused
-		m.mu.Unlock()
-		if userPaused || libvirt.DomainPausedReason(reason) == libvirt.DomainPausedUser {
-			return nil
-		}
-		switch libvirt.DomainPausedReason(reason) {
-		case libvirt.DomainPausedMigration, libvirt.DomainPausedSave, libvirt.DomainPausedDump,
-			libvirt.DomainPausedSnapshot, libvirt.DomainPausedShuttingDown, libvirt.DomainPausedStartingUp,
-			libvirt.DomainPausedPostcopy:
-			// libvirt is in the middle of something; it resumes itself.
-			return nil
-		}
+	case convergeResume:
 		if err := l.DomainResume(d); err != nil {
 			return fmt.Errorf("resume domain %s (paused, reason %d): %w", d.Name, reason, err)
 		}
 		m.log.Info("resumed domain paused by libvirt", "domain", d.Name, "pausedReason", reason)
 	}
 	return nil
+}
+
+// convergeAction is what Sync does to a defined domain's run state.
+type convergeAction int
+
+const (
+	convergeNothing convergeAction = iota
+	convergeStart
+	convergeResume
+)
+
+// decideConverge is Sync's decision for a defined domain in state st
+// (paused for reason), as KubeVirt's launcher makes it: start it only when
+// it is down and the VMI is neither Running (it ran and stopped: the
+// handler decides what follows) nor final; resume it when paused, unless
+// the user paused it (through us, or libvirt says so) or libvirt paused it
+// for its own work, which it resumes itself.
+func decideConverge(st libvirt.DomainState, reason int32, userPaused, vmiRunning, vmiFinal bool) convergeAction {
+	switch {
+	case !active(st):
+		if vmiRunning || vmiFinal {
+			return convergeNothing
+		}
+		return convergeStart
+	case st != libvirt.DomainPaused:
+		return convergeNothing
+	case userPaused:
+		return convergeNothing
+	}
+	switch libvirt.DomainPausedReason(reason) {
+	case libvirt.DomainPausedUser, libvirt.DomainPausedMigration, libvirt.DomainPausedSave, libvirt.DomainPausedDump,
+		libvirt.DomainPausedSnapshot, libvirt.DomainPausedShuttingDown, libvirt.DomainPausedStartingUp,
+		libvirt.DomainPausedPostcopy:
+		return convergeNothing
+	}
+	return convergeResume
 }
 
 // Context gathers every outside fact the converter needs for v.
