@@ -9,6 +9,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/logging"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/dhcp"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -45,7 +48,10 @@ const (
 	finalEventWait   = 15 * time.Second
 	acpiResend       = 5 * time.Second
 	destroyWait      = 30 * time.Second
-	daemonStopWait   = 10 * time.Second
+	// shutdownCallBound bounds each call to the daemon while the pod
+	// terminates.
+	shutdownCallBound = 10 * time.Second
+	daemonStopWait    = 10 * time.Second
 )
 
 // Launcher is one run of virt-launcher.
@@ -335,13 +341,24 @@ func selfCheck(ctx context.Context, sock string) error {
 // every few seconds: a booting guest may miss it), destroy after the grace
 // period. It returns whether the domain had to be destroyed.
 func (l *Launcher) gracefulShutdown(ctx context.Context, sigs <-chan os.Signal) bool {
-	l.mgr.MarkGracefulShutdown(ctx)
-	grace := time.NewTimer(time.Duration(l.opts.GracePeriodSeconds) * time.Second)
+	end := time.Now().Add(time.Duration(l.opts.GracePeriodSeconds) * time.Second)
+	// Every call to the daemon is bounded (a stopped or hung daemon must
+	// not hold the shutdown past its grace period).
+	mctx, mcancel := context.WithDeadline(ctx, end)
+	l.mgr.MarkGracefulShutdown(mctx)
+	mcancel()
+	grace := time.NewTimer(time.Until(end))
 	defer grace.Stop()
 	tick := time.NewTicker(acpiResend)
 	defer tick.Stop()
 	for {
-		running, err := l.mgr.ShutdownForTermination(ctx)
+		callEnd := time.Now().Add(shutdownCallBound)
+		if end.Before(callEnd) {
+			callEnd = end
+		}
+		sctx, scancel := context.WithDeadline(ctx, callEnd)
+		running, err := l.mgr.ShutdownForTermination(sctx)
+		scancel()
 		if err != nil {
 			l.log.Warn("ACPI shutdown", "reason", err.Error())
 		}
@@ -360,17 +377,60 @@ func (l *Launcher) gracefulShutdown(ctx context.Context, sigs <-chan os.Signal) 
 		case <-sigs:
 		case <-grace.C:
 			l.log.Info("grace period over, destroying the domain")
-			if err := l.mgr.Destroy(ctx); err != nil {
+			dctx, dcancel := context.WithTimeout(context.Background(), shutdownCallBound)
+			err := l.mgr.Destroy(dctx)
+			dcancel()
+			wait := destroyWait
+			if err != nil {
 				l.log.Error("destroy domain", "reason", err.Error())
+				wait = 0 // the daemon did not do it: no event will come
 			}
 			select {
 			case <-l.mgr.Stopped():
-			case <-time.After(destroyWait):
-				l.log.Error("QEMU still running after destroy")
+			case <-time.After(wait):
+				l.log.Error("QEMU still running after destroy: killing it ourselves")
+				if err := l.killQemu(); err != nil {
+					l.log.Error("kill QEMU", "reason", err.Error())
+				}
 			}
 			return true
 		}
 	}
+}
+
+// killQemu is the watchdog's last resort when the daemon does not destroy
+// the domain (stopped, hung): SIGKILL to this pod's QEMU, found by the pid
+// file the daemon wrote in our own run directory and checked to be a
+// qemu-system process of this pod (libvirt's QEMU is a child of our
+// parent, the monitor, which reaps it).
+func (l *Launcher) killQemu() error {
+	name := domain.DomainName(l.opts.Namespace, l.opts.Name)
+	cfg := l.libvirtdConfig(false)
+	var errs []error
+	for _, f := range []string{
+		filepath.Join(cfg.RuntimeDir, "libvirt", "qemu", "run", name+".pid"), // session daemon
+		filepath.Join(cfg.RuntimeDir, "libvirt", "qemu", name+".pid"),        // system daemon
+	} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 1 {
+			return fmt.Errorf("pid file %s: %q is not a pid", f, b)
+		}
+		st, err := procfs.ReadStat("/proc", pid)
+		if err != nil {
+			return fmt.Errorf("QEMU pid %d from %s: %w", pid, f, err)
+		}
+		if !strings.HasPrefix(st.Comm, "qemu-") || !procfs.IsAncestor("/proc", os.Getppid(), pid) {
+			return fmt.Errorf("pid %d from %s is %q, not a QEMU of this pod: left alone", pid, f, st.Comm)
+		}
+		l.log.Warn("killing QEMU", "pid", pid)
+		return syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return fmt.Errorf("no QEMU pid file: %w", errors.Join(errs...))
 }
 
 // finish sends the final "domain gone" event and picks the exit code.

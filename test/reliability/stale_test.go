@@ -84,3 +84,47 @@ func TestStaleRPCNotCarriedOut(t *testing.T) {
 	}
 	p.assertNothingLeft()
 }
+
+// TestDaemonStoppedAtTermination (issue 14, class 4): the pod is deleted
+// (SIGTERM) while the libvirt daemon does not answer (SIGSTOP). The
+// launcher's calls to the daemon are bounded, so the grace period still
+// ends; the destroy the daemon cannot do, the launcher's watchdog does
+// itself: it kills QEMU by the pid the daemon recorded. The pod ends in
+// bounded time with nothing left, and the monitor's last-resort cleanup
+// did not have to end the QEMU.
+func TestDaemonStoppedAtTermination(t *testing.T) {
+	t.Parallel()
+	const grace = 3
+	p := newPod(t, "stopd", podOpts{grace: grace})
+	p.WaitReady(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	p.boot(ctx, c)
+	qemu := p.QemuPid()
+	if qemu == 0 {
+		t.Fatal("no QEMU pid")
+	}
+	daemon := p.MustChild("libvirtd", "virtqemud")
+	launchertest.Must(t, syscall.Kill(daemon, syscall.SIGSTOP))
+	// Whatever happens, the daemon is not left stopped for the clean-up.
+	defer syscall.Kill(daemon, syscall.SIGCONT)
+
+	t0 := time.Now()
+	p.Signal(syscall.SIGTERM)
+	code := p.ExitCode(2 * time.Minute)
+	took := time.Since(t0)
+	t.Logf("SIGTERM with the daemon stopped: exit %d after %v", code, took.Round(time.Millisecond))
+	// grace + one bounded destroy + the final event and undefine waits.
+	if limit := grace*time.Second + 60*time.Second; took > limit {
+		t.Errorf("the pod took %v to end, more than %v", took, limit)
+	}
+	out := p.Stderr.String()
+	if !strings.Contains(out, "killing it ourselves") || !strings.Contains(out, "killing QEMU") {
+		t.Errorf("the launcher's watchdog did not kill QEMU:\n%s", launchertest.Tail(out, 4000))
+	}
+	if strings.Contains(out, "terminating QEMU left behind") {
+		t.Errorf("the monitor had to end the QEMU the launcher left")
+	}
+	p.assertNothingLeft()
+}
