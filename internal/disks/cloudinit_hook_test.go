@@ -30,7 +30,7 @@ func TestCloudInitHookChangesISO(t *testing.T) {
 		return &c, nil
 	})
 	vmi := vmiWith(v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: "#!/bin/sh\n"}}})
-	if err := p.Prepare(context.Background(), vmi, nil); err != nil {
+	if _, err := p.Prepare(context.Background(), vmi, nil); err != nil {
 		t.Fatal(err)
 	}
 	if seen.DataSource != DataSourceNoCloud || seen.VolumeName != "ci" || seen.NoCloudMetaData == nil || seen.NoCloudMetaData.LocalHostname != "testvm" {
@@ -51,7 +51,7 @@ func TestCloudInitHookMinimalMetadata(t *testing.T) {
 		return &CloudInitData{DataSource: d.DataSource, UserData: "new", DevicesData: json.RawMessage(`[{"type":"nic","bus":"pci","address":"0000:01:00.0","tags":["a"]}]`)}, nil
 	})
 	vmi := vmiWith(v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitConfigDrive: &v1.CloudInitConfigDriveSource{UserData: "old"}}})
-	if err := p.Prepare(context.Background(), vmi, nil); err != nil {
+	if _, err := p.Prepare(context.Background(), vmi, nil); err != nil {
 		t.Fatal(err)
 	}
 	files := readISO(t, p.Layout.CloudInitConfigDriveISO("ns1", "testvm"))
@@ -84,7 +84,7 @@ func TestCloudInitHookErrors(t *testing.T) {
 			p, _ := newPreparer(t)
 			p.Hooks = c.hook
 			vmi := vmiWith(v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: "x"}}})
-			err := p.Prepare(context.Background(), vmi, nil)
+			_, err := p.Prepare(context.Background(), vmi, nil)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want %q", err, c.want)
 			}

@@ -221,7 +221,7 @@ func TestPrepareIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Prepare(ctx, vmi, vols); err != nil {
+	if _, err := p.Prepare(ctx, vmi, vols); err != nil {
 		t.Fatal(err)
 	}
 	overlay := l.DiskOverlay("root")
@@ -255,7 +255,7 @@ func TestPrepareIdempotent(t *testing.T) {
 		ino, mt := inode(t, f)
 		before[i] = [2]int64{int64(ino), mt}
 	}
-	if err := p.Prepare(ctx, vmi, vols); err != nil {
+	if _, err := p.Prepare(ctx, vmi, vols); err != nil {
 		t.Fatal(err)
 	}
 	for i, f := range []string{overlay, l.EmptyDisk("scratch"), host} {
@@ -292,7 +292,7 @@ func TestPrepareOwner(t *testing.T) {
 	p.Owner = &Owner{UID: 4242, GID: 4343}
 	vmi := vmiWith(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}},
 		v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: "x"}}})
-	if err := p.Prepare(context.Background(), vmi, nil); err != nil {
+	if _, err := p.Prepare(context.Background(), vmi, nil); err != nil {
 		t.Fatal(err)
 	}
 	iso := p.Layout.CloudInitNoCloudISO("ns1", "testvm")
@@ -337,7 +337,7 @@ func TestPrepareErrors(t *testing.T) {
 		{"downward metrics", v1.Volume{Name: "dm", VolumeSource: v1.VolumeSource{DownwardMetrics: &v1.DownwardMetricsVolumeSource{}}}, nil, "not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := p.Prepare(ctx, vmiWith(tc.vol), tc.vols)
+			_, err := p.Prepare(ctx, vmiWith(tc.vol), tc.vols)
 			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
 				t.Fatalf("Prepare: %v; want error containing %q", err, tc.errHas)
 			}
@@ -385,7 +385,7 @@ func TestPrepareDiskFull(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			vmi := vmiWith(tc.vol)
 			vols := map[string]facts.Volume{"root": {BackingFormat: "raw"}}
-			err := p.Prepare(ctx, vmi, vols)
+			_, err := p.Prepare(ctx, vmi, vols)
 			if !errors.Is(err, syscall.ENOSPC) {
 				t.Fatalf("Prepare on a full disk: %v; want ENOSPC", err)
 			}
@@ -408,7 +408,7 @@ func TestPrepareCancelled(t *testing.T) {
 	p, _ := newPreparer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := p.Prepare(ctx, vmiWith(v1.Volume{Name: "e", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}}), nil)
+	_, err := p.Prepare(ctx, vmiWith(v1.Volume{Name: "e", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}}), nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Prepare with cancelled context: %v", err)
 	}
@@ -461,7 +461,7 @@ func TestPVCAndEphemeral(t *testing.T) {
 	if _, ok := vols["hot"]; ok {
 		t.Error("facts for a hotplug volume that is not attached yet")
 	}
-	if err := p.Prepare(ctx, vmi, vols); err != nil {
+	if _, err := p.Prepare(ctx, vmi, vols); err != nil {
 		t.Fatal(err)
 	}
 	run(t, "qemu-io", "-c", "write -P 0x11 0 4k", l.DiskOverlay("eph"))

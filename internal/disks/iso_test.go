@@ -99,7 +99,7 @@ func TestNoCloudISO(t *testing.T) {
 		PropagationMethod: v1.SSHPublicKeyAccessCredentialPropagationMethod{NoCloud: &v1.NoCloudSSHPublicKeyAccessCredentialPropagation{}},
 	}}}
 	writeK8sVolume(t, p.Layout.SecretSource("mykeys-access-cred"), map[string]string{"key1": "ssh-ed25519 AAAA test@host"})
-	if err := p.Prepare(ctx, vmi, nil); err != nil {
+	if _, err := p.Prepare(ctx, vmi, nil); err != nil {
 		t.Fatal(err)
 	}
 	iso := p.Layout.CloudInitNoCloudISO("ns1", "testvm")
@@ -163,7 +163,7 @@ func TestNoCloudISO(t *testing.T) {
 
 	// A second Prepare rebuilds the ISO from the (changed) spec.
 	vmi.Spec.Volumes[0].CloudInitNoCloud = &v1.CloudInitNoCloudSource{UserData: "#!/bin/sh\necho changed\n"}
-	if err := p.Prepare(ctx, vmi, nil); err != nil {
+	if _, err := p.Prepare(ctx, vmi, nil); err != nil {
 		t.Fatal(err)
 	}
 	files = readISO(t, iso)
@@ -179,7 +179,7 @@ func TestNoCloudSecretRef(t *testing.T) {
 		UserDataSecretRef:    &k8sv1.LocalObjectReference{Name: "s"},
 		NetworkDataSecretRef: &k8sv1.LocalObjectReference{Name: "s"},
 	}}})
-	if err := p.Prepare(context.Background(), vmi, nil); err != nil {
+	if _, err := p.Prepare(context.Background(), vmi, nil); err != nil {
 		t.Fatal(err)
 	}
 	files := readISO(t, p.Layout.CloudInitNoCloudISO("ns1", "testvm"))
@@ -193,7 +193,7 @@ func TestConfigDriveISO(t *testing.T) {
 	vmi := vmiWith(v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitConfigDrive: &v1.CloudInitConfigDriveSource{
 		UserData: "#cloud-config\n", NetworkData: `{"links":[]}`,
 	}}})
-	if err := p.Prepare(context.Background(), vmi, nil); err != nil {
+	if _, err := p.Prepare(context.Background(), vmi, nil); err != nil {
 		t.Fatal(err)
 	}
 	iso := p.Layout.CloudInitConfigDriveISO("ns1", "testvm")
@@ -266,7 +266,7 @@ func TestConfigVolumeISOs(t *testing.T) {
 	if len(vols) != 5 {
 		t.Errorf("facts for %d of 5 config volumes", len(vols))
 	}
-	if err := p.Prepare(context.Background(), vmi, vols); err != nil {
+	if _, err := p.Prepare(context.Background(), vmi, vols); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -315,7 +315,7 @@ func TestLabelTooLong(t *testing.T) {
 	p, _ := newPreparer(t)
 	writeK8sVolume(t, p.Layout.ConfigMapSource("cm"), map[string]string{"a": "b"})
 	vmi := vmiWith(v1.Volume{Name: "cm", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{VolumeLabel: strings.Repeat("x", 33)}}})
-	if err := p.Prepare(context.Background(), vmi, nil); err == nil || !strings.Contains(err.Error(), "longer than the 32 characters") {
+	if _, err := p.Prepare(context.Background(), vmi, nil); err == nil || !strings.Contains(err.Error(), "longer than the 32 characters") {
 		t.Fatalf("Prepare: %v", err)
 	}
 }
@@ -324,7 +324,7 @@ func TestSysprepNeedsUnattend(t *testing.T) {
 	p, _ := newPreparer(t)
 	writeK8sVolume(t, p.Layout.SysprepSource("sp"), map[string]string{"other.xml": "x"})
 	vmi := vmiWith(v1.Volume{Name: "sp", VolumeSource: v1.VolumeSource{Sysprep: &v1.SysprepSource{Secret: &k8sv1.LocalObjectReference{Name: "x"}}}})
-	err := p.Prepare(context.Background(), vmi, nil)
+	_, err := p.Prepare(context.Background(), vmi, nil)
 	if err == nil || !strings.Contains(err.Error(), "neither autounattend.xml nor unattend.xml") {
 		t.Fatalf("Prepare: %v", err)
 	}
@@ -343,7 +343,7 @@ func BenchmarkNoCloudISO(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := p.Prepare(ctx, vmi, nil); err != nil {
+		if _, err := p.Prepare(ctx, vmi, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -29,34 +29,38 @@ var ErrNotSupported = errors.New("not supported")
 // the guest's data; ISOs, which are derived from the spec and its sources
 // only, are rebuilt and atomically replaced.
 //
-// On error, files made before the failing volume stay (each one complete);
-// Cleanup removes them.
-func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, vols map[string]facts.Volume) (err error) {
-	// What this call made, to be removed again if a later volume fails:
-	// nothing is left half made. Files that were there before (an
-	// overlay holding the guest's writes) are never removed.
+// On error, what this call made is removed again (files that were there
+// before stay). On success, undo removes what this call made, for a caller
+// whose next step (the define) failed.
+func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, vols map[string]facts.Volume) (undo func(), err error) {
+	// What this call made, to be removed again if a later volume fails
+	// (or, through undo, the define that follows): nothing is left half
+	// made. Files that were there before (an overlay holding the guest's
+	// writes) are never removed.
 	type made struct {
 		file string
 		dirs []string
 	}
 	var fresh []made
-	defer func() {
-		if err == nil {
-			return
-		}
+	undo = func() {
 		for _, m := range fresh {
 			if rerr := removeMade(m.file, m.dirs); rerr != nil && p.Log != nil {
 				p.Log.Warn("removing a prepared file after a failure", "file", m.file, "reason", rerr)
 			}
 		}
+	}
+	defer func() {
+		if err != nil {
+			undo()
+		}
 	}()
 	for i := range vmi.Spec.Volumes {
 		vol := &vmi.Spec.Volumes[i]
 		if err := layout.CheckName(vol.Name); err != nil {
-			return fmt.Errorf("volume %d: %w", i, err)
+			return nil, fmt.Errorf("volume %d: %w", i, err)
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, err
 		}
 		if file, dirs, ok := p.madeFor(vmi, vol); ok {
 			if _, serr := os.Lstat(file); errors.Is(serr, fs.ErrNotExist) {
@@ -64,10 +68,10 @@ func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 			}
 		}
 		if err := p.prepareVolume(ctx, vmi, i, vol, vols); err != nil {
-			return fmt.Errorf("prepare volume %s: %w", vol.Name, err)
+			return nil, fmt.Errorf("prepare volume %s: %w", vol.Name, err)
 		}
 	}
-	return nil
+	return undo, nil
 }
 
 func (p *Preparer) prepareVolume(ctx context.Context, vmi *v1.VirtualMachineInstance, i int, vol *v1.Volume, vols map[string]facts.Volume) error {

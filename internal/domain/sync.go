@@ -259,12 +259,14 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 		return fmt.Errorf("marshal domain XML: %w", err)
 	}
 	t0 := time.Now()
-	if err := m.cfg.Disks.Prepare(ctx, v, c.Volumes); err != nil {
+	undo, err := m.cfg.Disks.Prepare(ctx, v, c.Volumes)
+	if err != nil {
 		return fmt.Errorf("prepare disks: %w", err)
 	}
 	t1 := time.Now()
 	if m.cfg.Hooks != nil {
 		if xml, err = m.applyHooks(ctx, v, xml, dom.Name); err != nil {
+			undo()
 			return err
 		}
 	}
@@ -272,10 +274,15 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	// no console log behind.
 	created, err := initPrivateDir(m.cfg.Layout.VMIPrivateDir(string(v.UID)), m.cfg.Layout.SerialLog(string(v.UID)))
 	if err != nil {
+		undo()
 		return err
 	}
 	d, err := l.DomainDefineXMLFlags(xml, 0)
 	if err != nil {
+		// Nothing is left of a Sync that defined nothing: the disks it
+		// made (a 256-disk VMI the daemon refuses wrote gigabytes) and
+		// the console log.
+		undo()
 		if created {
 			os.Remove(m.cfg.Layout.SerialLog(string(v.UID)))
 		}

@@ -163,7 +163,7 @@ func cloudInitISO(t *testing.T, dir, userData string, configDrive bool) string {
 		ObjectMeta: metav1.ObjectMeta{Name: "guest", Namespace: "test"},
 		Spec:       v1.VirtualMachineInstanceSpec{Volumes: []v1.Volume{vol}},
 	}
-	if err := p.Prepare(context.Background(), vmi, nil); err != nil {
+	if _, err := p.Prepare(context.Background(), vmi, nil); err != nil {
 		t.Fatal(err)
 	}
 	if configDrive {
