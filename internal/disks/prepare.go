@@ -42,7 +42,7 @@ func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		dirs []string
 	}
 	var fresh []made
-	undo = func() {
+	removeFresh := func() {
 		for _, m := range fresh {
 			if rerr := removeMade(m.file, m.dirs); rerr != nil && p.Log != nil {
 				p.Log.Warn("removing a prepared file after a failure", "file", m.file, "reason", rerr)
@@ -51,7 +51,7 @@ func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 	}
 	defer func() {
 		if err != nil {
-			undo()
+			removeFresh()
 		}
 	}()
 	for i := range vmi.Spec.Volumes {
@@ -71,7 +71,7 @@ func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 			return nil, fmt.Errorf("prepare volume %s: %w", vol.Name, err)
 		}
 	}
-	return undo, nil
+	return removeFresh, nil
 }
 
 func (p *Preparer) prepareVolume(ctx context.Context, vmi *v1.VirtualMachineInstance, i int, vol *v1.Volume, vols map[string]facts.Volume) error {
