@@ -100,6 +100,11 @@ func (m *Manager) checkApplied(ctx context.Context, l *libvirt.Libvirt, d libvir
 			return err
 		}
 	}
+	if len(plan.links) > 0 {
+		// No libvirt event follows a link change: re-read the domain so
+		// GetDomain and virt-handler see the new state now.
+		m.refresh(ctx, EventModified, true)
+	}
 	if len(plan.unsupported) > 0 {
 		return fmt.Errorf("sync: not applied to the running domain: %s", strings.Join(plan.unsupported, "; "))
 	}
