@@ -119,9 +119,26 @@ func (m *Manager) ioErrorEvents(ref VMIRef) {
 // refresh re-reads the domain and updates the cache. When emit is set it
 // sends the object as an event of type typ; a domain that has disappeared
 // becomes the "gone" object (MODIFIED with a deletion timestamp).
+//
+// The caller waits at most until ctx ends: a daemon that does not answer
+// (stopped, hung) must not hold a shutdown. The refresh then finishes in
+// the background, still in order with the ones after it.
 func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
-	m.refreshMu.Lock()
-	defer m.refreshMu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.refreshMu.Lock()
+		defer m.refreshMu.Unlock()
+		m.refreshLocked(ctx, typ, emit)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		m.log.Warn("refresh domain: the libvirt daemon did not answer in time, finishing in the background", "reason", ctx.Err().Error())
+	}
+}
+
+func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 	_, name, ns := m.names()
 	l, d, ok, err := m.lookupNow()
 	if err != nil {

@@ -251,11 +251,23 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.eventLoop(ctx, l, events, agentEvents)
 		m.clearConn()
 		if ctx.Err() != nil {
-			_ = l.Disconnect()
+			disconnect(l)
 			return nil
 		}
 		m.log.Warn("lost the connection to libvirt, reconnecting")
 	}
+}
+
+// disconnectWait bounds the goodbye to the daemon (a ConnectClose call).
+const disconnectWait = 2 * time.Second
+
+// disconnect closes the connection, waiting for the daemon's answer at most
+// disconnectWait: a daemon that does not answer must not hold Run's return
+// (and with it the launcher's exit). The call then ends in the background.
+func disconnect(l *libvirt.Libvirt) {
+	ctx, cancel := context.WithTimeout(context.Background(), disconnectWait)
+	defer cancel()
+	_ = withContext(ctx, "disconnect", l.Disconnect)
 }
 
 func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt.DomainEventLifecycleMsg, <-chan any, error) {
@@ -265,7 +277,7 @@ func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt
 	}
 	events, err := l.LifecycleEvents(ctx)
 	if err != nil {
-		_ = l.Disconnect()
+		disconnect(l)
 		return nil, nil, nil, fmt.Errorf("subscribe to lifecycle events: %w", err)
 	}
 	// Guest-agent connect/disconnect changes the channel state in the live
@@ -275,7 +287,7 @@ func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt
 	// *DomainEventCallbackAgentLifecycleMsg values.
 	agentEvents, err := l.SubscribeEvents(ctx, libvirt.DomainEventIDAgentLifecycle, libvirt.OptDomain{})
 	if err != nil {
-		_ = l.Disconnect()
+		disconnect(l)
 		return nil, nil, nil, fmt.Errorf("subscribe to guest agent lifecycle events: %w", err)
 	}
 	return l, events, agentEvents, nil
@@ -444,9 +456,13 @@ func (m *Manager) state(l *libvirt.Libvirt, d libvirt.Domain) (libvirt.DomainSta
 }
 
 // Close stops what the manager started besides its connection (the DHCP
-// servers). Call it after Run returned.
-func (m *Manager) Close() error {
-	m.op.wait()
+// servers). Call it after Run returned. It waits for the operation in
+// progress until ctx ends (one stuck in a daemon that does not answer
+// would otherwise hold the launcher's exit).
+func (m *Manager) Close(ctx context.Context) error {
+	if err := m.WaitIdle(ctx); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
 	defer m.op.unlock()
 	if m.netStop == nil {
 		return nil
@@ -456,18 +472,27 @@ func (m *Manager) Close() error {
 	return err
 }
 
-// WaitIdle waits for the mutating operation in progress (a Sync defining
-// and starting the domain, say), if any.
-func (m *Manager) WaitIdle() {
-	m.op.wait()
-	m.op.unlock()
+// WaitIdle waits until ctx ends for the mutating operation in progress (a
+// Sync defining and starting the domain, say), if any, and holds the lock
+// when it returns nil.
+func (m *Manager) WaitIdle(ctx context.Context) error {
+	select {
+	case m.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the operation in progress did not end: %w", ctx.Err())
+	}
 }
 
 // BeginTermination makes every later Sync fail (the pod is going away: no
-// domain may be defined or started from now on) and waits for the
-// operation in progress, if any, so that the caller sees whatever a running
-// Sync defined.
-func (m *Manager) BeginTermination() {
+// domain may be defined or started from now on) and waits, until ctx ends,
+// for the operation in progress, if any, so that the caller sees whatever
+// a running Sync defined.
+func (m *Manager) BeginTermination(ctx context.Context) {
 	m.terminating.Store(true)
-	m.WaitIdle()
+	if err := m.WaitIdle(ctx); err != nil {
+		m.log.Warn("terminating", "reason", err.Error())
+		return
+	}
+	m.op.unlock()
 }

@@ -29,7 +29,4 @@ func (o opLock) lock(ctx context.Context) error {
 	return nil
 }
 
-// wait takes the lock whatever happens, for the launcher's own shutdown.
-func (o opLock) wait() { o <- struct{}{} }
-
 func (o opLock) unlock() { <-o }

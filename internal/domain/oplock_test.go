@@ -37,6 +37,4 @@ func TestOpLock(t *testing.T) {
 		t.Fatalf("lock after refusals: %v", err)
 	}
 	o.unlock()
-	o.wait()
-	o.unlock()
 }

@@ -245,7 +245,24 @@ func (m *Manager) verb(ctx context.Context, v *v1.VirtualMachineInstance, what v
 	if err := m.op.lock(ctx); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	defer m.op.unlock()
+	// go-libvirt's calls take no context: the operation runs in its own
+	// goroutine, which keeps the lock until the daemon has answered (so
+	// nothing after it overtakes it), while the caller waits only until
+	// ctx ends.
+	done := make(chan error, 1)
+	go func() {
+		defer m.op.unlock()
+		done <- m.verbLocked(ctx, v, what, f)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%s: the libvirt daemon did not answer: %w", what, ctx.Err())
+	}
+}
+
+func (m *Manager) verbLocked(ctx context.Context, v *v1.VirtualMachineInstance, what verbKind, f func(*libvirt.Libvirt, libvirt.Domain, libvirt.DomainState) error) error {
 	if v != nil {
 		if err := m.checkIdentity(v, false); err != nil {
 			return err

@@ -170,7 +170,9 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	defer func() {
 		mcancel()
 		<-mdone
-		if err := l.mgr.Close(); err != nil {
+		cctx, ccancel := context.WithTimeout(context.Background(), shutdownCallBound)
+		defer ccancel()
+		if err := l.mgr.Close(cctx); err != nil {
 			l.log.Warn("stop the network phase", "reason", err.Error())
 		}
 	}()
@@ -248,7 +250,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	case sig := <-sigs:
 		// A Sync may be defining the domain right now: stop new ones, wait
 		// for it, and shut down whatever it started.
-		l.mgr.BeginTermination()
+		l.beginTermination()
 		select {
 		case <-l.mgr.Defined():
 			l.log.Info("signal while the first Sync defined the domain, shutting the guest down", "signal", sig.String())
@@ -270,7 +272,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	case <-l.mgr.Stopped():
 	case sig := <-sigs:
 		l.log.Info("received signal, shutting the guest down", "signal", sig.String(), "gracePeriodSeconds", l.opts.GracePeriodSeconds)
-		l.mgr.BeginTermination()
+		l.beginTermination()
 		destroyed = l.gracefulShutdown(ctx, sigs)
 	case <-ctx.Done():
 		destroyed = l.gracefulShutdown(context.Background(), sigs)
@@ -335,6 +337,16 @@ func selfCheck(ctx context.Context, sock string) error {
 	}
 	defer c.Close()
 	return c.Ping(ctx)
+}
+
+// beginTermination stops new Syncs and waits for the one in progress, for
+// at most the grace period (shutdownCallBound when that is longer):
+// one stuck in a daemon that does not answer must not hold the shutdown.
+func (l *Launcher) beginTermination() {
+	wait := max(time.Duration(l.opts.GracePeriodSeconds)*time.Second, shutdownCallBound)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	l.mgr.BeginTermination(ctx)
 }
 
 // gracefulShutdown: mark the domain, press the ACPI power button (again

@@ -299,6 +299,7 @@ func (d *Daemon) Stop(ctx context.Context) error {
 		}
 		if err := c.stop(ctx); err != nil {
 			errs = append(errs, err)
+			d.removeLeftovers(c)
 		}
 	}
 	d.wg.Wait()
@@ -311,6 +312,43 @@ func (d *Daemon) Stop(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeLeftovers removes what a daemon killed by Stop had no chance to:
+// its sockets and, for the main daemon in session mode, the QEMU driver's
+// per-domain runtime directories (QEMU's monitor and channel sockets). Only
+// this daemon's own directories are looked at; in system mode the driver's
+// directories are libvirt's host-wide ones and stay alone.
+func (d *Daemon) removeLeftovers(c *child) {
+	prefix := c.name + "-"
+	if c.name == "libvirtd" {
+		prefix = "libvirt-"
+	}
+	var gone []string
+	if ents, err := os.ReadDir(d.cfg.SocketDir()); err == nil {
+		for _, e := range ents {
+			if e.Type()&os.ModeSocket != 0 && strings.HasPrefix(e.Name(), prefix) {
+				p := filepath.Join(d.cfg.SocketDir(), e.Name())
+				if os.Remove(p) == nil {
+					gone = append(gone, p)
+				}
+			}
+		}
+	}
+	if c == d.main && !d.cfg.Root {
+		for _, dir := range []string{"lib", filepath.Join("channel", "target")} {
+			doms, _ := filepath.Glob(filepath.Join(d.cfg.Dir, "qemu", dir, "domain-*"))
+			for _, p := range doms {
+				// Lstat: a link planted there is removed, never followed.
+				if fi, err := os.Lstat(p); err == nil && fi.IsDir() && os.RemoveAll(p) == nil {
+					gone = append(gone, p)
+				}
+			}
+		}
+	}
+	if len(gone) > 0 {
+		d.log.Info("removed what the killed "+c.name+" left", "paths", gone)
+	}
 }
 
 // copyXML copies the *.xml files of src that dst lacks, each atomically
