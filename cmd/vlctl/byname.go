@@ -18,6 +18,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -35,8 +36,10 @@ type nameFlags struct {
 
 func (n *nameFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&n.namespace, "namespace", "n", "", "namespace of the VM (needed when several namespaces have a VM of that name)")
-	cmd.Flags().StringVar(&n.recordDir, "record-dir", runrecord.DefaultDir, "where running vlctl runs record themselves (the --record-dir of vlctl run)")
+	cmd.Flags().StringVar(&n.recordDir, "record-dir", runrecord.DefaultDir, recordDirHelp)
 }
+
+const recordDirHelp = "where running vlctl runs record themselves (the --record-dir of vlctl run)"
 
 // find returns the live run that query names.
 func (n *nameFlags) find(query string) (*runrecord.Entry, error) {
@@ -123,8 +126,8 @@ func newByNameCmds() []*cobra.Command {
 		Short: "List the VMs that `vlctl run` runs on this machine",
 		Long: `ps lists every running vlctl run: name, namespace, the domain's state as its launcher
 reports it, uptime, addresses (with the network namespace they are reachable from) and the
-console socket. A record whose vlctl run is gone (killed with SIGKILL, say) is shown as stale
-and removed.`,
+console socket. A record whose vlctl run is gone (killed with SIGKILL, say) is shown as stale:
+vlctl gc cleans up after it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
@@ -182,7 +185,27 @@ stop waits for the run to end.`,
 	}
 	st.register(stop)
 	stop.Flags().DurationVar(&stopTimeout, "timeout", 0, "how long to wait for the run to end (default: the VM's grace period + 2m)")
-	return []*cobra.Command{psCmd, stop}
+	var gcRecordDir string
+	var gcTimeout time.Duration
+	gcCmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Clean up after vlctl runs that ended without doing it (killed with SIGKILL, say)",
+		Long: `gc cleans up after every vlctl run whose process is gone but whose record is left
+(vlctl ps shows it as stale): it ends the run's processes (monitor, launcher, libvirt, QEMU:
+SIGTERM, then SIGKILL after --timeout), deletes its network namespaces, takes the ACL entries
+it added out of your disk files, removes its work dir (not with --keep) and the record.
+Runs still alive are never touched. vlctl run does the same before it starts.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Geteuid() != 0 {
+				return errors.New("gc needs root, as vlctl run does: run it with sudo")
+			}
+			return standalone.GC(gcRecordDir, gcTimeout, cmd.ErrOrStderr())
+		},
+	}
+	gcCmd.Flags().StringVar(&gcRecordDir, "record-dir", runrecord.DefaultDir, recordDirHelp)
+	gcCmd.Flags().DurationVar(&gcTimeout, "timeout", 30*time.Second, "how long a dead run's processes get between SIGTERM and SIGKILL")
+	return []*cobra.Command{psCmd, stop, gcCmd}
 }
 
 // killByName destroys the guest at once: its vlctl run does it, and cleans
@@ -217,10 +240,13 @@ func psRowOf(ctx context.Context, e *runrecord.Entry) (psRow, error) {
 		row.Addresses = append(row.Addresses, a.String())
 	}
 	if e.Stale {
-		row.State = "stale (vlctl run gone)"
-		if err := runrecord.Remove(e.Path); err == nil {
-			row.State = "stale (record removed)"
-		}
+		// Kept: it says what vlctl gc has to clean up.
+		row.State = "stale (vlctl gc cleans up)"
+		return row, nil
+	}
+	if e.Started.IsZero() {
+		// Recorded before its launcher is up.
+		row.State = "starting"
 		return row, nil
 	}
 	row.Started = e.Started

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 
@@ -38,6 +39,39 @@ type Config struct {
 	// root can change when root runs this, since the pod's user must not
 	// be able to swap it (its last element may not be a link).
 	Dir string
+	// Name is the suffix of the namespaces' names (NewName), chosen
+	// beforehand by a caller that records them before they exist; random
+	// when empty.
+	Name string
+}
+
+// NewName returns a random suffix for a pod network's names.
+func NewName() (string, error) {
+	id := make([]byte, 4)
+	if _, err := rand.Read(id); err != nil {
+		return "", fmt.Errorf("podnet: random name: %w", err)
+	}
+	return hex.EncodeToString(id), nil
+}
+
+// NamespaceNames are the pod and outside network namespaces of the pod
+// network with that suffix.
+func NamespaceNames(suffix string) (pod, outside string) {
+	return "vlpod-" + suffix, "vlout-" + suffix
+}
+
+// namePattern is a suffix NewName makes.
+var namePattern = regexp.MustCompile(`^[0-9a-f]{8}$`)
+
+// IsNamespaceName tells a network namespace name that a pod network of
+// this package makes, and only those: what a clean-up may delete.
+func IsNamespaceName(name string) bool {
+	for _, prefix := range []string{"vlpod-", "vlout-"} {
+		if suffix, ok := strings.CutPrefix(name, prefix); ok && namePattern.MatchString(suffix) {
+			return true
+		}
+	}
+	return false
 }
 
 // Pod is one pod network and its outside.
@@ -90,13 +124,17 @@ func New(cfg Config) (p *Pod, err error) {
 	if cfg.Pod4.Masked() != cfg.Outside4.Masked() {
 		return nil, fmt.Errorf("podnet: pod %s and outside %s not in one subnet", cfg.Pod4, cfg.Outside4)
 	}
-	id := make([]byte, 4)
-	if _, err := rand.Read(id); err != nil {
-		return nil, fmt.Errorf("podnet: random name: %w", err)
+	suffix := cfg.Name
+	if suffix == "" {
+		if suffix, err = NewName(); err != nil {
+			return nil, err
+		}
+	} else if !namePattern.MatchString(suffix) {
+		return nil, fmt.Errorf("podnet: name %q: want 8 hex digits", suffix)
 	}
-	suffix := hex.EncodeToString(id)
+	podNS, outsideNS := NamespaceNames(suffix)
 	p = &Pod{
-		Name: suffix, NSName: "vlpod-" + suffix, OutsideName: "vlout-" + suffix,
+		Name: suffix, NSName: podNS, OutsideName: outsideNS,
 		Pod4: cfg.Pod4, Outside4: cfg.Outside4, MTU: cfg.MTU, OutsideIface: "ext0",
 	}
 	if !cfg.NoIPv6 {

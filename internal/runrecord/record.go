@@ -55,6 +55,27 @@ type Record struct {
 	// VMI is the VMI as the launcher was synced with: the pause and
 	// unpause requests carry it.
 	VMI *v1.VirtualMachineInstance `json:"vmi"`
+
+	// What the run made outside its work dir, for `vlctl gc` to undo when
+	// the run could not (SIGKILL): the network namespaces of its pod
+	// network, and the ACL entries it added to the user's disk files.
+	NetNS  []string `json:"netns,omitempty"`
+	Grants []Grant  `json:"grants,omitempty"`
+	// Keep: the run was asked to keep its work dir (--keep).
+	Keep bool `json:"keep,omitempty"`
+}
+
+// Grant is an ACL entry a run added to a file: the file (by path and, to
+// never touch another file put at that path since, by device and inode),
+// its ACL before (nil when it had none) and after, and its permission bits
+// before.
+type Grant struct {
+	Path   string `json:"path"`
+	Dev    uint64 `json:"dev"`
+	Ino    uint64 `json:"ino"`
+	Before []byte `json:"before,omitempty"`
+	After  []byte `json:"after"`
+	Mode   uint32 `json:"mode"`
 }
 
 // Address is one place the guest is reachable.

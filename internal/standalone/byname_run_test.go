@@ -20,7 +20,8 @@ import (
 // states and addresses; a run shows its guest agent's report, and `vlctl
 // guestinfo NAME` all of it; `vlctl pause NAME` and `unpause NAME` change the
 // state the launcher reports; a stale record (its pid now another
-// process's) is shown as stale and never acted on; `vlctl stop NAME` ends
+// process's) is shown as stale, never acted on, and removed by vlctl gc
+// without signalling that process; `vlctl stop NAME` ends
 // one run, gracefully and completely, while the other keeps running; `vlctl
 // kill NS/NAME` ends the other at once.
 func TestVlctlVerbsByName(t *testing.T) {
@@ -192,8 +193,16 @@ func TestVlctlVerbsByName(t *testing.T) {
 	if rows := ps(); !strings.Contains(rows["ghost"], "stale") {
 		t.Errorf("vlctl ps shows the stale record as %q", rows["ghost"])
 	}
+	if _, err := os.Stat(ghost); err != nil {
+		t.Errorf("vlctl ps removed the stale record, which vlctl gc needs: %v", err)
+	}
+	// gc cleans up after it (here nothing is left but the record) and
+	// touches neither the live runs nor the process that now has its pid.
+	if code, _, stderr := vlctl(t, time.Minute, "gc", "--record-dir", records); code != 0 {
+		t.Errorf("vlctl gc: exit %d: %s", code, stderr)
+	}
 	if _, err := os.Stat(ghost); !os.IsNotExist(err) {
-		t.Errorf("vlctl ps did not prune the stale record: %v", err)
+		t.Errorf("vlctl gc did not remove the stale record: %v", err)
 	}
 	if p, err := procfs.ReadStat("/proc", sleeper.Process.Pid); err != nil || p.State == 'Z' {
 		t.Errorf("the process behind the stale record was signalled: %+v %v", p, err)

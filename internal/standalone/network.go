@@ -32,7 +32,7 @@ func (r *runner) setupNetwork(ctx context.Context) error {
 	if len(ifaces) == 0 {
 		return nil
 	}
-	pod, err := podnet.New(podnet.Config{Dir: r.workDir})
+	pod, err := podnet.New(podnet.Config{Dir: r.workDir, Name: r.netName})
 	if err != nil {
 		return fmt.Errorf("pod network: %w", err)
 	}

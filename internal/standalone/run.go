@@ -32,6 +32,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
@@ -120,6 +121,10 @@ func Run(ctx context.Context, cfg Config) error {
 		// Told before anything fails half-way with EPERM on /run/vl.
 		return fmt.Errorf("vlctl run needs root: it builds network namespaces, grants QEMU access to your disks and runs the launcher as user %s; run it with sudo", cfg.User)
 	}
+	// What runs killed before left (their records say what) goes first.
+	if err := GC(cfg.RecordDir, gcWait, cfg.Status); err != nil {
+		fmt.Fprintf(cfg.Status, "vlctl: warning: %v\n", err)
+	}
 	v, err := vmi.LoadFile(cfg.File, vmi.Options{DefaultBinding: cfg.Binding})
 	if err != nil {
 		return &ManifestError{Err: err}
@@ -181,6 +186,14 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 		started = run.started
 	}()
 	if err := run.prepare(); err != nil {
+		return false, err
+	}
+	// Recorded before the network exists: whatever kills vlctl from here
+	// on, vlctl gc finds all the run made outside its work dir.
+	if run.netName, err = podnet.NewName(); err != nil {
+		return false, err
+	}
+	if err := run.writeRecord(nil); err != nil {
 		return false, err
 	}
 	if err := run.setupNetwork(ctx); err != nil {
@@ -281,6 +294,9 @@ type runner struct {
 	monitor *exec.Cmd
 	exited  chan struct{} // closed when the monitor has exited
 	record  string        // the run's record file, once written
+	// netName names the pod network's namespaces (podnet.NewName), chosen
+	// before they exist so that the record names them for vlctl gc.
+	netName string
 	exitErr error
 }
 
@@ -753,7 +769,7 @@ func (r *runner) drive(ctx context.Context) error {
 		started.OutsideNS = r.net.pod.OutsideName
 		started.PodAddress = r.net.pod.Pod4.Addr().String()
 	}
-	if err := r.writeRecord(started); err != nil {
+	if err := r.writeRecord(&started); err != nil {
 		// The guest runs; only the verbs by name are missing.
 		fmt.Fprintf(r.cfg.Status, "vlctl: %v (vlctl ps will not list this VM)\n", err)
 	}
@@ -797,18 +813,27 @@ func (r *runner) drive(ctx context.Context) error {
 	return r.waitMonitor(45 * time.Second)
 }
 
-// writeRecord records the running guest for `vlctl ps` and the verbs by
-// name.
-func (r *runner) writeRecord(st Started) error {
+// writeRecord records the run for `vlctl ps`, the verbs by name and vlctl
+// gc: first while it starts (st nil), then again once the guest runs.
+func (r *runner) writeRecord(st *Started) error {
 	pid, start, err := runrecord.Self()
 	if err != nil {
 		return err
 	}
+	pod, outside := podnet.NamespaceNames(r.netName)
 	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
-		WorkDir: r.workDir, Socket: st.Socket, Console: r.layout.SerialSocket(string(r.vmi.UID)),
-		Started: time.Now().UTC(), VMI: r.vmi}
-	if st.PodAddress != "" {
-		rec.Addresses = append(rec.Addresses, runrecord.Address{IP: st.PodAddress, NetNS: st.OutsideNS})
+		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.layout.SerialSocket(string(r.vmi.UID)),
+		VMI: r.vmi, NetNS: []string{pod, outside}, Keep: r.cfg.Keep}
+	for _, d := range r.disks {
+		if g, ok := d.recordedGrant(); ok {
+			rec.Grants = append(rec.Grants, g)
+		}
+	}
+	if st != nil {
+		rec.Started = time.Now().UTC()
+		if st.PodAddress != "" {
+			rec.Addresses = append(rec.Addresses, runrecord.Address{IP: st.PodAddress, NetNS: st.OutsideNS})
+		}
 	}
 	path, err := runrecord.Write(r.cfg.RecordDir, rec)
 	if err != nil {
@@ -1084,12 +1109,6 @@ func (r *runner) withLauncherLog(err error) error {
 // cleanup stops whatever is still running and removes what Run made.
 func (r *runner) cleanup() error {
 	var errs []error
-	if r.record != "" {
-		// The guest is off or going: nothing left for the verbs by name.
-		if err := runrecord.Remove(r.record); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	if r.monitor != nil {
 		select {
 		case <-r.exited:
@@ -1126,6 +1145,15 @@ func (r *runner) cleanup() error {
 		fmt.Fprintf(r.cfg.Status, "vlctl: kept %s\n", r.workDir)
 	}
 	r.dir.Close()
+	// Last: until everything above is done, a vlctl killed meanwhile
+	// leaves its record for vlctl gc. One that failed stays for it too.
+	if r.record != "" {
+		if len(errs) > 0 {
+			errs = append(errs, fmt.Errorf("kept the run's record %s: vlctl gc retries what failed", r.record))
+		} else if err := runrecord.Remove(r.record); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 

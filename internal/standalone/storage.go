@@ -15,6 +15,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -350,6 +351,25 @@ func (d *userDisk) release(log func(string, ...any)) {
 	}
 	d.f.Close()
 	d.f = nil
+}
+
+// recordedGrant is the ACL entry the run added to the file, as the run's
+// record keeps it for vlctl gc.
+func (d *userDisk) recordedGrant() (runrecord.Grant, bool) {
+	if d.grant == nil || d.f == nil {
+		return runrecord.Grant{}, false
+	}
+	fi, err := d.f.Stat()
+	if err != nil {
+		return runrecord.Grant{}, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return runrecord.Grant{}, false
+	}
+	g := d.grant
+	return runrecord.Grant{Path: d.real, Dev: uint64(st.Dev), Ino: st.Ino,
+		Before: g.before, After: g.after, Mode: uint32(g.mode)}, true
 }
 
 // removeCreated deletes the file open created, when it is still the same

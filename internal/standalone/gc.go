@@ -1,0 +1,181 @@
+package standalone
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/podnet"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+)
+
+// gcWait is how long vlctl run's own GC gives a stale run's processes
+// between SIGTERM and SIGKILL.
+const gcWait = 10 * time.Second
+
+// GC cleans up after every `vlctl run` that ended without doing it itself
+// (killed with SIGKILL, say), from the records in recordDir whose run is
+// gone: it ends the run's processes (SIGTERM, then SIGKILL after wait),
+// deletes its network namespaces, takes its ACL entries out of the user's
+// disk files, removes its work dir and finally the record. A record whose
+// clean-up failed stays, for another try. Records of live runs are never
+// acted on. What it does is told on status.
+func GC(recordDir string, wait time.Duration, status io.Writer) error {
+	entries, err := runrecord.List(recordDir)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for i := range entries {
+		e := &entries[i]
+		if !e.Stale {
+			continue
+		}
+		fmt.Fprintf(status, "vlctl: gc: %s: its vlctl run (pid %d) ended without cleaning up; cleaning up %s\n", e.FullName(), e.PID, e.WorkDir)
+		if err := collect(e, wait, status); err != nil {
+			errs = append(errs, fmt.Errorf("gc of %s (record %s, kept): %w", e.FullName(), e.Path, err))
+			continue
+		}
+		if err := runrecord.Remove(e.Path); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// collect undoes what one stale run left.
+func collect(e *runrecord.Entry, wait time.Duration, status io.Writer) error {
+	dir := e.WorkDir
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || strings.Count(dir, "/") < 2 {
+		return fmt.Errorf("work dir %q: not a clean absolute path below a work root; nothing done", dir)
+	}
+	if err := endProcessesUnder(dir, wait, status); err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range e.NetNS {
+		if !podnet.IsNamespaceName(n) {
+			errs = append(errs, fmt.Errorf("network namespace %q: not one vlctl makes; left alone", n))
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("/run/netns", n)); err != nil {
+			continue
+		}
+		if err := podnet.DeleteNamedNS(n); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fmt.Fprintf(status, "vlctl: gc: deleted network namespace %s\n", n)
+	}
+	for _, g := range e.Grants {
+		if err := revokeGrant(g, status); err != nil {
+			errs = append(errs, fmt.Errorf("ACL of %s: %w", g.Path, err))
+		}
+	}
+	// The work dir stays root's for the whole run (only its entries go to
+	// the launcher's user); anything else at that path is not ours.
+	if e.Keep {
+		fmt.Fprintf(status, "vlctl: gc: kept %s (the run had --keep)\n", dir)
+	} else if fi, err := os.Lstat(dir); err == nil {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !fi.IsDir() || !ok || st.Uid != 0 {
+			errs = append(errs, fmt.Errorf("%s is not a directory owned by root: left alone", dir))
+		} else if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
+		} else {
+			fmt.Fprintf(status, "vlctl: gc: removed %s\n", dir)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// endProcessesUnder ends the processes of the work dir dir (procfs.Under):
+// SIGTERM first (a monitor still shutting its guest down gets the time to
+// finish), SIGKILL for what is left after wait. Each process is signalled
+// only while it is still the one found (same start time).
+func endProcessesUnder(dir string, wait time.Duration, status io.Writer) error {
+	signal := func(sig syscall.Signal) (int, error) {
+		procs, err := procfs.Under("/proc", dir)
+		if err != nil {
+			return 0, fmt.Errorf("processes of %s: %w", dir, err)
+		}
+		for _, p := range procs {
+			if now, err := procfs.ReadStat("/proc", p.PID); err == nil && now.StartTime == p.StartTime {
+				syscall.Kill(p.PID, sig)
+			}
+		}
+		return len(procs), nil
+	}
+	n, err := signal(syscall.SIGTERM)
+	if err != nil || n == 0 {
+		return err
+	}
+	fmt.Fprintf(status, "vlctl: gc: %d processes of %s left: SIGTERM\n", n, dir)
+	for _, step := range []struct {
+		limit time.Duration
+		sig   syscall.Signal
+	}{{wait, syscall.SIGKILL}, {10 * time.Second, 0}} {
+		deadline := time.Now().Add(step.limit)
+		for {
+			procs, err := procfs.Under("/proc", dir)
+			if err != nil {
+				return fmt.Errorf("processes of %s: %w", dir, err)
+			}
+			if len(procs) == 0 {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if step.sig == 0 {
+			break
+		}
+		fmt.Fprintf(status, "vlctl: gc: processes of %s still running after %s: SIGKILL\n", dir, step.limit)
+		if _, err := signal(step.sig); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("processes of %s survive SIGKILL; nothing else done", dir)
+}
+
+// revokeGrant takes a run's ACL entry out of a user's file, as the run's
+// own clean-up does (grant.undo), when the file at that path is still the
+// same file (device and inode) and its ACL is still what the run set.
+func revokeGrant(g runrecord.Grant, status io.Writer) error {
+	f, err := os.OpenFile(g.Path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || uint64(st.Dev) != g.Dev || st.Ino != g.Ino {
+		fmt.Fprintf(status, "vlctl: gc: %s is another file now: its ACL left alone\n", g.Path)
+		return nil
+	}
+	same, err := (&grant{f: f, before: g.Before, mode: os.FileMode(g.Mode).Perm(), after: g.After}).undo()
+	if err != nil {
+		return err
+	}
+	if !same {
+		fmt.Fprintf(status, "vlctl: gc: the ACL of %s changed since the run set it: left as it is\n", g.Path)
+		return nil
+	}
+	fmt.Fprintf(status, "vlctl: gc: took the run's ACL entry out of %s\n", g.Path)
+	return nil
+}

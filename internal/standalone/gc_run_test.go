@@ -1,0 +1,107 @@
+package standalone_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// TestVlctlGCAfterSIGKILL (issue 14, class 6): `vlctl run` killed with
+// SIGKILL while its guest runs leaves its processes, its two network
+// namespaces, the ACL entry on the user's disk and its work dir; its record
+// stays, shown as stale by vlctl ps, and `vlctl gc` removes all of it.
+func TestVlctlGCAfterSIGKILL(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	e := newKeepEnv(t)
+	records := workRoot(t)
+	hd := filepath.Join(e.dir, "hd.img")
+	if err := os.WriteFile(hd, make([]byte, 16<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A guest that stays up, on the default pod network.
+	doc := strings.Replace(e.doc("Once", "g"), " "+testguest.OptPowerOff, "", 1)
+	doc = strings.Replace(doc, "autoattachPodInterface: false\n", "autoattachPodInterface: true\n", 1)
+	file := e.write(t, "gc", doc)
+	cmd, stdout, _, exited := startVlctl(t, "run", "--emulation", "--workdir", e.root, "--record-dir", records,
+		"--volume", "claim1="+filepath.Join(e.dir, "pvc.img")+",size=8Mi", "--volume", "dv1="+filepath.Join(e.dir, "dv.img"), file)
+	waitFor(t, "the guest", 4*time.Minute, exited, func() bool {
+		return strings.Contains(stdout.String(), testguest.MarkerBooted)
+	})
+
+	entries, err := runrecord.List(records)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("records: %+v, %v; want one", entries, err)
+	}
+	rec := entries[0]
+	if len(rec.NetNS) != 2 || len(rec.Grants) == 0 {
+		t.Fatalf("the record names netns %v and ACL grants %+v; want two and some", rec.NetNS, rec.Grants)
+	}
+	for _, n := range rec.NetNS {
+		if _, err := os.Stat(filepath.Join("/run/netns", n)); err != nil {
+			t.Errorf("recorded netns %s does not exist while the run runs: %v", n, err)
+		}
+	}
+	if _, err := unix.Getxattr(hd, "system.posix_acl_access", make([]byte, 256)); err != nil {
+		t.Errorf("%s has no ACL while the run runs: %v", hd, err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	// Nobody else cleans up: what gc removes below was there.
+	for _, n := range rec.NetNS {
+		if _, err := os.Stat(filepath.Join("/run/netns", n)); err != nil {
+			t.Errorf("netns %s gone right after the SIGKILL, before vlctl gc: %v", n, err)
+		}
+	}
+	if _, err := os.Stat(rec.WorkDir); err != nil {
+		t.Errorf("work dir gone right after the SIGKILL, before vlctl gc: %v", err)
+	}
+	if code, out, stderr := vlctl(t, time.Minute, "ps", "--record-dir", records); code != 0 || !strings.Contains(out, "stale") {
+		t.Errorf("vlctl ps after the SIGKILL: exit %d, want the run shown as stale:\n%s%s", code, out, stderr)
+	}
+	t0 := time.Now()
+	code, _, stderr := vlctl(t, 2*time.Minute, "gc", "--record-dir", records, "--timeout", "30s")
+	t.Logf("vlctl gc: exit %d after %v:\n%s", code, time.Since(t0).Round(time.Millisecond), stderr)
+	if code != 0 {
+		t.Errorf("vlctl gc: exit %d", code)
+	}
+	for _, n := range rec.NetNS {
+		if _, err := os.Stat(filepath.Join("/run/netns", n)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("netns %s left after vlctl gc (%v)", n, err)
+		}
+	}
+	for _, name := range []string{"hd.img", "pvc.img", "dv.img"} {
+		p := filepath.Join(e.dir, name)
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v after vlctl gc, want 0600 as before", name, st.Mode().Perm())
+		}
+		if _, err := unix.Getxattr(p, "system.posix_acl_access", make([]byte, 256)); !errors.Is(err, unix.ENODATA) {
+			t.Errorf("%s: an ACL is left after vlctl gc (%v)", name, err)
+		}
+	}
+	if left, _ := runrecord.List(records); len(left) != 0 {
+		t.Errorf("records left after vlctl gc: %+v", left)
+	}
+	checkNothingLeft(t, e.root)
+	// A second gc finds nothing to do.
+	if code, _, stderr := vlctl(t, time.Minute, "gc", "--record-dir", records); code != 0 || stderr != "" {
+		t.Errorf("a second vlctl gc: exit %d, output %q; want 0 and nothing", code, stderr)
+	}
+}
