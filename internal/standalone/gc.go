@@ -13,6 +13,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
 // gcWait is how long vlctl run's own GC gives a stale run's processes
@@ -82,17 +83,10 @@ func collect(e *runrecord.Entry, wait time.Duration, status io.Writer) error {
 	// the launcher's user); anything else at that path is not ours.
 	if e.Keep {
 		fmt.Fprintf(status, "vlctl: gc: kept %s (the run had --keep)\n", dir)
-	} else if fi, err := os.Lstat(dir); err == nil {
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !fi.IsDir() || !ok || st.Uid != 0 {
-			errs = append(errs, fmt.Errorf("%s is not a directory owned by root: left alone", dir))
-		} else if err := os.RemoveAll(dir); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
-		} else {
-			fmt.Fprintf(status, "vlctl: gc: removed %s\n", dir)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
+	} else if err := removeWorkDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
+	} else if err == nil {
+		fmt.Fprintf(status, "vlctl: gc: removed %s\n", dir)
 	}
 	return errors.Join(errs...)
 }
@@ -177,5 +171,29 @@ func revokeGrant(g runrecord.Grant, status io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(status, "vlctl: gc: took the run's ACL entry out of %s\n", g.Path)
+	return nil
+}
+
+// removeWorkDir removes a dead run's work dir if it is a directory root
+// owns, after taking it back (takeBack) through the descriptor it checked.
+func removeWorkDir(dir string) error {
+	d, err := safefs.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	st, err := d.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Uid != 0 {
+		return fmt.Errorf("%s is not a directory owned by root: left alone", dir)
+	}
+	if err := takeBack(d); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
 	return nil
 }

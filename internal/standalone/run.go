@@ -1136,9 +1136,14 @@ func (r *runner) cleanup() error {
 		r.logFile = nil
 	}
 	// os.RemoveAll works through descriptors and does not follow links
-	// below the work dir, whose own parent only root can change.
+	// below the work dir, whose own parent only root can change. The work
+	// dir is taken back first (0700, root's): every process of the
+	// launcher's user has ended, but another process of that user could
+	// still add entries to the tree while it is removed.
 	if r.workDir != "" && !r.cfg.Keep {
-		if err := os.RemoveAll(r.workDir); err != nil {
+		if err := takeBack(r.dir); err != nil {
+			errs = append(errs, err)
+		} else if err := os.RemoveAll(r.workDir); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", r.workDir, err))
 		}
 	} else if r.workDir != "" {
@@ -1155,6 +1160,18 @@ func (r *runner) cleanup() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// takeBack closes the work dir to everyone but root, so that nothing
+// below it changes while root removes it.
+func takeBack(dir *safefs.Dir) error {
+	if dir == nil {
+		return nil
+	}
+	if err := dir.Chmod(0o700); err != nil {
+		return fmt.Errorf("take back the work dir: %w", err)
+	}
+	return nil
 }
 
 // killTree kills the monitor and every process below it. The launcher and
