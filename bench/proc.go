@@ -54,37 +54,26 @@ func readProc(pid int) (proc, bool) {
 	if err != nil || st.State == 'Z' { // a zombie has exited already
 		return proc{}, false
 	}
-	ppid, start := st.PPID, st.StartTime
-	cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	args := strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")
-	p := proc{pid: pid, ppid: ppid, start: start, cmdline: strings.Join(args, " ")}
+	return withCmdline(st), true
+}
+
+func withCmdline(st procfs.Stat) proc {
+	args, _ := procfs.Cmdline("/proc", st.PID)
+	p := proc{pid: st.PID, ppid: st.PPID, start: st.StartTime, cmdline: strings.Join(args, " ")}
 	if len(args) > 0 {
 		p.argv0 = filepath.Base(args[0])
 	}
-	return p, true
+	return p
 }
 
-// procsUnder returns the live processes whose command line names a path
-// inside dir. Every process of one bench launcher does (the monitor and
-// launcher through their directory flags, the daemons through their config
-// files, QEMU through its disks), and no process of anyone else does, since
-// dir is a fresh temporary directory.
+// procsUnder returns the live processes of one bench launcher's directory
+// (procfs.Under): the monitor and launcher through their directory flags,
+// the daemons through their config files, QEMU through its disks.
 func procsUnder(dir string) []proc {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	needle := strings.TrimSuffix(dir, "/") + "/"
-	var out []proc
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		p, ok := readProc(pid)
-		if ok && strings.Contains(p.cmdline, needle) {
-			out = append(out, p)
-		}
+	ps, _ := procfs.Under("/proc", dir)
+	out := make([]proc, 0, len(ps))
+	for _, st := range ps {
+		out = append(out, withCmdline(st))
 	}
 	return out
 }

@@ -1,9 +1,7 @@
 package launchertest
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"strconv"
 
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
@@ -25,44 +23,37 @@ func ReadProc(pid int) (Proc, bool) {
 	if err != nil {
 		return Proc{}, false
 	}
-	return Proc{PID: pid, PPID: s.PPID, Comm: s.Comm, State: string(s.State), Start: strconv.FormatUint(s.StartTime, 10)}, true
+	return fromStat(s), true
 }
 
 // AllProcs lists every process, zombies included.
 func AllProcs() []Proc {
-	ents, _ := os.ReadDir("/proc")
+	all, _ := procfs.List("/proc")
+	return fromStats(all)
+}
+
+// DescendantsOf follows ppid chains from root; zombies are left out.
+func DescendantsOf(root int) []Proc {
+	all, _ := procfs.List("/proc")
 	var out []Proc
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if q, ok := ReadProc(pid); ok {
+	for _, q := range fromStats(procfs.Descendants(all, root)) {
+		if q.State != "Z" {
 			out = append(out, q)
 		}
 	}
 	return out
 }
 
-// DescendantsOf follows ppid chains from root; zombies are left out.
-func DescendantsOf(root int) []Proc {
-	children := map[int][]Proc{}
-	for _, q := range AllProcs() {
-		children[q.PPID] = append(children[q.PPID], q)
-	}
-	var out []Proc
-	queue := []int{root}
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		for _, c := range children[pid] {
-			if c.State != "Z" {
-				out = append(out, c)
-			}
-			queue = append(queue, c.PID)
-		}
+func fromStats(ss []procfs.Stat) []Proc {
+	out := make([]Proc, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, fromStat(s))
 	}
 	return out
+}
+
+func fromStat(s procfs.Stat) Proc {
+	return Proc{PID: s.PID, PPID: s.PPID, Comm: s.Comm, State: string(s.State), Start: strconv.FormatUint(s.StartTime, 10)}
 }
 
 // Alive: the process exists and is not a zombie.
@@ -71,21 +62,13 @@ func Alive(pid int) bool {
 	return ok && q.State != "Z"
 }
 
-// ProcessesUnder lists live processes (daemons, QEMU, launcher, monitor of
-// one pod) whose command line names dir itself or a path inside it: dir
-// followed by "/" or ending an argument, so /tmp/vl12 does not match
-// /tmp/vl123/...
+// ProcessesUnder lists the live processes of one pod's directory (its
+// daemons, QEMU, launcher and monitor): procfs.Under.
 func ProcessesUnder(dir string) []int {
-	var pids []int
-	inside, whole := []byte(dir+"/"), []byte(dir+"\x00")
-	for _, q := range AllProcs() {
-		if q.PID == os.Getpid() || q.State == "Z" {
-			continue
-		}
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", q.PID))
-		if err == nil && (bytes.Contains(cmdline, inside) || bytes.Contains(cmdline, whole)) {
-			pids = append(pids, q.PID)
-		}
+	ps, _ := procfs.Under("/proc", dir)
+	pids := make([]int, 0, len(ps))
+	for _, p := range ps {
+		pids = append(pids, p.PID)
 	}
 	return pids
 }

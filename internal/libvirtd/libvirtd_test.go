@@ -15,6 +15,8 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
+
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
 
 // testUser is the unprivileged account scripts/install-deps creates; the
@@ -86,13 +88,9 @@ func alive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
 	// A zombie is not alive (this sandbox's PID 1 does not reap orphans).
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) > 0 && f[0] != "Z"
+	st, err := procfs.ReadStat("/proc", pid)
+	return err == nil && st.State != 'Z'
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
 
 const (
@@ -183,7 +185,7 @@ func cleanup(log *slog.Logger, c Config, self int, code *int) {
 // processes signalled, so that it allocates next to nothing.
 func stopTree(log *slog.Logger, self int, timeout time.Duration, qemu bool) bool {
 	const procRoot = "/proc"
-	match := func(p proc) bool { return isQemu(procRoot, p) == qemu }
+	match := func(p procfs.Stat) bool { return isQemu(procRoot, p) == qemu }
 	what := "process"
 	if qemu {
 		what = "QEMU"
@@ -197,16 +199,16 @@ func stopTree(log *slog.Logger, self int, timeout time.Duration, qemu bool) bool
 		return true
 	}
 	for _, p := range left {
-		log.Info("terminating "+what+" left behind", "pid", p.pid, "comm", p.comm)
+		log.Info("terminating "+what+" left behind", "pid", p.PID, "comm", p.Comm)
 		if err := signalIfStill(procRoot, self, p, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-			log.Warn("failed to send SIGTERM", "pid", p.pid, "reason", err)
+			log.Warn("failed to send SIGTERM", "pid", p.PID, "reason", err)
 		}
 	}
 	if left = waitGone(procRoot, left, timeout); len(left) == 0 {
 		return true
 	}
 	for _, p := range left {
-		log.Warn(what+" did not exit after SIGTERM; killing it", "pid", p.pid, "comm", p.comm)
+		log.Warn(what+" did not exit after SIGTERM; killing it", "pid", p.PID, "comm", p.Comm)
 		_ = signalIfStill(procRoot, self, p, syscall.SIGKILL)
 	}
 	// SIGKILL cannot be refused; wait briefly so they are reaped before we exit.
@@ -215,15 +217,15 @@ func stopTree(log *slog.Logger, self int, timeout time.Duration, qemu bool) bool
 }
 
 // waitGone reaps and polls until none of ps is alive (a pid that is gone,
-// a zombie, or reused by another command counts as gone) or timeout
+// a zombie, or reused by a later process counts as gone) or timeout
 // passes, and returns those still alive.
-func waitGone(procRoot string, ps []proc, timeout time.Duration) []proc {
+func waitGone(procRoot string, ps []procfs.Stat, timeout time.Duration) []procfs.Stat {
 	deadline := time.Now().Add(timeout)
 	for {
 		reap(0, 0)
 		alive := ps[:0]
 		for _, p := range ps {
-			if now, err := readProc(procRoot, p.pid); err == nil && now.state != 'Z' && now.comm == p.comm {
+			if now, err := procfs.ReadStat(procRoot, p.PID); err == nil && now.State != 'Z' && now.StartTime == p.StartTime {
 				alive = append(alive, p)
 			}
 		}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/logging"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
 
 // The tests run the real monitor binary (cmd/virt-launcher-monitor) over a
@@ -510,15 +511,15 @@ func TestLauncherTermOnMonitorDeath(t *testing.T) {
 // childrenOf lists the children of pid and how many of them are zombies.
 func childrenOf(t *testing.T, pid int) (all, zombies []int) {
 	t.Helper()
-	procs, err := listProcs("/proc")
+	procs, err := procfs.List("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range procs {
-		if p.ppid == pid {
-			all = append(all, p.pid)
-			if p.state == 'Z' {
-				zombies = append(zombies, p.pid)
+		if p.PPID == pid {
+			all = append(all, p.PID)
+			if p.State == 'Z' {
+				zombies = append(zombies, p.PID)
 			}
 		}
 	}
@@ -568,8 +569,8 @@ func fakeQemu(t *testing.T, src string) string {
 }
 
 func alive(pid int) bool {
-	p, err := readProc("/proc", pid)
-	return err == nil && p.state != 'Z'
+	p, err := procfs.ReadStat("/proc", pid)
+	return err == nil && p.State != 'Z'
 }
 
 func readPids(t *testing.T, path string) []int {

@@ -36,6 +36,7 @@ func TestUnder(t *testing.T) {
 		return cmd.Process.Pid
 	}
 	named := byArg(filepath.Join(dir, "disk.img"))
+	flag := byArg("--dir=" + dir)
 	inside := start(sub, "60")
 	sibling := byArg(dir + "x/disk.img")
 	got, err := Under("/proc", dir)
@@ -49,8 +50,8 @@ func TestUnder(t *testing.T) {
 			t.Errorf("pid %d without a start time", s.PID)
 		}
 	}
-	if !slices.Contains(pids, named) || !slices.Contains(pids, inside) {
-		t.Errorf("Under(%s) = %v, want %d (names a path inside) and %d (works inside)", dir, pids, named, inside)
+	if !slices.Contains(pids, named) || !slices.Contains(pids, inside) || !slices.Contains(pids, flag) {
+		t.Errorf("Under(%s) = %v, want %d (names a path inside), %d (works inside) and %d (names it in a flag)", dir, pids, named, inside, flag)
 	}
 	if slices.Contains(pids, sibling) {
 		t.Errorf("Under(%s) = %v holds %d, which names only %sx", dir, pids, sibling, dir)

@@ -167,7 +167,7 @@ func TestRunForcedWhileStarting(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- standalone.Run(ctx, cfg) }()
-	for deadline := time.Now().Add(time.Minute); !processBelow(root, "qemu-system-x86_64"); {
+	for deadline := time.Now().Add(time.Minute); processBelow(root, "qemu-system-x86_64") == 0; {
 		select {
 		case err := <-done:
 			t.Fatalf("run ended before QEMU started: %v", err)

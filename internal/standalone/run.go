@@ -1204,26 +1204,11 @@ func killTree(pid int) {
 // descendants lists the living processes below pid, by /proc's parent
 // links (zombies are skipped: they are dead already).
 func descendants(pid int) []int {
-	ents, _ := os.ReadDir("/proc")
-	parent := map[int]int{}
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := procfs.ReadStat("/proc", p)
-		if err != nil || st.State == 'Z' {
-			continue
-		}
-		parent[p] = st.PPID
-	}
+	all, _ := procfs.List("/proc")
 	var out []int
-	for p := range parent {
-		for a, n := parent[p], 0; a > 1 && n < 64; a, n = parent[a], n+1 {
-			if a == pid {
-				out = append(out, p)
-				break
-			}
+	for _, p := range procfs.Descendants(all, pid) {
+		if p.State != 'Z' {
+			out = append(out, p.PID)
 		}
 	}
 	return out

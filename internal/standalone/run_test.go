@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
@@ -126,18 +127,13 @@ func checkNothingLeft(t *testing.T, root string) {
 		}
 		t.Errorf("work root %s not empty: %v", root, names)
 	}
-	procs, _ := os.ReadDir("/proc")
+	procs, err := procfs.Under("/proc", root)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range procs {
-		dir := filepath.Join("/proc", p.Name())
-		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
-		if err != nil {
-			continue
-		}
-		cmd := strings.ReplaceAll(string(cmdline), "\x00", " ")
-		cwd, _ := os.Readlink(filepath.Join(dir, "cwd"))
-		if strings.Contains(cmd, root+"/") || strings.HasPrefix(cwd, root+"/") {
-			t.Errorf("process %s left behind: %.150s (cwd %s)", p.Name(), cmd, cwd)
-		}
+		args, _ := procfs.Cmdline("/proc", p.PID)
+		t.Errorf("process %d left behind below %s: %.150s", p.PID, root, strings.Join(args, " "))
 	}
 }
 
@@ -532,7 +528,7 @@ func TestRunInterruptedWhileStarting(t *testing.T) {
 	// QEMU starts (Sync is under way): note the namespaces, interrupt.
 	nsInodes := map[string]string{} // "net:[inode]" -> pin name
 	for deadline := time.Now().Add(time.Minute); ; {
-		if processBelow(root, "qemu-system-x86_64") {
+		if processBelow(root, "qemu-system-x86_64") != 0 {
 			break
 		}
 		select {
@@ -588,21 +584,16 @@ func TestRunInterruptedWhileStarting(t *testing.T) {
 	}
 }
 
-// processBelow reports whether a process named name has root in its
-// command line.
-func processBelow(root, name string) bool {
-	procs, _ := os.ReadDir("/proc")
+// processBelow is the pid of a live process named name (argv[0]'s base)
+// that belongs to root (procfs.Under); 0 if there is none.
+func processBelow(root, name string) int {
+	procs, _ := procfs.Under("/proc", root)
 	for _, p := range procs {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if filepath.Base(args[0]) == name && strings.Contains(string(cmdline), root+"/") {
-			return true
+		if args, _ := procfs.Cmdline("/proc", p.PID); len(args) > 0 && filepath.Base(args[0]) == name {
+			return p.PID
 		}
 	}
-	return false
+	return 0
 }
 
 func nsLink(path string) string {
@@ -614,17 +605,9 @@ func nsLink(path string) string {
 // virt-launcher working below root.
 func launcherNetNS(t *testing.T, root string) string {
 	t.Helper()
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if filepath.Base(args[0]) == "virt-launcher" && strings.Contains(string(cmdline), root+"/") {
-			if l := nsLink(filepath.Join("/proc", p.Name(), "ns", "net")); l != "" {
-				return l
-			}
+	if pid := processBelow(root, "virt-launcher"); pid != 0 {
+		if l := nsLink(fmt.Sprintf("/proc/%d/ns/net", pid)); l != "" {
+			return l
 		}
 	}
 	t.Fatalf("no virt-launcher below %s", root)

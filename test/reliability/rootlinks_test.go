@@ -29,6 +29,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 )
@@ -247,12 +248,12 @@ func (l *linkRun) nothingLeft(t *testing.T) {
 		}
 		t.Errorf("work root %s not empty: %v", l.workRoot, names)
 	}
-	procs, _ := os.ReadDir("/proc")
+	procs, err := procfs.Under("/proc", l.workRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range procs {
-		cwd, _ := os.Readlink(filepath.Join("/proc", p.Name(), "cwd"))
-		if strings.HasPrefix(cwd, l.workRoot+"/") {
-			t.Errorf("process %s left behind (cwd %s)", p.Name(), cwd)
-		}
+		t.Errorf("process %d (%s) left behind below %s", p.PID, p.Comm, l.workRoot)
 	}
 }
 
