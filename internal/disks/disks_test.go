@@ -19,6 +19,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 func run(t testing.TB, name string, args ...string) string {
@@ -186,9 +187,7 @@ func openDirect(t *testing.T, dir string) bool {
 
 func mountTmpfs(t testing.TB, dir, size string) {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
+	testenv.Root(t, "mounts a tmpfs")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -285,9 +284,7 @@ func TestPrepareIdempotent(t *testing.T) {
 }
 
 func TestPrepareOwner(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("chown needs root")
-	}
+	testenv.Root(t, "changes owners")
 	p, _ := newPreparer(t)
 	p.Owner = &Owner{UID: 4242, GID: 4343}
 	vmi := vmiWith(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}},

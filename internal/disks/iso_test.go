@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
@@ -81,9 +82,15 @@ func keys(m map[string]string) []string {
 	return k
 }
 
+// blkid asks util-linux's blkid, an independent reader of the image. It
+// is in /usr/sbin, which an ordinary user's PATH (the fast tier's) lacks.
 func blkid(t *testing.T, dev, tag string) string {
 	t.Helper()
-	return strings.TrimSpace(run(t, "blkid", "-p", "-o", "value", "-s", tag, dev))
+	bin := "blkid"
+	if _, err := exec.LookPath(bin); err != nil {
+		bin = "/usr/sbin/blkid"
+	}
+	return strings.TrimSpace(run(t, bin, "-p", "-o", "value", "-s", tag, dev))
 }
 
 func TestNoCloudISO(t *testing.T) {

@@ -7,6 +7,8 @@ package launchertest
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/repo"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -37,9 +40,15 @@ type Env struct {
 // and the extra command packages (e.g. "./cmd/vlctl") into a fresh
 // directory named after prefix, prepares e, runs the tests and removes the
 // directory. A build failure fails the test binary (exit 1); a machine
-// that cannot run pods only sets e.Err, for Need to skip on. Pass the
-// result to os.Exit.
+// that cannot run pods only sets e.Err, on which Need fails each test. In
+// the fast tier (-short) nothing is built or prepared. Pass the result to
+// os.Exit.
 func Main(m *testing.M, e *Env, prefix string, extraCmds ...string) int {
+	flag.Parse()
+	if testing.Short() {
+		e.Err = errors.New("-short")
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -101,10 +110,16 @@ func (e *Env) prepare(dir string) error {
 	return nil
 }
 
-// Need skips t when pods cannot run here.
+// NeedBinaries makes t need only the binaries Main builds (skipped in the
+// fast tier, which builds none).
+func (e *Env) NeedBinaries(t testing.TB) {
+	t.Helper()
+	testenv.Need(t, "the binaries TestMain builds", nil)
+}
+
+// Need makes t need launcher pods (testenv.Need): skipped in the fast
+// tier, failed when they cannot run here.
 func (e *Env) Need(t testing.TB) {
 	t.Helper()
-	if e.Err != nil {
-		t.Skip(e.Err)
-	}
+	testenv.Need(t, "launcher pods (root, user virtlauncher, libvirt, QEMU, the test guest)", e.Err)
 }

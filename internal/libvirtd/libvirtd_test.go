@@ -17,6 +17,7 @@ import (
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // testUser is the unprivileged account scripts/install-deps creates; the
@@ -28,9 +29,7 @@ func testCredential(t *testing.T) *syscall.Credential {
 		return nil
 	}
 	u, err := user.Lookup("virtlauncher")
-	if err != nil {
-		t.Skipf("user virtlauncher missing (run scripts/install-deps): %v", err)
-	}
+	testenv.Need(t, "user virtlauncher", err)
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
@@ -38,9 +37,8 @@ func testCredential(t *testing.T) *syscall.Credential {
 
 func testConfig(t *testing.T) Config {
 	t.Helper()
-	if _, _, err := FindDaemon(); err != nil {
-		t.Skip(err)
-	}
+	_, _, err := FindDaemon()
+	testenv.Need(t, "the libvirt daemon", err)
 	// Short paths: unix sockets are limited to 107 bytes.
 	dir, err := os.MkdirTemp("", "lvd")
 	if err != nil {

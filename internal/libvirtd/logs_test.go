@@ -12,6 +12,7 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -40,9 +41,10 @@ const bootDomain = `<domain type='qemu'>
 func TestLogs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel) // not defer: the parallel subtests run after we return
+	testenv.Need(t, "the libvirt daemon and QEMU", nil)
 	guest, err := testguest.Build(ctx, testguest.DefaultCacheDir())
 	if err != nil {
-		t.Skipf("test guest: %v", err)
+		t.Fatalf("test guest: %v", err)
 	}
 	for _, withLogd := range []bool{false, true} {
 		name := "without virtlogd"

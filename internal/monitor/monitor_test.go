@@ -24,6 +24,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/logging"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // The tests run the real monitor binary (cmd/virt-launcher-monitor) over a
@@ -404,9 +405,7 @@ func TestSignalIsTerm(t *testing.T) {
 // TestNonRoot runs the monitor as an unprivileged user, as vlctl does: the
 // ambient capability cannot be granted and the launcher starts without it.
 func TestNonRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to switch to an unprivileged user")
-	}
+	testenv.Root(t, "switches to an unprivileged user")
 	dir, err := os.MkdirTemp("", "monitor-nonroot-")
 	if err != nil {
 		t.Fatal(err)
@@ -459,9 +458,7 @@ func capAmb(t *testing.T, path string) uint64 {
 // TestAmbientNetBindService checks that a root monitor gives the launcher
 // CAP_NET_BIND_SERVICE as an ambient capability, as KubeVirt's does.
 func TestAmbientNetBindService(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.Root(t, "grants an ambient capability")
 	status := filepath.Join(t.TempDir(), "status")
 	r := start(t, nil, "FAKE_STATUS_FILE="+status)
 	if code := r.wait(20 * time.Second); code != 0 {

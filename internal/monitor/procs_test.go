@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // fakeProc writes a /proc-like tree: pid -> "ppid state comm".
@@ -89,12 +90,10 @@ func TestForeignProcRefused(t *testing.T) {
 // TestAsPID1 runs the monitor as PID 1 of a new pid namespace with its own
 // /proc, as in a pod: exit status, reaping, and finding its QEMU there.
 func TestAsPID1(t *testing.T) {
+	testenv.Programs(t, "unshare") // makes a pid namespace
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
-		t.Skip("unshare(1) not installed")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for pid namespaces")
+		t.Fatal(err)
 	}
 	qemu := fakeQemu(t, "/bin/sleep")
 	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", monitorBin, "--uid", "pid1")

@@ -1,18 +1,17 @@
 package netsetup
 
 import (
-	"os"
 	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 func TestTxChecksumOff(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.Root(t, "makes a bridge in a network namespace")
 	// A bridge in the current namespace would be visible to others: work in
 	// a fresh unnamed namespace on a thread of our own.
 	err := inFreshNS(func() error {

@@ -24,13 +24,12 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/dhcp"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 func needRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, links and nftables rules")
-	}
+	testenv.Root(t, "creates network namespaces, links and nftables rules")
 }
 
 func testLog(t testing.TB) *slog.Logger {

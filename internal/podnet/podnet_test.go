@@ -14,12 +14,11 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 func TestPodNetwork(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces")
-	}
+	testenv.Root(t, "creates network namespaces")
 	dir := t.TempDir()
 	a, err := podnet.New(podnet.Config{Dir: dir, Search: []string{"ns.svc.cluster.local"}})
 	if err != nil {
@@ -125,9 +124,7 @@ func TestPodNetwork(t *testing.T) {
 }
 
 func TestNewRejectsSplitSubnet(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.Root(t, "creates network namespaces")
 	_, err := podnet.New(podnet.Config{Dir: t.TempDir(),
 		Pod4: mustPrefix("10.1.0.2/24"), Outside4: mustPrefix("10.2.0.1/24")})
 	if err == nil || !strings.Contains(err.Error(), "not in one subnet") {

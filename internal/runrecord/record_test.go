@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 func TestMatch(t *testing.T) {
@@ -59,9 +61,7 @@ func TestMatch(t *testing.T) {
 // live for this process and stale for a process that is gone, and files
 // not written the way Write does are not taken.
 func TestWriteList(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("records are root's: needs root")
-	}
+	testenv.Root(t, "records are root's")
 	dir := filepath.Join(t.TempDir(), "records")
 	pid, start, err := Self()
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // modes runs f once with openat2 (when this kernel has it) and once with
@@ -281,9 +283,7 @@ func TestMkdirAllSymlinkRemove(t *testing.T) {
 }
 
 func TestChownTree(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to change owners")
-	}
+	testenv.Root(t, "changes owners")
 	const uid, gid = 65534, 65533
 	modes(t, func(t *testing.T) {
 		f := newFixture(t)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -197,9 +198,7 @@ func TestRunForcedWhileStarting(t *testing.T) {
 func TestVlctlRunNotRoot(t *testing.T) {
 	needRoot(t)
 	uid, gid, err := standalone.LookupUser("virtlauncher")
-	if err != nil {
-		t.Skip(err)
-	}
+	testenv.Need(t, "user virtlauncher", err)
 	root := workRoot(t)
 	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--workdir", root, "/nonexistent.yaml")
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}

@@ -14,6 +14,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // Issue 14, class 1: what root writes into a run's work dir, checked with
@@ -32,15 +33,13 @@ type stageFixture struct {
 
 func launcherUser(t *testing.T) ids {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the work dir is handed to another user")
-	}
+	testenv.Root(t, "the work dir is handed to another user")
 	for _, name := range []string{"virtlauncher", "nobody"} {
 		if o, err := lookupUser(name); err == nil {
 			return o
 		}
 	}
-	t.Skip("neither user virtlauncher nor nobody exists")
+	testenv.Need(t, "user virtlauncher or nobody", errors.New("neither exists"))
 	return ids{}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -25,8 +27,9 @@ var binDir string
 
 func TestMain(m *testing.M) {
 	code := func() int {
-		if os.Geteuid() != 0 {
-			return m.Run() // the tests that need the binaries skip themselves
+		flag.Parse()
+		if os.Geteuid() != 0 || testing.Short() {
+			return m.Run() // the tests that need the binaries fail or skip (testenv)
 		}
 		dir, err := os.MkdirTemp("", "vlsabin")
 		if err != nil {
@@ -54,14 +57,10 @@ func TestMain(m *testing.M) {
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: vlctl run starts the launcher as another user")
-	}
+	// vlctl run starts the launcher as another user
+	testenv.Programs(t, "qemu-system-x86_64")
 	if binDir == "" {
 		t.Fatal("binaries not built")
-	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("qemu-system-x86_64 not installed")
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -313,9 +314,7 @@ func listDir(t *testing.T, dir string) string {
 // device. The device node's permissions are as before afterwards.
 func TestVlctlRunBlockPVC(t *testing.T) {
 	needRoot(t)
-	if _, err := exec.LookPath("losetup"); err != nil {
-		t.Skip("no losetup")
-	}
+	testenv.Programs(t, "losetup")
 	t.Parallel()
 	e := newKeepEnv(t)
 	backing := filepath.Join(e.dir, "loop.img")
@@ -324,7 +323,7 @@ func TestVlctlRunBlockPVC(t *testing.T) {
 	}
 	out, err := exec.Command("losetup", "--find", "--show", backing).Output()
 	if err != nil {
-		t.Skipf("losetup: %v (no loop devices here)", err)
+		testenv.Need(t, "a loop device", fmt.Errorf("losetup: %w", err))
 	}
 	dev := strings.TrimSpace(string(out))
 	t.Cleanup(func() { exec.Command("losetup", "-d", dev).Run() })

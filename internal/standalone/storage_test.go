@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 func TestParseVolumeFlag(t *testing.T) {
@@ -317,9 +319,7 @@ func TestACLEntries(t *testing.T) {
 
 func launcherIDs(t *testing.T) ids {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: acts as the launcher's user")
-	}
+	testenv.Root(t, "acts as the launcher's user")
 	o, err := lookupUser("virtlauncher")
 	if err != nil {
 		t.Fatal(err)

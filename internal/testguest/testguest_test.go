@@ -19,6 +19,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/disks"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // qemuVM is one QEMU this test started, with its serial console captured.
@@ -138,9 +139,7 @@ func (v *qemuVM) waitExit(timeout time.Duration) {
 
 func buildGuest(t *testing.T) *Guest {
 	t.Helper()
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("qemu-system-x86_64 not installed")
-	}
+	testenv.Need(t, "QEMU", testenv.Installed("qemu-system-x86_64"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	g, err := Build(ctx, DefaultCacheDir())
@@ -316,9 +315,8 @@ func TestBoot(t *testing.T) {
 }
 
 func TestBuildCache(t *testing.T) {
-	if _, err := os.Stat("/bin/busybox"); err != nil {
-		t.Skip("busybox-static not installed")
-	}
+	_, err := os.Stat("/bin/busybox")
+	testenv.Need(t, "busybox-static", err)
 	dir := t.TempDir()
 	ctx := context.Background()
 	// Concurrent builds into an empty cache all succeed with one result.

@@ -49,6 +49,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			{"v", "2"},
 		}},
 	}
+	env.NeedBinaries(t)
 	for _, c := range cases {
 		t.Run(c.bin, func(t *testing.T) {
 			out, err := exec.Command(filepath.Join(env.BinDir, c.bin), "--help").CombinedOutput()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -215,9 +216,7 @@ func TestPersistentEFIAndTPM(t *testing.T) {
 // sees /dev/tpm0 and writes an EFI variable, then powers off.
 func TestRootModeTPM(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("unshare not installed")
-	}
+	testenv.Programs(t, "unshare")
 	t0 := time.Now()
 	p := env.NewDeferred(t, "roottpm", podOpts{})
 	args := []string{"--mount", "--net", "--propagation", "private", "/bin/sh", "-c", rootShell, "sh", p.Dir,

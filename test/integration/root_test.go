@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -43,9 +44,7 @@ exec "$@"
 // leave alone).
 func TestRootMode(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("unshare not installed")
-	}
+	testenv.Programs(t, "unshare")
 	for _, tc := range []struct {
 		name string
 		opts podOpts

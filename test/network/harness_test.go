@@ -14,6 +14,7 @@ package network
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -31,6 +32,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // binDir holds virt-launcher-monitor and virt-launcher built for this run
@@ -39,8 +41,9 @@ var binDir string
 
 func TestMain(m *testing.M) {
 	code := func() int {
-		if os.Geteuid() != 0 {
-			return m.Run() // the tests skip themselves
+		flag.Parse()
+		if os.Geteuid() != 0 || testing.Short() {
+			return m.Run() // the tests that need the binaries fail or skip (testenv)
 		}
 		dir, err := os.MkdirTemp("", "vlnetbin")
 		if err != nil {
@@ -68,13 +71,10 @@ func TestMain(m *testing.M) {
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces, taps, nftables, the launcher as another user")
-	}
-	for _, b := range []string{"qemu-system-x86_64", "nft"} {
-		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("%s not installed", b)
-		}
+	// network namespaces, taps, nftables, the launcher as another user
+	testenv.Programs(t, "qemu-system-x86_64", "nft")
+	if binDir == "" {
+		t.Fatal("binaries not built")
 	}
 }
 

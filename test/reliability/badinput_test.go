@@ -65,6 +65,7 @@ func TestBadInputLoad(t *testing.T) {
 // TestBadInputVlctl: `vlctl convert` and `vlctl run` exit 1 with one line
 // naming the field, print nothing on stdout and create nothing.
 func TestBadInputVlctl(t *testing.T) {
+	env.NeedBinaries(t)
 	good := goodDoc(badUID)
 	in := t.TempDir()
 	// Short (libvirt's socket paths below it must fit in 107 bytes), and

@@ -32,6 +32,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // linkUser is the unprivileged user the links are planted as.
@@ -42,15 +43,13 @@ type linkUser struct {
 
 func needLinkUser(t *testing.T) linkUser {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: vlctl run's root side is what is tested")
-	}
+	testenv.Root(t, "vlctl run's root side is what is tested")
 	for _, name := range []string{"virtlauncher", "nobody"} {
 		if uid, gid, err := standalone.LookupUser(name); err == nil {
 			return linkUser{name, uid, gid}
 		}
 	}
-	t.Skip("neither user virtlauncher nor nobody exists")
+	testenv.Need(t, "user virtlauncher or nobody", errors.New("neither exists"))
 	return linkUser{}
 }
 

@@ -268,6 +268,7 @@ func TestLayoutPathsStayInside(t *testing.T) {
 // subreaper and reaps every one; none is left, zombie or alive. The unit
 // variant with the fake launcher is internal/monitor TestReapOrphans.
 func TestReapOrphansEndToEnd(t *testing.T) {
+	env.NeedBinaries(t)
 	t.Parallel()
 	n := 1000
 	if soak() {
