@@ -23,6 +23,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -31,9 +32,8 @@ import (
 // system daemon, never /run/libvirt.
 func startLibvirtd(t *testing.T) *libvirt.Libvirt {
 	t.Helper()
-	if _, _, err := libvirtd.FindDaemon(); err != nil {
-		t.Fatalf("no libvirt daemon installed: %v", err)
-	}
+	_, _, err := libvirtd.FindDaemon()
+	testenv.Need(t, "the libvirt daemon", err)
 	var cred *syscall.Credential
 	dir, err := os.MkdirTemp("", "cvd") // short: unix socket paths are limited
 	if err != nil {

@@ -38,6 +38,10 @@ func Marshal(t testing.TB, dom *libvirtxml.Domain) string {
 func ValidateXML(t testing.TB, doc string) {
 	t.Helper()
 	if _, err := exec.LookPath("virt-xml-validate"); err != nil {
+		if testing.Short() { // the fast tier runs without libvirt
+			t.Logf("-short: %s not validated: virt-xml-validate is not installed", t.Name())
+			return
+		}
 		t.Fatalf("virt-xml-validate is not installed (package libvirt-clients + libxml2-utils): %v", err)
 	}
 	f := filepath.Join(t.TempDir(), "domain.xml")
