@@ -14,8 +14,8 @@ import (
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/agent"
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/domain"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 

@@ -36,10 +36,10 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/compute"
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/converter/hostdev"
 	"github.com/virtlauncher/virtlauncher/internal/converter/network"
 	"github.com/virtlauncher/virtlauncher/internal/converter/storage"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
 // Context is the converter's view of the outside world.

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
 

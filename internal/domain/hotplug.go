@@ -11,8 +11,8 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
 // The calls virt-handler makes on every change of a running VMI that might

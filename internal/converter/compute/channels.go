@@ -6,7 +6,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
 // GuestAgentChannel is the virtio-serial port name of the QEMU guest agent.

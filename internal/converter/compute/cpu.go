@@ -7,7 +7,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
 // TCGMode is the CPU mode used instead of host-model/host-passthrough under

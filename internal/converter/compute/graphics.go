@@ -6,7 +6,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
 // Graphics adds VNC on a unix socket in the VMI's private directory, plus the

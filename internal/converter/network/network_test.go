@@ -6,8 +6,8 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
 	"github.com/virtlauncher/virtlauncher/internal/converter/network"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
 func pod(iface v1.Interface) func(*v1.VirtualMachineInstance) {

@@ -5,7 +5,7 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
 // device is what the spec says about the guest side of one disk.

@@ -9,7 +9,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
 // withDisk replaces the VMI's disks and volumes with one disk on vol.

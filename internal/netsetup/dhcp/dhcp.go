@@ -30,7 +30,7 @@ import (
 	"github.com/vishvananda/netns"
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtlauncher/virtlauncher/internal/converter/facts"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 )
 

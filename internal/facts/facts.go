@@ -1,7 +1,9 @@
 // Package facts holds what the converter needs to know about the world
 // outside the VMI: file formats, device addresses, cluster settings, paths.
-// The launcher gathers these from the real system; tests and fuzzing make them
-// up. Keeping them in one plain struct is what makes the converter pure.
+// The launcher, disks and netsetup gather these from the real system (and
+// domain and cmdserver pass them on); tests and fuzzing make them up. It
+// is the vocabulary they share, so it belongs to none of them. Keeping the
+// facts in one plain struct is what makes the converter pure.
 package facts
 
 import (
