@@ -169,7 +169,7 @@ func runContainerDiskVMI(t *testing.T, ctx context.Context, name string, imageVo
 	}
 
 	// The guest's serial console, through virt-api and virt-handler.
-	out := env.Console(t, ctx, name, "echo VL-CONSOLE-$((6*7))")
+	out := env.Console(t, ctx, name, "echo VL-CONSOLE-$((6*7))", "VL-CONSOLE-42")
 	if !strings.Contains(out, "VL-CONSOLE-42") {
 		t.Errorf("virtctl console: the guest did not answer; got:\n%s", out)
 	}
@@ -510,7 +510,7 @@ func TestSidecarHook(t *testing.T) {
 	env.WaitReady(t, ctx, name)
 	pod := env.LauncherPod(t, ctx, name)
 	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
-	out := env.Console(t, ctx, name, "echo VL-BOARD-$(cat /sys/class/dmi/id/board_vendor)")
+	out := env.Console(t, ctx, name, "echo VL-BOARD-$(cat /sys/class/dmi/id/board_vendor)", "VL-BOARD-Radical Edward")
 	if !strings.Contains(out, "VL-BOARD-Radical Edward") {
 		t.Errorf("the guest's board vendor is not the hook's; console:\n%s", out)
 	}

@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -36,9 +35,11 @@ func (e *Env) LauncherPod(t testing.TB, ctx context.Context, vmi string) string 
 }
 
 // Console types line into the VMI's serial console with `virtctl
-// console` (after a newline for a fresh prompt) and returns what the
-// console showed in the following seconds.
-func (e *Env) Console(t testing.TB, ctx context.Context, vmi, line string) string {
+// console` once virtctl says it is connected (what is typed before that is
+// lost), after a newline for a fresh prompt, and again every few seconds
+// until the console shows want (45 s at most: a guest still booting may
+// drop what is typed meanwhile). It returns what the console showed.
+func (e *Env) Console(t testing.TB, ctx context.Context, vmi, line, want string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 45*time.Second)
 	defer cancel()
@@ -48,17 +49,25 @@ func (e *Env) Console(t testing.TB, ctx context.Context, vmi, line string) strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
+	var out launchertest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// virtctl connects first; what is typed before that is lost.
-	time.Sleep(3 * time.Second)
-	io.WriteString(in, "\n")
-	time.Sleep(time.Second)
-	io.WriteString(in, line+"\n")
-	time.Sleep(5 * time.Second)
+	const connected = "Successfully connected"
+	for !strings.Contains(out.String(), connected) && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+	for ctx.Err() == nil {
+		io.WriteString(in, "\n"+line+"\n")
+		until := time.Now().Add(5 * time.Second)
+		for time.Now().Before(until) && ctx.Err() == nil && !strings.Contains(out.String(), want) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if strings.Contains(out.String(), want) {
+			break
+		}
+	}
 	in.Close() // virtctl ends at the end of its input
 	if err := cmd.Wait(); err != nil && ctx.Err() == nil {
 		t.Errorf("virtctl console %s: %v\n%s", vmi, err, out.String())
