@@ -122,32 +122,87 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 
 	// 1. the daemons
 	root := os.Geteuid() == 0
-	dctx, dcancel := context.WithTimeout(ctx, 60*time.Second)
-	d, err := libvirtd.Start(dctx, l.libvirtdConfig(root), l.log)
-	dcancel()
-	if err != nil {
-		return ExitFatal, fatal("start libvirt: %w", err)
+	if err := l.startDaemons(ctx, root); err != nil {
+		return ExitFatal, err
 	}
-	l.daemon = d
 	defer l.stopDaemons()
-	l.log.Info("libvirt daemons up", "daemon", d.Kind(), "socket", d.Socket(), "took", time.Since(t0).String())
+	l.log.Info("libvirt daemons up", "daemon", l.daemon.Kind(), "socket", l.daemon.Socket(), "took", time.Since(t0).String())
 
 	// 2. the domain manager: connect and subscribe to events
+	mctx, stopManager, err := l.startManager(ctx, hm, root)
+	defer stopManager()
+	if err != nil {
+		return ExitFatal, err
+	}
+
+	// 3. the command server, its self-check, and the readiness rename
+	stopServer, err := l.serveCommands(ctx)
+	defer stopServer()
+	if err != nil {
+		return ExitFatal, err
+	}
+	l.log.Info("ready", "socket", l.layout.ReadySocket(), "took", time.Since(t0).String())
+
+	// 4. standalone: sync the VMI from the environment
+	if err := l.syncStandalone(ctx); err != nil {
+		return ExitFatal, err
+	}
+
+	// 5. wait for a domain
+	if code, end, err := l.waitDefined(ctx, sigs); end {
+		return code, err
+	}
+
+	// 6. run until QEMU is gone
+	if !l.opts.Virtlogd {
+		go capLog(mctx, l.layout.SerialLog(l.opts.UID), serialLogMax, logCapEvery, l.log)
+	}
+	destroyed := false
+	select {
+	case <-l.mgr.Stopped():
+	case sig := <-sigs:
+		l.log.Info("received signal, shutting the guest down", "signal", sig.String(), "gracePeriodSeconds", l.opts.GracePeriodSeconds)
+		l.beginTermination()
+		destroyed = l.gracefulShutdown(ctx, sigs)
+	case <-ctx.Done():
+		destroyed = l.gracefulShutdown(context.Background(), sigs)
+	}
+	return l.finish(destroyed), nil
+}
+
+// startDaemons starts the private libvirt daemon(s) (60 s at most).
+func (l *Launcher) startDaemons(ctx context.Context, root bool) error {
+	dctx, dcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer dcancel()
+	d, err := libvirtd.Start(dctx, l.libvirtdConfig(root), l.log)
+	if err != nil {
+		return fatal("start libvirt: %w", err)
+	}
+	l.daemon = d
+	return nil
+}
+
+// startManager makes the domain manager, runs it and waits until it is
+// connected to the daemon; it then has the daemon probe QEMU in the
+// background. The context it returns lives until stop, which is never nil
+// and must be called whatever the error.
+func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root bool) (context.Context, func(), error) {
 	emulation, hvErr := hypervisor(l.opts)
 	if hvErr == nil {
 		l.log.Info("hypervisor chosen", "emulation", emulation)
 	}
+	var closers []func()
 	events := l.Events
 	if events == nil {
 		ns := newNotifySink(l.layout.NotifySocket(), l.log)
-		defer ns.Close()
+		closers = append(closers, func() { ns.Close() })
 		events = ns
 	}
 	l.mgr = domain.New(domain.Config{
 		Layout:        l.layout,
 		Log:           l.log,
-		Socket:        d.Socket(),
-		URI:           d.URI(),
+		Socket:        l.daemon.Socket(),
+		URI:           l.daemon.URI(),
 		Events:        events,
 		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm, ImageVolume: l.opts.ImageVolume},
 		Hooks:         hm,
@@ -167,7 +222,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	mctx, mcancel := context.WithCancel(ctx)
 	mdone := make(chan struct{})
 	go func() { l.mgr.Run(mctx); close(mdone) }()
-	defer func() {
+	stop := func() {
 		mcancel()
 		<-mdone
 		cctx, ccancel := context.WithTimeout(context.Background(), shutdownCallBound)
@@ -175,12 +230,16 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		if err := l.mgr.Close(cctx); err != nil {
 			l.log.Warn("stop the network phase", "reason", err.Error())
 		}
-	}()
+		// In reverse order of making: the notify sink outlives the manager.
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
 	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
-	err = l.mgr.Connected(cctx)
+	err := l.mgr.Connected(cctx)
 	ccancel()
 	if err != nil {
-		return ExitFatal, fatal("connect to libvirt: %w", err)
+		return mctx, stop, fatal("connect to libvirt: %w", err)
 	}
 	if hvErr == nil {
 		// Have the daemon probe QEMU while the command server comes up and
@@ -198,11 +257,17 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 			l.log.Info("QEMU capabilities ready", "took", time.Since(t).String())
 		}()
 	}
+	return mctx, stop, nil
+}
 
-	// 3. the command server, its self-check, and the readiness rename
+// serveCommands starts the command server on the init socket, checks it
+// answers, and renames the socket to the ready one: virt-handler takes the
+// launcher as ready from then on. stop is never nil and must be called
+// whatever the error.
+func (l *Launcher) serveCommands(ctx context.Context) (stop func(), err error) {
 	lis, err := cmdserver.Listen(l.layout.InitSocket())
 	if err != nil {
-		return ExitFatal, fatal("command server: %w", err)
+		return func() {}, fatal("command server: %w", err)
 	}
 	sctx, scancel := context.WithCancel(context.Background())
 	sdone := make(chan struct{})
@@ -212,41 +277,51 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		}
 		close(sdone)
 	}()
-	defer func() {
+	stop = func() {
 		scancel()
 		<-sdone
 		os.Remove(l.layout.InitSocket())
 		os.Remove(l.layout.ReadySocket())
-	}()
+	}
 	if err := selfCheck(ctx, l.layout.InitSocket()); err != nil {
-		return ExitFatal, fatal("command server self-check: %w", err)
+		return stop, fatal("command server self-check: %w", err)
 	}
 	if err := os.Rename(l.layout.InitSocket(), l.layout.ReadySocket()); err != nil {
-		return ExitFatal, fatal("mark ready: %w", err)
+		return stop, fatal("mark ready: %w", err)
 	}
-	l.log.Info("ready", "socket", l.layout.ReadySocket(), "took", time.Since(t0).String())
+	return stop, nil
+}
 
-	// 4. standalone: sync the VMI from the environment
-	if s := os.Getenv(EnvStandaloneVMI); s != "" {
-		v, err := vmi.Load([]byte(s), vmi.Options{})
-		if err != nil {
-			return ExitFatal, fatal("%s: %w", EnvStandaloneVMI, err)
-		}
-		sctx, c := context.WithTimeout(ctx, 2*time.Minute)
-		err = l.mgr.Sync(sctx, v, domain.SyncOptions{})
-		c()
-		if err != nil {
-			return ExitFatal, fatal("%s: sync: %w", EnvStandaloneVMI, err)
-		}
+// syncStandalone syncs the VMI given in the environment (vlctl run's way of
+// starting a guest without a virt-handler), if there is one.
+func (l *Launcher) syncStandalone(ctx context.Context) error {
+	s := os.Getenv(EnvStandaloneVMI)
+	if s == "" {
+		return nil
 	}
+	v, err := vmi.Load([]byte(s), vmi.Options{})
+	if err != nil {
+		return fatal("%s: %w", EnvStandaloneVMI, err)
+	}
+	sctx, c := context.WithTimeout(ctx, 2*time.Minute)
+	defer c()
+	if err := l.mgr.Sync(sctx, v, domain.SyncOptions{}); err != nil {
+		return fatal("%s: sync: %w", EnvStandaloneVMI, err)
+	}
+	return nil
+}
 
-	// 5. wait for a domain
+// waitDefined waits for the first domain. end says the launcher ends
+// instead, with code and err: no domain within --qemu-timeout, a signal
+// (after shutting down what a Sync under way started), or ctx ending.
+func (l *Launcher) waitDefined(ctx context.Context, sigs <-chan os.Signal) (code int, end bool, err error) {
 	timer := time.NewTimer(l.opts.QemuTimeout)
 	defer timer.Stop()
 	select {
 	case <-l.mgr.Defined():
+		return 0, false, nil
 	case <-timer.C:
-		return ExitFatal, fatal("no domain was defined within --qemu-timeout %v", l.opts.QemuTimeout)
+		return ExitFatal, true, fatal("no domain was defined within --qemu-timeout %v", l.opts.QemuTimeout)
 	case sig := <-sigs:
 		// A Sync may be defining the domain right now: stop new ones, wait
 		// for it, and shut down whatever it started.
@@ -254,30 +329,14 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		select {
 		case <-l.mgr.Defined():
 			l.log.Info("signal while the first Sync defined the domain, shutting the guest down", "signal", sig.String())
-			return l.finish(l.gracefulShutdown(ctx, sigs)), nil
+			return l.finish(l.gracefulShutdown(ctx, sigs)), true, nil
 		default:
 		}
 		l.log.Info("signal before any domain was defined, exiting", "signal", sig.String())
-		return ExitOK, nil
+		return ExitOK, true, nil
 	case <-ctx.Done():
-		return ExitOK, nil
+		return ExitOK, true, nil
 	}
-
-	// 6. run until QEMU is gone
-	if !l.opts.Virtlogd {
-		go capLog(mctx, l.layout.SerialLog(l.opts.UID), serialLogMax, logCapEvery, l.log)
-	}
-	destroyed := false
-	select {
-	case <-l.mgr.Stopped():
-	case sig := <-sigs:
-		l.log.Info("received signal, shutting the guest down", "signal", sig.String(), "gracePeriodSeconds", l.opts.GracePeriodSeconds)
-		l.beginTermination()
-		destroyed = l.gracefulShutdown(ctx, sigs)
-	case <-ctx.Done():
-		destroyed = l.gracefulShutdown(context.Background(), sigs)
-	}
-	return l.finish(destroyed), nil
 }
 
 func (l *Launcher) makeDirs() error {
