@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // These run in `make test`, without a cluster: the refusals before one is
@@ -112,6 +114,7 @@ func TestPreflightRefuses(t *testing.T) {
 // owner gone, a host directory it made) and checks that the next run's
 // clean-up removes it, and that a live run's state is refused instead.
 func TestCleanUpKilledRun(t *testing.T) {
+	testenv.Programs(t, "nft") // lists the host's nftables tables
 	noCluster(t)
 	ctx := context.Background()
 	cfg := fakeParts(t)
