@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
-	"strconv"
 	"testing"
 )
 
@@ -60,20 +58,4 @@ func Installed(names ...string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// User makes t need root and the local user name, and returns its ids.
-func User(t testing.TB, name string) (uid, gid int) {
-	t.Helper()
-	u, err := user.Lookup(name)
-	Need(t, "root and user "+name, errors.Join(RootErr(), err))
-	uid, err = strconv.Atoi(u.Uid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gid, err = strconv.Atoi(u.Gid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return uid, gid
 }
