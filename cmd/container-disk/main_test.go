@@ -83,7 +83,14 @@ func TestSocketLifecycle(t *testing.T) {
 			done := make(chan int, 1)
 			var errb bytes.Buffer
 			go func() { done <- run([]string{"--copy-path", copyPath}, sigs, 20*time.Millisecond, &errb, &errb) }()
-			waitFor(t, func() bool { return exists(sock) })
+			// The file appears at bind(2), a moment before listen(2).
+			waitFor(t, func() bool {
+				conn, err := net.Dial("unix", sock)
+				if err == nil {
+					conn.Close()
+				}
+				return err == nil
+			})
 			// virt-handler connects to find the container; many times over.
 			for range 100 {
 				conn, err := net.Dial("unix", sock)
