@@ -36,6 +36,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
+	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -847,7 +848,7 @@ func (r *runner) waitReady(ctx context.Context) (*cmdclient.Client, error) {
 	deadline := time.After(60 * time.Second)
 	for {
 		if _, err := os.Stat(r.layout.ReadySocket()); err == nil {
-			c, err := cmdclient.Dial(ctx, r.layout.ReadySocket())
+			c, err := cmdclient.DialChecked(ctx, r.layout.ReadySocket(), peerBelow(r.monitor.Process.Pid))
 			if err != nil {
 				return nil, fmt.Errorf("dial launcher: %w", err)
 			}
@@ -865,6 +866,23 @@ func (r *runner) waitReady(ctx context.Context) (*cmdclient.Client, error) {
 	}
 }
 
+// peerBelow checks that a unix socket is served by a process below pid
+// (the run's monitor): the launcher user owns the directories the sockets
+// are in, and every VM's processes may run as that user, so the path alone
+// does not say whose socket it is. The listener's kernel credentials do.
+func peerBelow(pid int) func(net.Conn) error {
+	return func(conn net.Conn) error {
+		peer, err := unixgrpc.PeerPID(conn)
+		if err != nil {
+			return err
+		}
+		if !procfs.IsAncestor("/proc", pid, peer) {
+			return fmt.Errorf("the socket's listener (pid %d) is not a process of this run (monitor pid %d); refused", peer, pid)
+		}
+		return nil
+	}
+}
+
 // streamConsole copies the serial console to cfg.Console until the guest
 // closes it.
 func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
@@ -876,6 +894,11 @@ func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
 		for i := 0; i < 100; i++ {
 			c, err := net.Dial("unix", sock)
 			if err == nil {
+				if err := peerBelow(r.monitor.Process.Pid)(c); err != nil {
+					c.Close()
+					fmt.Fprintf(r.cfg.Status, "vlctl: serial console: %v\n", err)
+					return
+				}
 				conn = c
 				break
 			}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
@@ -70,4 +71,30 @@ func DialChecked(ctx context.Context, path, dialPath string, check func(net.Conn
 		}
 	}
 	return conn, nil
+}
+
+// PeerPID is the pid of the process at the other end of the unix socket
+// connection conn, as the kernel recorded it (SO_PEERCRED: for a client,
+// the process that called listen(2)). Unlike the socket's path or owner,
+// it cannot be faked by whoever can write the socket's directory.
+func PeerPID(conn net.Conn) (int, error) {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return 0, fmt.Errorf("peer credentials: %T is not a unix socket connection", conn)
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("peer credentials: %w", err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, fmt.Errorf("peer credentials: %w", err)
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("peer credentials: %w", cerr)
+	}
+	return int(cred.Pid), nil
 }
