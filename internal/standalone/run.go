@@ -34,6 +34,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
@@ -84,6 +85,11 @@ type Config struct {
 	// verbs by name (default runrecord.DefaultDir): a directory only root
 	// can write.
 	RecordDir string
+	// ImageCache is where containerDisk images named by reference (not by
+	// a local path) are pulled to (default registrydisk.DefaultDir).
+	ImageCache string
+	// pulled maps those references to their cached disks (Run fills it).
+	pulled map[string]string
 	// Started, when set, is called once the guest's domain runs, with where
 	// things are; tests use it to reach the guest from the outside.
 	Started func(Started)
@@ -146,6 +152,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if w := memoryWarning(v); w != "" {
 		fmt.Fprintln(cfg.Status, w)
+	}
+	if cfg.pulled, err = pullImages(ctx, cfg, v); err != nil {
+		return err
 	}
 	for failures := 0; ; {
 		started, err := runOnce(ctx, cfg, v.DeepCopy(), vm)
@@ -229,6 +238,9 @@ func (c *Config) defaults() {
 	}
 	if c.RecordDir == "" {
 		c.RecordDir = runrecord.DefaultDir
+	}
+	if c.ImageCache == "" {
+		c.ImageCache = registrydisk.DefaultDir
 	}
 	if c.CapsCache == "" {
 		c.CapsCache = "/var/tmp/virtlauncher-qemu-caps"
@@ -460,6 +472,31 @@ func (r *runner) handOver() error {
 // to uid:gid; see safefs.ChownTree. The bench uses it for its pod trees.
 func ChownTree(root string, uid, gid int) error { return safefs.ChownTree(root, uid, gid) }
 
+// pullTimeout bounds the pull of one containerDisk image.
+const pullTimeout = 30 * time.Minute
+
+// pullImages fetches the containerDisk images the manifest names by
+// reference (anything but an absolute path) into cfg.ImageCache, as the
+// kubelet of a cluster would pull them, honouring imagePullPolicy.
+func pullImages(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance) (map[string]string, error) {
+	cache := &registrydisk.Cache{Dir: cfg.ImageCache, Status: cfg.Status}
+	pulled := map[string]string{}
+	for i, vol := range v.Spec.Volumes {
+		cd := vol.ContainerDisk
+		if cd == nil || filepath.IsAbs(cd.Image) {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, pullTimeout)
+		p, err := cache.Fetch(pctx, cd.Image, cd.Path, cd.ImagePullPolicy)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("spec.volumes[%d].containerDisk.image: %w", i, err)
+		}
+		pulled[cd.Image] = p
+	}
+	return pulled, nil
+}
+
 // link is a local file put where a cluster would have mounted it.
 type link struct {
 	field    string // the manifest field it comes from
@@ -467,8 +504,8 @@ type link struct {
 }
 
 // localImages checks the manifest's local images and says where each goes.
-// It stands in for the handler's bind mounts: with no registry, a
-// containerDisk image must be an absolute path to a local disk image (it
+// It stands in for the handler's bind mounts: a containerDisk image is an
+// absolute path to a local disk image or a reference pullImages pulled (it
 // becomes disk_<i>.img), and a kernelBoot container image an absolute path
 // to a directory holding kernelPath and initrdPath.
 func (r *runner) localImages(l layout.Layout) ([]link, error) {
@@ -479,8 +516,11 @@ func (r *runner) localImages(l layout.Layout) ([]link, error) {
 		}
 		field := fmt.Sprintf("spec.volumes[%d].containerDisk.image", i)
 		img := vol.ContainerDisk.Image
+		if p, ok := r.cfg.pulled[img]; ok {
+			img = p
+		}
 		if !filepath.IsAbs(img) {
-			return nil, fmt.Errorf("%s: %q: standalone runs have no registry; give the absolute path of a local disk image", field, img)
+			return nil, fmt.Errorf("%s: %q was not pulled; give an image reference or the absolute path of a local disk image", field, img)
 		}
 		st, err := os.Stat(img)
 		if err != nil {
