@@ -17,14 +17,14 @@ import (
 
 func newRunCmd() *cobra.Command {
 	var cfg standalone.Config
-	var volumes []string
+	var volumes, publish []string
 	cmd := &cobra.Command{
 		Use:   "run FILE",
 		Short: "Boot a VMI manifest on this machine and show its serial console",
 		Long: `run plays virt-handler's part on one machine: it lays out a working directory like a
 launcher pod, links local disk images where a cluster mounts container disks (a containerDisk
-image must be an absolute path to a local disk image; a kernelBoot container image an absolute
-path to a directory), builds the pod network in namespaces of its own, starts
+image is an absolute path to a local disk image, or an image reference pulled into
+--image-cache; a kernelBoot container image an absolute path to a directory), builds the pod network in namespaces of its own, starts
 virt-launcher-monitor and virt-launcher as an unprivileged user, syncs the VMI and prints the
 guest's serial console on stdout.
 
@@ -34,6 +34,9 @@ persistentVolumeClaim or dataVolume needs --volume CLAIM=PATH, a raw image file 
 first use with the dataVolumeTemplate's storage request or size=SIZE) or a block device.
 vlctl grants QEMU's user access with an ACL entry for the run and never copies, chowns or
 deletes these files.
+
+--publish [HOSTIP:]HOSTPORT:GUESTPORT forwards a TCP port of the host (127.0.0.1 unless
+HOSTIP is given) to the guest, like podman run -p; nothing is published unless asked.
 
 A VirtualMachine's run strategy is honoured: Always starts the guest again whenever it stops,
 RerunOnFailure when it fails, Once and Manual run it once; Halted (running: false) is refused
@@ -54,6 +57,13 @@ from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run do
 					return err
 				}
 				cfg.Volumes = append(cfg.Volumes, m)
+			}
+			for _, p := range publish {
+				pb, err := standalone.ParsePublish(p)
+				if err != nil {
+					return err
+				}
+				cfg.Publish = append(cfg.Publish, pb)
 			}
 			// The first interrupt stops the guest gracefully, the second
 			// at once.
@@ -92,6 +102,7 @@ from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run do
 		},
 	}
 	f := cmd.Flags()
+	f.StringArrayVar(&publish, "publish", nil, "[HOSTIP:]HOSTPORT:GUESTPORT[/tcp]: forward a TCP port of the host (127.0.0.1 unless HOSTIP) to the guest (repeatable)")
 	f.StringArrayVar(&volumes, "volume", nil, "CLAIM=PATH[,size=SIZE]: the local storage (raw image file or block device) of a persistentVolumeClaim or dataVolume; a missing file is created with SIZE or the dataVolumeTemplate's request (repeatable)")
 	f.BoolVar(&cfg.ForceStart, "force-start", false, "run a VirtualMachine whose run strategy keeps it stopped (Halted, running: false)")
 	f.BoolVar(&cfg.Emulation, "emulation", false, "force software emulation (TCG); without it KVM is used when /dev/kvm opens")

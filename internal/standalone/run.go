@@ -85,6 +85,8 @@ type Config struct {
 	// verbs by name (default runrecord.DefaultDir): a directory only root
 	// can write.
 	RecordDir string
+	// Publish forwards host TCP ports to the guest (--publish).
+	Publish []Publish
 	// ImageCache is where containerDisk images named by reference (not by
 	// a local path) are pulled to (default registrydisk.DefaultDir).
 	ImageCache string
@@ -209,6 +211,9 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	if err := run.setupNetwork(ctx); err != nil {
 		return false, err
 	}
+	if err := run.publish(); err != nil {
+		return false, err
+	}
 	if err := run.stageLauncher(); err != nil {
 		return false, err
 	}
@@ -307,6 +312,7 @@ type runner struct {
 	monitor *exec.Cmd
 	exited  chan struct{} // closed when the monitor has exited
 	record  string        // the run's record file, once written
+	pub     *publisher    // the published ports, once listening
 	// netName names the pod network's namespaces (podnet.NewName), chosen
 	// before they exist so that the record names them for vlctl gc.
 	netName string
@@ -1187,6 +1193,9 @@ func (r *runner) cleanup() error {
 				<-r.exited
 			}
 		}
+	}
+	if r.pub != nil {
+		r.pub.close()
 	}
 	if r.net != nil {
 		if err := r.net.teardown(); err != nil {

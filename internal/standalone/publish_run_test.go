@@ -1,0 +1,104 @@
+package standalone_test
+
+import (
+	"bufio"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// freePort is a TCP port of 127.0.0.1 nobody listens on right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestVlctlRunPublish: --publish PORT:22 makes the guest's SSH server
+// answer on the host's loopback (its banner read through vlctl's relay
+// and the masquerade binding); Ctrl-C closes the port with the rest. A
+// host port already taken, or a guest port the interface does not
+// forward, fails the run before anything is left.
+func TestVlctlRunPublish(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "pub")
+	if code != 0 {
+		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
+	}
+	// The masquerade interface forwards the ports it declares: SSH's.
+	if !strings.Contains(manifest, "        - port: 80\n") {
+		t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)
+	}
+	manifest = strings.Replace(manifest, "        - port: 80\n", "        - port: 22\n", 1)
+	file := filepath.Join(t.TempDir(), "pub.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// A taken port: refused, nothing left.
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
+	root := workRoot(t)
+	code, _, stderr = vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--publish", busyPort+":22", file)
+	if code == 0 || !strings.Contains(stderr, "--publish 127.0.0.1:"+busyPort) || !strings.Contains(stderr, "address already in use") {
+		t.Errorf("a taken host port: exit %d, stderr:\n%s\nwant a failure naming the --publish", code, stderr)
+	}
+	checkNothingLeft(t, root)
+
+	// A port the interface does not forward: refused, nothing left.
+	code, _, stderr = vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--publish", "2323:23", file)
+	if code == 0 || !strings.Contains(stderr, "TCP 22") || !strings.Contains(stderr, "23 is not one of them") {
+		t.Errorf("an undeclared guest port: exit %d, stderr:\n%s\nwant a refusal naming the declared ports", code, stderr)
+	}
+	checkNothingLeft(t, root)
+
+	port := strconv.Itoa(freePort(t))
+	root = workRoot(t)
+	cmd, stdout, errOut, exited := startVlctl(t, "run", "--emulation", "--workdir", root, "--publish", port+":22", file)
+	waitFor(t, "the guest's SSH server", 4*time.Minute, exited, func() bool {
+		return strings.Contains(stdout.String(), testguest.MarkerSSHD)
+	})
+	if want := "vlctl: published 127.0.0.1:" + port + " -> guest port 22/tcp"; !strings.Contains(errOut.String(), want) {
+		t.Errorf("vlctl run did not say %q:\n%s", want, errOut.String())
+	}
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 5*time.Second)
+	if err != nil {
+		t.Fatalf("connect to the published port: %v", err)
+	}
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	banner, err := bufio.NewReader(c).ReadString('\n')
+	c.Close()
+	if err != nil || !strings.HasPrefix(banner, "SSH-2.0-") {
+		t.Errorf("through 127.0.0.1:%s: %q, %v, want the guest's SSH banner", port, banner, err)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("vlctl run after Ctrl-C: %v", err)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("vlctl run did not end after Ctrl-C")
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second); err == nil {
+		c.Close()
+		t.Errorf("127.0.0.1:%s still accepts after the run ended", port)
+	}
+	checkNothingLeft(t, root)
+}
