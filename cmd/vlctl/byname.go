@@ -239,6 +239,9 @@ func psRowOf(ctx context.Context, e *runrecord.Entry) (psRow, error) {
 	for _, a := range e.Addresses {
 		row.Addresses = append(row.Addresses, a.String())
 	}
+	for _, p := range e.Published {
+		row.Addresses = append(row.Addresses, p+" (published)")
+	}
 	if e.Stale {
 		// Kept: it says what vlctl gc has to clean up.
 		row.State = "stale (vlctl gc cleans up)"

@@ -50,6 +50,9 @@ type Record struct {
 	// Addresses are where the guest is reachable, each with the network
 	// namespace it is reachable from.
 	Addresses []Address `json:"addresses,omitempty"`
+	// Published are the host ports forwarded to the guest (--publish),
+	// as "HOST:PORT->GUESTPORT/tcp".
+	Published []string `json:"published,omitempty"`
 	// Started is when the guest's domain started.
 	Started time.Time `json:"started"`
 	// VMI is the VMI as the launcher was synced with: the pause and

@@ -70,10 +70,14 @@ func TestVlctlRunPublish(t *testing.T) {
 
 	port := strconv.Itoa(freePort(t))
 	root = workRoot(t)
-	cmd, stdout, errOut, exited := startVlctl(t, "run", "--emulation", "--workdir", root, "--publish", port+":22", file)
+	records := workRoot(t)
+	cmd, stdout, errOut, exited := startVlctl(t, "run", "--emulation", "--workdir", root, "--record-dir", records, "--publish", port+":22", file)
 	waitFor(t, "the guest's SSH server", 4*time.Minute, exited, func() bool {
 		return strings.Contains(stdout.String(), testguest.MarkerSSHD)
 	})
+	if code, out, stderr := vlctl(t, time.Minute, "ps", "--record-dir", records); code != 0 || !strings.Contains(out, "127.0.0.1:"+port+"->22/tcp (published)") {
+		t.Errorf("vlctl ps: exit %d, want the published port in:\n%s%s", code, out, stderr)
+	}
 	if want := "vlctl: published 127.0.0.1:" + port + " -> guest port 22/tcp"; !strings.Contains(errOut.String(), want) {
 		t.Errorf("vlctl run did not say %q:\n%s", want, errOut.String())
 	}

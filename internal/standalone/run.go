@@ -871,6 +871,9 @@ func (r *runner) writeRecord(st *Started) error {
 	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
 		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.layout.SerialSocket(string(r.vmi.UID)),
 		VMI: r.vmi, NetNS: []string{pod, outside}, Keep: r.cfg.Keep}
+	for _, pb := range r.cfg.Publish {
+		rec.Published = append(rec.Published, fmt.Sprintf("%s->%d/tcp", pb.Host, pb.GuestPort))
+	}
 	for _, d := range r.disks {
 		if g, ok := d.recordedGrant(); ok {
 			rec.Grants = append(rec.Grants, g)
