@@ -316,8 +316,8 @@ func uptime(d time.Duration) string {
 	return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
 }
 
-// dialConsole connects to the serial console of the VM named, refusing a
-// socket its run's QEMU does not serve.
+// dialConsole connects to the serial console of the VM named, as its vlctl
+// run shares it, refusing a socket that run does not serve.
 func dialConsole(n *nameFlags, query string) (net.Conn, error) {
 	e, err := n.find(query)
 	if err != nil {
@@ -327,7 +327,7 @@ func dialConsole(n *nameFlags, query string) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console of %s: %w", e.FullName(), err)
 	}
-	if err := e.PeerOwnedBy(conn); err != nil {
+	if err := e.PeerIsRun(conn); err != nil {
 		conn.Close()
 		return nil, err
 	}

@@ -26,3 +26,19 @@ func (r *Record) PeerOwnedBy(conn net.Conn) error {
 	}
 	return nil
 }
+
+// PeerIsRun checks that the unix socket conn is served by this record's
+// vlctl run itself (the console it shares, consoleHub), alive.
+func (r *Record) PeerIsRun(conn net.Conn) error {
+	pid, err := unixgrpc.PeerPID(conn)
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.FullName(), err)
+	}
+	if !r.Alive() {
+		return fmt.Errorf("%s: its vlctl run (pid %d) is gone", r.FullName(), r.PID)
+	}
+	if pid != r.PID {
+		return fmt.Errorf("%s: the console socket's listener (pid %d) is not its vlctl run (pid %d); refused", r.FullName(), pid, r.PID)
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package standalone_test
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,7 +81,7 @@ func TestVlctlVerbsByName(t *testing.T) {
 		return rows
 	}
 	// The guest's own address follows once its agent has reported it.
-	addr := regexp.MustCompile(`^(\S+)\s+(\S+)\s+(\S+)\s+(\d+[smhd]\d*[smh]?)\s+(192\.168\.\d+\.\d+) \(netns (vlout-\S+)\)(?:, \d+\.\d+\.\d+\.\d+ \(guest\))?\s+(/\S+virt-serial0)$`)
+	addr := regexp.MustCompile(`^(\S+)\s+(\S+)\s+(\S+)\s+(\d+[smhd]\d*[smh]?)\s+(192\.168\.\d+\.\d+) \(netns (vlout-\S+)\)(?:, \d+\.\d+\.\d+\.\d+ \(guest\))?\s+(/\S+/console\.sock)$`)
 	rows := ps()
 	netns := map[string]bool{}
 	for _, v := range vms {
@@ -161,11 +162,48 @@ func TestVlctlVerbsByName(t *testing.T) {
 		t.Errorf("beta after the refused pause: %s", got)
 	}
 
-	// console by name reaches the guest's console socket, whose listener
-	// (QEMU or its libvirt daemon) is checked to be of alpha's run; with
-	// no input it detaches at once.
-	if code, _, stderr := vlctl(t, time.Minute, "console", "default/alpha", "--record-dir", records); code != 0 {
-		t.Errorf("vlctl console default/alpha: exit %d: %s", code, stderr)
+	// console by name attaches to the console alpha's vlctl run shares
+	// (its listener checked to be that run) while the run keeps showing
+	// it: two consoles, the first types, both and the run see the answer,
+	// the second is told it only watches. With no input it detaches.
+	type attached struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+		out *syncBuffer
+	}
+	attach := func() attached {
+		cmd := exec.Command(filepath.Join(binDir, "vlctl"), "console", "default/alpha", "--record-dir", records)
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return attached{cmd, in, &out}
+	}
+	first := attach()
+	time.Sleep(500 * time.Millisecond) // attached in this order
+	second := attach()
+	waitFor(t, "the second console's notice", time.Minute, vms[0].exited, func() bool {
+		return strings.Contains(second.out.String(), "another console has the input")
+	})
+	io.WriteString(first.in, "\necho VL-HUB-$((6*7))\n")
+	io.WriteString(second.in, "echo VL-NOT-TYPED-$((6*7))\n")
+	for what, b := range map[string]*syncBuffer{"the first console": first.out, "the second console": second.out, "vlctl run": vms[0].stdout} {
+		waitFor(t, "VL-HUB-42 on "+what, time.Minute, vms[0].exited, func() bool { return strings.Contains(b.String(), "VL-HUB-42") })
+	}
+	if strings.Contains(vms[0].stdout.String(), "VL-NOT-TYPED-42") {
+		t.Error("the watching console's input reached the guest")
+	}
+	for _, a := range []attached{first, second} {
+		a.in.Close()
+		if err := a.cmd.Wait(); err != nil {
+			t.Errorf("vlctl console after its input ended: %v\n%s", err, a.out.String())
+		}
 	}
 
 	// A stale record: its pid is a living process, but not the one that

@@ -805,7 +805,7 @@ func (r *runner) drive(ctx context.Context) error {
 	}
 	r.started = true
 	fmt.Fprintf(r.cfg.Status, "vlctl: VM %s/%s is running; console: vlctl console %s/%s (socket %s)\n",
-		r.vmi.Namespace, r.vmi.Name, r.vmi.Namespace, r.vmi.Name, r.layout.SerialSocket(string(r.vmi.UID)))
+		r.vmi.Namespace, r.vmi.Name, r.vmi.Namespace, r.vmi.Name, r.consoleSocket())
 	// The console outlives ctx: it shows the guest's shutdown after Ctrl-C.
 	consoleCtx, closeConsole := context.WithCancel(context.Background())
 	defer closeConsole()
@@ -869,7 +869,7 @@ func (r *runner) writeRecord(st *Started) error {
 	}
 	pod, outside := podnet.NamespaceNames(r.netName)
 	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
-		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.layout.SerialSocket(string(r.vmi.UID)),
+		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.consoleSocket(),
 		VMI: r.vmi, NetNS: []string{pod, outside}, Keep: r.cfg.Keep}
 	for _, pb := range r.cfg.Publish {
 		rec.Published = append(rec.Published, fmt.Sprintf("%s->%d/tcp", pb.Host, pb.GuestPort))
@@ -963,10 +963,21 @@ func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
 		}
 		defer conn.Close()
 		go func() { <-ctx.Done(); conn.Close() }()
-		io.Copy(r.cfg.Console, conn)
+		hub, err := newConsoleHub(conn, r.cfg.Console, r.consoleSocket())
+		if err != nil {
+			fmt.Fprintf(r.cfg.Status, "vlctl: %v (vlctl console by name will not attach)\n", err)
+			io.Copy(r.cfg.Console, conn)
+			return
+		}
+		defer hub.close()
+		hub.run()
 	}()
 	return done
 }
+
+// consoleSocket is where vlctl run shares the guest's serial console
+// (consoleHub): in the work dir, which stays root's.
+func (r *runner) consoleSocket() string { return filepath.Join(r.workDir, "console.sock") }
 
 // waitStopped polls the domain until it is off. It returns false when ctx
 // ends first.

@@ -1,0 +1,156 @@
+package standalone
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// consoleHub shares the guest's serial console, which QEMU serves to one
+// client at a time: vlctl run holds that connection, shows the output on
+// its own console, and fans it out to every `vlctl console` attached to
+// the hub's socket. Input comes from one of them at a time (the first;
+// when it detaches, the longest attached of the rest); the others only
+// watch and are told so.
+type consoleHub struct {
+	guest net.Conn
+	out   io.Writer
+	lis   net.Listener
+	path  string
+
+	mu      sync.Mutex
+	clients []net.Conn // in order of attaching; clients[0] has the input
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// hubWriteTimeout bounds a write to one attached console: a client that
+// does not read is dropped rather than stalling the guest's output.
+const hubWriteTimeout = 2 * time.Second
+
+// newConsoleHub listens at path, a socket only root may connect to (it is
+// in the work dir, which the launcher's user cannot write, and mode 0600).
+func newConsoleHub(guest net.Conn, out io.Writer, path string) (*consoleHub, error) {
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("console socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("console socket: %w", err)
+	}
+	h := &consoleHub{guest: guest, out: out, lis: lis, path: path}
+	h.wg.Add(1)
+	go h.accept()
+	return h, nil
+}
+
+// run copies the guest's output to out and to every client until the
+// guest's connection ends.
+func (h *consoleHub) run() {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := h.guest.Read(buf)
+		if n > 0 {
+			h.out.Write(buf[:n])
+			h.broadcast(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (h *consoleHub) broadcast(b []byte) {
+	h.mu.Lock()
+	clients := append([]net.Conn(nil), h.clients...)
+	h.mu.Unlock()
+	for _, c := range clients {
+		c.SetWriteDeadline(time.Now().Add(hubWriteTimeout))
+		if _, err := c.Write(b); err != nil {
+			c.Close() // its reader removes it
+		}
+	}
+}
+
+func (h *consoleHub) accept() {
+	defer h.wg.Done()
+	for {
+		c, err := h.lis.Accept()
+		if err != nil {
+			return
+		}
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			c.Close()
+			return
+		}
+		h.clients = append(h.clients, c)
+		watcher := len(h.clients) > 1
+		h.mu.Unlock()
+		if watcher {
+			fmt.Fprint(c, "\r\nvlctl: another console has the input; this one shows the output until it detaches\r\n")
+		}
+		h.wg.Add(1)
+		go h.read(c)
+	}
+}
+
+// read forwards c's input to the guest while c has the input, and removes
+// c when it detaches.
+func (h *consoleHub) read(c net.Conn) {
+	defer h.wg.Done()
+	defer h.remove(c)
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 && h.hasInput(c) {
+			if _, werr := h.guest.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (h *consoleHub) hasInput(c net.Conn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.clients) > 0 && h.clients[0] == c
+}
+
+func (h *consoleHub) remove(c net.Conn) {
+	c.Close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, x := range h.clients {
+		if x == c {
+			h.clients = append(h.clients[:i], h.clients[i+1:]...)
+			if i == 0 && len(h.clients) > 0 {
+				h.clients[0].SetWriteDeadline(time.Now().Add(hubWriteTimeout))
+				fmt.Fprint(h.clients[0], "\r\nvlctl: this console has the input now\r\n")
+			}
+			return
+		}
+	}
+}
+
+// close detaches every client, stops listening, removes the socket and
+// waits for the hub's goroutines.
+func (h *consoleHub) close() {
+	h.mu.Lock()
+	h.closed = true
+	h.lis.Close()
+	for _, c := range h.clients {
+		c.Close()
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+	os.Remove(h.path)
+}
