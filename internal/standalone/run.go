@@ -492,11 +492,20 @@ func pullImages(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance) (
 		if cd == nil || filepath.IsAbs(cd.Image) {
 			continue
 		}
+		field := fmt.Sprintf("spec.volumes[%d].containerDisk.image", i)
+		// A relative path that names a file here is a local image meant:
+		// refused rather than looked up in a registry.
+		if strings.HasPrefix(cd.Image, "./") || strings.HasPrefix(cd.Image, "../") {
+			return nil, fmt.Errorf("%s: %q is a relative path; give the absolute path of a local disk image, or an image reference", field, cd.Image)
+		}
+		if _, err := os.Stat(cd.Image); err == nil {
+			return nil, fmt.Errorf("%s: %q is a relative path to a local file; give its absolute path (a name that is not absolute is an image reference)", field, cd.Image)
+		}
 		pctx, cancel := context.WithTimeout(ctx, pullTimeout)
 		p, err := cache.Fetch(pctx, cd.Image, cd.Path, cd.ImagePullPolicy)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("spec.volumes[%d].containerDisk.image: %w", i, err)
+			return nil, fmt.Errorf("%s: %w (a local disk image is given by its absolute path)", field, err)
 		}
 		pulled[cd.Image] = p
 	}

@@ -239,7 +239,7 @@ func TestVlctlRunBadInput(t *testing.T) {
 			[]string{"spec.domain.devices.interfaces[0].ports[0].port", "70000"}},
 		{"unknown field", strings.Replace(good, "    resources:", "    resourcez:\n      x: 1\n    resources:", 1),
 			[]string{"resourcez"}},
-		{"relative containerDisk image", strings.Replace(good, g.RootDisk, "disks/root.img", 1),
+		{"relative containerDisk image", strings.Replace(good, g.RootDisk, "./disks/root.img", 1),
 			[]string{"spec.volumes[0].containerDisk.image", "disks/root.img", "absolute"}},
 		{"relative kernelBoot image", strings.Replace(good, g.KernelDir, "kernels/guest", 1),
 			[]string{"spec.domain.firmware.kernelBoot.container.image", "kernels/guest", "absolute"}},

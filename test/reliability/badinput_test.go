@@ -140,7 +140,7 @@ func TestBadInputVlctl(t *testing.T) {
 			fx.make(img)
 		}
 		if fx.name == "relative path" {
-			img = "disks/root.img"
+			img = "./disks/root.img" // with ./: a path, never looked up in a registry
 		}
 		file := filepath.Join(in, fmt.Sprintf("image%02d.yaml", i))
 		doc := replace("image: registry.example/testguest-root:v1", "image: "+img)(good)
