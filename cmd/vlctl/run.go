@@ -102,6 +102,7 @@ from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run do
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&cfg.Quiet, "quiet", false, "leave out the progress lines (what is being done, where the guest is reachable); warnings and errors are still printed")
 	f.StringArrayVar(&publish, "publish", nil, "[HOSTIP:]HOSTPORT:GUESTPORT[/tcp]: forward a TCP port of the host (127.0.0.1 unless HOSTIP) to the guest (repeatable)")
 	f.StringArrayVar(&volumes, "volume", nil, "CLAIM=PATH[,size=SIZE]: the local storage (raw image file or block device) of a persistentVolumeClaim or dataVolume; a missing file is created with SIZE or the dataVolumeTemplate's request (repeatable)")
 	f.BoolVar(&cfg.ForceStart, "force-start", false, "run a VirtualMachine whose run strategy keeps it stopped (Halted, running: false)")

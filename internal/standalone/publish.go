@@ -105,7 +105,7 @@ func (r *runner) publish() error {
 		p.lis = append(p.lis, l)
 		p.wg.Add(1)
 		go p.serve(l, pb.GuestPort)
-		fmt.Fprintf(r.cfg.Status, "vlctl: published %s\n", pb)
+		r.progress("published %s", pb)
 	}
 	return nil
 }

@@ -85,6 +85,9 @@ type Config struct {
 	// verbs by name (default runrecord.DefaultDir): a directory only root
 	// can write.
 	RecordDir string
+	// Quiet leaves out the progress lines (what is being done, where the
+	// guest is reachable); warnings and errors are still written.
+	Quiet bool
 	// Publish forwards host TCP ports to the guest (--publish).
 	Publish []Publish
 	// ImageCache is where containerDisk images named by reference (not by
@@ -200,6 +203,7 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	if err := run.prepare(); err != nil {
 		return false, err
 	}
+	run.progress("prepared %s", run.workDir)
 	// Recorded before the network exists: whatever kills vlctl from here
 	// on, vlctl gc finds all the run made outside its work dir.
 	if run.netName, err = podnet.NewName(); err != nil {
@@ -210,6 +214,9 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	}
 	if err := run.setupNetwork(ctx); err != nil {
 		return false, err
+	}
+	if run.net != nil {
+		run.progress("pod network up (namespaces %s and %s)", run.net.pod.NSName, run.net.pod.OutsideName)
 	}
 	if err := run.publish(); err != nil {
 		return false, err
@@ -223,6 +230,7 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	if err := run.startMonitor(); err != nil {
 		return false, err
 	}
+	run.progress("launcher starting as user %s", run.owner.name)
 	return false, run.drive(ctx)
 }
 
@@ -486,6 +494,9 @@ const pullTimeout = 30 * time.Minute
 // kubelet of a cluster would pull them, honouring imagePullPolicy.
 func pullImages(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance) (map[string]string, error) {
 	cache := &registrydisk.Cache{Dir: cfg.ImageCache, Status: cfg.Status}
+	if cfg.Quiet {
+		cache.Status = nil
+	}
 	pulled := map[string]string{}
 	for i, vol := range v.Spec.Volumes {
 		cd := vol.ContainerDisk
@@ -802,6 +813,7 @@ func (r *runner) drive(ctx context.Context) error {
 		}
 		return err
 	}
+	r.progress("launcher ready; defining and starting the domain")
 	defer client.Close()
 	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	err = client.Sync(syncCtx, r.vmi, cmdclient.HandlerSyncOptions())
@@ -813,7 +825,7 @@ func (r *runner) drive(ctx context.Context) error {
 		return r.userPaths(r.withLauncherLog(fmt.Errorf("sync: %w", err)))
 	}
 	r.started = true
-	fmt.Fprintf(r.cfg.Status, "vlctl: VM %s/%s is running; console: vlctl console %s/%s (socket %s)\n",
+	r.progress("VM %s/%s is running; console: vlctl console %s/%s (socket %s)",
 		r.vmi.Namespace, r.vmi.Name, r.vmi.Namespace, r.vmi.Name, r.consoleSocket())
 	// The console outlives ctx: it shows the guest's shutdown after Ctrl-C.
 	consoleCtx, closeConsole := context.WithCancel(context.Background())
@@ -821,7 +833,9 @@ func (r *runner) drive(ctx context.Context) error {
 	consoleDone := r.streamConsole(consoleCtx)
 	started := Started{WorkDir: r.workDir, Layout: r.layout, Socket: r.layout.ReadySocket()}
 	if r.net != nil {
-		r.net.printForwards(r.cfg.Status)
+		if !r.cfg.Quiet {
+			r.net.printForwards(r.cfg.Status)
+		}
 		started.OutsideNS = r.net.pod.OutsideName
 		started.PodAddress = r.net.pod.Pod4.Addr().String()
 	}
@@ -984,6 +998,13 @@ func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
 	return done
 }
 
+// progress tells what the run is doing, unless --quiet.
+func (r *runner) progress(format string, a ...any) {
+	if !r.cfg.Quiet {
+		fmt.Fprintf(r.cfg.Status, "vlctl: "+format+"\n", a...)
+	}
+}
+
 // consoleSocket is where vlctl run shares the guest's serial console
 // (consoleHub): in the work dir, which stays root's.
 func (r *runner) consoleSocket() string { return filepath.Join(r.workDir, "console.sock") }
@@ -1005,7 +1026,7 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 		d, err := getDomain(ctx, c)
 		st := domainState(d)
 		if g := guestReport(d); err == nil && g != "" && g != reported {
-			fmt.Fprintf(r.cfg.Status, "vlctl: guest agent: %s\n", g)
+			r.progress("guest agent: %s", g)
 			reported = g
 		}
 		if err != nil {
@@ -1020,7 +1041,7 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 		}
 		switch st {
 		case "Shutoff", "Crashed", "NoState":
-			fmt.Fprintf(r.cfg.Status, "vlctl: guest is %s\n", st)
+			r.progress("guest is %s", st)
 			if st == "Crashed" {
 				return true, errors.New("guest crashed")
 			}

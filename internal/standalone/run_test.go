@@ -179,6 +179,29 @@ func TestVlctlRunPowerOff(t *testing.T) {
 	if strings.Contains(stdout, "vlctl:") {
 		t.Errorf("vlctl's own messages on stdout, which is the guest's console:\n%s", stdout)
 	}
+	// The progress lines, in order.
+	at := 0
+	for _, want := range []string{"vlctl: prepared " + root + "/", "vlctl: launcher starting as user virtlauncher",
+		"vlctl: launcher ready; defining and starting the domain", "vlctl: VM default/pw is running", "vlctl: guest powered off"} {
+		i := strings.Index(stderr[at:], want)
+		if i < 0 {
+			t.Errorf("stderr lacks %q after byte %d", want, at)
+			continue
+		}
+		at += i
+	}
+	checkNothingLeft(t, root)
+
+	// --quiet: the console alone, no progress line.
+	code, stdout, stderr = vlctl(t, 4*time.Minute, "run", "--emulation", "--quiet", "--workdir", root, file)
+	if code != 0 || !strings.Contains(stdout, testguest.MarkerPowerOff) {
+		t.Errorf("--quiet: exit %d, console:\n%s", code, stdout)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		if line != "" && line != "vlctl: guest powered off" {
+			t.Errorf("--quiet printed %q", line)
+		}
+	}
 	checkNothingLeft(t, root)
 	if t.Failed() {
 		t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
