@@ -36,7 +36,7 @@ absolute path SOCKET (…/<uid>/virt-serial0). ^] detaches.`,
 				return fmt.Errorf("console: %w", err)
 			}
 			defer conn.Close()
-			if restore, err := rawTerminal(int(os.Stdin.Fd())); err == nil {
+			if restore, err := rawTerminal(int(os.Stdin.Fd()), false); err == nil {
 				defer restore()
 				fmt.Fprint(cmd.ErrOrStderr(), "Connected; escape character is ^]\r\n")
 			}
@@ -79,14 +79,16 @@ func copyUntilEscape(w io.Writer, r io.Reader) error {
 
 // rawTerminal puts a terminal into raw mode, so keys reach the guest as
 // typed; it fails (and changes nothing) when fd is not a terminal.
-func rawTerminal(fd int) (func(), error) {
+func rawTerminal(fd int, keepOutput bool) (func(), error) {
 	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
 	if err != nil {
 		return nil, err
 	}
 	raw := *old
 	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	raw.Oflag &^= unix.OPOST
+	if !keepOutput { // vlctl run keeps writing its own lines beside the console's
+		raw.Oflag &^= unix.OPOST
+	}
 	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
 	raw.Cflag &^= unix.CSIZE | unix.PARENB
 	raw.Cflag |= unix.CS8

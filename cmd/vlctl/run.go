@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,6 +45,9 @@ HOSTIP is given) to the guest, like podman run -p; nothing is published unless a
 A VirtualMachine's run strategy is honoured: Always starts the guest again whenever it stops,
 RerunOnFailure when it fails, Once and Manual run it once; Halted (running: false) is refused
 unless --force-start.
+
+On a terminal, what you type goes to the guest's serial console, Ctrl-C included, until ^]
+detaches the keys; vlctl console NAME types again from any terminal.
 
 It returns when the guest powers off (status 0). Ctrl-C (or SIGTERM) shuts the guest down
 with ACPI, destroys it when the grace period ends (at once on a second Ctrl-C), and removes
@@ -93,6 +100,19 @@ from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run do
 			}()
 			cfg.Console = cmd.OutOrStdout()
 			cfg.Status = cmd.ErrOrStderr()
+			if f, ok := cmd.InOrStdin().(*os.File); ok {
+				if restore, err := rawTerminal(int(f.Fd()), true); err == nil {
+					// Keys go to the guest (Ctrl-C too) until ^].
+					var once sync.Once
+					done := func() { once.Do(restore) }
+					defer done()
+					cfg.Input = &escapeReader{r: f, onEscape: func() {
+						done()
+						fmt.Fprint(cfg.Status, "\nvlctl: keys detached from the guest; Ctrl-C stops the VM, vlctl console NAME types again\n")
+					}}
+					fmt.Fprint(cfg.Status, "vlctl: keys go to the guest's console (Ctrl-C too); ^] detaches them\n")
+				}
+			}
 			err := standalone.Run(ctx, cfg)
 			if me := (*standalone.ManifestError)(nil); errors.As(err, &me) {
 				// A manifest problem: one line naming the fields.
@@ -117,4 +137,28 @@ from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run do
 	f.StringVar(&cfg.CapsCache, "qemu-caps-cache", "/var/tmp/virtlauncher-qemu-caps", "directory where this machine's launchers share libvirt's QEMU capability probe; none: off")
 	f.DurationVar(&cfg.QemuTimeout, "qemu-timeout", 5*time.Minute, "how long the launcher waits for its domain")
 	return cmd
+}
+
+// escapeReader reads r until the escape byte (^]), then calls onEscape
+// once and reports the end of input from then on.
+type escapeReader struct {
+	r        io.Reader
+	onEscape func()
+	done     bool
+}
+
+func (e *escapeReader) Read(p []byte) (int, error) {
+	if e.done {
+		return 0, io.EOF
+	}
+	n, err := e.r.Read(p)
+	if i := bytes.IndexByte(p[:n], escapeByte); i >= 0 {
+		e.done = true
+		e.onEscape()
+		if i == 0 {
+			return 0, io.EOF
+		}
+		return i, nil
+	}
+	return n, err
 }

@@ -22,9 +22,20 @@ type consoleHub struct {
 	path  string
 
 	mu      sync.Mutex
-	clients []net.Conn // in order of attaching; clients[0] has the input
+	clients []*hubClient // in order of attaching; clients[0] has the input
 	closed  bool
 	wg      sync.WaitGroup
+}
+
+// hubClient is one attached console: a `vlctl console` connection, or
+// vlctl run's own terminal (conn nil: it already shows the output).
+type hubClient struct{ conn net.Conn }
+
+func (c *hubClient) notify(msg string) {
+	if c.conn != nil {
+		c.conn.SetWriteDeadline(time.Now().Add(hubWriteTimeout))
+		fmt.Fprint(c.conn, msg)
+	}
 }
 
 // hubWriteTimeout bounds a write to one attached console: a client that
@@ -66,48 +77,73 @@ func (h *consoleHub) run() {
 
 func (h *consoleHub) broadcast(b []byte) {
 	h.mu.Lock()
-	clients := append([]net.Conn(nil), h.clients...)
+	clients := append([]*hubClient(nil), h.clients...)
 	h.mu.Unlock()
 	for _, c := range clients {
-		c.SetWriteDeadline(time.Now().Add(hubWriteTimeout))
-		if _, err := c.Write(b); err != nil {
-			c.Close() // its reader removes it
+		if c.conn == nil {
+			continue
+		}
+		c.conn.SetWriteDeadline(time.Now().Add(hubWriteTimeout))
+		if _, err := c.conn.Write(b); err != nil {
+			c.conn.Close() // its reader removes it
 		}
 	}
+}
+
+// attach adds a client; false when the hub is closed.
+func (h *consoleHub) attach(c *hubClient) bool {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return false
+	}
+	h.clients = append(h.clients, c)
+	watcher := len(h.clients) > 1
+	h.mu.Unlock()
+	if watcher {
+		c.notify("\r\nvlctl: another console has the input; this one shows the output until it detaches\r\n")
+	}
+	return true
+}
+
+// attachInput makes in (vlctl run's terminal) a client whose output is
+// out already; its end of input (^]) detaches it. The reader is not
+// waited for by close: a terminal read does not end with the run.
+func (h *consoleHub) attachInput(in io.Reader) {
+	c := &hubClient{}
+	if !h.attach(c) {
+		return
+	}
+	go h.forward(c, in)
 }
 
 func (h *consoleHub) accept() {
 	defer h.wg.Done()
 	for {
-		c, err := h.lis.Accept()
+		conn, err := h.lis.Accept()
 		if err != nil {
 			return
 		}
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
-			c.Close()
+		c := &hubClient{conn: conn}
+		if !h.attach(c) {
+			conn.Close()
 			return
 		}
-		h.clients = append(h.clients, c)
-		watcher := len(h.clients) > 1
-		h.mu.Unlock()
-		if watcher {
-			fmt.Fprint(c, "\r\nvlctl: another console has the input; this one shows the output until it detaches\r\n")
-		}
 		h.wg.Add(1)
-		go h.read(c)
+		go func() {
+			defer h.wg.Done()
+			h.forward(c, conn)
+		}()
 	}
 }
 
-// read forwards c's input to the guest while c has the input, and removes
-// c when it detaches.
-func (h *consoleHub) read(c net.Conn) {
-	defer h.wg.Done()
+// forward sends what c types (in) to the guest while c has the input, and
+// removes c when its input ends.
+func (h *consoleHub) forward(c *hubClient, in io.Reader) {
 	defer h.remove(c)
 	buf := make([]byte, 4096)
 	for {
-		n, err := c.Read(buf)
+		n, err := in.Read(buf)
 		if n > 0 && h.hasInput(c) {
 			if _, werr := h.guest.Write(buf[:n]); werr != nil {
 				return
@@ -119,22 +155,23 @@ func (h *consoleHub) read(c net.Conn) {
 	}
 }
 
-func (h *consoleHub) hasInput(c net.Conn) bool {
+func (h *consoleHub) hasInput(c *hubClient) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.clients) > 0 && h.clients[0] == c
 }
 
-func (h *consoleHub) remove(c net.Conn) {
-	c.Close()
+func (h *consoleHub) remove(c *hubClient) {
+	if c.conn != nil {
+		c.conn.Close()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, x := range h.clients {
 		if x == c {
 			h.clients = append(h.clients[:i], h.clients[i+1:]...)
 			if i == 0 && len(h.clients) > 0 {
-				h.clients[0].SetWriteDeadline(time.Now().Add(hubWriteTimeout))
-				fmt.Fprint(h.clients[0], "\r\nvlctl: this console has the input now\r\n")
+				h.clients[0].notify("\r\nvlctl: this console has the input now\r\n")
 			}
 			return
 		}
@@ -148,7 +185,9 @@ func (h *consoleHub) close() {
 	h.closed = true
 	h.lis.Close()
 	for _, c := range h.clients {
-		c.Close()
+		if c.conn != nil {
+			c.conn.Close()
+		}
 	}
 	h.mu.Unlock()
 	h.wg.Wait()

@@ -85,6 +85,11 @@ type Config struct {
 	// verbs by name (default runrecord.DefaultDir): a directory only root
 	// can write.
 	RecordDir string
+	// Input, when set, is typed into the guest's serial console (vlctl
+	// run's own terminal, in raw mode): it holds the console's input while
+	// no `vlctl console` attached before it, and its end of input (^])
+	// detaches it for good.
+	Input io.Reader
 	// Quiet leaves out the progress lines (what is being done, where the
 	// guest is reachable); warnings and errors are still written.
 	Quiet bool
@@ -993,6 +998,9 @@ func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
 			return
 		}
 		defer hub.close()
+		if r.cfg.Input != nil {
+			hub.attachInput(r.cfg.Input)
+		}
 		hub.run()
 	}()
 	return done
