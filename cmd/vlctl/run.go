@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sync"
@@ -65,6 +66,11 @@ from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run do
 				}
 				cfg.Volumes = append(cfg.Volumes, m)
 			}
+			for _, d := range cfg.DNS {
+				if _, err := netip.ParseAddrPort(d); err != nil {
+					return fmt.Errorf("--dns %q: want IP:PORT of a resolver: %w", d, err)
+				}
+			}
 			for _, p := range publish {
 				pb, err := standalone.ParsePublish(p)
 				if err != nil {
@@ -123,6 +129,7 @@ from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run do
 	}
 	f := cmd.Flags()
 	f.BoolVar(&cfg.Quiet, "quiet", false, "leave out the progress lines (what is being done, where the guest is reachable); warnings and errors are still printed")
+	f.StringArrayVar(&cfg.DNS, "dns", nil, "HOST:PORT of a resolver the guest's DNS queries are relayed to (repeatable; default: the host's, from /etc/resolv.conf)")
 	f.StringArrayVar(&publish, "publish", nil, "[HOSTIP:]HOSTPORT:GUESTPORT[/tcp]: forward a TCP port of the host (127.0.0.1 unless HOSTIP) to the guest (repeatable)")
 	f.StringArrayVar(&volumes, "volume", nil, "CLAIM=PATH[,size=SIZE]: the local storage (raw image file or block device) of a persistentVolumeClaim or dataVolume; a missing file is created with SIZE or the dataVolumeTemplate's request (repeatable)")
 	f.BoolVar(&cfg.ForceStart, "force-start", false, "run a VirtualMachine whose run strategy keeps it stopped (Halted, running: false)")

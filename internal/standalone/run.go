@@ -90,6 +90,9 @@ type Config struct {
 	// no `vlctl console` attached before it, and its end of input (^])
 	// detaches it for good.
 	Input io.Reader
+	// DNS are the resolvers (host:port) the guest's DNS queries are relayed
+	// to; empty means the host's (/etc/resolv.conf).
+	DNS []string
 	// Quiet leaves out the progress lines (what is being done, where the
 	// guest is reachable); warnings and errors are still written.
 	Quiet bool
@@ -222,6 +225,7 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	}
 	if run.net != nil {
 		run.progress("pod network up (namespaces %s and %s)", run.net.pod.NSName, run.net.pod.OutsideName)
+		run.relayDNS()
 	}
 	if err := run.publish(); err != nil {
 		return false, err
@@ -326,6 +330,7 @@ type runner struct {
 	exited  chan struct{} // closed when the monitor has exited
 	record  string        // the run's record file, once written
 	pub     *publisher    // the published ports, once listening
+	dns     *dnsRelay     // the guest's DNS relay, once listening
 	// netName names the pod network's namespaces (podnet.NewName), chosen
 	// before they exist so that the record names them for vlctl gc.
 	netName string
@@ -1006,6 +1011,26 @@ func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
 	return done
 }
 
+// relayDNS starts the guest's DNS relay (dnsRelay). Without it the guest
+// has no resolver, which is worth a warning, not a failed run.
+func (r *runner) relayDNS() {
+	upstream := r.cfg.DNS
+	if len(upstream) == 0 {
+		var err error
+		if upstream, err = hostResolvers("/etc/resolv.conf"); err != nil {
+			fmt.Fprintf(r.cfg.Status, "vlctl: warning: the guest gets no DNS: host resolvers: %v\n", err)
+			return
+		}
+	}
+	d, err := startDNSRelay(r.net.pod.Outside, r.net.pod.Outside4.Addr(), upstream)
+	if err != nil {
+		fmt.Fprintf(r.cfg.Status, "vlctl: warning: the guest gets no DNS: %v\n", err)
+		return
+	}
+	r.dns = d
+	r.progress("guest DNS relayed to %s", strings.Join(upstream, ", "))
+}
+
 // progress tells what the run is doing, unless --quiet.
 func (r *runner) progress(format string, a ...any) {
 	if !r.cfg.Quiet {
@@ -1248,6 +1273,9 @@ func (r *runner) cleanup() error {
 	}
 	if r.pub != nil {
 		r.pub.close()
+	}
+	if r.dns != nil {
+		r.dns.close()
 	}
 	if r.net != nil {
 		if err := r.net.teardown(); err != nil {

@@ -1,0 +1,135 @@
+package standalone_test
+
+import (
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// serveDNS runs a resolver on the host's loopback that stands in for the
+// host's resolvers (no query leaves this machine): vl-dns.test. is
+// 192.0.2.42 (and has no IPv6 address), every other name does not exist. It returns its address.
+func serveDNS(t *testing.T) string {
+	t.Helper()
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var p dnsmessage.Parser
+			h, err := p.Start(buf[:n])
+			if err != nil {
+				continue
+			}
+			q, err := p.Question()
+			if err != nil {
+				continue
+			}
+			rh := dnsmessage.Header{ID: h.ID, Response: true, RecursionAvailable: true, RCode: dnsmessage.RCodeNameError}
+			// The name exists (no AAAA: an empty answer); others do not.
+			known := strings.EqualFold(q.Name.String(), "vl-dns.test.")
+			if known {
+				rh.RCode = dnsmessage.RCodeSuccess
+			}
+			b := dnsmessage.NewBuilder(nil, rh)
+			b.StartQuestions()
+			b.Question(q)
+			if known && q.Type == dnsmessage.TypeA {
+				b.StartAnswers()
+				b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60}, dnsmessage.AResource{A: [4]byte{192, 0, 2, 42}})
+			}
+			if out, err := b.Finish(); err == nil {
+				conn.WriteTo(out, from)
+			}
+		}
+	}()
+	return conn.LocalAddr().String()
+}
+
+// TestVlctlRunDNS: the guest resolves a name through the resolver DHCP
+// gave it (the pod's, in the outside namespace), which vlctl relays to the
+// resolver --dns names: one the test runs on loopback.
+func TestVlctlRunDNS(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	dns := serveDNS(t)
+	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "dns")
+	if code != 0 {
+		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
+	}
+	file := filepath.Join(t.TempDir(), "dns.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, records := workRoot(t), workRoot(t)
+	cmd, stdout, errOut, exited := startVlctl(t, "run", "--emulation", "--workdir", root, "--record-dir", records, "--dns", dns, file)
+	waitFor(t, "the guest", 4*time.Minute, exited, func() bool {
+		return strings.Contains(stdout.String(), testguest.MarkerReady)
+	})
+	if !strings.Contains(errOut.String(), "vlctl: guest DNS relayed to "+dns) {
+		t.Errorf("vlctl run did not say where DNS goes:\n%s", errOut.String())
+	}
+	// The guest's resolver is what DHCP gave it: VL-DHCP ... dns ADDR.
+	var server string
+	for _, l := range strings.Split(stdout.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 6 && f[0] == testguest.MarkerDHCP && f[4] == "dns" {
+			server = f[5]
+		}
+	}
+	if server == "" {
+		t.Fatalf("no DHCP line with a DNS server on the console")
+	}
+	c := exec.Command(filepath.Join(binDir, "vlctl"), "console", "default/dns", "--record-dir", records)
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	// Typed again every few seconds: the guest's shell may not read yet.
+	answered := func() bool { return strings.Contains(out.String(), "VL-RESOLVED-42") }
+	for deadline := time.Now().Add(time.Minute); !answered() && time.Now().Before(deadline); {
+		io.WriteString(in, "\nnslookup vl-dns.test "+server+" && echo VL-RESOLVED-$((6*7))\n")
+		for until := time.Now().Add(5 * time.Second); !answered() && time.Now().Before(until); {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if !answered() {
+		t.Fatalf("the guest did not resolve vl-dns.test through %s:\n%s", server, out.String())
+	}
+	if !strings.Contains(out.String(), "192.0.2.42") {
+		t.Errorf("nslookup in the guest did not show 192.0.2.42:\n%s", out.String())
+	}
+	in.Close()
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("vlctl run after Ctrl-C: %v", err)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("vlctl run did not end after Ctrl-C")
+	}
+	checkNothingLeft(t, root)
+}

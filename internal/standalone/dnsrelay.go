@@ -1,0 +1,124 @@
+package standalone
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
+)
+
+// dnsTimeout bounds one upstream exchange.
+const dnsTimeout = 3 * time.Second
+
+// dnsRelay answers the guest's DNS queries where its resolver is (the
+// pod's nameserver: the outside address, port 53/udp, in the run's
+// outside namespace) by asking the host's resolvers from vlctl's own
+// namespace, so the guest resolves names as the host does without any
+// route, rule or sysctl of the host changing. UDP only.
+type dnsRelay struct {
+	conn     net.PacketConn
+	upstream []string
+	sem      chan struct{} // bounds the exchanges in flight
+	wg       sync.WaitGroup
+}
+
+// hostResolvers reads the nameservers of the host's resolv.conf, as
+// host:53.
+func hostResolvers(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) >= 2 && fs[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fs[1]); err == nil {
+				out = append(out, netip.AddrPortFrom(a.WithZone(""), 53).String())
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+// startDNSRelay listens at addr:53/udp in the namespace outside.
+func startDNSRelay(outside netns.NsHandle, addr netip.Addr, upstream []string) (*dnsRelay, error) {
+	if len(upstream) == 0 {
+		return nil, errors.New("no upstream resolver")
+	}
+	var conn net.PacketConn
+	if err := plan.InNS(outside, func() error {
+		var err error
+		conn, err = net.ListenPacket("udp", netip.AddrPortFrom(addr, 53).String())
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("DNS relay: %w", err)
+	}
+	d := &dnsRelay{conn: conn, upstream: upstream, sem: make(chan struct{}, 64)}
+	d.wg.Add(1)
+	go d.serve()
+	return d, nil
+}
+
+func (d *dnsRelay) serve() {
+	defer d.wg.Done()
+	for {
+		buf := make([]byte, 1500)
+		n, from, err := d.conn.ReadFrom(buf)
+		if err != nil {
+			return // closed
+		}
+		select {
+		case d.sem <- struct{}{}:
+		default:
+			continue // too many in flight: the guest's resolver retries
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			defer func() { <-d.sem }()
+			if reply := d.exchange(buf[:n]); reply != nil {
+				d.conn.WriteTo(reply, from)
+			}
+		}()
+	}
+}
+
+// exchange asks the upstream resolvers in turn; nil when none answers.
+func (d *dnsRelay) exchange(q []byte) []byte {
+	for _, up := range d.upstream {
+		c, err := net.DialTimeout("udp", up, dnsTimeout)
+		if err != nil {
+			continue
+		}
+		c.SetDeadline(time.Now().Add(dnsTimeout))
+		reply := make([]byte, 65535)
+		n := 0
+		if _, err = c.Write(q); err == nil {
+			n, err = c.Read(reply)
+		}
+		c.Close()
+		if err == nil && n > 0 {
+			return reply[:n]
+		}
+	}
+	return nil
+}
+
+// close stops the relay and waits for the exchanges under way (bounded by
+// dnsTimeout each).
+func (d *dnsRelay) close() {
+	d.conn.Close()
+	d.wg.Wait()
+}
