@@ -146,12 +146,12 @@ func TestBadInputVlctl(t *testing.T) {
 		doc := replace("image: registry.example/testguest-root:v1", "image: "+img)(good)
 		doc = replace("image: registry.example/testguest-kernel:v1", "image: "+kernelDir)(doc)
 		launchertest.Must(t, os.WriteFile(file, []byte(doc), 0o644))
-		cmd := exec.Command(filepath.Join(env.BinDir, "vlctl"), "run", "--emulation", "--workdir", work, "--qemu-timeout", "30s",
+		cmd := exec.Command(filepath.Join(env.BinDir, "vlctl"), "run", "--emulation", "--quiet", "--workdir", work, "--qemu-timeout", "30s",
 			"--bin-dir", env.BinDir, file)
 		var stdout, stderr launchertest.SyncBuffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
-		// The error is the first line; after a launcher failure vlctl adds
+		// With --quiet the error is the first line; after a launcher failure vlctl adds
 		// the launcher's last log lines.
 		msg, _, _ := strings.Cut(stderr.String(), "\n")
 		if !strings.HasPrefix(msg, "vlctl: ") {
