@@ -24,6 +24,7 @@ type consoleHub struct {
 	mu      sync.Mutex
 	clients []*hubClient // in order of attaching; clients[0] has the input
 	closed  bool
+	quit    chan struct{} // closed by close
 	wg      sync.WaitGroup
 }
 
@@ -53,7 +54,7 @@ func newConsoleHub(guest net.Conn, out io.Writer, path string) (*consoleHub, err
 		lis.Close()
 		return nil, fmt.Errorf("console socket: %w", err)
 	}
-	h := &consoleHub{guest: guest, out: out, lis: lis, path: path}
+	h := &consoleHub{guest: guest, out: out, lis: lis, path: path, quit: make(chan struct{})}
 	h.wg.Add(1)
 	go h.accept()
 	return h, nil
@@ -106,15 +107,35 @@ func (h *consoleHub) attach(c *hubClient) bool {
 	return true
 }
 
-// attachInput makes in (vlctl run's terminal) a client whose output is
-// out already; its end of input (^]) detaches it. The reader is not
-// waited for by close: a terminal read does not end with the run.
-func (h *consoleHub) attachInput(in io.Reader) {
+// attachKeys makes keys (vlctl run's terminal, read by one goroutine for
+// the whole run: see Run) a client whose output is out already; the end of
+// keys (^]) detaches it. Closing the hub stops it without taking a key, so
+// a guest started again by the run strategy gets every key.
+func (h *consoleHub) attachKeys(keys <-chan []byte) {
 	c := &hubClient{}
 	if !h.attach(c) {
 		return
 	}
-	go h.forward(c, in)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer h.remove(c)
+		for {
+			select {
+			case b, ok := <-keys:
+				if !ok {
+					return
+				}
+				if h.hasInput(c) {
+					if _, err := h.guest.Write(b); err != nil {
+						return
+					}
+				}
+			case <-h.quit:
+				return
+			}
+		}
+	}()
 }
 
 func (h *consoleHub) accept() {
@@ -183,6 +204,7 @@ func (h *consoleHub) remove(c *hubClient) {
 func (h *consoleHub) close() {
 	h.mu.Lock()
 	h.closed = true
+	close(h.quit)
 	h.lis.Close()
 	for _, c := range h.clients {
 		if c.conn != nil {

@@ -103,6 +103,8 @@ type Config struct {
 	ImageCache string
 	// pulled maps those references to their cached disks (Run fills it).
 	pulled map[string]string
+	// keys carries Input, read by one goroutine for the whole run.
+	keys <-chan []byte
 	// Started, when set, is called once the guest's domain runs, with where
 	// things are; tests use it to reach the guest from the outside.
 	Started func(Started)
@@ -168,6 +170,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.pulled, err = pullImages(ctx, cfg, v); err != nil {
 		return err
+	}
+	if cfg.Input != nil {
+		cfg.keys = pumpKeys(cfg.Input)
 	}
 	for failures := 0; ; {
 		started, err := runOnce(ctx, cfg, v.DeepCopy(), vm)
@@ -1003,8 +1008,8 @@ func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
 			return
 		}
 		defer hub.close()
-		if r.cfg.Input != nil {
-			hub.attachInput(r.cfg.Input)
+		if r.cfg.keys != nil {
+			hub.attachKeys(r.cfg.keys)
 		}
 		hub.run()
 	}()
@@ -1036,6 +1041,27 @@ func (r *runner) progress(format string, a ...any) {
 	if !r.cfg.Quiet {
 		fmt.Fprintf(r.cfg.Status, "vlctl: "+format+"\n", a...)
 	}
+}
+
+// pumpKeys reads in (a terminal) into the channel it returns, closed at
+// in's end. It outlives Run: a terminal read does not end with the run,
+// and the process ends soon after.
+func pumpKeys(in io.Reader) <-chan []byte {
+	keys := make(chan []byte)
+	go func() {
+		defer close(keys)
+		buf := make([]byte, 4096)
+		for {
+			n, err := in.Read(buf)
+			if n > 0 {
+				keys <- append([]byte(nil), buf[:n]...)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return keys
 }
 
 // consoleSocket is where vlctl run shares the guest's serial console
