@@ -206,7 +206,10 @@ func childNamedOrZero(parent int, names ...string) int {
 // launcher's cache asynchronously).
 func waitStatus(t *testing.T, ctx context.Context, c *cmdclient.Client, status, reason string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	// Generous: some statuses wait for the guest to boot and act (an I/O
+	// error needs its user-data to fill a disk), and TCG guests of parallel
+	// tests on two cores boot slowly. It returns as soon as the status is there.
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		d, exists, err := c.GetDomain(ctx)
 		if err == nil && exists && d.Status.Status == status && d.Status.Reason == reason {
