@@ -19,7 +19,14 @@ import (
 // startVlctl starts vlctl with args; the returned channel yields its end.
 func startVlctl(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer, chan error) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "vlctl"), args...)
+	return startCmd(t, exec.Command(filepath.Join(binDir, "vlctl"), args...))
+}
+
+// startCmd starts cmd (vlctl, set up by the caller) with its output
+// captured, killed at the end of the test if it still runs; the returned
+// channel yields its end.
+func startCmd(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, *syncBuffer, *syncBuffer, chan error) {
+	t.Helper()
 	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

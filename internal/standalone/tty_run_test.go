@@ -55,24 +55,10 @@ func TestVlctlRunTerminal(t *testing.T) {
 	ptm, pts := openPTY(t)
 	root := workRoot(t)
 	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--workdir", root, file)
-	var stdout, errOut syncBuffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, &stdout, &errOut
+	cmd.Stdin = pts
 	// The terminal is vlctl's controlling one: its Ctrl-C is a SIGINT.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), errOut.String())
-		}
-	})
+	cmd, stdout, errOut, exited := startCmd(t, cmd)
 	waitFor(t, "the guest's shell", 4*time.Minute, exited, func() bool {
 		return strings.Contains(stdout.String(), testguest.MarkerReady)
 	})
