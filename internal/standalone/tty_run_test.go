@@ -58,7 +58,7 @@ func TestVlctlRunTerminal(t *testing.T) {
 	cmd.Stdin = pts
 	// The terminal is vlctl's controlling one: its Ctrl-C is a SIGINT.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	cmd, stdout, errOut, exited := startCmd(t, cmd)
+	_, stdout, errOut, exited := startCmd(t, cmd)
 	waitFor(t, "the guest's shell", 4*time.Minute, exited, func() bool {
 		return strings.Contains(stdout.String(), testguest.MarkerReady)
 	})
