@@ -97,3 +97,13 @@ func Convert(vmi *v1.VirtualMachineInstance, c *Context) (*libvirtxml.Domain, er
 	}
 	return dom, nil
 }
+
+// Disks converts only vmi's disks: the <disk> elements its domain has, for
+// comparing with a running domain (hotplug) without building the rest.
+func Disks(vmi *v1.VirtualMachineInstance, c *Context) ([]libvirtxml.DomainDisk, error) {
+	dom := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{}}
+	if err := storage.New(c).Configure(vmi, dom); err != nil {
+		return nil, fmt.Errorf("convert %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return dom.Devices.Disks, nil
+}

@@ -96,8 +96,7 @@ func (p *Preparer) gatherVolume(ctx context.Context, vmi *v1.VirtualMachineInsta
 		return fv, true, nil
 
 	case vol.PersistentVolumeClaim != nil || vol.DataVolume != nil:
-		if (vol.PersistentVolumeClaim != nil && vol.PersistentVolumeClaim.Hotpluggable) ||
-			(vol.DataVolume != nil && vol.DataVolume.Hotpluggable) {
+		if hotpluggable(vol) {
 			return p.gatherHotplug(vol.Name)
 		}
 		src, block, err := p.pvcSource(vmi, vol.Name)
@@ -139,6 +138,35 @@ func (p *Preparer) gatherVolume(ctx context.Context, vmi *v1.VirtualMachineInsta
 		return fv, true, nil
 	}
 	return fv, false, nil
+}
+
+// GatherHotplug is Gather for the hotplugged volumes only (a PVC or
+// DataVolume marked hotpluggable), the ones a running domain may gain: it
+// runs on every Sync, so it does not probe the others again.
+func (p *Preparer) GatherHotplug(vmi *v1.VirtualMachineInstance) (map[string]facts.Volume, error) {
+	out := map[string]facts.Volume{}
+	for i := range vmi.Spec.Volumes {
+		vol := &vmi.Spec.Volumes[i]
+		if !hotpluggable(vol) {
+			continue
+		}
+		if err := layout.CheckName(vol.Name); err != nil {
+			return nil, fmt.Errorf("volume %d: %w", i, err)
+		}
+		fv, ok, err := p.gatherHotplug(vol.Name)
+		if err != nil {
+			return nil, fmt.Errorf("volume %s: %w", vol.Name, err)
+		}
+		if ok {
+			out[vol.Name] = fv
+		}
+	}
+	return out, nil
+}
+
+func hotpluggable(vol *v1.Volume) bool {
+	return (vol.PersistentVolumeClaim != nil && vol.PersistentVolumeClaim.Hotpluggable) ||
+		(vol.DataVolume != nil && vol.DataVolume.Hotpluggable)
 }
 
 // gatherHotplug reports a hotplugged volume once the handler has mounted it.

@@ -54,6 +54,8 @@ type EventSink interface {
 // they need (overlays, empty disks, cloud-init ISOs). disks.Preparer is one.
 type DiskPreparer interface {
 	Gather(ctx context.Context, vmi *v1.VirtualMachineInstance) (map[string]facts.Volume, error)
+	// GatherHotplug is Gather for the hotplugged volumes only.
+	GatherHotplug(vmi *v1.VirtualMachineInstance) (map[string]facts.Volume, error)
 	// Prepare returns undo, which removes what it made (for a define
 	// that fails after it).
 	Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, vols map[string]facts.Volume) (undo func(), err error)

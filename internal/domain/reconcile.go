@@ -8,125 +8,188 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
-// unappliedChanges lists, one message per device, what the VMI asks of a
-// defined domain that Sync does not carry out: hotplug and unplug of disks
-// (volumes virt-handler mounted into the pod, or took away), CD-ROM media
-// inserted or ejected, interfaces added or removed. (Link state it does:
-// planChanges.)
-// KubeVirt's launcher applies these on every Sync; a Sync that answered
-// success for them would leave virt-handler waiting forever for a volume
-// that never appears in the guest, or, on unplug, unmounting a volume that
-// QEMU still has open. So until each kind is implemented (issue 16), Sync
-// fails and says which device and why.
+// changePlan is what Sync must do to a defined domain for the VMI, in the
+// order it does it, and what it cannot do, one message per device.
 //
-// It is pure: live is the domain's XML as libvirt has it now, hotplugDir
-// the directory virt-handler mounts hotplugged volumes into.
-func unappliedChanges(v *v1.VirtualMachineInstance, live *libvirtxml.Domain, hotplugDir string) []string {
-	return planChanges(v, live, hotplugDir).unsupported
-}
-
-// changePlan is what Sync must do to a defined domain for the VMI: the
-// changes it carries out, and the ones it cannot (yet), one message per
-// device.
+// KubeVirt's launcher applies these on every Sync. A Sync that answered
+// success without them would leave virt-handler waiting forever for a
+// volume that never appears in the guest, or, on unplug, unmounting a
+// volume that QEMU still has open (it unmounts right after the Sync).
 type changePlan struct {
+	// detach are live disks of hotplugged volumes the VMI no longer has.
+	detach []libvirtxml.DomainDisk
+	// attach are the converted disks of hotplug volumes mounted into the
+	// pod that the domain lacks.
+	attach []libvirtxml.DomainDisk
+	// media are live CD-ROM drives with the source they must hold (nil:
+	// ejected).
+	media []libvirtxml.DomainDisk
 	// links are interfaces whose link state must change: the live
 	// interface with its new <link state>.
-	links       []libvirtxml.DomainInterface
+	links []libvirtxml.DomainInterface
+	// unsupported names each change Sync cannot make; when there is one,
+	// Sync makes none and fails.
 	unsupported []string
 }
 
-// planChanges diffs the VMI against the live domain (see
-// unappliedChanges for what it looks at).
-func planChanges(v *v1.VirtualMachineInstance, live *libvirtxml.Domain, hotplugDir string) changePlan {
-	var plan changePlan
-	var out []string
-	if live.Devices == nil {
-		live.Devices = &libvirtxml.DomainDeviceList{}
-	}
-	liveDisks := map[string]*libvirtxml.DomainDisk{}
-	for i := range live.Devices.Disks {
-		if name, ok := userAlias(live.Devices.Disks[i].Alias); ok {
-			liveDisks[name] = &live.Devices.Disks[i]
-		}
-	}
-	volumes := map[string]*v1.Volume{}
-	for i := range v.Spec.Volumes {
-		volumes[v.Spec.Volumes[i].Name] = &v.Spec.Volumes[i]
-	}
-	status := map[string]*v1.VolumeStatus{}
-	for i := range v.Status.VolumeStatus {
-		status[v.Status.VolumeStatus[i].Name] = &v.Status.VolumeStatus[i]
-	}
-	// ready: a hotplugged volume virt-handler has mounted into the pod;
-	// before that, KubeVirt's launcher waits too.
-	hotplug := func(name string) (isHotplug, ready bool) {
-		st := status[name]
-		if st == nil || st.HotplugVolume == nil {
-			return false, false
-		}
-		return true, st.Phase == v1.HotplugVolumeMounted || st.Phase == v1.VolumeReady
-	}
+// empty reports a plan with nothing to do and nothing refused.
+func (p changePlan) empty() bool {
+	return len(p.detach)+len(p.attach)+len(p.media)+len(p.links)+len(p.unsupported) == 0
+}
 
-	wanted := map[string]bool{}
+// planChanges diffs the VMI against the live domain. want are the VMI's
+// disks as the converter makes them (converter.Disks, with the live targets
+// pinned: pinLiveTargets), live the domain's XML as libvirt has it now,
+// hotplugDir the directory virt-handler mounts hotplugged volumes into.
+// Disks and interfaces are matched by their alias ("ua-<name>").
+//
+// It is pure, and leaves live as it was.
+func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, live *libvirtxml.Domain, hotplugDir string) changePlan {
+	var plan changePlan
+	var liveDisks []libvirtxml.DomainDisk
+	var liveIfaces []libvirtxml.DomainInterface
+	if live.Devices != nil {
+		liveDisks, liveIfaces = live.Devices.Disks, live.Devices.Interfaces
+	}
+	haveDisk := byAlias(liveDisks, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })
+	wantDisk := byAlias(want, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })
+
+	inVMI := map[string]bool{}
 	for _, d := range v.Spec.Domain.Devices.Disks {
-		wanted[d.Name] = true
-		isHotplug, ready := hotplug(d.Name)
-		have, defined := liveDisks[d.Name]
+		inVMI[d.Name] = true
+	}
+	hasVolume := map[string]bool{}
+	for _, vol := range v.Spec.Volumes {
+		hasVolume[vol.Name] = true
+	}
+	// Detach first: it frees the target names and SCSI units an attach
+	// may take.
+	for _, d := range liveDisks {
+		name, ok := userAlias(d.Alias)
+		if !ok || inVMI[name] || !underDir(diskSourcePath(&d), hotplugDir) || d.Device == "cdrom" {
+			continue
+		}
+		if bus := diskBus(&d); !hotplugBus(bus) {
+			plan.unsupported = append(plan.unsupported, fmt.Sprintf("disk %q: unplug from bus %s is not possible (only scsi and virtio disks can be unplugged)", name, bus))
+			continue
+		}
+		plan.detach = append(plan.detach, d)
+	}
+	for _, d := range v.Spec.Domain.Devices.Disks {
+		hot, mounted := facts.HotplugVolume(v, d.Name)
+		have, defined := haveDisk[d.Name]
+		w, wanted := wantDisk[d.Name]
 		switch {
 		case d.CDRom != nil && defined:
-			_, hasVolume := volumes[d.Name]
-			wantMedia := hasVolume && (!isHotplug || ready)
-			if isHotplug && !ready {
-				continue // the medium is on its way
+			// The medium changes to a mounted hotplug volume, or is
+			// ejected when the VMI has no volume for the drive. A medium
+			// from the start is left alone (its source as the converter
+			// makes it without the define's facts may differ in form).
+			var src *libvirtxml.DomainDiskSource
+			switch {
+			case hot && mounted && wanted:
+				src = w.Source
+			case hasVolume[d.Name]:
+				continue // from the start, or on its way
 			}
-			if haveMedia := diskHasMedia(have); wantMedia != haveMedia {
-				verb := "inserting"
-				if !wantMedia {
-					verb = "ejecting"
-				}
-				out = append(out, fmt.Sprintf("disk %q: %s a CD-ROM medium in a running domain is not supported yet", d.Name, verb))
+			if diskSourcePath(&have) == pathOf(src) {
+				continue
 			}
-		case !defined && isHotplug && ready:
-			out = append(out, fmt.Sprintf("disk %q: hotplug of volume %q into a running domain is not supported yet", d.Name, d.Name))
-		}
-	}
-	for name, d := range liveDisks {
-		if !wanted[name] && underDir(diskSourcePath(d), hotplugDir) {
-			out = append(out, fmt.Sprintf("disk %q: unplug of a hotplugged volume is not supported yet", name))
+			changed := have
+			changed.Source = src
+			changed.BackingStore = nil
+			if changed.Driver != nil {
+				drv := *changed.Driver
+				drv.Type = "raw"
+				changed.Driver = &drv
+			}
+			plan.media = append(plan.media, changed)
+		case !defined && hot && mounted && wanted:
+			if bus := diskBus(&w); !hotplugBus(bus) {
+				plan.unsupported = append(plan.unsupported, fmt.Sprintf("disk %q: hotplug on bus %s is not possible (use scsi or virtio)", d.Name, bus))
+				continue
+			}
+			plan.attach = append(plan.attach, w)
 		}
 	}
 
-	liveIfaces := map[string]*libvirtxml.DomainInterface{}
-	for i := range live.Devices.Interfaces {
-		if name, ok := userAlias(live.Devices.Interfaces[i].Alias); ok {
-			liveIfaces[name] = &live.Devices.Interfaces[i]
-		}
-	}
+	haveIface := byAlias(liveIfaces, func(i libvirtxml.DomainInterface) *libvirtxml.DomainAlias { return i.Alias })
 	for _, iface := range v.Spec.Domain.Devices.Interfaces {
 		if iface.SRIOV != nil {
 			continue // a host device, not an <interface>
 		}
-		have, defined := liveIfaces[iface.Name]
+		have, defined := haveIface[iface.Name]
 		switch {
 		case iface.State == v1.InterfaceStateAbsent && defined:
-			out = append(out, fmt.Sprintf("interface %q: unplug from a running domain is not supported yet", iface.Name))
+			plan.unsupported = append(plan.unsupported, fmt.Sprintf("interface %q: unplug from a running domain is not supported yet", iface.Name))
 		case iface.State == v1.InterfaceStateAbsent:
 		case !defined:
-			out = append(out, fmt.Sprintf("interface %q: hotplug into a running domain is not supported yet", iface.Name))
+			plan.unsupported = append(plan.unsupported, fmt.Sprintf("interface %q: hotplug into a running domain is not supported yet", iface.Name))
 		default:
 			wantDown := iface.State == v1.InterfaceStateLinkDown
 			haveDown := have.Link != nil && have.Link.State == "down"
 			if wantDown != haveDown {
-				changed := *have
+				changed := have
 				changed.Link = &libvirtxml.DomainInterfaceLink{State: linkWord(wantDown)}
 				plan.links = append(plan.links, changed)
 			}
 		}
 	}
-	plan.unsupported = out
 	return plan
+}
+
+// pinLiveTargets returns a copy of v whose volume status names the target
+// each of its disks has in the live domain, so that the converter keeps
+// those names and gives a new disk one that is free, as virt-handler's
+// status would once it has caught up.
+func pinLiveTargets(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) *v1.VirtualMachineInstance {
+	out := v.DeepCopy()
+	if live.Devices == nil {
+		return out
+	}
+	status := map[string]int{}
+	for i, st := range out.Status.VolumeStatus {
+		status[st.Name] = i
+	}
+	for _, d := range live.Devices.Disks {
+		name, ok := userAlias(d.Alias)
+		if !ok || d.Target == nil || d.Target.Dev == "" {
+			continue
+		}
+		if i, ok := status[name]; ok {
+			out.Status.VolumeStatus[i].Target = d.Target.Dev
+			continue
+		}
+		// A disk that is live but gone from the VMI still holds its name
+		// until it is detached.
+		out.Status.VolumeStatus = append(out.Status.VolumeStatus, v1.VolumeStatus{Name: name, Target: d.Target.Dev})
+	}
+	return out
+}
+
+// hotplugBus reports the buses KubeVirt hotplugs disks on.
+func hotplugBus(bus string) bool {
+	return bus == string(v1.DiskBusSCSI) || bus == string(v1.DiskBusVirtio)
+}
+
+func diskBus(d *libvirtxml.DomainDisk) string {
+	if d.Target == nil {
+		return ""
+	}
+	return d.Target.Bus
+}
+
+func byAlias[T any](items []T, alias func(T) *libvirtxml.DomainAlias) map[string]T {
+	out := make(map[string]T, len(items))
+	for _, it := range items {
+		if name, ok := userAlias(alias(it)); ok {
+			out[name] = it
+		}
+	}
+	return out
 }
 
 func linkWord(down bool) string {
@@ -144,19 +207,19 @@ func userAlias(a *libvirtxml.DomainAlias) (string, bool) {
 	return strings.CutPrefix(a.Name, domainjson.UserAliasPrefix)
 }
 
-func diskSourcePath(d *libvirtxml.DomainDisk) string {
+func diskSourcePath(d *libvirtxml.DomainDisk) string { return pathOf(d.Source) }
+
+func pathOf(s *libvirtxml.DomainDiskSource) string {
 	switch {
-	case d.Source == nil:
+	case s == nil:
 		return ""
-	case d.Source.File != nil:
-		return d.Source.File.File
-	case d.Source.Block != nil:
-		return d.Source.Block.Dev
+	case s.File != nil:
+		return s.File.File
+	case s.Block != nil:
+		return s.Block.Dev
 	}
 	return ""
 }
-
-func diskHasMedia(d *libvirtxml.DomainDisk) bool { return diskSourcePath(d) != "" }
 
 func underDir(path, dir string) bool {
 	return dir != "" && path != "" && strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")

@@ -6,38 +6,44 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
 
-func TestUnappliedChanges(t *testing.T) {
-	const hp = "/pod/hotplug-disks"
+// TestPlanChanges: what Sync does to a running domain for a VMI, with the
+// disks the VMI asks for made by the real converter (converter.Disks over
+// pinLiveTargets), as applyChanges makes them.
+func TestPlanChanges(t *testing.T) {
+	l := layout.Default()
+	hp := l.HotplugDiskDir
 	alias := func(n string) *libvirtxml.DomainAlias { return &libvirtxml.DomainAlias{Name: "ua-" + n} }
-	fileDisk := func(name, path string) libvirtxml.DomainDisk {
-		d := libvirtxml.DomainDisk{Device: "disk", Alias: alias(name)}
+	liveDisk := func(name, dev, bus, path string) libvirtxml.DomainDisk {
+		d := libvirtxml.DomainDisk{Device: "disk", Alias: alias(name), Target: &libvirtxml.DomainDiskTarget{Dev: dev, Bus: bus},
+			Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2"}}
 		if path != "" {
 			d.Source = &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}}
 		}
 		return d
 	}
-	cdrom := func(name, path string) libvirtxml.DomainDisk {
-		d := fileDisk(name, path)
+	liveCD := func(name, path string) libvirtxml.DomainDisk {
+		d := liveDisk(name, "sda", "sata", path)
 		d.Device = "cdrom"
 		return d
 	}
-	iface := func(name, link string) libvirtxml.DomainInterface {
-		i := libvirtxml.DomainInterface{Alias: alias(name)}
-		if link != "" {
-			i.Link = &libvirtxml.DomainInterfaceLink{State: link}
-		}
-		return i
-	}
-	disk := func(name string) v1.Disk {
-		return v1.Disk{Name: name, DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}
+	iface := func(name string) libvirtxml.DomainInterface { return libvirtxml.DomainInterface{Alias: alias(name)} }
+	disk := func(name string, bus v1.DiskBus) v1.Disk {
+		return v1.Disk{Name: name, DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: bus}}}
 	}
 	cd := func(name string) v1.Disk {
 		return v1.Disk{Name: name, DiskDevice: v1.DiskDevice{CDRom: &v1.CDRomTarget{Bus: v1.DiskBusSATA}}}
 	}
-	vol := func(name string) v1.Volume {
-		return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{}}}
+	empty := func(name string) v1.Volume {
+		return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{}}}
+	}
+	hotVol := func(name string) v1.Volume {
+		return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{Hotpluggable: true}}}
 	}
 	hot := func(name string, phase v1.VolumePhase) v1.VolumeStatus {
 		return v1.VolumeStatus{Name: name, Phase: phase, HotplugVolume: &v1.HotplugVolumeStatus{}}
@@ -54,57 +60,124 @@ func TestUnappliedChanges(t *testing.T) {
 	dom := func(disks []libvirtxml.DomainDisk, ifaces ...libvirtxml.DomainInterface) *libvirtxml.Domain {
 		return &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Disks: disks, Interfaces: ifaces}}
 	}
-	root := fileDisk("root", "/pod/disk.qcow2")
+	root := liveDisk("root", "vda", "virtio", l.EmptyDisk("root"))
+	rootVMI := []v1.Disk{disk("root", v1.DiskBusVirtio)}
+	rootVol := []v1.Volume{empty("root")}
 
+	type attach struct{ name, dev, bus, path string }
 	for _, tc := range []struct {
-		name string
-		vmi  *v1.VirtualMachineInstance
-		live *libvirtxml.Domain
-		want []string // substrings, one per message; none: nothing unapplied
+		name        string
+		vmi         *v1.VirtualMachineInstance
+		live        *libvirtxml.Domain
+		attach      []attach
+		detach      []string
+		media       map[string]string // disk -> new source ("" ejected)
+		unsupported []string          // substrings, one per message
 	}{
-		{name: "in step", vmi: vmi([]v1.Disk{disk("root")}, []v1.Volume{vol("root")}, nil, masq("default", "")),
-			live: dom([]libvirtxml.DomainDisk{root}, iface("default", ""))},
-		{name: "hotplug volume mounted into the pod", vmi: vmi([]v1.Disk{disk("root"), disk("data")}, []v1.Volume{vol("root"), vol("data")},
-			[]v1.VolumeStatus{hot("data", v1.HotplugVolumeMounted)}),
-			live: dom([]libvirtxml.DomainDisk{root}), want: []string{`disk "data": hotplug`}},
-		{name: "hotplug volume ready", vmi: vmi([]v1.Disk{disk("data")}, []v1.Volume{vol("data")}, []v1.VolumeStatus{hot("data", v1.VolumeReady)}),
-			live: dom(nil), want: []string{`disk "data": hotplug`}},
-		{name: "hotplug volume not in the pod yet: KubeVirt waits too", vmi: vmi([]v1.Disk{disk("data")}, []v1.Volume{vol("data")},
-			[]v1.VolumeStatus{hot("data", v1.HotplugVolumeAttachedToNode)}), live: dom(nil)},
-		{name: "hotplugged volume attached already", vmi: vmi([]v1.Disk{disk("data")}, []v1.Volume{vol("data")},
-			[]v1.VolumeStatus{hot("data", v1.VolumeReady)}), live: dom([]libvirtxml.DomainDisk{fileDisk("data", hp+"/data.img")})},
-		{name: "hotplugged volume removed from the VMI", vmi: vmi([]v1.Disk{disk("root")}, []v1.Volume{vol("root")}, nil),
-			live: dom([]libvirtxml.DomainDisk{root, fileDisk("data", hp+"/data.img")}), want: []string{`disk "data": unplug`}},
+		{name: "in step", vmi: vmi(rootVMI, rootVol, nil, masq("default", "")), live: dom([]libvirtxml.DomainDisk{root}, iface("default"))},
+		{name: "hotplug volume mounted into the pod: attached on scsi unit 0 with the next free name",
+			vmi:  vmi(append(rootVMI, disk("data", v1.DiskBusSCSI)), append(rootVol, hotVol("data")), []v1.VolumeStatus{hot("data", v1.HotplugVolumeMounted)}),
+			live: dom([]libvirtxml.DomainDisk{root}), attach: []attach{{"data", "sda", "scsi", hp + "/data.img"}}},
+		{name: "hotplug volume ready, on virtio",
+			vmi:  vmi(append(rootVMI, disk("data", v1.DiskBusVirtio)), append(rootVol, hotVol("data")), []v1.VolumeStatus{hot("data", v1.VolumeReady)}),
+			live: dom([]libvirtxml.DomainDisk{root}), attach: []attach{{"data", "vdb", "virtio", hp + "/data.img"}}},
+		{name: "live names are kept: a new disk does not take the name of one still attached",
+			vmi: vmi(append(rootVMI, disk("b", v1.DiskBusSCSI), disk("a", v1.DiskBusSCSI)), append(rootVol, hotVol("a"), hotVol("b")),
+				[]v1.VolumeStatus{hot("a", v1.VolumeReady), hot("b", v1.VolumeReady)}),
+			live: dom([]libvirtxml.DomainDisk{root, liveDisk("a", "sda", "scsi", hp+"/a.img")}), attach: []attach{{"b", "sdb", "scsi", hp + "/b.img"}}},
+		{name: "hotplug volume not in the pod yet: KubeVirt waits too",
+			vmi:  vmi(append(rootVMI, disk("data", v1.DiskBusSCSI)), append(rootVol, hotVol("data")), []v1.VolumeStatus{hot("data", v1.HotplugVolumeAttachedToNode)}),
+			live: dom([]libvirtxml.DomainDisk{root})},
+		{name: "hotplug on sata is refused",
+			vmi:  vmi(append(rootVMI, disk("data", v1.DiskBusSATA)), append(rootVol, hotVol("data")), []v1.VolumeStatus{hot("data", v1.VolumeReady)}),
+			live: dom([]libvirtxml.DomainDisk{root}), unsupported: []string{`disk "data": hotplug on bus sata is not possible`}},
+		{name: "hotplugged volume removed from the VMI: detached",
+			vmi:  vmi(rootVMI, rootVol, nil),
+			live: dom([]libvirtxml.DomainDisk{root, liveDisk("data", "sda", "scsi", hp+"/data.img")}), detach: []string{"data"}},
+		{name: "a disk on sata from the hotplug directory cannot be unplugged",
+			vmi:  vmi(rootVMI, rootVol, nil),
+			live: dom([]libvirtxml.DomainDisk{root, liveDisk("data", "sda", "sata", hp+"/data.img")}), unsupported: []string{`disk "data": unplug from bus sata`}},
 		{name: "a disk of the domain the VMI does not name, not hotplugged: not ours to judge", vmi: vmi(nil, nil, nil),
 			live: dom([]libvirtxml.DomainDisk{root})},
 		{name: "CD-ROM ejected (volume gone)", vmi: vmi([]v1.Disk{cd("cd")}, nil, nil),
-			live: dom([]libvirtxml.DomainDisk{cdrom("cd", hp+"/cd.img")}), want: []string{`disk "cd": ejecting`}},
-		{name: "CD-ROM medium inserted", vmi: vmi([]v1.Disk{cd("cd")}, []v1.Volume{vol("cd")}, []v1.VolumeStatus{hot("cd", v1.HotplugVolumeMounted)}),
-			live: dom([]libvirtxml.DomainDisk{cdrom("cd", "")}), want: []string{`disk "cd": inserting`}},
-		{name: "CD-ROM medium on its way", vmi: vmi([]v1.Disk{cd("cd")}, []v1.Volume{vol("cd")}, []v1.VolumeStatus{hot("cd", v1.HotplugVolumeAttachedToNode)}),
-			live: dom([]libvirtxml.DomainDisk{cdrom("cd", "")})},
-		{name: "CD-ROM with its medium from the start", vmi: vmi([]v1.Disk{cd("cd")}, []v1.Volume{vol("cd")}, nil),
-			live: dom([]libvirtxml.DomainDisk{cdrom("cd", "/pod/cd.iso")})},
+			live: dom([]libvirtxml.DomainDisk{liveCD("cd", hp+"/cd.img")}), media: map[string]string{"cd": ""}},
+		{name: "CD-ROM medium inserted", vmi: vmi([]v1.Disk{cd("cd")}, []v1.Volume{hotVol("cd")}, []v1.VolumeStatus{hot("cd", v1.HotplugVolumeMounted)}),
+			live: dom([]libvirtxml.DomainDisk{liveCD("cd", "")}), media: map[string]string{"cd": hp + "/cd.img"}},
+		{name: "CD-ROM medium on its way", vmi: vmi([]v1.Disk{cd("cd")}, []v1.Volume{hotVol("cd")}, []v1.VolumeStatus{hot("cd", v1.HotplugVolumeAttachedToNode)}),
+			live: dom([]libvirtxml.DomainDisk{liveCD("cd", "")})},
+		{name: "CD-ROM with its medium from the start, whatever its path looks like now",
+			vmi:  vmi([]v1.Disk{cd("cd")}, []v1.Volume{{Name: "cd", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{}}}}, nil),
+			live: dom([]libvirtxml.DomainDisk{liveCD("cd", "/dev/cd")})},
+		{name: "CD-ROM medium in place", vmi: vmi([]v1.Disk{cd("cd")}, []v1.Volume{hotVol("cd")}, []v1.VolumeStatus{hot("cd", v1.VolumeReady)}),
+			live: dom([]libvirtxml.DomainDisk{liveCD("cd", hp+"/cd.img")})},
 		{name: "interface added", vmi: vmi(nil, nil, nil, masq("default", ""), masq("blue", "")),
-			live: dom(nil, iface("default", "")), want: []string{`interface "blue": hotplug`}},
+			live: dom(nil, iface("default")), unsupported: []string{`interface "blue": hotplug`}},
 		{name: "interface marked absent", vmi: vmi(nil, nil, nil, masq("default", ""), masq("blue", v1.InterfaceStateAbsent)),
-			live: dom(nil, iface("default", ""), iface("blue", "")), want: []string{`interface "blue": unplug`}},
+			live: dom(nil, iface("default"), iface("blue")), unsupported: []string{`interface "blue": unplug`}},
 		{name: "absent interface gone already", vmi: vmi(nil, nil, nil, masq("blue", v1.InterfaceStateAbsent)), live: dom(nil)},
 		{name: "SR-IOV interfaces are host devices", vmi: vmi(nil, nil, nil,
 			v1.Interface{Name: "sriov", InterfaceBindingMethod: v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}}), live: dom(nil)},
-		{name: "several at once", vmi: vmi([]v1.Disk{disk("a"), disk("b")}, []v1.Volume{vol("a"), vol("b")},
+		{name: "several at once", vmi: vmi([]v1.Disk{disk("a", v1.DiskBusSCSI), disk("b", v1.DiskBusUSB)}, []v1.Volume{hotVol("a"), hotVol("b")},
 			[]v1.VolumeStatus{hot("a", v1.VolumeReady), hot("b", v1.VolumeReady)}, masq("n", "")),
-			live: &libvirtxml.Domain{}, want: []string{`disk "a"`, `disk "b"`, `interface "n"`}},
+			live: &libvirtxml.Domain{}, attach: []attach{{"a", "sda", "scsi", hp + "/a.img"}}, unsupported: []string{`disk "b": hotplug on bus usb`, `interface "n"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := unappliedChanges(tc.vmi, tc.live, hp)
-			if len(got) != len(tc.want) {
-				t.Fatalf("unappliedChanges = %q, want %d messages like %q", got, len(tc.want), tc.want)
+			c := facts.Default(l)
+			want, err := converter.Disks(pinLiveTargets(tc.vmi, tc.live), c)
+			if err != nil {
+				t.Fatalf("converter.Disks: %v", err)
 			}
-			all := strings.Join(got, "\n")
-			for _, w := range tc.want {
+			before, _ := tc.live.Marshal()
+			plan := planChanges(tc.vmi, want, tc.live, hp)
+			if after, _ := tc.live.Marshal(); after != before {
+				t.Errorf("planChanges changed the live domain")
+			}
+			if len(plan.attach) != len(tc.attach) {
+				t.Errorf("attach %d disks, want %d: %+v", len(plan.attach), len(tc.attach), plan.attach)
+			}
+			for i, a := range tc.attach {
+				if i >= len(plan.attach) {
+					break
+				}
+				got := plan.attach[i]
+				if n, _ := userAlias(got.Alias); n != a.name || got.Target.Dev != a.dev || got.Target.Bus != a.bus || diskSourcePath(&got) != a.path {
+					t.Errorf("attach %d: %s %s/%s %s, want %+v", i, n, got.Target.Dev, got.Target.Bus, diskSourcePath(&got), a)
+				}
+				if a.bus == "scsi" && (got.Address == nil || got.Address.Drive == nil || *got.Address.Drive.Unit != uint(a.dev[2]-'a')) {
+					t.Errorf("attach %s: address %+v, want the SCSI unit of %s", a.name, got.Address, a.dev)
+				}
+			}
+			var detached []string
+			for _, d := range plan.detach {
+				n, _ := userAlias(d.Alias)
+				detached = append(detached, n)
+			}
+			if strings.Join(detached, ",") != strings.Join(tc.detach, ",") {
+				t.Errorf("detach %q, want %q", detached, tc.detach)
+			}
+			media := map[string]string{}
+			for _, d := range plan.media {
+				n, _ := userAlias(d.Alias)
+				media[n] = diskSourcePath(&d)
+				if d.Driver == nil || d.Driver.Type != "raw" || d.Target.Dev != "sda" {
+					t.Errorf("medium change of %s: driver %+v target %+v, want the live drive with a raw source", n, d.Driver, d.Target)
+				}
+			}
+			if len(media) != len(tc.media) {
+				t.Errorf("media %q, want %q", media, tc.media)
+			}
+			for n, p := range tc.media {
+				if got, ok := media[n]; !ok || got != p {
+					t.Errorf("media %q, want %q", media, tc.media)
+				}
+			}
+			if len(plan.unsupported) != len(tc.unsupported) {
+				t.Fatalf("unsupported %q, want %d messages like %q", plan.unsupported, len(tc.unsupported), tc.unsupported)
+			}
+			all := strings.Join(plan.unsupported, "\n")
+			for _, w := range tc.unsupported {
 				if !strings.Contains(all, w) {
-					t.Errorf("unappliedChanges = %q, want one with %q", got, w)
+					t.Errorf("unsupported %q, want one with %q", plan.unsupported, w)
 				}
 			}
 		})
@@ -140,7 +213,7 @@ func TestPlanLinkState(t *testing.T) {
 			v := &v1.VirtualMachineInstance{}
 			v.Spec.Domain.Devices.Interfaces = []v1.Interface{masq("default", tc.state)}
 			live := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Interfaces: []libvirtxml.DomainInterface{iface("default", tc.live)}}}
-			plan := planChanges(v, live, "/hp")
+			plan := planChanges(v, nil, live, "/hp")
 			if len(plan.unsupported) != 0 {
 				t.Errorf("unsupported %q", plan.unsupported)
 			}
@@ -158,7 +231,7 @@ func TestPlanLinkState(t *testing.T) {
 	live := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Interfaces: []libvirtxml.DomainInterface{iface("default", "")}}}
 	v := &v1.VirtualMachineInstance{}
 	v.Spec.Domain.Devices.Interfaces = []v1.Interface{masq("default", v1.InterfaceStateLinkDown)}
-	planChanges(v, live, "/hp")
+	planChanges(v, nil, live, "/hp")
 	if live.Devices.Interfaces[0].Link != nil {
 		t.Errorf("planChanges changed the live domain: %+v", live.Devices.Interfaces[0].Link)
 	}

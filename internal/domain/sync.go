@@ -76,39 +76,96 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 	if err := m.converge(l, d, v); err != nil {
 		return err
 	}
-	return m.checkApplied(ctx, l, d, v)
+	return m.applyChanges(ctx, l, d, v)
 }
 
-// checkApplied fails the Sync for what the VMI asks of the defined domain
-// that Sync does not carry out (unappliedChanges): never a success for a
-// change that was not made.
-func (m *Manager) checkApplied(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
-	var x string
-	if err := withContext(ctx, "read the domain XML", func() (err error) {
-		x, err = l.DomainGetXMLDesc(d, 0)
-		return err
-	}); err != nil {
+// applyChanges makes the defined domain match what the VMI asks of it
+// while it runs (planChanges): disks of hotplugged volumes detached and
+// attached, CD-ROM media changed, link states set, each confirmed by
+// libvirt before the Sync answers. A change it cannot make fails the Sync
+// before any is made; it never answers success for a change not made.
+func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
+	live, err := m.liveXML(ctx, l, d, 0)
+	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	var live libvirtxml.Domain
-	if err := live.Unmarshal(x); err != nil {
-		return fmt.Errorf("sync: parse XML of domain %s: %w", d.Name, err)
+	want, err := m.wantDisks(v, live)
+	if err != nil {
+		return fmt.Errorf("sync: %w", err)
 	}
-	plan := planChanges(v, &live, m.cfg.Layout.HotplugDiskDir)
+	plan := planChanges(v, want, live, m.cfg.Layout.HotplugDiskDir)
+	if len(plan.unsupported) > 0 {
+		return fmt.Errorf("sync: not applied to the running domain, nothing changed: %s", strings.Join(plan.unsupported, "; "))
+	}
+	if plan.empty() {
+		return nil
+	}
+	// Whatever happens below, GetDomain and virt-handler must see the
+	// devices as they are now: no libvirt event follows a link change,
+	// and the device events carry no XML.
+	defer m.refresh(ctx, EventModified, true)
+	for _, disk := range plan.detach {
+		if err := m.detachDisk(ctx, l, d, disk); err != nil {
+			return err
+		}
+	}
+	for _, disk := range plan.attach {
+		if err := m.attachDisk(ctx, l, d, disk); err != nil {
+			return err
+		}
+	}
+	for _, disk := range plan.media {
+		if err := m.changeMedium(ctx, l, d, disk); err != nil {
+			return err
+		}
+	}
 	for _, iface := range plan.links {
 		if err := m.setLink(ctx, l, d, iface); err != nil {
 			return err
 		}
 	}
-	if len(plan.links) > 0 {
-		// No libvirt event follows a link change: re-read the domain so
-		// GetDomain and virt-handler see the new state now.
-		m.refresh(ctx, EventModified, true)
-	}
-	if len(plan.unsupported) > 0 {
-		return fmt.Errorf("sync: not applied to the running domain: %s", strings.Join(plan.unsupported, "; "))
-	}
 	return nil
+}
+
+// wantDisks converts the VMI's disks as the running domain should have
+// them, with the facts of its hotplugged volumes gathered anew (the others
+// were gathered at the define and do not change).
+func (m *Manager) wantDisks(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) ([]libvirtxml.DomainDisk, error) {
+	var c *facts.Context
+	if m.cfg.BaseFacts != nil {
+		c = m.cfg.BaseFacts()
+	} else {
+		c = facts.Default(m.cfg.Layout)
+	}
+	if m.cfg.Disks == nil {
+		return nil, errors.New("no disk preparer configured")
+	}
+	vols, err := m.cfg.Disks.GatherHotplug(v)
+	if err != nil {
+		return nil, fmt.Errorf("gather hotplug volume facts: %w", err)
+	}
+	c.Volumes = vols
+	return converter.Disks(pinLiveTargets(v, live), c)
+}
+
+// liveXML reads and parses the domain's XML (flags: 0 for the running
+// domain, DomainXMLInactive for its definition).
+func (m *Manager) liveXML(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, flags libvirt.DomainXMLFlags) (*libvirtxml.Domain, error) {
+	var x string
+	if err := withContext(ctx, "read the domain XML", func() (err error) {
+		x, err = l.DomainGetXMLDesc(d, flags)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(x); err != nil {
+		return nil, fmt.Errorf("parse XML of domain %s: %w", d.Name, err)
+	}
+	if dom.Devices == nil {
+		dom.Devices = &libvirtxml.DomainDeviceList{}
+	}
+	return &dom, nil
 }
 
 // setLink changes an interface's link state, live and in the definition
@@ -125,16 +182,9 @@ func (m *Manager) setLink(ctx context.Context, l *libvirt.Libvirt, d libvirt.Dom
 	if err := withContext(ctx, "update the interface", func() error { return l.DomainUpdateDeviceFlags(d, x, flags) }); err != nil {
 		return fmt.Errorf("sync: interface %q: set link %s: %w", name, want, err)
 	}
-	var after string
-	if err := withContext(ctx, "read the domain XML", func() (err error) {
-		after, err = l.DomainGetXMLDesc(d, 0)
-		return err
-	}); err != nil {
+	dom, err := m.liveXML(ctx, l, d, 0)
+	if err != nil {
 		return fmt.Errorf("sync: interface %q: %w", name, err)
-	}
-	var dom libvirtxml.Domain
-	if err := dom.Unmarshal(after); err != nil {
-		return fmt.Errorf("sync: interface %q: parse XML of domain %s: %w", name, d.Name, err)
 	}
 	for _, i := range dom.Devices.Interfaces {
 		if n, ok := userAlias(i.Alias); ok && n == name {

@@ -75,3 +75,16 @@ func VCPUs(vmi *v1.VirtualMachineInstance) uint64 {
 	s, c, t := Topology(vmi)
 	return uint64(s) * uint64(c) * uint64(t)
 }
+
+// HotplugVolume reports whether the VMI's status marks volume name as
+// hotplugged, and whether virt-handler has mounted it into the pod yet
+// (phase MountedToPod or Ready). Until it is mounted there is no file to
+// attach: the disk waits (a CD-ROM stays an empty drive), as in KubeVirt.
+func HotplugVolume(vmi *v1.VirtualMachineInstance, name string) (hotplug, mounted bool) {
+	for _, st := range vmi.Status.VolumeStatus {
+		if st.Name == name && st.HotplugVolume != nil {
+			return true, st.Phase == v1.HotplugVolumeMounted || st.Phase == v1.VolumeReady
+		}
+	}
+	return false, false
+}

@@ -324,16 +324,22 @@ func checkUnsupported(t *testing.T, h *handler, vmiJSON []byte) {
 }
 
 // checkUnappliedRefused: the changes virt-handler asks of a running
-// domain that the launcher does not carry out yet (issue 16: a volume
-// mounted into the pod for hotplug) fail the Sync with a message naming
-// the device, never a success; the unchanged VMI syncs again.
+// domain that the launcher cannot carry out (an interface hotplug, not
+// implemented yet; a hotplug volume whose image QEMU's user cannot open)
+// fail the Sync with a message naming the device, never a success; the
+// unchanged VMI syncs again. TestHotplugVolume has the ones it makes.
 func checkUnappliedRefused(t *testing.T, h *handler, vmiJSON []byte) {
 	t.Helper()
 	for _, tc := range []struct {
 		name, want string
 		change     func(v *v1.VirtualMachineInstance)
 	}{
-		{"hotplug volume mounted to the pod", `disk "hp": hotplug`, func(v *v1.VirtualMachineInstance) {
+		{"interface hotplug", `interface "extra": hotplug into a running domain is not supported yet`, func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Interfaces = append(v.Spec.Domain.Devices.Interfaces,
+				v1.Interface{Name: "extra", InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}})
+			v.Spec.Networks = append(v.Spec.Networks, v1.Network{Name: "extra", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "extra-net"}}})
+		}},
+		{"hotplug volume mounted to the pod, its image not usable", `disk "hp": volume not usable yet`, func(v *v1.VirtualMachineInstance) {
 			v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks,
 				v1.Disk{Name: "hp", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusSCSI}}})
 			v.Spec.Volumes = append(v.Spec.Volumes, v1.Volume{Name: "hp", VolumeSource: v1.VolumeSource{

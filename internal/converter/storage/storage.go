@@ -50,6 +50,14 @@ func (s configurator) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.
 		if ok {
 			vol = &vmi.Spec.Volumes[idx]
 		}
+		if hot, mounted := facts.HotplugVolume(vmi, d.Name); hot && !mounted {
+			// Not in the pod yet: a disk waits for its volume, a CD-ROM
+			// drive is there without a medium.
+			if d.CDRom == nil {
+				continue
+			}
+			vol = nil
+		}
 		disk, err := s.disk(vmi, d, vol, idx, names, field)
 		if err != nil {
 			return err

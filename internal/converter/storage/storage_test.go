@@ -57,6 +57,21 @@ func TestVolumeSources(t *testing.T) {
 			Contains: []string{`<disk type="block"`, `<source dev="/dev/vol">`, `cache="none"`, `io="native"`}, Absent: []string{"name=\"vol\""}},
 		{Name: "hotplug pvc", VMI: withDisk(disk(v1.DiskBusSCSI), v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{Hotpluggable: true}}),
 			Contains: []string{`<source file="/var/run/kubevirt/hotplug-disks/vol.img">`}},
+		{Name: "hotplug pvc not in the pod yet: the disk waits", VMI: func(v *v1.VirtualMachineInstance) {
+			hp := disk(v1.DiskBusSCSI)
+			hp.Name = "hp"
+			v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks, hp)
+			v.Spec.Volumes = append(v.Spec.Volumes, v1.Volume{Name: "hp", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{Hotpluggable: true}}})
+			v.Status.VolumeStatus = []v1.VolumeStatus{{Name: "hp", Phase: v1.HotplugVolumeAttachedToNode, HotplugVolume: &v1.HotplugVolumeStatus{}}}
+		}, Contains: []string{`<alias name="ua-containerdisk">`}, Absent: []string{"ua-hp", "hotplug-disks"}},
+		{Name: "hotplug pvc mounted into the pod", VMI: func(v *v1.VirtualMachineInstance) {
+			withDisk(disk(v1.DiskBusSCSI), v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{Hotpluggable: true}})(v)
+			v.Status.VolumeStatus = []v1.VolumeStatus{{Name: "vol", Phase: v1.HotplugVolumeMounted, HotplugVolume: &v1.HotplugVolumeStatus{}}}
+		}, Contains: []string{`<source file="/var/run/kubevirt/hotplug-disks/vol.img">`, `<target dev="sda" bus="scsi">`, `unit="0"`}},
+		{Name: "CD-ROM whose hotplug medium is not in the pod yet: an empty drive", VMI: func(v *v1.VirtualMachineInstance) {
+			withDisk(cdrom(v1.DiskBusSATA), v1.VolumeSource{DataVolume: &v1.DataVolumeSource{Name: "dv", Hotpluggable: true}})(v)
+			v.Status.VolumeStatus = []v1.VolumeStatus{{Name: "vol", Phase: v1.VolumePending, HotplugVolume: &v1.HotplugVolumeStatus{}}}
+		}, Contains: []string{`<disk device="cdrom">`, `<alias name="ua-vol">`}, Absent: []string{"hotplug-disks"}},
 		{Name: "hotplug block dataVolume", VMI: withDisk(disk(v1.DiskBusSCSI), v1.VolumeSource{DataVolume: &v1.DataVolumeSource{Name: "dv", Hotpluggable: true}}),
 			Ctx: vols(map[string]facts.Volume{"vol": {Block: true}}), Contains: []string{`<source dev="/var/run/kubevirt/hotplug-disks/vol">`}},
 		{Name: "dataVolume", VMI: withDisk(disk(v1.DiskBusSATA), v1.VolumeSource{DataVolume: &v1.DataVolumeSource{Name: "dv"}}),

@@ -1,0 +1,167 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+)
+
+// detachWait bounds how long one Sync waits for QEMU to release a detached
+// disk. virt-handler gives a Sync 20 s; a disk the guest has not let go of
+// by then is waited for again by the next Sync.
+const detachWait = 15 * time.Second
+
+// liveAndConfig changes the running domain and its definition, as
+// KubeVirt's launcher does.
+const liveAndConfig = libvirt.DomainDeviceModifyLive | libvirt.DomainDeviceModifyConfig
+
+// detachDisk unplugs a hotplugged disk and returns only once it is gone
+// from the running domain: virt-handler unmounts the volume as soon as the
+// Sync succeeds, and QEMU must not have it open then. A virtio disk needs
+// the guest to let go of its PCI device (libvirt waits 5 s for that and
+// then leaves it pending); a SCSI disk goes at once.
+func (m *Manager) detachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, disk libvirtxml.DomainDisk) error {
+	name, _ := userAlias(disk.Alias)
+	x, err := disk.Marshal()
+	if err != nil {
+		return fmt.Errorf("sync: disk %q: %w", name, err)
+	}
+	def, err := m.liveXML(ctx, l, d, libvirt.DomainXMLInactive)
+	if err != nil {
+		return fmt.Errorf("sync: disk %q: %w", name, err)
+	}
+	_, inConfig := byAlias(def.Devices.Disks, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })[name]
+	m.log.Info("detaching disk", "disk", name, "target", disk.Target.Dev, "source", diskSourcePath(&disk), "retry", !inConfig)
+	t0 := time.Now()
+	var callErr error
+	if inConfig {
+		callErr = withContext(ctx, "detach the disk", func() error { return l.DomainDetachDeviceFlags(d, x, uint32(liveAndConfig)) })
+		if callErr != nil {
+			return fmt.Errorf("sync: disk %q: %w", name, callErr)
+		}
+	} else {
+		// An earlier Sync asked already and the guest has not let go:
+		// ask again (the guest may have missed it). QEMU refusing a
+		// second request while the first is pending is no failure; the
+		// wait below decides.
+		callErr = withContext(ctx, "detach the disk", func() error {
+			return l.DomainDetachDeviceFlags(d, x, uint32(libvirt.DomainDeviceModifyLive))
+		})
+		if callErr != nil {
+			m.log.Info("detach request repeated", "disk", name, "err", callErr.Error())
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, detachWait)
+	defer cancel()
+	for {
+		live, err := m.liveXML(wctx, l, d, 0)
+		if err == nil {
+			if _, there := byAlias(live.Devices.Disks, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })[name]; !there {
+				m.log.Info("disk detached", "disk", name, "took", time.Since(t0).String())
+				return nil
+			}
+		}
+		select {
+		case <-wctx.Done():
+			msg := fmt.Sprintf("sync: disk %q: detach requested, but QEMU still has it after %s (the guest has not released it)", name, time.Since(t0).Round(time.Millisecond))
+			if callErr != nil {
+				return fmt.Errorf("%s: %w", msg, callErr)
+			}
+			return errors.New(msg)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// attachDisk hotplugs the disk of a volume virt-handler mounted into the
+// pod, once the launcher can open its file or device (KubeVirt's launcher
+// checks the same before it attaches), and confirms libvirt has it.
+func (m *Manager) attachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, disk libvirtxml.DomainDisk) error {
+	name, _ := userAlias(disk.Alias)
+	if err := openable(diskSourcePath(&disk), disk.ReadOnly != nil); err != nil {
+		return fmt.Errorf("sync: disk %q: volume not usable yet: %w", name, err)
+	}
+	x, err := disk.Marshal()
+	if err != nil {
+		return fmt.Errorf("sync: disk %q: %w", name, err)
+	}
+	t0 := time.Now()
+	if err := withContext(ctx, "attach the disk", func() error { return l.DomainAttachDeviceFlags(d, x, uint32(liveAndConfig)) }); err != nil {
+		return fmt.Errorf("sync: disk %q (bus %s, target %s): %w", name, diskBus(&disk), disk.Target.Dev, err)
+	}
+	live, err := m.liveXML(ctx, l, d, 0)
+	if err != nil {
+		return fmt.Errorf("sync: disk %q: %w", name, err)
+	}
+	got, there := byAlias(live.Devices.Disks, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })[name]
+	if !there {
+		return fmt.Errorf("sync: disk %q: libvirt accepted the attach, but the running domain does not have it", name)
+	}
+	m.log.Info("disk attached", "disk", name, "target", got.Target.Dev, "bus", diskBus(&got), "source", diskSourcePath(&got), "took", time.Since(t0).String())
+	return nil
+}
+
+// changeMedium inserts or ejects a CD-ROM's medium (disk is the live drive
+// with its new source) and confirms libvirt reports it.
+func (m *Manager) changeMedium(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, disk libvirtxml.DomainDisk) error {
+	name, _ := userAlias(disk.Alias)
+	src := diskSourcePath(&disk)
+	verb := "insert"
+	if src == "" {
+		verb = "eject"
+	} else if err := openable(src, true); err != nil {
+		return fmt.Errorf("sync: disk %q: medium not usable yet: %w", name, err)
+	}
+	x, err := disk.Marshal()
+	if err != nil {
+		return fmt.Errorf("sync: disk %q: %w", name, err)
+	}
+	if err := withContext(ctx, verb+" the CD-ROM medium", func() error { return l.DomainUpdateDeviceFlags(d, x, liveAndConfig) }); err != nil {
+		return fmt.Errorf("sync: disk %q: %w", name, err)
+	}
+	live, err := m.liveXML(ctx, l, d, 0)
+	if err != nil {
+		return fmt.Errorf("sync: disk %q: %w", name, err)
+	}
+	got, there := byAlias(live.Devices.Disks, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })[name]
+	switch {
+	case !there:
+		return fmt.Errorf("sync: disk %q: gone from the domain after the medium changed", name)
+	case diskSourcePath(&got) != src:
+		return fmt.Errorf("sync: disk %q: %s asked, libvirt reports medium %q", name, verb, diskSourcePath(&got))
+	}
+	m.log.Info("CD-ROM medium changed", "disk", name, "action", verb, "source", src)
+	return nil
+}
+
+// openable checks that the launcher (QEMU's user) can open a volume's file
+// or block device as QEMU will: read-write unless read-only. A volume
+// virt-handler has not finished mounting or handing over fails here with
+// the reason, instead of in QEMU.
+func openable(path string, readOnly bool) error {
+	if path == "" {
+		return errors.New("no source path")
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	mode := os.O_RDWR
+	if readOnly || fi.Mode()&fs.ModeDevice != 0 {
+		// A block device is opened read-only here, as KubeVirt does:
+		// another opener may hold it exclusively for writing.
+		mode = os.O_RDONLY
+	}
+	f, err := os.OpenFile(path, mode|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
