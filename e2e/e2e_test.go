@@ -405,20 +405,18 @@ func TestRootAndNonRootPods(t *testing.T) {
 	}
 }
 
-// TestPVCDiskSurvivesRestart boots a VM whose root disk is a PVC (a static
-// hostPath PV holding disk.img, KubeVirt's filesystem-mode layout): the
-// guest counts its boots on that disk, and the count goes on across a VM
-// restart, in a new pod.
-func TestPVCDiskSurvivesRestart(t *testing.T) {
-	ok := must(t)
-	ctx := context.Background()
-	const name, claim = "vm-pvc", "pvc-root"
+// createPVC makes claim a bound PVC in filesystem mode (KubeVirt's layout:
+// disk.img at the volume's root) on a static hostPath PV, with disk.img
+// written by fill; it is deleted when the test ends (after what the test
+// registers later, such as the VM using it).
+func createPVC(t *testing.T, ctx context.Context, claim string, fill func(img string) error) string {
+	t.Helper()
 	dir := filepath.Join(cluster.StateDir, "pv", claim)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	img := filepath.Join(dir, "disk.img")
-	if err := guest.Guest.CopyRootDisk(img); err != nil {
+	if err := fill(img); err != nil {
 		t.Fatal(err)
 	}
 	// Non-root pods (107) write it.
@@ -449,12 +447,24 @@ spec:
   volumeName: %[1]s
   resources: {requests: {storage: 64Mi}}
 `, claim, dir)
-	ok(env.KubectlStdin(ctx, pv, "create", "-f", "-"))
+	must(t)(env.KubectlStdin(ctx, pv, "create", "-f", "-"))
 	t.Cleanup(func() {
-		env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=true", "--timeout=90s")
 		env.Kubectl(context.Background(), "delete", "pvc", claim, "--ignore-not-found")
 		env.Kubectl(context.Background(), "delete", "pv", claim, "--ignore-not-found")
 	})
+	return img
+}
+
+// TestPVCDiskSurvivesRestart boots a VM whose root disk is a PVC (a static
+// hostPath PV holding disk.img, KubeVirt's filesystem-mode layout): the
+// guest counts its boots on that disk, and the count goes on across a VM
+// restart, in a new pod.
+func TestPVCDiskSurvivesRestart(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	const name, claim = "vm-pvc", "pvc-root"
+	createPVC(t, ctx, claim, guest.Guest.CopyRootDisk)
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=true", "--timeout=90s") })
 	vm := vmYAMLOf(name, vmiYAMLWithRoot(name, "persistentVolumeClaim:\n      claimName: "+claim))
 	ok(env.KubectlStdin(ctx, vm, "create", "-f", "-"))
 
@@ -762,4 +772,96 @@ func TestGuestAgent(t *testing.T) {
 	waitStatus("fsFreezeStatus cleared by the thaw", func() bool { return vmi.Status.FSFreezeStatus == "" })
 
 	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vmi", name, "--wait=true", "--timeout=90s"))
+}
+
+// TestHotplugVolume is `virtctl addvolume` and `removevolume` on a running
+// VMI (KubeVirt's HotplugVolumes): virt-controller starts the attachment
+// pod, virt-handler mounts the PVC's disk.img into our launcher pod and
+// Syncs, our launcher attaches the disk on the scsi bus, and the guest sees
+// it with its size and serial; data written to it is on the PVC after the
+// removal, which virt-handler completes only once the disk is gone from
+// the domain.
+func TestHotplugVolume(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	const name, claim, serial = "vmi-hotplug", "pvc-hotplug", "VLE2EHP"
+	if err := env.SetFeatureGate(ctx, "HotplugVolumes", true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.SetFeatureGate(context.Background(), "HotplugVolumes", false) })
+	const size = 32 << 20
+	img := createPVC(t, ctx, claim, func(img string) error {
+		f, err := os.Create(img)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Truncate(size)
+	})
+	createReady(t, ctx, name)
+	pod := env.LauncherPod(t, ctx, name)
+	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
+
+	ok(env.Virtctl(ctx, time.Minute, "addvolume", name, "--volume-name="+claim, "--serial="+serial))
+	waitVolumePhase(t, ctx, name, claim, "Ready")
+	t.Logf("volume %s Ready, target %s", claim, ok(env.Kubectl(ctx, "get", "vmi", name, "-o",
+		`jsonpath={.status.volumeStatus[?(@.name=="`+claim+`")].target}`)))
+	find := `d=; for b in /sys/block/sd*; do grep -q ` + serial + ` $b/device/vpd_pg80 2>/dev/null && d=${b##*/}; done`
+	want := fmt.Sprintf("VL-E2E-HP-%dX", size/512)
+	if out := env.Console(t, ctx, name, find+`; echo VL-E2E-HP-$(cat /sys/block/$d/size)X`, want); !strings.Contains(out, want) {
+		t.Fatalf("the guest does not see the hotplugged disk with %d sectors:\n%s", size/512, out)
+	}
+	marker := fmt.Sprintf("VL-E2E-DATA-%d", time.Now().UnixNano()%1e9)
+	if out := env.Console(t, ctx, name, find+`; echo `+marker+` | dd of=/dev/$d bs=512 count=1 conv=fsync 2>/dev/null; echo VL-E2E-WROTE-$?X`, "VL-E2E-WROTE-0X"); !strings.Contains(out, "VL-E2E-WROTE-0X") {
+		t.Fatalf("the guest could not write to the hotplugged disk:\n%s", out)
+	}
+
+	ok(env.Virtctl(ctx, time.Minute, "removevolume", name, "--volume-name="+claim))
+	waitVolumePhase(t, ctx, name, claim, "")
+	if out := env.Console(t, ctx, name, find+`; echo VL-E2E-GONE-${d:-none}X`, "VL-E2E-GONE-noneX"); !strings.Contains(out, "VL-E2E-GONE-noneX") {
+		t.Fatalf("the hotplugged disk is still in the guest after removevolume:\n%s", out)
+	}
+	head := make([]byte, len(marker))
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.ReadAt(head, 0)
+	f.Close()
+	if err != nil || string(head) != marker {
+		t.Errorf("the PVC's disk.img starts with %q (%v) after removevolume, want the guest's %q", head, err, marker)
+	}
+}
+
+// waitVolumePhase waits (3 min at most) until the VMI's status has volume
+// vol in phase want ("" for: no status for it any more).
+func waitVolumePhase(t *testing.T, ctx context.Context, vmi, vol, want string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	var last string
+	for {
+		out, err := env.Kubectl(ctx, "get", "vmi", vmi, "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v v1.VirtualMachineInstance
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatal(err)
+		}
+		phase, found := "", false
+		for _, st := range v.Status.VolumeStatus {
+			if st.Name == vol {
+				phase, found = string(st.Phase), true
+				last = fmt.Sprintf("%s %s: %s", st.Phase, st.Reason, st.Message)
+			}
+		}
+		if (want == "" && !found) || (want != "" && phase == want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			ev, _ := env.Kubectl(ctx, "get", "events", "--sort-by=.lastTimestamp")
+			t.Fatalf("volume %s of %s: status %q, want %q\nevents:\n%s", vol, vmi, last, want, ev)
+		}
+		time.Sleep(2 * time.Second)
+	}
 }
