@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
@@ -234,5 +236,71 @@ func TestPlanLinkState(t *testing.T) {
 	planChanges(v, nil, live, "/hp")
 	if live.Devices.Interfaces[0].Link != nil {
 		t.Errorf("planChanges changed the live domain: %+v", live.Devices.Interfaces[0].Link)
+	}
+}
+
+func TestGrowSize(t *testing.T) {
+	const mi = 1 << 20
+	zero, tenth := 0.0, 0.1
+	for _, tc := range []struct {
+		name               string
+		c                  growCandidate
+		capacity, physical uint64
+		usable             int64
+		want               uint64
+		err                string
+	}{
+		{name: "file: grows to the PVC's size", c: growCandidate{pvcSize: 64 * mi, overhead: &zero}, capacity: 32 * mi, physical: 32 * mi, usable: 1 << 40, want: 64 * mi},
+		{name: "file: less the file system overhead, down to 1 MiB", c: growCandidate{pvcSize: 100 * mi, overhead: &tenth}, capacity: 32 * mi, usable: 1 << 40, want: 90 * mi},
+		{name: "file: bounded by the usable space", c: growCandidate{pvcSize: 64 * mi, overhead: &zero}, capacity: 32 * mi, usable: 40*mi + 5, want: 40 * mi},
+		{name: "file: as big already", c: growCandidate{pvcSize: 64 * mi, overhead: &zero}, capacity: 64 * mi, usable: 1 << 40},
+		{name: "file: bigger than the PVC allows: left alone, never shrunk", c: growCandidate{pvcSize: 16 * mi, overhead: &zero}, capacity: 32 * mi, usable: 1 << 40},
+		{name: "file: overhead unknown: left alone (KubeVirt)", c: growCandidate{pvcSize: 64 * mi}, capacity: 32 * mi, usable: 1 << 40},
+		{name: "file: PVC size unknown: left alone", c: growCandidate{overhead: &zero}, capacity: 32 * mi, usable: 1 << 40},
+		{name: "libvirt knows no size: left alone", c: growCandidate{pvcSize: 64 * mi, overhead: &zero}, usable: 1 << 40},
+		{name: "block: grows to the device", c: growCandidate{block: true}, capacity: 32 * mi, physical: 48 * mi, want: 48 * mi},
+		{name: "block: as big", c: growCandidate{block: true}, capacity: 48 * mi, physical: 48 * mi},
+		{name: "block: a device that shrank is an error", c: growCandidate{name: "data", block: true}, capacity: 48 * mi, physical: 32 * mi,
+			err: `disk "data": its block device shrank`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.c.growSize(tc.capacity, tc.physical, tc.usable)
+			switch {
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("growSize: %v, want an error with %q", err, tc.err)
+			case tc.err == "" && err != nil:
+				t.Errorf("growSize: %v", err)
+			case got != tc.want:
+				t.Errorf("growSize = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestGrowCandidates(t *testing.T) {
+	overhead := v1.Percent("0.055")
+	pvc := func(name string, size string) v1.VolumeStatus {
+		q := resource.MustParse(size)
+		return v1.VolumeStatus{Name: name, PersistentVolumeClaimInfo: &v1.PersistentVolumeClaimInfo{
+			Capacity: k8sv1.ResourceList{k8sv1.ResourceStorage: q}, Requests: k8sv1.ResourceList{k8sv1.ResourceStorage: resource.MustParse("1Gi")},
+			FilesystemOverhead: &overhead}}
+	}
+	disk := func(name, dev string) libvirtxml.DomainDisk {
+		return libvirtxml.DomainDisk{Device: "disk", Alias: &libvirtxml.DomainAlias{Name: "ua-" + name}, Target: &libvirtxml.DomainDiskTarget{Dev: dev},
+			Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: "/pvc/" + name + "/disk.img"}}}
+	}
+	overlay := disk("eph", "vdc")
+	overlay.BackingStore = &libvirtxml.DomainDiskBackingStore{Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: "/pvc/eph/disk.img"}}}
+	data := disk("data", "vda")
+	data.BackingStore = &libvirtxml.DomainDiskBackingStore{Source: &libvirtxml.DomainDiskSource{}} // libvirt's "none", as libvirtxml reads it
+	cd := disk("cd", "sda")
+	cd.Device = "cdrom"
+	v := &v1.VirtualMachineInstance{}
+	v.Status.VolumeStatus = []v1.VolumeStatus{pvc("data", "2Gi"), pvc("eph", "1Gi"), pvc("cd", "1Gi"), pvc("gone", "1Gi"), {Name: "nopvc"}}
+	got := growCandidates(v, []libvirtxml.DomainDisk{data, overlay, cd, disk("gone", "sdb"), disk("nopvc", "vdd")},
+		[]libvirtxml.DomainDisk{disk("gone", "sdb")})
+	if len(got) != 1 || got[0].name != "data" || got[0].target != "vda" || got[0].path != "/pvc/data/disk.img" ||
+		got[0].pvcSize != 1<<30 || got[0].overhead == nil || *got[0].overhead != 0.055 {
+		t.Errorf("growCandidates = %+v, want only data (vda, the smaller of request and capacity, overhead 0.055)", got)
 	}
 }

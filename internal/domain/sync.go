@@ -103,7 +103,12 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 	// Whatever happens below, GetDomain and virt-handler must see the
 	// devices as they are now: no libvirt event follows a link change,
 	// and the device events carry no XML.
-	defer m.refresh(ctx, EventModified, true)
+	changed := len(plan.detach)+len(plan.attach)+len(plan.media)+len(plan.links) > 0
+	defer func() {
+		if changed {
+			m.refresh(ctx, EventModified, true)
+		}
+	}()
 	for _, disk := range plan.detach {
 		if err := m.detachDisk(ctx, l, d, disk); err != nil {
 			return err
@@ -116,6 +121,13 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 	}
 	for _, disk := range plan.media {
 		if err := m.changeMedium(ctx, l, d, disk); err != nil {
+			return err
+		}
+	}
+	for _, c := range plan.grow {
+		grown, err := m.growDisk(ctx, l, d, c)
+		changed = changed || grown
+		if err != nil {
 			return err
 		}
 	}
