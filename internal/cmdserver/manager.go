@@ -29,9 +29,9 @@ type Manager interface {
 	// DomainStats returns the stats JSON (KubeVirt's DomainStats keys).
 	DomainStats(ctx context.Context) ([]byte, error)
 	QemuVersion(ctx context.Context) (string, error)
-	// SyncVCPUs, HotplugHostDevices: nil when the domain already is what
-	// the VMI asks for; an error naming the change otherwise (virtlauncher
-	// hotplugs nothing).
+	// SyncVCPUs sets the domain's vCPU count to the VMI's; HotplugHostDevices
+	// answers nil when the domain already is what the VMI asks for. Both
+	// fail naming the change they cannot make.
 	SyncVCPUs(ctx context.Context, vmi *v1.VirtualMachineInstance) error
 	HotplugHostDevices(ctx context.Context, vmi *v1.VirtualMachineInstance) error
 	// Exec runs command in the guest through its agent and returns its

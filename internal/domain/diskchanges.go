@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -156,9 +155,10 @@ func (m *Manager) growDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.Do
 	var usable int64
 	if !c.block {
 		var st syscall.Statfs_t
-		path := filepath.Dir(c.path)
-		if err := syscall.Statfs(path, &st); err != nil {
-			return false, fmt.Errorf("sync: disk %q: free space of %s: %w", c.name, path, err)
+		// The file's own file system: a PVC's disk.img is bind-mounted
+		// into a directory of another one (hotplug-disks, an emptyDir).
+		if err := syscall.Statfs(c.path, &st); err != nil {
+			return false, fmt.Errorf("sync: disk %q: free space of the file system of %s: %w", c.name, c.path, err)
 		}
 		usable = int64(alloc) + int64(st.Bavail)*st.Bsize
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
@@ -16,38 +17,94 @@ import (
 )
 
 // The calls virt-handler makes on every change of a running VMI that might
-// need a hotplug. KubeVirt's launcher does the hotplug; virtlauncher
-// implements none, so each answers success exactly when the domain already
-// is what the VMI asks for, and otherwise fails naming what it cannot do.
+// need a hotplug besides Sync. Each answers success only for a domain that
+// is (or was made) what the VMI asks for, and otherwise fails naming what
+// it cannot do.
 
-// SyncVCPUs is SyncVirtualMachineCPUs. KubeVirt's launcher
-// (manager.go UpdateVCPUs) sets the live and config vCPU count to
-// sockets x cores x threads of the VMI, and re-pins dedicated CPUs; here
-// the count must already be that.
+// SyncVCPUs is SyncVirtualMachineCPUs. As KubeVirt's launcher
+// (manager.go UpdateVCPUs), it sets the live and config vCPU count to
+// sockets x cores x threads of the VMI, within the maximum the domain was
+// defined with (maxSockets x cores x threads), and reads the live count
+// back. A removal needs the guest to let go of the vCPU (libvirt waits for
+// it). Dedicated CPUs, which KubeVirt re-pins, are refused at define.
 func (m *Manager) SyncVCPUs(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	if err := m.op.lock(ctx); err != nil {
+		return fmt.Errorf("update vCPUs: %w", err)
+	}
+	defer m.op.unlock()
 	l, d, err := m.hotplugDomain(ctx, v, "update vCPUs")
 	if err != nil {
 		return err
 	}
-	var live int32
-	err = withContext(ctx, "live vCPUs of domain "+d.Name, func() error {
-		var err error
-		live, err = l.DomainGetVcpusFlags(d, uint32(libvirt.DomainAffectLive))
-		return err
-	})
+	count := func(flags libvirt.DomainVCPUFlags) (uint64, error) {
+		var n int32
+		err := withContext(ctx, "read the vCPU count of domain "+d.Name, func() (err error) {
+			n, err = l.DomainGetVcpusFlags(d, uint32(flags))
+			return err
+		})
+		return uint64(max(n, 0)), err
+	}
+	live, err := count(libvirt.DomainVCPULive)
 	if err != nil {
 		return fmt.Errorf("update vCPUs: %w", err)
 	}
-	return vcpuChange(facts.VCPUs(v), uint64(max(live, 0)))
+	maximum, err := count(libvirt.DomainVCPULive | libvirt.DomainVCPUMaximum)
+	if err != nil {
+		return fmt.Errorf("update vCPUs: %w", err)
+	}
+	want := facts.VCPUs(v)
+	change, err := vcpuChange(want, live, maximum)
+	if err != nil || !change {
+		return err
+	}
+	m.log.Info("setting vCPUs", "from", live, "to", want)
+	t0, from := time.Now(), live
+	// One bound for the call and the wait after it, inside virt-handler's
+	// 20 s for the RPC.
+	wctx, cancel := context.WithTimeout(ctx, detachWait)
+	defer cancel()
+	flags := libvirt.DomainVCPULive | libvirt.DomainVCPUConfig
+	setErr := withContext(wctx, "set the vCPUs", func() error { return l.DomainSetVcpusFlags(d, uint32(want), uint32(flags)) })
+	if setErr != nil && want > live {
+		return fmt.Errorf("update vCPUs from %d to %d: %w", live, want, setErr)
+	}
+	// A removal libvirt gave up waiting for (5 s) may still complete: the
+	// guest is asked and lets go when it gets to it. Wait for it as for a
+	// detached disk.
+	for {
+		if live, err = count(libvirt.DomainVCPULive); err != nil {
+			return fmt.Errorf("update vCPUs: %w", err)
+		}
+		if live == want {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			if setErr != nil {
+				return fmt.Errorf("update vCPUs from %d to %d: %w", from, want, setErr)
+			}
+			return fmt.Errorf("update vCPUs: %d asked, the domain has %d", want, live)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	m.log.Info("vCPUs set", "from", from, "to", want, "took", time.Since(t0).String())
+	m.refresh(ctx, EventModified, true)
+	return nil
 }
 
-// vcpuChange decides SyncVirtualMachineCPUs: nothing to do when the domain
-// has the vCPUs the VMI wants, else the hotplug virtlauncher cannot do.
-func vcpuChange(want, live uint64) error {
-	if want == live {
-		return nil
+// vcpuChange decides SyncVirtualMachineCPUs: whether the live vCPU count
+// must change to want, or why it cannot (more than the domain's maximum,
+// none at all).
+func vcpuChange(want, live, maximum uint64) (bool, error) {
+	switch {
+	case want == live:
+		return false, nil
+	case want == 0:
+		return false, fmt.Errorf("update vCPUs: the VMI asks for no vCPU")
+	case want > maximum:
+		return false, fmt.Errorf("update vCPUs: the VMI asks for %d vCPUs (sockets x cores x threads), more than the %d the domain can have (maxSockets x cores x threads)", want, maximum)
 	}
-	return fmt.Errorf("update vCPUs: the VMI asks for %d vCPUs (sockets x cores x threads) and the domain has %d: vCPU hotplug is not supported by virtlauncher", want, live)
+	return true, nil
 }
 
 // HotplugHostDevices is HotplugHostDevices. KubeVirt's launcher

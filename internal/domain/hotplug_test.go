@@ -10,25 +10,28 @@ import (
 
 func TestVCPUChange(t *testing.T) {
 	tests := []struct {
-		name       string
-		want, live uint64
-		wantErr    string
+		name                string
+		want, live, maximum uint64
+		change              bool
+		wantErr             string
 	}{
-		{"no change", 2, 2, ""},
-		{"hotplug up", 4, 2, "asks for 4 vCPUs (sockets x cores x threads) and the domain has 2"},
-		{"unplug", 1, 2, "asks for 1 vCPUs"},
+		{"no change", 2, 2, 8, false, ""},
+		{"hotplug up", 4, 2, 8, true, ""},
+		{"up to the maximum", 8, 2, 8, true, ""},
+		{"unplug", 1, 2, 8, true, ""},
+		{"beyond maxSockets", 9, 2, 8, false, "asks for 9 vCPUs (sockets x cores x threads), more than the 8"},
+		{"none", 0, 2, 8, false, "asks for no vCPU"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := vcpuChange(tt.want, tt.live)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Errorf("nothing to do, got %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "not supported") {
-				t.Errorf("err %v, want %q ... not supported", err, tt.wantErr)
+			change, err := vcpuChange(tt.want, tt.live, tt.maximum)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("vcpuChange: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("vcpuChange: %v, want an error with %q", err, tt.wantErr)
+			case change != tt.change:
+				t.Errorf("vcpuChange = %v, want %v", change, tt.change)
 			}
 		})
 	}

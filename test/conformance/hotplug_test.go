@@ -139,15 +139,16 @@ func qemuHasOpen(t *testing.T, p *pod, path string) bool {
 	return false
 }
 
-// TestHotplugVolume plays `virtctl addvolume` / `removevolume` as
+// TestHotplug plays `virtctl addvolume` / `removevolume` as
 // virt-handler drives them (issue 16): a hotplugged PVC's disk appears in
 // the running guest with its size and serial, data the guest writes
 // survives an unplug (made while the guest writes to it: the Sync answers
 // only after QEMU has let go of the file) and a replug; the disk grows in
-// the guest when its PVC is expanded; a CD-ROM medium is
+// the guest when its PVC is expanded; a virtio disk comes and goes the
+// same way; a vCPU is added (SyncVirtualMachineCPUs); a CD-ROM medium is
 // inserted into an empty drive and ejected; a change that is not possible
 // fails the Sync naming the disk and leaves the domain as it was.
-func TestHotplugVolume(t *testing.T) {
+func TestHotplug(t *testing.T) {
 	t.Parallel()
 	t0 := time.Now()
 	p := startPod(t, "conf-hotplug", false)
@@ -298,6 +299,7 @@ func TestHotplugVolume(t *testing.T) {
 
 	checkVirtioHotplug(t, p, h, b)
 	checkCDROMMedia(t, p, h, b)
+	checkVCPUs(t, p, h, b.base)
 	t.Logf("hotplug done after %v", time.Since(t0))
 
 	shutdownAndDelete(t, p, h, s, base, 0)
@@ -380,4 +382,45 @@ func checkVirtioHotplug(t *testing.T, p *pod, h *handler, b hotplugVMI) {
 	}
 	guestAnswer(t, p, "virtio disk gone", fmt.Sprintf(`echo VL-T-HVGONE-$(ls /sys/block | grep -c '^%s$')X`, m[1]),
 		regexp.MustCompile(`VL-T-HVGONE-0X`), 30*time.Second)
+}
+
+// checkVCPUs: SyncVirtualMachineCPUs (KubeVirt's LiveUpdate of CPU
+// sockets) adds a vCPU the guest brings online, and asks for it back;
+// more than maxSockets allows fails naming the figures.
+func checkVCPUs(t *testing.T, p *pod, h *handler, base []byte) {
+	t.Helper()
+	withSockets := func(n uint32) []byte {
+		v := mustVMI(t, base)
+		if v.Spec.Domain.CPU == nil || v.Spec.Domain.CPU.MaxSockets != 4 || v.Spec.Domain.CPU.Sockets != 1 {
+			t.Fatalf("the test VMI's CPU %+v, want 1 socket of at most 4", v.Spec.Domain.CPU)
+		}
+		v.Spec.Domain.CPU.Sockets = n
+		b, err := json.Marshal(v)
+		launchertest.Must(t, err)
+		return b
+	}
+	if err := h.vmiCall(t, "SyncVirtualMachineCPUs (2 sockets)", h.cmd.SyncVirtualMachineCPUs, withSockets(2)); err != nil {
+		t.Fatalf("%v", err)
+	}
+	guestAnswer(t, p, "hotplugged vCPU", `for c in /sys/devices/system/cpu/cpu[1-9]*; do echo 1 > $c/online; done 2>/dev/null; echo VL-T-CPUS-$(cat /sys/devices/system/cpu/online)X`,
+		regexp.MustCompile(`VL-T-CPUS-0-1X`), 60*time.Second)
+	err := h.vmiCall(t, "SyncVirtualMachineCPUs (5 sockets)", h.cmd.SyncVirtualMachineCPUs, withSockets(5))
+	if err == nil || !strings.Contains(err.Error(), "asks for 5 vCPUs") || !strings.Contains(err.Error(), "more than the 4") {
+		t.Errorf("SyncVirtualMachineCPUs beyond maxSockets: %v, want a failure naming 5 and 4", err)
+	}
+	// The removal needs the guest to let go of the vCPU; the test guest
+	// does not under emulation (not even offlined first). Either outcome
+	// is right for the launcher, but within the RPC's deadline: the vCPU
+	// gone, or a failure naming the change.
+	t0 := time.Now()
+	err = h.vmiCall(t, "SyncVirtualMachineCPUs (back to 1 socket)", h.cmd.SyncVirtualMachineCPUs, withSockets(1))
+	t.Logf("vCPU unplug answered after %v: %v", time.Since(t0), err)
+	if err != nil {
+		if !strings.Contains(err.Error(), "update vCPUs from 2 to 1") {
+			t.Errorf("the failed vCPU removal: %v, want a failure naming the change", err)
+		}
+		return
+	}
+	guestAnswer(t, p, "vCPU removed", `echo VL-T-CPUSLEFT-$(cat /sys/devices/system/cpu/online)-$(ls -d /sys/devices/system/cpu/cpu[0-9]* | wc -l)X`,
+		regexp.MustCompile(`VL-T-CPUSLEFT-0-1X`), 60*time.Second)
 }
