@@ -327,7 +327,7 @@ func checkUnsupported(t *testing.T, h *handler, vmiJSON []byte) {
 // domain that the launcher cannot carry out (an interface hotplug, not
 // implemented yet; a hotplug volume whose image QEMU's user cannot open)
 // fail the Sync with a message naming the device, never a success; the
-// unchanged VMI syncs again. TestHotplugVolume has the ones it makes.
+// unchanged VMI syncs again. TestHotplug has the ones it makes.
 func checkUnappliedRefused(t *testing.T, h *handler, vmiJSON []byte) {
 	t.Helper()
 	for _, tc := range []struct {
