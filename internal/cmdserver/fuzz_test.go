@@ -37,6 +37,7 @@ func (nopManager) Domain(context.Context) (*domainjson.Domain, error)           
 func (nopManager) DomainStats(context.Context) ([]byte, error)                  { return nil, nil }
 func (nopManager) QemuVersion(context.Context) (string, error)                  { return "", nil }
 func (nopManager) SyncVCPUs(context.Context, *v1.VirtualMachineInstance) error  { return nil }
+func (nopManager) SyncMemory(context.Context, *v1.VirtualMachineInstance) error { return nil }
 func (nopManager) HotplugHostDevices(context.Context, *v1.VirtualMachineInstance) error {
 	return nil
 }

@@ -19,6 +19,12 @@ func (c *cmdServer) SyncVirtualMachineCPUs(ctx context.Context, req *cmdv1.VMIRe
 	return c.vmiOp(ctx, "SyncVirtualMachineCPUs", req, c.s.m.SyncVCPUs)
 }
 
+// SyncVirtualMachineMemory sets the hotplugged memory (virtio-mem) to the
+// VMI's guest memory above its boot size.
+func (c *cmdServer) SyncVirtualMachineMemory(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.vmiOp(ctx, "SyncVirtualMachineMemory", req, c.s.m.SyncMemory)
+}
+
 // HotplugHostDevices succeeds when no SR-IOV interface awaits a hotplug.
 func (c *cmdServer) HotplugHostDevices(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 	return c.vmiOp(ctx, "HotplugHostDevices", req, c.s.m.HotplugHostDevices)

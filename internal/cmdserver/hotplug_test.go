@@ -70,6 +70,9 @@ func TestNothingToDoRPCs(t *testing.T) {
 		"SyncVirtualMachineCPUs": {func(ctx context.Context, c cmdv1.CmdClient, r *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 			return c.SyncVirtualMachineCPUs(ctx, r)
 		}, "SyncVCPUs"},
+		"SyncVirtualMachineMemory": {func(ctx context.Context, c cmdv1.CmdClient, r *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+			return c.SyncVirtualMachineMemory(ctx, r)
+		}, "SyncMemory"},
 		"HotplugHostDevices": {func(ctx context.Context, c cmdv1.CmdClient, r *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 			return c.HotplugHostDevices(ctx, r)
 		}, "HotplugHostDevices"},

@@ -33,6 +33,8 @@ type Manager interface {
 	// answers nil when the domain already is what the VMI asks for. Both
 	// fail naming the change they cannot make.
 	SyncVCPUs(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	// SyncMemory sets the hotplugged memory to the VMI's guest memory.
+	SyncMemory(ctx context.Context, vmi *v1.VirtualMachineInstance) error
 	HotplugHostDevices(ctx context.Context, vmi *v1.VirtualMachineInstance) error
 	// Exec runs command in the guest through its agent and returns its
 	// standard output; a non-zero exit is an agent.ExitError.

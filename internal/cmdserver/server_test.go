@@ -121,6 +121,10 @@ func (f *fakeManager) QemuVersion(context.Context) (string, error) { return f.ve
 func (f *fakeManager) SyncVCPUs(_ context.Context, v *v1.VirtualMachineInstance) error {
 	return f.record("SyncVCPUs", v, domain.SyncOptions{})
 }
+
+func (f *fakeManager) SyncMemory(_ context.Context, v *v1.VirtualMachineInstance) error {
+	return f.record("SyncMemory", v, domain.SyncOptions{})
+}
 func (f *fakeManager) HotplugHostDevices(_ context.Context, v *v1.VirtualMachineInstance) error {
 	return f.record("HotplugHostDevices", v, domain.SyncOptions{})
 }
@@ -339,7 +343,7 @@ func TestUnsupportedRPCs(t *testing.T) {
 		"KillVirtualMachine": true, "DeleteVirtualMachine": true, "GetDomain": true,
 		"GetDomainStats": true, "Ping": true, "GetQemuVersion": true,
 		// answered by the Manager or with nothing to do (hotplug_test.go)
-		"SyncVirtualMachineCPUs": true, "HotplugHostDevices": true, "CancelVirtualMachineMigration": true,
+		"SyncVirtualMachineCPUs": true, "SyncVirtualMachineMemory": true, "HotplugHostDevices": true, "CancelVirtualMachineMigration": true,
 		"SignalTargetPodCleanup": true, "GetScreenshot": true,
 		// the guest agent's (guestagent_test.go)
 		"GetGuestInfo": true, "GetUsers": true, "GetFilesystems": true, "Exec": true, "GuestPing": true,
@@ -387,8 +391,8 @@ func TestUnsupportedRPCs(t *testing.T) {
 			t.Errorf("%s: success=%v message=%q", name, success, msg)
 		}
 	}
-	if checked != 12 {
-		t.Errorf("checked %d unsupported RPCs, want 12", checked)
+	if checked != 11 {
+		t.Errorf("checked %d unsupported RPCs, want 11", checked)
 	}
 	if len(m.calls) != 0 {
 		t.Errorf("unsupported RPCs reached the manager: %+v", m.calls)

@@ -27,10 +27,6 @@ func (c *cmdServer) VirtualMachineMemoryDump(context.Context, *cmdv1.MemoryDumpR
 	return fail(notSupported("VirtualMachineMemoryDump")), nil
 }
 
-func (c *cmdServer) SyncVirtualMachineMemory(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("SyncVirtualMachineMemory")), nil
-}
-
 func (c *cmdServer) GetSEVInfo(context.Context, *cmdv1.EmptyRequest) (*cmdv1.SEVInfoResponse, error) {
 	return &cmdv1.SEVInfoResponse{Response: fail(notSupported("GetSEVInfo"))}, nil
 }

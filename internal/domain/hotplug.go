@@ -11,6 +11,7 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
@@ -266,4 +267,157 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 	}
 	b.Buffer.Write(p)
 	return n, nil
+}
+
+// virtioMemHotplugQemu is the first QEMU version (libvirt's encoding) the
+// launcher hotplugs a virtio-mem device into.
+const virtioMemHotplugQemu = 8_000_000
+
+// memoryBlock is the virtio-mem block size KubeVirt uses
+// (liveupdate/memory HotplugBlockAlignmentBytes), 1 GiB with 1Gi hugepages.
+const (
+	memoryBlock         = 2 << 20
+	memoryBlockHugepage = 1 << 30
+)
+
+// SyncMemory is SyncVirtualMachineMemory. As KubeVirt's launcher
+// (manager.go UpdateGuestMemory, liveupdate/memory BuildMemoryDevice), the
+// memory above the boot size is a virtio-mem device of maxGuest − boot
+// size whose requested size is guest − boot size: attached (live and
+// config) the first time, its requested size updated (live) after that,
+// and read back.
+func (m *Manager) SyncMemory(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	if err := m.op.lock(ctx); err != nil {
+		return fmt.Errorf("update guest memory: %w", err)
+	}
+	defer m.op.unlock()
+	l, d, err := m.hotplugDomain(ctx, v, "update guest memory")
+	if err != nil {
+		return err
+	}
+	live, err := m.liveXML(ctx, l, d, 0)
+	if err != nil {
+		return fmt.Errorf("update guest memory: %w", err)
+	}
+	dev, attach, err := memoryChange(v, live)
+	if err != nil || dev == nil {
+		return err
+	}
+	x, err := dev.Marshal()
+	if err != nil {
+		return fmt.Errorf("update guest memory: %w", err)
+	}
+	want := dev.Target.Requested.Value
+	if attach {
+		var ver uint64
+		if err := withContext(ctx, "hypervisor version", func() (err error) {
+			ver, err = l.ConnectGetVersion()
+			return err
+		}); err != nil {
+			return fmt.Errorf("update guest memory: %w", err)
+		}
+		if ver < virtioMemHotplugQemu {
+			// Seen here: QEMU 7.2 (Debian 12) dies in malloc on the
+			// device_add of a virtio-mem device, taking the guest with
+			// it. Refusing keeps the VM running with the memory it has.
+			return fmt.Errorf("update guest memory: attaching a virtio-mem device crashes %s (the guest would die); the VM keeps its memory (needs QEMU 8.0 or later)", formatQemuVersion(ver))
+		}
+	}
+	m.log.Info("setting hotplugged memory", "requestedKiB", want, "attach", attach)
+	if attach {
+		err = withContext(ctx, "attach the virtio-mem device", func() error { return l.DomainAttachDeviceFlags(d, x, uint32(liveAndConfig)) })
+	} else {
+		err = withContext(ctx, "update the virtio-mem device", func() error {
+			return l.DomainUpdateDeviceFlags(d, x, libvirt.DomainDeviceModifyLive)
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("update guest memory to %d KiB above the boot size: %w", want, err)
+	}
+	if live, err = m.liveXML(ctx, l, d, 0); err != nil {
+		return fmt.Errorf("update guest memory: %w", err)
+	}
+	got, ok := virtioMem(live)
+	if !ok || got.Target == nil || got.Target.Requested == nil {
+		return fmt.Errorf("update guest memory: the domain has no virtio-mem device after the change")
+	}
+	if b, err := kib(got.Target.Requested.Value, got.Target.Requested.Unit); err != nil || b != uint64(want) {
+		return fmt.Errorf("update guest memory: %d KiB asked above the boot size, libvirt reports %d %s", want, got.Target.Requested.Value, got.Target.Requested.Unit)
+	}
+	m.refresh(ctx, EventModified, true)
+	return nil
+}
+
+// memoryChange decides SyncVirtualMachineMemory from the VMI and the live
+// domain: the virtio-mem device to attach (attach) or to update, nil when
+// it already has the requested size, or why the change cannot be made.
+// Sizes are in KiB, as libvirt reports them.
+func memoryChange(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) (*libvirtxml.DomainMemorydev, bool, error) {
+	mem := v.Spec.Domain.Memory
+	switch {
+	case mem == nil || mem.Guest == nil:
+		return nil, false, errors.New("update guest memory: spec.domain.memory.guest is not set")
+	case mem.MaxGuest == nil:
+		return nil, false, errors.New("update guest memory: spec.domain.memory.maxGuest is not set: the VM was not started for memory hotplug")
+	case v.Status.Memory == nil || v.Status.Memory.GuestAtBoot == nil:
+		return nil, false, errors.New("update guest memory: status.memory.guestAtBoot is not set")
+	}
+	boot, guest, maxGuest := v.Status.Memory.GuestAtBoot.Value(), mem.Guest.Value(), mem.MaxGuest.Value()
+	block := int64(memoryBlock)
+	if mem.Hugepages != nil && mem.Hugepages.PageSize == "1Gi" {
+		block = memoryBlockHugepage
+	}
+	switch {
+	case guest > maxGuest:
+		return nil, false, fmt.Errorf("update guest memory: guest %s is more than maxGuest %s", mem.Guest.String(), mem.MaxGuest.String())
+	case guest < boot:
+		return nil, false, fmt.Errorf("update guest memory: guest %s is less than the %s the VM booted with (memory cannot go below it)", mem.Guest.String(), v.Status.Memory.GuestAtBoot.String())
+	case (guest-boot)%block != 0 || (maxGuest-boot)%block != 0:
+		return nil, false, fmt.Errorf("update guest memory: guest %s and maxGuest %s must exceed the boot size %s by multiples of %d MiB",
+			mem.Guest.String(), mem.MaxGuest.String(), v.Status.Memory.GuestAtBoot.String(), block>>20)
+	}
+	requested := uint((guest - boot) >> 10)
+	if have, ok := virtioMem(live); ok {
+		if have.Target != nil && have.Target.Requested != nil {
+			if b, err := kib(have.Target.Requested.Value, have.Target.Requested.Unit); err == nil && b == uint64(requested) {
+				return nil, false, nil
+			}
+		}
+		changed := have
+		target := *have.Target
+		target.Requested = &libvirtxml.DomainMemorydevTargetRequested{Value: requested, Unit: "KiB"}
+		changed.Target = &target
+		return &changed, false, nil
+	}
+	if requested == 0 {
+		return nil, false, nil
+	}
+	return &libvirtxml.DomainMemorydev{Model: "virtio-mem", Target: &libvirtxml.DomainMemorydevTarget{
+		Size:      &libvirtxml.DomainMemorydevTargetSize{Value: uint((maxGuest - boot) >> 10), Unit: "KiB"},
+		Node:      &libvirtxml.DomainMemorydevTargetNode{Value: 0},
+		Block:     &libvirtxml.DomainMemorydevTargetBlock{Value: uint(block >> 10), Unit: "KiB"},
+		Requested: &libvirtxml.DomainMemorydevTargetRequested{Value: requested, Unit: "KiB"},
+	}}, true, nil
+}
+
+// virtioMem finds the domain's virtio-mem device.
+func virtioMem(d *libvirtxml.Domain) (libvirtxml.DomainMemorydev, bool) {
+	if d.Devices != nil {
+		for _, md := range d.Devices.Memorydevs {
+			if md.Model == "virtio-mem" {
+				return md, true
+			}
+		}
+	}
+	return libvirtxml.DomainMemorydev{}, false
+}
+
+// kib converts a libvirt size (value and unit, KiB when none) to KiB.
+func kib(value uint, unit string) (uint64, error) {
+	shift := map[string]uint{"b": 0, "bytes": 0, "": 10, "k": 10, "KiB": 10, "M": 20, "MiB": 20, "G": 30, "GiB": 30, "T": 40, "TiB": 40}
+	s, ok := shift[unit]
+	if !ok {
+		return 0, fmt.Errorf("unknown size unit %q", unit)
+	}
+	return (uint64(value) << s) >> 10, nil
 }

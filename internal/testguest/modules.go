@@ -19,10 +19,11 @@ var requiredModules = []string{
 }
 
 // optionalModules are loaded when the kernel has them as modules (Debian
-// builds the TPM drivers in; efivarfs, for the EFI variables, is a module).
+// builds the TPM drivers in; efivarfs, for the EFI variables, and
+// virtio_mem, for memory hotplug, are modules).
 var optionalModules = []string{
 	"ata_piix", "e1000", "e1000e", "virtio_rng", "virtio_balloon", "virtio_input",
-	"tpm_tis", "tpm_crb", "efivarfs",
+	"tpm_tis", "tpm_crb", "efivarfs", "virtio_mem",
 }
 
 // modName is a module's name as modprobe spells it.

@@ -89,6 +89,11 @@ func (f *Fake) DomainStats(context.Context) ([]byte, error) { return f.Stats, f.
 // QemuVersion returns Version.
 func (f *Fake) QemuVersion(context.Context) (string, error) { return f.Version, f.Err }
 
+// SyncMemory records the call and returns Err.
+func (f *Fake) SyncMemory(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("SyncMemory", vmi)
+}
+
 // SyncVCPUs records the call and returns Err.
 func (f *Fake) SyncVCPUs(_ context.Context, vmi *v1.VirtualMachineInstance) error {
 	return f.op("SyncVCPUs", vmi)
