@@ -464,7 +464,9 @@ func TestPVCDiskSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
 	const name, claim = "vm-pvc", "pvc-root"
 	createPVC(t, ctx, claim, guest.Guest.CopyRootDisk)
-	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=true", "--timeout=90s") })
+	t.Cleanup(func() {
+		env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=true", "--timeout=90s")
+	})
 	vm := vmYAMLOf(name, vmiYAMLWithRoot(name, "persistentVolumeClaim:\n      claimName: "+claim))
 	ok(env.KubectlStdin(ctx, vm, "create", "-f", "-"))
 
