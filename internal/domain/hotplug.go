@@ -29,14 +29,11 @@ import (
 // back. A removal needs the guest to let go of the vCPU (libvirt waits for
 // it). Dedicated CPUs, which KubeVirt re-pins, are refused at define.
 func (m *Manager) SyncVCPUs(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	if err := m.op.lock(ctx); err != nil {
-		return fmt.Errorf("update vCPUs: %w", err)
-	}
-	defer m.op.unlock()
-	l, d, err := m.hotplugDomain(ctx, v, "update vCPUs")
+	l, d, unlock, err := m.hotplugDomain(ctx, v, "update vCPUs")
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	count := func(flags libvirt.DomainVCPUFlags) (uint64, error) {
 		var n int32
 		err := withContext(ctx, "read the vCPU count of domain "+d.Name, func() (err error) {
@@ -114,9 +111,11 @@ func vcpuChange(want, live, maximum uint64) (bool, error) {
 // the domain lacks (host devices aliased "sriov-<name>"); here there must
 // be none.
 func (m *Manager) HotplugHostDevices(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	if _, _, err := m.hotplugDomain(ctx, v, "hot-plug host devices"); err != nil {
+	_, _, unlock, err := m.hotplugDomain(ctx, v, "hot-plug host devices")
+	if err != nil {
 		return err
 	}
+	unlock()
 	m.mu.Lock()
 	dom := m.cache
 	m.mu.Unlock()
@@ -163,20 +162,28 @@ func hostDevicesToHotplug(v *v1.VirtualMachineInstance, dom *domainjson.Domain) 
 	return missing
 }
 
-// hotplugDomain checks the VMI is ours and finds its domain, which must
-// exist (KubeVirt's launcher fails on a missing domain too).
-func (m *Manager) hotplugDomain(ctx context.Context, v *v1.VirtualMachineInstance, what string) (*libvirt.Libvirt, libvirt.Domain, error) {
+// hotplugDomain checks the VMI is ours, takes the domain operation lock
+// (unlock releases it) and finds the domain, which must exist (KubeVirt's
+// launcher fails on a missing domain too).
+func (m *Manager) hotplugDomain(ctx context.Context, v *v1.VirtualMachineInstance, what string) (l *libvirt.Libvirt, d libvirt.Domain, unlock func(), err error) {
 	if err := m.checkIdentity(v, false); err != nil {
-		return nil, libvirt.Domain{}, err
+		return nil, libvirt.Domain{}, nil, err
+	}
+	if err := m.op.lock(ctx); err != nil {
+		return nil, libvirt.Domain{}, nil, fmt.Errorf("%s: %w", what, err)
 	}
 	l, d, ok, err := m.lookup(ctx)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%s: %w", what, err)
+	case !ok:
+		err = fmt.Errorf("%s: no domain is defined", what)
+	}
 	if err != nil {
-		return nil, libvirt.Domain{}, fmt.Errorf("%s: %w", what, err)
+		m.op.unlock()
+		return nil, libvirt.Domain{}, nil, err
 	}
-	if !ok {
-		return nil, libvirt.Domain{}, fmt.Errorf("%s: no domain is defined", what)
-	}
-	return l, d, nil
+	return l, d, m.op.unlock, nil
 }
 
 // maxScreenshot bounds a screenshot: what gRPC lets virt-handler receive
@@ -287,14 +294,11 @@ const (
 // config) the first time, its requested size updated (live) after that,
 // and read back.
 func (m *Manager) SyncMemory(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	if err := m.op.lock(ctx); err != nil {
-		return fmt.Errorf("update guest memory: %w", err)
-	}
-	defer m.op.unlock()
-	l, d, err := m.hotplugDomain(ctx, v, "update guest memory")
+	l, d, unlock, err := m.hotplugDomain(ctx, v, "update guest memory")
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	live, err := m.liveXML(ctx, l, d, 0)
 	if err != nil {
 		return fmt.Errorf("update guest memory: %w", err)

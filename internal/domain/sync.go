@@ -143,14 +143,9 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 // them, with the facts of its hotplugged volumes gathered anew (the others
 // were gathered at the define and do not change).
 func (m *Manager) wantDisks(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) ([]libvirtxml.DomainDisk, error) {
-	var c *facts.Context
-	if m.cfg.BaseFacts != nil {
-		c = m.cfg.BaseFacts()
-	} else {
-		c = facts.Default(m.cfg.Layout)
-	}
-	if m.cfg.Disks == nil {
-		return nil, errors.New("no disk preparer configured")
+	c, err := m.baseFacts()
+	if err != nil {
+		return nil, err
 	}
 	vols, err := m.cfg.Disks.GatherHotplug(v)
 	if err != nil {
@@ -272,16 +267,23 @@ func decideConverge(st libvirt.DomainState, reason int32, userPaused, vmiRunning
 	return convergeResume
 }
 
-// Context gathers every outside fact the converter needs for v.
-func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opts SyncOptions) (*facts.Context, error) {
-	var c *facts.Context
-	if m.cfg.BaseFacts != nil {
-		c = m.cfg.BaseFacts()
-	} else {
-		c = facts.Default(m.cfg.Layout)
-	}
+// baseFacts is a fresh Context with the launcher's own facts, before any
+// about the VMI's volumes, which need the disk preparer.
+func (m *Manager) baseFacts() (*facts.Context, error) {
 	if m.cfg.Disks == nil {
 		return nil, errors.New("no disk preparer configured")
+	}
+	if m.cfg.BaseFacts != nil {
+		return m.cfg.BaseFacts(), nil
+	}
+	return facts.Default(m.cfg.Layout), nil
+}
+
+// Context gathers every outside fact the converter needs for v.
+func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opts SyncOptions) (*facts.Context, error) {
+	c, err := m.baseFacts()
+	if err != nil {
+		return nil, err
 	}
 	vols, err := m.cfg.Disks.Gather(ctx, v)
 	if err != nil {
