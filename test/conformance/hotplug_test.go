@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -146,7 +149,7 @@ func qemuHasOpen(t *testing.T, p *pod, path string) bool {
 // survives an unplug (made while the guest writes to it: the Sync answers
 // only after QEMU has let go of the file) and a replug; the disk grows in
 // the guest when its PVC is expanded; a virtio disk comes and goes the
-// same way; a vCPU is added (SyncVirtualMachineCPUs), and memory
+// same way, and a block-mode volume (a loop device), grown too; a vCPU is added (SyncVirtualMachineCPUs), and memory
 // (SyncVirtualMachineMemory, virtio-mem); a CD-ROM medium is
 // inserted into an empty drive and ejected; a change that is not possible
 // fails the Sync naming the disk and leaves the domain as it was.
@@ -306,6 +309,7 @@ func TestHotplug(t *testing.T) {
 	}
 
 	checkVirtioHotplug(t, p, h, b)
+	checkBlockHotplug(t, p, h, b)
 	checkCDROMMedia(t, p, h, b)
 	checkVCPUs(t, p, h, b.base)
 	checkMemory(t, p, h, b.base)
@@ -480,4 +484,59 @@ func checkMemory(t *testing.T, p *pod, h *handler, base []byte) {
 	if err == nil || !strings.Contains(err.Error(), "more than maxGuest 512Mi") {
 		t.Errorf("SyncVirtualMachineMemory beyond maxGuest: %v, want a failure naming it", err)
 	}
+}
+
+// checkBlockHotplug: a block-mode volume (virt-handler makes its device
+// node in hotplug-disks, named as the volume) is attached as a block disk
+// the guest sees with its size and serial; when the device grows, the disk
+// grows in the guest; then it is unplugged. The device is a loop device
+// over a file.
+func checkBlockHotplug(t *testing.T, p *pod, h *handler, b hotplugVMI) {
+	t.Helper()
+	testenv.Programs(t, "losetup")
+	backing := filepath.Join(t.TempDir(), "block.img")
+	launchertest.Must(t, os.WriteFile(backing, make([]byte, 16<<20), 0o600))
+	out, err := exec.Command("losetup", "--find", "--show", backing).Output()
+	if err != nil {
+		testenv.Need(t, "a loop device", fmt.Errorf("losetup: %w", err))
+	}
+	loop := strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
+	var st syscall.Stat_t
+	launchertest.Must(t, syscall.Stat(loop, &st))
+	node := p.Layout.HotplugBlock("hb")
+	launchertest.Must(t, syscall.Mknod(node, syscall.S_IFBLK|0o660, int(st.Rdev)))
+	launchertest.Must(t, os.Chown(node, int(env.Cred.Uid), int(env.Cred.Gid)))
+
+	scsi := v1.Disk{Serial: "VLHB1", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusSCSI}}}
+	if err := h.vmiCall(t, "SyncVirtualMachine (block hotplug)", h.cmd.SyncVirtualMachine,
+		b.with(t, hotVolume{name: "hb", disk: scsi, phase: v1.HotplugVolumeMounted})); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if d, there := domainDisk(t, h, "hb"); !there || d.Type != "block" || d.Source.Dev != node {
+		t.Fatalf("the Domain's disk hb after the hotplug: %+v (present %v), want a block disk on %s", d, there, node)
+	}
+	find := `d=; for b in /sys/block/sd*; do grep -q VLHB1 $b/device/vpd_pg80 2>/dev/null && d=${b##*/}; done`
+	guestAnswer(t, p, "block disk", find+`; echo VL-T-HB-$(cat /sys/block/$d/size)X`,
+		regexp.MustCompile(fmt.Sprintf(`VL-T-HB-%dX`, 16<<20/512)), 60*time.Second)
+
+	// The device grows (a PVC expanded in block mode): so does the disk.
+	launchertest.Must(t, os.Truncate(backing, 24<<20))
+	if out, err := exec.Command("losetup", "-c", loop).CombinedOutput(); err != nil {
+		t.Fatalf("losetup -c: %v: %s", err, out)
+	}
+	if err := h.vmiCall(t, "SyncVirtualMachine (block volume grown)", h.cmd.SyncVirtualMachine,
+		b.with(t, hotVolume{name: "hb", disk: scsi, phase: v1.VolumeReady, pvcSize: "24Mi"})); err != nil {
+		t.Fatalf("%v", err)
+	}
+	guestAnswer(t, p, "grown block disk", find+`; echo VL-T-HBGROWN-$(cat /sys/block/$d/size)X`,
+		regexp.MustCompile(fmt.Sprintf(`VL-T-HBGROWN-%dX`, 24<<20/512)), 60*time.Second)
+
+	if err := h.vmiCall(t, "SyncVirtualMachine (block unplug)", h.cmd.SyncVirtualMachine, b.base); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if qemuHasOpen(t, p, node) {
+		t.Errorf("the unplug Sync succeeded while QEMU still has %s open", node)
+	}
+	guestAnswer(t, p, "block disk gone", find+`; echo VL-T-HBGONE-${d:-none}X`, regexp.MustCompile(`VL-T-HBGONE-noneX`), 60*time.Second)
 }
