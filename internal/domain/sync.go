@@ -97,6 +97,17 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 	if len(plan.unsupported) > 0 {
 		return fmt.Errorf("sync: not applied to the running domain, nothing changed: %s", strings.Join(plan.unsupported, "; "))
 	}
+	if len(plan.grow) > 0 {
+		// A disk grows in a running guest only; a domain that is down
+		// (about to start, or stopped for good) is left as it is.
+		st, _, err := m.state(l, d)
+		if err != nil {
+			return fmt.Errorf("sync: %w", err)
+		}
+		if !active(st) {
+			plan.grow = nil
+		}
+	}
 	if plan.empty() {
 		return nil
 	}
