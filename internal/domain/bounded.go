@@ -3,6 +3,7 @@ package domain
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // withContext runs the libvirt call f (go-libvirt calls take no context)
@@ -20,5 +21,22 @@ func withContext(ctx context.Context, what string, f func() error) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+}
+
+// pollUntil calls done every 250 ms until it reports true (true), fails
+// (its error) or ctx ends (false, nil): for what libvirt leaves pending,
+// such as a device the guest has yet to release.
+func pollUntil(ctx context.Context, done func() (bool, error)) (bool, error) {
+	for {
+		ok, err := done()
+		if ok || err != nil {
+			return ok, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 }

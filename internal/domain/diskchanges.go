@@ -37,7 +37,7 @@ func (m *Manager) detachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 	if err != nil {
 		return fmt.Errorf("sync: disk %q: %w", name, err)
 	}
-	_, inConfig := byAlias(def.Devices.Disks, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })[name]
+	_, inConfig := findDisk(def.Devices.Disks, name)
 	m.log.Info("detaching disk", "disk", name, "target", disk.Target.Dev, "source", diskSourcePath(&disk), "retry", !inConfig)
 	t0 := time.Now()
 	var callErr error
@@ -60,24 +60,23 @@ func (m *Manager) detachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 	}
 	wctx, cancel := context.WithTimeout(ctx, detachWait)
 	defer cancel()
-	for {
+	gone, _ := pollUntil(wctx, func() (bool, error) {
 		live, err := m.liveXML(wctx, l, d, 0)
-		if err == nil {
-			if _, there := byAlias(live.Devices.Disks, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })[name]; !there {
-				m.log.Info("disk detached", "disk", name, "took", time.Since(t0).String())
-				return nil
-			}
+		if err != nil {
+			return false, nil // read again
 		}
-		select {
-		case <-wctx.Done():
-			msg := fmt.Sprintf("sync: disk %q: detach requested, but QEMU still has it after %s (the guest has not released it)", name, time.Since(t0).Round(time.Millisecond))
-			if callErr != nil {
-				return fmt.Errorf("%s: %w", msg, callErr)
-			}
-			return errors.New(msg)
-		case <-time.After(250 * time.Millisecond):
-		}
+		_, there := findDisk(live.Devices.Disks, name)
+		return !there, nil
+	})
+	if gone {
+		m.log.Info("disk detached", "disk", name, "took", time.Since(t0).String())
+		return nil
 	}
+	msg := fmt.Sprintf("sync: disk %q: detach requested, but QEMU still has it after %s (the guest has not released it)", name, time.Since(t0).Round(time.Millisecond))
+	if callErr != nil {
+		return fmt.Errorf("%s: %w", msg, callErr)
+	}
+	return errors.New(msg)
 }
 
 // attachDisk hotplugs the disk of a volume virt-handler mounted into the
@@ -100,7 +99,7 @@ func (m *Manager) attachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 	if err != nil {
 		return fmt.Errorf("sync: disk %q: %w", name, err)
 	}
-	got, there := byAlias(live.Devices.Disks, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })[name]
+	got, there := findDisk(live.Devices.Disks, name)
 	if !there {
 		return fmt.Errorf("sync: disk %q: libvirt accepted the attach, but the running domain does not have it", name)
 	}
@@ -130,7 +129,7 @@ func (m *Manager) changeMedium(ctx context.Context, l *libvirt.Libvirt, d libvir
 	if err != nil {
 		return fmt.Errorf("sync: disk %q: %w", name, err)
 	}
-	got, there := byAlias(live.Devices.Disks, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })[name]
+	got, there := findDisk(live.Devices.Disks, name)
 	switch {
 	case !there:
 		return fmt.Errorf("sync: disk %q: gone from the domain after the medium changed", name)

@@ -69,21 +69,17 @@ func (m *Manager) SyncVCPUs(ctx context.Context, v *v1.VirtualMachineInstance) e
 	// A removal libvirt gave up waiting for (5 s) may still complete: the
 	// guest is asked and lets go when it gets to it. Wait for it as for a
 	// detached disk.
-	for {
-		if live, err = count(libvirt.DomainVCPULive); err != nil {
-			return fmt.Errorf("update vCPUs: %w", err)
-		}
-		if live == want {
-			break
-		}
-		select {
-		case <-wctx.Done():
-			if setErr != nil {
-				return fmt.Errorf("update vCPUs from %d to %d: %w", from, want, setErr)
-			}
-			return fmt.Errorf("update vCPUs: %d asked, the domain has %d", want, live)
-		case <-time.After(250 * time.Millisecond):
-		}
+	done, err := pollUntil(wctx, func() (bool, error) {
+		live, err = count(libvirt.DomainVCPULive)
+		return live == want, err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("update vCPUs: %w", err)
+	case !done && setErr != nil:
+		return fmt.Errorf("update vCPUs from %d to %d: %w", from, want, setErr)
+	case !done:
+		return fmt.Errorf("update vCPUs: %d asked, the domain has %d", want, live)
 	}
 	m.log.Info("vCPUs set", "from", from, "to", want, "took", time.Since(t0).String())
 	m.refresh(ctx, EventModified, true)
@@ -313,11 +309,8 @@ func (m *Manager) SyncMemory(ctx context.Context, v *v1.VirtualMachineInstance) 
 	}
 	want := dev.Target.Requested.Value
 	if attach {
-		var ver uint64
-		if err := withContext(ctx, "hypervisor version", func() (err error) {
-			ver, err = l.ConnectGetVersion()
-			return err
-		}); err != nil {
+		ver, err := hypervisorVersion(ctx, l)
+		if err != nil {
 			return fmt.Errorf("update guest memory: %w", err)
 		}
 		if ver < virtioMemHotplugQemu {

@@ -59,8 +59,8 @@ func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, liv
 	if live.Devices != nil {
 		liveDisks, liveIfaces = live.Devices.Disks, live.Devices.Interfaces
 	}
-	haveDisk := byAlias(liveDisks, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })
-	wantDisk := byAlias(want, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })
+	haveDisk := byAlias(liveDisks, diskAlias)
+	wantDisk := byAlias(want, diskAlias)
 
 	inVMI := map[string]bool{}
 	for _, d := range v.Spec.Domain.Devices.Disks {
@@ -173,7 +173,7 @@ func growCandidates(v *v1.VirtualMachineInstance, live []libvirtxml.DomainDisk, 
 			status[st.Name] = st.PersistentVolumeClaimInfo
 		}
 	}
-	gone := byAlias(detaching, func(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias })
+	gone := byAlias(detaching, diskAlias)
 	var out []growCandidate
 	for _, d := range live {
 		name, ok := userAlias(d.Alias)
@@ -271,6 +271,18 @@ func diskBus(d *libvirtxml.DomainDisk) string {
 		return ""
 	}
 	return d.Target.Bus
+}
+
+func diskAlias(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias }
+
+// findDisk finds the disk of VMI name among disks.
+func findDisk(disks []libvirtxml.DomainDisk, name string) (libvirtxml.DomainDisk, bool) {
+	for _, d := range disks {
+		if n, ok := userAlias(d.Alias); ok && n == name {
+			return d, true
+		}
+	}
+	return libvirtxml.DomainDisk{}, false
 }
 
 func byAlias[T any](items []T, alias func(T) *libvirtxml.DomainAlias) map[string]T {

@@ -304,16 +304,22 @@ func (m *Manager) QemuVersion(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var v uint64
-	err = withContext(ctx, "hypervisor version", func() error {
-		var err error
-		v, err = l.ConnectGetVersion()
-		return err
-	})
+	v, err := hypervisorVersion(ctx, l)
 	if err != nil {
 		return "", err
 	}
 	return formatQemuVersion(v), nil
+}
+
+// hypervisorVersion is QEMU's version in libvirt's encoding
+// (major × 1,000,000 + minor × 1,000 + micro).
+func hypervisorVersion(ctx context.Context, l *libvirt.Libvirt) (uint64, error) {
+	var v uint64
+	err := withContext(ctx, "hypervisor version", func() (err error) {
+		v, err = l.ConnectGetVersion()
+		return err
+	})
+	return v, err
 }
 
 func formatQemuVersion(v uint64) string {
