@@ -107,3 +107,13 @@ func Disks(vmi *v1.VirtualMachineInstance, c *Context) ([]libvirtxml.DomainDisk,
 	}
 	return dom.Devices.Disks, nil
 }
+
+// Interfaces converts only vmi's interfaces: the <interface> elements its
+// domain has, for plugging one into a running domain (hotplug).
+func Interfaces(vmi *v1.VirtualMachineInstance, c *Context) ([]libvirtxml.DomainInterface, error) {
+	dom := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{}}
+	if err := network.New(c).Configure(vmi, dom); err != nil {
+		return nil, fmt.Errorf("convert %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return dom.Devices.Interfaces, nil
+}

@@ -29,33 +29,44 @@ const liveAndConfig = libvirt.DomainDeviceModifyLive | libvirt.DomainDeviceModif
 // then leaves it pending); a SCSI disk goes at once.
 func (m *Manager) detachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, disk libvirtxml.DomainDisk) error {
 	name, _ := userAlias(disk.Alias)
-	x, err := disk.Marshal()
+	m.log.Info("detaching disk", "disk", name, "target", disk.Target.Dev, "source", diskSourcePath(&disk))
+	return m.detachDevice(ctx, l, d, "disk", name, &disk, func(dom *libvirtxml.Domain) bool {
+		_, there := findDisk(dom.Devices.Disks, name)
+		return there
+	})
+}
+
+// detachDevice unplugs dev (the disk or interface kind named name) from
+// the running domain and its definition, and waits until present no
+// longer finds it in the running domain (liveXML's, Devices set), up to
+// detachWait. A device the
+// definition has lost already was asked for by an earlier Sync whose guest
+// had not let go: it is asked again, live only.
+func (m *Manager) detachDevice(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, kind, name string, dev interface{ Marshal() (string, error) }, present func(*libvirtxml.Domain) bool) error {
+	x, err := dev.Marshal()
 	if err != nil {
-		return fmt.Errorf("sync: disk %q: %w", name, err)
+		return fmt.Errorf("sync: %s %q: %w", kind, name, err)
 	}
 	def, err := m.liveXML(ctx, l, d, libvirt.DomainXMLInactive)
 	if err != nil {
-		return fmt.Errorf("sync: disk %q: %w", name, err)
+		return fmt.Errorf("sync: %s %q: %w", kind, name, err)
 	}
-	_, inConfig := findDisk(def.Devices.Disks, name)
-	m.log.Info("detaching disk", "disk", name, "target", disk.Target.Dev, "source", diskSourcePath(&disk), "retry", !inConfig)
+	inConfig := present(def)
 	t0 := time.Now()
 	var callErr error
 	if inConfig {
-		callErr = withContext(ctx, "detach the disk", func() error { return l.DomainDetachDeviceFlags(d, x, uint32(liveAndConfig)) })
+		callErr = withContext(ctx, "detach the "+kind, func() error { return l.DomainDetachDeviceFlags(d, x, uint32(liveAndConfig)) })
 		if callErr != nil {
-			return fmt.Errorf("sync: disk %q: %w", name, callErr)
+			return fmt.Errorf("sync: %s %q: %w", kind, name, callErr)
 		}
 	} else {
-		// An earlier Sync asked already and the guest has not let go:
-		// ask again (the guest may have missed it). QEMU refusing a
-		// second request while the first is pending is no failure; the
-		// wait below decides.
-		callErr = withContext(ctx, "detach the disk", func() error {
+		// QEMU refusing a second request while the first is pending is no
+		// failure; the wait below decides.
+		callErr = withContext(ctx, "detach the "+kind, func() error {
 			return l.DomainDetachDeviceFlags(d, x, uint32(libvirt.DomainDeviceModifyLive))
 		})
 		if callErr != nil {
-			m.log.Info("detach request repeated", "disk", name, "err", callErr.Error())
+			m.log.Info("detach request repeated", kind, name, "err", callErr.Error())
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, detachWait)
@@ -65,14 +76,13 @@ func (m *Manager) detachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 		if err != nil {
 			return false, nil // read again
 		}
-		_, there := findDisk(live.Devices.Disks, name)
-		return !there, nil
+		return !present(live), nil
 	})
 	if gone {
-		m.log.Info("disk detached", "disk", name, "took", time.Since(t0).String())
+		m.log.Info(kind+" detached", kind, name, "took", time.Since(t0).String(), "retry", !inConfig)
 		return nil
 	}
-	msg := fmt.Sprintf("sync: disk %q: detach requested, but QEMU still has it after %s (the guest has not released it)", name, time.Since(t0).Round(time.Millisecond))
+	msg := fmt.Sprintf("sync: %s %q: detach requested, but QEMU still has it after %s (the guest has not released it)", kind, name, time.Since(t0).Round(time.Millisecond))
 	if callErr != nil {
 		return fmt.Errorf("%s: %w", msg, callErr)
 	}

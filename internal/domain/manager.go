@@ -67,6 +67,21 @@ type DomainHook interface {
 	OnDefineDomain(ctx context.Context, domainXML string, vmi *v1.VirtualMachineInstance) (string, error)
 }
 
+// Network is the launcher's part of the network setup, per VMI interface:
+// it serves what the guest learns (DHCP) on the wiring the privileged phase
+// made, and tells the converter each interface's MAC, MTU and tap
+// (internal/netsetup/dhcp.Servers).
+type Network interface {
+	// Serve starts serving the named interfaces of the VMI (every
+	// masquerade and bridge interface when none is named) that are not
+	// served yet, and returns the facts of every interface served.
+	Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, names ...string) (map[string]facts.Interface, error)
+	// Stop stops serving one interface (an unplugged one).
+	Stop(name string) error
+	// Close stops serving every interface.
+	Close() error
+}
+
 // Config configures a Manager.
 type Config struct {
 	Layout layout.Layout
@@ -84,11 +99,9 @@ type Config struct {
 	// (emulation, firmware paths, non-root, defaults of the cluster
 	// settings); nil means facts.Default(Layout).
 	BaseFacts func() *facts.Context
-	// StartNetwork starts the unprivileged network phase for the VMI (the
-	// DHCP servers of masquerade and bridge interfaces) and returns the
-	// interface facts for the converter and a function that stops it. It is
-	// called once, by the first Sync; nil means no network phase.
-	StartNetwork func(ctx context.Context, vmi *v1.VirtualMachineInstance) (map[string]facts.Interface, func() error, error)
+	// Network is the unprivileged network phase (the DHCP servers of
+	// masquerade and bridge interfaces); nil means none.
+	Network Network
 	// HypervisorErr, when set, makes Sync refuse to define a domain: KVM
 	// is unusable and emulation is not allowed.
 	HypervisorErr error
@@ -156,9 +169,8 @@ type Manager struct {
 	// (startCredentials, mu).
 	credentialsStarted bool
 
-	netStarted bool // op
-	netIfaces  map[string]facts.Interface
-	netStop    func() error
+	netStarted bool                       // op
+	netIfaces  map[string]facts.Interface // op
 }
 
 type outEvent struct {
@@ -466,12 +478,11 @@ func (m *Manager) Close(ctx context.Context) error {
 		return fmt.Errorf("close: %w", err)
 	}
 	defer m.op.unlock()
-	if m.netStop == nil {
+	if !m.netStarted {
 		return nil
 	}
-	err := m.netStop()
-	m.netStop = nil
-	return err
+	m.netStarted = false
+	return m.cfg.Network.Close()
 }
 
 // WaitIdle waits until ctx ends for the mutating operation in progress (a

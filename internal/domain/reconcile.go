@@ -9,6 +9,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/virtlauncher/virtlauncher/internal/converter/network"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
@@ -32,6 +33,11 @@ type changePlan struct {
 	// grow are live disks on PVCs whose size may have to follow their
 	// volume (growSize decides, with libvirt's figures).
 	grow []growCandidate
+	// unplug are live interfaces whose VMI interface is absent now.
+	unplug []libvirtxml.DomainInterface
+	// plug names the VMI interfaces to hotplug: bridge-bound, on a Multus
+	// network whose pod interface is there (the VMI status says so).
+	plug []string
 	// links are interfaces whose link state must change: the live
 	// interface with its new <link state>.
 	links []libvirtxml.DomainInterface
@@ -42,7 +48,7 @@ type changePlan struct {
 
 // empty reports a plan with nothing to do and nothing refused.
 func (p changePlan) empty() bool {
-	return len(p.detach)+len(p.attach)+len(p.media)+len(p.grow)+len(p.links)+len(p.unsupported) == 0
+	return len(p.detach)+len(p.attach)+len(p.media)+len(p.grow)+len(p.unplug)+len(p.plug)+len(p.links)+len(p.unsupported) == 0
 }
 
 // planChanges diffs the VMI against the live domain. want are the VMI's
@@ -123,18 +129,57 @@ func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, liv
 
 	plan.grow = growCandidates(v, liveDisks, plan.detach)
 
+	planInterfaces(&plan, v, liveIfaces)
+	return plan
+}
+
+// planInterfaces adds the interface changes to plan, as KubeVirt's
+// launcher makes them: an interface whose state is absent is unplugged
+// when its tap is the hashed one of a Multus network (the only kind
+// KubeVirt plugs); an interface the domain lacks is plugged once the VMI
+// status reports its pod interface (info source multus-status), and only
+// with the bridge binding; until then there is nothing to do, as for a
+// volume not mounted yet. A link state that differs is set.
+func planInterfaces(plan *changePlan, v *v1.VirtualMachineInstance, liveIfaces []libvirtxml.DomainInterface) {
 	haveIface := byAlias(liveIfaces, func(i libvirtxml.DomainInterface) *libvirtxml.DomainAlias { return i.Alias })
+	networks := map[string]*v1.Network{}
+	for i := range v.Spec.Networks {
+		networks[v.Spec.Networks[i].Name] = &v.Spec.Networks[i]
+	}
+	inPod := map[string]bool{}
+	for _, st := range v.Status.Interfaces {
+		for _, src := range strings.Split(st.InfoSource, ",") {
+			if strings.TrimSpace(src) == infoSourceMultus {
+				inPod[st.Name] = true
+			}
+		}
+	}
 	for _, iface := range v.Spec.Domain.Devices.Interfaces {
 		if iface.SRIOV != nil {
 			continue // a host device, not an <interface>
 		}
 		have, defined := haveIface[iface.Name]
+		netw := networks[iface.Name]
+		hotpluggable := netw != nil && netw.Multus != nil && !netw.Multus.Default
 		switch {
 		case iface.State == v1.InterfaceStateAbsent && defined:
-			plan.unsupported = append(plan.unsupported, fmt.Sprintf("interface %q: unplug from a running domain is not supported yet", iface.Name))
+			tap := ""
+			if have.Target != nil {
+				tap = have.Target.Dev
+			}
+			if !hotpluggable || tap != network.TapName(netw, "") {
+				plan.unsupported = append(plan.unsupported, fmt.Sprintf("interface %q: unplug is possible only for an interface on a secondary network with a hashed tap name, not tap %q", iface.Name, tap))
+				continue
+			}
+			plan.unplug = append(plan.unplug, have)
 		case iface.State == v1.InterfaceStateAbsent:
+		case !defined && !inPod[iface.Name]:
+			// Its pod interface is not there yet: virt-handler syncs again
+			// once Multus has added it.
+		case !defined && (iface.Bridge == nil || !hotpluggable):
+			plan.unsupported = append(plan.unsupported, fmt.Sprintf("interface %q: hotplug is possible only with the bridge binding on a secondary (Multus) network", iface.Name))
 		case !defined:
-			plan.unsupported = append(plan.unsupported, fmt.Sprintf("interface %q: hotplug into a running domain is not supported yet", iface.Name))
+			plan.plug = append(plan.plug, iface.Name)
 		default:
 			wantDown := iface.State == v1.InterfaceStateLinkDown
 			haveDown := have.Link != nil && have.Link.State == "down"
@@ -145,8 +190,11 @@ func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, liv
 			}
 		}
 	}
-	return plan
 }
+
+// infoSourceMultus is the info source of a VMI status interface that
+// Multus reports in the pod (KubeVirt's vmispec.InfoSourceMultusStatus).
+const infoSourceMultus = "multus-status"
 
 // growCandidate is a live disk on a PVC or DataVolume (the raw file or
 // block device itself, not an overlay over it) whose size may have to grow

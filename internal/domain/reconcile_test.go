@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
+	"github.com/virtlauncher/virtlauncher/internal/converter/network"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
@@ -112,16 +114,11 @@ func TestPlanChanges(t *testing.T) {
 			live: dom([]libvirtxml.DomainDisk{liveCD("cd", "/dev/cd")})},
 		{name: "CD-ROM medium in place", vmi: vmi([]v1.Disk{cd("cd")}, []v1.Volume{hotVol("cd")}, []v1.VolumeStatus{hot("cd", v1.VolumeReady)}),
 			live: dom([]libvirtxml.DomainDisk{liveCD("cd", hp+"/cd.img")})},
-		{name: "interface added", vmi: vmi(nil, nil, nil, masq("default", ""), masq("blue", "")),
-			live: dom(nil, iface("default")), unsupported: []string{`interface "blue": hotplug`}},
-		{name: "interface marked absent", vmi: vmi(nil, nil, nil, masq("default", ""), masq("blue", v1.InterfaceStateAbsent)),
-			live: dom(nil, iface("default"), iface("blue")), unsupported: []string{`interface "blue": unplug`}},
-		{name: "absent interface gone already", vmi: vmi(nil, nil, nil, masq("blue", v1.InterfaceStateAbsent)), live: dom(nil)},
 		{name: "SR-IOV interfaces are host devices", vmi: vmi(nil, nil, nil,
 			v1.Interface{Name: "sriov", InterfaceBindingMethod: v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}}), live: dom(nil)},
 		{name: "several at once", vmi: vmi([]v1.Disk{disk("a", v1.DiskBusSCSI), disk("b", v1.DiskBusUSB)}, []v1.Volume{hotVol("a"), hotVol("b")},
 			[]v1.VolumeStatus{hot("a", v1.VolumeReady), hot("b", v1.VolumeReady)}, masq("n", "")),
-			live: &libvirtxml.Domain{}, attach: []attach{{"a", "sda", "scsi", hp + "/a.img"}}, unsupported: []string{`disk "b": hotplug on bus usb`, `interface "n"`}},
+			live: &libvirtxml.Domain{}, attach: []attach{{"a", "sda", "scsi", hp + "/a.img"}}, unsupported: []string{`disk "b": hotplug on bus usb`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := facts.Default(l)
@@ -181,6 +178,97 @@ func TestPlanChanges(t *testing.T) {
 				if !strings.Contains(all, w) {
 					t.Errorf("unsupported %q, want one with %q", plan.unsupported, w)
 				}
+			}
+		})
+	}
+}
+
+// TestPlanInterfaces: KubeVirt's rules for NIC hotplug and unplug
+// (virtwrap/network/nichotplug.go): plugged once Multus reports the pod
+// interface, only the bridge binding on a secondary network; unplugged
+// when absent and on a hashed tap; everything else refused by name.
+func TestPlanInterfaces(t *testing.T) {
+	blueTap := network.TapName(&v1.Network{Name: "blue", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "blue-net"}}}, "")
+	bridge := func(name string, state v1.InterfaceState) v1.Interface {
+		return v1.Interface{Name: name, State: state, InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}}
+	}
+	masq := func(name string) v1.Interface {
+		return v1.Interface{Name: name, InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}
+	}
+	multus := func(name string) v1.Network {
+		return v1.Network{Name: name, NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: name + "-net"}}}
+	}
+	pod := v1.Network{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}
+	live := func(name, tap string) libvirtxml.DomainInterface {
+		return libvirtxml.DomainInterface{Alias: &libvirtxml.DomainAlias{Name: "ua-" + name}, Target: &libvirtxml.DomainInterfaceTarget{Dev: tap}}
+	}
+	status := func(name, src string) v1.VirtualMachineInstanceNetworkInterface {
+		return v1.VirtualMachineInstanceNetworkInterface{Name: name, InfoSource: src}
+	}
+	for _, tc := range []struct {
+		name        string
+		ifaces      []v1.Interface
+		nets        []v1.Network
+		status      []v1.VirtualMachineInstanceNetworkInterface
+		live        []libvirtxml.DomainInterface
+		plug        []string
+		unplug      []string
+		unsupported string // substring of the one message; "" none
+	}{
+		{name: "in step", ifaces: []v1.Interface{masq("default"), bridge("blue", "")}, nets: []v1.Network{pod, multus("blue")},
+			status: []v1.VirtualMachineInstanceNetworkInterface{status("blue", "domain, guest-agent, multus-status")},
+			live:   []libvirtxml.DomainInterface{live("default", "tap0"), live("blue", blueTap)}},
+		{name: "new interface, its pod interface reported by Multus: plugged", ifaces: []v1.Interface{masq("default"), bridge("blue", "")},
+			nets: []v1.Network{pod, multus("blue")}, status: []v1.VirtualMachineInstanceNetworkInterface{status("blue", "multus-status")},
+			live: []libvirtxml.DomainInterface{live("default", "tap0")}, plug: []string{"blue"}},
+		{name: "info sources in any order", ifaces: []v1.Interface{bridge("blue", "")},
+			nets: []v1.Network{multus("blue")}, status: []v1.VirtualMachineInstanceNetworkInterface{status("blue", "multus-status, domain")},
+			plug: []string{"blue"}},
+		{name: "new interface, its pod interface not there yet: waits", ifaces: []v1.Interface{masq("default"), bridge("blue", "")},
+			nets: []v1.Network{pod, multus("blue")}, status: []v1.VirtualMachineInstanceNetworkInterface{status("blue", "domain")},
+			live: []libvirtxml.DomainInterface{live("default", "tap0")}},
+		{name: "new interface with a link down: plugged (the converter writes the link)", ifaces: []v1.Interface{bridge("blue", v1.InterfaceStateLinkDown)},
+			nets: []v1.Network{multus("blue")}, status: []v1.VirtualMachineInstanceNetworkInterface{status("blue", "multus-status")},
+			plug: []string{"blue"}},
+		{name: "masquerade cannot be plugged", ifaces: []v1.Interface{masq("blue")},
+			nets: []v1.Network{multus("blue")}, status: []v1.VirtualMachineInstanceNetworkInterface{status("blue", "multus-status")},
+			unsupported: `interface "blue": hotplug is possible only with the bridge binding`},
+		{name: "the pod network cannot be plugged", ifaces: []v1.Interface{bridge("default", "")},
+			nets: []v1.Network{pod}, status: []v1.VirtualMachineInstanceNetworkInterface{status("default", "multus-status")},
+			unsupported: `interface "default": hotplug`},
+		{name: "absent: unplugged", ifaces: []v1.Interface{masq("default"), bridge("blue", v1.InterfaceStateAbsent)},
+			nets: []v1.Network{pod, multus("blue")}, live: []libvirtxml.DomainInterface{live("default", "tap0"), live("blue", blueTap)},
+			unplug: []string{"blue"}},
+		{name: "absent and gone: nothing", ifaces: []v1.Interface{bridge("blue", v1.InterfaceStateAbsent)},
+			nets: []v1.Network{multus("blue")}, status: []v1.VirtualMachineInstanceNetworkInterface{status("blue", "multus-status")}},
+		{name: "absent on an ordinal tap: refused", ifaces: []v1.Interface{bridge("blue", v1.InterfaceStateAbsent)},
+			nets: []v1.Network{multus("blue")}, live: []libvirtxml.DomainInterface{live("blue", "tap1")},
+			unsupported: `interface "blue": unplug is possible only for an interface on a secondary network with a hashed tap name, not tap "tap1"`},
+		{name: "the pod network absent: refused", ifaces: []v1.Interface{masq("default"), bridge("x", v1.InterfaceStateAbsent)},
+			nets: []v1.Network{pod, {Name: "x", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}},
+			live: []libvirtxml.DomainInterface{live("default", "tap0"), live("x", "tap0")}, unsupported: `interface "x": unplug`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &v1.VirtualMachineInstance{}
+			v.Spec.Domain.Devices.Interfaces, v.Spec.Networks, v.Status.Interfaces = tc.ifaces, tc.nets, tc.status
+			dom := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Interfaces: tc.live}}
+			plan := planChanges(v, nil, dom, layout.Default().HotplugDiskDir)
+			var unplug []string
+			for _, i := range plan.unplug {
+				n, _ := userAlias(i.Alias)
+				unplug = append(unplug, n)
+			}
+			if fmt.Sprint(plan.plug) != fmt.Sprint(tc.plug) || fmt.Sprint(unplug) != fmt.Sprint(tc.unplug) {
+				t.Errorf("plug %q unplug %q, want %q and %q", plan.plug, unplug, tc.plug, tc.unplug)
+			}
+			switch {
+			case tc.unsupported == "" && len(plan.unsupported) > 0:
+				t.Errorf("unsupported %q, want none", plan.unsupported)
+			case tc.unsupported != "" && (len(plan.unsupported) != 1 || !strings.Contains(plan.unsupported[0], tc.unsupported)):
+				t.Errorf("unsupported %q, want one message with %q", plan.unsupported, tc.unsupported)
+			}
+			if len(plan.links) != 0 {
+				t.Errorf("links %+v, want none", plan.links)
 			}
 		})
 	}

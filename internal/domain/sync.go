@@ -81,7 +81,8 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 
 // applyChanges makes the defined domain match what the VMI asks of it
 // while it runs (planChanges): disks of hotplugged volumes detached and
-// attached, CD-ROM media changed, link states set, each confirmed by
+// attached, CD-ROM media changed, disks grown, interfaces unplugged and
+// plugged, link states set, each confirmed by
 // libvirt before the Sync answers. A change it cannot make fails the Sync
 // before any is made; it never answers success for a change not made.
 func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
@@ -114,7 +115,7 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 	// Whatever happens below, GetDomain and virt-handler must see the
 	// devices as they are now: no libvirt event follows a link change,
 	// and the device events carry no XML.
-	changed := len(plan.detach)+len(plan.attach)+len(plan.media)+len(plan.links) > 0
+	changed := len(plan.detach)+len(plan.attach)+len(plan.media)+len(plan.unplug)+len(plan.plug)+len(plan.links) > 0
 	defer func() {
 		if changed {
 			m.refresh(ctx, EventModified, true)
@@ -139,6 +140,16 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 		grown, err := m.growDisk(ctx, l, d, c)
 		changed = changed || grown
 		if err != nil {
+			return err
+		}
+	}
+	for _, iface := range plan.unplug {
+		if err := m.detachInterface(ctx, l, d, iface); err != nil {
+			return err
+		}
+	}
+	if len(plan.plug) > 0 {
+		if err := m.plugInterfaces(ctx, l, d, v, plan.plug); err != nil {
 			return err
 		}
 	}
@@ -184,40 +195,6 @@ func (m *Manager) liveXML(ctx context.Context, l *libvirt.Libvirt, d libvirt.Dom
 		dom.Devices = &libvirtxml.DomainDeviceList{}
 	}
 	return &dom, nil
-}
-
-// setLink changes an interface's link state, live and in the definition
-// (as KubeVirt does), and reads it back: the Sync succeeds only for a
-// change libvirt confirms.
-func (m *Manager) setLink(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, iface libvirtxml.DomainInterface) error {
-	name, _ := userAlias(iface.Alias)
-	want := iface.Link.State
-	x, err := iface.Marshal()
-	if err != nil {
-		return fmt.Errorf("sync: interface %q: %w", name, err)
-	}
-	flags := libvirt.DomainDeviceModifyLive | libvirt.DomainDeviceModifyConfig
-	if err := withContext(ctx, "update the interface", func() error { return l.DomainUpdateDeviceFlags(d, x, flags) }); err != nil {
-		return fmt.Errorf("sync: interface %q: set link %s: %w", name, want, err)
-	}
-	dom, err := m.liveXML(ctx, l, d, 0)
-	if err != nil {
-		return fmt.Errorf("sync: interface %q: %w", name, err)
-	}
-	for _, i := range dom.Devices.Interfaces {
-		if n, ok := userAlias(i.Alias); ok && n == name {
-			got := "up"
-			if i.Link != nil && i.Link.State != "" {
-				got = i.Link.State
-			}
-			if got != want {
-				return fmt.Errorf("sync: interface %q: link %s asked, libvirt reports %s", name, want, got)
-			}
-			m.log.Info("interface link state changed", "interface", name, "link", want)
-			return nil
-		}
-	}
-	return fmt.Errorf("sync: interface %q: gone from the domain after its link state changed", name)
 }
 
 // converge brings a defined domain to the state the VMI asks for
@@ -413,13 +390,13 @@ func (m *Manager) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineIn
 // live in this process, so a restarted launcher starts them again even
 // when the domain already exists.
 func (m *Manager) startNetwork(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	if m.netStarted || m.cfg.StartNetwork == nil {
+	if m.netStarted || m.cfg.Network == nil {
 		return nil
 	}
-	ifs, stop, err := m.cfg.StartNetwork(ctx, v)
+	ifs, err := m.cfg.Network.Serve(ctx, v)
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
-	m.netStarted, m.netIfaces, m.netStop = true, ifs, stop
+	m.netStarted, m.netIfaces = true, ifs
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
-	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
@@ -208,9 +207,7 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 		Hooks:         hm,
 		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath)),
 		HypervisorErr: hvErr,
-		StartNetwork: func(ctx context.Context, v *v1.VirtualMachineInstance) (map[string]facts.Interface, func() error, error) {
-			return dhcp.Start(ctx, v, dhcp.Config{CacheDir: l.layout.PrivateDir, ResolvConf: l.opts.ResolvConf}, l.log)
-		},
+		Network:       dhcp.New(dhcp.Config{CacheDir: l.layout.PrivateDir, ResolvConf: l.opts.ResolvConf}, l.log),
 		AgentIntervals: agent.Intervals{
 			Sys: l.opts.AgentSysInterval, File: l.opts.AgentFileInterval, User: l.opts.AgentUserInterval,
 			Version: l.opts.AgentVersionInterval, FSFreezeStatus: l.opts.FSFreezeStatusInterval,

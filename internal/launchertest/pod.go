@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -339,7 +340,6 @@ func (p *Pod) Start() {
 func (p *Pod) network() *podnet.Pod {
 	t := p.T
 	t.Helper()
-	cred := p.Env.Cred
 	pn, err := podnet.New(podnet.Config{Dir: p.Dir, NoIPv6: true})
 	if err != nil {
 		os.RemoveAll(p.Dir)
@@ -354,16 +354,29 @@ func (p *Pod) network() *podnet.Pod {
 		os.RemoveAll(p.Dir)
 		t.Fatal(err)
 	}
-	cfg := netsetup.PrivilegedConfig{QemuUID: int(cred.Uid), QemuGID: int(cred.Gid), CacheDir: p.Layout.PrivateDir}
 	t.Cleanup(func() {
-		if err := netsetup.TeardownPrivileged(context.Background(), pn.NS, v, cfg, nil); err != nil {
-			t.Errorf("network teardown: %v", err)
-		}
 		if err := pn.Remove(); err != nil {
 			t.Errorf("remove pod network: %v", err)
 		}
 	})
 	Must(t, os.MkdirAll(p.Layout.PrivateDir, 0o700))
+	p.privileged(pn, v)
+	return pn
+}
+
+// privileged runs virt-handler's privileged network phase for v in the
+// pod's namespace (torn down at cleanup, before the namespace goes) and
+// hands the caches it wrote to the launcher's user.
+func (p *Pod) privileged(pn *podnet.Pod, v *v1.VirtualMachineInstance) {
+	t := p.T
+	t.Helper()
+	cred := p.Env.Cred
+	cfg := netsetup.PrivilegedConfig{QemuUID: int(cred.Uid), QemuGID: int(cred.Gid), CacheDir: p.Layout.PrivateDir}
+	t.Cleanup(func() {
+		if err := netsetup.TeardownPrivileged(context.Background(), pn.NS, v, cfg, nil); err != nil {
+			t.Errorf("network teardown: %v", err)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := netsetup.SetupPrivileged(ctx, pn.NS, v, cfg, nil); err != nil {
@@ -375,7 +388,22 @@ func (p *Pod) network() *podnet.Pod {
 		}
 		return os.Lchown(path, int(cred.Uid), int(cred.Gid))
 	}))
-	return pn
+}
+
+// PlugNetwork does for a NIC hotplug what Multus and virt-handler do
+// before the Sync (Options.Network): a secondary pod interface named
+// podIface (pod4 on it, outside4 at its other end in the outside
+// namespace), then the privileged phase for v, the VMI with the new
+// interface.
+func (p *Pod) PlugNetwork(v *v1.VirtualMachineInstance, podIface string, pod4, outside4 netip.Prefix) {
+	p.T.Helper()
+	if p.net == nil {
+		p.T.Fatal("the pod has no network (Options.Network)")
+	}
+	if err := p.net.AddInterface(podIface, pod4, outside4); err != nil {
+		p.T.Fatalf("pod interface %s: %v", podIface, err)
+	}
+	p.privileged(p.net, v)
 }
 
 // vmiLoad parses and defaults the manifest as virt-api would have.

@@ -93,6 +93,87 @@ func TestTwoInterfaces(t *testing.T) {
 	}
 }
 
+// Interfaces served one at a time, as a NIC hotplug and unplug need them:
+// the masquerade interface from the start, a Multus-style bridged one
+// after the privileged phase wired it later; each leases its address,
+// and once the second is stopped it answers no more while the first still
+// does.
+func TestServersPerInterface(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	pod := newPod(t, podnet.Config{NoIPv6: true})
+	priv := netsetup.PrivilegedConfig{QemuUID: 107, QemuGID: 107, CacheDir: t.TempDir()}
+	first := masqVMI("vm")
+	if err := netsetup.SetupPrivileged(ctx, pod.NS, first, priv, testLog(t)); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	s := dhcp.New(dhcp.Config{CacheDir: priv.CacheDir, ResolvConf: pod.ResolvConf, NetNS: pod.NS}, testLog(t))
+	t.Cleanup(func() { s.Close() })
+	ifs, err := s.Serve(ctx, first)
+	if err != nil || len(ifs) != 1 {
+		t.Fatalf("serve the first interface: %v, %+v", err, ifs)
+	}
+
+	// The hotplug: the VMI gains "blue", Multus adds its pod interface,
+	// the privileged phase wires it (a second run changes only that).
+	blue := plan.HashedPodIfaceName("blue")
+	hash := strings.TrimPrefix(blue, "pod")
+	if err := pod.AddInterface(blue, netip.MustParsePrefix("192.168.78.2/24"), netip.MustParsePrefix("192.168.78.1/24")); err != nil {
+		t.Fatal(err)
+	}
+	both := withMultus(masqVMI("vm"), "blue")
+	t.Cleanup(func() { netsetup.TeardownPrivileged(ctx, pod.NS, both, priv, testLog(t)) })
+	if _, err := s.Serve(ctx, both, "blue"); err == nil {
+		t.Errorf("Serve of blue before the privileged phase wired it succeeded")
+	}
+	if err := netsetup.SetupPrivileged(ctx, pod.NS, both, priv, testLog(t)); err != nil {
+		t.Fatalf("setup of the hotplugged interface: %v", err)
+	}
+	if _, err := s.Serve(ctx, both, "nosuch"); err == nil || !strings.Contains(err.Error(), "nosuch") {
+		t.Errorf("Serve of an interface the VMI lacks: %v, want an error naming it", err)
+	}
+	ifs, err = s.Serve(ctx, both, "blue")
+	if err != nil {
+		t.Fatalf("serve blue: %v", err)
+	}
+	if len(ifs) != 2 || ifs["blue"].Tap != "tap"+hash || ifs["default"].Tap != "tap0" {
+		t.Errorf("facts after the hotplug: %+v", ifs)
+	}
+	lease := func(name, bridge string) (string, error) {
+		mac, _ := net.ParseMAC(ifs[name].MAC)
+		g, err := pod.AttachFakeGuest(bridge, mac)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Remove()
+		l, err := tryDHCPLease(g, 1)
+		if err != nil {
+			return "", err
+		}
+		return l.ACK.YourIPAddr.String(), nil
+	}
+	if got, err := lease("blue", "k6t-"+hash); err != nil || got != "192.168.78.2" {
+		t.Errorf("blue's lease: %s, %v; want 192.168.78.2", got, err)
+	}
+
+	// The unplug: blue is no longer served, default still is.
+	if err := s.Stop("blue"); err != nil {
+		t.Fatalf("stop blue: %v", err)
+	}
+	if got, err := lease("blue", "k6t-"+hash); err == nil {
+		t.Errorf("blue leased %s after its servers stopped", got)
+	}
+	if got, err := lease("default", "k6t-eth0"); err != nil || got != "10.0.2.2" {
+		t.Errorf("default's lease after blue stopped: %s, %v; want 10.0.2.2", got, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if _, err := s.Serve(ctx, both); err == nil {
+		t.Errorf("Serve after Close succeeded")
+	}
+}
+
 func TestDHCPv6Masquerade(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()

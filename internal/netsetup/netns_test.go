@@ -318,9 +318,19 @@ func TestPrivilegedInvalidLeavesNothing(t *testing.T) {
 // dhcpLease runs a real DHCPv4 exchange from the fake guest's eth0.
 func dhcpLease(t testing.TB, g *podnet.FakeGuest) *nclient4.Lease {
 	t.Helper()
+	lease, err := tryDHCPLease(g, 3)
+	if err != nil {
+		t.Fatalf("DHCP exchange: %v", err)
+	}
+	return lease
+}
+
+// tryDHCPLease is one DHCPv4 exchange from the fake guest, each message
+// tried retries times 2 s apart.
+func tryDHCPLease(g *podnet.FakeGuest, retries int) (*nclient4.Lease, error) {
 	var lease *nclient4.Lease
 	err := plan.InNS(g.NS, func() error {
-		cl, err := nclient4.New("eth0", nclient4.WithTimeout(2*time.Second), nclient4.WithRetry(3))
+		cl, err := nclient4.New("eth0", nclient4.WithTimeout(2*time.Second), nclient4.WithRetry(retries))
 		if err != nil {
 			return err
 		}
@@ -330,10 +340,7 @@ func dhcpLease(t testing.TB, g *podnet.FakeGuest) *nclient4.Lease {
 		lease, err = cl.Request(ctx)
 		return err
 	})
-	if err != nil {
-		t.Fatalf("DHCP exchange: %v", err)
-	}
-	return lease
+	return lease, err
 }
 
 // configureGuest applies a lease in the guest namespace.

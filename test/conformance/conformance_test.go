@@ -324,20 +324,32 @@ func checkUnsupported(t *testing.T, h *handler, vmiJSON []byte) {
 }
 
 // checkUnappliedRefused: the changes virt-handler asks of a running
-// domain that the launcher cannot carry out (an interface hotplug, not
-// implemented yet; a hotplug volume whose image QEMU's user cannot open)
+// domain that the launcher cannot carry out (an interface hotplug whose
+// pod side is not wired, or with a binding KubeVirt cannot plug; an unplug
+// of the pod network; a hotplug volume whose image QEMU's user cannot open)
 // fail the Sync with a message naming the device, never a success; the
 // unchanged VMI syncs again. TestHotplug has the ones it makes.
 func checkUnappliedRefused(t *testing.T, h *handler, vmiJSON []byte) {
 	t.Helper()
+	before := domainInterfaces(t, h)
 	for _, tc := range []struct {
 		name, want string
 		change     func(v *v1.VirtualMachineInstance)
 	}{
-		{"interface hotplug", `interface "extra": hotplug into a running domain is not supported yet`, func(v *v1.VirtualMachineInstance) {
+		{"interface hotplug before the privileged phase wired it", `interface "extra": `, func(v *v1.VirtualMachineInstance) {
 			v.Spec.Domain.Devices.Interfaces = append(v.Spec.Domain.Devices.Interfaces,
 				v1.Interface{Name: "extra", InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}})
 			v.Spec.Networks = append(v.Spec.Networks, v1.Network{Name: "extra", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "extra-net"}}})
+			v.Status.Interfaces = append(v.Status.Interfaces, v1.VirtualMachineInstanceNetworkInterface{Name: "extra", InfoSource: "multus-status"})
+		}},
+		{"interface hotplug with the masquerade binding", `interfaces[1].masquerade: masquerade is only possible on the pod network`, func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Interfaces = append(v.Spec.Domain.Devices.Interfaces,
+				v1.Interface{Name: "extra", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}})
+			v.Spec.Networks = append(v.Spec.Networks, v1.Network{Name: "extra", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "extra-net"}}})
+			v.Status.Interfaces = append(v.Status.Interfaces, v1.VirtualMachineInstanceNetworkInterface{Name: "extra", InfoSource: "multus-status"})
+		}},
+		{"unplug of the pod network's interface", `interface "default": unplug is possible only for an interface on a secondary network`, func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Interfaces[0].State = v1.InterfaceStateAbsent
 		}},
 		{"hotplug volume mounted to the pod, its image not usable", `disk "hp": volume not usable yet`, func(v *v1.VirtualMachineInstance) {
 			v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks,
@@ -362,6 +374,9 @@ func checkUnappliedRefused(t *testing.T, h *handler, vmiJSON []byte) {
 			t.Errorf("%s: Sync failed with %v, want it to name %q", tc.name, err, tc.want)
 		default:
 			t.Logf("%s: %v", tc.name, err)
+		}
+		if got := domainInterfaces(t, h); got != before {
+			t.Errorf("%s: the Domain's interfaces are %s after the refusal, were %s", tc.name, got, before)
 		}
 	}
 	if err := h.vmiCall(t, "SyncVirtualMachine (unchanged)", h.cmd.SyncVirtualMachine, vmiJSON); err != nil {
@@ -518,6 +533,7 @@ func TestHandlerLifecycle(t *testing.T) {
 	checkUnsupported(t, h, vmiJSON)
 	checkUnappliedRefused(t, h, vmiJSON)
 	checkLinkState(t, h, p, vmiJSON)
+	checkNICHotplug(t, h, p, vmiJSON)
 
 	shutdownAndDelete(t, p, h, s, vmiJSON, running+1)
 	checkEvents(t, p, s)

@@ -303,19 +303,111 @@ func (l Lease6) Reply6(msg *dhcpv6.Message) (*dhcpv6.Message, error) {
 	return resp, nil
 }
 
-// Start starts the DHCP servers of every masquerade/bridge interface
-// on its bridge and returns, per VMI interface name, the facts the
-// converter needs. It only reads the vif caches, so it runs unprivileged
-// (binding ports 67/547 needs CAP_NET_BIND_SERVICE). stop closes every server.
+// Start starts the DHCP servers of every masquerade/bridge interface of
+// the VMI (Servers.Serve on new Servers) and returns, per VMI interface
+// name, the facts the converter needs, and stop, which closes every server.
 func Start(ctx context.Context, vmi *v1.VirtualMachineInstance, cfg Config, log *slog.Logger) (map[string]facts.Interface, func() error, error) {
-	ifaces, err := plan.PlanFor(vmi, cfg.Plan)
+	s := New(cfg, log)
+	out, err := s.Serve(ctx, vmi)
 	if err != nil {
 		return nil, nil, err
 	}
+	return out, s.Close, nil
+}
+
+// Servers are the DHCP servers of one VMI's interfaces, each started and
+// stopped on its own: all of them at the first Sync, one more for an
+// interface hotplugged later, one fewer after an unplug. They only read the
+// vif caches, so they run unprivileged (binding ports 67/547 needs
+// CAP_NET_BIND_SERVICE). Safe for concurrent use.
+type Servers struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]served // by VMI interface name
+	closed  bool
+}
+
+// served is one interface's facts and what stops its servers.
+type served struct {
+	facts   facts.Interface
+	closers []func() error
+}
+
+// New makes an empty set of servers.
+func New(cfg Config, log *slog.Logger) *Servers {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	rc := cfg.ResolvConf
+	return &Servers{cfg: cfg, log: log, running: map[string]served{}}
+}
+
+// Serve starts the servers of the VMI's masquerade and bridge interfaces
+// named in names (every one when names is empty) that have none yet, and
+// returns the facts of each interface it serves, old and new. On error it
+// stops what this call started, and only that.
+func (s *Servers) Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, names ...string) (map[string]facts.Interface, error) {
+	ifaces, err := plan.PlanFor(vmi, s.cfg.Plan)
+	if err != nil {
+		return nil, err
+	}
+	wanted := map[string]bool{}
+	for _, n := range names {
+		wanted[n] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("DHCP servers: closed")
+	}
+	var started []string
+	undo := func(err error) error {
+		var errs []error
+		for _, n := range started {
+			errs = append(errs, s.stopLocked(n))
+		}
+		return errors.Join(append([]error{err}, errs...)...)
+	}
+	for _, it := range ifaces {
+		if _, ok := s.running[it.Name]; ok || (len(names) > 0 && !wanted[it.Name]) {
+			continue
+		}
+		delete(wanted, it.Name)
+		if err := ctx.Err(); err != nil {
+			return nil, undo(err)
+		}
+		sv, err := s.start(vmi, it)
+		if err != nil {
+			return nil, undo(fmt.Errorf("interface %s: %w", it.Name, err))
+		}
+		s.running[it.Name] = sv
+		started = append(started, it.Name)
+	}
+	for _, n := range names {
+		if _, ok := s.running[n]; !ok && wanted[n] {
+			return nil, undo(fmt.Errorf("interface %s: not a masquerade or bridge interface of the VMI", n))
+		}
+	}
+	out := make(map[string]facts.Interface, len(s.running))
+	for n, sv := range s.running {
+		out[n] = sv.facts
+	}
+	return out, nil
+}
+
+// start reads one interface's cache and starts its servers.
+func (s *Servers) start(vmi *v1.VirtualMachineInstance, it plan.Iface) (served, error) {
+	c, err := vifConfig(s.cfg, it)
+	if err != nil {
+		return served{}, err
+	}
+	sv := served{facts: facts.Interface{MAC: c.MAC.String(), MTU: uint(c.Mtu), Tap: it.Tap}}
+	if c.IPAMDisabled {
+		s.log.Info("no IPv4 on the pod interface: DHCP off", "iface", it.Name)
+		return sv, nil
+	}
+	rc := s.cfg.ResolvConf
 	if rc == "" {
 		rc = "/etc/resolv.conf"
 	}
@@ -323,51 +415,60 @@ func Start(ctx context.Context, vmi *v1.VirtualMachineInstance, cfg Config, log 
 	if b, err := os.ReadFile(rc); err == nil {
 		dns = ParseResolvConf(b)
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("read %s: %w", rc, err)
+		return served{}, fmt.Errorf("read %s: %w", rc, err)
 	}
 	search := searchDomains(vmi, dns.Search)
-	hostname := GuestHostname(vmi)
+	l4, err := lease4From(c, dns, GuestHostname(vmi), search)
+	if err != nil {
+		return served{}, err
+	}
+	var l6 *Lease6
+	if c.IPv6.IPNet != nil && c.AdvertisingIPv6Addr != nil {
+		l6 = &Lease6{Addr: c.IPv6.IP, DNS: dns.Servers6, Search: search}
+	}
+	sv.closers, err = serve(s.cfg.NetNS, it, l4, l6, s.log.With("iface", it.Name, "bridge", it.Bridge))
+	if err != nil {
+		return served{}, err
+	}
+	return sv, nil
+}
 
-	var closers []func() error
-	stop := func() error {
-		var errs []error
-		for i := len(closers) - 1; i >= 0; i-- {
-			errs = append(errs, closers[i]())
-		}
-		closers = nil
-		return errors.Join(errs...)
+// Stop stops the servers of the named interface (an unplugged one); an
+// interface without servers is fine.
+func (s *Servers) Stop(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopLocked(name)
+}
+
+func (s *Servers) stopLocked(name string) error {
+	sv, ok := s.running[name]
+	if !ok {
+		return nil
 	}
-	out := map[string]facts.Interface{}
-	for _, it := range ifaces {
-		if err := ctx.Err(); err != nil {
-			return nil, nil, errors.Join(err, stop())
-		}
-		c, err := vifConfig(cfg, it)
-		if err != nil {
-			return nil, nil, errors.Join(fmt.Errorf("interface %s: %w", it.Name, err), stop())
-		}
-		out[it.Name] = facts.Interface{MAC: c.MAC.String(), MTU: uint(c.Mtu), Tap: it.Tap}
-		if c.IPAMDisabled {
-			log.Info("no IPv4 on the pod interface: DHCP off", "iface", it.Name)
-			continue
-		}
-		l4, err := lease4From(c, dns, hostname, search)
-		if err != nil {
-			return nil, nil, errors.Join(fmt.Errorf("interface %s: %w", it.Name, err), stop())
-		}
-		var l6 *Lease6
-		if c.IPv6.IPNet != nil && c.AdvertisingIPv6Addr != nil {
-			l6 = &Lease6{Addr: c.IPv6.IP, DNS: dns.Servers6, Search: search}
-		}
-		cl, err := serve(cfg.NetNS, it, l4, l6, log.With("iface", it.Name, "bridge", it.Bridge))
-		if err != nil {
-			return nil, nil, errors.Join(fmt.Errorf("interface %s: %w", it.Name, err), stop())
-		}
-		closers = append(closers, cl...)
+	delete(s.running, name)
+	var errs []error
+	for i := len(sv.closers) - 1; i >= 0; i-- {
+		errs = append(errs, sv.closers[i]())
 	}
-	var once sync.Once
-	var stopErr error
-	return out, func() error { once.Do(func() { stopErr = stop() }); return stopErr }, nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stop DHCP of interface %s: %w", name, err)
+	}
+	s.log.Info("DHCP stopped", "iface", name)
+	return nil
+}
+
+// Close stops every server; Serve fails after it. A second Close does
+// nothing.
+func (s *Servers) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	var errs []error
+	for n := range s.running {
+		errs = append(errs, s.stopLocked(n))
+	}
+	return errors.Join(errs...)
 }
 
 // serve opens the sockets inside ns (sockets keep their namespace) and runs
