@@ -13,6 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/virtlauncher/virtlauncher/internal/converter/compute"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
@@ -276,19 +277,13 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 // launcher hotplugs a virtio-mem device into.
 const virtioMemHotplugQemu = 8_000_000
 
-// memoryBlock is the virtio-mem block size KubeVirt uses
-// (liveupdate/memory HotplugBlockAlignmentBytes), 1 GiB with 1Gi hugepages.
-const (
-	memoryBlock         = 2 << 20
-	memoryBlockHugepage = 1 << 30
-)
-
 // SyncMemory is SyncVirtualMachineMemory. As KubeVirt's launcher
 // (manager.go UpdateGuestMemory, liveupdate/memory BuildMemoryDevice), the
 // memory above the boot size is a virtio-mem device of maxGuest − boot
 // size whose requested size is guest − boot size: attached (live and
 // config) the first time, its requested size updated (live) after that,
-// and read back.
+// and read back. On a QEMU older than 8.0 the device was defined with the
+// domain, empty, and is only updated.
 func (m *Manager) SyncMemory(ctx context.Context, v *v1.VirtualMachineInstance) error {
 	l, d, unlock, err := m.hotplugDomain(ctx, v, "update guest memory")
 	if err != nil {
@@ -316,8 +311,10 @@ func (m *Manager) SyncMemory(ctx context.Context, v *v1.VirtualMachineInstance) 
 		if ver < virtioMemHotplugQemu {
 			// Seen here: QEMU 7.2 (Debian 12) dies in malloc on the
 			// device_add of a virtio-mem device, taking the guest with
-			// it. Refusing keeps the VM running with the memory it has.
-			return fmt.Errorf("update guest memory: attaching a virtio-mem device crashes %s (the guest would die); the VM keeps its memory (needs QEMU 8.0 or later)", formatQemuVersion(ver))
+			// it. A domain this launcher defined on such a QEMU has the
+			// device from the start (facts.VirtioMemAtDefine); one
+			// without it keeps the memory it has.
+			return fmt.Errorf("update guest memory: the domain has no virtio-mem device, and attaching one crashes %s (the guest would die): the VM keeps its memory until it restarts", formatQemuVersion(ver))
 		}
 	}
 	m.log.Info("setting hotplugged memory", "requestedKiB", want, "attach", attach)
@@ -359,21 +356,12 @@ func memoryChange(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) (*libvi
 	case v.Status.Memory == nil || v.Status.Memory.GuestAtBoot == nil:
 		return nil, false, errors.New("update guest memory: status.memory.guestAtBoot is not set")
 	}
-	boot, guest, maxGuest := v.Status.Memory.GuestAtBoot.Value(), mem.Guest.Value(), mem.MaxGuest.Value()
-	block := int64(memoryBlock)
-	if mem.Hugepages != nil && mem.Hugepages.PageSize == "1Gi" {
-		block = memoryBlockHugepage
+	boot := v.Status.Memory.GuestAtBoot.Value()
+	want, err := compute.VirtioMem(v, boot, mem.Guest.Value()-boot)
+	if err != nil {
+		return nil, false, fmt.Errorf("update guest memory: %w", err)
 	}
-	switch {
-	case guest > maxGuest:
-		return nil, false, fmt.Errorf("update guest memory: guest %s is more than maxGuest %s", mem.Guest.String(), mem.MaxGuest.String())
-	case guest < boot:
-		return nil, false, fmt.Errorf("update guest memory: guest %s is less than the %s the VM booted with (memory cannot go below it)", mem.Guest.String(), v.Status.Memory.GuestAtBoot.String())
-	case (guest-boot)%block != 0 || (maxGuest-boot)%block != 0:
-		return nil, false, fmt.Errorf("update guest memory: guest %s and maxGuest %s must exceed the boot size %s by multiples of %d MiB",
-			mem.Guest.String(), mem.MaxGuest.String(), v.Status.Memory.GuestAtBoot.String(), block>>20)
-	}
-	requested := uint((guest - boot) >> 10)
+	requested := want.Target.Requested.Value
 	if have, ok := virtioMem(live); ok {
 		if have.Target != nil && have.Target.Requested != nil {
 			if b, err := kib(have.Target.Requested.Value, have.Target.Requested.Unit); err == nil && b == uint64(requested) {
@@ -382,19 +370,14 @@ func memoryChange(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) (*libvi
 		}
 		changed := have
 		target := *have.Target
-		target.Requested = &libvirtxml.DomainMemorydevTargetRequested{Value: requested, Unit: "KiB"}
+		target.Requested = want.Target.Requested
 		changed.Target = &target
 		return &changed, false, nil
 	}
 	if requested == 0 {
 		return nil, false, nil
 	}
-	return &libvirtxml.DomainMemorydev{Model: "virtio-mem", Target: &libvirtxml.DomainMemorydevTarget{
-		Size:      &libvirtxml.DomainMemorydevTargetSize{Value: uint((maxGuest - boot) >> 10), Unit: "KiB"},
-		Node:      &libvirtxml.DomainMemorydevTargetNode{Value: 0},
-		Block:     &libvirtxml.DomainMemorydevTargetBlock{Value: uint(block >> 10), Unit: "KiB"},
-		Requested: &libvirtxml.DomainMemorydevTargetRequested{Value: requested, Unit: "KiB"},
-	}}, true, nil
+	return want, true, nil
 }
 
 // virtioMem finds the domain's virtio-mem device.

@@ -307,6 +307,15 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	if err != nil {
 		return err
 	}
+	if mem := v.Spec.Domain.Memory; mem != nil && mem.MaxGuest != nil {
+		// A QEMU that cannot hotplug the virtio-mem device gets it now,
+		// empty (SyncMemory only grows it then).
+		ver, err := hypervisorVersion(ctx, l)
+		if err != nil {
+			return fmt.Errorf("define: %w", err)
+		}
+		c.VirtioMemAtDefine = ver < virtioMemHotplugQemu
+	}
 	dom, err := converter.Convert(v, c)
 	if err != nil {
 		return err

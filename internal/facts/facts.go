@@ -70,6 +70,11 @@ type Context struct {
 	Emulation bool
 	// NonRoot selects the non-root paths (NVRAM under the private dir).
 	NonRoot bool
+	// VirtioMemAtDefine defines the virtio-mem device of a VM that can
+	// take more memory (maxGuest above guest) with the domain, plugging
+	// nothing, for a hypervisor that cannot hotplug the device itself
+	// (QEMU before 8.0 crashes on it); memory hotplug then only grows it.
+	VirtioMemAtDefine bool
 
 	SMBIOS                    SMBIOS
 	MemBalloonStatsPeriod     uint32

@@ -45,6 +45,13 @@ func (m Memory) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain
 		case maxGuest > guest:
 			dom.MaximumMemory = &libvirtxml.DomainMaxMemory{Value: uint(maxGuest), Unit: "b", Slots: MaxMemorySlots}
 			numa = true
+			if m.Ctx != nil && m.Ctx.VirtioMemAtDefine && arch(vmi, m.Ctx) != "s390x" {
+				dev, err := VirtioMem(vmi, guest, 0)
+				if err != nil {
+					return err
+				}
+				dom.Devices.Memorydevs = append(dom.Devices.Memorydevs, *dev)
+			}
 		}
 	}
 	if numa && arch(vmi, m.Ctx) != "s390x" && dom.CPU != nil && dom.VCPU != nil {
@@ -56,6 +63,46 @@ func (m Memory) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain
 		}}}
 	}
 	return nil
+}
+
+// virtio-mem block sizes KubeVirt uses (liveupdate/memory
+// HotplugBlockAlignmentBytes), 1 GiB with 1Gi hugepages.
+const (
+	virtioMemBlock         = 2 << 20
+	virtioMemBlockHugepage = 1 << 30
+)
+
+// VirtioMem is KubeVirt's virtio-mem device for memory hotplug
+// (liveupdate/memory BuildMemoryDevice): the memory from boot bytes (what
+// the guest booted with) up to maxGuest, on NUMA node 0, requested bytes
+// of it plugged. Figures that are not whole blocks above the boot size, or
+// beyond maxGuest, are refused naming them.
+func VirtioMem(vmi *v1.VirtualMachineInstance, boot, requested int64) (*libvirtxml.DomainMemorydev, error) {
+	mem := vmi.Spec.Domain.Memory
+	if mem == nil || mem.MaxGuest == nil {
+		return nil, fmt.Errorf("spec.domain.memory.maxGuest is not set: the VM was not started for memory hotplug")
+	}
+	maxGuest := mem.MaxGuest.Value()
+	block := int64(virtioMemBlock)
+	if mem.Hugepages != nil && mem.Hugepages.PageSize == "1Gi" {
+		block = virtioMemBlockHugepage
+	}
+	switch {
+	case boot+requested > maxGuest:
+		return nil, fmt.Errorf("guest %s is more than maxGuest %s", resource.NewQuantity(boot+requested, resource.BinarySI), mem.MaxGuest.String())
+	case requested < 0:
+		return nil, fmt.Errorf("guest %s is less than the %s the VM booted with (memory cannot go below it)",
+			resource.NewQuantity(boot+requested, resource.BinarySI), resource.NewQuantity(boot, resource.BinarySI))
+	case requested%block != 0 || (maxGuest-boot)%block != 0:
+		return nil, fmt.Errorf("guest %s and maxGuest %s must exceed the boot size %s by multiples of %d MiB",
+			resource.NewQuantity(boot+requested, resource.BinarySI), mem.MaxGuest.String(), resource.NewQuantity(boot, resource.BinarySI), block>>20)
+	}
+	return &libvirtxml.DomainMemorydev{Model: "virtio-mem", Target: &libvirtxml.DomainMemorydevTarget{
+		Size:      &libvirtxml.DomainMemorydevTargetSize{Value: uint((maxGuest - boot) >> 10), Unit: "KiB"},
+		Node:      &libvirtxml.DomainMemorydevTargetNode{Value: 0},
+		Block:     &libvirtxml.DomainMemorydevTargetBlock{Value: uint(block >> 10), Unit: "KiB"},
+		Requested: &libvirtxml.DomainMemorydevTargetRequested{Value: uint(requested >> 10), Unit: "KiB"},
+	}}, nil
 }
 
 // guestMemoryBytes is the guest memory: memory.guest, else the memory

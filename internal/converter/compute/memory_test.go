@@ -8,6 +8,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
 func q(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
@@ -23,6 +24,24 @@ func TestMemory(t *testing.T) {
 		}, Contains: []string{`<memory unit="b">536870912</memory>`}},
 		{Name: "hotplug maximum adds slots and a NUMA cell", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.MaxGuest = q("4Gi") },
 			Contains: []string{`<maxMemory unit="b" slots="1">4294967296</maxMemory>`, `<memory unit="b">1073741824</memory>`, `<cell id="0" cpus="0-0" memory="1048576" unit="KiB">`}},
+		{Name: "hotplug maximum: no virtio-mem device at define (KubeVirt attaches it at the first hotplug)", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.MaxGuest = q("4Gi") },
+			Absent: []string{"virtio-mem"}},
+		{Name: "hotplug maximum on a QEMU that cannot hotplug virtio-mem: an empty device at define",
+			VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.MaxGuest = q("4Gi") }, Ctx: func(c *facts.Context) { c.VirtioMemAtDefine = true },
+			Contains: []string{`<memory model="virtio-mem">`, `<size unit="KiB">3145728</size>`, `<node>0</node>`, `<block unit="KiB">2048</block>`, `<requested unit="KiB">0</requested>`}},
+		{Name: "virtio-mem at define with 1Gi hugepages takes 1 GiB blocks",
+			VMI: func(v *v1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.MaxGuest = q("4Gi")
+				v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "1Gi"}
+			}, Ctx: func(c *facts.Context) { c.VirtioMemAtDefine = true },
+			Contains: []string{`<block unit="KiB">1048576</block>`}},
+		{Name: "virtio-mem at define, maxGuest not whole blocks above guest",
+			VMI: func(v *v1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.MaxGuest = q("1025Mi")
+				v.Spec.Domain.Memory.Guest = q("1Gi")
+			},
+			Ctx: func(c *facts.Context) { c.VirtioMemAtDefine = true }, Err: "must exceed the boot size 1Gi by multiples of 2 MiB"},
+		{Name: "no virtio-mem without a hotplug maximum", Ctx: func(c *facts.Context) { c.VirtioMemAtDefine = true }, Absent: []string{"virtio-mem"}},
 		{Name: "maxGuest equal to guest is no hotplug", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.MaxGuest = q("1Gi") },
 			Absent: []string{"maxMemory"}},
 		{Name: "maxGuest below guest", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.MaxGuest = q("512Mi") },
