@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"encoding/xml"
 	"fmt"
 	"strconv"
 	"strings"
@@ -130,7 +131,82 @@ func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, liv
 	plan.grow = growCandidates(v, liveDisks, plan.detach)
 
 	planInterfaces(&plan, v, liveIfaces)
+	planPorts(&plan, live)
 	return plan
+}
+
+// planPorts refuses the PCIe hotplugs (virtio disks, interfaces) beyond
+// the free pcie-root-ports of the live domain, naming each device that
+// does not fit, so that a Sync asking for more than there is room for
+// changes nothing (libvirt would fail in the middle, after the first
+// ones). Off q35 (no root ports at all) libvirt decides.
+func planPorts(plan *changePlan, live *libvirtxml.Domain) {
+	var pcie []string
+	for _, d := range plan.attach {
+		if diskBus(&d) == "virtio" {
+			n, _ := userAlias(d.Alias)
+			pcie = append(pcie, fmt.Sprintf("disk %q", n))
+		}
+	}
+	for _, n := range plan.plug {
+		pcie = append(pcie, fmt.Sprintf("interface %q", n))
+	}
+	free, ports := freeRootPorts(live)
+	if len(pcie) <= free || ports == 0 {
+		return
+	}
+	plan.unsupported = append(plan.unsupported, fmt.Sprintf("%s: no free PCIe root port to plug into (%d free for %d devices to plug; the VM has %d ports)",
+		strings.Join(pcie[free:], ", "), free, len(pcie), ports))
+}
+
+// freeRootPorts counts the live domain's pcie-root-ports that take a
+// hotplug and have no device on them, and all its pcie-root-ports.
+func freeRootPorts(live *libvirtxml.Domain) (free, ports int) {
+	if live.Devices == nil {
+		return 0, 0
+	}
+	x, err := live.Marshal()
+	if err != nil {
+		return 0, 0
+	}
+	used := map[uint]bool{}
+	dec := xml.NewDecoder(strings.NewReader(x))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		el, ok := tok.(xml.StartElement)
+		if !ok || el.Name.Local != "address" {
+			continue
+		}
+		var pci bool
+		var bus string
+		for _, a := range el.Attr {
+			switch a.Name.Local {
+			case "type":
+				pci = a.Value == "pci"
+			case "bus":
+				bus = a.Value
+			}
+		}
+		if n, err := strconv.ParseUint(bus, 0, 32); pci && err == nil {
+			used[uint(n)] = true
+		}
+	}
+	for _, c := range live.Devices.Controllers {
+		if c.Type != "pci" || c.Model != "pcie-root-port" || c.Index == nil {
+			continue
+		}
+		ports++
+		if c.PCI != nil && c.PCI.Target != nil && c.PCI.Target.Hotplug == "off" {
+			continue
+		}
+		if !used[*c.Index] {
+			free++
+		}
+	}
+	return free, ports
 }
 
 // planInterfaces adds the interface changes to plan, as KubeVirt's

@@ -392,3 +392,58 @@ func TestGrowCandidates(t *testing.T) {
 		t.Errorf("growCandidates = %+v, want only data (vda, the smaller of request and capacity, overhead 0.055)", got)
 	}
 }
+
+// TestPlanPorts: PCIe hotplugs beyond the free pcie-root-ports are refused
+// before any is made, naming each device that does not fit.
+func TestPlanPorts(t *testing.T) {
+	const liveXML = `<domain type="qemu"><name>ns_vm</name><devices>
+  <controller type="pci" index="0" model="pcie-root"/>
+  <controller type="pci" index="1" model="pcie-root-port"><target chassis="1" port="0x10"/><address type="pci" domain="0x0000" bus="0x00" slot="0x02" function="0x0"/></controller>
+  <controller type="pci" index="2" model="pcie-root-port"><target chassis="2" port="0x11"/><address type="pci" domain="0x0000" bus="0x00" slot="0x02" function="0x1"/></controller>
+  <controller type="pci" index="3" model="pcie-root-port"><target chassis="3" port="0x12" hotplug="off"/><address type="pci" domain="0x0000" bus="0x00" slot="0x02" function="0x2"/></controller>
+  <controller type="pci" index="4" model="pcie-root-port"><target chassis="4" port="0x13"/><address type="pci" domain="0x0000" bus="0x00" slot="0x02" function="0x3"/></controller>
+  <disk type="file" device="disk"><source file="/r.qcow2"/><target dev="vda" bus="virtio"/><alias name="ua-root"/><address type="pci" domain="0x0000" bus="0x01" slot="0x00" function="0x0"/></disk>
+</devices></domain>`
+	var live libvirtxml.Domain
+	if err := live.Unmarshal(liveXML); err != nil {
+		t.Fatal(err)
+	}
+	if free, ports := freeRootPorts(&live); free != 2 || ports != 4 {
+		t.Fatalf("freeRootPorts = %d free of %d, want 2 of 4 (one taken, one with hotplug off)", free, ports)
+	}
+	disk := func(name, bus string) libvirtxml.DomainDisk {
+		return libvirtxml.DomainDisk{Alias: &libvirtxml.DomainAlias{Name: "ua-" + name}, Target: &libvirtxml.DomainDiskTarget{Bus: bus}}
+	}
+	for _, tc := range []struct {
+		name   string
+		attach []libvirtxml.DomainDisk
+		plug   []string
+		refuse []string
+	}{
+		{name: "two fit", attach: []libvirtxml.DomainDisk{disk("a", "virtio")}, plug: []string{"blue"}},
+		{name: "scsi disks take no port", attach: []libvirtxml.DomainDisk{disk("a", "scsi"), disk("b", "scsi"), disk("c", "virtio")}, plug: []string{"blue"}},
+		{name: "one too many", attach: []libvirtxml.DomainDisk{disk("a", "virtio"), disk("b", "virtio")}, plug: []string{"blue"},
+			refuse: []string{`interface "blue": no free PCIe root port to plug into (2 free for 3 devices to plug; the VM has 4 ports)`}},
+		{name: "two too many", attach: []libvirtxml.DomainDisk{disk("a", "virtio"), disk("b", "virtio"), disk("c", "virtio"), disk("d", "virtio")},
+			refuse: []string{`disk "c", disk "d": no free PCIe root port`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := changePlan{attach: tc.attach, plug: tc.plug}
+			planPorts(&plan, &live)
+			if len(plan.unsupported) != len(tc.refuse) {
+				t.Fatalf("unsupported %q, want %d like %q", plan.unsupported, len(tc.refuse), tc.refuse)
+			}
+			for i, w := range tc.refuse {
+				if !strings.Contains(plan.unsupported[i], w) {
+					t.Errorf("unsupported[%d] = %q, want %q", i, plan.unsupported[i], w)
+				}
+			}
+		})
+	}
+	// A machine without root ports (i440fx): libvirt decides.
+	plan := changePlan{attach: []libvirtxml.DomainDisk{disk("a", "virtio")}}
+	planPorts(&plan, &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{}})
+	if len(plan.unsupported) != 0 {
+		t.Errorf("without root ports: %q, want no refusal", plan.unsupported)
+	}
+}

@@ -395,6 +395,27 @@ func checkVirtioHotplug(t *testing.T, p *pod, h *handler, b hotplugVMI) {
 	}
 	guestAnswer(t, p, "virtio disk gone", fmt.Sprintf(`echo VL-T-HVGONE-$(ls /sys/block | grep -c '^%s$')X`, m[1]),
 		regexp.MustCompile(`VL-T-HVGONE-0X`), 30*time.Second)
+
+	// More virtio disks at once than the VM has free root ports (a few,
+	// by KubeVirt's rule): refused before any is plugged, naming the
+	// ones that do not fit.
+	var many []hotVolume
+	for i := 0; i < 12; i++ {
+		name := fmt.Sprintf("hm%d", i)
+		hotplugImage(t, p, name, 1<<20, nil)
+		many = append(many, hotVolume{name: name, disk: v1.Disk{DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}, phase: v1.HotplugVolumeMounted})
+	}
+	err = h.vmiCall(t, "SyncVirtualMachine (12 virtio disks)", h.cmd.SyncVirtualMachine, b.with(t, many...))
+	if err == nil || !strings.Contains(err.Error(), `disk "hm11": no free PCIe root port`) || strings.Contains(err.Error(), `disk "hm0"`) {
+		t.Errorf("Sync of 12 virtio hotplugs: %v, want a failure naming the disks that do not fit (hm11, not hm0) and the missing port", err)
+	} else {
+		t.Logf("12 virtio hotplugs: %v", err)
+	}
+	for _, hv := range many {
+		if _, there := domainDisk(t, h, hv.name); there {
+			t.Errorf("disk %s is in the domain after the refused Sync", hv.name)
+		}
+	}
 }
 
 // checkVCPUs: SyncVirtualMachineCPUs (KubeVirt's LiveUpdate of CPU
