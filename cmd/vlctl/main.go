@@ -19,6 +19,7 @@ func main() {
 	root.AddCommand(newConvertCmd(), newRunCmd(), newConsoleCmd(), newTestGuestCmd())
 	root.AddCommand(newCtlCmds()...)
 	root.AddCommand(newByNameCmds()...)
+	root.AddCommand(newHotplugCmds()...)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vlctl:", err)
 		os.Exit(1)

@@ -47,6 +47,9 @@ type Record struct {
 	// console socket.
 	Socket  string `json:"socket"`
 	Console string `json:"console"`
+	// Control is the run's own socket, where vlctl addvolume and
+	// removevolume ask it to change the running VM (root only).
+	Control string `json:"control,omitempty"`
 	// Addresses are where the guest is reachable, each with the network
 	// namespace it is reachable from.
 	Addresses []Address `json:"addresses,omitempty"`

@@ -312,14 +312,20 @@ func LookupUser(name string) (uid, gid int, err error) {
 }
 
 type runner struct {
-	cfg     Config
-	vmi     *v1.VirtualMachineInstance
-	vm      *v1.VirtualMachine // nil for a VMI manifest
-	owner   ids
-	disks   []*userDisk // the user's own storage, open for the run
-	started bool        // the guest's domain ran: created disks are kept
-	log     *slog.Logger
-	workDir string
+	cfg   Config
+	vmi   *v1.VirtualMachineInstance
+	vm    *v1.VirtualMachine // nil for a VMI manifest
+	owner ids
+	disks []*userDisk // the user's own storage, open for the run
+	// hot are the user's files and devices plugged in while the guest
+	// runs (vlctl addvolume), in the VMI as hotplugged volumes.
+	hot []*userDisk
+	// startedAs is what the run recorded once the guest ran; a record
+	// written again later (a volume plugged) keeps it.
+	startedAs *Started
+	started   bool // the guest's domain ran: created disks are kept
+	log       *slog.Logger
+	workDir   string
 	// dir is the work dir, open: root's writes there go through it and
 	// never follow a link (safefs). The work dir itself stays root's.
 	dir    *safefs.Dir
@@ -854,15 +860,24 @@ func (r *runner) drive(ctx context.Context) error {
 		started.OutsideNS = r.net.pod.OutsideName
 		started.PodAddress = r.net.pod.Pod4.Addr().String()
 	}
+	r.startedAs = &started
 	if err := r.writeRecord(&started); err != nil {
 		// The guest runs; only the verbs by name are missing.
 		fmt.Fprintf(r.cfg.Status, "vlctl: %v (vlctl ps will not list this VM)\n", err)
+	}
+	stopControl, err := r.serveControl(ctx, client)
+	if err != nil {
+		// The guest runs; only vlctl addvolume and removevolume are missing.
+		fmt.Fprintf(r.cfg.Status, "vlctl: %v (volumes cannot be plugged into this VM)\n", err)
+		stopControl = func() {}
 	}
 	if r.cfg.Started != nil {
 		r.cfg.Started(started)
 	}
 
 	stopped, err := r.waitStopped(ctx, client)
+	// No request changes the VM while it is stopped and deleted.
+	stopControl()
 	if err != nil && ctx.Err() == nil {
 		return err
 	}
@@ -907,12 +922,12 @@ func (r *runner) writeRecord(st *Started) error {
 	}
 	pod, outside := podnet.NamespaceNames(r.netName)
 	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
-		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.consoleSocket(),
+		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.consoleSocket(), Control: r.controlSocket(),
 		VMI: r.vmi, NetNS: []string{pod, outside}, Keep: r.cfg.Keep}
 	for _, pb := range r.cfg.Publish {
 		rec.Published = append(rec.Published, fmt.Sprintf("%s->%d/tcp", pb.Host, pb.GuestPort))
 	}
-	for _, d := range r.disks {
+	for _, d := range slices.Concat(r.disks, r.hot) {
 		if g, ok := d.recordedGrant(); ok {
 			rec.Grants = append(rec.Grants, g)
 		}

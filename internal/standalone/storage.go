@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -93,6 +94,9 @@ type diskSpec struct {
 	// notImported names a DataVolume source that CDI would have imported
 	// into a new disk and vlctl does not.
 	notImported string
+	// hotplug: a volume plugged into the running VM (vlctl addvolume),
+	// linked where a hotplugged volume is mounted in a launcher pod.
+	hotplug bool
 }
 
 // planStorage decides, from the manifest and the --volume mappings alone,
@@ -392,6 +396,10 @@ func (d *userDisk) removeCreated() {
 // link is where the launcher looks for this volume in layout l.
 func (d *userDisk) link(l layout.Layout) (string, error) {
 	switch {
+	case d.hotplug && d.block:
+		return l.HotplugBlock(d.volume), nil
+	case d.hotplug:
+		return l.HotplugFile(d.volume), nil
 	case d.kind == hostDiskFile:
 		return l.HostDisk(d.volume, d.path)
 	case d.block:
@@ -602,6 +610,10 @@ func (r *runner) linkDisks() error {
 // removes the files this run created.
 func (r *runner) releaseDisks() {
 	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
+	for _, d := range r.hot {
+		d.release(status)
+	}
+	r.hot = nil
 	for _, d := range r.disks {
 		if !r.started {
 			d.removeCreated()
@@ -614,11 +626,11 @@ func (r *runner) releaseDisks() {
 // userPaths rewrites the launcher's view of the user's disks (links in the
 // work dir) back to the paths the user gave, in an error for the user.
 func (r *runner) userPaths(err error) error {
-	if err == nil || len(r.disks) == 0 {
+	if err == nil || len(r.disks)+len(r.hot) == 0 {
 		return err
 	}
 	var pairs []string
-	for _, d := range r.disks {
+	for _, d := range slices.Concat(r.disks, r.hot) {
 		if dst, lerr := d.link(r.layout); lerr == nil {
 			pairs = append(pairs, dst, d.path+" ("+d.field+")")
 		}

@@ -78,23 +78,34 @@ func DialChecked(ctx context.Context, path, dialPath string, check func(net.Conn
 // the process that called listen(2)). Unlike the socket's path or owner,
 // it cannot be faked by whoever can write the socket's directory.
 func PeerPID(conn net.Conn) (int, error) {
+	cred, err := PeerCred(conn)
+	if err != nil {
+		return 0, err
+	}
+	return int(cred.Pid), nil
+}
+
+// PeerCred is the kernel's credentials of the process at the other end of
+// a unix socket connection (SO_PEERCRED: as it was when it connected or
+// listened).
+func PeerCred(conn net.Conn) (*unix.Ucred, error) {
 	uc, ok := conn.(*net.UnixConn)
 	if !ok {
-		return 0, fmt.Errorf("peer credentials: %T is not a unix socket connection", conn)
+		return nil, fmt.Errorf("peer credentials: %T is not a unix socket connection", conn)
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return 0, fmt.Errorf("peer credentials: %w", err)
+		return nil, fmt.Errorf("peer credentials: %w", err)
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return 0, fmt.Errorf("peer credentials: %w", err)
+		return nil, fmt.Errorf("peer credentials: %w", err)
 	}
 	if cerr != nil {
-		return 0, fmt.Errorf("peer credentials: %w", cerr)
+		return nil, fmt.Errorf("peer credentials: %w", cerr)
 	}
-	return int(cred.Pid), nil
+	return cred, nil
 }

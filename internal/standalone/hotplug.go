@@ -1,0 +1,271 @@
+package standalone
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
+)
+
+// Volume hotplug on a running `vlctl run`, what `virtctl addvolume` and
+// `removevolume` do in a cluster: `vlctl addvolume NAME --volume-name V
+// --file PATH` and `vlctl removevolume NAME --volume-name V` ask the run
+// over its control socket, and the run, which owns the VMI and the user's
+// disks, plays virt-handler's part: it opens the user's file or block
+// device as it opens a --volume (resolved through directories only root
+// can change, an ACL entry for QEMU's user, recorded for vlctl gc), links
+// it where a hotplugged volume is mounted in a launcher pod
+// (hotplug-disks/<vol>.img, or hotplug-disks/<vol> for a block device),
+// and syncs the launcher with the volume in the spec and its status
+// MountedToPod. An unplug syncs without it (the launcher answers once QEMU
+// has let go), then removes the link and takes the ACL entry back. The
+// file is the user's: it is never removed.
+
+// ControlRequest is one request to a running `vlctl run`.
+type ControlRequest struct {
+	// Op is "addvolume" or "removevolume".
+	Op string `json:"op"`
+	// Volume names the volume (and its disk) in the VMI.
+	Volume string `json:"volume"`
+	// File is the user's file or block device (addvolume).
+	File string `json:"file,omitempty"`
+	// Bus is the disk's bus, scsi (default) or virtio (addvolume).
+	Bus string `json:"bus,omitempty"`
+	// Serial is the disk's serial (addvolume, optional).
+	Serial string `json:"serial,omitempty"`
+}
+
+// controlReply is the run's answer: what it did, or why it did not.
+type controlReply struct {
+	Message string `json:"message,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// controlTimeout bounds one request: the Sync of a detach waits up to 15 s
+// for the guest, an attach a few.
+const controlTimeout = 90 * time.Second
+
+// Control sends req to the run whose control socket is socket and returns
+// its answer. Only root's requests are served.
+func Control(ctx context.Context, socket string, req ControlRequest) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return "", fmt.Errorf("reach the run: %w", err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return "", fmt.Errorf("send the request: %w", err)
+	}
+	var rep controlReply
+	if err := json.NewDecoder(conn).Decode(&rep); err != nil {
+		return "", fmt.Errorf("read the run's answer: %w", err)
+	}
+	if rep.Error != "" {
+		return "", errors.New(rep.Error)
+	}
+	return rep.Message, nil
+}
+
+// controlSocket is where the run listens: its work dir, which only root can
+// write.
+func (r *runner) controlSocket() string { return filepath.Join(r.workDir, "control.sock") }
+
+// serveControl listens on the control socket until ctx ends, serving one
+// request at a time with client, the launcher's command client.
+func (r *runner) serveControl(ctx context.Context, client *cmdclient.Client) (stop func(), err error) {
+	path := r.controlSocket()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	// The work dir is root's and not writable by anyone else, so the
+	// path is root's to chmod; the peer check below is what decides.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r.serveOne(ctx, client, conn)
+		}
+	}()
+	return func() { ln.Close(); <-done }, nil
+}
+
+func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn net.Conn) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(controlTimeout))
+	var rep controlReply
+	if cred, err := unixgrpc.PeerCred(conn); err != nil || cred.Uid != 0 {
+		rep.Error = "only root may change a running VM"
+	} else {
+		var req ControlRequest
+		if err := json.NewDecoder(conn).Decode(&req); err != nil {
+			rep.Error = fmt.Sprintf("bad request: %v", err)
+		} else {
+			rctx, cancel := context.WithTimeout(ctx, controlTimeout-5*time.Second)
+			rep.Message, err = r.apply(rctx, client, req)
+			cancel()
+			if err != nil {
+				rep.Error = err.Error()
+			}
+			r.log.Info("control request", "op", req.Op, "volume", req.Volume, "file", req.File, "err", rep.Error)
+		}
+	}
+	json.NewEncoder(conn).Encode(rep)
+}
+
+func (r *runner) apply(ctx context.Context, client *cmdclient.Client, req ControlRequest) (string, error) {
+	switch req.Op {
+	case "addvolume":
+		return r.addVolume(ctx, client, req)
+	case "removevolume":
+		return r.removeVolume(ctx, client, req)
+	default:
+		return "", fmt.Errorf("unknown request %q", req.Op)
+	}
+}
+
+// addVolume hotplugs the user's file or block device as volume
+// req.Volume. Nothing is left changed when it fails.
+func (r *runner) addVolume(ctx context.Context, client *cmdclient.Client, req ControlRequest) (_ string, err error) {
+	if msgs := validation.IsDNS1123Label(req.Volume); len(msgs) > 0 {
+		return "", fmt.Errorf("--volume-name %q: %s", req.Volume, msgs[0])
+	}
+	bus := v1.DiskBus(req.Bus)
+	switch bus {
+	case "":
+		bus = v1.DiskBusSCSI
+	case v1.DiskBusSCSI, v1.DiskBusVirtio:
+	default:
+		return "", fmt.Errorf("--bus %q: a hotplugged disk goes on scsi or virtio", req.Bus)
+	}
+	if !filepath.IsAbs(req.File) {
+		return "", fmt.Errorf("--file %q: give an absolute path", req.File)
+	}
+	for _, vol := range r.vmi.Spec.Volumes {
+		if vol.Name == req.Volume {
+			return "", fmt.Errorf("--volume-name %q: the VM has a volume of that name already", req.Volume)
+		}
+	}
+	for _, d := range r.vmi.Spec.Domain.Devices.Disks {
+		if d.Name == req.Volume {
+			return "", fmt.Errorf("--volume-name %q: the VM has a disk of that name already", req.Volume)
+		}
+	}
+	spec := diskSpec{volume: req.Volume, field: "--file", path: req.File, kind: pvcStorage, hotplug: true}
+	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
+	d, err := spec.open(r.owner, status)
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if err != nil {
+			d.release(status)
+		}
+	}()
+	link, err := d.link(r.layout)
+	if err != nil {
+		return "", err
+	}
+	rel, err := r.rel(link)
+	if err != nil {
+		return "", err
+	}
+	// hotplug-disks is the launcher user's, as in a pod: root only makes
+	// a link in it through the work dir's descriptor, never following one.
+	if err := r.dir.Symlink(d.real, rel); err != nil {
+		return "", fmt.Errorf("--file %s: link it for the launcher: %w", req.File, err)
+	}
+	defer func() {
+		if err != nil {
+			r.dir.Remove(rel)
+		}
+	}()
+
+	next := r.vmi.DeepCopy()
+	next.Spec.Domain.Devices.Disks = append(next.Spec.Domain.Devices.Disks, v1.Disk{Name: req.Volume, Serial: req.Serial,
+		DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: bus}}})
+	next.Spec.Volumes = append(next.Spec.Volumes, v1.Volume{Name: req.Volume, VolumeSource: v1.VolumeSource{
+		PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{Hotpluggable: true,
+			PersistentVolumeClaimVolumeSource: k8sv1.PersistentVolumeClaimVolumeSource{ClaimName: req.Volume}}}})
+	next.Status.VolumeStatus = append(next.Status.VolumeStatus, v1.VolumeStatus{Name: req.Volume,
+		Phase: v1.HotplugVolumeMounted, HotplugVolume: &v1.HotplugVolumeStatus{}})
+	if err := client.Sync(ctx, next, cmdclient.HandlerSyncOptions()); err != nil {
+		// The launcher made no change it could not finish (a refused
+		// Sync changes nothing); a Sync that timed out may have: the
+		// VMI as it was is synced again, which unplugs it.
+		if rerr := client.Sync(ctx, r.vmi, cmdclient.HandlerSyncOptions()); rerr != nil {
+			err = fmt.Errorf("%w (and syncing the VM back: %v)", err, rerr)
+		}
+		return "", r.userPaths(fmt.Errorf("hotplug %s: %w", req.Volume, err))
+	}
+	r.vmi = next
+	r.hot = append(r.hot, d)
+	if err := r.writeRecord(r.startedAs); err != nil {
+		status("vlctl: %v (vlctl gc will not know the ACL entry on %s)\n", err, req.File)
+	}
+	status("vlctl: volume %s (%s) plugged in on the %s bus\n", req.Volume, req.File, bus)
+	return fmt.Sprintf("volume %s (%s) plugged into %s/%s on the %s bus", req.Volume, req.File, r.vmi.Namespace, r.vmi.Name, bus), nil
+}
+
+// removeVolume unplugs a volume addVolume plugged: the Sync answers once
+// QEMU has let go of it; only then the link goes and QEMU's access to the
+// file is taken back.
+func (r *runner) removeVolume(ctx context.Context, client *cmdclient.Client, req ControlRequest) (string, error) {
+	i := slices.IndexFunc(r.hot, func(d *userDisk) bool { return d.volume == req.Volume })
+	if i < 0 {
+		return "", fmt.Errorf("--volume-name %q: not a volume plugged in with vlctl addvolume (the manifest's volumes stay)", req.Volume)
+	}
+	d := r.hot[i]
+	next := r.vmi.DeepCopy()
+	next.Spec.Domain.Devices.Disks = slices.DeleteFunc(next.Spec.Domain.Devices.Disks, func(x v1.Disk) bool { return x.Name == req.Volume })
+	next.Spec.Volumes = slices.DeleteFunc(next.Spec.Volumes, func(x v1.Volume) bool { return x.Name == req.Volume })
+	next.Status.VolumeStatus = slices.DeleteFunc(next.Status.VolumeStatus, func(x v1.VolumeStatus) bool { return x.Name == req.Volume })
+	if err := client.Sync(ctx, next, cmdclient.HandlerSyncOptions()); err != nil {
+		return "", r.userPaths(fmt.Errorf("unplug %s: %w (it stays plugged in; try again)", req.Volume, err))
+	}
+	r.vmi = next
+	r.hot = slices.Delete(r.hot, i, i+1)
+	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
+	link, err := d.link(r.layout)
+	if err == nil {
+		link, err = r.rel(link)
+	}
+	if err == nil {
+		err = r.dir.Remove(link)
+	}
+	if err != nil {
+		status("vlctl: %v\n", err)
+	}
+	d.release(status)
+	if err := r.writeRecord(r.startedAs); err != nil {
+		status("vlctl: %v\n", err)
+	}
+	status("vlctl: volume %s (%s) unplugged\n", req.Volume, d.path)
+	return fmt.Sprintf("volume %s (%s) unplugged from %s/%s", req.Volume, d.path, r.vmi.Namespace, r.vmi.Name), nil
+}

@@ -1,0 +1,155 @@
+package standalone_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// TestVlctlAddRemoveVolume: `vlctl addvolume` plugs a user's file into a
+// running `vlctl run` guest, as `virtctl addvolume` does in a cluster: the
+// guest sees a disk with the file's size and the serial asked for, and
+// writes to it; bad requests are refused with a line naming the flag and
+// change nothing; `vlctl removevolume` unplugs it once QEMU has let go: the
+// guest's data is in the file, the ACL entry vlctl gave QEMU's user is
+// gone, the file stays after the run, and nothing else is left.
+func TestVlctlAddRemoveVolume(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	records := workRoot(t)
+	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--no-network", "--name", "hot")
+	if code != 0 {
+		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
+	}
+	file := filepath.Join(t.TempDir(), "hot.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The user's disk: root's, 0600, in a directory QEMU's user may enter.
+	dir, err := os.MkdirTemp("", "vlhot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const size = 24 << 20
+	disk := filepath.Join(dir, "data.img")
+	if err := os.WriteFile(disk, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(disk, size); err != nil {
+		t.Fatal(err)
+	}
+
+	ptm, pts := openPTY(t)
+	root := workRoot(t)
+	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--workdir", root, "--record-dir", records, file)
+	cmd.Stdin = pts
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	_, stdout, errOut, exited := startCmd(t, cmd)
+	waitFor(t, "the guest's shell", 4*time.Minute, exited, func() bool {
+		return strings.Contains(stdout.String(), testguest.MarkerReady)
+	})
+	ask := func(what, command string, re *regexp.Regexp) []string {
+		t.Helper()
+		from := len(stdout.String())
+		var m []string
+		deadline := time.Now().Add(time.Minute)
+		for m == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no answer matching %s; console:\n%s", what, re, stdout.String())
+			}
+			ptm.WriteString(command + "\r")
+			for wait := time.Now().Add(3 * time.Second); m == nil && time.Now().Before(wait); time.Sleep(200 * time.Millisecond) {
+				m = re.FindStringSubmatch(stdout.String()[from:])
+			}
+		}
+		return m
+	}
+
+	add := []string{"addvolume", "hot", "--record-dir", records, "--volume-name", "data", "--file", disk, "--serial", "VLSAHP"}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"addvolume", "hot", "--record-dir", records, "--volume-name", "data", "--file", "data.img"}, `--file "data.img": give an absolute path`},
+		{[]string{"addvolume", "hot", "--record-dir", records, "--volume-name", "data", "--file", disk, "--bus", "sata"}, `--bus "sata": a hotplugged disk goes on scsi or virtio`},
+		{[]string{"addvolume", "hot", "--record-dir", records, "--volume-name", "Data_1", "--file", disk}, `--volume-name "Data_1"`},
+		{[]string{"addvolume", "hot", "--record-dir", records, "--volume-name", "rootdisk", "--file", disk}, `the VM has a volume of that name already`},
+		{[]string{"addvolume", "hot", "--record-dir", records, "--volume-name", "data", "--file", filepath.Join(dir, "none.img")}, "none.img"},
+		{[]string{"removevolume", "hot", "--record-dir", records, "--volume-name", "rootdisk"}, "not a volume plugged in with vlctl addvolume"},
+		{[]string{"addvolume", "nosuch", "--record-dir", records, "--volume-name", "data", "--file", disk}, "nosuch"},
+	} {
+		if code, _, stderr := vlctl(t, time.Minute, bad.args...); code == 0 || !strings.Contains(stderr, bad.want) {
+			t.Errorf("vlctl %s: exit %d, %q; want a failure saying %q", strings.Join(bad.args, " "), code, stderr, bad.want)
+		}
+	}
+	if _, err := unix.Getxattr(disk, "system.posix_acl_access", make([]byte, 256)); !errors.Is(err, unix.ENODATA) {
+		t.Errorf("the refused requests left an ACL on %s (%v)", disk, err)
+	}
+
+	if code, _, stderr := vlctl(t, 2*time.Minute, add...); code != 0 || !strings.Contains(stderr, "volume data ("+disk+") plugged into default/hot on the scsi bus") {
+		t.Fatalf("vlctl addvolume: exit %d: %s", code, stderr)
+	}
+	if _, err := unix.Getxattr(disk, "system.posix_acl_access", make([]byte, 256)); err != nil {
+		t.Errorf("no ACL entry for QEMU's user on %s while it is plugged in: %v", disk, err)
+	}
+	if code, _, stderr := vlctl(t, time.Minute, add...); code == 0 || !strings.Contains(stderr, "already") {
+		t.Errorf("a second addvolume of data: exit %d, %q; want a refusal", code, stderr)
+	}
+	find := `d=; for b in /sys/block/sd*; do grep -q VLSAHP $b/device/vpd_pg80 2>/dev/null && d=${b##*/}; done`
+	m := ask("the plugged disk", find+`; echo VL-SA-$d-$(cat /sys/block/$d/size)X`, regexp.MustCompile(`VL-SA-(sd[a-z]+)-(\d+)X`))
+	if m[2] != "49152" {
+		t.Errorf("the guest sees %s with %s sectors, want %d", m[1], m[2], size/512)
+	}
+	ask("write to it", `echo VLSA-DATA-42 | dd of=/dev/`+m[1]+` conv=fsync 2>/dev/null; echo VL-SA-WROTE-$?X`, regexp.MustCompile(`VL-SA-WROTE-0X`))
+
+	if code, _, stderr := vlctl(t, 2*time.Minute, "removevolume", "hot", "--record-dir", records, "--volume-name", "data"); code != 0 || !strings.Contains(stderr, "unplugged") {
+		t.Fatalf("vlctl removevolume: exit %d: %s", code, stderr)
+	}
+	ask("the disk gone", `echo VL-SA-GONE-$(ls /sys/block | grep -c '^`+m[1]+`$')X`, regexp.MustCompile(`VL-SA-GONE-0X`))
+	head := make([]byte, 12)
+	if f, err := os.Open(disk); err != nil {
+		t.Error(err)
+	} else {
+		f.ReadAt(head, 0)
+		f.Close()
+	}
+	if !bytes.Equal(head, []byte("VLSA-DATA-42")) {
+		t.Errorf("the file starts with %q after the unplug, want the guest's VLSA-DATA-42", head)
+	}
+	if _, err := unix.Getxattr(disk, "system.posix_acl_access", make([]byte, 256)); !errors.Is(err, unix.ENODATA) {
+		t.Errorf("an ACL is left on %s after the unplug (%v)", disk, err)
+	}
+
+	ptm.Write([]byte{0x1d}) // ^]: the terminal's Ctrl-C is vlctl's again
+	waitFor(t, "the detach notice", time.Minute, exited, func() bool {
+		return strings.Contains(errOut.String(), "keys detached from the guest")
+	})
+	ptm.Write([]byte{0x03})
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("vlctl run after Ctrl-C: %v\n%s", err, errOut.String())
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("vlctl run did not end after Ctrl-C")
+	}
+	if st, err := os.Stat(disk); err != nil || st.Size() != size {
+		t.Errorf("the user's file after the run: %v, %v; want it kept, %d bytes", st, err, size)
+	}
+	checkNothingLeft(t, root)
+}
