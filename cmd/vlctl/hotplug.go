@@ -8,9 +8,10 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 )
 
-// newHotplugCmds are vlctl's virtctl addvolume / removevolume: they ask the
-// vlctl run of the VM named to plug a local file or block device in, or
-// to take it out again (internal/standalone, hotplug.go).
+// newHotplugCmds are vlctl's virtctl addvolume / removevolume and NIC
+// hotplug: they ask the vlctl run of the VM named to plug a local file,
+// block device or network interface in, or to take it out again
+// (internal/standalone, hotplug.go).
 func newHotplugCmds() []*cobra.Command {
 	var addName nameFlags
 	var req standalone.ControlRequest
@@ -53,7 +54,47 @@ not within 15 s leaves it plugged, and removevolume can be tried again). The fil
 	rmName.register(rm)
 	rm.Flags().StringVar(&rmVolume, "volume-name", "", "name of the volume to unplug (required)")
 	rm.MarkFlagRequired("volume-name")
-	return []*cobra.Command{add, rm}
+
+	var addIfName nameFlags
+	var ifReq standalone.ControlRequest
+	addIf := &cobra.Command{
+		Use:   "addinterface NAME --iface-name IFACE [--mac MAC]",
+		Short: "Plug a network interface into a running VM, as KubeVirt's NIC hotplug does",
+		Long: `addinterface plugs a new interface named IFACE into the VM that vlctl run runs, as a
+KubeVirt VM gets a bridge interface on a new Multus network: the run gives the pod a new
+network interface towards the outside namespace (192.168.67+N.0/24, the pod's address .2, the
+outside's .1) and bridges the guest's new NIC to it; the guest leases the .2 address by DHCP
+(run the DHCP client on the new NIC in the guest). The VM must have a pod network (an
+interface in its manifest). removeinterface takes it out again.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ifReq.Op = "addinterface"
+			return controlByName(cmd, &addIfName, args[0], ifReq)
+		},
+	}
+	addIfName.register(addIf)
+	addIf.Flags().StringVar(&ifReq.Interface, "iface-name", "", "name of the interface (and its network) in the VM (required)")
+	addIf.Flags().StringVar(&ifReq.MAC, "mac", "", "MAC address of the guest's new NIC (default: the new pod interface's)")
+	addIf.MarkFlagRequired("iface-name")
+
+	var rmIfName nameFlags
+	var rmIface string
+	rmIf := &cobra.Command{
+		Use:   "removeinterface NAME --iface-name IFACE",
+		Short: "Unplug an interface addinterface plugged into a running VM",
+		Long: `removeinterface takes the interface IFACE that addinterface plugged in out of the running
+VM. It answers once QEMU has let go of the NIC (the guest must release the PCIe device; one
+that does not within 15 s leaves it plugged, and removeinterface can be tried again); then its
+pod side goes.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return controlByName(cmd, &rmIfName, args[0], standalone.ControlRequest{Op: "removeinterface", Interface: rmIface})
+		},
+	}
+	rmIfName.register(rmIf)
+	rmIf.Flags().StringVar(&rmIface, "iface-name", "", "name of the interface to unplug (required)")
+	rmIf.MarkFlagRequired("iface-name")
+	return []*cobra.Command{add, rm, addIf, rmIf}
 }
 
 // controlByName sends req to the vlctl run of the VM named.

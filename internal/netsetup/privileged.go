@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
@@ -127,6 +128,34 @@ func TeardownPrivileged(ctx context.Context, podNS netns.NsHandle, vmi *v1.Virtu
 		}
 		log.Info("pod network torn down", "interfaces", len(ifaces), "errors", len(errs))
 		return errors.Join(errs...)
+	})
+}
+
+// TeardownInterface is TeardownPrivileged for one interface of the VMI,
+// the one named name (an unplugged interface; vmi is the VMI from before
+// the unplug, where its state is not absent yet). Missing pieces are fine.
+func TeardownInterface(ctx context.Context, podNS netns.NsHandle, vmi *v1.VirtualMachineInstance, name string, cfg PrivilegedConfig) error {
+	ifaces, err := plan.PlanFor(vmi, cfg.Plan)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(ifaces, func(it plan.Iface) bool { return it.Name == name })
+	if i < 0 {
+		return fmt.Errorf("interface %s: not a masquerade or bridge interface of the VMI", name)
+	}
+	if ifaces[i].Binding != plan.BindingBridge {
+		// Masquerade shares the pod's NAT tables with the pod network's
+		// interface; only the pod network has it.
+		return fmt.Errorf("interface %s: only a bridge interface can be torn down alone", name)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return plan.InNS(podNS, func() error {
+		if err := teardownIface(ifaces[i], cfg); err != nil {
+			return fmt.Errorf("interface %s: %w", name, err)
+		}
+		return nil
 	})
 }
 

@@ -408,3 +408,21 @@ func (p *Pod) AddInterface(podIface string, pod4, outside4 netip.Prefix) error {
 		return configure(podIface, pod4, netip.Prefix{}, netip.Addr{}, netip.Addr{})
 	})
 }
+
+// RemoveInterface removes a secondary pod interface AddInterface added
+// (the veth: its outside end goes with it). A missing one is fine.
+func (p *Pod) RemoveInterface(podIface string) error {
+	return plan.InNS(p.NS, func() error {
+		l, err := netlink.LinkByName(podIface)
+		if errors.As(err, &netlink.LinkNotFoundError{}) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("pod interface %s: %w", podIface, err)
+		}
+		if err := netlink.LinkDel(l); err != nil {
+			return fmt.Errorf("remove pod interface %s: %w", podIface, err)
+		}
+		return nil
+	})
+}

@@ -35,10 +35,16 @@ import (
 
 // ControlRequest is one request to a running `vlctl run`.
 type ControlRequest struct {
-	// Op is "addvolume" or "removevolume".
+	// Op is "addvolume", "removevolume", "addinterface" or
+	// "removeinterface".
 	Op string `json:"op"`
 	// Volume names the volume (and its disk) in the VMI.
-	Volume string `json:"volume"`
+	Volume string `json:"volume,omitempty"`
+	// Interface names the interface (and its network) in the VMI
+	// (addinterface, removeinterface).
+	Interface string `json:"interface,omitempty"`
+	// MAC is the new interface's MAC address (addinterface, optional).
+	MAC string `json:"mac,omitempty"`
 	// File is the user's file or block device (addvolume).
 	File string `json:"file,omitempty"`
 	// Bus is the disk's bus, scsi (default) or virtio (addvolume).
@@ -133,7 +139,7 @@ func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn ne
 			if err != nil {
 				rep.Error = err.Error()
 			}
-			r.log.Info("control request", "op", req.Op, "volume", req.Volume, "file", req.File, "err", rep.Error)
+			r.log.Info("control request", "op", req.Op, "volume", req.Volume, "file", req.File, "interface", req.Interface, "err", rep.Error)
 		}
 	}
 	json.NewEncoder(conn).Encode(rep)
@@ -145,6 +151,10 @@ func (r *runner) apply(ctx context.Context, client *cmdclient.Client, req Contro
 		return r.addVolume(ctx, client, req)
 	case "removevolume":
 		return r.removeVolume(ctx, client, req)
+	case "addinterface":
+		return r.addInterface(ctx, client, req)
+	case "removeinterface":
+		return r.removeInterface(ctx, client, req)
 	default:
 		return "", fmt.Errorf("unknown request %q", req.Op)
 	}
@@ -268,4 +278,109 @@ func (r *runner) removeVolume(ctx context.Context, client *cmdclient.Client, req
 	}
 	status("vlctl: volume %s (%s) unplugged\n", req.Volume, d.path)
 	return fmt.Sprintf("volume %s (%s) unplugged from %s/%s", req.Volume, d.path, r.vmi.Namespace, r.vmi.Name), nil
+}
+
+// addInterface plugs a bridge interface on a new secondary network into
+// the running VM, as KubeVirt's dynamic networks do: a new pod interface
+// (Multus's part) wired by the privileged phase (virt-handler's), then a
+// Sync with the interface in the spec and, in the status, reported by
+// Multus. The guest gets the pod interface's address by DHCP. Nothing is
+// left when it fails.
+func (r *runner) addInterface(ctx context.Context, client *cmdclient.Client, req ControlRequest) (_ string, err error) {
+	if msgs := validation.IsDNS1123Label(req.Interface); len(msgs) > 0 {
+		return "", fmt.Errorf("--iface-name %q: %s", req.Interface, msgs[0])
+	}
+	if r.net == nil {
+		return "", errors.New("the VM has no pod network to plug an interface into (vlctl run makes one for a VM with interfaces)")
+	}
+	if req.MAC != "" {
+		hw, err := net.ParseMAC(req.MAC)
+		if err != nil || len(hw) != 6 || hw[0]&1 != 0 {
+			return "", fmt.Errorf("--mac %q: not a unicast MAC address", req.MAC)
+		}
+	}
+	for _, i := range r.vmi.Spec.Domain.Devices.Interfaces {
+		if i.Name == req.Interface {
+			return "", fmt.Errorf("--iface-name %q: the VM has an interface of that name already", req.Interface)
+		}
+	}
+	for _, nw := range r.vmi.Spec.Networks {
+		if nw.Name == req.Interface {
+			return "", fmt.Errorf("--iface-name %q: the VM has a network of that name already", req.Interface)
+		}
+	}
+	next := r.vmi.DeepCopy()
+	next.Spec.Domain.Devices.Interfaces = append(next.Spec.Domain.Devices.Interfaces, v1.Interface{Name: req.Interface, MacAddress: req.MAC,
+		InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}})
+	next.Spec.Networks = append(next.Spec.Networks, v1.Network{Name: req.Interface,
+		NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: req.Interface}}})
+	podIface, pod4, err := r.net.plug(ctx, next, req.Interface)
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if err != nil {
+			if uerr := r.net.unplug(context.Background(), next, req.Interface, podIface); uerr != nil {
+				err = fmt.Errorf("%w (and undoing the pod side: %v)", err, uerr)
+			}
+		}
+	}()
+	next.Status.Interfaces = append(next.Status.Interfaces, v1.VirtualMachineInstanceNetworkInterface{Name: req.Interface,
+		InterfaceName: podIface, InfoSource: "multus-status"})
+	if err := client.Sync(ctx, next, cmdclient.HandlerSyncOptions()); err != nil {
+		// A refused Sync changed nothing; one that timed out may have
+		// plugged it: the VMI as it was is synced again.
+		if rerr := client.Sync(ctx, r.vmi, cmdclient.HandlerSyncOptions()); rerr != nil {
+			err = fmt.Errorf("%w (and syncing the VM back: %v)", err, rerr)
+		}
+		return "", fmt.Errorf("plug interface %s: %w", req.Interface, err)
+	}
+	r.vmi = next
+	if r.hotIfaces == nil {
+		r.hotIfaces = map[string]string{}
+	}
+	r.hotIfaces[req.Interface] = podIface
+	if err := r.writeRecord(r.startedAs); err != nil {
+		fmt.Fprintf(r.cfg.Status, "vlctl: %v\n", err)
+	}
+	msg := fmt.Sprintf("interface %s plugged into %s/%s: a bridge to a new network, where the guest leases %s by DHCP (its other end, %s, is in namespace %s)",
+		req.Interface, r.vmi.Namespace, r.vmi.Name, pod4.Addr(), pod4.Masked().Addr().Next(), r.net.pod.OutsideName)
+	fmt.Fprintf(r.cfg.Status, "vlctl: %s\n", msg)
+	return msg, nil
+}
+
+// removeInterface unplugs an interface addInterface plugged: a Sync with
+// its state absent (answered once QEMU let go of it), then its pod side
+// goes, and the interface leaves the spec.
+func (r *runner) removeInterface(ctx context.Context, client *cmdclient.Client, req ControlRequest) (string, error) {
+	podIface, ok := r.hotIfaces[req.Interface]
+	if !ok {
+		return "", fmt.Errorf("--iface-name %q: not an interface plugged in with vlctl addinterface (the manifest's interfaces stay)", req.Interface)
+	}
+	absent := r.vmi.DeepCopy()
+	for i := range absent.Spec.Domain.Devices.Interfaces {
+		if absent.Spec.Domain.Devices.Interfaces[i].Name == req.Interface {
+			absent.Spec.Domain.Devices.Interfaces[i].State = v1.InterfaceStateAbsent
+		}
+	}
+	if err := client.Sync(ctx, absent, cmdclient.HandlerSyncOptions()); err != nil {
+		return "", fmt.Errorf("unplug interface %s: %w (it stays plugged in; try again)", req.Interface, err)
+	}
+	prev := r.vmi
+	// As virt-controller does once the domain has let go: out of the spec.
+	next := absent.DeepCopy()
+	next.Spec.Domain.Devices.Interfaces = slices.DeleteFunc(next.Spec.Domain.Devices.Interfaces, func(x v1.Interface) bool { return x.Name == req.Interface })
+	next.Spec.Networks = slices.DeleteFunc(next.Spec.Networks, func(x v1.Network) bool { return x.Name == req.Interface })
+	next.Status.Interfaces = slices.DeleteFunc(next.Status.Interfaces, func(x v1.VirtualMachineInstanceNetworkInterface) bool { return x.Name == req.Interface })
+	r.vmi = next
+	delete(r.hotIfaces, req.Interface)
+	if err := r.net.unplug(ctx, prev, req.Interface, podIface); err != nil {
+		fmt.Fprintf(r.cfg.Status, "vlctl: interface %s unplugged, but its pod side: %v\n", req.Interface, err)
+	}
+	if err := r.writeRecord(r.startedAs); err != nil {
+		fmt.Fprintf(r.cfg.Status, "vlctl: %v\n", err)
+	}
+	msg := fmt.Sprintf("interface %s unplugged from %s/%s", req.Interface, r.vmi.Namespace, r.vmi.Name)
+	fmt.Fprintf(r.cfg.Status, "vlctl: %s\n", msg)
+	return msg, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -65,21 +66,8 @@ func TestVlctlAddRemoveVolume(t *testing.T) {
 	})
 	ask := func(what, command string, re *regexp.Regexp) []string {
 		t.Helper()
-		from := len(stdout.String())
-		var m []string
-		deadline := time.Now().Add(time.Minute)
-		for m == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no answer matching %s; console:\n%s", what, re, stdout.String())
-			}
-			ptm.WriteString(command + "\r")
-			for wait := time.Now().Add(3 * time.Second); m == nil && time.Now().Before(wait); time.Sleep(200 * time.Millisecond) {
-				m = re.FindStringSubmatch(stdout.String()[from:])
-			}
-		}
-		return m
+		return askGuest(t, ptm, stdout, what, command, re)
 	}
-
 	add := []string{"addvolume", "hot", "--record-dir", records, "--volume-name", "data", "--file", disk, "--serial", "VLSAHP"}
 	for _, bad := range []struct {
 		args []string
@@ -152,4 +140,129 @@ func TestVlctlAddRemoveVolume(t *testing.T) {
 		t.Errorf("the user's file after the run: %v, %v; want it kept, %d bytes", st, err, size)
 	}
 	checkNothingLeft(t, root)
+}
+
+// askGuest types command on the guest's console (ptm, vlctl run's
+// terminal) until re matches what the console (stdout) printed since.
+func askGuest(t *testing.T, ptm *os.File, stdout *syncBuffer, what, command string, re *regexp.Regexp) []string {
+	t.Helper()
+	from := len(stdout.String())
+	var m []string
+	deadline := time.Now().Add(time.Minute)
+	for m == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no answer matching %s; console:\n%s", what, re, stdout.String())
+		}
+		ptm.WriteString(command + "\r")
+		for wait := time.Now().Add(3 * time.Second); m == nil && time.Now().Before(wait); time.Sleep(200 * time.Millisecond) {
+			m = re.FindStringSubmatch(stdout.String()[from:])
+		}
+	}
+	return m
+}
+
+// TestVlctlAddRemoveInterface: `vlctl addinterface` plugs a NIC into a
+// running `vlctl run` guest with a pod network, as KubeVirt's NIC hotplug
+// does: the guest sees it with the MAC asked for, leases the new pod
+// interface's address from the launcher's DHCP server and reaches the
+// network's other end; bad requests are refused naming the flag;
+// `vlctl removeinterface` unplugs it, and the guest loses the NIC. After
+// the run nothing is left (namespaces, links, work dir, processes).
+func TestVlctlAddRemoveInterface(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	records := workRoot(t)
+	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "nic")
+	if code != 0 {
+		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
+	}
+	file := filepath.Join(t.TempDir(), "nic.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ptm, pts := openPTY(t)
+	root := workRoot(t)
+	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--workdir", root, "--record-dir", records, file)
+	cmd.Stdin = pts
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	_, stdout, errOut, exited := startCmd(t, cmd)
+	waitFor(t, "the guest's shell", 4*time.Minute, exited, func() bool {
+		return strings.Contains(stdout.String(), testguest.MarkerReady)
+	})
+
+	// The run's own namespaces, from its record (other tests run theirs
+	// meanwhile).
+	entries, err := runrecord.List(records)
+	if err != nil || len(entries) != 1 || len(entries[0].NetNS) != 2 {
+		t.Fatalf("the run's record: %+v, %v; want one naming its two namespaces", entries, err)
+	}
+	runNS := entries[0].NetNS
+	const mac = "02:00:00:5a:0e:01"
+	add := []string{"addinterface", "nic", "--record-dir", records, "--iface-name", "blue", "--mac", mac}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"addinterface", "nic", "--record-dir", records, "--iface-name", "blue", "--mac", "01:00:00:00:00:01"}, `--mac "01:00:00:00:00:01": not a unicast MAC address`},
+		{[]string{"addinterface", "nic", "--record-dir", records, "--iface-name", "Blue_1"}, `--iface-name "Blue_1"`},
+		{[]string{"addinterface", "nic", "--record-dir", records, "--iface-name", "default"}, "the VM has an interface of that name already"},
+		{[]string{"removeinterface", "nic", "--record-dir", records, "--iface-name", "default"}, "not an interface plugged in with vlctl addinterface"},
+	} {
+		if code, _, stderr := vlctl(t, time.Minute, bad.args...); code == 0 || !strings.Contains(stderr, bad.want) {
+			t.Errorf("vlctl %s: exit %d, %q; want a failure saying %q", strings.Join(bad.args, " "), code, stderr, bad.want)
+		}
+	}
+	code, _, stderr = vlctl(t, 2*time.Minute, add...)
+	if code != 0 || !strings.Contains(stderr, "interface blue plugged into default/nic") || !strings.Contains(stderr, "leases 192.168.67.2") {
+		t.Fatalf("vlctl addinterface: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := vlctl(t, time.Minute, add...); code == 0 || !strings.Contains(stderr, "already") {
+		t.Errorf("a second addinterface of blue: exit %d, %q; want a refusal", code, stderr)
+	}
+	ask := func(what, command string, re *regexp.Regexp) []string {
+		t.Helper()
+		return askGuest(t, ptm, stdout, what, command, re)
+	}
+	m := ask("the plugged NIC", `n=; for i in /sys/class/net/*; do [ "$(cat $i/address)" = `+mac+` ] && n=${i##*/}; done; echo VL-SN-$n-X`,
+		regexp.MustCompile(`VL-SN-(eth\d+)-X`))
+	nic := m[1]
+	m = ask("its lease", `ip link set `+nic+` up; udhcpc -i `+nic+` -s /etc/udhcpc.script -q -n -t 5 -T 2 >/dev/null 2>&1; echo VL-SN-LEASE-$(ip -4 -o addr show dev `+nic+` | grep -o 'inet [0-9./]*' | cut -d' ' -f2)-X`,
+		regexp.MustCompile(`VL-SN-LEASE-([0-9./]+)-X`))
+	if m[1] != "192.168.67.2/24" {
+		t.Errorf("the guest's %s leased %s, want 192.168.67.2/24", nic, m[1])
+	}
+	ask("the network's other end", `ping -c 1 -W 2 -I `+nic+` 192.168.67.1 >/dev/null 2>&1; echo VL-SN-PING-$?-X`, regexp.MustCompile(`VL-SN-PING-0-X`))
+
+	if code, _, stderr := vlctl(t, 2*time.Minute, "removeinterface", "nic", "--record-dir", records, "--iface-name", "blue"); code != 0 || !strings.Contains(stderr, "interface blue unplugged") {
+		t.Fatalf("vlctl removeinterface: exit %d: %s", code, stderr)
+	}
+	ask("the NIC gone", `echo VL-SN-GONE-$(ls /sys/class/net | grep -c '^`+nic+`$')-X`, regexp.MustCompile(`VL-SN-GONE-0-X`))
+	if strings.Contains(errOut.String(), "its pod side") {
+		t.Errorf("the unplug left the pod side:\n%s", errOut.String())
+	}
+	// Plugged again: the same name works, the next network.
+	if code, _, stderr := vlctl(t, 2*time.Minute, add...); code != 0 || !strings.Contains(stderr, "leases 192.168.68.2") {
+		t.Errorf("vlctl addinterface again: exit %d: %s", code, stderr)
+	}
+
+	ptm.Write([]byte{0x1d})
+	waitFor(t, "the detach notice", time.Minute, exited, func() bool {
+		return strings.Contains(errOut.String(), "keys detached from the guest")
+	})
+	ptm.Write([]byte{0x03})
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("vlctl run after Ctrl-C: %v\n%s", err, errOut.String())
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("vlctl run did not end after Ctrl-C")
+	}
+	checkNothingLeft(t, root)
+	left := namespaces(t)
+	for _, ns := range runNS {
+		if left[ns] {
+			t.Errorf("network namespace %s left after the run", ns)
+		}
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/netip"
 
+	v1 "kubevirt.io/api/core/v1"
+
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
@@ -20,6 +22,15 @@ type network struct {
 	pod  *podnet.Pod
 	plan []plan.Iface
 	up   bool // privileged phase done: teardown must undo it
+	// extra counts the secondary pod interfaces made (each on a /24 of
+	// its own: secondaryNet).
+	extra int
+}
+
+// secondaryNet is the pod's and the outside's address of the i-th
+// secondary (Multus-style) network: 192.168.67+i.2 and .1, /24.
+func secondaryNet(i int) (pod4, outside4 netip.Prefix) {
+	return netip.MustParsePrefix(fmt.Sprintf("192.168.%d.2/24", 67+i)), netip.MustParsePrefix(fmt.Sprintf("192.168.%d.1/24", 67+i))
 }
 
 // setupNetwork runs the privileged phase (virt-handler's job in a cluster)
@@ -38,17 +49,14 @@ func (r *runner) setupNetwork(ctx context.Context) error {
 	}
 	n := &network{r: r, pod: pod, plan: ifaces}
 	r.net = n
-	extra := 0
 	for _, ifc := range ifaces {
 		if ifc.PodIface == "eth0" { // podnet.New made it
 			continue
 		}
-		i := extra
-		extra++
 		// Secondary (Multus-style) networks appear as extra pod interfaces,
 		// each on a /24 of its own towards the outside namespace.
-		pod4 := netip.MustParsePrefix(fmt.Sprintf("192.168.%d.2/24", 67+i))
-		out4 := netip.MustParsePrefix(fmt.Sprintf("192.168.%d.1/24", 67+i))
+		pod4, out4 := secondaryNet(n.extra)
+		n.extra++
 		if err := pod.AddInterface(ifc.PodIface, pod4, out4); err != nil {
 			return fmt.Errorf("pod interface %s: %w", ifc.PodIface, err)
 		}
@@ -86,6 +94,41 @@ func (n *network) printForwards(w io.Writer) {
 		}
 		fmt.Fprintf(w, "vlctl: interface %s: guest %s/%d is reachable at %s (from namespace %s)\n", f.Iface, f.Protocol, f.Port, f.Address, n.pod.OutsideName)
 	}
+}
+
+// plug does for an interface plugged into the running VM (vlctl
+// addinterface) what Multus and virt-handler do: a new secondary pod
+// interface, then the privileged phase for next, the VMI with the
+// interface, which wires only what is new. It returns the pod interface
+// and its address; nothing is left when it fails.
+func (n *network) plug(ctx context.Context, next *v1.VirtualMachineInstance, name string) (podIface string, pod4 netip.Prefix, err error) {
+	ifaces, err := plan.PlanFor(next, plan.PlanOptions{})
+	if err != nil {
+		return "", netip.Prefix{}, err
+	}
+	for _, it := range ifaces {
+		if it.Name == name {
+			podIface = it.PodIface
+		}
+	}
+	if podIface == "" {
+		return "", netip.Prefix{}, fmt.Errorf("interface %s: not a bridge or masquerade interface of the VM", name)
+	}
+	pod4, out4 := secondaryNet(n.extra)
+	if err := n.pod.AddInterface(podIface, pod4, out4); err != nil {
+		return "", netip.Prefix{}, fmt.Errorf("pod interface %s: %w", podIface, err)
+	}
+	n.extra++
+	if err := netsetup.SetupPrivileged(ctx, n.pod.NS, next, n.privileged(), n.r.log); err != nil {
+		return "", netip.Prefix{}, errors.Join(fmt.Errorf("network privileged phase: %w", err), n.pod.RemoveInterface(podIface))
+	}
+	return podIface, pod4, nil
+}
+
+// unplug undoes plug for interface name of prev (the VMI before the
+// unplug, where the interface is not absent yet).
+func (n *network) unplug(ctx context.Context, prev *v1.VirtualMachineInstance, name, podIface string) error {
+	return errors.Join(netsetup.TeardownInterface(ctx, n.pod.NS, prev, name, n.privileged()), n.pod.RemoveInterface(podIface))
 }
 
 func (n *network) teardown() error {

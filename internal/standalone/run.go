@@ -320,6 +320,9 @@ type runner struct {
 	// hot are the user's files and devices plugged in while the guest
 	// runs (vlctl addvolume), in the VMI as hotplugged volumes.
 	hot []*userDisk
+	// hotIfaces are the interfaces plugged in while the guest runs (vlctl
+	// addinterface), each with its pod interface.
+	hotIfaces map[string]string
 	// startedAs is what the run recorded once the guest ran; a record
 	// written again later (a volume plugged) keeps it.
 	startedAs *Started
