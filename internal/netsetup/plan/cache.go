@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 
 	"github.com/vishvananda/netlink"
 
@@ -67,9 +68,20 @@ func WriteVifCache(dir string, c *VifCache) error {
 	return nil
 }
 
-// RemoveVifCache removes the cache of one pod interface; a missing one is fine.
+// RemoveVifCache removes the cache of one pod interface; a missing one is
+// fine. Like WriteVifCache it goes through a descriptor of dir, which must
+// not be a link: the privileged side removes it as root, in a directory
+// the launcher's user may own.
 func RemoveVifCache(dir, podIface string) error {
-	if err := os.Remove(CachePath(dir, podIface)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	d, err := safefs.Open(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove vif cache of %s: %w", podIface, err)
+	}
+	defer d.Close()
+	if err := d.Remove(filepath.Base(CachePath(dir, podIface))); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove vif cache of %s: %w", podIface, err)
 	}
 	return nil
