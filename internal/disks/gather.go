@@ -78,6 +78,7 @@ func (p *Preparer) gatherVolume(ctx context.Context, vmi *v1.VirtualMachineInsta
 		fv.BackingFormat = format
 		// cache=none needs O_DIRECT on the overlay and on its backing file.
 		fv.NoDirectIO = !directIOFile(img) || !directIODir(filepath.Dir(l.DiskOverlay(vol.Name)))
+		fv.LogicalBlockSize, fv.PhysicalBlockSize = blockSizes(l.DiskOverlay(vol.Name), false)
 		return fv, true, nil
 
 	case vol.Ephemeral != nil:
@@ -93,6 +94,7 @@ func (p *Preparer) gatherVolume(ctx context.Context, vmi *v1.VirtualMachineInsta
 		fv.BackingFormat = "raw"
 		fv.Block = block
 		fv.NoDirectIO = !directIOFile(src) || !directIODir(filepath.Dir(l.DiskOverlay(vol.Name)))
+		fv.LogicalBlockSize, fv.PhysicalBlockSize = blockSizes(l.DiskOverlay(vol.Name), false)
 		return fv, true, nil
 
 	case vol.PersistentVolumeClaim != nil || vol.DataVolume != nil:
@@ -105,6 +107,7 @@ func (p *Preparer) gatherVolume(ctx context.Context, vmi *v1.VirtualMachineInsta
 		}
 		fv.Block = block
 		fv.NoDirectIO = !directIOFile(src)
+		fv.LogicalBlockSize, fv.PhysicalBlockSize = blockSizes(src, block)
 		return fv, true, nil
 
 	case vol.HostDisk != nil:
@@ -117,8 +120,10 @@ func (p *Preparer) gatherVolume(ctx context.Context, vmi *v1.VirtualMachineInsta
 		case err == nil:
 			fv.Block = fi.Mode()&fs.ModeDevice != 0 && fi.Mode()&fs.ModeCharDevice == 0
 			fv.NoDirectIO = !directIOFile(src)
+			fv.LogicalBlockSize, fv.PhysicalBlockSize = blockSizes(src, fv.Block)
 		case errors.Is(err, fs.ErrNotExist) && vol.HostDisk.Type == v1.HostDiskExistsOrCreate:
 			fv.NoDirectIO = !directIODir(filepath.Dir(src))
+			fv.LogicalBlockSize, fv.PhysicalBlockSize = blockSizes(src, false)
 		case errors.Is(err, fs.ErrNotExist):
 			return fv, false, fmt.Errorf("hostDisk: image %s does not exist (type %s needs it to)", src, vol.HostDisk.Type)
 		default:
@@ -128,6 +133,7 @@ func (p *Preparer) gatherVolume(ctx context.Context, vmi *v1.VirtualMachineInsta
 
 	case vol.EmptyDisk != nil:
 		fv.NoDirectIO = !directIODir(filepath.Dir(l.EmptyDisk(vol.Name)))
+		fv.LogicalBlockSize, fv.PhysicalBlockSize = blockSizes(l.EmptyDisk(vol.Name), false)
 		return fv, true, nil
 	}
 
@@ -172,9 +178,10 @@ func hotpluggable(vol *v1.Volume) bool {
 // gatherHotplug reports a hotplugged volume once the handler has mounted it.
 func (p *Preparer) gatherHotplug(name string) (facts.Volume, bool, error) {
 	var fv facts.Volume
-	if isBlockDevice(p.Layout.HotplugBlock(name)) {
+	if dev := p.Layout.HotplugBlock(name); isBlockDevice(dev) {
 		fv.Block = true
-		fv.NoDirectIO = !directIOFile(p.Layout.HotplugBlock(name))
+		fv.NoDirectIO = !directIOFile(dev)
+		fv.LogicalBlockSize, fv.PhysicalBlockSize = blockSizes(dev, true)
 		return fv, true, nil
 	}
 	f := p.Layout.HotplugFile(name)
@@ -182,6 +189,7 @@ func (p *Preparer) gatherHotplug(name string) (facts.Volume, bool, error) {
 		return fv, false, nil // not attached yet
 	}
 	fv.NoDirectIO = !directIOFile(f)
+	fv.LogicalBlockSize, fv.PhysicalBlockSize = blockSizes(f, false)
 	return fv, true, nil
 }
 

@@ -503,7 +503,9 @@ func checkBlockHotplug(t *testing.T, p *pod, h *handler, b hotplugVMI) {
 	testenv.Programs(t, "losetup")
 	backing := filepath.Join(t.TempDir(), "block.img")
 	launchertest.Must(t, os.WriteFile(backing, make([]byte, 16<<20), 0o600))
-	out, err := exec.Command("losetup", "--find", "--show", backing).Output()
+	// 4 KiB sectors: the disk asks for blockSize.matchVolume, and the
+	// guest must see the device's 4096, not the default 512.
+	out, err := exec.Command("losetup", "--find", "--show", "--sector-size", "4096", backing).Output()
 	if err != nil {
 		testenv.Need(t, "a loop device", fmt.Errorf("losetup: %w", err))
 	}
@@ -515,7 +517,8 @@ func checkBlockHotplug(t *testing.T, p *pod, h *handler, b hotplugVMI) {
 	launchertest.Must(t, syscall.Mknod(node, syscall.S_IFBLK|0o660, int(st.Rdev)))
 	launchertest.Must(t, os.Chown(node, int(env.Cred.Uid), int(env.Cred.Gid)))
 
-	scsi := v1.Disk{Serial: "VLHB1", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusSCSI}}}
+	scsi := v1.Disk{Serial: "VLHB1", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusSCSI}},
+		BlockSize: &v1.BlockSize{MatchVolume: &v1.FeatureState{}}}
 	if err := h.vmiCall(t, "SyncVirtualMachine (block hotplug)", h.cmd.SyncVirtualMachine,
 		b.with(t, hotVolume{name: "hb", disk: scsi, phase: v1.HotplugVolumeMounted})); err != nil {
 		t.Fatalf("%v", err)
@@ -524,8 +527,8 @@ func checkBlockHotplug(t *testing.T, p *pod, h *handler, b hotplugVMI) {
 		t.Fatalf("the Domain's disk hb after the hotplug: %+v (present %v), want a block disk on %s", d, there, node)
 	}
 	find := `d=; for b in /sys/block/sd*; do grep -q VLHB1 $b/device/vpd_pg80 2>/dev/null && d=${b##*/}; done`
-	guestAnswer(t, p, "block disk", find+`; echo VL-T-HB-$(cat /sys/block/$d/size)X`,
-		regexp.MustCompile(fmt.Sprintf(`VL-T-HB-%dX`, 16<<20/512)), 60*time.Second)
+	guestAnswer(t, p, "block disk", find+`; echo VL-T-HB-$(cat /sys/block/$d/size)-$(cat /sys/block/$d/queue/logical_block_size)X`,
+		regexp.MustCompile(fmt.Sprintf(`VL-T-HB-%d-4096X`, 16<<20/512)), 60*time.Second)
 
 	// The device grows (a PVC expanded in block mode): so does the disk.
 	launchertest.Must(t, os.Truncate(backing, 24<<20))
