@@ -29,7 +29,9 @@ func newRunCmd() *cobra.Command {
 		Long: `run plays virt-handler's part on one machine: it lays out a working directory like a
 launcher pod, links local disk images where a cluster mounts container disks (a containerDisk
 image is an absolute path to a local disk image, or an image reference pulled into
---image-cache; a kernelBoot container image an absolute path to a directory), builds the pod network in namespaces of its own, starts
+--image-cache; a kernelBoot container image an absolute path to a directory, or an image
+reference whose kernelPath and initrdPath are pulled the same way), builds the pod network in
+namespaces of its own, starts
 virt-launcher-monitor and virt-launcher as an unprivileged user, syncs the VMI and prints the
 guest's serial console on stdout.
 

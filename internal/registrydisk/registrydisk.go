@@ -1,6 +1,8 @@
-// Package registrydisk fetches KubeVirt containerDisk images from OCI
-// registries for standalone runs, where no kubelet pulls them: the image
-// holds one disk file (qcow2 or raw) under /disk/, which is extracted once
+// Package registrydisk fetches KubeVirt containerDisk images (and the
+// kernel and initrd of kernelBoot container images) from OCI registries
+// for standalone runs, where no kubelet pulls them: a containerDisk image
+// holds one disk file (qcow2 or raw) under /disk/, a kernelBoot image the
+// files its kernelPath and initrdPath name; each file is extracted once
 // into a root-owned cache and used from there, read-only, as a cluster
 // would use the container's file.
 package registrydisk
@@ -44,8 +46,8 @@ type Cache struct {
 // kubelet does: Never uses only what the cache holds, IfNotPresent pulls
 // only what it lacks, Always (and "") asks the registry which image the
 // reference names now and pulls that one if it is not cached. diskPath is
-// the containerDisk's path field: the file in the image ("" for the only
-// file under /disk/). Registries on loopback and private addresses are
+// the file in the image: a containerDisk's path field ("" for the only
+// file under /disk/), a kernelBoot image's kernelPath or initrdPath. Registries on loopback and private addresses are
 // spoken to over plain HTTP (go-containerregistry's rule); credentials
 // come from root's Docker config, as `docker pull` would use them.
 func (c *Cache) Fetch(ctx context.Context, ref, diskPath string, policy k8sv1.PullPolicy) (string, error) {
@@ -142,6 +144,7 @@ func extract(img ggcr.Image, diskPath, dst string) error {
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	var found []string
+	links := map[string]string{}
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
@@ -152,6 +155,9 @@ func extract(img ggcr.Image, diskPath, dst string) error {
 			return fmt.Errorf("read layers: %w", err)
 		}
 		n := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		if h.Typeflag == tar.TypeSymlink || h.Typeflag == tar.TypeLink {
+			links[n] = h.Linkname
+		}
 		if h.Typeflag != tar.TypeReg {
 			continue
 		}
@@ -167,8 +173,10 @@ func extract(img ggcr.Image, diskPath, dst string) error {
 		}
 	}
 	switch {
+	case len(found) == 0 && links[want] != "":
+		return fmt.Errorf("/%s is a link in the image (to %s): name the file itself", want, links[want])
 	case len(found) == 0 && want != "":
-		return fmt.Errorf("no file /%s in the image (containerDisk.path)", want)
+		return fmt.Errorf("no file /%s in the image", want)
 	case len(found) == 0:
 		return errors.New("no disk under /disk/ in the image: not a KubeVirt containerDisk")
 	case len(found) > 1:

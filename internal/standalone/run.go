@@ -544,8 +544,37 @@ func pullImages(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance) (
 		}
 		pulled[cd.Image] = p
 	}
+	// A kernelBoot container image by reference: its kernel and initrd.
+	fw := v.Spec.Domain.Firmware
+	if fw == nil || fw.KernelBoot == nil || fw.KernelBoot.Container == nil || filepath.IsAbs(fw.KernelBoot.Container.Image) {
+		return pulled, nil
+	}
+	c := fw.KernelBoot.Container
+	const field = "spec.domain.firmware.kernelBoot.container"
+	if strings.HasPrefix(c.Image, "./") || strings.HasPrefix(c.Image, "../") {
+		return nil, fmt.Errorf("%s.image: %q is a relative path; give the absolute path of a local directory, or an image reference", field, c.Image)
+	}
+	for _, f := range []struct{ name, path string }{{"kernelPath", c.KernelPath}, {"initrdPath", c.InitrdPath}} {
+		if f.path == "" {
+			continue
+		}
+		policy := c.ImagePullPolicy
+		if policy == "" { // KubeVirt leaves it to the kubelet's default
+			policy = vmi.DefaultPullPolicy(c.Image)
+		}
+		pctx, cancel := context.WithTimeout(ctx, pullTimeout)
+		p, err := cache.Fetch(pctx, c.Image, f.path, policy)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("%s.%s: %w (a local kernel is given by the absolute path of its directory in image)", field, f.name, err)
+		}
+		pulled[kernelBootKey(c.Image, f.path)] = p
+	}
 	return pulled, nil
 }
+
+// kernelBootKey names a pulled kernelBoot file in Config.pulled.
+func kernelBootKey(image, file string) string { return image + "\x00" + file }
 
 // link is a local file put where a cluster would have mounted it.
 type link struct {
@@ -587,17 +616,23 @@ func (r *runner) localImages(l layout.Layout) ([]link, error) {
 	}
 	c := fw.KernelBoot.Container
 	const field = "spec.domain.firmware.kernelBoot.container"
-	if !filepath.IsAbs(c.Image) {
-		return nil, fmt.Errorf("%s.image: %q: standalone runs have no registry; give the absolute path of a directory", field, c.Image)
-	}
-	if st, err := os.Stat(c.Image); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("%s.image: %q is not a directory", field, c.Image)
+	local := filepath.IsAbs(c.Image)
+	if local {
+		if st, err := os.Stat(c.Image); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("%s.image: %q is not a directory", field, c.Image)
+		}
 	}
 	for _, f := range []struct{ name, path string }{{"kernelPath", c.KernelPath}, {"initrdPath", c.InitrdPath}} {
 		if f.path == "" {
 			continue
 		}
-		src := filepath.Join(c.Image, filepath.Clean("/"+f.path))
+		src, ok := r.cfg.pulled[kernelBootKey(c.Image, f.path)]
+		switch {
+		case local:
+			src = filepath.Join(c.Image, filepath.Clean("/"+f.path))
+		case !ok:
+			return nil, fmt.Errorf("%s.image: %q was not pulled; give an image reference or the absolute path of a local directory", field, c.Image)
+		}
 		if _, err := os.Stat(src); err != nil {
 			return nil, fmt.Errorf("%s.%s: %w", field, f.name, err)
 		}

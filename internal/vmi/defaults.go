@@ -136,11 +136,7 @@ func SetDefaults(vmi *v1.VirtualMachineInstance, o Options) {
 		if cd == nil || cd.ImagePullPolicy != "" {
 			continue
 		}
-		if strings.HasSuffix(cd.Image, ":latest") || !strings.ContainsAny(cd.Image, ":@") {
-			cd.ImagePullPolicy = k8sv1.PullAlways
-		} else {
-			cd.ImagePullPolicy = k8sv1.PullIfNotPresent
-		}
+		cd.ImagePullPolicy = DefaultPullPolicy(cd.Image)
 	}
 	// 7. eviction strategy: the cluster default is None, i.e. nil; nothing to do.
 	// 8. default network and interface
@@ -520,3 +516,15 @@ func boundedValue(q resource.Quantity, limit int64) int64 {
 func boolPtr(b bool) *bool { return &b }
 
 func quantityPtr(q resource.Quantity) *resource.Quantity { return &q }
+
+// DefaultPullPolicy is the pull policy of an image given none, as the
+// kubelet (and KubeVirt, for containerDisks) decides it: Always for the
+// latest tag or no tag or digest at all, IfNotPresent otherwise. A
+// registry's port is not a tag.
+func DefaultPullPolicy(image string) k8sv1.PullPolicy {
+	last := image[strings.LastIndex(image, "/")+1:]
+	if strings.Contains(image, "@") || (strings.Contains(last, ":") && !strings.HasSuffix(last, ":latest")) {
+		return k8sv1.PullIfNotPresent
+	}
+	return k8sv1.PullAlways
+}

@@ -155,13 +155,16 @@ func TestSetDefaults(t *testing.T) {
 - {name: b, containerDisk: {image: "reg/img"}}
 - {name: c, containerDisk: {image: "reg/img:devel"}}
 - {name: d, containerDisk: {image: "reg/img@sha256:0123"}}
-- {name: e, containerDisk: {image: "reg/img:latest", imagePullPolicy: Never}}`,
+- {name: e, containerDisk: {image: "reg/img:latest", imagePullPolicy: Never}}
+- {name: f, containerDisk: {image: "127.0.0.1:5000/img"}}
+- {name: g, containerDisk: {image: "127.0.0.1:5000/img:v1"}}`,
 			check: func(t *testing.T, vmi *v1.VirtualMachineInstance) {
 				var got []k8sv1.PullPolicy
 				for _, v := range vmi.Spec.Volumes {
 					got = append(got, v.ContainerDisk.ImagePullPolicy)
 				}
-				eq(t, "policies", got, []k8sv1.PullPolicy{k8sv1.PullAlways, k8sv1.PullAlways, k8sv1.PullIfNotPresent, k8sv1.PullIfNotPresent, k8sv1.PullNever})
+				eq(t, "policies", got, []k8sv1.PullPolicy{k8sv1.PullAlways, k8sv1.PullAlways, k8sv1.PullIfNotPresent, k8sv1.PullIfNotPresent, k8sv1.PullNever,
+					k8sv1.PullAlways, k8sv1.PullIfNotPresent}) // a registry's port is no tag
 			},
 		},
 		{
