@@ -44,6 +44,9 @@ deletes these files.
 
 --publish [HOSTIP:]HOSTPORT:GUESTPORT forwards a TCP port of the host (127.0.0.1 unless
 HOSTIP is given) to the guest, like podman run -p; nothing is published unless asked.
+The guest's DNS queries are relayed to the host's resolvers, and its TCP connections to
+whatever the host reaches (not the host's loopback or link-local addresses), through relays in
+vlctl: no route, firewall rule or sysctl of the host changes. --no-egress keeps it to DNS.
 
 A VirtualMachine's run strategy is honoured: Always starts the guest again whenever it stops,
 RerunOnFailure when it fails, Once and Manual run it once; Halted (running: false) is refused
@@ -132,6 +135,7 @@ from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run do
 	f := cmd.Flags()
 	f.BoolVar(&cfg.Quiet, "quiet", false, "leave out the progress lines (what is being done, where the guest is reachable); warnings and errors are still printed")
 	f.StringArrayVar(&cfg.DNS, "dns", nil, "HOST:PORT of a resolver the guest's DNS queries are relayed to (repeatable; default: the host's, from /etc/resolv.conf)")
+	f.BoolVar(&cfg.NoEgress, "no-egress", false, "no TCP connections from the guest to the outside world (DNS is still relayed)")
 	f.StringArrayVar(&publish, "publish", nil, "[HOSTIP:]HOSTPORT:GUESTPORT[/tcp]: forward a TCP port of the host (127.0.0.1 unless HOSTIP) to the guest (repeatable)")
 	f.StringArrayVar(&volumes, "volume", nil, "CLAIM=PATH[,size=SIZE]: the local storage (raw image file or block device) of a persistentVolumeClaim or dataVolume; a missing file is created with SIZE or the dataVolumeTemplate's request (repeatable)")
 	f.BoolVar(&cfg.ForceStart, "force-start", false, "run a VirtualMachine whose run strategy keeps it stopped (Halted, running: false)")

@@ -214,19 +214,24 @@ func applyNAT(ns netns.NsHandle, rs *natRuleset) error {
 
 // deleteNAT removes the family's table if present.
 func deleteNAT(ns netns.NsHandle, fam nftables.TableFamily) error {
+	return deleteTable(ns, NATTable, fam)
+}
+
+// deleteTable removes the table name of family fam if present.
+func deleteTable(ns netns.NsHandle, name string, fam nftables.TableFamily) error {
 	c, err := nftConn(ns)
 	if err != nil {
 		return err
 	}
-	if _, err := c.ListTableOfFamily(NATTable, fam); err != nil {
+	if _, err := c.ListTableOfFamily(name, fam); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil
 		}
-		return fmt.Errorf("look up nftables table %s: %w", NATTable, err)
+		return fmt.Errorf("look up nftables table %s: %w", name, err)
 	}
-	c.DelTable(&nftables.Table{Name: NATTable, Family: fam})
+	c.DelTable(&nftables.Table{Name: name, Family: fam})
 	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("delete nftables table %s (family %d): %w", NATTable, fam, err)
+		return fmt.Errorf("delete nftables table %s (family %d): %w", name, fam, err)
 	}
 	return nil
 }

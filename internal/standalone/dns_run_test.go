@@ -1,8 +1,12 @@
 package standalone_test
 
 import (
+	"crypto/rand"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
@@ -63,13 +68,46 @@ func serveDNS(t *testing.T) string {
 	return conn.LocalAddr().String()
 }
 
+// testHost stands in for a host of the internet: an address of its own on
+// a veth of this machine (no dummy driver here; 198.18.0.0/15 is for
+// benchmarks, and no traffic leaves the machine), with a web server
+// answering body.
+func testHost(t *testing.T, body string) netip.AddrPort {
+	t.Helper()
+	b := make([]byte, 2)
+	rand.Read(b)
+	addr := netip.AddrFrom4([4]byte{198, 18, b[0], b[1] | 1})
+	dummy := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("vlt%x", b)}, PeerName: fmt.Sprintf("vlt%xp", b)}
+	if err := netlink.LinkAdd(dummy); err != nil {
+		t.Fatalf("test host interface: %v", err)
+	}
+	t.Cleanup(func() { netlink.LinkDel(dummy) })
+	if err := netlink.AddrAdd(dummy, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(dummy); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) })}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().(*net.TCPAddr).AddrPort()
+}
+
 // TestVlctlRunDNS: the guest resolves a name through the resolver DHCP
 // gave it (the pod's, in the outside namespace), which vlctl relays to the
-// resolver --dns names: one the test runs on loopback.
+// resolver --dns names: one the test runs on loopback. It also reaches a
+// web server of a test host (egress), but not a link-local address.
 func TestVlctlRunDNS(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	dns := serveDNS(t)
+	web := testHost(t, "VL-EGRESS-PAGE")
+
 	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "dns")
 	if code != 0 {
 		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
@@ -120,6 +158,28 @@ func TestVlctlRunDNS(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "192.0.2.42") {
 		t.Errorf("nslookup in the guest did not show 192.0.2.42:\n%s", out.String())
+	}
+	// Egress: the test host's page; a link-local address (where cloud
+	// metadata services are) is refused.
+	fetched := func() bool { return strings.Contains(out.String(), "VL-EGRESS-PAGE") }
+	for deadline := time.Now().Add(time.Minute); !fetched() && time.Now().Before(deadline); {
+		fmt.Fprintf(in, "\nprintf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 %s %d\n", web.Addr(), web.Port())
+		for until := time.Now().Add(5 * time.Second); !fetched() && time.Now().Before(until); {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if !fetched() {
+		t.Errorf("the guest did not fetch the test host's page at %s:\n%s", web, out.String())
+	}
+	if !strings.Contains(errOut.String(), "vlctl: guest egress: TCP to the addresses this host reaches") {
+		t.Errorf("vlctl run did not say the guest has a way out:\n%s", errOut.String())
+	}
+	fmt.Fprintf(in, "\nprintf 'x' | nc -w 5 169.254.169.254 80; echo VL-METADATA-TRIED-$((6*7))\n")
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "VL-METADATA-TRIED-42") && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(errOut.String(), "guest egress: to 169.254.169.254:80: link-local addresses") {
+		t.Errorf("the relay did not refuse a link-local destination, or said nothing:\n%s", errOut.String())
 	}
 	in.Close()
 	cmd.Process.Signal(syscall.SIGINT)

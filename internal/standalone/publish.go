@@ -68,78 +68,56 @@ func port(s string) (uint16, error) {
 	return uint16(n), nil
 }
 
-// publisher forwards the published host ports, in vlctl's own (the
-// host's) network namespace, to the guest's address as the outside
-// namespace reaches it: a user-space relay, so nothing on the host's
-// firewall or sysctls changes.
-type publisher struct {
-	target  netip.Addr     // the pod address, in the outside namespace
-	outside netns.NsHandle // the outside namespace
-	status  io.Writer      // gets a line for each connection that fails
-	lis     []net.Listener
-	mu      sync.Mutex
-	conns   map[net.Conn]struct{}
-	closed  bool
-	wg      sync.WaitGroup
+// tcpRelay accepts TCP connections on its listeners and copies each both
+// ways to a connection dial makes for it: --publish (host port → guest,
+// dialled in the outside namespace) and the guest's egress (outside
+// namespace → the connection's original destination, dialled from the
+// host). It ends every relayed connection when closed.
+type tcpRelay struct {
+	status io.Writer // gets a line for each connection that fails
+	lis    []net.Listener
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
 }
 
-// publish listens on every published host port; a port that cannot be
-// bound fails the run before the guest boots.
-func (r *runner) publish() error {
-	if len(r.cfg.Publish) == 0 {
-		return nil
-	}
-	if r.net == nil {
-		return errors.New("--publish: the VMI has no pod network interface to publish ports of")
-	}
-	if err := r.net.checkPublished(r.cfg.Publish); err != nil {
-		return err
-	}
-	p := &publisher{target: r.net.pod.Pod4.Addr(), outside: r.net.pod.Outside, conns: map[net.Conn]struct{}{}, status: r.cfg.Status}
-	r.pub = p
-	for _, pb := range r.cfg.Publish {
-		l, err := net.Listen("tcp", pb.Host.String())
-		if err != nil {
-			return fmt.Errorf("--publish %s: %w", pb, err)
+func newTCPRelay(status io.Writer) *tcpRelay {
+	return &tcpRelay{status: status, conns: map[net.Conn]struct{}{}}
+}
+
+// serve relays every connection l accepts, until l is closed. dial makes
+// the other end for an accepted connection; what names the relay in the
+// line a failed dial writes.
+func (p *tcpRelay) serve(l net.Listener, what string, dial func(net.Conn) (net.Conn, error)) {
+	p.mu.Lock()
+	p.lis = append(p.lis, l)
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return // closed
+			}
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				p.relay(c, what, dial)
+			}()
 		}
-		p.lis = append(p.lis, l)
-		p.wg.Add(1)
-		go p.serve(l, pb.GuestPort)
-		r.progress("published %s", pb)
-	}
-	return nil
+	}()
 }
 
-func (p *publisher) serve(l net.Listener, guestPort uint16) {
-	defer p.wg.Done()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return // closed
-		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.relay(c, netip.AddrPortFrom(p.target, guestPort))
-		}()
-	}
-}
-
-// relay connects to the guest from the outside namespace and copies both
-// ways until both sides are done.
-func (p *publisher) relay(c net.Conn, to netip.AddrPort) {
+// relay dials the other end for c and copies both ways until both sides
+// are done.
+func (p *tcpRelay) relay(c net.Conn, what string, dial func(net.Conn) (net.Conn, error)) {
 	defer c.Close()
-	var g net.Conn
-	err := plan.InNS(p.outside, func() error {
-		// The socket is made on this thread, in the outside namespace;
-		// connecting it may finish on any thread.
-		var err error
-		g, err = net.DialTimeout("tcp", to.String(), 5*time.Second)
-		return err
-	})
+	g, err := dial(c)
 	if err != nil {
-		// The guest does not listen (yet): the client sees a close.
-		fmt.Fprintf(p.status, "vlctl: published port: connect to the guest at %s: %v\n", to, err)
+		// The client sees a close.
+		fmt.Fprintf(p.status, "vlctl: %s: %v\n", what, err)
 		return
 	}
 	defer g.Close()
@@ -161,7 +139,7 @@ func (p *publisher) relay(c net.Conn, to netip.AddrPort) {
 	<-done
 }
 
-func (p *publisher) track(cs ...net.Conn) bool {
+func (p *tcpRelay) track(cs ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -173,7 +151,7 @@ func (p *publisher) track(cs ...net.Conn) bool {
 	return true
 }
 
-func (p *publisher) untrack(cs ...net.Conn) {
+func (p *tcpRelay) untrack(cs ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range cs {
@@ -183,7 +161,7 @@ func (p *publisher) untrack(cs ...net.Conn) {
 
 // close stops listening, ends every relayed connection and waits for the
 // relays to return.
-func (p *publisher) close() {
+func (p *tcpRelay) close() {
 	p.mu.Lock()
 	p.closed = true
 	for _, l := range p.lis {
@@ -194,6 +172,49 @@ func (p *publisher) close() {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// publish listens on every published host port and relays each
+// connection to the guest's port at the pod address, connecting from the
+// outside namespace; a port that cannot be bound fails the run before the
+// guest boots.
+func (r *runner) publish() error {
+	if len(r.cfg.Publish) == 0 {
+		return nil
+	}
+	if r.net == nil {
+		return errors.New("--publish: the VMI has no pod network interface to publish ports of")
+	}
+	if err := r.net.checkPublished(r.cfg.Publish); err != nil {
+		return err
+	}
+	p := newTCPRelay(r.cfg.Status)
+	r.pub = p
+	target, outside := r.net.pod.Pod4.Addr(), r.net.pod.Outside
+	for _, pb := range r.cfg.Publish {
+		l, err := net.Listen("tcp", pb.Host.String())
+		if err != nil {
+			return fmt.Errorf("--publish %s: %w", pb, err)
+		}
+		to := netip.AddrPortFrom(target, pb.GuestPort)
+		p.serve(l, fmt.Sprintf("published port: connect to the guest at %s", to), func(net.Conn) (net.Conn, error) {
+			return dialIn(outside, to)
+		})
+		r.progress("published %s", pb)
+	}
+	return nil
+}
+
+// dialIn connects to addr from the namespace ns: the socket is made on
+// this thread, in ns; connecting it may finish on any thread.
+func dialIn(ns netns.NsHandle, to netip.AddrPort) (net.Conn, error) {
+	var g net.Conn
+	err := plan.InNS(ns, func() error {
+		var err error
+		g, err = net.DialTimeout("tcp", to.String(), 5*time.Second)
+		return err
+	})
+	return g, err
 }
 
 // checkPublished refuses a guest port the pod interface's masquerade

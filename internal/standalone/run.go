@@ -98,6 +98,9 @@ type Config struct {
 	Quiet bool
 	// Publish forwards host TCP ports to the guest (--publish).
 	Publish []Publish
+	// NoEgress leaves the guest without a way out beyond DNS
+	// (--no-egress; see egress.go).
+	NoEgress bool
 	// ImageCache is where containerDisk images named by reference (not by
 	// a local path) are pulled to (default registrydisk.DefaultDir).
 	ImageCache string
@@ -235,6 +238,9 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	if err := run.publish(); err != nil {
 		return false, err
 	}
+	if err := run.startEgress(); err != nil {
+		return false, err
+	}
 	if err := run.stageLauncher(); err != nil {
 		return false, err
 	}
@@ -343,7 +349,8 @@ type runner struct {
 	monitor *exec.Cmd
 	exited  chan struct{} // closed when the monitor has exited
 	record  string        // the run's record file, once written
-	pub     *publisher    // the published ports, once listening
+	pub     *tcpRelay     // the published ports, once listening
+	egress  *tcpRelay     // the guest's way out, once listening
 	dns     *dnsRelay     // the guest's DNS relay, once listening
 	// netName names the pod network's namespaces (podnet.NewName), chosen
 	// before they exist so that the record names them for vlctl gc.
@@ -1352,6 +1359,9 @@ func (r *runner) cleanup() error {
 	}
 	if r.pub != nil {
 		r.pub.close()
+	}
+	if err := r.stopEgress(); err != nil {
+		errs = append(errs, err)
 	}
 	if r.dns != nil {
 		r.dns.close()
