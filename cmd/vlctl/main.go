@@ -20,6 +20,7 @@ func main() {
 	root.AddCommand(newCtlCmds()...)
 	root.AddCommand(newByNameCmds()...)
 	root.AddCommand(newHotplugCmds()...)
+	root.AddCommand(newLogsCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vlctl:", err)
 		os.Exit(1)

@@ -98,6 +98,14 @@ func TestVlctlAddRemoveVolume(t *testing.T) {
 	if code, _, stderr := vlctl(t, time.Minute, add...); code == 0 || !strings.Contains(stderr, "already") {
 		t.Errorf("a second addvolume of data: exit %d, %q; want a refusal", code, stderr)
 	}
+	// vlctl logs: the launcher's own lines (the attach), and with
+	// --console the guest's serial console log.
+	if code, out, stderr := vlctl(t, time.Minute, "logs", "hot", "--record-dir", records); code != 0 || !strings.Contains(out, `"msg":"disk attached"`) {
+		t.Errorf("vlctl logs hot: exit %d, %d bytes without the launcher's disk attached line; stderr %q", code, len(out), stderr)
+	}
+	if code, out, stderr := vlctl(t, time.Minute, "logs", "hot", "--console", "--record-dir", records); code != 0 || !strings.Contains(out, testguest.MarkerReady) {
+		t.Errorf("vlctl logs hot --console: exit %d, %d bytes without %s; stderr %q", code, len(out), testguest.MarkerReady, stderr)
+	}
 	find := `d=; for b in /sys/block/sd*; do grep -q VLSAHP $b/device/vpd_pg80 2>/dev/null && d=${b##*/}; done`
 	m := ask("the plugged disk", find+`; echo VL-SA-$d-$(cat /sys/block/$d/size)X`, regexp.MustCompile(`VL-SA-(sd[a-z]+)-(\d+)X`))
 	if m[2] != "49152" {
