@@ -55,12 +55,8 @@ func TestVlctlAddRemoveVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ptm, pts := openPTY(t)
 	root := workRoot(t)
-	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--workdir", root, "--record-dir", records, file)
-	cmd.Stdin = pts
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	_, stdout, errOut, exited := startCmd(t, cmd)
+	ptm, stdout, errOut, exited := runOnPTY(t, "run", "--emulation", "--workdir", root, "--record-dir", records, file)
 	waitFor(t, "the guest's shell", 4*time.Minute, exited, func() bool {
 		return strings.Contains(stdout.String(), testguest.MarkerReady)
 	})
@@ -131,19 +127,7 @@ func TestVlctlAddRemoveVolume(t *testing.T) {
 		t.Errorf("an ACL is left on %s after the unplug (%v)", disk, err)
 	}
 
-	ptm.Write([]byte{0x1d}) // ^]: the terminal's Ctrl-C is vlctl's again
-	waitFor(t, "the detach notice", time.Minute, exited, func() bool {
-		return strings.Contains(errOut.String(), "keys detached from the guest")
-	})
-	ptm.Write([]byte{0x03})
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("vlctl run after Ctrl-C: %v\n%s", err, errOut.String())
-		}
-	case <-time.After(3 * time.Minute):
-		t.Fatal("vlctl run did not end after Ctrl-C")
-	}
+	stopOnPTY(t, ptm, errOut, exited)
 	if st, err := os.Stat(disk); err != nil || st.Size() != size {
 		t.Errorf("the user's file after the run: %v, %v; want it kept, %d bytes", st, err, size)
 	}
@@ -188,12 +172,8 @@ func TestVlctlAddRemoveInterface(t *testing.T) {
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ptm, pts := openPTY(t)
 	root := workRoot(t)
-	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--workdir", root, "--record-dir", records, file)
-	cmd.Stdin = pts
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	_, stdout, errOut, exited := startCmd(t, cmd)
+	ptm, stdout, errOut, exited := runOnPTY(t, "run", "--emulation", "--workdir", root, "--record-dir", records, file)
 	waitFor(t, "the guest's shell", 4*time.Minute, exited, func() bool {
 		return strings.Contains(stdout.String(), testguest.MarkerReady)
 	})
@@ -253,24 +233,45 @@ func TestVlctlAddRemoveInterface(t *testing.T) {
 		t.Errorf("vlctl addinterface again: exit %d: %s", code, stderr)
 	}
 
-	ptm.Write([]byte{0x1d})
-	waitFor(t, "the detach notice", time.Minute, exited, func() bool {
-		return strings.Contains(errOut.String(), "keys detached from the guest")
-	})
-	ptm.Write([]byte{0x03})
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("vlctl run after Ctrl-C: %v\n%s", err, errOut.String())
-		}
-	case <-time.After(3 * time.Minute):
-		t.Fatal("vlctl run did not end after Ctrl-C")
-	}
+	stopOnPTY(t, ptm, errOut, exited)
 	checkNothingLeft(t, root)
 	left := namespaces(t)
 	for _, ns := range runNS {
 		if left[ns] {
 			t.Errorf("network namespace %s left after the run", ns)
 		}
+	}
+}
+
+// runOnPTY starts vlctl with args, a new pseudo-terminal as its
+// controlling terminal and stdin (as a user's shell would run it), and
+// returns the terminal's other end, vlctl's output and its end.
+func runOnPTY(t *testing.T, args ...string) (ptm *os.File, stdout, stderr *syncBuffer, exited chan error) {
+	t.Helper()
+	ptm, pts := openPTY(t)
+	cmd := exec.Command(filepath.Join(binDir, "vlctl"), args...)
+	cmd.Stdin = pts
+	// The terminal is vlctl's controlling one: its Ctrl-C is a SIGINT.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	_, stdout, stderr, exited = startCmd(t, cmd)
+	return ptm, stdout, stderr, exited
+}
+
+// stopOnPTY ends a vlctl run started by runOnPTY as its user would: ^]
+// gives the terminal back, then Ctrl-C; the run must end with status 0.
+func stopOnPTY(t *testing.T, ptm *os.File, stderr *syncBuffer, exited chan error) {
+	t.Helper()
+	ptm.Write([]byte{0x1d})
+	waitFor(t, "the detach notice", time.Minute, exited, func() bool {
+		return strings.Contains(stderr.String(), "keys detached from the guest")
+	})
+	ptm.Write([]byte{0x03})
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("vlctl run after Ctrl-C: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("vlctl run did not end after Ctrl-C")
 	}
 }

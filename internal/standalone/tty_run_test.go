@@ -3,10 +3,8 @@ package standalone_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,13 +50,8 @@ func TestVlctlRunTerminal(t *testing.T) {
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ptm, pts := openPTY(t)
 	root := workRoot(t)
-	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--workdir", root, file)
-	cmd.Stdin = pts
-	// The terminal is vlctl's controlling one: its Ctrl-C is a SIGINT.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	_, stdout, errOut, exited := startCmd(t, cmd)
+	ptm, stdout, errOut, exited := runOnPTY(t, "run", "--emulation", "--workdir", root, file)
 	waitFor(t, "the guest's shell", 4*time.Minute, exited, func() bool {
 		return strings.Contains(stdout.String(), testguest.MarkerReady)
 	})
