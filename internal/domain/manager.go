@@ -497,15 +497,23 @@ func (m *Manager) WaitIdle(ctx context.Context) error {
 	}
 }
 
+// Idle waits until ctx ends for the mutating operation in progress, if
+// any, to end.
+func (m *Manager) Idle(ctx context.Context) error {
+	if err := m.WaitIdle(ctx); err != nil {
+		return err
+	}
+	m.op.unlock()
+	return nil
+}
+
 // BeginTermination makes every later Sync fail (the pod is going away: no
 // domain may be defined or started from now on) and waits, until ctx ends,
 // for the operation in progress, if any, so that the caller sees whatever
 // a running Sync defined.
 func (m *Manager) BeginTermination(ctx context.Context) {
 	m.terminating.Store(true)
-	if err := m.WaitIdle(ctx); err != nil {
+	if err := m.Idle(ctx); err != nil {
 		m.log.Warn("terminating", "reason", err.Error())
-		return
 	}
-	m.op.unlock()
 }

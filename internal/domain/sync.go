@@ -336,6 +336,13 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 			return err
 		}
 	}
+	// The pod began to go away while the disks were prepared: a domain
+	// defined now would outlive the launcher's decision to end (it saw
+	// none defined). Nothing is left of this Sync.
+	if m.terminating.Load() {
+		undo()
+		return errors.New("sync: the launcher is shutting down: the domain is not defined")
+	}
 	// Last before the define, so that a Sync failing before it leaves
 	// no console log behind.
 	created, err := initPrivateDir(m.cfg.Layout.VMIPrivateDir(string(v.UID)), m.cfg.Layout.SerialLog(string(v.UID)))

@@ -323,6 +323,15 @@ func (l *Launcher) waitDefined(ctx context.Context, sigs <-chan os.Signal) (code
 		// A Sync may be defining the domain right now: stop new ones, wait
 		// for it, and shut down whatever it started.
 		l.beginTermination()
+		// A Sync that outlasted that wait (disks still being prepared)
+		// ends without defining anything once it gets to the define
+		// (it checks the termination again there); wait for it, bounded,
+		// so that neither it nor what it made outlives the launcher.
+		wctx, wcancel := context.WithTimeout(ctx, shutdownCallBound)
+		if err := l.mgr.Idle(wctx); err != nil {
+			l.log.Warn("the Sync under way did not end", "reason", err.Error())
+		}
+		wcancel()
 		select {
 		case <-l.mgr.Defined():
 			l.log.Info("signal while the first Sync defined the domain, shutting the guest down", "signal", sig.String())

@@ -264,8 +264,9 @@ func TestVlctlRunBadInput(t *testing.T) {
 			[]string{"resourcez"}},
 		{"relative containerDisk image", strings.Replace(good, g.RootDisk, "./disks/root.img", 1),
 			[]string{"spec.volumes[0].containerDisk.image", "disks/root.img", "absolute"}},
-		{"relative kernelBoot image", strings.Replace(good, g.KernelDir, "kernels/guest", 1),
-			[]string{"spec.domain.firmware.kernelBoot.container.image", "kernels/guest", "absolute"}},
+		// (a name without ./ is an image reference, pulled: TestVlctlRunPulledContainerDisk)
+		{"relative kernelBoot image", strings.Replace(good, g.KernelDir, "./kernels/guest", 1),
+			[]string{"spec.domain.firmware.kernelBoot.container.image", "./kernels/guest", "absolute"}},
 		{"kernelPath missing in the image", strings.Replace(good, "/initrd.img", "/no-initrd", 1),
 			[]string{"spec.domain.firmware.kernelBoot.container.initrdPath", "no-initrd"}},
 		{"missing file", "", []string{"nosuch.yaml"}},
