@@ -13,88 +13,74 @@ import (
 // block device or network interface in, or to take it out again
 // (internal/standalone, hotplug.go).
 func newHotplugCmds() []*cobra.Command {
-	var addName nameFlags
-	var req standalone.ControlRequest
-	add := &cobra.Command{
-		Use:   "addvolume NAME --volume-name VOL --file PATH",
-		Short: "Plug a local file or block device into a running VM, as virtctl addvolume does",
-		Long: `addvolume plugs PATH (a raw image file or a block device, which keeps its data: vlctl
+	add, vol := controlCmd("addvolume", "NAME --volume-name VOL --file PATH",
+		"Plug a local file or block device into a running VM, as virtctl addvolume does",
+		`addvolume plugs PATH (a raw image file or a block device, which keeps its data: vlctl
 never removes it) into the VM that vlctl run runs, as a hotplugged volume named VOL: the guest
 sees a new disk on the scsi bus (or virtio with --bus virtio), with --serial as its serial.
 QEMU's user is given access to the file (an ACL entry, taken back when the volume is removed
 or the run ends). NAME is NAMESPACE/NAME, or NAME alone when only one namespace has a VM of
-that name. removevolume takes it out again.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			req.Op = "addvolume"
-			return controlByName(cmd, &addName, args[0], req)
-		},
-	}
-	addName.register(add)
-	add.Flags().StringVar(&req.Volume, "volume-name", "", "name of the volume (and disk) in the VM (required)")
-	add.Flags().StringVar(&req.File, "file", "", "absolute path of the raw image file or block device (required)")
-	add.Flags().StringVar(&req.Bus, "bus", "scsi", "bus of the disk: scsi or virtio")
-	add.Flags().StringVar(&req.Serial, "serial", "", "serial number of the disk, as the guest sees it")
-	add.MarkFlagRequired("volume-name")
+that name. removevolume takes it out again.`)
+	volumeFlag(add, &vol.Volume, "name of the volume (and disk) in the VM (required)")
+	add.Flags().StringVar(&vol.File, "file", "", "absolute path of the raw image file or block device (required)")
+	add.Flags().StringVar(&vol.Bus, "bus", "scsi", "bus of the disk: scsi or virtio")
+	add.Flags().StringVar(&vol.Serial, "serial", "", "serial number of the disk, as the guest sees it")
 	add.MarkFlagRequired("file")
 
-	var rmName nameFlags
-	var rmVolume string
-	rm := &cobra.Command{
-		Use:   "removevolume NAME --volume-name VOL",
-		Short: "Unplug a volume addvolume plugged into a running VM, as virtctl removevolume does",
-		Long: `removevolume takes the volume VOL that addvolume plugged in out of the running VM. It
+	rm, rmVol := controlCmd("removevolume", "NAME --volume-name VOL",
+		"Unplug a volume addvolume plugged into a running VM, as virtctl removevolume does",
+		`removevolume takes the volume VOL that addvolume plugged in out of the running VM. It
 answers once QEMU has let go of the file (the guest must release the disk; a guest that does
-not within 15 s leaves it plugged, and removevolume can be tried again). The file stays.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return controlByName(cmd, &rmName, args[0], standalone.ControlRequest{Op: "removevolume", Volume: rmVolume})
-		},
-	}
-	rmName.register(rm)
-	rm.Flags().StringVar(&rmVolume, "volume-name", "", "name of the volume to unplug (required)")
-	rm.MarkFlagRequired("volume-name")
+not within 15 s leaves it plugged, and removevolume can be tried again). The file stays.`)
+	volumeFlag(rm, &rmVol.Volume, "name of the volume to unplug (required)")
 
-	var addIfName nameFlags
-	var ifReq standalone.ControlRequest
-	addIf := &cobra.Command{
-		Use:   "addinterface NAME --iface-name IFACE [--mac MAC]",
-		Short: "Plug a network interface into a running VM, as KubeVirt's NIC hotplug does",
-		Long: `addinterface plugs a new interface named IFACE into the VM that vlctl run runs, as a
+	addIf, iface := controlCmd("addinterface", "NAME --iface-name IFACE [--mac MAC]",
+		"Plug a network interface into a running VM, as KubeVirt's NIC hotplug does",
+		`addinterface plugs a new interface named IFACE into the VM that vlctl run runs, as a
 KubeVirt VM gets a bridge interface on a new Multus network: the run gives the pod a new
 network interface towards the outside namespace (192.168.67+N.0/24, the pod's address .2, the
 outside's .1) and bridges the guest's new NIC to it; the guest leases the .2 address by DHCP
 (run the DHCP client on the new NIC in the guest). The VM must have a pod network (an
-interface in its manifest). removeinterface takes it out again.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ifReq.Op = "addinterface"
-			return controlByName(cmd, &addIfName, args[0], ifReq)
-		},
-	}
-	addIfName.register(addIf)
-	addIf.Flags().StringVar(&ifReq.Interface, "iface-name", "", "name of the interface (and its network) in the VM (required)")
-	addIf.Flags().StringVar(&ifReq.MAC, "mac", "", "MAC address of the guest's new NIC (default: the new pod interface's)")
-	addIf.MarkFlagRequired("iface-name")
+interface in its manifest). removeinterface takes it out again.`)
+	ifaceFlag(addIf, &iface.Interface, "name of the interface (and its network) in the VM (required)")
+	addIf.Flags().StringVar(&iface.MAC, "mac", "", "MAC address of the guest's new NIC (default: the new pod interface's)")
 
-	var rmIfName nameFlags
-	var rmIface string
-	rmIf := &cobra.Command{
-		Use:   "removeinterface NAME --iface-name IFACE",
-		Short: "Unplug an interface addinterface plugged into a running VM",
-		Long: `removeinterface takes the interface IFACE that addinterface plugged in out of the running
+	rmIf, rmIface := controlCmd("removeinterface", "NAME --iface-name IFACE",
+		"Unplug an interface addinterface plugged into a running VM",
+		`removeinterface takes the interface IFACE that addinterface plugged in out of the running
 VM. It answers once QEMU has let go of the NIC (the guest must release the PCIe device; one
 that does not within 15 s leaves it plugged, and removeinterface can be tried again); then its
-pod side goes.`,
-		Args: cobra.ExactArgs(1),
+pod side goes.`)
+	ifaceFlag(rmIf, &rmIface.Interface, "name of the interface to unplug (required)")
+	return []*cobra.Command{add, rm, addIf, rmIf}
+}
+
+// controlCmd is a verb that sends one request (op, with the fields its
+// flags fill) to the vlctl run of the VM named by its argument.
+func controlCmd(op, args, short, long string) (*cobra.Command, *standalone.ControlRequest) {
+	var n nameFlags
+	req := &standalone.ControlRequest{Op: op}
+	cmd := &cobra.Command{
+		Use:   op + " " + args,
+		Short: short,
+		Long:  long,
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return controlByName(cmd, &rmIfName, args[0], standalone.ControlRequest{Op: "removeinterface", Interface: rmIface})
+			return controlByName(cmd, &n, args[0], *req)
 		},
 	}
-	rmIfName.register(rmIf)
-	rmIf.Flags().StringVar(&rmIface, "iface-name", "", "name of the interface to unplug (required)")
-	rmIf.MarkFlagRequired("iface-name")
-	return []*cobra.Command{add, rm, addIf, rmIf}
+	n.register(cmd)
+	return cmd, req
+}
+
+func volumeFlag(cmd *cobra.Command, p *string, usage string) {
+	cmd.Flags().StringVar(p, "volume-name", "", usage)
+	cmd.MarkFlagRequired("volume-name")
+}
+
+func ifaceFlag(cmd *cobra.Command, p *string, usage string) {
+	cmd.Flags().StringVar(p, "iface-name", "", usage)
+	cmd.MarkFlagRequired("iface-name")
 }
 
 // controlByName sends req to the vlctl run of the VM named.
