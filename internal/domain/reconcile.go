@@ -151,6 +151,9 @@ func planPorts(plan *changePlan, live *libvirtxml.Domain) {
 	for _, n := range plan.plug {
 		pcie = append(pcie, fmt.Sprintf("interface %q", n))
 	}
+	if len(pcie) == 0 {
+		return // the usual Sync: no need to read the whole domain
+	}
 	free, ports := freeRootPorts(live)
 	if len(pcie) <= free || ports == 0 {
 		return

@@ -537,7 +537,7 @@ func pullImages(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance) (
 		field := fmt.Sprintf("spec.volumes[%d].containerDisk.image", i)
 		// A relative path that names a file here is a local image meant:
 		// refused rather than looked up in a registry.
-		if strings.HasPrefix(cd.Image, "./") || strings.HasPrefix(cd.Image, "../") {
+		if relativePath(cd.Image) {
 			return nil, fmt.Errorf("%s: %q is a relative path; give the absolute path of a local disk image, or an image reference", field, cd.Image)
 		}
 		if _, err := os.Stat(cd.Image); err == nil {
@@ -558,7 +558,7 @@ func pullImages(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance) (
 	}
 	c := fw.KernelBoot.Container
 	const field = "spec.domain.firmware.kernelBoot.container"
-	if strings.HasPrefix(c.Image, "./") || strings.HasPrefix(c.Image, "../") {
+	if relativePath(c.Image) {
 		return nil, fmt.Errorf("%s.image: %q is a relative path; give the absolute path of a local directory, or an image reference", field, c.Image)
 	}
 	for _, f := range []struct{ name, path string }{{"kernelPath", c.KernelPath}, {"initrdPath", c.InitrdPath}} {
@@ -578,6 +578,12 @@ func pullImages(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance) (
 		pulled[kernelBootKey(c.Image, f.path)] = p
 	}
 	return pulled, nil
+}
+
+// relativePath: an image named ./x or ../x means a local path, never a
+// reference to look up in a registry.
+func relativePath(image string) bool {
+	return strings.HasPrefix(image, "./") || strings.HasPrefix(image, "../")
 }
 
 // kernelBootKey names a pulled kernelBoot file in Config.pulled.

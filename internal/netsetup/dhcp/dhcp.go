@@ -361,6 +361,18 @@ func (s *Servers) Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, nam
 	if s.closed {
 		return nil, errors.New("DHCP servers: closed")
 	}
+	// The pod's resolvers, read once per call for the interfaces it starts.
+	var dns *DNSConfig
+	resolvers := func() (DNSConfig, error) {
+		if dns == nil {
+			d, err := s.resolvers()
+			if err != nil {
+				return DNSConfig{}, err
+			}
+			dns = &d
+		}
+		return *dns, nil
+	}
 	var started []string
 	undo := func(err error) error {
 		var errs []error
@@ -373,11 +385,10 @@ func (s *Servers) Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, nam
 		if _, ok := s.running[it.Name]; ok || (len(names) > 0 && !wanted[it.Name]) {
 			continue
 		}
-		delete(wanted, it.Name)
 		if err := ctx.Err(); err != nil {
 			return nil, undo(err)
 		}
-		sv, err := s.start(vmi, it)
+		sv, err := s.start(vmi, it, resolvers)
 		if err != nil {
 			return nil, undo(fmt.Errorf("interface %s: %w", it.Name, err))
 		}
@@ -385,7 +396,7 @@ func (s *Servers) Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, nam
 		started = append(started, it.Name)
 	}
 	for _, n := range names {
-		if _, ok := s.running[n]; !ok && wanted[n] {
+		if _, ok := s.running[n]; !ok {
 			return nil, undo(fmt.Errorf("interface %s: not a masquerade or bridge interface of the VMI", n))
 		}
 	}
@@ -396,8 +407,9 @@ func (s *Servers) Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, nam
 	return out, nil
 }
 
-// start reads one interface's cache and starts its servers.
-func (s *Servers) start(vmi *v1.VirtualMachineInstance, it plan.Iface) (served, error) {
+// start reads one interface's cache and starts its servers; resolvers
+// gives the pod's resolvers.
+func (s *Servers) start(vmi *v1.VirtualMachineInstance, it plan.Iface, resolvers func() (DNSConfig, error)) (served, error) {
 	c, err := vifConfig(s.cfg, it)
 	if err != nil {
 		return served{}, err
@@ -407,15 +419,9 @@ func (s *Servers) start(vmi *v1.VirtualMachineInstance, it plan.Iface) (served, 
 		s.log.Info("no IPv4 on the pod interface: DHCP off", "iface", it.Name)
 		return sv, nil
 	}
-	rc := s.cfg.ResolvConf
-	if rc == "" {
-		rc = "/etc/resolv.conf"
-	}
-	var dns DNSConfig
-	if b, err := os.ReadFile(rc); err == nil {
-		dns = ParseResolvConf(b)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return served{}, fmt.Errorf("read %s: %w", rc, err)
+	dns, err := resolvers()
+	if err != nil {
+		return served{}, err
 	}
 	search := searchDomains(vmi, dns.Search)
 	l4, err := lease4From(c, dns, GuestHostname(vmi), search)
@@ -431,6 +437,24 @@ func (s *Servers) start(vmi *v1.VirtualMachineInstance, it plan.Iface) (served, 
 		return served{}, err
 	}
 	return sv, nil
+}
+
+// resolvers reads the pod's resolver configuration (a missing file is
+// none).
+func (s *Servers) resolvers() (DNSConfig, error) {
+	rc := s.cfg.ResolvConf
+	if rc == "" {
+		rc = "/etc/resolv.conf"
+	}
+	b, err := os.ReadFile(rc)
+	switch {
+	case err == nil:
+		return ParseResolvConf(b), nil
+	case errors.Is(err, os.ErrNotExist):
+		return DNSConfig{}, nil
+	default:
+		return DNSConfig{}, fmt.Errorf("read %s: %w", rc, err)
+	}
 }
 
 // Stop stops the servers of the named interface (an unplugged one); an
