@@ -18,6 +18,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 )
 
 func newRunCmd() *cobra.Command {
@@ -145,9 +146,9 @@ from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run do
 	f.StringVar(&cfg.RecordDir, "record-dir", runrecord.DefaultDir, "where the run records itself for vlctl ps and the verbs by name (a directory only root can write)")
 	f.StringVar(&cfg.ImageCache, "image-cache", registrydisk.DefaultDir, "where containerDisk images given by reference (e.g. quay.io/containerdisks/fedora:latest) are pulled to (root's)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs, overlays) after the run")
-	f.StringVar(&cfg.User, "user", "virtlauncher", "unprivileged user that runs the launcher, libvirt and QEMU")
+	f.StringVar(&cfg.UIDs, "uids", uidpool.DefaultRange, "FIRST-LAST: the ids each VM takes one of, as its own user and group, for its launcher, libvirt daemon and QEMU (no account may use them)")
 	f.StringVar(&cfg.BinDir, "bin-dir", "", "directory of virt-launcher-monitor and virt-launcher (default: vlctl's own)")
-	f.StringVar(&cfg.CapsCache, "qemu-caps-cache", "/var/tmp/virtlauncher-qemu-caps", "directory where this machine's launchers share libvirt's QEMU capability probe; none: off")
+	f.StringVar(&cfg.CapsCache, "qemu-caps-cache", standalone.DefaultCapsCache, "root's directory of libvirt's QEMU capability probe, made by vlctl and read by every VM's launcher; none: off")
 	f.DurationVar(&cfg.QemuTimeout, "qemu-timeout", 5*time.Minute, "how long the launcher waits for its domain")
 	return cmd
 }

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -285,7 +285,7 @@ func disconnect(l *libvirt.Libvirt) {
 }
 
 func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt.DomainEventLifecycleMsg, <-chan any, error) {
-	l := libvirt.NewWithDialer(unixDialer(m.cfg.Socket))
+	l := libvirt.NewWithDialer(libvirtd.SocketDialer(m.cfg.Socket))
 	if err := l.ConnectToURI(libvirt.ConnectURI(m.cfg.URI)); err != nil {
 		return nil, nil, nil, fmt.Errorf("connect %s at %s: %w", m.cfg.URI, m.cfg.Socket, err)
 	}
@@ -305,17 +305,6 @@ func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt
 		return nil, nil, nil, fmt.Errorf("subscribe to guest agent lifecycle events: %w", err)
 	}
 	return l, events, agentEvents, nil
-}
-
-// unixDialer dials the daemon's unix socket. go-libvirt's own
-// dialers.NewLocal does the same, but its package also holds the TLS and
-// SSH dialers, which would link golang.org/x/crypto/ssh and crypto/tls into
-// the launcher: megabytes of binary for a local socket.
-type unixDialer string
-
-// Dial implements go-libvirt's socket.Dialer.
-func (d unixDialer) Dial() (net.Conn, error) {
-	return net.DialTimeout("unix", string(d), 2*time.Second)
 }
 
 func (m *Manager) setConn(l *libvirt.Libvirt) {

@@ -73,6 +73,12 @@ type Config struct {
 	// running as root use it to start the daemons as an ordinary user.
 	// The directories are chowned to that user.
 	Credential *syscall.Credential
+
+	// SpawnSetup, when set, runs once on the thread that starts the
+	// daemons (and restarts them), before the first start; they inherit
+	// what it sets up. vlctl's capability probe enters a mount namespace
+	// with the prober's passwd entry there. An error fails Start.
+	SpawnSetup func() error
 }
 
 // configHome is $XDG_CONFIG_HOME in session mode: Dir must be <it>/libvirt

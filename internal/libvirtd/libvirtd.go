@@ -197,7 +197,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	if cfg.Virtlogd {
 		d.logd = &child{name: "virtlogd", args: []string{logdPath, "-f", logdConf}}
 	}
-	go d.spawner()
+	setup := make(chan error, 1)
+	go d.spawner(setup)
+	if err := <-setup; err != nil {
+		d.spawnOnce.Do(func() { close(d.spawns) })
+		return nil, fmt.Errorf("set up the thread that starts %s: %w", kind, err)
+	}
 	// Both at once: the daemon needs virtlogd only when QEMU starts, which
 	// is after Start returned, when both sockets answer. (A session daemon
 	// that found no virtlogd socket then would spawn an unsupervised one.)
@@ -458,10 +463,21 @@ func (d *Daemon) spawn(c *child) error {
 	return nil
 }
 
-func (d *Daemon) spawner() {
+// spawner starts the daemons from one thread, locked for good: a child's
+// parent-death signal follows the thread that started it, and SpawnSetup
+// may have put the thread in namespaces of its own. When Stop closes
+// spawns the goroutine ends and takes the thread with it, after the
+// daemons are gone.
+func (d *Daemon) spawner(setup chan<- error) {
 	runtime.LockOSThread()
-	// Never unlocked: when Stop closes spawns the goroutine ends and takes
-	// the thread with it, after the daemons are gone.
+	var err error
+	if d.cfg.SpawnSetup != nil {
+		err = d.cfg.SpawnSetup()
+	}
+	setup <- err
+	if err != nil {
+		return
+	}
 	for f := range d.spawns {
 		f()
 	}

@@ -69,6 +69,9 @@ type Record struct {
 	Grants []Grant  `json:"grants,omitempty"`
 	// Keep: the run was asked to keep its work dir (--keep).
 	Keep bool `json:"keep,omitempty"`
+	// UID is the user (and group) id the run's VM runs as, leased from
+	// the machine's pool (uidpool) until the run's clean-up is done.
+	UID uint32 `json:"uid,omitempty"`
 }
 
 // Grant is an ACL entry a run added to a file: the file (by path and, to

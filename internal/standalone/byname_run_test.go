@@ -94,6 +94,7 @@ func TestVlctlVerbsByName(t *testing.T) {
 	if len(netns) != 2 {
 		t.Errorf("the two VMs share an outside namespace: %v", netns)
 	}
+	checkIsolated(t, records)
 
 	// The guest agent's report: in vlctl run's output once it comes, and
 	// in full from vlctl guestinfo.
@@ -288,7 +289,8 @@ func TestVlctlVerbsByName(t *testing.T) {
 		t.Errorf("beta was not destroyed:\n%s", b.stderr.String())
 	}
 	checkNothingLeft(t, b.root)
-	if ents, _ := os.ReadDir(records); len(ents) != 0 {
+	if ents, _ := os.ReadDir(records); len(ents) != 1 || ents[0].Name() != "uids" {
 		t.Errorf("records left: %v", ents)
 	}
+	checkLeasesGone(t, records)
 }

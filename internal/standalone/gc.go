@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
+	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 )
 
 // gcWait is how long vlctl run's own GC gives a stale run's processes
@@ -47,7 +49,31 @@ func GC(recordDir string, wait time.Duration, status io.Writer) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := sweepUIDs(recordDir, status); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// sweepUIDs gives back the ids of runs that are gone: every lease whose
+// vlctl run has ended, unless a record still names its id (a clean-up
+// that failed, to be retried) or something still runs as it.
+func sweepUIDs(recordDir string, status io.Writer) error {
+	left, err := runrecord.List(recordDir)
+	if err != nil {
+		return err
+	}
+	pool := &uidpool.Pool{Dir: filepath.Join(recordDir, "uids"), ProcRoot: "/proc"}
+	freed, err := pool.Sweep(func(id uint32) bool {
+		return slices.ContainsFunc(left, func(e runrecord.Entry) bool { return e.UID == id })
+	})
+	for _, id := range freed {
+		fmt.Fprintf(status, "vlctl: gc: gave back uid %d\n", id)
+	}
+	if err != nil {
+		return fmt.Errorf("uid leases: %w", err)
+	}
+	return nil
 }
 
 // collect undoes what one stale run left.

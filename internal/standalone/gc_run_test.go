@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,8 +44,12 @@ func TestVlctlGCAfterSIGKILL(t *testing.T) {
 		t.Fatalf("records: %+v, %v; want one", entries, err)
 	}
 	rec := entries[0]
-	if len(rec.NetNS) != 2 || len(rec.Grants) == 0 {
-		t.Fatalf("the record names netns %v and ACL grants %+v; want two and some", rec.NetNS, rec.Grants)
+	if len(rec.NetNS) != 2 || len(rec.Grants) == 0 || rec.UID == 0 {
+		t.Fatalf("the record names netns %v, ACL grants %+v and uid %d; want two, some and one", rec.NetNS, rec.Grants, rec.UID)
+	}
+	lease := filepath.Join(records, "uids", strconv.FormatUint(uint64(rec.UID), 10))
+	if _, err := os.Stat(lease); err != nil {
+		t.Errorf("no lease for the run's uid while it runs: %v", err)
 	}
 	for _, n := range rec.NetNS {
 		if _, err := os.Stat(filepath.Join("/run/netns", n)); err != nil {
@@ -67,6 +72,9 @@ func TestVlctlGCAfterSIGKILL(t *testing.T) {
 	}
 	if _, err := os.Stat(rec.WorkDir); err != nil {
 		t.Errorf("work dir gone right after the SIGKILL, before vlctl gc: %v", err)
+	}
+	if _, err := os.Stat(lease); err != nil {
+		t.Errorf("uid lease gone right after the SIGKILL, before vlctl gc: %v", err)
 	}
 	if code, out, stderr := vlctl(t, time.Minute, "ps", "--record-dir", records); code != 0 || !strings.Contains(out, "stale") {
 		t.Errorf("vlctl ps after the SIGKILL: exit %d, want the run shown as stale:\n%s%s", code, out, stderr)
@@ -99,6 +107,7 @@ func TestVlctlGCAfterSIGKILL(t *testing.T) {
 	if left, _ := runrecord.List(records); len(left) != 0 {
 		t.Errorf("records left after vlctl gc: %+v", left)
 	}
+	checkLeasesGone(t, records)
 	checkNothingLeft(t, e.root)
 	// A second gc finds nothing to do.
 	if code, _, stderr := vlctl(t, time.Minute, "gc", "--record-dir", records); code != 0 || stderr != "" {

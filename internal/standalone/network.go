@@ -79,10 +79,6 @@ func (n *network) privileged() netsetup.PrivilegedConfig {
 		CacheDir: n.r.layout.PrivateDir, StateDir: n.r.workDir}
 }
 
-// inPod runs fn (a fork) with the calling thread in the pod namespace, so the
-// child starts there.
-func (n *network) inPod(fn func() error) error { return plan.InNS(n.pod.NS, fn) }
-
 // resolvConf is the pod's resolver configuration, for the DHCP server.
 func (n *network) resolvConf() string { return n.pod.ResolvConf }
 

@@ -78,7 +78,7 @@ func newStageFixture(t *testing.T) *stageFixture {
 	}
 	v := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "default", UID: "u1"}}
 	v.Spec.Volumes = []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: img}}}}
-	cfg := Config{WorkRoot: f.workRoot, BinDir: f.binDir, User: o.name, CapsCache: "none", Status: &strings.Builder{}}
+	cfg := Config{WorkRoot: f.workRoot, BinDir: f.binDir, CapsCache: "none", Status: &strings.Builder{}}
 	cfg.defaults()
 	f.r = &runner{cfg: cfg, vmi: v, owner: o, log: cfg.Log}
 	t.Cleanup(func() { f.r.cleanup() })

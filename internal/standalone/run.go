@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,8 +38,10 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
+	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
+	"github.com/vishvananda/netns"
 )
 
 // Config is one `vlctl run`.
@@ -55,17 +58,20 @@ type Config struct {
 	WorkRoot string
 	// Keep leaves the working directory in place for inspection.
 	Keep bool
-	// User runs the monitor, launcher, libvirt daemon and QEMU (default
-	// "virtlauncher", created by scripts/install-deps).
-	User string
+	// UIDs is the range "FIRST-LAST" of the ids each run takes one of for
+	// its monitor, launcher, libvirt daemon and QEMU: a uid and gid of
+	// the VM's own (default uidpool.DefaultRange; see uidpool).
+	UIDs string
 	// BinDir holds virt-launcher-monitor and virt-launcher (default: the
 	// directory of the running executable).
 	BinDir string
 	// QemuTimeout is passed to the launcher.
 	QemuTimeout time.Duration
-	// CapsCache is a directory, owned by User, where the launchers of this
-	// machine share libvirt's QEMU capability probe (~2.5 s under TCG when
-	// cold). Default /var/tmp/virtlauncher-qemu-caps; "none" turns it off.
+	// CapsCache is a directory, root's and read-only to the VMs, where
+	// the launchers of this machine find libvirt's QEMU capability probe
+	// (~2.5 s under TCG when cold), made by vlctl in a daemon of its own
+	// (capscache.go). Default DefaultCapsCache; "none"
+	// turns it off.
 	CapsCache string
 	// Console receives the guest's serial console; Status receives vlctl's
 	// own messages (where ports are forwarded, how the run ended).
@@ -144,7 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	if os.Geteuid() != 0 {
 		// Told before anything fails half-way with EPERM on /run/vl.
-		return fmt.Errorf("vlctl run needs root: it builds network namespaces, grants QEMU access to your disks and runs the launcher as user %s; run it with sudo", cfg.User)
+		return errors.New("vlctl run needs root: it builds network namespaces, grants QEMU access to your disks and runs each VM as a user id of its own; run it with sudo")
 	}
 	// What runs killed before left (their records say what) goes first.
 	if err := GC(cfg.RecordDir, gcWait, cfg.Status); err != nil {
@@ -205,11 +211,15 @@ func Run(ctx context.Context, cfg Config) error {
 
 // runOnce boots the guest once; started reports whether its domain ran.
 func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *v1.VirtualMachine) (started bool, err error) {
-	owner, err := lookupUser(cfg.User)
+	pool, err := uidpool.New(filepath.Join(cfg.RecordDir, "uids"), cfg.UIDs)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("--uids: %w", err)
 	}
-	run := &runner{cfg: cfg, vmi: v, vm: vm, owner: owner, log: cfg.Log}
+	lease, err := pool.Allocate()
+	if err != nil {
+		return false, fmt.Errorf("a user id for the VM: %w", err)
+	}
+	run := &runner{cfg: cfg, vmi: v, vm: vm, owner: leasedIDs(lease), lease: lease, pool: pool, log: cfg.Log}
 	defer func() {
 		if cerr := run.cleanup(); cerr != nil {
 			err = errors.Join(err, cerr)
@@ -227,6 +237,10 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	}
 	if err := run.writeRecord(nil); err != nil {
 		return false, err
+	}
+	if run.caps, err = run.capsCache(ctx); err != nil {
+		// Not fatal: the launcher probes QEMU itself, 2.5 s later.
+		fmt.Fprintf(cfg.Status, "vlctl: warning: no shared QEMU capability cache: %v\n", err)
 	}
 	if err := run.setupNetwork(ctx); err != nil {
 		return false, err
@@ -250,7 +264,7 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	if err := run.startMonitor(); err != nil {
 		return false, err
 	}
-	run.progress("launcher starting as user %s", run.owner.name)
+	run.progress("launcher starting as %s", run.owner.name)
 	return false, run.drive(ctx)
 }
 
@@ -261,8 +275,8 @@ func (c *Config) defaults() {
 	if c.WorkRoot == "" {
 		c.WorkRoot = "/run/vl"
 	}
-	if c.User == "" {
-		c.User = "virtlauncher"
+	if c.UIDs == "" {
+		c.UIDs = uidpool.DefaultRange
 	}
 	if c.BinDir == "" {
 		if exe, err := os.Executable(); err == nil {
@@ -276,7 +290,7 @@ func (c *Config) defaults() {
 		c.ImageCache = registrydisk.DefaultDir
 	}
 	if c.CapsCache == "" {
-		c.CapsCache = "/var/tmp/virtlauncher-qemu-caps"
+		c.CapsCache = DefaultCapsCache
 	}
 	if c.QemuTimeout == 0 {
 		c.QemuTimeout = 5 * time.Minute
@@ -295,11 +309,31 @@ func (c *Config) defaults() {
 type ids struct {
 	uid, gid int
 	name     string // for messages
+	// groups are supplementary groups: kvm, for /dev/kvm.
+	groups []uint32
+}
+
+// leasedIDs is the VM's own user: the leased id as uid and gid, and the
+// kvm group when the machine has one (QEMU opens /dev/kvm, 0660
+// root:kvm).
+func leasedIDs(l *uidpool.Lease) ids {
+	o := ids{uid: int(l.ID), gid: int(l.ID), name: fmt.Sprintf("uid %d", l.ID)}
+	if g, err := user.LookupGroup("kvm"); err == nil {
+		if gid, err := strconv.ParseUint(g.Gid, 10, 32); err == nil {
+			o.groups = []uint32{uint32(gid)}
+		}
+	}
+	return o
+}
+
+// credential runs a process as o.
+func (o ids) credential() *syscall.Credential {
+	return &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid), Groups: o.groups}
 }
 
 func lookupUser(name string) (ids, error) {
 	uid, gid, err := LookupUser(name)
-	return ids{uid, gid, name}, err
+	return ids{uid: uid, gid: gid, name: name}, err
 }
 
 // LookupUser returns the ids of the unprivileged user that runs launchers,
@@ -322,6 +356,9 @@ type runner struct {
 	vmi   *v1.VirtualMachineInstance
 	vm    *v1.VirtualMachine // nil for a VMI manifest
 	owner ids
+	// lease holds owner's id for the run; cleanup gives it back.
+	lease *uidpool.Lease
+	pool  *uidpool.Pool
 	disks []*userDisk // the user's own storage, open for the run
 	// hot are the user's files and devices plugged in while the guest
 	// runs (vlctl addvolume), in the VMI as hotplugged volumes.
@@ -352,6 +389,12 @@ type runner struct {
 	pub     *tcpRelay     // the published ports, once listening
 	egress  *tcpRelay     // the guest's way out, once listening
 	dns     *dnsRelay     // the guest's DNS relay, once listening
+	// identity is the VM's passwd and group (identity.go), open until
+	// the monitor has started.
+	identity *identity
+	// caps is the trusted QEMU capability cache the launcher seeds its
+	// daemon from (capscache.go), "" for none.
+	caps string
 	// netName names the pod network's namespaces (podnet.NewName), chosen
 	// before they exist so that the record names them for vlctl gc.
 	netName string
@@ -681,7 +724,22 @@ func (r *runner) stageLauncher() error {
 		return fmt.Errorf("launcher log: %w", err)
 	}
 	r.logFile = f
+	if r.identity, err = writeIdentity(r.dir, "identity", r.owner); err != nil {
+		return fmt.Errorf("the VM's passwd and group: %w", err)
+	}
 	return nil
+}
+
+// enterPod puts the calling thread, locked for good, into the pod's
+// network namespace (when there is one) and a mount namespace with the
+// VM's identity.
+func (r *runner) enterPod() error {
+	if r.net != nil {
+		if err := netns.Set(r.net.pod.NS); err != nil {
+			return fmt.Errorf("enter the pod's network namespace: %w", err)
+		}
+	}
+	return r.identity.enter()
 }
 
 // startMonitor starts virt-launcher-monitor as the unprivileged user, inside
@@ -708,10 +766,8 @@ func (r *runner) startMonitor() error {
 	if r.net != nil {
 		args = append(args, "--resolv-conf", r.net.resolvConf())
 	}
-	if dir, err := r.capsCache(); err != nil {
-		r.log.Warn("no shared QEMU capability cache", "reason", err)
-	} else if dir != "" {
-		args = append(args, "--qemu-caps-cache", dir)
+	if r.caps != "" {
+		args = append(args, "--qemu-caps-cache", r.caps)
 	}
 	// kvm.Usable cannot tell a nested setup where guests do not progress;
 	// --emulation is for that.
@@ -724,7 +780,7 @@ func (r *runner) startMonitor() error {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = r.workDir
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: uint32(r.owner.uid), Gid: uint32(r.owner.gid)},
+		Credential: r.owner.credential(),
 		// Its own process group: a Ctrl-C on the terminal reaches vlctl
 		// only, and vlctl shuts the guest down in order.
 		Setpgid:   true,
@@ -735,60 +791,37 @@ func (r *runner) startMonitor() error {
 		// the one capability a KubeVirt launcher pod keeps.
 		cmd.SysProcAttr.AmbientCaps = []uintptr{capNetBindService}
 	}
-	start := cmd.Start
-	if r.net != nil {
-		start = func() error { return r.net.inPod(cmd.Start) }
-	}
-	err := start()
-	// The child has its own copy; root keeps none.
+	// Started and waited for from one locked thread, never unlocked: the
+	// thread enters the pod's namespaces (network, and the mount namespace
+	// with the VM's passwd, identity.go), and the monitor's parent-death
+	// signal follows the thread that started it, which must live as long.
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		err := r.enterPod()
+		if err == nil {
+			err = cmd.Start()
+		}
+		started <- err
+		if err != nil {
+			return
+		}
+		r.exitErr = cmd.Wait()
+		close(exited)
+	}()
+	err := <-started
+	// The child has its own copies; root keeps none.
 	logFile.Close()
 	r.logFile = nil
+	r.identity.close()
 	if err != nil {
 		return fmt.Errorf("start %s: %w", monitorBin, err)
 	}
 	r.monitor = cmd
-	r.exited = make(chan struct{})
-	go func() {
-		r.exitErr = cmd.Wait()
-		close(r.exited)
-	}()
+	r.exited = exited
 	r.log.Info("monitor started", "pid", cmd.Process.Pid, "workdir", r.workDir, "log", r.dir.Join("launcher.log"))
 	return nil
-}
-
-// capsCache makes sure the shared capability cache directory exists and
-// belongs to the launcher's user alone: libvirt trusts what it finds there,
-// so a directory anyone else can write is not used. A new one is handed
-// over through its descriptor, never by path.
-func (r *runner) capsCache() (string, error) {
-	dir := r.cfg.CapsCache
-	if dir == "none" {
-		return "", nil
-	}
-	made := false
-	if err := os.Mkdir(dir, 0o700); err == nil {
-		made = true
-	} else if !errors.Is(err, os.ErrExist) {
-		return "", fmt.Errorf("create %s: %w", dir, err)
-	}
-	d, err := safefs.Open(dir)
-	if err != nil {
-		return "", err
-	}
-	defer d.Close()
-	if made {
-		if err := d.Chown(r.owner.uid, r.owner.gid); err != nil {
-			return "", err
-		}
-	}
-	st, err := d.Stat()
-	if err != nil {
-		return "", err
-	}
-	if int(st.Uid) != r.owner.uid || st.Mode&0o022 != 0 {
-		return "", fmt.Errorf("%s must be a directory owned by %s and writable by it alone", dir, r.cfg.User)
-	}
-	return dir, nil
 }
 
 // reachable reports whether the user o can execute path: every directory
@@ -975,6 +1008,9 @@ func (r *runner) writeRecord(st *Started) error {
 	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
 		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.consoleSocket(), Control: r.controlSocket(),
 		VMI: r.vmi, NetNS: []string{pod, outside}, Keep: r.cfg.Keep}
+	if r.lease != nil {
+		rec.UID = r.lease.ID
+	}
 	for _, pb := range r.cfg.Publish {
 		rec.Published = append(rec.Published, fmt.Sprintf("%s->%d/tcp", pb.Host, pb.GuestPort))
 	}
@@ -1381,22 +1417,30 @@ func (r *runner) cleanup() error {
 	if r.logFile != nil { // staged, the monitor never started
 		r.logFile.Close()
 		r.logFile = nil
+		r.identity.close()
 	}
 	// os.RemoveAll works through descriptors and does not follow links
 	// below the work dir, whose own parent only root can change. The work
 	// dir is taken back first (0700, root's): every process of the
 	// launcher's user has ended, but another process of that user could
 	// still add entries to the tree while it is removed.
-	if r.workDir != "" && !r.cfg.Keep {
+	// A kept work dir is taken back as well: the VM's id goes back to the
+	// pool, and whichever VM gets it next must not reach into this one.
+	if r.workDir != "" {
 		if err := takeBack(r.dir); err != nil {
 			errs = append(errs, err)
+		} else if r.cfg.Keep {
+			fmt.Fprintf(r.cfg.Status, "vlctl: kept %s (root's alone now)\n", r.workDir)
 		} else if err := os.RemoveAll(r.workDir); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", r.workDir, err))
 		}
-	} else if r.workDir != "" {
-		fmt.Fprintf(r.cfg.Status, "vlctl: kept %s\n", r.workDir)
 	}
 	r.dir.Close()
+	// The id goes back once nothing runs as it; otherwise its lease stays
+	// for vlctl gc.
+	if err := r.lease.Release("/proc"); err != nil {
+		errs = append(errs, err)
+	}
 	// Last: until everything above is done, a vlctl killed meanwhile
 	// leaves its record for vlctl gc. One that failed stays for it too.
 	if r.record != "" {

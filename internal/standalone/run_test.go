@@ -181,7 +181,7 @@ func TestVlctlRunPowerOff(t *testing.T) {
 	}
 	// The progress lines, in order.
 	at := 0
-	for _, want := range []string{"vlctl: prepared " + root + "/", "vlctl: launcher starting as user virtlauncher",
+	for _, want := range []string{"vlctl: prepared " + root + "/", "vlctl: launcher starting as uid ",
 		"vlctl: launcher ready; defining and starting the domain", "vlctl: VM default/pw is running", "vlctl: guest powered off"} {
 		i := strings.Index(stderr[at:], want)
 		if i < 0 {
@@ -326,8 +326,8 @@ func TestRunRefusesBeforeCreating(t *testing.T) {
 		cfg  standalone.Config
 		want []string
 	}{
-		{"no such user", good, standalone.Config{User: "vl-no-such-user"}, []string{`user "vl-no-such-user"`}},
-		{"root user", good, standalone.Config{User: "root"}, []string{`user "root" is root`}},
+		{"uid range backwards", good, standalone.Config{UIDs: "1879048300-1879048200"}, []string{"--uids", "FIRST is above LAST"}},
+		{"uid range of system ids", good, standalone.Config{UIDs: "0-10"}, []string{"--uids", "below 1000"}},
 		{"unknown binding", withNet, standalone.Config{Binding: "slirp"}, []string{"slirp"}},
 		// The pod network is set up before the binaries are looked for:
 		// its teardown runs on this error path too.

@@ -505,7 +505,7 @@ func asUser(o ids, args ...string) bool {
 	}
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid)}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.credential()}
 	return cmd.Run() == nil
 }
 

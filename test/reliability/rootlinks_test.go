@@ -35,23 +35,24 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
-// linkUser is the unprivileged user the links are planted as.
+// linkUser is the unprivileged user the links are planted as: the id a
+// run's VM gets (vlctl run --uids ID-ID), with no account, as vlctl's own.
 type linkUser struct {
 	name     string
 	uid, gid int
 }
 
+// needLinkUser picks an id for the test, above vlctl's default range so
+// that no run of other tests takes it, and apart for each test process.
 func needLinkUser(t *testing.T) linkUser {
 	t.Helper()
 	testenv.Root(t, "vlctl run's root side is what is tested")
-	for _, name := range []string{"virtlauncher", "nobody"} {
-		if uid, gid, err := standalone.LookupUser(name); err == nil {
-			return linkUser{name, uid, gid}
-		}
-	}
-	testenv.Need(t, "user virtlauncher or nobody", errors.New("neither exists"))
-	return linkUser{}
+	id := 1879200000 + 4*(os.Getpid()%100000)
+	return linkUser{fmt.Sprintf("uid %d", id), id, id}
 }
+
+// uids is the --uids range of exactly u's id.
+func (u linkUser) uids() string { return fmt.Sprintf("%d-%d", u.uid, u.uid) }
 
 // canary is a root-owned directory outside any run's tree, the target of
 // every planted link; it must never change.
@@ -163,6 +164,7 @@ func shortWorkRoot(t *testing.T) string {
 // virt-launcher-monitor is the script monitor, run as the user.
 type linkRun struct {
 	u        linkUser
+	uids     string // --uids of the run (u's id alone by default)
 	workRoot string
 	manifest string
 	binDir   string
@@ -221,7 +223,7 @@ func newLinkRun(t *testing.T, u linkUser, monitor string) *linkRun {
 			t.Fatal(err)
 		}
 	}
-	return &linkRun{u: u, workRoot: shortWorkRoot(t), manifest: manifest, binDir: bin}
+	return &linkRun{u: u, uids: u.uids(), workRoot: shortWorkRoot(t), manifest: manifest, binDir: bin}
 }
 
 func (l *linkRun) run(t *testing.T) (string, error) {
@@ -230,7 +232,7 @@ func (l *linkRun) run(t *testing.T) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := standalone.Run(ctx, standalone.Config{
-		File: l.manifest, Binding: "bridge", WorkRoot: l.workRoot, User: l.u.name, BinDir: l.binDir,
+		File: l.manifest, Binding: "bridge", WorkRoot: l.workRoot, UIDs: l.uids, BinDir: l.binDir,
 		CapsCache: "none", RecordDir: reachableTemp(t, "vlrec"), Emulation: true,
 		Console: &strings.Builder{}, Status: &status,
 	})
@@ -387,22 +389,26 @@ done
 `
 
 // waitMonitor is the monitor of TestRootLinksChownRace: it gives the
-// swapper time to get at the tree, then fails.
+// swapper time to get at the tree (3 s, or until it did), then fails.
 const waitMonitor = `#!/bin/sh
 for i in $(seq 300); do
-	grep -qs "^inner $(pwd)/" '@OUT@/swaps' && break
+	grep -qs " $(pwd)/" '@OUT@/swaps' && break
 	sleep 0.01
 done
 exit 3
 `
 
-// TestRootLinksChownRace: the issue's race, bounded: a swapper as the
-// launcher's user replaces directories of every work dir with links to a
-// root-owned directory while vlctl run hands the tree over, three runs.
-// The old recursive chown walked paths and could be steered to chown the
-// link's target; now the user cannot enter the work dir until every owner
-// is changed, through descriptors, and root acts on nothing by path
-// afterwards.
+// TestRootLinksChownRace: the issue's race, bounded. A swapper replaces
+// directories of every work dir with links to a root-owned directory,
+// running as an id the way a guest that escaped into its QEMU would. The
+// old recursive chown walked paths and could be steered to chown the
+// link's target, and every VM ran as one user, so any escaped guest could
+// race any run. Now each VM has an id of its own:
+//   - an id some process still runs as is never given to a VM: three runs
+//     that may only take the swapper's id are refused before anything is
+//     made;
+//   - a run next to it gets another id, and the swapper (another VM's id)
+//     gets into none of its directories, during the hand-over or after.
 func TestRootLinksChownRace(t *testing.T) {
 	u := needLinkUser(t)
 	c := newCanary(t)
@@ -434,25 +440,25 @@ func TestRootLinksChownRace(t *testing.T) {
 		}
 	}
 	t.Cleanup(stop)
+	want := fmt.Sprintf("process %d runs with it", cmd.Process.Pid)
+	for i := 0; i < 3; i++ {
+		if status, err := l.run(t); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("run %d with the swapper's id alone: %v, want it refused (%q)\n%s", i, err, want, status)
+		}
+		l.nothingLeft(t)
+	}
+	l.uids = fmt.Sprintf("%d-%d", u.uid, u.uid+1)
 	for i := 0; i < 3; i++ {
 		if status, err := l.run(t); err == nil || !strings.Contains(err.Error(), "launcher exited before it was ready") {
-			t.Fatalf("run %d: %v, want the fake launcher's failure\n%s", i, err, status)
+			t.Fatalf("run %d next to the swapper: %v, want the fake launcher's failure\n%s", i, err, status)
 		}
 	}
 	stop()
 	b, _ := os.ReadFile(filepath.Join(out, "swaps"))
-	var inner int
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		switch {
-		case strings.HasPrefix(line, "top "):
-			t.Errorf("the launcher's user replaced an entry of root's work dir: %s", line)
-		case strings.HasPrefix(line, "inner "):
-			inner++
+		if line != "" {
+			t.Errorf("another VM's id changed a run's work dir: %s", line)
 		}
-	}
-	t.Logf("%d swaps inside the handed-over directories", inner)
-	if inner == 0 {
-		t.Error("the swapper never got into a handed-over directory: the race was not tried")
 	}
 	c.untouched(t)
 	l.nothingLeft(t)
