@@ -95,12 +95,16 @@ func lookPath(name string) (string, error) {
 }
 
 // InContainer reports whether this process looks like it runs in a
-// container, where root mode's host-wide paths belong to the container.
+// container, where root mode's host-wide paths belong to the container: a
+// Kubernetes pod (KUBERNETES_SERVICE_HOST, which the kubelet always sets),
+// podman's /run/.containerenv, or the container variable podman, LXC and
+// systemd-nspawn set (docker run -e container=docker for Docker). Docker's
+// /.dockerenv does not count: a root file system made from an image keeps
+// it on machines that are no container (a microVM's, say), where root mode
+// would write the machine's own /etc/libvirt/qemu.conf.
 func InContainer() bool {
-	for _, f := range []string{"/.dockerenv", "/run/.containerenv"} {
-		if _, err := os.Stat(f); err == nil {
-			return true
-		}
+	if _, err := os.Stat("/run/.containerenv"); err == nil {
+		return true
 	}
 	return os.Getenv("container") != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 }

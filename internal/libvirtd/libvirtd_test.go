@@ -2,6 +2,7 @@ package libvirtd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -382,4 +383,51 @@ func TestCapsSeed(t *testing.T) {
 	}
 	t.Logf("first define (seeded cache): %v", time.Since(t0))
 	l2.DomainUndefine(dom2)
+}
+
+// TestRootModeRefusedOutsideContainer (issue 14, class 3): a launcher run
+// as root on a machine that is no container must not start a system-mode
+// daemon, which would share /run/libvirt and /var/lib/libvirt with the
+// machine's and write /etc/libvirt/qemu.conf: Start refuses before writing
+// anything, and the machine's libvirt files stay as they were.
+func TestRootModeRefusedOutsideContainer(t *testing.T) {
+	testenv.Root(t, "root mode is what is refused")
+	t.Setenv("container", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("VIRTLAUNCHER_ALLOW_HOST_SYSTEM_MODE", "")
+	if InContainer() {
+		testenv.Need(t, "a machine that is no container", errors.New("/run/.containerenv exists"))
+	}
+	host := []string{"/etc/libvirt/qemu.conf", "/run/libvirt/common/system.token", "/run/libvirt/qemu"}
+	before := map[string]string{}
+	for _, p := range host {
+		before[p] = describe(p)
+	}
+	dir := t.TempDir()
+	cfg := Config{Dir: filepath.Join(dir, "libvirt"), RuntimeDir: filepath.Join(dir, "run"), Root: true}
+	d, err := Start(context.Background(), cfg, testLogger(t))
+	if err == nil {
+		d.Stop(context.Background())
+		t.Fatal("root mode started outside a container")
+	}
+	if !strings.Contains(err.Error(), "root mode outside a container") {
+		t.Errorf("error %v, want one naming root mode outside a container", err)
+	}
+	for _, p := range host {
+		if now := describe(p); now != before[p] {
+			t.Errorf("%s changed: %s, was %s", p, now, before[p])
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("Start made %d entries in its directory before refusing", len(ents))
+	}
+}
+
+// describe is a file's state: absent, or its size, mode and times.
+func describe(p string) string {
+	st, err := os.Lstat(p)
+	if err != nil {
+		return "absent"
+	}
+	return fmt.Sprintf("%d %v %v", st.Size(), st.Mode(), st.ModTime().UnixNano())
 }
