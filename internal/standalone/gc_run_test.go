@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
@@ -113,4 +114,74 @@ func TestVlctlGCAfterSIGKILL(t *testing.T) {
 	if code, _, stderr := vlctl(t, time.Minute, "gc", "--record-dir", records); code != 0 || stderr != "" {
 		t.Errorf("a second vlctl gc: exit %d, output %q; want 0 and nothing", code, stderr)
 	}
+}
+
+// TestVlctlRunMonitorKilled (issue 14, class 6): the monitor of a running
+// guest killed with SIGKILL takes the launcher and QEMU with it; `vlctl
+// run` reports the failure (never a clean end), waits until nothing runs
+// as the VM's id any more before it removes anything, and leaves nothing:
+// no process, no work dir, no record, no uid lease.
+func TestVlctlRunMonitorKilled(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	e := newKeepEnv(t)
+	records := workRoot(t)
+	if err := os.WriteFile(filepath.Join(e.dir, "hd.img"), make([]byte, 16<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Replace(e.doc("Once", "mk"), " "+testguest.OptPowerOff, "", 1)
+	file := e.write(t, "mk", doc)
+	cmd, stdout, stderr, exited := startVlctl(t, "run", "--emulation", "--workdir", e.root, "--record-dir", records,
+		"--volume", "claim1="+filepath.Join(e.dir, "pvc.img")+",size=8Mi", "--volume", "dv1="+filepath.Join(e.dir, "dv.img"), file)
+	waitFor(t, "the guest", 4*time.Minute, exited, func() bool {
+		return strings.Contains(stdout.String(), testguest.MarkerBooted)
+	})
+	entries, err := runrecord.List(records)
+	if err != nil || len(entries) != 1 || entries[0].UID == 0 {
+		t.Fatalf("records: %+v, %v; want one with a uid", entries, err)
+	}
+	uid := entries[0].UID
+	procs, err := procfs.Under("/proc", e.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	monitor, qemu := 0, 0
+	for _, p := range procs {
+		switch {
+		case p.Comm == "virt-launcher-m":
+			monitor = p.PID
+		case strings.HasPrefix(p.Comm, "qemu"):
+			qemu = p.PID
+		}
+	}
+	if monitor == 0 || qemu == 0 {
+		t.Fatalf("no monitor or QEMU among the run's processes: %+v", procs)
+	}
+	if err := syscall.Kill(monitor, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	select {
+	case <-exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("vlctl run still runs 2 minutes after its monitor was killed")
+	}
+	t.Logf("vlctl run ended %v after the monitor's SIGKILL, exit %d:\n%s", time.Since(t0).Round(time.Millisecond), cmd.ProcessState.ExitCode(), stderr.String())
+	if cmd.ProcessState.ExitCode() == 0 {
+		t.Error("vlctl run exited 0 after its monitor was killed")
+	}
+	if !strings.Contains(stderr.String(), "exited while the guest ran") {
+		t.Errorf("vlctl run did not say the launcher went away under the guest:\n%s", stderr.String())
+	}
+	if pids, err := procfs.WithID("/proc", uid, false); err != nil || len(pids) > 0 {
+		t.Errorf("processes %v still run as the VM's uid %d (%v)", pids, uid, err)
+	}
+	if st, err := procfs.ReadStat("/proc", qemu); err == nil && st.State != 'Z' {
+		t.Errorf("QEMU (pid %d) still runs", qemu)
+	}
+	checkNothingLeft(t, e.root)
+	if left, _ := runrecord.List(records); len(left) != 0 {
+		t.Errorf("records left: %+v", left)
+	}
+	checkLeasesGone(t, records)
 }

@@ -1399,6 +1399,15 @@ func (r *runner) cleanup() error {
 			}
 		}
 	}
+	// The pod is gone only when nothing runs as the VM's id any more: a
+	// monitor killed outright leaves its launcher (told by its parent-death
+	// signal) shutting the guest down, and QEMU. Nothing is removed while
+	// they run on the work dir.
+	podGone := true
+	if err := r.endVMProcesses(); err != nil {
+		errs = append(errs, err)
+		podGone = false
+	}
 	if r.pub != nil {
 		r.pub.close()
 	}
@@ -1426,7 +1435,9 @@ func (r *runner) cleanup() error {
 	// still add entries to the tree while it is removed.
 	// A kept work dir is taken back as well: the VM's id goes back to the
 	// pool, and whichever VM gets it next must not reach into this one.
-	if r.workDir != "" {
+	if r.workDir != "" && !podGone {
+		fmt.Fprintf(r.cfg.Status, "vlctl: kept %s: processes of the VM still run (vlctl gc removes it)\n", r.workDir)
+	} else if r.workDir != "" {
 		if err := takeBack(r.dir); err != nil {
 			errs = append(errs, err)
 		} else if r.cfg.Keep {
@@ -1463,6 +1474,58 @@ func takeBack(dir *safefs.Dir) error {
 		return fmt.Errorf("take back the work dir: %w", err)
 	}
 	return nil
+}
+
+// vmEndWait is how long the VM's processes left after the monitor get to
+// end by themselves (a launcher shutting its guest down) before SIGKILL.
+const vmEndWait = 30 * time.Second
+
+// endVMProcesses waits for every process that runs as the VM's id to end,
+// vmEndWait at most (less on a second Ctrl-C), then kills what is left.
+// Only the VM's processes run as its id, so nothing else is touched.
+func (r *runner) endVMProcesses() error {
+	if r.lease == nil {
+		return nil
+	}
+	left := func() []int {
+		pids, _ := procfs.WithID("/proc", r.lease.ID, false)
+		return pids
+	}
+	if len(left()) == 0 {
+		return nil
+	}
+	r.log.Info("processes of the VM outlive its monitor; waiting for them", "uid", r.lease.ID, "pids", left())
+	deadline := time.After(vmEndWait)
+wait:
+	for len(left()) > 0 {
+		select {
+		case <-deadline:
+			break wait
+		case <-r.cfg.Force:
+			break wait
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	for try := 0; try < 50; try++ {
+		pids := left()
+		if len(pids) == 0 {
+			return nil
+		}
+		for _, pid := range pids {
+			// A pidfd pins the process; checked again through it, a pid
+			// reused since the listing is never signalled.
+			proc, err := os.FindProcess(pid)
+			if err != nil {
+				continue
+			}
+			if slices.Contains(left(), pid) {
+				proc.Signal(syscall.SIGKILL)
+			}
+			proc.Release()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("processes %v of the VM (uid %d) survive SIGKILL", left(), r.lease.ID)
 }
 
 // killTree kills the monitor and every process below it. The launcher and
