@@ -87,6 +87,13 @@ func (c *cmdServer) vmiOp(ctx context.Context, rpc string, req *cmdv1.VMIRequest
 // checkedVMIOp is vmiOp with check run on the decoded VMI first.
 func (c *cmdServer) checkedVMIOp(ctx context.Context, rpc string, req *cmdv1.VMIRequest,
 	check func(*v1.VirtualMachineInstance) error, op func(context.Context, *v1.VirtualMachineInstance) error) (*cmdv1.Response, error) {
+	select {
+	case c.s.vmiCalls <- struct{}{}:
+		defer func() { <-c.s.vmiCalls }()
+	default:
+		c.s.log.Warn("call refused: too many in flight", "rpc", rpc, "limit", MaxVMICalls)
+		return nil, status.Errorf(codes.ResourceExhausted, "%s: %d calls carrying a VMI are in flight already; try again", rpc, MaxVMICalls)
+	}
 	vmi, ignored, err := decodeVMI(req.GetVmi())
 	if err != nil {
 		c.s.log.Error("failed to decode vmi", "rpc", rpc, "reason", err.Error())

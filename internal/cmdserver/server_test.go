@@ -8,6 +8,7 @@ package cmdserver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -79,7 +80,7 @@ func (f *fakeManager) last() call {
 
 func (f *fakeManager) Sync(ctx context.Context, vmi *v1.VirtualMachineInstance, o domain.SyncOptions) error {
 	if f.syncGate != nil {
-		close(f.syncIn)
+		f.syncIn <- struct{}{}
 		select {
 		case <-f.syncGate:
 		case <-ctx.Done():
@@ -401,7 +402,7 @@ func TestUnsupportedRPCs(t *testing.T) {
 
 // TestNoGlobalLock: Ping and GetDomain answer while a Sync is blocked.
 func TestNoGlobalLock(t *testing.T) {
-	m := &fakeManager{syncGate: make(chan struct{}), syncIn: make(chan struct{})}
+	m := &fakeManager{syncGate: make(chan struct{}), syncIn: make(chan struct{}, 1)}
 	c, _ := start(t, m)
 	syncDone := make(chan error, 1)
 	go func() { syncDone <- c.Sync(context.Background(), testVMI(), nil) }()
@@ -517,5 +518,40 @@ func TestServeStopsOnCancel(t *testing.T) {
 	}
 	if err := c.Ping(context.Background()); err == nil {
 		t.Errorf("Ping after stop succeeded")
+	}
+}
+
+// TestVMICallsBounded (issue 14, class 7): with MaxVMICalls Syncs in
+// flight one more is refused at once (ResourceExhausted) instead of
+// holding another decoded VMI; Ping still answers, and once the Syncs end
+// a Sync is accepted again.
+func TestVMICallsBounded(t *testing.T) {
+	m := &fakeManager{syncGate: make(chan struct{}), syncIn: make(chan struct{}, cmdserver.MaxVMICalls)}
+	c, _ := start(t, m)
+	done := make(chan error, cmdserver.MaxVMICalls)
+	for range cmdserver.MaxVMICalls {
+		go func() { done <- c.Sync(context.Background(), testVMI(), nil) }()
+	}
+	for range cmdserver.MaxVMICalls {
+		<-m.syncIn
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := c.Sync(ctx, testVMI(), nil)
+	// cmdclient names the gRPC code in its message.
+	if msg := fmt.Sprint(err); !strings.Contains(msg, "ResourceExhausted") || !strings.Contains(msg, "in flight") {
+		t.Errorf("Sync beyond the bound: %v, want ResourceExhausted", err)
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Errorf("Ping with the bound reached: %v", err)
+	}
+	close(m.syncGate)
+	for range cmdserver.MaxVMICalls {
+		if err := <-done; err != nil {
+			t.Errorf("a Sync within the bound: %v", err)
+		}
+	}
+	if err := c.Sync(ctx, testVMI(), nil); err != nil {
+		t.Errorf("Sync after the others ended: %v", err)
 	}
 }
