@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +18,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
@@ -245,20 +245,11 @@ func isStatus(s string) func(stamped) bool {
 // start execs the monitor as the unprivileged user with the flags
 // internal/standalone passes, and watches its sockets appear.
 func (in *instance) start() error {
-	l := in.lay
-	grace := vmi.GracePeriodSeconds(in.vmi)
-	args := []string{
-		"--qemu-timeout", "5m",
-		"--name", in.vmi.Name, "--namespace", in.vmi.Namespace, "--uid", string(in.vmi.UID),
-		"--kubevirt-share-dir", l.ShareDir,
-		"--ephemeral-disk-dir", l.EphemeralDiskDir,
-		"--container-disk-dir", l.ContainerDiskDir,
-		"--hotplug-disk-dir", l.HotplugDiskDir,
-		"--private-dir", l.PrivateDir,
-		"--libvirt-run-dir", l.LibvirtRunDir,
-		"--grace-period-seconds", strconv.FormatInt(grace+15, 10),
-		"--run-as-nonroot", "--allow-emulation", "--force-emulation",
-	}
+	o := launcherflags.ForVMI(in.vmi)
+	o.SetLayout(in.lay)
+	o.QemuTimeout = 5 * time.Minute
+	o.RunAsNonroot, o.AllowEmulation, o.ForceEmulation = true, true, true
+	args := o.Args()
 	logFile, err := os.OpenFile(in.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 
 	"github.com/virtlauncher/virtlauncher/internal/launcher"
+	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/logging"
 )
 
@@ -23,7 +24,7 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(50)
 	}
-	opts, err := launcher.Parse(os.Args[1:], os.Stderr)
+	opts, err := launcherflags.Parse(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}

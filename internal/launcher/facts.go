@@ -8,13 +8,14 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
+	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
 
 // hypervisor decides between KVM and TCG: forced emulation, else KVM when
 // /dev/kvm can be opened, else emulation when allowed, else an error that
 // Sync returns.
-func hypervisor(o *Options) (emulation bool, err error) {
+func hypervisor(o *launcherflags.Options) (emulation bool, err error) {
 	if o.ForceEmulation {
 		return true, nil
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/hooks"
+	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/logging"
@@ -55,7 +56,7 @@ const (
 
 // Launcher is one run of virt-launcher.
 type Launcher struct {
-	opts   *Options
+	opts   *launcherflags.Options
 	log    *slog.Logger
 	layout layout.Layout
 	// Events overrides the event sink (tests); nil means the notify client
@@ -70,7 +71,7 @@ type Launcher struct {
 }
 
 // New prepares a launcher.
-func New(opts *Options, log *slog.Logger) *Launcher {
+func New(opts *launcherflags.Options, log *slog.Logger) *Launcher {
 	return &Launcher{opts: opts, log: log, layout: opts.Layout()}
 }
 

@@ -19,6 +19,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
@@ -205,21 +206,18 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 			t.Fatalf("mount tmpfs: %v %s", err, out)
 		}
 	}
-	args := append([]string{"--qemu-timeout", o.QemuTimeout.String()}, p.PodArgs()...)
-	args = append(args,
-		"--grace-period-seconds", strconv.Itoa(o.Grace),
-		"--allow-emulation", "--force-emulation", "--run-as-nonroot",
-	)
+	lo := p.LauncherOptions()
+	lo.QemuTimeout = o.QemuTimeout
+	lo.GracePeriodSeconds = o.Grace
+	lo.AllowEmulation, lo.ForceEmulation, lo.RunAsNonroot = true, true, true
 	if o.SharedCaps {
-		args = append(args, "--qemu-caps-cache", e.CapsDir)
+		lo.QemuCapsCache = e.CapsDir
 	}
-	if o.ImageVolume != nil {
-		args = append(args, "--image-volume")
-	}
+	lo.ImageVolume = o.ImageVolume != nil
 	if p.net != nil {
-		args = append(args, "--resolv-conf", p.net.ResolvConf)
+		lo.ResolvConf = p.net.ResolvConf
 	}
-	args = append(args, o.ExtraArgs...)
+	args := append(lo.Args(), o.ExtraArgs...)
 	p.Cmd = exec.Command(filepath.Join(e.BinDir, "virt-launcher-monitor"), args...)
 	p.Cmd.Dir = dir
 	p.Cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "VIRT_LAUNCHER_BIN=" + filepath.Join(e.BinDir, "virt-launcher")}
@@ -243,18 +241,17 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 
 // PodArgs are the launcher flags naming the VMI and the pod's directories.
 func (p *Pod) PodArgs() []string {
-	return []string{
-		"--name", p.Name, "--namespace", p.NS, "--uid", p.UID,
-		"--kubevirt-share-dir", p.Layout.ShareDir,
-		"--ephemeral-disk-dir", p.Layout.EphemeralDiskDir,
-		"--container-disk-dir", p.Layout.ContainerDiskDir,
-		"--hotplug-disk-dir", p.Layout.HotplugDiskDir,
-		"--private-dir", p.Layout.PrivateDir,
-		"--libvirt-run-dir", p.Layout.LibvirtRunDir,
-		"--hooks-dir", p.Layout.HooksDir,
-		"--image-volume-dir", p.Layout.ImageVolumeDir,
-		"--kernel-boot-volume-dir", p.Layout.KernelBootVolumeDir,
-	}
+	o := p.LauncherOptions()
+	return o.Args()
+}
+
+// LauncherOptions are the launcher's defaults with the pod's VMI and
+// directories set.
+func (p *Pod) LauncherOptions() launcherflags.Options {
+	o := launcherflags.Defaults()
+	o.Name, o.Namespace, o.UID = p.Name, p.NS, p.UID
+	o.SetLayout(p.Layout)
+	return o
 }
 
 // imagesDir holds the unpacked images of Options.ImageVolume, which are

@@ -32,6 +32,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
+	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
@@ -745,35 +746,19 @@ func (r *runner) enterPod() error {
 // startMonitor starts virt-launcher-monitor as the unprivileged user, inside
 // the pod network namespace when there is one.
 func (r *runner) startMonitor() error {
-	l := r.layout
 	monitorBin, launcherBin := r.bins[0], r.bins[1]
-	grace := vmi.GracePeriodSeconds(r.vmi)
-	args := []string{
-		"--qemu-timeout", r.cfg.QemuTimeout.String(),
-		"--name", r.vmi.Name, "--namespace", r.vmi.Namespace, "--uid", string(r.vmi.UID),
-		"--kubevirt-share-dir", l.ShareDir,
-		"--ephemeral-disk-dir", l.EphemeralDiskDir,
-		"--container-disk-dir", l.ContainerDiskDir,
-		"--hotplug-disk-dir", l.HotplugDiskDir,
-		"--private-dir", l.PrivateDir,
-		"--libvirt-run-dir", l.LibvirtRunDir,
-		"--block-device-dir", l.BlockDeviceDir,
-		// KubeVirt's controller passes the VMI's grace period + 15 s.
-		"--grace-period-seconds", strconv.FormatInt(grace+15, 10),
-		"--run-as-nonroot",
-		"--allow-emulation",
-	}
+	o := launcherflags.ForVMI(r.vmi)
+	o.SetLayout(r.layout)
+	o.QemuTimeout = r.cfg.QemuTimeout
+	o.RunAsNonroot, o.AllowEmulation = true, true
 	if r.net != nil {
-		args = append(args, "--resolv-conf", r.net.resolvConf())
+		o.ResolvConf = r.net.resolvConf()
 	}
-	if r.caps != "" {
-		args = append(args, "--qemu-caps-cache", r.caps)
-	}
+	o.QemuCapsCache = r.caps
 	// kvm.Usable cannot tell a nested setup where guests do not progress;
 	// --emulation is for that.
-	if r.cfg.Emulation || kvm.Usable() != nil {
-		args = append(args, "--force-emulation")
-	}
+	o.ForceEmulation = r.cfg.Emulation || kvm.Usable() != nil
+	args := o.Args()
 	logFile := r.logFile
 	cmd := exec.Command(monitorBin, args...)
 	cmd.Env = monitorEnv(launcherBin)

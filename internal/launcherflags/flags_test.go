@@ -1,12 +1,13 @@
-package launcher
+package launcherflags
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/virtlauncher/virtlauncher/internal/kvm"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
 
 // The flags virt-controller's pod template passes (kubevirt-wire.md 5.3).
@@ -21,6 +22,28 @@ var kubevirtArgs = []string{
 	"--allow-cross-arch-emulation", "--qemu-agent-sys-interval", "120s", "--qemu-agent-file-interval", "300s",
 	"--qemu-agent-user-interval", "10s", "--qemu-agent-version-interval", "300s",
 	"--qemu-fsfreeze-status-interval", "5s", "--hotplug-disk-dir", "/var/run/kubevirt/hotplug-disks/", "-v", "4",
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--grace-period-seconds", "-1"}, "grace-period-seconds"},
+		{[]string{"--qemu-timeout", "0s"}, "qemu-timeout"},
+		{[]string{"--hypervisor", "xen"}, "only kvm"},
+		{[]string{"--private-dir", "rel"}, "absolute"},
+		{[]string{"--image-volume-dir", "rel"}, "--image-volume-dir \"rel\": must be an absolute path"},
+		{[]string{"--kernel-boot-volume-dir", ""}, "--kernel-boot-volume-dir"},
+		{[]string{"--no-such-flag"}, "no-such-flag"},
+		{[]string{"extra"}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		_, err := Parse(tt.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%q) = %v, want an error mentioning %q", tt.args, err, tt.want)
+		}
+	}
 }
 
 func TestParseKubeVirtArgs(t *testing.T) {
@@ -61,28 +84,6 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
-func TestParseErrors(t *testing.T) {
-	tests := []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--grace-period-seconds", "-1"}, "grace-period-seconds"},
-		{[]string{"--qemu-timeout", "0s"}, "qemu-timeout"},
-		{[]string{"--hypervisor", "xen"}, "only kvm"},
-		{[]string{"--private-dir", "rel"}, "absolute"},
-		{[]string{"--image-volume-dir", "rel"}, "--image-volume-dir \"rel\": must be an absolute path"},
-		{[]string{"--kernel-boot-volume-dir", ""}, "--kernel-boot-volume-dir"},
-		{[]string{"--no-such-flag"}, "no-such-flag"},
-		{[]string{"extra"}, "unexpected arguments"},
-	}
-	for _, tt := range tests {
-		_, err := Parse(tt.args, &bytes.Buffer{})
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("Parse(%q) = %v, want an error mentioning %q", tt.args, err, tt.want)
-		}
-	}
-}
-
 // TestHelpListsEveryFlag: --help names every flag the pod template passes,
 // and marks the ignored ones.
 func TestHelpListsEveryFlag(t *testing.T) {
@@ -113,50 +114,58 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	}
 }
 
-func TestLibvirtdPlacement(t *testing.T) {
-	o, _ := Parse(nil, &bytes.Buffer{})
-	l := New(o, nil)
-	c := l.libvirtdConfig(false)
-	// In a pod: XDG_RUNTIME_DIR=/var/run puts the socket at KubeVirt's
-	// /var/run/libvirt/virtqemud-sock; config and state in the private dir.
-	if c.RuntimeDir != "/var/run" || c.Dir != "/var/run/kubevirt-private/libvirt" || c.CacheHome != "/var/run/kubevirt-private" {
-		t.Errorf("pod placement %+v", c)
+// TestArgsRoundTrip: Args renders options Parse reads back unchanged, for
+// options that differ from every default (each field set by reflection,
+// so a field added later is covered), and for the defaults (no flag).
+func TestArgsRoundTrip(t *testing.T) {
+	def, err := Parse(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	o.LibvirtRunDir = "/w/libvirt-run"
-	if c := New(o, nil).libvirtdConfig(false); c.RuntimeDir != "/w/libvirt-run" {
-		t.Errorf("standalone runtime dir %q", c.RuntimeDir)
+	if args := def.Args(); len(args) != 0 {
+		t.Errorf("the defaults render as %q, want no flag", args)
 	}
-}
-
-func TestHypervisor(t *testing.T) {
-	emu, err := hypervisor(&Options{ForceEmulation: true})
-	if !emu || err != nil {
-		t.Errorf("forced: %v %v", emu, err)
-	}
-	if kvm.Usable() != nil {
-		if _, err := hypervisor(&Options{}); err == nil || !strings.Contains(err.Error(), "--allow-emulation") {
-			t.Errorf("no KVM, no emulation allowed: %v", err)
+	o := *def
+	v := reflect.ValueOf(&o).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("/x/" + v.Type().Field(i).Name) // absolute: the directory flags must be
+		case reflect.Bool:
+			f.SetBool(!f.Bool())
+		case reflect.Int, reflect.Int64:
+			if f.Type() == reflect.TypeOf(time.Duration(0)) {
+				f.SetInt(int64(7*time.Second) + int64(i))
+			} else {
+				f.SetInt(int64(40 + i))
+			}
+		case reflect.Uint:
+			f.SetUint(uint64(3 + i))
+		default:
+			t.Fatalf("field %s: kind %s not covered by this test", v.Type().Field(i).Name, f.Kind())
 		}
-		if emu, err := hypervisor(&Options{AllowEmulation: true}); !emu || err != nil {
-			t.Errorf("allowed: %v %v", emu, err)
-		}
+	}
+	o.Hypervisor = "kvm" // the one value it takes, which is its default
+	args := o.Args()
+	got, err := Parse(args, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("Parse(%q): %v", args, err)
+	}
+	if !reflect.DeepEqual(*got, o) {
+		t.Errorf("round trip:\n got %+v\nwant %+v\nargs %q", *got, o, args)
 	}
 }
 
-func TestEFIFiles(t *testing.T) {
-	efi := efiFiles("/nonexistent")
-	if efi.Code != "" && !strings.Contains(efi.Code, "OVMF_CODE") {
-		t.Errorf("code %q", efi.Code)
+// TestSetLayout: a layout set into the options comes back out of them.
+func TestSetLayout(t *testing.T) {
+	l := layout.Under("/w")
+	o := Defaults()
+	o.SetLayout(l)
+	if got := o.Layout(); got != l {
+		t.Errorf("layout round trip:\n got %+v\nwant %+v", got, l)
 	}
-}
-
-func TestLibvirtDebugFromEnvVerbosity(t *testing.T) {
-	o, _ := Parse(nil, &bytes.Buffer{})
-	if New(o, nil).libvirtdConfig(false).Debug {
-		t.Fatal("debug at the default verbosity")
-	}
-	t.Setenv("VIRT_LAUNCHER_LOG_VERBOSITY", "6")
-	if !New(o, nil).libvirtdConfig(false).Debug {
-		t.Error("VIRT_LAUNCHER_LOG_VERBOSITY=6 does not enable libvirt debug logs")
+	if d := Defaults(); d.Layout() != layout.Default() {
+		t.Errorf("the defaults' layout %+v is not layout.Default()", d.Layout())
 	}
 }

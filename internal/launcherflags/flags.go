@@ -1,32 +1,8 @@
-// Package launcher is virt-launcher: it starts the private libvirt daemon,
-// serves KubeVirt's command protocol, keeps the domain in line with the VMI
-// and ends when QEMU is gone (kubevirt-wire.md section 5).
-//
-// Start-up, in order: create the directories (owner-only); wait up to
-// --qemu-timeout for the --hook-sidecars hook sidecars (internal/hooks);
-// start virtlogd and the libvirt daemon (session mode as an ordinary user,
-// system mode as root in a container); connect and subscribe to lifecycle
-// events; serve gRPC on <share>/sockets/launcher-init-sock; check it with
-// Info and Ping; rename it to launcher-sock (the readiness signal); sync
-// STANDALONE_VMI if set; wait up to --qemu-timeout for a domain. Then run
-// until QEMU is gone: on SIGTERM mark the domain for graceful shutdown,
-// press the ACPI power button (again every 5 s) and destroy it when
-// --grace-period-seconds run out. At the end tell the hook sidecars (Shutdown), send
-// the final "domain gone" event (waiting up to 15 s for virt-handler's
-// Delete when a notify pipe exists), stop the daemons, remove the sockets
-// and exit 0, or 1 when QEMU ended abnormally (2 for a fatal start-up
-// error).
-//
-// Outside a cluster, every directory comes from the flags, so a launcher
-// runs in any working directory W as an unprivileged user:
-//
-//	STANDALONE_VMI="$(cat vmi.yaml)" virt-launcher --allow-emulation \
-//	  --kubevirt-share-dir W/share --container-disk-dir W/share/container-disks \
-//	  --hotplug-disk-dir W/share/hotplug-disks --ephemeral-disk-dir W/ephemeral \
-//	  --private-dir W/private --libvirt-run-dir W/libvirt-run
-//
-// (vlctl run does this, and more, for a manifest.)
-package launcher
+// Package launcherflags is virt-launcher's command line: the flags
+// KubeVirt's pod template passes, with KubeVirt's defaults (Parse), plus
+// our own, and the one renderer of them (Args), with which vlctl run, the
+// test harness and the bench start their launchers.
+package launcherflags
 
 import (
 	"flag"
@@ -37,6 +13,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
+	v1 "kubevirt.io/api/core/v1"
 )
 
 // Options are virt-launcher's command-line flags: every flag KubeVirt's pod
@@ -193,4 +170,58 @@ func Parse(args []string, out io.Writer) (*Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// Args renders o as the command line Parse reads back into o: every flag
+// whose value differs from its default, as --name=value (the form the
+// flag package and the monitor's own reader both take for every kind of
+// flag), in the flag set's order. It is the one place a launcher's (and
+// its monitor's) command line is assembled.
+func (o *Options) Args() []string {
+	var cur Options
+	fs := cur.FlagSet(io.Discard) // cur now holds the defaults
+	defaults := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { defaults[f.Name] = f.Value.String() })
+	// The flag values point into cur: reading them now reads o's.
+	cur = *o
+	var args []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := f.Value.String(); v != defaults[f.Name] {
+			args = append(args, "--"+f.Name+"="+v)
+		}
+	})
+	return args
+}
+
+// Defaults are the options of a command line without flags.
+func Defaults() Options {
+	var o Options
+	o.FlagSet(io.Discard)
+	return o
+}
+
+// SetLayout points every directory flag at l's directories: the inverse
+// of Layout.
+func (o *Options) SetLayout(l layout.Layout) {
+	o.ShareDir = l.ShareDir
+	o.PrivateDir = l.PrivateDir
+	o.EphemeralDiskDir = l.EphemeralDiskDir
+	o.ContainerDiskDir = l.ContainerDiskDir
+	o.HotplugDiskDir = l.HotplugDiskDir
+	o.LibvirtRunDir = l.LibvirtRunDir
+	o.HooksDir = l.HooksDir
+	o.BlockDeviceDir = l.BlockDeviceDir
+	o.ImageVolumeDir = l.ImageVolumeDir
+	o.KernelBootVolDir = l.KernelBootVolumeDir
+}
+
+// ForVMI are the defaults with what virt-controller's pod template derives
+// from the VMI: its name, namespace and UID, and the grace period, which
+// is the VMI's own plus 15 s (the launcher's destroy must come before the
+// kubelet's SIGKILL, which waits the pod's grace period).
+func ForVMI(v *v1.VirtualMachineInstance) Options {
+	o := Defaults()
+	o.Name, o.Namespace, o.UID = v.Name, v.Namespace, string(v.UID)
+	o.GracePeriodSeconds = int(vmi.GracePeriodSeconds(v) + 15)
+	return o
 }

@@ -1,0 +1,58 @@
+package launcher
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/virtlauncher/virtlauncher/internal/kvm"
+	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
+)
+
+func TestLibvirtdPlacement(t *testing.T) {
+	o, _ := launcherflags.Parse(nil, &bytes.Buffer{})
+	l := New(o, nil)
+	c := l.libvirtdConfig(false)
+	// In a pod: XDG_RUNTIME_DIR=/var/run puts the socket at KubeVirt's
+	// /var/run/libvirt/virtqemud-sock; config and state in the private dir.
+	if c.RuntimeDir != "/var/run" || c.Dir != "/var/run/kubevirt-private/libvirt" || c.CacheHome != "/var/run/kubevirt-private" {
+		t.Errorf("pod placement %+v", c)
+	}
+	o.LibvirtRunDir = "/w/libvirt-run"
+	if c := New(o, nil).libvirtdConfig(false); c.RuntimeDir != "/w/libvirt-run" {
+		t.Errorf("standalone runtime dir %q", c.RuntimeDir)
+	}
+}
+
+func TestHypervisor(t *testing.T) {
+	emu, err := hypervisor(&launcherflags.Options{ForceEmulation: true})
+	if !emu || err != nil {
+		t.Errorf("forced: %v %v", emu, err)
+	}
+	if kvm.Usable() != nil {
+		if _, err := hypervisor(&launcherflags.Options{}); err == nil || !strings.Contains(err.Error(), "--allow-emulation") {
+			t.Errorf("no KVM, no emulation allowed: %v", err)
+		}
+		if emu, err := hypervisor(&launcherflags.Options{AllowEmulation: true}); !emu || err != nil {
+			t.Errorf("allowed: %v %v", emu, err)
+		}
+	}
+}
+
+func TestEFIFiles(t *testing.T) {
+	efi := efiFiles("/nonexistent")
+	if efi.Code != "" && !strings.Contains(efi.Code, "OVMF_CODE") {
+		t.Errorf("code %q", efi.Code)
+	}
+}
+
+func TestLibvirtDebugFromEnvVerbosity(t *testing.T) {
+	o, _ := launcherflags.Parse(nil, &bytes.Buffer{})
+	if New(o, nil).libvirtdConfig(false).Debug {
+		t.Fatal("debug at the default verbosity")
+	}
+	t.Setenv("VIRT_LAUNCHER_LOG_VERBOSITY", "6")
+	if !New(o, nil).libvirtdConfig(false).Debug {
+		t.Error("VIRT_LAUNCHER_LOG_VERBOSITY=6 does not enable libvirt debug logs")
+	}
+}
