@@ -21,6 +21,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
+	"github.com/virtlauncher/virtlauncher/internal/monitor"
 	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
@@ -256,7 +257,7 @@ func (in *instance) start() error {
 	}
 	defer logFile.Close()
 	cmd := exec.Command(filepath.Join(in.env.binDir, "virt-launcher-monitor"), args...)
-	cmd.Env = append(os.Environ(), "VIRT_LAUNCHER_BIN="+filepath.Join(in.env.binDir, "virt-launcher"))
+	cmd.Env = monitor.Env(filepath.Join(in.env.binDir, "virt-launcher"))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = in.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{

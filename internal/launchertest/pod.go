@@ -21,6 +21,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/monitor"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
@@ -220,7 +221,7 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	args := append(lo.Args(), o.ExtraArgs...)
 	p.Cmd = exec.Command(filepath.Join(e.BinDir, "virt-launcher-monitor"), args...)
 	p.Cmd.Dir = dir
-	p.Cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "VIRT_LAUNCHER_BIN=" + filepath.Join(e.BinDir, "virt-launcher")}
+	p.Cmd.Env = monitor.Env(filepath.Join(e.BinDir, "virt-launcher"))
 	p.Cmd.Stdout = p.Stdout
 	p.Cmd.Stderr = p.Stderr
 	// A process of the pod that left its process group (a daemonized

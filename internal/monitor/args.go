@@ -55,6 +55,20 @@ type Config struct {
 	Help            bool          // -h/--help was given
 }
 
+// Env is the whole environment a monitor started outside a cluster gets
+// (and through it the launcher, its daemons and QEMU), as a pod's container
+// would have it: an allow-list, never the caller's own. The caller's
+// environment may hold secrets (tokens, proxies with passwords) that the
+// launcher's user must not read in /proc, and variables the launcher acts
+// on (STANDALONE_VMI, LD_PRELOAD) must not come from whatever shell started
+// it. vlctl run, the test harness and the bench start monitors with it.
+func Env(launcherBin string) []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		EnvLauncherBin + "=" + launcherBin,
+	}
+}
+
 // Usage lists the flags and environment variables.
 const Usage = `Usage: virt-launcher-monitor [flags] [launcher flags]
 

@@ -34,6 +34,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/monitor"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
@@ -761,7 +762,7 @@ func (r *runner) startMonitor() error {
 	args := o.Args()
 	logFile := r.logFile
 	cmd := exec.Command(monitorBin, args...)
-	cmd.Env = monitorEnv(launcherBin)
+	cmd.Env = monitor.Env(launcherBin)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = r.workDir
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -876,19 +877,6 @@ func copyBinary(src string, d *safefs.Dir, sub string) (string, error) {
 		return "", fmt.Errorf("copy %s: %w", src, err)
 	}
 	return sd.Join(name), nil
-}
-
-// monitorEnv is the whole environment of the monitor (and through it the
-// launcher, its daemons and QEMU), as a pod's container would have it: an
-// allow-list, never the caller's own. Root's environment may hold secrets
-// (tokens, proxies with passwords) that the launcher's user must not read
-// in /proc, and variables the launcher acts on (STANDALONE_VMI, LD_PRELOAD)
-// must not come from whatever shell ran vlctl.
-func monitorEnv(launcherBin string) []string {
-	return []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"VIRT_LAUNCHER_BIN=" + launcherBin,
-	}
 }
 
 // capNetBindService is CAP_NET_BIND_SERVICE (linux/capability.h).
