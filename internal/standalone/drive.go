@@ -1,0 +1,414 @@
+package standalone
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+// drive syncs the VMI, streams the console and waits for the guest to end.
+func (r *runner) drive(ctx context.Context) error {
+	client, err := r.waitReady(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
+		return err
+	}
+	r.progress("launcher ready; defining and starting the domain")
+	defer client.Close()
+	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = client.Sync(syncCtx, r.vmi, cmdclient.HandlerSyncOptions())
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil { // Ctrl-C while starting: cleanup follows
+			return errInterrupted
+		}
+		return r.userPaths(r.withLauncherLog(fmt.Errorf("sync: %w", err)))
+	}
+	r.started = true
+	r.progress("VM %s/%s is running; console: vlctl console %s/%s (socket %s)",
+		r.vmi.Namespace, r.vmi.Name, r.vmi.Namespace, r.vmi.Name, r.consoleSocket())
+	// The console outlives ctx: it shows the guest's shutdown after Ctrl-C.
+	consoleCtx, closeConsole := context.WithCancel(context.Background())
+	defer closeConsole()
+	consoleDone := r.streamConsole(consoleCtx)
+	started := Started{WorkDir: r.workDir, Layout: r.layout, Socket: r.layout.ReadySocket()}
+	if r.net != nil {
+		if !r.cfg.Quiet {
+			r.net.printForwards(r.cfg.Status)
+		}
+		started.OutsideNS = r.net.pod.OutsideName
+		started.PodAddress = r.net.pod.Pod4.Addr().String()
+	}
+	r.startedAs = &started
+	if err := r.writeRecord(&started); err != nil {
+		// The guest runs; only the verbs by name are missing.
+		fmt.Fprintf(r.cfg.Status, "vlctl: %v (vlctl ps will not list this VM)\n", err)
+	}
+	stopControl, err := r.serveControl(ctx, client)
+	if err != nil {
+		// The guest runs; only vlctl addvolume and removevolume are missing.
+		fmt.Fprintf(r.cfg.Status, "vlctl: %v (volumes cannot be plugged into this VM)\n", err)
+		stopControl = func() {}
+	}
+	if r.cfg.Started != nil {
+		r.cfg.Started(started)
+	}
+
+	stopped, err := r.waitStopped(ctx, client)
+	// No request changes the VM while it is stopped and deleted.
+	stopControl()
+	if err != nil && ctx.Err() == nil {
+		return err
+	}
+	if !stopped { // interrupted: graceful shutdown, as the handler does on deletion
+		fmt.Fprintln(r.cfg.Status, "vlctl: shutting the guest down (interrupt again to destroy it at once)")
+		if err := r.shutdown(client); err != nil {
+			return err
+		}
+	}
+	// Let the console drain what the guest printed last.
+	select {
+	case <-consoleDone:
+	case <-time.After(2 * time.Second):
+		closeConsole()
+	}
+	select {
+	case <-r.exited: // nothing left to delete
+		return r.waitMonitor(time.Minute)
+	default:
+	}
+	delCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := client.Delete(delCtx, r.vmi); err != nil && !cmdclient.IsDisconnected(err) {
+		// The launcher may be ending by itself (its guest is off and it
+		// already removed its socket): that is the normal end.
+		select {
+		case <-r.exited:
+			return r.waitMonitor(time.Minute)
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("delete domain: %w", err)
+		}
+	}
+	return r.waitMonitor(45 * time.Second)
+}
+
+func (r *runner) waitReady(ctx context.Context) (*cmdclient.Client, error) {
+	deadline := time.After(60 * time.Second)
+	for {
+		if _, err := os.Stat(r.layout.ReadySocket()); err == nil {
+			c, err := cmdclient.DialChecked(ctx, r.layout.ReadySocket(), peerBelow(r.monitor.Process.Pid))
+			if err != nil {
+				return nil, fmt.Errorf("dial launcher: %w", err)
+			}
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-r.exited:
+			return nil, r.withLauncherLog(fmt.Errorf("launcher exited before it was ready: %v", r.exitErr))
+		case <-deadline:
+			return nil, r.withLauncherLog(errors.New("launcher not ready after 60 s"))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// peerBelow checks that a unix socket is served by a process below pid
+// (the run's monitor): the launcher user owns the directories the sockets
+// are in, and every VM's processes may run as that user, so the path alone
+// does not say whose socket it is. The listener's kernel credentials do.
+func peerBelow(pid int) func(net.Conn) error {
+	return func(conn net.Conn) error {
+		peer, err := unixgrpc.PeerPID(conn)
+		if err != nil {
+			return err
+		}
+		if !procfs.IsAncestor("/proc", pid, peer) {
+			return fmt.Errorf("the socket's listener (pid %d) is not a process of this run (monitor pid %d); refused", peer, pid)
+		}
+		return nil
+	}
+}
+
+// streamConsole copies the serial console to cfg.Console until the guest
+// closes it.
+func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sock := r.layout.SerialSocket(string(r.vmi.UID))
+		var conn net.Conn
+		for i := 0; i < 100; i++ {
+			c, err := net.Dial("unix", sock)
+			if err == nil {
+				if err := peerBelow(r.monitor.Process.Pid)(c); err != nil {
+					c.Close()
+					fmt.Fprintf(r.cfg.Status, "vlctl: serial console: %v\n", err)
+					return
+				}
+				conn = c
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if conn == nil {
+			fmt.Fprintf(r.cfg.Status, "vlctl: no serial console at %s\n", sock)
+			return
+		}
+		defer conn.Close()
+		go func() { <-ctx.Done(); conn.Close() }()
+		hub, err := newConsoleHub(conn, r.cfg.Console, r.consoleSocket())
+		if err != nil {
+			fmt.Fprintf(r.cfg.Status, "vlctl: %v (vlctl console by name will not attach)\n", err)
+			io.Copy(r.cfg.Console, conn)
+			return
+		}
+		defer hub.close()
+		if r.cfg.keys != nil {
+			hub.attachKeys(r.cfg.keys)
+		}
+		hub.run()
+	}()
+	return done
+}
+
+// relayDNS starts the guest's DNS relay (dnsRelay). Without it the guest
+// has no resolver, which is worth a warning, not a failed run.
+func (r *runner) relayDNS() {
+	upstream := r.cfg.DNS
+	if len(upstream) == 0 {
+		var err error
+		if upstream, err = hostResolvers("/etc/resolv.conf"); err != nil {
+			fmt.Fprintf(r.cfg.Status, "vlctl: warning: the guest gets no DNS: host resolvers: %v\n", err)
+			return
+		}
+	}
+	d, err := startDNSRelay(r.net.pod.Outside, r.net.pod.Outside4.Addr(), upstream)
+	if err != nil {
+		fmt.Fprintf(r.cfg.Status, "vlctl: warning: the guest gets no DNS: %v\n", err)
+		return
+	}
+	r.dns = d
+	r.progress("guest DNS relayed to %s", strings.Join(upstream, ", "))
+}
+
+// progress tells what the run is doing, unless --quiet.
+func (r *runner) progress(format string, a ...any) {
+	if !r.cfg.Quiet {
+		fmt.Fprintf(r.cfg.Status, "vlctl: "+format+"\n", a...)
+	}
+}
+
+// pumpKeys reads in (a terminal) into the channel it returns, closed at
+// in's end. It outlives Run: a terminal read does not end with the run,
+// and the process ends soon after.
+func pumpKeys(in io.Reader) <-chan []byte {
+	keys := make(chan []byte)
+	go func() {
+		defer close(keys)
+		buf := make([]byte, 4096)
+		for {
+			n, err := in.Read(buf)
+			if n > 0 {
+				keys <- append([]byte(nil), buf[:n]...)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return keys
+}
+
+// consoleSocket is where vlctl run shares the guest's serial console
+// (consoleHub): in the work dir, which stays root's.
+func (r *runner) consoleSocket() string { return filepath.Join(r.workDir, "console.sock") }
+
+// waitStopped polls the domain until it is off. It returns false when ctx
+// ends first.
+func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, error) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	var reported string // the guest agent's report last shown
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-r.exited:
+			return r.launcherGone()
+		case <-t.C:
+		}
+		d, err := getDomain(ctx, c)
+		st := domainState(d)
+		if g := guestReport(d); err == nil && g != "" && g != reported {
+			r.progress("guest agent: %s", g)
+			reported = g
+		}
+		if err != nil {
+			// The launcher ends by itself once QEMU is gone and its last
+			// event is out; a refused call is then the normal end.
+			select {
+			case <-r.exited:
+				return r.launcherGone()
+			case <-time.After(5 * time.Second):
+				return false, err
+			}
+		}
+		switch st {
+		case "Shutoff", "Crashed", "NoState":
+			r.progress("guest is %s", st)
+			if st == "Crashed" {
+				return true, errors.New("guest crashed")
+			}
+			return true, nil
+		}
+	}
+}
+
+// launcherGone interprets the launcher's exit while the guest was running:
+// status 0 means the domain ended and the launcher finished normally.
+func (r *runner) launcherGone() (bool, error) {
+	if r.exitErr != nil {
+		return false, r.withLauncherLog(fmt.Errorf("launcher exited while the guest ran: %v", r.exitErr))
+	}
+	fmt.Fprintln(r.cfg.Status, "vlctl: guest powered off")
+	return true, nil
+}
+
+func domainStatus(ctx context.Context, c *cmdclient.Client) (string, error) {
+	d, err := getDomain(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	return domainState(d), nil
+}
+
+// getDomain asks the launcher for its Domain; nil when none is defined.
+func getDomain(ctx context.Context, c *cmdclient.Client) (*domainjson.Domain, error) {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	d, exists, err := c.GetDomain(gctx)
+	if err != nil {
+		return nil, fmt.Errorf("get domain: %w", err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	return d, nil
+}
+
+// domainState is the Domain's state, NoState without one.
+func domainState(d *domainjson.Domain) string {
+	if d == nil {
+		return "NoState"
+	}
+	return string(d.Status.Status)
+}
+
+// guestReport is one line of what the guest agent put in the Domain's
+// status: the OS, then each interface with its addresses ("" before the
+// agent reported anything).
+func guestReport(d *domainjson.Domain) string {
+	if d == nil {
+		return ""
+	}
+	var parts []string
+	osi := d.Status.OSInfo
+	if name := cmp.Or(osi.PrettyName, osi.Name); name != "" {
+		parts = append(parts, name)
+	}
+	for _, i := range d.Status.Interfaces {
+		ips := i.IPs
+		if len(ips) == 0 && i.Ip != "" {
+			ips = []string{i.Ip}
+		}
+		if len(ips) == 0 {
+			continue
+		}
+		parts = append(parts, cmp.Or(i.InterfaceName, i.Mac)+" "+strings.Join(ips, " "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// shutdown asks for an ACPI power-off and destroys the guest when the grace
+// period ends first. Like virt-handler it asks again at most every 5 s while
+// the guest is neither off nor shutting down. The launcher may exit on its
+// own as soon as the guest is off: that is the normal end, not an error.
+func (r *runner) shutdown(c *cmdclient.Client) error {
+	ctx := context.Background()
+	grace := time.Duration(vmi.GracePeriodSeconds(r.vmi)) * time.Second
+	deadline := time.Now().Add(grace)
+	var asked time.Time
+	for {
+		select {
+		case <-r.exited:
+			return nil
+		default:
+		}
+		st, err := domainStatus(ctx, c)
+		if err != nil {
+			select {
+			case <-r.exited:
+				return nil
+			case <-time.After(5 * time.Second):
+				return err
+			}
+		}
+		forced := false
+		select {
+		case <-r.cfg.Force:
+			forced = true
+		default:
+		}
+		switch {
+		case st == "Shutoff" || st == "Crashed" || st == "NoState":
+			return nil
+		case forced || time.Now().After(deadline):
+			if forced {
+				fmt.Fprintln(r.cfg.Status, "vlctl: interrupted again, destroying the guest")
+			} else {
+				fmt.Fprintln(r.cfg.Status, "vlctl: grace period over, destroying the guest")
+			}
+			kctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if err := c.Kill(kctx, r.vmi); err != nil && !cmdclient.IsDisconnected(err) {
+				return fmt.Errorf("kill: %w", err)
+			}
+			return nil
+		case st != "ShuttingDown" && time.Since(asked) >= 5*time.Second:
+			asked = time.Now()
+			sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			err := c.Shutdown(sctx, r.vmi)
+			cancel()
+			if err != nil && !cmdclient.IsDisconnected(err) {
+				// The guest may have gone off between the status and the
+				// request; the next status read tells.
+				r.log.Info("shutdown request failed", "reason", err)
+			}
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-r.cfg.Force:
+		}
+	}
+}
