@@ -23,6 +23,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/monitor"
 	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -266,13 +267,14 @@ func (in *instance) start() error {
 		Pdeathsig:  syscall.SIGTERM,
 	}
 	in.execAt = time.Now()
-	if err := cmd.Start(); err != nil {
+	proc, err := pod.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("start monitor: %w", err)
 	}
 	in.mon = cmd
 	in.exited = make(chan struct{})
 	go func() {
-		err := cmd.Wait()
+		err := proc.Err()
 		in.exitAt = time.Now()
 		in.exitErr = err
 		close(in.exited)

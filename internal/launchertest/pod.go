@@ -24,6 +24,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/monitor"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -309,13 +310,14 @@ func (p *Pod) SetEnv(k, v string) { p.Cmd.Env = append(p.Cmd.Env, k+"="+v) }
 func (p *Pod) Start() {
 	p.T.Helper()
 	p.Started = time.Now()
+	var netNS func() error
 	if p.net != nil {
-		Must(p.T, plan.InNS(p.net.NS, p.Cmd.Start))
-	} else {
-		Must(p.T, p.Cmd.Start())
+		netNS = pod.NetNS(p.net.NS)
 	}
+	proc, err := pod.Start(p.Cmd, netNS)
+	Must(p.T, err)
 	go func() {
-		p.ExitErr = p.Cmd.Wait()
+		p.ExitErr = proc.Err()
 		close(p.Exited)
 	}()
 	if p.opts.TrackDescendants {

@@ -77,8 +77,9 @@ type Config struct {
 	// SpawnSetup, when set, runs once on the thread that starts the
 	// daemons (and restarts them), before the first start; they inherit
 	// what it sets up. vlctl's capability probe enters a mount namespace
-	// with the prober's passwd entry there. An error fails Start.
-	SpawnSetup func() error
+	// with the prober's passwd entry there (pod.Enter). An error fails
+	// Start; undo runs on that thread when it ends, after the daemons.
+	SpawnSetup func() (undo func(), err error)
 }
 
 // configHome is $XDG_CONFIG_HOME in session mode: Dir must be <it>/libvirt

@@ -476,7 +476,11 @@ func (d *Daemon) spawner(setup chan<- error) {
 	runtime.LockOSThread()
 	var err error
 	if d.cfg.SpawnSetup != nil {
-		err = d.cfg.SpawnSetup()
+		var undo func()
+		undo, err = d.cfg.SpawnSetup()
+		if undo != nil {
+			defer undo()
+		}
 	}
 	setup <- err
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
@@ -124,17 +125,17 @@ func (r *runner) probeCaps(ctx context.Context) (map[string][]byte, error) {
 			return err
 		}
 		defer func() { r.dir.Chown(0, 0); r.dir.Chmod(0o700) }()
-		id, err := writeIdentity(r.dir, idSub, prober)
+		id, err := pod.WriteIdentity(r.dir, idSub, prober.uid, prober.gid, prober.groups)
 		if err != nil {
 			return err
 		}
-		defer id.close()
+		defer id.Close()
 		cfg := libvirtd.Config{
 			Dir:        pd.Join("config/libvirt"),
 			RuntimeDir: pd.Join("run"),
 			CacheHome:  pd.Join("cache"),
 			Credential: prober.credential(),
-			SpawnSetup: id.enter,
+			SpawnSetup: func() (func(), error) { return pod.Enter(id.Enter) },
 		}
 		pctx, cancel := context.WithTimeout(ctx, capsProbeTimeout)
 		defer cancel()

@@ -22,6 +22,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
@@ -330,9 +331,9 @@ type runner struct {
 	pub     *tcpRelay     // the published ports, once listening
 	egress  *tcpRelay     // the guest's way out, once listening
 	dns     *dnsRelay     // the guest's DNS relay, once listening
-	// identity is the VM's passwd and group (identity.go), open until
+	// identity is the VM's passwd and group (pod.Identity), open until
 	// the monitor has started.
-	identity *identity
+	identity *pod.Identity
 	// caps is the trusted QEMU capability cache the launcher seeds its
 	// daemon from (capscache.go), "" for none.
 	caps string
@@ -424,7 +425,7 @@ func (r *runner) cleanup() error {
 	if r.logFile != nil { // staged, the monitor never started
 		r.logFile.Close()
 		r.logFile = nil
-		r.identity.close()
+		r.identity.Close()
 	}
 	// os.RemoveAll works through descriptors and does not follow links
 	// below the work dir, whose own parent only root can change. The work

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
@@ -279,7 +280,7 @@ func (r *runner) stageLauncher() error {
 		return fmt.Errorf("launcher log: %w", err)
 	}
 	r.logFile = f
-	if r.identity, err = writeIdentity(r.dir, "identity", r.owner); err != nil {
+	if r.identity, err = pod.WriteIdentity(r.dir, "identity", r.owner.uid, r.owner.gid, r.owner.groups); err != nil {
 		return fmt.Errorf("the VM's passwd and group: %w", err)
 	}
 	return nil

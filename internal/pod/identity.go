@@ -1,19 +1,16 @@
-package standalone
+package pod
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"slices"
 	"strconv"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
-	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 )
 
 // A VM's id has no account on the machine (uidpool), yet libvirt looks up
@@ -24,16 +21,17 @@ import (
 // bind mounts of copies of the host's files with the VM's user added.
 // Nothing on the host changes, and the copies stay root's in the work dir.
 
-// identity is a passwd and group file for one id, open.
-type identity struct{ passwd, group *os.File }
+// Identity is a passwd and group file for one id, open.
+type Identity struct{ passwd, group *os.File }
 
-// userName is the VM's user inside its pod: vl-<uid>, a name no account of
-// the host has (the id has none, and the prefix is ours).
-func userName(o ids) string { return "vl-" + strconv.Itoa(o.uid) }
+// UserName is the user of id inside its pod: vl-<id>, a name no account
+// of the host has (the id has none, and the prefix is ours).
+func UserName(id int) string { return "vl-" + strconv.Itoa(id) }
 
-// writeIdentity writes passwd and group below the directory sub of d (made
-// 0755, root's) for user o, and opens them for enterIdentity.
-func writeIdentity(d *safefs.Dir, sub string, o ids) (*identity, error) {
+// WriteIdentity writes passwd and group below the directory sub of d (made
+// 0755, root's) for user uid, whose primary group is gid and who is added
+// to the groups gids, and opens them for Enter.
+func WriteIdentity(d *safefs.Dir, sub string, uid, gid int, gids []uint32) (*Identity, error) {
 	hostPasswd, err := os.ReadFile("/etc/passwd")
 	if err != nil {
 		return nil, err
@@ -42,13 +40,13 @@ func writeIdentity(d *safefs.Dir, sub string, o ids) (*identity, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := userName(o)
-	passwd := withLine(hostPasswd, fmt.Sprintf("%s:x:%d:%d:virtlauncher VM:/nonexistent:/usr/sbin/nologin", name, o.uid, o.gid))
-	group := withLine(addMember(hostGroup, o.groups, name), fmt.Sprintf("%s:x:%d:", name, o.gid))
+	name := UserName(uid)
+	passwd := withLine(hostPasswd, fmt.Sprintf("%s:x:%d:%d:virtlauncher VM:/nonexistent:/usr/sbin/nologin", name, uid, gid))
+	group := withLine(addMember(hostGroup, gids, name), fmt.Sprintf("%s:x:%d:", name, gid))
 	if err := d.MkdirAll(sub, 0o755); err != nil {
 		return nil, err
 	}
-	id := &identity{}
+	id := &Identity{}
 	for _, f := range []struct {
 		name string
 		data []byte
@@ -56,18 +54,19 @@ func writeIdentity(d *safefs.Dir, sub string, o ids) (*identity, error) {
 	}{{"passwd", passwd, &id.passwd}, {"group", group, &id.group}} {
 		rel := sub + "/" + f.name
 		if err := d.WriteFile(rel, f.data, 0o644); err != nil {
-			id.close()
+			id.Close()
 			return nil, err
 		}
 		if *f.into, err = d.OpenRegular(rel); err != nil {
-			id.close()
+			id.Close()
 			return nil, err
 		}
 	}
 	return id, nil
 }
 
-func (id *identity) close() {
+// Close closes the files; the mounts made from them stay.
+func (id *Identity) Close() {
 	if id == nil {
 		return
 	}
@@ -107,11 +106,12 @@ func addMember(file []byte, gids []uint32, user string) []byte {
 	return append(bytes.Join(lines, []byte("\n")), '\n')
 }
 
-// enter puts the calling thread, which must be locked to its goroutine
+// Enter puts the calling thread, which must be locked to its goroutine
 // and never unlocked again, into a new mount namespace, private (nothing
 // mounted in it reaches the host), where /etc/passwd and /etc/group are
-// the identity's files, read-only. Processes the thread starts inherit it.
-func (id *identity) enter() error {
+// the identity's files, read-only. Processes the thread starts inherit it
+// (Start runs it on the starting thread).
+func (id *Identity) Enter() error {
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("new mount namespace: %w", err)
 	}
@@ -149,49 +149,4 @@ func (id *identity) enter() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-type ids struct {
-	uid, gid int
-	name     string // for messages
-	// groups are supplementary groups: kvm, for /dev/kvm.
-	groups []uint32
-}
-
-// leasedIDs is the VM's own user: the leased id as uid and gid, and the
-// kvm group when the machine has one (QEMU opens /dev/kvm, 0660
-// root:kvm).
-func leasedIDs(l *uidpool.Lease) ids {
-	o := ids{uid: int(l.ID), gid: int(l.ID), name: fmt.Sprintf("uid %d", l.ID)}
-	if g, err := user.LookupGroup("kvm"); err == nil {
-		if gid, err := strconv.ParseUint(g.Gid, 10, 32); err == nil {
-			o.groups = []uint32{uint32(gid)}
-		}
-	}
-	return o
-}
-
-// credential runs a process as o.
-func (o ids) credential() *syscall.Credential {
-	return &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid), Groups: o.groups}
-}
-
-func lookupUser(name string) (ids, error) {
-	uid, gid, err := LookupUser(name)
-	return ids{uid: uid, gid: gid, name: name}, err
-}
-
-// LookupUser returns the ids of the unprivileged user that runs launchers,
-// their libvirt daemons and QEMU; root is refused.
-func LookupUser(name string) (uid, gid int, err error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return 0, 0, fmt.Errorf("user %q (runs the launcher and QEMU; scripts/install-deps creates it): %w", name, err)
-	}
-	uid, _ = strconv.Atoi(u.Uid)
-	gid, _ = strconv.Atoi(u.Gid)
-	if uid == 0 {
-		return 0, 0, fmt.Errorf("user %q is root: launchers run unprivileged", name)
-	}
-	return uid, gid, nil
 }

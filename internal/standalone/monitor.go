@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -14,21 +13,9 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/monitor"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
-	"github.com/vishvananda/netns"
 )
-
-// enterPod puts the calling thread, locked for good, into the pod's
-// network namespace (when there is one) and a mount namespace with the
-// VM's identity.
-func (r *runner) enterPod() error {
-	if r.net != nil {
-		if err := netns.Set(r.net.pod.NS); err != nil {
-			return fmt.Errorf("enter the pod's network namespace: %w", err)
-		}
-	}
-	return r.identity.enter()
-}
 
 // startMonitor starts virt-launcher-monitor as the unprivileged user, inside
 // the pod network namespace when there is one.
@@ -63,35 +50,26 @@ func (r *runner) startMonitor() error {
 		// the one capability a KubeVirt launcher pod keeps.
 		cmd.SysProcAttr.AmbientCaps = []uintptr{capNetBindService}
 	}
-	// Started and waited for from one locked thread, never unlocked: the
-	// thread enters the pod's namespaces (network, and the mount namespace
-	// with the VM's passwd, identity.go), and the monitor's parent-death
-	// signal follows the thread that started it, which must live as long.
-	started := make(chan error, 1)
-	exited := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		err := r.enterPod()
-		if err == nil {
-			err = cmd.Start()
-		}
-		started <- err
-		if err != nil {
-			return
-		}
-		r.exitErr = cmd.Wait()
-		close(exited)
-	}()
-	err := <-started
+	// Started from a thread in the pod's namespaces: network, and the
+	// mount namespace with the VM's passwd.
+	var netNS func() error
+	if r.net != nil {
+		netNS = pod.NetNS(r.net.pod.NS)
+	}
+	proc, err := pod.Start(cmd, netNS, r.identity.Enter)
 	// The child has its own copies; root keeps none.
 	logFile.Close()
 	r.logFile = nil
-	r.identity.close()
+	r.identity.Close()
 	if err != nil {
 		return fmt.Errorf("start %s: %w", monitorBin, err)
 	}
 	r.monitor = cmd
-	r.exited = exited
+	r.exited = make(chan struct{})
+	go func() {
+		r.exitErr = proc.Err()
+		close(r.exited)
+	}()
 	r.log.Info("monitor started", "pid", cmd.Process.Pid, "workdir", r.workDir, "log", r.dir.Join("launcher.log"))
 	return nil
 }

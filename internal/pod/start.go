@@ -1,0 +1,114 @@
+// Package pod starts the processes of a launcher pod on a plain machine,
+// the part a container runtime plays in a cluster: the monitor started from
+// a thread that first enters the pod's namespaces (Start, NetNS, and a
+// passwd of the pod's own, Identity). vlctl run, the test harness
+// (internal/launchertest) and the bench start their monitors with it; the
+// command line comes from internal/launcherflags and the environment from
+// monitor.Env.
+package pod
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"runtime"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Process is a started monitor.
+type Process struct {
+	Cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Done is closed once the process has exited and been waited for.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is what Wait returned; valid once Done is closed.
+func (p *Process) Err() error {
+	<-p.done
+	return p.err
+}
+
+// Start starts cmd from a goroutine locked to its thread for good: the
+// enter steps (Enter) first put the thread into the pod's namespaces,
+// which cmd inherits, and the thread then waits for cmd. A child's
+// parent-death signal (Pdeathsig) follows the thread that started it, not
+// the process, so that thread must live as long as the child; and a thread
+// that changed namespaces must never run other goroutines. Once cmd has
+// exited the thread goes back to its namespaces and ends with its
+// goroutine (the runtime ends a locked thread, except the main thread,
+// which it parks for good: back in its own namespaces, it holds none of
+// the pod's alive).
+func Start(cmd *exec.Cmd, enter ...func() error) (*Process, error) {
+	p := &Process{Cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		restore, err := Enter(enter...)
+		if err == nil {
+			err = cmd.Start()
+		}
+		if err != nil {
+			restore()
+			started <- err
+			return
+		}
+		started <- nil
+		p.err = cmd.Wait()
+		restore()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Enter runs the enter steps (nil ones skipped) on the calling thread,
+// which must be locked to its goroutine for good, and returns what takes
+// the thread back to the network and mount namespaces it had. restore is
+// never nil; it does its best and is safe to call after a failed step.
+func Enter(enter ...func() error) (restore func(), err error) {
+	net, nerr := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	mnt, merr := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	restore = func() {
+		if merr == nil {
+			unix.Setns(mnt, unix.CLONE_NEWNS)
+			unix.Close(mnt)
+		}
+		if nerr == nil {
+			unix.Setns(net, unix.CLONE_NEWNET)
+			unix.Close(net)
+		}
+	}
+	if err := errors.Join(nerr, merr); err != nil {
+		restore()
+		return func() {}, fmt.Errorf("the thread's own namespaces: %w", err)
+	}
+	for _, e := range enter {
+		if e == nil {
+			continue
+		}
+		if err := e(); err != nil {
+			return restore, err
+		}
+	}
+	return restore, nil
+}
+
+// NetNS enters the network namespace ns; a handle of 0 or less means none.
+func NetNS(ns netns.NsHandle) func() error {
+	if ns <= 0 {
+		return nil
+	}
+	return func() error {
+		if err := netns.Set(ns); err != nil {
+			return fmt.Errorf("enter the pod's network namespace: %w", err)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,55 @@
+package standalone
+
+import (
+	"fmt"
+	"os/user"
+	"strconv"
+	"syscall"
+
+	"github.com/virtlauncher/virtlauncher/internal/uidpool"
+)
+
+type ids struct {
+	uid, gid int
+	name     string // for messages
+	// groups are supplementary groups: kvm, for /dev/kvm.
+	groups []uint32
+}
+
+// leasedIDs is the VM's own user: the leased id as uid and gid, and the
+// kvm group when the machine has one (QEMU opens /dev/kvm, 0660
+// root:kvm).
+func leasedIDs(l *uidpool.Lease) ids {
+	o := ids{uid: int(l.ID), gid: int(l.ID), name: fmt.Sprintf("uid %d", l.ID)}
+	if g, err := user.LookupGroup("kvm"); err == nil {
+		if gid, err := strconv.ParseUint(g.Gid, 10, 32); err == nil {
+			o.groups = []uint32{uint32(gid)}
+		}
+	}
+	return o
+}
+
+// credential runs a process as o.
+func (o ids) credential() *syscall.Credential {
+	return &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid), Groups: o.groups}
+}
+
+func lookupUser(name string) (ids, error) {
+	uid, gid, err := LookupUser(name)
+	return ids{uid: uid, gid: gid, name: name}, err
+}
+
+// LookupUser returns the ids of the unprivileged user that runs launchers,
+// their libvirt daemons and QEMU; root is refused.
+func LookupUser(name string) (uid, gid int, err error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("user %q (runs the launcher and QEMU; scripts/install-deps creates it): %w", name, err)
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	if uid == 0 {
+		return 0, 0, fmt.Errorf("user %q is root: launchers run unprivileged", name)
+	}
+	return uid, gid, nil
+}
