@@ -3,6 +3,7 @@ package standalone_test
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,18 +28,8 @@ func TestVlctlGCAfterSIGKILL(t *testing.T) {
 	e := newKeepEnv(t)
 	records := workRoot(t)
 	hd := filepath.Join(e.dir, "hd.img")
-	if err := os.WriteFile(hd, make([]byte, 16<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	// A guest that stays up, on the default pod network.
-	doc := strings.Replace(e.doc("Once", "g"), " "+testguest.OptPowerOff, "", 1)
-	doc = strings.Replace(doc, "autoattachPodInterface: false\n", "autoattachPodInterface: true\n", 1)
-	file := e.write(t, "gc", doc)
-	cmd, stdout, _, exited := startVlctl(t, "run", "--emulation", "--workdir", e.root, "--record-dir", records,
-		"--volume", "claim1="+filepath.Join(e.dir, "pvc.img")+",size=8Mi", "--volume", "dv1="+filepath.Join(e.dir, "dv.img"), file)
-	waitFor(t, "the guest", 4*time.Minute, exited, func() bool {
-		return strings.Contains(stdout.String(), testguest.MarkerBooted)
-	})
+	cmd, _, _, exited := startStayingGuest(t, e, records, "gc", true)
 
 	entries, err := runrecord.List(records)
 	if err != nil || len(entries) != 1 {
@@ -126,16 +117,7 @@ func TestVlctlRunMonitorKilled(t *testing.T) {
 	t.Parallel()
 	e := newKeepEnv(t)
 	records := workRoot(t)
-	if err := os.WriteFile(filepath.Join(e.dir, "hd.img"), make([]byte, 16<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	doc := strings.Replace(e.doc("Once", "mk"), " "+testguest.OptPowerOff, "", 1)
-	file := e.write(t, "mk", doc)
-	cmd, stdout, stderr, exited := startVlctl(t, "run", "--emulation", "--workdir", e.root, "--record-dir", records,
-		"--volume", "claim1="+filepath.Join(e.dir, "pvc.img")+",size=8Mi", "--volume", "dv1="+filepath.Join(e.dir, "dv.img"), file)
-	waitFor(t, "the guest", 4*time.Minute, exited, func() bool {
-		return strings.Contains(stdout.String(), testguest.MarkerBooted)
-	})
+	cmd, _, stderr, exited := startStayingGuest(t, e, records, "mk", false)
 	entries, err := runrecord.List(records)
 	if err != nil || len(entries) != 1 || entries[0].UID == 0 {
 		t.Fatalf("records: %+v, %v; want one with a uid", entries, err)
@@ -184,4 +166,24 @@ func TestVlctlRunMonitorKilled(t *testing.T) {
 		t.Errorf("records left: %+v", left)
 	}
 	checkLeasesGone(t, records)
+}
+
+// startStayingGuest starts `vlctl run` of the keep environment's guest,
+// one that stays up (on the default pod network with network), recorded
+// in records, its storage mapped, and waits until the guest booted.
+func startStayingGuest(t *testing.T, e keepEnv, records, name string, network bool) (*exec.Cmd, *syncBuffer, *syncBuffer, chan error) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(e.dir, "hd.img"), make([]byte, 16<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Replace(e.doc("Once", name), " "+testguest.OptPowerOff, "", 1)
+	if network {
+		doc = strings.Replace(doc, "autoattachPodInterface: false\n", "autoattachPodInterface: true\n", 1)
+	}
+	cmd, stdout, stderr, exited := startVlctl(t, "run", "--emulation", "--workdir", e.root, "--record-dir", records,
+		"--volume", "claim1="+filepath.Join(e.dir, "pvc.img")+",size=8Mi", "--volume", "dv1="+filepath.Join(e.dir, "dv.img"), e.write(t, name, doc))
+	waitFor(t, "the guest", 4*time.Minute, exited, func() bool {
+		return strings.Contains(stdout.String(), testguest.MarkerBooted)
+	})
+	return cmd, stdout, stderr, exited
 }
