@@ -104,6 +104,20 @@ E2E_REGISTRY := localhost:15000
 KUBEVIRT_NOSUMDB := kubevirt.io/virt-template*,github.com/rhobs/operator-observability-toolkit
 KUBEVIRT_LDFLAGS := -s -w -X kubevirt.io/client-go/version.gitVersion=$(KUBEVIRT_VERSION) -X kubevirt.io/client-go/version.gitTreeState=clean
 
+# KubeVirt's own virt-launcher and virt-launcher-monitor at KUBEVIRT_VERSION,
+# for the side-by-side bench (bench/README.md): cgo against Debian's
+# libvirt-dev, from the e2e build module (its go.mod says why libnbd is a
+# stand-in). Measured: about 1 minute once the e2e build has filled the
+# module and build caches.
+KUBEVIRT_LAUNCHER_BIN := $(CURDIR)/bin/kubevirt
+.PHONY: kubevirt-launcher
+kubevirt-launcher: deps
+	@./scripts/install-bench-deps
+	@mkdir -p $(KUBEVIRT_LAUNCHER_BIN)
+	cd e2e/build/kubevirt && GONOSUMDB='$(KUBEVIRT_NOSUMDB)' CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(KUBEVIRT_LDFLAGS)' -o $(KUBEVIRT_LAUNCHER_BIN)/ \
+		kubevirt.io/kubevirt/cmd/virt-launcher kubevirt.io/kubevirt/cmd/virt-launcher-monitor
+	$(KUBEVIRT_LAUNCHER_BIN)/virt-launcher --help 2>&1 | grep -q -- --container-disk-dir
+
 .PHONY: e2e-deps e2e-build e2e
 e2e-deps: deps
 	@./scripts/install-e2e-deps

@@ -5,6 +5,12 @@
 // set by e2e/build.sh; go.sum pins the hashes). The replace block is
 // KubeVirt's own (a dependency's replaces do not apply), with its
 // staging modules taken at their published versions.
+//
+// KubeVirt's own virt-launcher and virt-launcher-monitor, which the bench
+// runs beside ours (make kubevirt-launcher, bench/README.md), are built
+// here too. Its launcher imports libguestfs.org/libnbd, whose Go bindings
+// the module proxy does not serve: ./libnbd stands in for them (every call
+// fails; only KubeVirt's NBD client for VM backup uses them).
 module github.com/virtlauncher/virtlauncher/e2e/build/kubevirt
 
 go 1.26.8
@@ -141,6 +147,7 @@ require (
 	kubevirt.io/virt-template-api v0.1.7 // indirect
 	kubevirt.io/virt-template-client-go v0.1.7 // indirect
 	kubevirt.io/virt-template-engine v0.1.7 // indirect
+	libguestfs.org/libnbd v1.25.2-5-g48df7c4d2b
 	libvirt.org/go/libvirtxml v1.11000.1 // indirect
 	sigs.k8s.io/controller-runtime v0.22.4 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
@@ -196,3 +203,5 @@ replace (
 	kubevirt.io/api => kubevirt.io/api v1.8.2
 	kubevirt.io/client-go => kubevirt.io/client-go v1.8.2
 )
+
+replace libguestfs.org/libnbd => ./libnbd
