@@ -32,7 +32,7 @@ import (
 type ids struct{ uid, gid int }
 
 func lookupUser(name string) (ids, error) {
-	uid, gid, err := standalone.LookupUser(name)
+	uid, gid, err := pod.LookupUser(name)
 	return ids{uid, gid}, err
 }
 

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -41,12 +41,10 @@ func startLibvirtd(t *testing.T) *libvirt.Libvirt {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	if os.Geteuid() == 0 {
-		u, err := user.Lookup("virtlauncher")
+		uid, gid, err := pod.LookupUser(pod.TestUser)
 		if err != nil {
-			t.Fatalf("user virtlauncher missing (run scripts/install-deps): %v", err)
+			t.Fatal(err)
 		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
 		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		if err := os.Chown(dir, uid, gid); err != nil {
 			t.Fatal(err)

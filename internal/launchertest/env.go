@@ -12,13 +12,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/repo"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
@@ -86,12 +85,10 @@ func (e *Env) prepare(dir string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root to start the launcher as user virtlauncher")
 	}
-	u, err := user.Lookup("virtlauncher")
+	uid, gid, err := pod.LookupUser(pod.TestUser)
 	if err != nil {
-		return fmt.Errorf("user virtlauncher missing (run scripts/install-deps): %w", err)
+		return err
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
 	e.Cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	e.CapsDir = filepath.Join(dir, "qemu-caps")
 	if err := os.Mkdir(e.CapsDir, 0o755); err != nil {

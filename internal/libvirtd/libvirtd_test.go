@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
@@ -29,10 +29,8 @@ func testCredential(t *testing.T) *syscall.Credential {
 		// Already unprivileged: run the daemons as ourselves.
 		return nil
 	}
-	u, err := user.Lookup("virtlauncher")
-	testenv.Need(t, "user virtlauncher", err)
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	uid, gid, err := pod.LookupUser(pod.TestUser)
+	testenv.Need(t, "user "+pod.TestUser, err)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
@@ -204,7 +205,7 @@ func TestRunForcedWhileStarting(t *testing.T) {
 // root, in one line, and makes nothing.
 func TestVlctlRunNotRoot(t *testing.T) {
 	needRoot(t)
-	uid, gid, err := standalone.LookupUser("virtlauncher")
+	uid, gid, err := pod.LookupUser(pod.TestUser)
 	testenv.Need(t, "user virtlauncher", err)
 	root := workRoot(t)
 	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--workdir", root, "/nonexistent.yaml")

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
@@ -34,8 +35,8 @@ type stageFixture struct {
 func launcherUser(t *testing.T) ids {
 	t.Helper()
 	testenv.Root(t, "the work dir is handed to another user")
-	for _, name := range []string{"virtlauncher", "nobody"} {
-		if o, err := lookupUser(name); err == nil {
+	for _, name := range []string{pod.TestUser, "nobody"} {
+		if o, err := testUser(name); err == nil {
 			return o
 		}
 	}
@@ -290,4 +291,10 @@ func TestWorkRootTrusted(t *testing.T) {
 		t.Errorf("opened %s, want %s", d.Path(), sub)
 	}
 	d.Close()
+}
+
+// testUser is an account as the VM's user of a test that needs a known one.
+func testUser(name string) (ids, error) {
+	uid, gid, err := pod.LookupUser(name)
+	return ids{uid: uid, gid: gid, name: name}, err
 }

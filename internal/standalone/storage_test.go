@@ -15,6 +15,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
@@ -320,7 +321,7 @@ func TestACLEntries(t *testing.T) {
 func launcherIDs(t *testing.T) ids {
 	t.Helper()
 	testenv.Root(t, "acts as the launcher's user")
-	o, err := lookupUser("virtlauncher")
+	o, err := testUser(pod.TestUser)
 	if err != nil {
 		t.Fatal(err)
 	}

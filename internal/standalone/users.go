@@ -33,23 +33,3 @@ func leasedIDs(l *uidpool.Lease) ids {
 func (o ids) credential() *syscall.Credential {
 	return &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid), Groups: o.groups}
 }
-
-func lookupUser(name string) (ids, error) {
-	uid, gid, err := LookupUser(name)
-	return ids{uid: uid, gid: gid, name: name}, err
-}
-
-// LookupUser returns the ids of the unprivileged user that runs launchers,
-// their libvirt daemons and QEMU; root is refused.
-func LookupUser(name string) (uid, gid int, err error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return 0, 0, fmt.Errorf("user %q (runs the launcher and QEMU; scripts/install-deps creates it): %w", name, err)
-	}
-	uid, _ = strconv.Atoi(u.Uid)
-	gid, _ = strconv.Atoi(u.Gid)
-	if uid == 0 {
-		return 0, 0, fmt.Errorf("user %q is root: launchers run unprivileged", name)
-	}
-	return uid, gid, nil
-}
