@@ -3,69 +3,82 @@ package procfs
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 )
 
-// WithID lists the processes of procRoot that hold id as any of their
-// user ids (real, effective, saved, file system) or, when gid is set, any
-// of their group ids, supplementary groups included. Zombies are left out
-// (they hold nothing but their exit status; where PID 1 does not reap
-// orphans they stay for good), and so is a process that ends while it is
-// read.
-func WithID(procRoot string, id uint32, gid bool) ([]int, error) {
+// errZombie: the process has exited and holds nothing but its status.
+var errZombie = errors.New("zombie")
+
+// IDs reads the user ids (real, effective, saved, file system) and group
+// ids (the same four, then the supplementary groups) of process pid. A
+// zombie is an error: it holds nothing but its exit status (and where PID
+// 1 does not reap orphans it stays for good).
+func IDs(procRoot string, pid int) (uids, gids []uint32, err error) {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "status"))
+	if err != nil {
+		return nil, nil, err
+	}
+	uids, gids, err = statusIDs(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s/%d/status: %w", procRoot, pid, err)
+	}
+	return uids, gids, nil
+}
+
+// Holding lists the processes of procRoot that hold id as any of their
+// user or group ids, supplementary groups included; zombies and processes
+// that end while they are read are left out.
+func Holding(procRoot string, id uint32) ([]int, error) {
 	names, err := pids(procRoot)
 	if err != nil {
 		return nil, err
 	}
 	var out []int
 	for _, pid := range names {
-		b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "status"))
-		if err != nil {
+		uids, gids, err := IDs(procRoot, pid)
+		if errors.Is(err, errZombie) || errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		if bytes.Contains(b, []byte("\nState:\tZ")) {
-			continue
-		}
-		ids, err := statusIDs(b, gid)
 		if err != nil {
-			return nil, fmt.Errorf("%s/%d/status: %w", procRoot, pid, err)
+			return nil, err
 		}
-		for _, v := range ids {
-			if v == id {
-				out = append(out, pid)
-				break
-			}
+		if slices.Contains(uids, id) || slices.Contains(gids, id) {
+			out = append(out, pid)
 		}
 	}
 	return out, nil
 }
 
-// statusIDs picks the ids of a /proc/<pid>/status: the Uid line's four, or
-// the Gid line's four and the Groups line's.
-func statusIDs(status []byte, gid bool) ([]uint32, error) {
-	keys := [][]byte{[]byte("Uid:")}
-	if gid {
-		keys = [][]byte{[]byte("Gid:"), []byte("Groups:")}
-	}
-	var ids []uint32
+// statusIDs picks the ids of a /proc/<pid>/status: the Uid line's four,
+// and the Gid line's four and the Groups line's.
+func statusIDs(status []byte) (uids, gids []uint32, err error) {
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
 		line := sc.Bytes()
-		for _, k := range keys {
-			if !bytes.HasPrefix(line, k) {
-				continue
+		if bytes.HasPrefix(line, []byte("State:\tZ")) {
+			return nil, nil, errZombie
+		}
+		into := &gids
+		switch {
+		case bytes.HasPrefix(line, []byte("Uid:")):
+			into = &uids
+		case bytes.HasPrefix(line, []byte("Gid:")), bytes.HasPrefix(line, []byte("Groups:")):
+		default:
+			continue
+		}
+		_, rest, _ := bytes.Cut(line, []byte(":"))
+		for _, f := range bytes.Fields(rest) {
+			v, err := strconv.ParseUint(string(f), 10, 32)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%q", line)
 			}
-			for _, f := range bytes.Fields(line[len(k):]) {
-				v, err := strconv.ParseUint(string(f), 10, 32)
-				if err != nil {
-					return nil, fmt.Errorf("%s %q", k, f)
-				}
-				ids = append(ids, uint32(v))
-			}
+			*into = append(*into, uint32(v))
 		}
 	}
-	return ids, sc.Err()
+	return uids, gids, sc.Err()
 }

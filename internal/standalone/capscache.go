@@ -143,7 +143,7 @@ func (r *runner) probeCaps(ctx context.Context) (map[string][]byte, error) {
 		if err != nil {
 			return err
 		}
-		if pids, err := procfs.WithID("/proc", lease.ID, false); err != nil || len(pids) > 0 {
+		if pids, err := procfs.Holding("/proc", lease.ID); err != nil || len(pids) > 0 {
 			return fmt.Errorf("processes %v of the probe still run (%v): its files are not used", pids, err)
 		}
 		files = map[string][]byte{}

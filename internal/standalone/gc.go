@@ -31,42 +31,41 @@ const gcWait = 10 * time.Second
 // acted on. What it does is told on status.
 func GC(recordDir string, wait time.Duration, status io.Writer) error {
 	entries, err := runrecord.List(recordDir)
-	var errs []error
 	if err != nil {
-		errs = append(errs, err)
+		// Without every record, no lease can be told unneeded.
+		return err
 	}
+	var errs []error
+	var kept []uint32 // the ids of the records that stay
 	for i := range entries {
 		e := &entries[i]
 		if !e.Stale {
+			kept = append(kept, e.UID)
 			continue
 		}
 		fmt.Fprintf(status, "vlctl: gc: %s: its vlctl run (pid %d) ended without cleaning up; cleaning up %s\n", e.FullName(), e.PID, e.WorkDir)
-		if err := collect(e, wait, status); err != nil {
-			errs = append(errs, fmt.Errorf("gc of %s (record %s, kept): %w", e.FullName(), e.Path, err))
-			continue
+		err := collect(e, wait, status)
+		if err == nil {
+			err = runrecord.Remove(e.Path)
 		}
-		if err := runrecord.Remove(e.Path); err != nil {
-			errs = append(errs, err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("gc of %s (record %s, kept): %w", e.FullName(), e.Path, err))
+			kept = append(kept, e.UID)
 		}
 	}
-	if err := sweepUIDs(recordDir, status); err != nil {
+	if err := sweepUIDs(recordDir, kept, status); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
 // sweepUIDs gives back the ids of runs that are gone: every lease whose
-// vlctl run has ended, unless a record still names its id (a clean-up
-// that failed, to be retried) or something still runs as it.
-func sweepUIDs(recordDir string, status io.Writer) error {
-	left, err := runrecord.List(recordDir)
-	if err != nil {
-		return err
-	}
+// vlctl run has ended, unless a record that stays names its id (kept: a
+// clean-up that failed, to be retried) or something still runs as it. A
+// run that started since holds its lease alive.
+func sweepUIDs(recordDir string, kept []uint32, status io.Writer) error {
 	pool := &uidpool.Pool{Dir: filepath.Join(recordDir, "uids"), ProcRoot: "/proc"}
-	freed, err := pool.Sweep(func(id uint32) bool {
-		return slices.ContainsFunc(left, func(e runrecord.Entry) bool { return e.UID == id })
-	})
+	freed, err := pool.Sweep(func(id uint32) bool { return slices.Contains(kept, id) })
 	for _, id := range freed {
 		fmt.Fprintf(status, "vlctl: gc: gave back uid %d\n", id)
 	}

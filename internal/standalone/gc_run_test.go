@@ -155,7 +155,7 @@ func TestVlctlRunMonitorKilled(t *testing.T) {
 	if !strings.Contains(stderr.String(), "exited while the guest ran") {
 		t.Errorf("vlctl run did not say the launcher went away under the guest:\n%s", stderr.String())
 	}
-	if pids, err := procfs.WithID("/proc", uid, false); err != nil || len(pids) > 0 {
+	if pids, err := procfs.Holding("/proc", uid); err != nil || len(pids) > 0 {
 		t.Errorf("processes %v still run as the VM's uid %d (%v)", pids, uid, err)
 	}
 	if st, err := procfs.ReadStat("/proc", qemu); err == nil && st.State != 'Z' {

@@ -52,11 +52,11 @@ func checkIsolated(t *testing.T, records string) {
 		}
 		kinds := map[string]bool{}
 		for _, p := range procs {
-			ids, err := procfs.WithID("/proc", e.UID, false)
+			uids, _, err := procfs.IDs("/proc", p.PID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Contains(ids, p.PID) {
+			if !slices.Contains(uids, e.UID) || slices.ContainsFunc(uids, func(u uint32) bool { return u != e.UID }) {
 				args, _ := procfs.Cmdline("/proc", p.PID)
 				t.Errorf("%s: process %d (%.80s) does not run as uid %d", e.FullName(), p.PID, strings.Join(args, " "), e.UID)
 			}

@@ -129,14 +129,16 @@ func (r *runner) endVMProcesses() error {
 	if r.lease == nil {
 		return nil
 	}
+	id := r.lease.ID
 	left := func() []int {
-		pids, _ := procfs.WithID("/proc", r.lease.ID, false)
+		pids, _ := procfs.Holding("/proc", id)
 		return pids
 	}
-	if len(left()) == 0 {
+	pids := left()
+	if len(pids) == 0 {
 		return nil
 	}
-	r.log.Info("processes of the VM outlive its monitor; waiting for them", "uid", r.lease.ID, "pids", left())
+	r.log.Info("processes of the VM outlive its monitor; waiting for them", "uid", id, "pids", pids)
 	deadline := time.After(vmEndWait)
 wait:
 	for len(left()) > 0 {
@@ -160,14 +162,14 @@ wait:
 			if err != nil {
 				continue
 			}
-			if slices.Contains(left(), pid) {
+			if uids, gids, err := procfs.IDs("/proc", pid); err == nil && (slices.Contains(uids, id) || slices.Contains(gids, id)) {
 				proc.Signal(syscall.SIGKILL)
 			}
 			proc.Release()
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("processes %v of the VM (uid %d) survive SIGKILL", left(), r.lease.ID)
+	return fmt.Errorf("processes %v of the VM (uid %d) survive SIGKILL", left(), id)
 }
 
 // killTree kills the monitor and every process below it. The launcher and

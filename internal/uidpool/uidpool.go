@@ -140,12 +140,6 @@ func (p *Pool) Allocate() (*Lease, error) {
 			os.Remove(path)
 			return nil, fmt.Errorf("uid lease %s: %w", path, err)
 		}
-		// Taken between the check and the lease (a process started as
-		// it): given back.
-		if why := p.taken(id); why != "" {
-			os.Remove(path)
-			continue
-		}
 		return &Lease{ID: id, path: path}, nil
 	}
 	msg := fmt.Sprintf("no free id in %d-%d", p.First, p.Last)
@@ -165,12 +159,10 @@ func (p *Pool) taken(id uint32) string {
 	if _, err := user.LookupGroupId(s); err == nil {
 		return "a group has it"
 	}
-	for _, gid := range []bool{false, true} {
-		if pids, err := procfs.WithID(p.ProcRoot, id, gid); err != nil {
-			return "processes unreadable: " + err.Error()
-		} else if len(pids) > 0 {
-			return fmt.Sprintf("process %d runs with it", pids[0])
-		}
+	if pids, err := procfs.Holding(p.ProcRoot, id); err != nil {
+		return "processes unreadable: " + err.Error()
+	} else if len(pids) > 0 {
+		return fmt.Sprintf("process %d runs with it", pids[0])
 	}
 	return ""
 }
@@ -182,14 +174,12 @@ func (l *Lease) Release(procRoot string) error {
 	if l == nil {
 		return nil
 	}
-	for _, gid := range []bool{false, true} {
-		pids, err := procfs.WithID(procRoot, l.ID, gid)
-		if err != nil {
-			return fmt.Errorf("uid %d: %w; its lease is kept", l.ID, err)
-		}
-		if len(pids) > 0 {
-			return fmt.Errorf("uid %d: processes %v still run with it; its lease is kept for vlctl gc", l.ID, pids)
-		}
+	pids, err := procfs.Holding(procRoot, l.ID)
+	if err != nil {
+		return fmt.Errorf("uid %d: %w; its lease is kept", l.ID, err)
+	}
+	if len(pids) > 0 {
+		return fmt.Errorf("uid %d: processes %v still run with it; its lease is kept for vlctl gc", l.ID, pids)
 	}
 	if err := os.Remove(l.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("uid %d: release: %w", l.ID, err)
