@@ -312,6 +312,7 @@ func (d *Daemon) Stop(ctx context.Context) error {
 		}
 	}
 	d.wg.Wait()
+	d.removeProbeDirs()
 	d.spawnOnce.Do(func() { close(d.spawns) })
 	if d.cfg.CapsSeedDir != "" {
 		if n, err := copyXML(d.cfg.CapabilitiesCacheDir(), d.cfg.CapsSeedDir, nil); err != nil {
@@ -321,6 +322,25 @@ func (d *Daemon) Stop(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeProbeDirs removes the directories (qmp-XXXXXX, holding QEMU's
+// monitor socket) that the session daemon makes under its qemu/lib for a
+// capability probe and removes when the probe ends: one is left when the
+// daemon stopped or was killed in the middle of a probe (a launcher
+// stopped right after it started). Only this daemon's own directory is
+// looked at; system mode's is the host's.
+func (d *Daemon) removeProbeDirs() {
+	if d.cfg.Root {
+		return
+	}
+	dirs, _ := filepath.Glob(filepath.Join(d.cfg.Dir, "qemu", "lib", "qmp-*"))
+	for _, p := range dirs {
+		// Lstat: a link named like one is never followed.
+		if fi, err := os.Lstat(p); err == nil && fi.IsDir() && os.RemoveAll(p) == nil {
+			d.log.Info("removed the directory of a capability probe the daemon did not finish", "path", p)
+		}
+	}
 }
 
 // removeLeftovers removes what a daemon killed by Stop had no chance to:

@@ -429,3 +429,37 @@ func describe(p string) string {
 	}
 	return fmt.Sprintf("%d %v %v", st.Size(), st.Mode(), st.ModTime().UnixNano())
 }
+
+// TestStopRemovesProbeDir: a capability probe's directory the daemon left
+// (stopped in the middle of a probe) is gone after Stop; a link named like
+// one is not followed.
+func TestStopRemovesProbeDir(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := testConfig(t)
+	d, err := Start(ctx, cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(cfg.Dir, "qemu", "lib")
+	probe := filepath.Join(lib, "qmp-AbC123")
+	target := t.TempDir()
+	if err := os.MkdirAll(probe, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(probe, "qmp.monitor"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(lib, "qmp-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(probe); !os.IsNotExist(err) {
+		t.Errorf("probe directory left after Stop: %v", err)
+	}
+	if _, err := os.Stat(target); err != nil {
+		t.Errorf("the link's target was touched: %v", err)
+	}
+}
