@@ -21,10 +21,9 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
-	"github.com/virtlauncher/virtlauncher/internal/monitor"
 	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
-	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -117,11 +116,16 @@ func (in *instance) prepare(ctx context.Context, seed string, kernelArgs []strin
 	}
 	in.vmi = v
 	l := in.lay
-	for _, d := range []string{l.ShareDir, l.SocketsDir(), l.PrivateDir, l.EphemeralDiskDir,
-		l.ContainerDiskDir, l.KernelBootDir(), l.HotplugDiskDir, l.LibvirtRunDir} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			return fmt.Errorf("create %s: %w", d, err)
-		}
+	// The pod's directories as vlctl run makes them (internal/pod): root
+	// fills them, then hands them to the launcher's user.
+	root, err := safefs.Open(in.dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	dirs, err := pod.MakeDirs(root, l, false)
+	if err != nil {
+		return err
 	}
 	if err := in.linkImages(); err != nil {
 		return err
@@ -131,21 +135,15 @@ func (in *instance) prepare(ctx context.Context, seed string, kernelArgs []strin
 			return fmt.Errorf("seed capability cache: %w", err)
 		}
 	}
-	if err := chownTree(in.dir, in.env.owner); err != nil {
-		return err
-	}
-	if err := os.Chmod(in.dir, 0o750); err != nil {
-		return err
-	}
-	// virt-handler's notify server. The launcher runs as the unprivileged
-	// user, so the socket must be writable by it.
+	// virt-handler's notify server; the hand-over gives its socket to the
+	// launcher's user, who must be able to connect.
 	ns, err := notifytest.Start(l.NotifySocket())
 	if err != nil {
 		return err
 	}
 	in.notify = ns
-	if err := os.Chown(l.NotifySocket(), in.env.owner.uid, in.env.owner.gid); err != nil {
-		return fmt.Errorf("chown notify socket: %w", err)
+	if err := dirs.HandOver(in.env.owner.uid, in.env.owner.gid); err != nil {
+		return err
 	}
 	go in.recordEvents(ctx)
 	return nil
@@ -251,21 +249,17 @@ func (in *instance) start() error {
 	o.SetLayout(in.lay)
 	o.QemuTimeout = 5 * time.Minute
 	o.RunAsNonroot, o.AllowEmulation, o.ForceEmulation = true, true, true
-	args := o.Args()
 	logFile, err := os.OpenFile(in.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(filepath.Join(in.env.binDir, "virt-launcher-monitor"), args...)
-	cmd.Env = monitor.Env(filepath.Join(in.env.binDir, "virt-launcher"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Dir = in.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: uint32(in.env.owner.uid), Gid: uint32(in.env.owner.gid)},
-		Setpgid:    true,
-		Pdeathsig:  syscall.SIGTERM,
-	}
+	cmd := pod.Monitor{
+		Bin: filepath.Join(in.env.binDir, "virt-launcher-monitor"), Launcher: filepath.Join(in.env.binDir, "virt-launcher"),
+		Flags: o,
+		User:  &syscall.Credential{Uid: uint32(in.env.owner.uid), Gid: uint32(in.env.owner.gid)},
+		Dir:   in.dir, Stdout: logFile, Stderr: logFile,
+	}.Command()
 	in.execAt = time.Now()
 	proc, err := pod.Start(cmd)
 	if err != nil {
@@ -543,8 +537,6 @@ func (in *instance) cleanup() {
 	}
 	os.RemoveAll(in.dir)
 }
-
-func chownTree(root string, o ids) error { return standalone.ChownTree(root, o.uid, o.gid) }
 
 // copyDir copies the regular files of src into dst (created).
 func copyDir(src, dst string) error {

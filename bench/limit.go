@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
 // limitResult is the raw libvirt cost of the launcher's domain.
@@ -96,7 +97,7 @@ func (in *instance) limit(ctx context.Context, xmlPath, seed string) (limitResul
 		if err := copyDir(seed, capsCacheDir(cfg.CacheHome)); err != nil {
 			return r, err
 		}
-		if err := chownTree(filepath.Join(root, "cache"), in.env.owner); err != nil {
+		if err := safefs.ChownTree(filepath.Join(root, "cache"), in.env.owner.uid, in.env.owner.gid); err != nil {
 			return r, err
 		}
 	}

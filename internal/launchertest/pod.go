@@ -21,16 +21,14 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
-	"github.com/virtlauncher/virtlauncher/internal/monitor"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
-
-const capNetBindService = 10 // CAP_NET_BIND_SERVICE (linux/capability.h)
 
 // Options shape one pod; the zero value is a plain pod in namespace
 // "default".
@@ -140,11 +138,12 @@ func (e *Env) New(t *testing.T, name string, o Options) *Pod {
 }
 
 // NewDeferred lays out the pod under a short temp root (unix socket paths
-// are limited to 107 bytes): the test guest's root disk as container disk
-// 0, its kernels (PVH and EFI stub) and initrd in kernel-boot/, as virt-handler's mounts would
-// provide them (or as image volumes, see Options.ImageVolume). Cmd is the monitor as user virtlauncher with the flags
-// virt-controller's pod template passes; the caller may change it before
-// Start.
+// are limited to 107 bytes): the pod directories (internal/pod), the test
+// guest's root disk as container disk 0 and its kernels (PVH and EFI stub)
+// and initrd in kernel-boot/, as virt-handler's mounts would provide them
+// (or as image volumes, see Options.ImageVolume). Cmd is the monitor as
+// user virtlauncher with the flags virt-controller's pod template passes;
+// the caller may change it before Start.
 func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	t.Helper()
 	e.Need(t)
@@ -183,31 +182,25 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	}
 	t.Cleanup(p.cleanup)
 	cred := e.Cred
-	Must(t, os.Chmod(dir, 0o755))
-	Must(t, os.Chown(dir, int(cred.Uid), int(cred.Gid)))
+	// The pod's directories as vlctl run makes them (internal/pod): root
+	// fills them, then hands them to the launcher's user.
+	root, err := safefs.Open(dir)
+	Must(t, err)
+	defer root.Close()
+	dirs, err := pod.MakeDirs(root, p.Layout, o.ImageVolume != nil)
+	Must(t, err)
 	if o.ImageVolume != nil {
 		p.placeImageVolumes()
 	} else {
-		// The container-disk volume is filled by virt-handler in a pod;
-		// here the test plays that part. The image stays root-owned and
-		// read-only for the launcher, as a bind-mounted container image
-		// would be.
-		Must(t, os.MkdirAll(p.Layout.KernelBootDir(), 0o755))
-		Must(t, e.Guest.CopyRootDisk(p.Layout.ContainerDiskImage(0)))
-		Must(t, os.Chmod(p.Layout.ContainerDiskImage(0), 0o444))
-		Must(t, CopyFile(e.Guest.Kernel, filepath.Join(p.Layout.KernelBootDir(), "vmlinuz")))
-		Must(t, CopyFile(e.Guest.EFIKernel, filepath.Join(p.Layout.KernelBootDir(), testguest.EFIKernelName)))
-		Must(t, CopyFile(e.Guest.Initrd, filepath.Join(p.Layout.KernelBootDir(), "initrd.img")))
+		p.placeContainerDisks()
 	}
-	Must(t, os.MkdirAll(p.Layout.ShareDir, 0o755))
-	Must(t, os.Chown(p.Layout.ShareDir, int(cred.Uid), int(cred.Gid)))
 	if o.EphemeralTmpfs != "" {
-		Must(t, os.MkdirAll(p.Layout.EphemeralDiskDir, 0o755))
 		mo := fmt.Sprintf("size=%s,mode=0755,uid=%d,gid=%d", o.EphemeralTmpfs, cred.Uid, cred.Gid)
 		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", mo, "vltest", p.Layout.EphemeralDiskDir).CombinedOutput(); err != nil {
 			t.Fatalf("mount tmpfs: %v %s", err, out)
 		}
 	}
+	Must(t, dirs.HandOver(int(cred.Uid), int(cred.Gid)))
 	lo := p.LauncherOptions()
 	lo.QemuTimeout = o.QemuTimeout
 	lo.GracePeriodSeconds = o.Grace
@@ -219,25 +212,12 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	if p.net != nil {
 		lo.ResolvConf = p.net.ResolvConf
 	}
-	args := append(lo.Args(), o.ExtraArgs...)
-	p.Cmd = exec.Command(filepath.Join(e.BinDir, "virt-launcher-monitor"), args...)
-	p.Cmd.Dir = dir
-	p.Cmd.Env = monitor.Env(filepath.Join(e.BinDir, "virt-launcher"))
-	p.Cmd.Stdout = p.Stdout
-	p.Cmd.Stderr = p.Stderr
-	// A process of the pod that left its process group (a daemonized
-	// helper) may still hold the output pipe when the monitor is gone:
-	// Wait gives up on the pipe after this instead of waiting for it
-	// (a failed test once hung 22 minutes in cleanup on it), and cleanup
-	// then kills what is left under the pod's directory.
-	p.Cmd.WaitDelay = 10 * time.Second
-	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	if p.net != nil {
-		// The launcher's DHCP server binds port 67 on the bridge: the one
-		// capability a KubeVirt launcher pod keeps (compute container
-		// capabilities.add NET_BIND_SERVICE).
-		p.Cmd.SysProcAttr.AmbientCaps = []uintptr{capNetBindService}
-	}
+	p.Cmd = pod.Monitor{
+		Bin: filepath.Join(e.BinDir, "virt-launcher-monitor"), Launcher: filepath.Join(e.BinDir, "virt-launcher"),
+		Flags: lo, Extra: o.ExtraArgs,
+		User: cred, Network: p.net != nil,
+		Dir: dir, Stdout: p.Stdout, Stderr: p.Stderr,
+	}.Command()
 	return p
 }
 
@@ -256,8 +236,9 @@ func (p *Pod) LauncherOptions() launcherflags.Options {
 	return o
 }
 
-// imagesDir holds the unpacked images of Options.ImageVolume, which are
-// mounted read-only at the image volume mount points.
+// imagesDir holds root's copies of the test guest's images: the unpacked
+// images of Options.ImageVolume, which are mounted read-only at the image
+// volume mount points, or the files the classic layout links to.
 func (p *Pod) imagesDir() string { return filepath.Join(p.Dir, "images") }
 
 // RootImage is the host path of the test guest's root disk image: the
@@ -268,6 +249,37 @@ func (p *Pod) RootImage() string {
 		return filepath.Join(p.imagesDir(), "disk_0", iv.DiskFile)
 	}
 	return p.Layout.ContainerDiskImage(0)
+}
+
+// placeContainerDisks plays virt-handler for the classic layout: the test
+// guest's root disk as container disk 0 and its kernels (PVH and EFI stub)
+// and initrd in kernel-boot/. The files are root's and read-only, as
+// virt-handler's mounts of container images are, and the pod directories
+// hold links to them (as vlctl run's do), so the hand-over leaves them
+// root's.
+func (p *Pod) placeContainerDisks() {
+	t, g := p.T, p.Env.Guest
+	dir := p.imagesDir()
+	Must(t, os.MkdirAll(dir, 0o755))
+	for _, f := range []struct {
+		copy      func(dst string) error
+		name, dst string
+	}{
+		{g.CopyRootDisk, "disk_0.img", p.Layout.ContainerDiskImage(0)},
+		{copyFrom(g.Kernel), "vmlinuz", filepath.Join(p.Layout.KernelBootDir(), "vmlinuz")},
+		{copyFrom(g.EFIKernel), testguest.EFIKernelName, filepath.Join(p.Layout.KernelBootDir(), testguest.EFIKernelName)},
+		{copyFrom(g.Initrd), "initrd.img", filepath.Join(p.Layout.KernelBootDir(), "initrd.img")},
+	} {
+		src := filepath.Join(dir, f.name)
+		Must(t, f.copy(src))
+		Must(t, os.Chmod(src, 0o444))
+		Must(t, os.Symlink(src, f.dst))
+	}
+}
+
+// copyFrom copies src to the destination it is given.
+func copyFrom(src string) func(dst string) error {
+	return func(dst string) error { return CopyFile(src, dst) }
 }
 
 // placeImageVolumes unpacks the test guest's two images (root-owned, files
@@ -283,8 +295,8 @@ func (p *Pod) placeImageVolumes() {
 		Must(t, os.Chmod(dst, 0o444))
 	}
 	put(disk, iv.DiskFile, g.CopyRootDisk)
-	put(kernel, iv.KernelFile, func(dst string) error { return CopyFile(g.Kernel, dst) })
-	put(kernel, iv.InitrdFile, func(dst string) error { return CopyFile(g.Initrd, dst) })
+	put(kernel, iv.KernelFile, copyFrom(g.Kernel))
+	put(kernel, iv.InitrdFile, copyFrom(g.Initrd))
 	for _, l := range [][2]string{{iv.KernelPath, iv.KernelFile}, {iv.InitrdPath, iv.InitrdFile}} {
 		if l[0] != l[1] {
 			link := filepath.Join(kernel, l[0])

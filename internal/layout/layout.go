@@ -78,6 +78,24 @@ func Under(dir string) Layout {
 	}
 }
 
+// PodDirs are the directories a launcher finds made when it starts: in a
+// cluster the pod's emptyDir volumes (private, public with its sockets,
+// ephemeral disks, libvirt's run dir, hotplug disks and, without KubeVirt's
+// ImageVolume feature gate, the container disks that virt-handler fills,
+// kernel-boot included); on a plain machine whoever plays the pod makes them
+// (internal/pod). BlockDeviceDir is one of them when it is not the host's
+// /dev.
+func (l Layout) PodDirs(imageVolume bool) []string {
+	dirs := []string{l.ShareDir, l.SocketsDir(), l.PrivateDir, l.EphemeralDiskDir, l.HotplugDiskDir, l.LibvirtRunDir}
+	if !imageVolume {
+		dirs = append(dirs, l.ContainerDiskDir, l.KernelBootDir())
+	}
+	if l.BlockDeviceDir != "" && l.BlockDeviceDir != "/dev" {
+		dirs = append(dirs, l.BlockDeviceDir)
+	}
+	return dirs
+}
+
 // CheckName refuses a name that could leave its directory when used as a
 // path element. Volume names are validated as DNS-1123 labels earlier; this is
 // the last line of defence for every path built from user input.

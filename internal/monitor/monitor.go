@@ -21,9 +21,13 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
 
+// CapNetBindService is CAP_NET_BIND_SERVICE (linux/capability.h), the one
+// capability a launcher pod keeps: the launcher's DHCP server binds ports 67
+// and 547. The monitor hands it on to the launcher as an ambient capability.
+const CapNetBindService = 10
+
 const (
 	prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER
-	capNetBindService   = 10 // CAP_NET_BIND_SERVICE
 	istioReadyPort      = 15021
 	istioQuitPort       = 15020
 	// othersStopTimeout is how long the rest of the tree (libvirt daemons a
@@ -117,7 +121,7 @@ func startLauncher(c Config) (int, error) {
 		Sys: &syscall.SysProcAttr{
 			Setpgid:     true,
 			Pdeathsig:   syscall.SIGTERM,
-			AmbientCaps: []uintptr{capNetBindService},
+			AmbientCaps: []uintptr{CapNetBindService},
 		},
 	}
 	pid, err := syscall.ForkExec(c.LauncherPath, argv, attr)

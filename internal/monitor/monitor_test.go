@@ -464,8 +464,8 @@ func TestAmbientNetBindService(t *testing.T) {
 	if code := r.wait(20 * time.Second); code != 0 {
 		t.Fatalf("exit %d; log:\n%s", code, r.stderr.String())
 	}
-	if amb := capAmb(t, status); amb != 1<<capNetBindService {
-		t.Errorf("launcher's ambient capabilities %#x, want %#x (CAP_NET_BIND_SERVICE)", amb, 1<<capNetBindService)
+	if amb := capAmb(t, status); amb != 1<<CapNetBindService {
+		t.Errorf("launcher's ambient capabilities %#x, want %#x (CAP_NET_BIND_SERVICE)", amb, 1<<CapNetBindService)
 	}
 }
 

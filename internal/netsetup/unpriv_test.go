@@ -14,14 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/monitor"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/dhcp"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 )
-
-// capNetBindService is CAP_NET_BIND_SERVICE.
-const capNetBindService = 10
 
 // publicDir is a directory an unprivileged child can enter.
 func publicDir(t *testing.T) string {
@@ -128,7 +126,7 @@ func TestUnprivilegedDHCP(t *testing.T) {
 	}
 
 	// With it: serves a lease.
-	_, stdin, out := start([]uintptr{capNetBindService})
+	_, stdin, out := start([]uintptr{monitor.CapNetBindService})
 	if l, err := waitLine(out, "VL-HELPER-SERVING", "VL-HELPER-FAILED"); err != nil || !strings.Contains(l, "VL-HELPER-SERVING") {
 		t.Fatalf("with CAP_NET_BIND_SERVICE: %q %v", l, err)
 	}

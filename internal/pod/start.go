@@ -1,10 +1,11 @@
-// Package pod starts the processes of a launcher pod on a plain machine,
-// the part a container runtime plays in a cluster: the monitor started from
-// a thread that first enters the pod's namespaces (Start, NetNS, and a
-// passwd of the pod's own, Identity). vlctl run, the test harness
-// (internal/launchertest) and the bench start their monitors with it; the
-// command line comes from internal/launcherflags and the environment from
-// monitor.Env.
+// Package pod is a launcher pod on a plain machine, the part a container
+// runtime and the kubelet play in a cluster: the pod's directories, made by
+// root and then handed to the pod's user (MakeDirs, Dirs.HandOver), the
+// monitor's process (Monitor: the command line from internal/launcherflags,
+// the environment from monitor.Env), started from a thread that first
+// enters the pod's namespaces (Start, NetNS, and a passwd of the pod's own,
+// Identity). vlctl run, the test harness (internal/launchertest) and the
+// bench lay out and start their pods with it.
 package pod
 
 import (

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
-	"github.com/virtlauncher/virtlauncher/internal/monitor"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
@@ -32,24 +30,13 @@ func (r *runner) startMonitor() error {
 	// kvm.Usable cannot tell a nested setup where guests do not progress;
 	// --emulation is for that.
 	o.ForceEmulation = r.cfg.Emulation || kvm.Usable() != nil
-	args := o.Args()
 	logFile := r.logFile
-	cmd := exec.Command(monitorBin, args...)
-	cmd.Env = monitor.Env(launcherBin)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Dir = r.workDir
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: r.owner.credential(),
-		// Its own process group: a Ctrl-C on the terminal reaches vlctl
-		// only, and vlctl shuts the guest down in order.
-		Setpgid:   true,
-		Pdeathsig: syscall.SIGTERM,
-	}
-	if r.net != nil {
-		// The launcher's DHCP server binds ports 67 and 547 on the bridge:
-		// the one capability a KubeVirt launcher pod keeps.
-		cmd.SysProcAttr.AmbientCaps = []uintptr{capNetBindService}
-	}
+	cmd := pod.Monitor{
+		Bin: monitorBin, Launcher: launcherBin, Flags: o,
+		User:    r.owner.credential(),
+		Network: r.net != nil,
+		Dir:     r.workDir, Stdout: logFile, Stderr: logFile,
+	}.Command()
 	// Started from a thread in the pod's namespaces: network, and the
 	// mount namespace with the VM's passwd.
 	var netNS func() error
@@ -73,9 +60,6 @@ func (r *runner) startMonitor() error {
 	r.log.Info("monitor started", "pid", cmd.Process.Pid, "workdir", r.workDir, "log", r.dir.Join("launcher.log"))
 	return nil
 }
-
-// capNetBindService is CAP_NET_BIND_SERVICE (linux/capability.h).
-const capNetBindService = 10
 
 func (r *runner) waitMonitor(timeout time.Duration) error {
 	select {

@@ -318,8 +318,8 @@ type runner struct {
 	// never follow a link (safefs). The work dir itself stays root's.
 	dir    *safefs.Dir
 	layout layout.Layout
-	// podDirs are the work dir's entries handed to the launcher's user.
-	podDirs []string
+	// podDirs are the pod directories, handed to the VM's user.
+	podDirs *pod.Dirs
 	// bins are the monitor and launcher binaries to run, logFile their
 	// output, both staged before the hand-over.
 	bins    [2]string

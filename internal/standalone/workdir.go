@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -41,18 +40,8 @@ func (r *runner) prepare() error {
 	r.workDir, r.dir = dir, d
 	r.layout = layout.Under(dir)
 	l := r.layout
-	for _, p := range []string{l.ShareDir, l.SocketsDir(), l.PrivateDir, l.EphemeralDiskDir,
-		l.ContainerDiskDir, l.KernelBootDir(), l.HotplugDiskDir, l.LibvirtRunDir, l.BlockDeviceDir} {
-		rel, err := r.rel(p)
-		if err != nil {
-			return err
-		}
-		if err := r.dir.MkdirAll(rel, 0o750); err != nil {
-			return fmt.Errorf("create %s: %w", p, err)
-		}
-		if top, _, _ := strings.Cut(rel, "/"); !slices.Contains(r.podDirs, top) {
-			r.podDirs = append(r.podDirs, top)
-		}
+	if r.podDirs, err = pod.MakeDirs(r.dir, l, false); err != nil {
+		return err
 	}
 	if err := r.linkDisks(); err != nil {
 		return err
@@ -153,28 +142,14 @@ func makeWorkDir(root *safefs.Dir) (string, *safefs.Dir, error) {
 	return "", nil, fmt.Errorf("work dir: no free name under %s", root.Path())
 }
 
-// handOver gives the launcher's user the pod directories (share/,
-// private/, ephemeral/, ...), owners changed through descriptors without
-// following links (safefs.ChownTree). The work dir itself stays root's,
-// mode 0750 with the user's group: the user can reach its directories but
-// can neither add nor replace anything root keeps there (launcher.log,
-// resolv.conf.*, bin/, the network's restore state). Everything root
-// writes into the tree is written before this.
+// handOver gives the VM's user the pod directories (pod.Dirs.HandOver);
+// everything root writes into them is written before this.
 func (r *runner) handOver() error {
-	for _, top := range r.podDirs {
-		if err := r.dir.ChownTree(top, r.owner.uid, r.owner.gid); err != nil {
-			return fmt.Errorf("hand the work dir to user %s: %w", r.owner.name, err)
-		}
+	if err := r.podDirs.HandOver(r.owner.uid, r.owner.gid); err != nil {
+		return fmt.Errorf("hand the work dir to %s: %w", r.owner.name, err)
 	}
-	if err := r.dir.Chown(0, r.owner.gid); err != nil {
-		return err
-	}
-	return r.dir.Chmod(0o750)
+	return nil
 }
-
-// ChownTree hands a directory tree (links themselves, never their targets)
-// to uid:gid; see safefs.ChownTree. The bench uses it for its pod trees.
-func ChownTree(root string, uid, gid int) error { return safefs.ChownTree(root, uid, gid) }
 
 // takeBack closes the work dir to everyone but root, so that nothing
 // below it changes while root removes it.
