@@ -139,7 +139,7 @@ func ensureAddr(l netlink.Link, p netip.Prefix, u *undo) error {
 			}
 		}
 	}
-	a := &netlink.Addr{IPNet: ipnet(p), Flags: unix.IFA_F_NODAD}
+	a := &netlink.Addr{IPNet: plan.IPNet(p), Flags: unix.IFA_F_NODAD}
 	if err := netlink.AddrAdd(l, a); err != nil {
 		return fmt.Errorf("add %s to %s: %w", p, l.Attrs().Name, err)
 	}
@@ -237,14 +237,6 @@ func writeJSON(path string, v any) error {
 		return fmt.Errorf("network restore state: %w", err)
 	}
 	return nil
-}
-
-func ipnet(p netip.Prefix) *net.IPNet {
-	bits := 32
-	if p.Addr().Is6() {
-		bits = 128
-	}
-	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), bits)}
 }
 
 func randomMAC() (net.HardwareAddr, error) {

@@ -97,14 +97,14 @@ func setupMasquerade(it plan.Iface, cfg PrivilegedConfig, u *undo) error {
 	}
 	c := &plan.VifCache{
 		Name:              it.PodIface,
-		IP:                netlink.Addr{IPNet: ipnet(netip.PrefixFrom(it.Guest4(), it.VMNetwork4.Bits()))},
+		IP:                netlink.Addr{IPNet: plan.IPNet(netip.PrefixFrom(it.Guest4(), it.VMNetwork4.Bits()))},
 		MAC:               mac,
 		AdvertisingIPAddr: net.IP(it.Gateway4().AsSlice()),
 		Mtu:               uint16(mtu),
 		Gateway:           net.IP(it.Gateway4().AsSlice()),
 	}
 	if dual {
-		c.IPv6 = netlink.Addr{IPNet: ipnet(netip.PrefixFrom(it.Guest6(), it.VMNetwork6.Bits()))}
+		c.IPv6 = netlink.Addr{IPNet: plan.IPNet(netip.PrefixFrom(it.Guest6(), it.VMNetwork6.Bits()))}
 		c.AdvertisingIPv6Addr = net.IP(it.Gateway6().AsSlice())
 	}
 	return putCache(cfg.CacheDir, c, u)

@@ -214,7 +214,7 @@ func configure(name string, a4, a6 netip.Prefix, gw4, gw6 netip.Addr) error {
 		if !a.IsValid() {
 			continue
 		}
-		addr := &netlink.Addr{IPNet: ipnet(a), Flags: unix.IFA_F_NODAD}
+		addr := &netlink.Addr{IPNet: plan.IPNet(a), Flags: unix.IFA_F_NODAD}
 		if err := netlink.AddrAdd(l, addr); err != nil {
 			return fmt.Errorf("add %s to %s: %w", a, name, err)
 		}
@@ -377,14 +377,6 @@ func DeleteNamedNS(name string) error {
 		return fmt.Errorf("delete netns %s: %w", name, err)
 	}
 	return nil
-}
-
-func ipnet(p netip.Prefix) *net.IPNet {
-	bits := 32
-	if p.Addr().Is6() {
-		bits = 128
-	}
-	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), bits)}
 }
 
 // AddInterface adds a secondary pod interface, as Multus would: a veth

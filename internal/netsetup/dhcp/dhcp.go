@@ -593,7 +593,7 @@ func vifConfig(cfg Config, it plan.Iface) (*plan.VifCache, error) {
 		if c == nil {
 			c = &plan.VifCache{
 				Name:              it.PodIface,
-				IP:                netlink.Addr{IPNet: ipnet(netip.PrefixFrom(it.Guest4(), it.VMNetwork4.Bits()))},
+				IP:                netlink.Addr{IPNet: plan.IPNet(netip.PrefixFrom(it.Guest4(), it.VMNetwork4.Bits()))},
 				AdvertisingIPAddr: net.IP(it.Gateway4().AsSlice()),
 				Gateway:           net.IP(it.Gateway4().AsSlice()),
 			}
@@ -602,7 +602,7 @@ func vifConfig(cfg Config, it plan.Iface) (*plan.VifCache, error) {
 				if addrs, err := netlink.AddrList(br, netlink.FAMILY_V6); err == nil {
 					for _, a := range addrs {
 						if a.IP.Equal(net.IP(it.Gateway6().AsSlice())) {
-							c.IPv6 = netlink.Addr{IPNet: ipnet(netip.PrefixFrom(it.Guest6(), it.VMNetwork6.Bits()))}
+							c.IPv6 = netlink.Addr{IPNet: plan.IPNet(netip.PrefixFrom(it.Guest6(), it.VMNetwork6.Bits()))}
 							c.AdvertisingIPv6Addr = a.IP
 						}
 					}
@@ -621,8 +621,4 @@ func vifConfig(cfg Config, it plan.Iface) (*plan.VifCache, error) {
 		return nil
 	})
 	return c, err
-}
-
-func ipnet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }

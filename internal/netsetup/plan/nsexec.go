@@ -2,6 +2,8 @@ package plan
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"runtime"
 
 	"github.com/vishvananda/netns"
@@ -39,4 +41,10 @@ func InNS(ns netns.NsHandle, fn func() error) error {
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// IPNet is p as netlink's address type wants it (the address, not the
+// masked network).
+func IPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
