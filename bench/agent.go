@@ -102,7 +102,7 @@ func (b *bench) agentOne(ctx context.Context, i int, mode string) error {
 	}
 	r.add("agent."+mode+".launcher_cpu", perMin(roleLauncher))
 	r.add("agent."+mode+".daemon_cpu", perMin(roleDaemon))
-	use, _, err := sampleMem(in.dir)
+	use, _, err := sampleMem(in.procs())
 	if err != nil {
 		return err
 	}

@@ -85,6 +85,8 @@ func (r *results) fig(key string) *Figure {
 			v := c.limit
 			f.limit = &v
 		}
+	} else if kind, name, ok := pairKey(key); ok {
+		f.Group, f.Label, f.Unit = "side by side: "+kind, name.label, name.unit
 	} else {
 		f.Label, f.Unit = key, "?"
 	}
@@ -141,6 +143,9 @@ func (r *results) print(w io.Writer) {
 	fmt.Fprintf(w, "%-*s  %-5s %3s %10s %10s %12s %12s  %s\n", width, "figure", "unit", "n", "median", "p95", "KubeVirt", "target", "")
 	fmt.Fprintln(w, strings.Repeat("-", width+66))
 	for _, f := range figs {
+		if strings.HasPrefix(f.Key, "pair.") {
+			continue // printPairs shows them side by side
+		}
 		if f.Group != group {
 			group = f.Group
 			fmt.Fprintf(w, "[%s]\n", group)

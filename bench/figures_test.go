@@ -128,3 +128,36 @@ func TestCheckStats(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintPairs: both medians, their ratio (ours over KubeVirt's) and the
+// verdict against the ratio target; the pair figures stay out of the main
+// table but keep their samples.
+func TestPrintPairs(t *testing.T) {
+	r := newResults()
+	for _, v := range []float64{100, 300, 200} {
+		r.add("pair.virtlauncher.first_sync", v)
+	}
+	for _, v := range []float64{1000, 1000} {
+		r.add("pair.kubevirt.first_sync", v)
+	}
+	r.add("pair.virtlauncher.helpers_rss", 40)
+	r.add("pair.kubevirt.helpers_rss", 100)
+	var out, main strings.Builder
+	printPairs(&out, r)
+	r.print(&main)
+	got := out.String()
+	for _, want := range []string{
+		"first Sync (RPC)", "200", "1000", "0.20", "<= 0.4x  met",
+		"helpers RSS", "0.40", "<= 0.25x  MISSED",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("side-by-side table lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(main.String(), "first Sync (RPC)") {
+		t.Errorf("the main table shows pair figures:\n%s", main.String())
+	}
+	if f := r.figs["pair.kubevirt.first_sync"]; f.Group != "side by side: kubevirt" || len(f.Samples) != 2 {
+		t.Errorf("pair figure %+v", f)
+	}
+}

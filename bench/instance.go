@@ -47,6 +47,7 @@ type stamped struct {
 // console read for the guest's markers.
 type instance struct {
 	env    *env
+	img    *podImage // the pod's root file system; nil: the host's (no chroot)
 	name   string
 	dir    string
 	lay    layout.Layout
@@ -79,13 +80,19 @@ type instance struct {
 // XDG cache before start. kernelArgs are added to the guest's command line
 // (testguest.Opt*).
 func newInstance(ctx context.Context, e *env, name, seed string, kernelArgs ...string) (*instance, error) {
+	return newInstanceIn(ctx, e, nil, name, seed, kernelArgs...)
+}
+
+// newInstanceIn is newInstance for a pod whose root is img (nil: the
+// host's).
+func newInstanceIn(ctx context.Context, e *env, img *podImage, name, seed string, kernelArgs ...string) (*instance, error) {
 	// Short names: libvirt builds unix socket paths under the private dir
 	// from it and the domain name, and sun_path holds 107 bytes.
 	dir, err := os.MkdirTemp(e.workRoot, "")
 	if err != nil {
 		return nil, fmt.Errorf("work dir: %w", err)
 	}
-	in := &instance{env: e, name: name, dir: dir, lay: layout.Under(dir), evCh: make(chan struct{})}
+	in := &instance{env: e, img: img, name: name, dir: dir, lay: layout.Under(dir), evCh: make(chan struct{})}
 	if err := in.prepare(ctx, seed, kernelArgs); err != nil {
 		in.cleanup()
 		return nil, err
@@ -242,6 +249,9 @@ func isStatus(s string) func(stamped) bool {
 // start execs the monitor as the unprivileged user with the flags
 // internal/standalone passes, and watches its sockets appear.
 func (in *instance) start() error {
+	if in.img != nil {
+		return in.startPod()
+	}
 	o := launcherflags.ForVMI(in.vmi)
 	o.SetLayout(in.lay)
 	o.QemuTimeout = 5 * time.Minute
@@ -257,6 +267,11 @@ func (in *instance) start() error {
 		User:  &syscall.Credential{Uid: uint32(in.env.owner.uid), Gid: uint32(in.env.owner.gid)},
 		Dir:   in.dir, Stdout: logFile, Stderr: logFile,
 	}.Command()
+	return in.run(cmd)
+}
+
+// run starts the pod's first process and stamps its exec.
+func (in *instance) run(cmd *exec.Cmd) error {
 	in.execAt = time.Now()
 	proc, err := pod.Start(cmd)
 	if err != nil {
@@ -278,7 +293,16 @@ func (in *instance) logPath() string { return filepath.Join(in.dir, "launcher.lo
 // libvirtSocket is the session daemon's socket: XDG_RUNTIME_DIR is the
 // libvirt run dir (its base is not "libvirt"), sockets go to <it>/libvirt.
 func (in *instance) libvirtSocket() string {
-	return filepath.Join(in.lay.LibvirtRunDir, "libvirt", "libvirt-sock")
+	return filepath.Join(in.libvirtSocketDir(), "libvirt-sock")
+}
+
+// libvirtSocketDir holds the daemons' sockets: in a pod XDG_RUNTIME_DIR
+// is /var/run, whose libvirt/ is the libvirt run dir itself.
+func (in *instance) libvirtSocketDir() string {
+	if in.img != nil {
+		return in.lay.LibvirtRunDir
+	}
+	return filepath.Join(in.lay.LibvirtRunDir, "libvirt")
 }
 
 // waitReady polls (every 0.5 ms) for the libvirt socket and launcher-sock,
@@ -287,7 +311,7 @@ func (in *instance) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		now := time.Now()
-		if in.virtlogdSockAt.IsZero() && exists(filepath.Join(filepath.Dir(in.libvirtSocket()), "virtlogd-sock")) {
+		if in.virtlogdSockAt.IsZero() && exists(filepath.Join(in.libvirtSocketDir(), "virtlogd-sock")) {
 			in.virtlogdSockAt = now
 		}
 		if in.libvirtSockAt.IsZero() && exists(in.libvirtSocket()) {
@@ -317,8 +341,10 @@ func (in *instance) waitReady(ctx context.Context) error {
 	return nil
 }
 
+// exists follows links: KubeVirt's virtqemud-sock is a link made before
+// the daemon binds the socket it names.
 func exists(p string) bool {
-	_, err := os.Lstat(p)
+	_, err := os.Stat(p)
 	return err == nil
 }
 
@@ -340,18 +366,31 @@ func (in *instance) firstSync(ctx context.Context) error {
 // domainStats times a GetDomainStats call, as virt-handler's metrics
 // collector makes it, and checks the answer has what the collector reads.
 func (in *instance) domainStats(ctx context.Context) (time.Duration, error) {
+	d, s, err := in.domainStatsAnswer(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkStats(s); err != nil {
+		if len(s) > 300 {
+			s = s[:300] + "..."
+		}
+		return 0, fmt.Errorf("GetDomainStats: %w: %s", err, s)
+	}
+	return d, nil
+}
+
+// domainStatsAnswer times one GetDomainStats and returns its answer
+// unchecked.
+func (in *instance) domainStatsAnswer(ctx context.Context) (time.Duration, string, error) {
 	sctx, cancel := context.WithTimeout(ctx, cmdclient.ShortTimeout)
 	defer cancel()
 	t := time.Now()
 	s, err := in.client.GetDomainStats(sctx)
 	d := time.Since(t)
 	if err != nil {
-		return 0, fmt.Errorf("GetDomainStats: %w", err)
+		return 0, "", fmt.Errorf("GetDomainStats: %w", err)
 	}
-	if err := checkStats(s); err != nil {
-		return 0, fmt.Errorf("GetDomainStats: %w", err)
-	}
-	return d, nil
+	return d, s, nil
 }
 
 // checkStats makes sure a stats answer carries the fields virt-handler's
@@ -398,8 +437,17 @@ func (in *instance) repeatSync(ctx context.Context) (time.Duration, error) {
 }
 
 // findLauncher remembers the launcher process, to time its exit.
+// procs are the launcher's processes: those naming its directory, or in a
+// pod every process of the pod.
+func (in *instance) procs() []proc {
+	if in.img != nil {
+		return in.podProcs()
+	}
+	return procsUnder(in.dir)
+}
+
 func (in *instance) findLauncher() {
-	for _, p := range procsUnder(in.dir) {
+	for _, p := range in.procs() {
 		if roleOf(p) == roleLauncher {
 			in.launcher = p
 			return
@@ -516,7 +564,11 @@ func (in *instance) cleanup() {
 			}
 		}
 	}
-	killUnder(in.dir, 10*time.Second)
+	if in.img != nil {
+		in.killPod()
+	} else {
+		killUnder(in.dir, 10*time.Second)
+	}
 	if in.mon != nil {
 		select {
 		case <-in.exited:

@@ -60,6 +60,12 @@ type options struct {
 	// how long their CPU time is measured.
 	agentPairs  int
 	agentWindow time.Duration
+	// kubevirt runs the side-by-side part; imageDir holds the launcher
+	// image's root file system and binaries (make image), kubevirtBin
+	// KubeVirt's launcher and monitor (make kubevirt-launcher).
+	kubevirt    bool
+	imageDir    string
+	kubevirtBin string
 }
 
 func main() {
@@ -69,11 +75,14 @@ func main() {
 	var user string
 	flag.BoolVar(&o.quick, "quick", false, "a short run for development: 2 runs per cache mode, 5 s settle, 3 VMIs for density, output to bench/out/")
 	flag.IntVar(&o.runs, "runs", 5, "launcher runs per cache mode (cold and warm)")
-	flag.StringVar(&o.only, "only", "", "run only these parts, comma-separated: runs, density, agent, translator")
+	flag.StringVar(&o.only, "only", "", "run only these parts, comma-separated: runs, pair, density, agent, translator")
 	flag.IntVar(&o.agentPairs, "agent-pairs", 2, "pairs of runs with and without the guest agent, for the poller's cost")
 	flag.DurationVar(&o.agentWindow, "agent-window", time.Minute, "how long the CPU time of a run with or without the guest agent is measured")
 	flag.DurationVar(&o.settle, "settle", 30*time.Second, "steady state after the guest booted before the memory sample")
 	flag.IntVar(&o.density, "density", 10, "VMIs started at once for the density figures")
+	flag.BoolVar(&o.kubevirt, "kubevirt", true, "run the side-by-side part (pair): KubeVirt's own launcher beside ours, both in pods of the launcher image's root file system; false where KubeVirt's launcher cannot be built")
+	flag.StringVar(&o.imageDir, "image", "bin/image", "the launcher image's build directory: rootfs.tar and bin/ (make image)")
+	flag.StringVar(&o.kubevirtBin, "kubevirt-bin", "bin/kubevirt", "KubeVirt's virt-launcher and virt-launcher-monitor (make kubevirt-launcher)")
 	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
 	flag.StringVar(&o.corpus, "corpus", "", "the translator's input (default: vmi-fedora.yaml of the example corpus beside the checkout, or in $VL_CORPUS)")
 	flag.IntVar(&o.benchRuns, "translator-runs", 5, "testing.Benchmark repetitions for the translator")
@@ -115,16 +124,16 @@ func main() {
 }
 
 func run(e *env, o options, user string) error {
-	parts := map[string]bool{"runs": true, "density": true, "agent": true, "translator": true}
+	parts := map[string]bool{"runs": true, "pair": o.kubevirt, "density": true, "agent": true, "translator": true}
 	if o.only != "" {
 		parts = map[string]bool{}
 		for _, p := range strings.Split(o.only, ",") {
 			p = strings.TrimSpace(p)
 			switch p {
-			case "runs", "density", "agent", "translator":
+			case "runs", "pair", "density", "agent", "translator":
 				parts[p] = true
 			default:
-				return fmt.Errorf("-only: unknown part %q (want runs, density, agent, translator)", p)
+				return fmt.Errorf("-only: unknown part %q (want runs, pair, density, agent, translator)", p)
 			}
 		}
 	}
@@ -140,7 +149,10 @@ func run(e *env, o options, user string) error {
 		TranslatorRuns: o.benchRuns, AgentPairs: o.agentPairs, AgentWindowSeconds: o.agentWindow.Seconds(),
 	}}
 	var errs []error
-	if parts["runs"] || parts["density"] || parts["agent"] {
+	if parts["pair"] && !o.kubevirt {
+		return errors.New("-only pair with -kubevirt=false: nothing to compare")
+	}
+	if parts["runs"] || parts["pair"] || parts["density"] || parts["agent"] {
 		if os.Geteuid() != 0 {
 			return errors.New("the launcher parts need root (they start the monitor as the unprivileged user); use -only translator otherwise")
 		}
@@ -177,6 +189,11 @@ func run(e *env, o options, user string) error {
 			rep.Cache = b.cache
 			rep.Profile = b.profile
 		}
+		if parts["pair"] && ctx.Err() == nil {
+			if err := b.pairs(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("pair: %w", err))
+			}
+		}
 		if parts["density"] && ctx.Err() == nil {
 			if err := b.densityRun(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("density: %w", err))
@@ -200,6 +217,7 @@ func run(e *env, o options, user string) error {
 	fmt.Println()
 	fmt.Printf("virtlauncher bench, %s, %d cores, %s\n", rep.Time, rep.Host.Cores, rep.Host.Libvirt)
 	r.print(os.Stdout)
+	printPairs(os.Stdout, r)
 	rep.Figures = r.list()
 	rep.Notes = r.notes
 	rep.DurationSeconds = time.Since(e.start).Seconds()

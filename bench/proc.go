@@ -164,12 +164,12 @@ func readMem(pid int) (memUse, error) {
 	return m, sc.Err()
 }
 
-// sampleMem reads the memory of every process of dir, summed per role.
+// sampleMem reads the memory of the processes ps, summed per role.
 // Unknown processes (a virsh someone runs, say) are left out.
-func sampleMem(dir string) (map[string]memUse, map[string]int, error) {
+func sampleMem(ps []proc) (map[string]memUse, map[string]int, error) {
 	use := map[string]memUse{}
 	count := map[string]int{}
-	for _, p := range procsUnder(dir) {
+	for _, p := range ps {
 		r := roleOf(p)
 		if r == "" {
 			continue
@@ -187,7 +187,7 @@ func sampleMem(dir string) (map[string]memUse, map[string]int, error) {
 		// virtlogd runs only with the launcher's --virtlogd (issue 6: QEMU
 		// writes its logs itself by default).
 		if count[r] == 0 && r != roleVirtlogd {
-			return use, count, fmt.Errorf("no %s process found under %s", r, dir)
+			return use, count, fmt.Errorf("no %s process among the launcher's %d", r, len(ps))
 		}
 	}
 	return use, count, nil
@@ -255,10 +255,10 @@ func topMappings(pid, n int) ([]mapping, error) {
 	return out, sc.Err()
 }
 
-// profileUnder returns the largest mappings of each helper of dir.
-func profileUnder(dir string) map[string][]mapping {
+// profileOf returns the largest mappings of each helper among ps.
+func profileOf(ps []proc) map[string][]mapping {
 	out := map[string][]mapping{}
-	for _, p := range procsUnder(dir) {
+	for _, p := range ps {
 		r := roleOf(p)
 		if r == "" {
 			continue

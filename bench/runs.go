@@ -203,7 +203,7 @@ func (b *bench) fullRun(ctx context.Context, i int, warm bool) error {
 
 // sampleOne records the helpers' memory of one launcher.
 func (b *bench) sampleOne(in *instance) error {
-	use, count, err := sampleMem(in.dir)
+	use, count, err := sampleMem(in.procs())
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func (b *bench) sampleOne(in *instance) error {
 	b.r.add("mem.helpers.rss", mib(sum.RSS))
 	b.r.add("mem.helpers.pss", mib(sum.PSS))
 	b.r.add("mem.qemu.rss", mib(use[roleQEMU].RSS))
-	b.profile = profileUnder(in.dir)
+	b.profile = profileOf(in.procs())
 	b.env.logf("memory: helpers RSS %.1f MiB PSS %.1f MiB (monitor %.1f, launcher %.1f, daemon %.1f, virtlogd %.1f RSS)",
 		mib(sum.RSS), mib(sum.PSS), mib(use[roleMonitor].RSS), mib(use[roleLauncher].RSS), mib(use[roleDaemon].RSS), mib(use[roleVirtlogd].RSS))
 	return nil
@@ -397,7 +397,7 @@ func (b *bench) densityRun(ctx context.Context) error {
 
 	var sum memUse
 	for _, in := range insts {
-		use, _, err := sampleMem(in.dir)
+		use, _, err := sampleMem(in.procs())
 		if err != nil {
 			r.note("density memory: %v", err)
 		}

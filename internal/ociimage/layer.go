@@ -176,7 +176,7 @@ func fileEntries(files []File, epoch time.Time) ([]entry, error) {
 		}
 		h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Uid: f.UID, Gid: f.GID, Size: int64(len(data)), ModTime: epoch}
 		if len(f.Caps) > 0 {
-			xattr, err := fileCaps(f.Caps)
+			xattr, err := FileCaps(f.Caps)
 			if err != nil {
 				return nil, fmt.Errorf("add %s: %w", f.Dst, err)
 			}
@@ -196,10 +196,10 @@ var capBits = map[string]uint{
 	"sys_resource":     24,
 }
 
-// fileCaps encodes security.capability as `setcap CAPS+ep` writes it:
+// FileCaps encodes security.capability as `setcap CAPS+ep` writes it:
 // struct vfs_cap_data, revision 2, the effective flag, the capabilities
 // permitted and none inheritable.
-func fileCaps(names []string) ([]byte, error) {
+func FileCaps(names []string) ([]byte, error) {
 	var permitted uint64
 	for _, n := range names {
 		bit, ok := capBits[strings.TrimPrefix(strings.ToLower(n), "cap_")]

@@ -78,14 +78,14 @@ func TestNormalRootfsRefusesDanglingHardLink(t *testing.T) {
 // TestFileCaps: the bytes `setcap cap_net_bind_service=+ep` stores
 // (getcap -v and the kernel's vfs_cap_data revision 2).
 func TestFileCaps(t *testing.T) {
-	b, err := fileCaps([]string{"net_bind_service"})
+	b, err := FileCaps([]string{"net_bind_service"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := hex.EncodeToString(b), "0100000200040000000000000000000000000000"; got != want {
 		t.Errorf("security.capability = %s, want %s", got, want)
 	}
-	if _, err := fileCaps([]string{"cap_bogus"}); err == nil {
+	if _, err := FileCaps([]string{"cap_bogus"}); err == nil {
 		t.Error("unknown capability accepted")
 	}
 }

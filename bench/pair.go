@@ -1,0 +1,509 @@
+package main
+
+// The side-by-side part (-only pair): KubeVirt's own launcher and ours, run
+// through the same harness in the same session, alternating, each in a pod
+// made from the same root file system: the launcher image's (make image),
+// which holds Debian's libvirt and QEMU. Only the binaries differ, and what
+// KubeVirt's launcher needs from its own image that Debian's packages lack
+// (see kubevirtExtras).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/virtlauncher/virtlauncher/internal/ociimage"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// The two launchers of a pair.
+const (
+	kindOurs     = "virtlauncher"
+	kindKubeVirt = "kubevirt"
+)
+
+// podImage is a launcher image's root file system, unpacked once for the
+// whole bench run and shared by its pods (read-only to them: a pod's
+// process runs as the bench user, and the tree is root's).
+type podImage struct {
+	kind string
+	root string
+}
+
+// kubevirtExtras is what KubeVirt's launcher image gives its launcher that
+// the Debian root file system does not have:
+//   - /usr/sbin/virtqemud: KubeVirt starts the modular QEMU daemon by that
+//     path and dials virtqemud-sock; Debian 12 ships only the monolithic
+//     libvirtd, which runs the same QEMU driver and names its socket
+//     libvirt-sock in the same directory, so a link bridges the two names;
+//   - /etc/libvirt/qemu.conf, virtqemud.conf and virtlogd.conf, which
+//     KubeVirt's launcher copies and appends to (empty: every setting it
+//     needs it writes itself; its image's files hold only comments);
+//   - and xorriso, unpacked from Debian's packages (unpackDebs).
+var kubevirtExtras = map[string]string{
+	"usr/sbin/virtqemud": `#!/bin/sh
+# Debian 12 has no virtqemud: libvirtd runs the same QEMU driver.
+ln -sf libvirt-sock "$XDG_RUNTIME_DIR/libvirt/virtqemud-sock"
+exec /usr/sbin/libvirtd "$@"
+`,
+	"etc/libvirt/qemu.conf":      "",
+	"etc/libvirt/virtqemud.conf": "",
+	"etc/libvirt/virtlogd.conf":  "",
+}
+
+// unpackImages unpacks the launcher image's root file system twice, with
+// our binaries in one and KubeVirt's in the other. The image's qemu user
+// (107, KubeVirt's non-root pods) becomes the bench user, so that no pod
+// process runs as an id of the host's own accounts.
+func (b *bench) unpackImages(ctx context.Context) (map[string]*podImage, error) {
+	o := b.o
+	tarball := filepath.Join(o.imageDir, "rootfs.tar")
+	bins := map[string]string{kindOurs: filepath.Join(o.imageDir, "bin"), kindKubeVirt: o.kubevirtBin}
+	for _, p := range []string{tarball, filepath.Join(bins[kindOurs], "virt-launcher"), filepath.Join(bins[kindKubeVirt], "virt-launcher")} {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%w (make image and make kubevirt-launcher build it; -kubevirt=false skips the side-by-side part)", err)
+		}
+	}
+	monitorCaps, err := ociimage.FileCaps([]string{"net_bind_service"})
+	if err != nil {
+		return nil, err
+	}
+	imgs := map[string]*podImage{}
+	for _, kind := range []string{kindOurs, kindKubeVirt} {
+		root := filepath.Join(b.env.workRoot, "img-"+kind)
+		if err := os.RemoveAll(root); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return nil, err
+		}
+		if out, err := exec.CommandContext(ctx, "tar", "-xf", tarball, "-C", root).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("unpack %s: %v: %s", tarball, err, out)
+		}
+		imgs[kind] = &podImage{kind: kind, root: root}
+		for _, name := range []string{"virt-launcher", "virt-launcher-monitor"} {
+			if err := copyFileMode(filepath.Join(bins[kind], name), filepath.Join(root, "usr/bin", name), 0o755); err != nil {
+				return nil, err
+			}
+		}
+		// Both images give the monitor CAP_NET_BIND_SERVICE as a file
+		// capability (ours: the Makefile's mkimage -cap; KubeVirt's: its
+		// image build), which a non-root monitor hands to the launcher as
+		// an ambient capability.
+		if err := unix.Setxattr(filepath.Join(root, "usr/bin/virt-launcher-monitor"), "security.capability", monitorCaps, 0); err != nil {
+			return nil, fmt.Errorf("file capability of the %s monitor: %w", kind, err)
+		}
+		if kind == kindKubeVirt {
+			if err := unpackDebs(ctx, filepath.Join(o.kubevirtBin, "debs"), root); err != nil {
+				return nil, err
+			}
+			for name, content := range kubevirtExtras {
+				mode := os.FileMode(0o644)
+				if strings.HasPrefix(content, "#!") {
+					mode = 0o755
+				}
+				if err := os.WriteFile(filepath.Join(root, name), []byte(content), mode); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if err := mapQemuUser(root, b.env.owner); err != nil {
+			return nil, err
+		}
+	}
+	return imgs, nil
+}
+
+// unpackDebs unpacks the Debian packages in dir (make kubevirt-launcher
+// downloads them: KUBEVIRT_IMAGE_DEBS) into root, as dpkg would have
+// installed them into KubeVirt's image.
+func unpackDebs(ctx context.Context, dir, root string) error {
+	debs, err := filepath.Glob(filepath.Join(dir, "*.deb"))
+	if err != nil {
+		return err
+	}
+	if len(debs) == 0 {
+		return fmt.Errorf("no packages in %s: make kubevirt-launcher downloads what KubeVirt's image has beyond ours (xorriso)", dir)
+	}
+	for _, d := range debs {
+		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", d, root).CombinedOutput(); err != nil {
+			return fmt.Errorf("unpack %s: %v: %s", d, err, out)
+		}
+	}
+	return nil
+}
+
+// mapQemuUser gives the image's qemu user and group the bench user's ids.
+func mapQemuUser(root string, o ids) error {
+	for _, f := range []struct{ name, line string }{
+		{"etc/passwd", fmt.Sprintf("qemu:x:%d:%d::/home/qemu:/bin/bash", o.uid, o.gid)},
+		{"etc/group", fmt.Sprintf("qemu:x:%d:", o.gid)},
+	} {
+		p := filepath.Join(root, f.name)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		found := false
+		for i, l := range lines {
+			if strings.HasPrefix(l, "qemu:") {
+				lines[i], found = f.line, true
+			}
+		}
+		if !found {
+			return fmt.Errorf("%s has no qemu entry", p)
+		}
+		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	home := filepath.Join(root, "home/qemu")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return err
+	}
+	return os.Chown(home, o.uid, o.gid)
+}
+
+func copyFileMode(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// podShell turns an unpacked image into a pod's root, as a container
+// runtime and the kubelet would: the pod's volumes (the bench's work
+// directory) at KubeVirt's paths below a fresh /run, the test guest's
+// image directory at its own path (the container-disk links point there;
+// virt-handler's bind mounts stand in), a /proc of the new PID namespace,
+// /sys, a minimal /dev without /dev/kvm (both launchers fall back to TCG,
+// as they do on this machine anyway), /dev/shm and /tmp; then the monitor
+// as PID 1 as the bench user with its group as the supplementary group
+// (fsGroup). Everything is mounted in the pod's own mount namespace.
+const podShell = `set -e
+R=$1; P=$2; C=$3; U=$4; shift 4
+mount -t tmpfs -o mode=0755 run "$R/run"
+for m in kubevirt:share kubevirt-private:private kubevirt-ephemeral-disks:ephemeral libvirt:libvirt-run; do
+  mkdir "$R/run/${m%%:*}"; mount --bind "$P/${m#*:}" "$R/run/${m%%:*}"
+done
+mkdir -p "$R$C"; mount --bind "$C" "$R$C"; mount -o remount,bind,ro "$R$C"
+mount -t proc proc "$R/proc"
+mount -t sysfs -o ro sysfs "$R/sys"
+if [ "$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ]; then
+  mount --bind /sys/fs/cgroup "$R/sys/fs/cgroup"; mount -o remount,bind,ro "$R/sys/fs/cgroup"
+else
+  mount -t tmpfs -o mode=0755 cgroup "$R/sys/fs/cgroup"
+  for c in /sys/fs/cgroup/*; do
+    mountpoint -q "$c" || continue
+    mkdir "$R$c"; mount --bind "$c" "$R$c"; mount -o remount,bind,ro "$R$c"
+  done
+fi
+mount -t tmpfs -o mode=0755 dev "$R/dev"
+for d in null zero full random urandom tty; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
+mkdir "$R/dev/shm" "$R/dev/pts"
+mount -t tmpfs -o mode=1777 shm "$R/dev/shm"
+mount -t devpts -o newinstance,ptmxmode=0666 devpts "$R/dev/pts"
+ln -s pts/ptmx "$R/dev/ptmx"
+mount -t tmpfs -o mode=1777 tmp "$R/tmp"
+exec chroot --userspec="$U" --groups="${U#*:}" "$R" "$@"
+`
+
+// podEnv is the compute container's environment as virt-controller renders
+// it for a non-root VMI (rendercontainer.go: the XDG directories), with
+// the kubelet's service variables.
+func podEnv() []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOSTNAME=virt-launcher-bench", "HOME=/home/qemu",
+		"KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443",
+		"XDG_CACHE_HOME=/var/run/kubevirt-private", "XDG_CONFIG_HOME=/var/run/kubevirt-private", "XDG_RUNTIME_DIR=/var/run",
+	}
+}
+
+// startPod starts the pod of in.img: the monitor with the command line
+// virt-controller renders (template.go) for a non-root VMI with emulation
+// allowed; both launchers get exactly the same.
+func (in *instance) startPod() error {
+	images := filepath.Dir(in.vmi.Spec.Volumes[0].ContainerDisk.Image)
+	args := []string{"--mount", "--pid", "--fork", "--propagation", "private",
+		"/bin/sh", "-c", podShell, "sh", in.img.root, in.dir, images, fmt.Sprintf("%d:%d", in.env.owner.uid, in.env.owner.gid),
+		"/usr/bin/virt-launcher-monitor",
+		"--qemu-timeout", "300s", "--name", in.vmi.Name, "--uid", string(in.vmi.UID), "--namespace", in.vmi.Namespace,
+		"--kubevirt-share-dir", "/var/run/kubevirt", "--ephemeral-disk-dir", "/var/run/kubevirt-ephemeral-disks",
+		"--container-disk-dir", "/var/run/kubevirt/container-disks", "--grace-period-seconds", "45",
+		"--hook-sidecars", "0", "--ovmf-path", "/usr/share/OVMF", "--disk-memory-limit", "2097152000",
+		"--hypervisor", "kvm", "--run-as-nonroot", "--allow-emulation"}
+	logFile, err := os.OpenFile(in.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command("unshare", args...)
+	cmd.Env = podEnv()
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return in.run(cmd)
+}
+
+// podProcs lists the pod's processes: every descendant of unshare.
+func (in *instance) podProcs() []proc {
+	if in.mon == nil || in.mon.Process == nil {
+		return nil
+	}
+	all, _ := procfs.List("/proc")
+	var out []proc
+	for _, st := range procfs.Descendants(all, in.mon.Process.Pid) {
+		if st.State != 'Z' {
+			out = append(out, withCmdline(st))
+		}
+	}
+	return out
+}
+
+// killPod ends the pod: SIGKILL to its PID 1 ends every process of its
+// PID namespace.
+func (in *instance) killPod() {
+	for _, p := range in.podProcs() {
+		if p.ppid == in.mon.Process.Pid {
+			syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// pairFigures are the figures of the side-by-side part, each recorded as
+// pair.<kind>.<name>; the issue's target is a ratio of medians, ours over
+// KubeVirt's (0: none).
+type pairFigure struct {
+	name, label, unit string
+	target            float64
+}
+
+// pairKey splits pair.<kind>.<name> into the launcher and the figure.
+func pairKey(key string) (string, pairFigure, bool) {
+	rest, ok := strings.CutPrefix(key, "pair.")
+	if !ok {
+		return "", pairFigure{}, false
+	}
+	kind, name, _ := strings.Cut(rest, ".")
+	for _, p := range pairFigures {
+		if p.name == name {
+			return kind, p, true
+		}
+	}
+	return "", pairFigure{}, false
+}
+
+var pairFigures = []pairFigure{
+	{"ready", "exec -> launcher-sock", "ms", 0},
+	{"first_sync", "first Sync (RPC)", "ms", 0.4},
+	{"sync_running", "Sync -> running", "ms", 0},
+	{"exec_running", "pod start -> running", "ms", 0.4},
+	{"stats_first", "first GetDomainStats", "ms", 1},
+	{"stats_first_empty", "  answers without stats", "share", 0},
+	{"stats_steady", "GetDomainStats, 1/s steady", "ms", 1},
+	{"stats_steady_empty", "  answers without stats", "share", 0},
+	{"repeat_sync", "repeated Sync", "ms", 0.5},
+	{"helpers_rss", "helpers RSS", "MiB", 0.25},
+	{"helpers_pss", "helpers PSS", "MiB", 0},
+	{"launcher_rss", "launcher RSS", "MiB", 0},
+	{"monitor_rss", "monitor RSS", "MiB", 0},
+	{"shutdown_shutoff", "ACPI shutdown -> Shutoff", "ms", 0},
+	{"final_exit", "final event -> pod exit", "ms", 0},
+}
+
+// pairs runs -runs pairs, alternating which launcher goes first, each run
+// with a cold capability cache as a new pod has.
+func (b *bench) pairs(ctx context.Context) error {
+	imgs, err := b.unpackImages(ctx)
+	if !b.env.keep {
+		defer func() {
+			for _, img := range imgs {
+				os.RemoveAll(img.root)
+			}
+		}()
+	}
+	if err != nil {
+		return err
+	}
+	var errs []string
+	for i := 0; i < b.o.runs && ctx.Err() == nil; i++ {
+		order := []string{kindOurs, kindKubeVirt}
+		if i%2 == 1 {
+			order = []string{kindKubeVirt, kindOurs}
+		}
+		for _, kind := range order {
+			if err := b.pairRun(ctx, imgs[kind], i); err != nil {
+				b.env.logf("pair %d (%s) failed: %v", i, kind, err)
+				errs = append(errs, fmt.Sprintf("pair %d %s: %v", i, kind, err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "\n"))
+	}
+	return nil
+}
+
+func (b *bench) pairRun(ctx context.Context, img *podImage, i int) error {
+	e, r := b.env, b.r
+	key := func(name string) string { return "pair." + img.kind + "." + name }
+	in, err := newInstanceIn(ctx, e, img, fmt.Sprintf("p%d%s", i, img.kind[:2]), "")
+	if err != nil {
+		return err
+	}
+	defer in.cleanup()
+	if err := in.start(); err != nil {
+		return err
+	}
+	if err := in.waitReady(ctx); err != nil {
+		return err
+	}
+	if err := in.firstSync(ctx); err != nil {
+		return err
+	}
+	// KubeVirt's launcher answers GetDomainStats from a cache that is
+	// refreshed at most every few seconds, so right after Sync it may
+	// answer "null" (no domain); ours reads the domain each time. Every
+	// answer's latency counts, and the answers without the fields
+	// virt-handler reads (checkStats) are counted apart.
+	stats := func(name string) error {
+		d, s, err := in.domainStatsAnswer(ctx)
+		if err != nil {
+			return err
+		}
+		r.addDur(key(name), d)
+		empty := 0.0
+		if checkStats(s) != nil {
+			empty = 1
+		}
+		r.add(key(name+"_empty"), empty)
+		return nil
+	}
+	if err := stats("stats_first"); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	running, err := in.waitEvent(wctx, in.syncSentAt, "Running", isStatus("Running"))
+	if err != nil {
+		return err
+	}
+	bctx, bcancel := context.WithTimeout(ctx, 3*time.Minute)
+	booted, err := in.console.wait(bctx, testguest.MarkerReady)
+	bcancel()
+	if err != nil {
+		return err
+	}
+	r.between(key("ready"), in.execAt, in.readyAt)
+	r.between(key("first_sync"), in.syncSentAt, in.syncDoneAt)
+	r.between(key("sync_running"), in.syncSentAt, running)
+	r.between(key("exec_running"), in.execAt, running)
+	for k := 0; k < repeatSyncs; k++ {
+		d, err := in.repeatSync(ctx)
+		if err != nil {
+			return err
+		}
+		r.addDur(key("repeat_sync"), d)
+	}
+	if wait := time.Until(booted.Add(b.o.settle)); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// Steady state, as virt-handler's scrapes see it: one call a second.
+	for k := 0; k < steadyStats; k++ {
+		if err := stats("stats_steady"); err != nil {
+			return err
+		}
+		time.Sleep(time.Second)
+	}
+	use, _, err := sampleMem(in.procs())
+	if err != nil {
+		return err
+	}
+	var sum memUse
+	for _, role := range helperRoles {
+		sum.add(use[role])
+	}
+	r.add(key("helpers_rss"), mib(sum.RSS))
+	r.add(key("helpers_pss"), mib(sum.PSS))
+	r.add(key("launcher_rss"), mib(use[roleLauncher].RSS))
+	r.add(key("monitor_rss"), mib(use[roleMonitor].RSS))
+	end, err := in.shutdownAndDelete(ctx, nil)
+	if err != nil {
+		return err
+	}
+	r.between(key("shutdown_shutoff"), end.shutdownSent, end.shutoff)
+	r.between(key("final_exit"), end.finalEvent, end.monitorExit)
+	e.logf("pair %d %s: ready %v, first Sync %v, running %v after exec, helpers RSS %.1f MiB, final event -> exit %v", i, img.kind,
+		in.readyAt.Sub(in.execAt).Round(time.Millisecond), in.syncDoneAt.Sub(in.syncSentAt).Round(time.Millisecond),
+		running.Sub(in.execAt).Round(time.Millisecond), mib(sum.RSS), end.monitorExit.Sub(end.finalEvent).Round(time.Millisecond))
+	return nil
+}
+
+// printPairs writes the side-by-side table: both medians and their ratio,
+// against the issue's ratio targets.
+func printPairs(w io.Writer, r *results) {
+	med := func(k string) (float64, bool) {
+		f, ok := r.figs[k]
+		if !ok || len(f.Samples) == 0 {
+			return 0, false
+		}
+		f.summarize()
+		return f.Median, true
+	}
+	header := false
+	for _, p := range pairFigures {
+		ours, ok1 := med("pair." + kindOurs + "." + p.name)
+		kv, ok2 := med("pair." + kindKubeVirt + "." + p.name)
+		if !ok1 && !ok2 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "[side by side: same image root, same harness, alternating; medians]")
+			fmt.Fprintf(w, "%-26s  %-4s %12s %12s %8s %10s\n", "figure", "unit", "virtlauncher", "KubeVirt", "ratio", "target")
+			header = true
+		}
+		ratio, verdict := "-", ""
+		if ok1 && ok2 && kv > 0 {
+			x := ours / kv
+			ratio = strconv.FormatFloat(x, 'f', 2, 64)
+			if p.target > 0 {
+				verdict = "met"
+				if x > p.target {
+					verdict = "MISSED"
+				}
+			}
+		}
+		target := ""
+		if p.target > 0 {
+			target = "<= " + strconv.FormatFloat(p.target, 'f', -1, 64) + "x"
+		}
+		fmt.Fprintf(w, "%-26s  %-4s %12s %12s %8s %10s  %s\n", p.label, p.unit, num(ours), num(kv), ratio, target, verdict)
+	}
+}
