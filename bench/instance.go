@@ -93,6 +93,9 @@ func newInstanceIn(ctx context.Context, e *env, img *podImage, name, seed string
 		return nil, fmt.Errorf("work dir: %w", err)
 	}
 	in := &instance{env: e, img: img, name: name, dir: dir, lay: layout.Under(dir), evCh: make(chan struct{})}
+	if img != nil {
+		in.lay = layout.Rooted(filepath.Join(dir, "run"))
+	}
 	if err := in.prepare(ctx, seed, kernelArgs); err != nil {
 		in.cleanup()
 		return nil, err

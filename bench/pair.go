@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/ociimage"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
@@ -193,43 +194,6 @@ func copyFileMode(src, dst string, mode os.FileMode) error {
 	return out.Close()
 }
 
-// podShell turns an unpacked image into a pod's root, as a container
-// runtime and the kubelet would: the pod's volumes (the bench's work
-// directory) at KubeVirt's paths below a fresh /run, the test guest's
-// image directory at its own path (the container-disk links point there;
-// virt-handler's bind mounts stand in), a /proc of the new PID namespace,
-// /sys, a minimal /dev without /dev/kvm (both launchers fall back to TCG,
-// as they do on this machine anyway), /dev/shm and /tmp; then the monitor
-// as PID 1 as the bench user with its group as the supplementary group
-// (fsGroup). Everything is mounted in the pod's own mount namespace.
-const podShell = `set -e
-R=$1; P=$2; C=$3; U=$4; shift 4
-mount -t tmpfs -o mode=0755 run "$R/run"
-for m in kubevirt:share kubevirt-private:private kubevirt-ephemeral-disks:ephemeral libvirt:libvirt-run; do
-  mkdir "$R/run/${m%%:*}"; mount --bind "$P/${m#*:}" "$R/run/${m%%:*}"
-done
-mkdir -p "$R$C"; mount --bind "$C" "$R$C"; mount -o remount,bind,ro "$R$C"
-mount -t proc proc "$R/proc"
-mount -t sysfs -o ro sysfs "$R/sys"
-if [ "$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ]; then
-  mount --bind /sys/fs/cgroup "$R/sys/fs/cgroup"; mount -o remount,bind,ro "$R/sys/fs/cgroup"
-else
-  mount -t tmpfs -o mode=0755 cgroup "$R/sys/fs/cgroup"
-  for c in /sys/fs/cgroup/*; do
-    mountpoint -q "$c" || continue
-    mkdir "$R$c"; mount --bind "$c" "$R$c"; mount -o remount,bind,ro "$R$c"
-  done
-fi
-mount -t tmpfs -o mode=0755 dev "$R/dev"
-for d in null zero full random urandom tty; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
-mkdir "$R/dev/shm" "$R/dev/pts"
-mount -t tmpfs -o mode=1777 shm "$R/dev/shm"
-mount -t devpts -o newinstance,ptmxmode=0666 devpts "$R/dev/pts"
-ln -s pts/ptmx "$R/dev/ptmx"
-mount -t tmpfs -o mode=1777 tmp "$R/tmp"
-exec chroot --userspec="$U" --groups="${U#*:}" "$R" "$@"
-`
-
 // podEnv is the compute container's environment as virt-controller renders
 // it for a non-root VMI (rendercontainer.go: the XDG directories), with
 // the kubelet's service variables.
@@ -242,29 +206,35 @@ func podEnv() []string {
 	}
 }
 
-// startPod starts the pod of in.img: the monitor with the command line
+// startPod starts the pod of in.img (pod.ImagePod, with the pod's volumes
+// at <work dir>/run, layout.Rooted): the monitor with the command line
 // virt-controller renders (template.go) for a non-root VMI with emulation
 // allowed; both launchers get exactly the same.
 func (in *instance) startPod() error {
-	images := filepath.Dir(in.vmi.Spec.Volumes[0].ContainerDisk.Image)
-	args := []string{"--mount", "--pid", "--fork", "--propagation", "private",
-		"/bin/sh", "-c", podShell, "sh", in.img.root, in.dir, images, fmt.Sprintf("%d:%d", in.env.owner.uid, in.env.owner.gid),
-		"/usr/bin/virt-launcher-monitor",
-		"--qemu-timeout", "300s", "--name", in.vmi.Name, "--uid", string(in.vmi.UID), "--namespace", in.vmi.Namespace,
-		"--kubevirt-share-dir", "/var/run/kubevirt", "--ephemeral-disk-dir", "/var/run/kubevirt-ephemeral-disks",
-		"--container-disk-dir", "/var/run/kubevirt/container-disks", "--grace-period-seconds", "45",
-		"--hook-sidecars", "0", "--ovmf-path", "/usr/share/OVMF", "--disk-memory-limit", "2097152000",
-		"--hypervisor", "kvm", "--run-as-nonroot", "--allow-emulation"}
 	logFile, err := os.OpenFile(in.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command("unshare", args...)
-	cmd.Env = podEnv()
-	cmd.Dir = "/"
+	cmd, err := pod.ImagePod{
+		Root: in.img.root, Run: filepath.Join(in.dir, "run"),
+		// The container-disk links point into the test guest's image
+		// directory: bound read-only where virt-handler would have
+		// bind-mounted the container images.
+		ReadOnly: []string{filepath.Dir(in.vmi.Spec.Volumes[0].ContainerDisk.Image)},
+		UID:      in.env.owner.uid, GID: in.env.owner.gid,
+		Argv: []string{"/usr/bin/virt-launcher-monitor",
+			"--qemu-timeout", "300s", "--name", in.vmi.Name, "--uid", string(in.vmi.UID), "--namespace", in.vmi.Namespace,
+			"--kubevirt-share-dir", "/var/run/kubevirt", "--ephemeral-disk-dir", "/var/run/kubevirt-ephemeral-disks",
+			"--container-disk-dir", "/var/run/kubevirt/container-disks", "--grace-period-seconds", "45",
+			"--hook-sidecars", "0", "--ovmf-path", "/usr/share/OVMF", "--disk-memory-limit", "2097152000",
+			"--hypervisor", "kvm", "--run-as-nonroot", "--allow-emulation"},
+		Env: podEnv(),
+	}.Command(context.Background())
+	if err != nil {
+		return err
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return in.run(cmd)
 }
 

@@ -39,6 +39,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	vllayout "github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/ociimage"
+	vlpod "github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/repo"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -50,26 +51,6 @@ const (
 	bootTimeout = 3 * time.Minute                     // TCG on a busy 2-core machine
 	capNetBind  = 10                                  // CAP_NET_BIND_SERVICE
 )
-
-// podShell turns the unpacked image into the pod's root: the pod volumes
-// directory at /run (so /var/run/kubevirt... through the image's relative
-// /var/run link), a /proc of the new PID namespace, /sys, a minimal /dev
-// and /tmp as a container runtime gives them, then the monitor as PID 1,
-// as root or as 107:107 with supplementary group 107 (fsGroup).
-const podShell = `set -e
-R=$1; P=$2; U=$3; shift 3
-mount --bind "$P" "$R/run"
-mount -t proc proc "$R/proc"
-mount -t sysfs -o ro sysfs "$R/sys"
-mount -t tmpfs -o mode=0755 dev "$R/dev"
-for d in null zero full random urandom tty; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
-mkdir "$R/dev/shm" "$R/dev/pts"
-mount -t tmpfs -o mode=1777 shm "$R/dev/shm"
-mount -t devpts -o newinstance,ptmxmode=0666 devpts "$R/dev/pts"
-ln -s pts/ptmx "$R/dev/ptmx"
-mount -t tmpfs -o mode=1777 tmp "$R/tmp"
-exec chroot --userspec="$U" --groups="${U#*:}" "$R" "$@"
-`
 
 func moduleRoot(t *testing.T) string {
 	t.Helper()
@@ -133,11 +114,7 @@ func runPod(t *testing.T, archive string, g *testguest.Guest, uid int) {
 
 	// The pod's paths inside are KubeVirt's (layout.Default, under
 	// /var/run); outside they are under p.vols.
-	def := vllayout.Default()
-	host := func(in string) string { return filepath.Join(p.vols, strings.TrimPrefix(in, "/var/run")) }
-	p.lay = vllayout.Layout{ShareDir: host(def.ShareDir), PrivateDir: host(def.PrivateDir),
-		EphemeralDiskDir: host(def.EphemeralDiskDir), ContainerDiskDir: host(def.ContainerDiskDir),
-		HotplugDiskDir: host(def.HotplugDiskDir), LibvirtRunDir: host(def.LibvirtRunDir)}
+	p.lay = vllayout.Rooted(p.vols)
 	// emptyDirs, writable by the pod's user (fsGroup 107 in non-root pods);
 	// the container disk and kernel boot files root-owned and read-only,
 	// as virt-handler's mounts of the container images are.
@@ -202,29 +179,29 @@ func runPod(t *testing.T, archive string, g *testguest.Guest, uid int) {
 // (pkg/virt-controller/services/template.go), defaults for the paths.
 // --force-emulation is ours: guests here run under TCG only.
 func (p *pod) start(name, ns, vmiUID string) {
-	args := []string{"--mount", "--pid", "--fork", "--net", "--propagation", "private",
-		"/bin/sh", "-c", podShell, "sh", p.root, p.vols, fmt.Sprintf("%d:%d", p.uid, p.uid),
-		"/usr/bin/virt-launcher-monitor",
+	argv := []string{"/usr/bin/virt-launcher-monitor",
 		"--qemu-timeout", "240s", "--name", name, "--uid", vmiUID, "--namespace", ns,
 		"--kubevirt-share-dir", "/var/run/kubevirt", "--ephemeral-disk-dir", "/var/run/kubevirt-ephemeral-disks",
 		"--container-disk-dir", "/var/run/kubevirt/container-disks", "--grace-period-seconds", "45",
 		"--hook-sidecars", "0", "--ovmf-path", "/usr/share/OVMF", "--disk-memory-limit", "2097152000",
 		"--hypervisor", "kvm"}
 	if p.uid != 0 {
-		args = append(args, "--run-as-nonroot")
+		argv = append(argv, "--run-as-nonroot")
 	}
-	args = append(args, "--allow-emulation", "--force-emulation")
-	p.cmd = exec.Command("unshare", args...)
+	argv = append(argv, "--allow-emulation", "--force-emulation")
 	// A pod's environment: kubelet's service variables, no host leftovers.
-	p.cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOSTNAME=virt-launcher-img", "KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443"}
 	if p.uid != 0 {
-		p.cmd.Env = append(p.cmd.Env, "HOME=/home/qemu")
+		env = append(env, "HOME=/home/qemu")
 	} else {
-		p.cmd.Env = append(p.cmd.Env, "HOME=/root")
+		env = append(env, "HOME=/root")
 	}
+	// A network namespace of its own, as a pod has.
+	cmd, err := vlpod.ImagePod{Root: p.root, Run: p.vols, UID: p.uid, GID: p.uid, Argv: argv, Env: env, Net: true}.Command(context.Background())
+	launchertest.Must(p.t, err)
+	p.cmd = cmd
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	launchertest.Must(p.t, p.cmd.Start())
 	go func() {
 		p.err = p.cmd.Wait()
@@ -535,10 +512,10 @@ func TestNodeLabeller(t *testing.T) {
 	launchertest.Must(t, os.MkdirAll(filepath.Join(vols, "labeller"), 0o755))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--pid", "--fork", "--propagation", "private",
-		"/bin/sh", "-c", podShell, "sh", root, vols, "0:0", "/bin/sh", "-c", "node-labeller.sh")
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
-		"PREFERRED_VIRTTYPE=kvm", "HYPERVISOR_DEVICE=kvm", "NODE_LABELLER_DIR=/run/labeller"}
+	cmd, err := vlpod.ImagePod{Root: root, Run: vols, Argv: []string{"/bin/sh", "-c", "node-labeller.sh"},
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+			"PREFERRED_VIRTTYPE=kvm", "HYPERVISOR_DEVICE=kvm", "NODE_LABELLER_DIR=/run/labeller"}}.Command(ctx)
+	launchertest.Must(t, err)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node-labeller.sh: %v\n%s", err, out)

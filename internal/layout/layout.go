@@ -96,6 +96,21 @@ func (l Layout) PodDirs(imageVolume bool) []string {
 	return dirs
 }
 
+// Rooted is a pod's layout (Default) as seen from outside the pod, when
+// the pod's /var/run is the directory run: for a launcher image run as a
+// pod on a plain machine (internal/pod.ImagePod). Paths outside /var/run
+// (the block devices' /dev) stay as they are.
+func Rooted(run string) Layout {
+	l := Default()
+	for _, p := range []*string{&l.ShareDir, &l.PrivateDir, &l.EphemeralDiskDir, &l.ContainerDiskDir, &l.HotplugDiskDir,
+		&l.LibvirtRunDir, &l.HooksDir, &l.BlockDeviceDir, &l.ImageVolumeDir, &l.KernelBootVolumeDir} {
+		if rest, ok := strings.CutPrefix(*p, "/var/run/"); ok {
+			*p = filepath.Join(run, rest)
+		}
+	}
+	return l
+}
+
 // CheckName refuses a name that could leave its directory when used as a
 // path element. Volume names are validated as DNS-1123 labels earlier; this is
 // the last line of defence for every path built from user input.

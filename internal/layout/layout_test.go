@@ -56,3 +56,14 @@ func TestStatePaths(t *testing.T) {
 		}
 	}
 }
+
+func TestRooted(t *testing.T) {
+	l := Rooted("/w/run")
+	if l.ShareDir != "/w/run/kubevirt" || l.ContainerDiskDir != "/w/run/kubevirt/container-disks" ||
+		l.LibvirtRunDir != "/w/run/libvirt" || l.KernelBootVolumeDir != "/w/run/kubevirt-kernel-boot" {
+		t.Errorf("Rooted: %+v", l)
+	}
+	if l.BlockDeviceDir != "/dev" {
+		t.Errorf("BlockDeviceDir %q, want /dev (not below /var/run)", l.BlockDeviceDir)
+	}
+}
