@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 func TestParse(t *testing.T) {
@@ -118,6 +120,7 @@ func TestSocketLifecycle(t *testing.T) {
 // TestBinary runs the real static binary as the pod does and stops it the
 // way the kubelet does.
 func TestBinary(t *testing.T) {
+	testenv.Slow(t, "a go build of the binary")
 	bin := filepath.Join(t.TempDir(), "container-disk")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/logging"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 type syncBuf struct {
@@ -166,6 +167,7 @@ func TestEnds(t *testing.T) {
 
 // TestBinary runs the real binary and stops it with SIGTERM.
 func TestBinary(t *testing.T) {
+	testenv.Slow(t, "a go build of the binary")
 	bin := filepath.Join(t.TempDir(), "virt-tail")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/virtlauncher/virtlauncher/internal/repo"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // example is a manifest of KubeVirt's example corpus (internal/repo finds
@@ -123,6 +124,7 @@ func TestConvertCommand(t *testing.T) {
 // on stdout and status 0, or status 1 with one line on stderr and nothing on
 // stdout.
 func TestConvertBinary(t *testing.T) {
+	testenv.Slow(t, "a go build of the binary")
 	fedora := example(t, "vmi-fedora.yaml")
 	bin := filepath.Join(t.TempDir(), "vlctl")
 	build := exec.Command("go", "build", "-o", bin, ".")

@@ -89,6 +89,9 @@ func TestPreflightRefuses(t *testing.T) {
 		{"a missing part", func(t *testing.T, cfg *Config) { os.Remove(filepath.Join(cfg.Bin, "kubelet")) }, "make e2e-build"},
 		{"a missing package", func(t *testing.T, cfg *Config) { os.Remove(filepath.Join(cfg.CNIBin, "bridge")) }, "Debian package containernetworking-plugins"},
 		{"a port taken", func(t *testing.T, cfg *Config) {
+			// Every part is there, so the preflight goes on to nft's
+			// leftover check before the ports.
+			testenv.Programs(t, "nft")
 			l, err := net.Listen("tcp", "127.0.0.1:12379")
 			if err != nil {
 				t.Fatalf("the test needs port 12379 free: %v", err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 
 func run(t testing.TB, name string, args ...string) string {
 	t.Helper()
+	testenv.Need(t, name, testenv.Installed(name))
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
@@ -412,17 +412,6 @@ func TestPrepareCancelled(t *testing.T) {
 	if _, err := os.Stat(p.Layout.EmptyDisk("e")); err == nil {
 		t.Fatal("empty disk created despite cancellation")
 	}
-}
-
-func ExamplePreparer_Gather() {
-	dir, _ := os.MkdirTemp("", "disks-example")
-	defer os.RemoveAll(dir)
-	p := &Preparer{Layout: layout.Under(dir)}
-	_ = os.MkdirAll(p.Layout.ContainerDiskDir, 0o755)
-	_ = exec.Command("qemu-img", "create", "-q", "-f", "qcow2", p.Layout.ContainerDiskImage(0), "1M").Run()
-	vols, err := p.Gather(context.Background(), vmiWith(containerDisk("rootdisk")))
-	fmt.Println(vols["rootdisk"].BackingFormat, err)
-	// Output: qcow2 <nil>
 }
 
 // TestPVCAndEphemeral: a filesystem PVC is its image file; an ephemeral

@@ -59,3 +59,11 @@ func Installed(names ...string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Slow leaves t out of the fast tier: it needs nothing missing from the
+// machine, only more time than `go test -short` is for (a go build of a
+// binary, say).
+func Slow(t testing.TB, why string) {
+	t.Helper()
+	Need(t, why, nil)
+}
