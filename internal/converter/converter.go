@@ -42,15 +42,9 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
-// Context is the converter's view of the outside world.
-type Context = facts.Context
-
-// Configurator is one step of the conversion.
-type Configurator = facts.Configurator
-
 // Configurators returns the ordered list of steps for one conversion.
-func Configurators(c *Context) []Configurator {
-	return []Configurator{
+func Configurators(c *facts.Context) []facts.Configurator {
+	return []facts.Configurator{
 		compute.Metadata{},
 		network.New(c),
 		compute.TPM{},
@@ -82,7 +76,7 @@ func Configurators(c *Context) []Configurator {
 
 // Convert builds the domain for vmi. The VMI must already carry KubeVirt's
 // defaults (internal/vmi applies them); the converter does not guess.
-func Convert(vmi *v1.VirtualMachineInstance, c *Context) (*libvirtxml.Domain, error) {
+func Convert(vmi *v1.VirtualMachineInstance, c *facts.Context) (*libvirtxml.Domain, error) {
 	if vmi == nil {
 		return nil, fmt.Errorf("convert: no VMI")
 	}
@@ -100,7 +94,7 @@ func Convert(vmi *v1.VirtualMachineInstance, c *Context) (*libvirtxml.Domain, er
 
 // Disks converts only vmi's disks: the <disk> elements its domain has, for
 // comparing with a running domain (hotplug) without building the rest.
-func Disks(vmi *v1.VirtualMachineInstance, c *Context) ([]libvirtxml.DomainDisk, error) {
+func Disks(vmi *v1.VirtualMachineInstance, c *facts.Context) ([]libvirtxml.DomainDisk, error) {
 	dom := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{}}
 	if err := storage.New(c).Configure(vmi, dom); err != nil {
 		return nil, fmt.Errorf("convert %s/%s: %w", vmi.Namespace, vmi.Name, err)
@@ -110,7 +104,7 @@ func Disks(vmi *v1.VirtualMachineInstance, c *Context) ([]libvirtxml.DomainDisk,
 
 // Interfaces converts only vmi's interfaces: the <interface> elements its
 // domain has, for plugging one into a running domain (hotplug).
-func Interfaces(vmi *v1.VirtualMachineInstance, c *Context) ([]libvirtxml.DomainInterface, error) {
+func Interfaces(vmi *v1.VirtualMachineInstance, c *facts.Context) ([]libvirtxml.DomainInterface, error) {
 	dom := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{}}
 	if err := network.New(c).Configure(vmi, dom); err != nil {
 		return nil, fmt.Errorf("convert %s/%s: %w", vmi.Namespace, vmi.Name, err)

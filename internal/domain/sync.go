@@ -65,16 +65,39 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 	if err != nil {
 		return err
 	}
-	if !exists {
+	live := domainNow{exists: exists}
+	if exists {
+		if live.state, live.reason, err = m.state(l, d); err != nil {
+			return err
+		}
+		m.mu.Lock()
+		live.userPaused = m.userPaused
+		m.mu.Unlock()
+	}
+	decision := decideSync(v, live)
+	if decision.run == runDefine {
 		if err := m.defineAndStart(ctx, l, v, opts); err != nil {
 			return err
 		}
 		m.startCredentials(v)
 		return nil
 	}
+	// The agent's credentials follow the VMI even when the start below
+	// fails: the handler syncs again.
 	m.startCredentials(v)
-	if err := m.converge(l, d, v); err != nil {
-		return err
+	switch decision.run {
+	case runStart:
+		if err := m.start(l, d, v); err != nil {
+			return err
+		}
+	case runResume:
+		if err := l.DomainResume(d); err != nil {
+			return fmt.Errorf("resume domain %s (paused, reason %d): %w", d.Name, live.reason, err)
+		}
+		m.log.Info("resumed domain paused by libvirt", "domain", d.Name, "pausedReason", live.reason)
+	}
+	if !decision.changes {
+		return nil
 	}
 	return m.applyChanges(ctx, l, d, v)
 }
@@ -197,62 +220,68 @@ func (m *Manager) liveXML(ctx context.Context, l *libvirt.Libvirt, d libvirt.Dom
 	return &dom, nil
 }
 
-// converge brings a defined domain to the state the VMI asks for
-// (decideConverge).
-func (m *Manager) converge(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
-	st, reason, err := m.state(l, d)
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	userPaused := m.userPaused
-	m.mu.Unlock()
-	switch decideConverge(st, reason, userPaused, v.Status.Phase == v1.Running, v.IsFinal()) {
-	case convergeStart:
-		return m.start(l, d, v)
-	case convergeResume:
-		if err := l.DomainResume(d); err != nil {
-			return fmt.Errorf("resume domain %s (paused, reason %d): %w", d.Name, reason, err)
-		}
-		m.log.Info("resumed domain paused by libvirt", "domain", d.Name, "pausedReason", reason)
-	}
-	return nil
+// domainNow is what Sync knows of the launcher's domain before it acts:
+// whether one is defined, its state (and why it is paused) and whether the
+// user paused it through us.
+type domainNow struct {
+	exists     bool
+	state      libvirt.DomainState
+	reason     int32
+	userPaused bool
 }
 
-// convergeAction is what Sync does to a defined domain's run state.
-type convergeAction int
+// runAction is what Sync does to the domain's run state.
+type runAction int
 
 const (
-	convergeNothing convergeAction = iota
-	convergeStart
-	convergeResume
+	runNothing runAction = iota
+	runDefine            // no domain yet: define it and start it
+	runStart
+	runResume
 )
 
-// decideConverge is Sync's decision for a defined domain in state st
-// (paused for reason), as KubeVirt's launcher makes it: start it only when
-// it is down and the VMI is neither Running (it ran and stopped: the
-// handler decides what follows) nor final; resume it when paused, unless
-// the user paused it (through us, or libvirt says so) or libvirt paused it
-// for its own work, which it resumes itself.
-func decideConverge(st libvirt.DomainState, reason int32, userPaused, vmiRunning, vmiFinal bool) convergeAction {
-	switch {
-	case !active(st):
-		if vmiRunning || vmiFinal {
-			return convergeNothing
-		}
-		return convergeStart
-	case st != libvirt.DomainPaused:
-		return convergeNothing
-	case userPaused:
-		return convergeNothing
+// syncDecision is Sync's whole decision: what to do to the run state, and
+// whether to bring the defined domain's devices to the VMI's (planChanges,
+// the hotplug part, decides which).
+type syncDecision struct {
+	run     runAction
+	changes bool
+}
+
+// decideSync is Sync's decision for VMI v and the domain as it is, as
+// KubeVirt's launcher makes it. A domain that is not there is defined and
+// started, nothing else. A defined one is started only when it is down
+// and the VMI is neither Running (it ran and stopped: the handler decides
+// what follows) nor final; it is resumed when paused, unless the user
+// paused it (through us, or libvirt says so) or libvirt paused it for its
+// own work, which it resumes itself. A defined domain's devices follow the
+// VMI whatever its run state.
+func decideSync(v *v1.VirtualMachineInstance, live domainNow) syncDecision {
+	if !live.exists {
+		return syncDecision{run: runDefine}
 	}
-	switch libvirt.DomainPausedReason(reason) {
+	return syncDecision{run: decideRun(live, v.Status.Phase == v1.Running, v.IsFinal()), changes: true}
+}
+
+func decideRun(live domainNow, vmiRunning, vmiFinal bool) runAction {
+	switch {
+	case !active(live.state):
+		if vmiRunning || vmiFinal {
+			return runNothing
+		}
+		return runStart
+	case live.state != libvirt.DomainPaused:
+		return runNothing
+	case live.userPaused:
+		return runNothing
+	}
+	switch libvirt.DomainPausedReason(live.reason) {
 	case libvirt.DomainPausedUser, libvirt.DomainPausedMigration, libvirt.DomainPausedSave, libvirt.DomainPausedDump,
 		libvirt.DomainPausedSnapshot, libvirt.DomainPausedShuttingDown, libvirt.DomainPausedStartingUp,
 		libvirt.DomainPausedPostcopy:
-		return convergeNothing
+		return runNothing
 	}
-	return convergeResume
+	return runResume
 }
 
 // baseFacts is a fresh Context with the launcher's own facts, before any
