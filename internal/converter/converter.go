@@ -6,7 +6,8 @@
 // fixed order (KubeVirt's order, so that a later configurator overriding an
 // earlier one behaves the same way).
 //
-// Where the result differs from KubeVirt's converter, on purpose:
+// KubeVirt's rules and the order of the steps: docs/kubevirt-conversion.md
+// B.1. Where the result differs from KubeVirt's converter, on purpose:
 //   - <metadata> carries the VMI's UID and grace period (KubeVirt leaves the
 //     uid empty), so a restarted launcher can find them in the domain.
 //   - SMBIOS entries with an empty value are left out, block disk sources

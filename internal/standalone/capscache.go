@@ -26,7 +26,8 @@ import (
 // and keeps the result in a root-owned directory the launchers only read
 // (copied into each VM's private cache, libvirtd.Config.CapsSeedDir). It
 // makes it again when libvirt, QEMU, the kernel or KVM's presence changed
-// (capsStamp); libvirt still checks each file itself.
+// (capsStamp); libvirt still checks each file itself. docs/standalone.md,
+// "The shared QEMU capability cache".
 
 // DefaultCapsCache is where vlctl keeps the shared capability cache.
 const DefaultCapsCache = "/var/cache/virtlauncher/qemu-caps"

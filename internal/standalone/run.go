@@ -3,7 +3,8 @@
 // disk images where a cluster would mount container disks, sets up the pod
 // network in namespaces of its own, starts the monitor and launcher as an
 // unprivileged user, syncs the VMI, streams the serial console and cleans all
-// of it up at the end.
+// of it up at the end. Who does what with which rights: docs/standalone.md;
+// the walk through one run: docs/architecture.md, "Standalone".
 package standalone
 
 import (

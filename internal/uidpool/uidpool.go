@@ -9,7 +9,7 @@
 // directory only root can write, made with O_EXCL, so two runs never take
 // the same id; it names the vlctl process holding it (pid and start time),
 // so a lease whose holder died is told apart and swept by `vlctl gc`. The
-// same number serves as uid and gid.
+// same number serves as uid and gid. docs/standalone.md, "One id per VM".
 package uidpool
 
 import (
