@@ -20,29 +20,29 @@ func TestDecideSync(t *testing.T) {
 		name string
 		vmi  *v1.VirtualMachineInstance
 		live domainNow
-		want syncDecision
+		want runAction
 	}{
-		{name: "no domain: define and start", vmi: vmi(v1.Scheduled), want: syncDecision{run: runDefine}},
-		{name: "no domain, the VMI already running (a new launcher)", vmi: vmi(v1.Running), want: syncDecision{run: runDefine}},
-		{name: "defined, never started", vmi: vmi(v1.Scheduled), live: defined(libvirt.DomainShutoff, 0), want: syncDecision{run: runStart, changes: true}},
-		{name: "crashed before the VMI ran", vmi: vmi(v1.Scheduled), live: defined(libvirt.DomainCrashed, 0), want: syncDecision{run: runStart, changes: true}},
-		{name: "off after running: the handler decides", vmi: vmi(v1.Running), live: defined(libvirt.DomainShutoff, 0), want: syncDecision{changes: true}},
-		{name: "off and the VMI final", vmi: vmi(v1.Succeeded), live: defined(libvirt.DomainShutoff, 0), want: syncDecision{changes: true}},
-		{name: "off and the VMI failed", vmi: vmi(v1.Failed), live: defined(libvirt.DomainShutoff, 0), want: syncDecision{changes: true}},
-		{name: "running: devices follow the VMI", vmi: vmi(v1.Running), live: defined(libvirt.DomainRunning, 0), want: syncDecision{changes: true}},
-		{name: "shutting down", vmi: vmi(v1.Running), live: defined(libvirt.DomainShutdown, 0), want: syncDecision{changes: true}},
-		{name: "paused by the user through us", vmi: vmi(v1.Running), live: domainNow{exists: true, state: libvirt.DomainPaused, reason: paused(libvirt.DomainPausedUnknown), userPaused: true}, want: syncDecision{changes: true}},
-		{name: "paused by the user, libvirt says", vmi: vmi(v1.Running), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedUser)), want: syncDecision{changes: true}},
-		{name: "paused for a migration", vmi: vmi(v1.Running), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedMigration)), want: syncDecision{changes: true}},
-		{name: "paused while starting up", vmi: vmi(v1.Scheduled), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedStartingUp)), want: syncDecision{changes: true}},
-		{name: "paused for post-copy", vmi: vmi(v1.Running), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedPostcopy)), want: syncDecision{changes: true}},
-		{name: "paused on an I/O error", vmi: vmi(v1.Running), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedIoerror)), want: syncDecision{run: runResume, changes: true}},
-		{name: "paused for no known reason", vmi: vmi(v1.Scheduled), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedUnknown)), want: syncDecision{run: runResume, changes: true}},
-		{name: "paused by the watchdog", vmi: vmi(v1.Running), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedWatchdog)), want: syncDecision{run: runResume, changes: true}},
+		{name: "no domain: define and start", vmi: vmi(v1.Scheduled), want: runDefine},
+		{name: "no domain, the VMI already running (a new launcher)", vmi: vmi(v1.Running), want: runDefine},
+		{name: "defined, never started", vmi: vmi(v1.Scheduled), live: defined(libvirt.DomainShutoff, 0), want: runStart},
+		{name: "crashed before the VMI ran", vmi: vmi(v1.Scheduled), live: defined(libvirt.DomainCrashed, 0), want: runStart},
+		{name: "off after running: the handler decides", vmi: vmi(v1.Running), live: defined(libvirt.DomainShutoff, 0), want: runNothing},
+		{name: "off and the VMI final", vmi: vmi(v1.Succeeded), live: defined(libvirt.DomainShutoff, 0), want: runNothing},
+		{name: "off and the VMI failed", vmi: vmi(v1.Failed), live: defined(libvirt.DomainShutoff, 0), want: runNothing},
+		{name: "running: devices follow the VMI", vmi: vmi(v1.Running), live: defined(libvirt.DomainRunning, 0), want: runNothing},
+		{name: "shutting down", vmi: vmi(v1.Running), live: defined(libvirt.DomainShutdown, 0), want: runNothing},
+		{name: "paused by the user through us", vmi: vmi(v1.Running), live: domainNow{exists: true, state: libvirt.DomainPaused, reason: paused(libvirt.DomainPausedUnknown), userPaused: true}, want: runNothing},
+		{name: "paused by the user, libvirt says", vmi: vmi(v1.Running), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedUser)), want: runNothing},
+		{name: "paused for a migration", vmi: vmi(v1.Running), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedMigration)), want: runNothing},
+		{name: "paused while starting up", vmi: vmi(v1.Scheduled), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedStartingUp)), want: runNothing},
+		{name: "paused for post-copy", vmi: vmi(v1.Running), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedPostcopy)), want: runNothing},
+		{name: "paused on an I/O error", vmi: vmi(v1.Running), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedIoerror)), want: runResume},
+		{name: "paused for no known reason", vmi: vmi(v1.Scheduled), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedUnknown)), want: runResume},
+		{name: "paused by the watchdog", vmi: vmi(v1.Running), live: defined(libvirt.DomainPaused, paused(libvirt.DomainPausedWatchdog)), want: runResume},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := decideSync(tc.vmi, tc.live); got != tc.want {
-				t.Errorf("decideSync = %+v, want %+v", got, tc.want)
+				t.Errorf("decideSync = %d, want %d", got, tc.want)
 			}
 		})
 	}

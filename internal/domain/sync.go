@@ -74,8 +74,8 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		live.userPaused = m.userPaused
 		m.mu.Unlock()
 	}
-	decision := decideSync(v, live)
-	if decision.run == runDefine {
+	run := decideSync(v, live)
+	if run == runDefine {
 		if err := m.defineAndStart(ctx, l, v, opts); err != nil {
 			return err
 		}
@@ -85,7 +85,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 	// The agent's credentials follow the VMI even when the start below
 	// fails: the handler syncs again.
 	m.startCredentials(v)
-	switch decision.run {
+	switch run {
 	case runStart:
 		if err := m.start(l, d, v); err != nil {
 			return err
@@ -95,9 +95,6 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 			return fmt.Errorf("resume domain %s (paused, reason %d): %w", d.Name, live.reason, err)
 		}
 		m.log.Info("resumed domain paused by libvirt", "domain", d.Name, "pausedReason", live.reason)
-	}
-	if !decision.changes {
-		return nil
 	}
 	return m.applyChanges(ctx, l, d, v)
 }
@@ -240,33 +237,20 @@ const (
 	runResume
 )
 
-// syncDecision is Sync's whole decision: what to do to the run state, and
-// whether to bring the defined domain's devices to the VMI's (planChanges,
-// the hotplug part, decides which).
-type syncDecision struct {
-	run     runAction
-	changes bool
-}
-
 // decideSync is Sync's decision for VMI v and the domain as it is, as
 // KubeVirt's launcher makes it. A domain that is not there is defined and
-// started, nothing else. A defined one is started only when it is down
-// and the VMI is neither Running (it ran and stopped: the handler decides
-// what follows) nor final; it is resumed when paused, unless the user
-// paused it (through us, or libvirt says so) or libvirt paused it for its
-// own work, which it resumes itself. A defined domain's devices follow the
-// VMI whatever its run state.
-func decideSync(v *v1.VirtualMachineInstance, live domainNow) syncDecision {
-	if !live.exists {
-		return syncDecision{run: runDefine}
-	}
-	return syncDecision{run: decideRun(live, v.Status.Phase == v1.Running, v.IsFinal()), changes: true}
-}
-
-func decideRun(live domainNow, vmiRunning, vmiFinal bool) runAction {
+// started. A defined one is started only when it is down and the VMI is
+// neither Running (it ran and stopped: the handler decides what follows)
+// nor final; it is resumed when paused, unless the user paused it (through
+// us, or libvirt says so) or libvirt paused it for its own work, which it
+// resumes itself. Whatever the run state, a defined domain's devices then
+// follow the VMI: planChanges decides which (the hotplug part).
+func decideSync(v *v1.VirtualMachineInstance, live domainNow) runAction {
 	switch {
+	case !live.exists:
+		return runDefine
 	case !active(live.state):
-		if vmiRunning || vmiFinal {
+		if v.Status.Phase == v1.Running || v.IsFinal() {
 			return runNothing
 		}
 		return runStart

@@ -84,6 +84,10 @@ type Guest struct {
 	KernelVersion string
 }
 
+// DefaultBusybox is the static busybox Sources uses when none is given
+// (Debian's busybox-static).
+const DefaultBusybox = "/bin/busybox"
+
 // Sources of the build; fields exist so that tests can point them elsewhere.
 type Sources struct {
 	BootDir    string // holds vmlinuz-<version>; default /boot
@@ -102,7 +106,7 @@ func (s Sources) withDefaults() Sources {
 		s.ModulesDir = "/lib/modules"
 	}
 	if s.Busybox == "" {
-		s.Busybox = "/bin/busybox"
+		s.Busybox = DefaultBusybox
 	}
 	if s.Mkfs == "" {
 		s.Mkfs = "mkfs.ext4"

@@ -314,9 +314,15 @@ func TestBoot(t *testing.T) {
 	})
 }
 
-func TestBuildCache(t *testing.T) {
-	_, err := os.Stat("/bin/busybox")
+// needBusybox makes t need the busybox Sources builds the guest from.
+func needBusybox(t *testing.T) {
+	t.Helper()
+	_, err := os.Stat(DefaultBusybox)
 	testenv.Need(t, "busybox-static", err)
+}
+
+func TestBuildCache(t *testing.T) {
+	needBusybox(t)
 	dir := t.TempDir()
 	ctx := context.Background()
 	// Concurrent builds into an empty cache all succeed with one result.
@@ -422,9 +428,7 @@ func TestParseDHCP(t *testing.T) {
 }
 
 func TestBuildErrors(t *testing.T) {
-	// Build looks for busybox before the kernel.
-	_, err := os.Stat("/bin/busybox")
-	testenv.Need(t, "busybox-static", err)
+	needBusybox(t) // Build looks for busybox before the kernel
 	ctx := context.Background()
 	empty := t.TempDir()
 	if _, err := (Sources{BootDir: empty}).Build(ctx, t.TempDir()); err == nil || !strings.Contains(err.Error(), "install linux-image-amd64") {
