@@ -8,88 +8,61 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"time"
 
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
-	"github.com/virtlauncher/virtlauncher/internal/podnet"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
-// network makes the pod's network namespace and runs the privileged phase
-// for the VMI in it; the caches it writes to the private dir are handed to
-// the launcher's user. Removed at cleanup.
-func (p *Pod) network() *podnet.Pod {
+// network makes the pod's network (internal/pod) for the pod's VMI, the
+// privileged phase included. It runs before the hand-over, which gives the
+// vif caches it writes to the launcher's user; the restore state stays in
+// the pod's directory, root's. Closed at the end of cleanup, after the
+// pod's processes.
+func (p *Pod) network() *pod.Network {
 	t := p.T
 	t.Helper()
-	pn, err := podnet.New(podnet.Config{Dir: p.Dir, NoIPv6: true})
-	if err != nil {
-		os.RemoveAll(p.Dir)
-		t.Fatalf("pod network: %v", err)
-	}
 	v, err := vmiLoad(p.VMIYAML(p.Name))
-	if err == nil {
-		v.Status.Phase = v1.Scheduled // as at the first Sync
-	}
 	if err != nil {
-		pn.Remove()
-		os.RemoveAll(p.Dir)
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := pn.Remove(); err != nil {
-			t.Errorf("remove pod network: %v", err)
-		}
-	})
-	Must(t, os.MkdirAll(p.Layout.PrivateDir, 0o700))
-	p.privileged(pn, v)
-	return pn
-}
-
-// privileged runs virt-handler's privileged network phase for v in the
-// pod's namespace (torn down at cleanup, before the namespace goes) and
-// hands the caches it wrote to the launcher's user.
-func (p *Pod) privileged(pn *podnet.Pod, v *v1.VirtualMachineInstance) {
-	t := p.T
-	t.Helper()
+	v.Status.Phase = v1.Scheduled // as at the first Sync
 	cred := p.Env.Cred
-	cfg := netsetup.PrivilegedConfig{QemuUID: int(cred.Uid), QemuGID: int(cred.Gid), CacheDir: p.Layout.PrivateDir}
-	t.Cleanup(func() {
-		if err := netsetup.TeardownPrivileged(context.Background(), pn.NS, v, cfg, nil); err != nil {
-			t.Errorf("network teardown: %v", err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := netsetup.SetupPrivileged(ctx, pn.NS, v, cfg, nil); err != nil {
-		t.Fatalf("network privileged phase: %v", err)
+	n, err := pod.NewNetwork(ctx, pod.NetworkConfig{Dir: p.Dir, NoIPv6: true, VMI: v,
+		Privileged: netsetup.PrivilegedConfig{QemuUID: int(cred.Uid), QemuGID: int(cred.Gid),
+			CacheDir: p.Layout.PrivateDir, StateDir: p.Dir}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	Must(t, filepath.Walk(p.Layout.PrivateDir, func(path string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(path, int(cred.Uid), int(cred.Gid))
-	}))
+	if n == nil {
+		t.Fatal("Options.Network: the pod's VMI has no masquerade or bridge interface")
+	}
+	return n
 }
 
 // PlugNetwork does for a NIC hotplug what Multus and virt-handler do
-// before the Sync (Options.Network): a secondary pod interface named
-// podIface (pod4 on it, outside4 at its other end in the outside
-// namespace), then the privileged phase for v, the VMI with the new
-// interface.
-func (p *Pod) PlugNetwork(v *v1.VirtualMachineInstance, podIface string, pod4, outside4 netip.Prefix) {
+// before the Sync (Options.Network): a secondary pod interface for
+// interface name of v, the VMI with the new interface, and the privileged
+// phase for v. It returns the pod interface, its address and the address
+// of its other end, in the outside namespace.
+func (p *Pod) PlugNetwork(v *v1.VirtualMachineInstance, name string) (podIface string, pod4, outside4 netip.Prefix) {
 	p.T.Helper()
 	if p.net == nil {
 		p.T.Fatal("the pod has no network (Options.Network)")
 	}
-	if err := p.net.AddInterface(podIface, pod4, outside4); err != nil {
-		p.T.Fatalf("pod interface %s: %v", podIface, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	podIface, pod4, outside4, err := p.net.Plug(ctx, v, name)
+	if err != nil {
+		p.T.Fatal(err)
 	}
-	p.privileged(p.net, v)
+	return podIface, pod4, outside4
 }
 
 // vmiLoad parses and defaults the manifest as virt-api would have.

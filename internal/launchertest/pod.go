@@ -19,7 +19,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
-	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -119,7 +118,7 @@ type Pod struct {
 	ExtraUserData []string
 
 	opts Options
-	net  *podnet.Pod
+	net  *pod.Network
 	mu   sync.Mutex
 	seen map[int]Proc // every descendant of the monitor ever observed
 }
@@ -170,11 +169,6 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	if o.SeparateStdout {
 		p.Stdout = &SyncBuffer{}
 	}
-	if o.Network {
-		// Cleanups run last-in first-out: the network goes after the
-		// pod's processes.
-		p.net = p.network()
-	}
 	t.Cleanup(p.cleanup)
 	cred := e.Cred
 	// The pod's directories as vlctl run makes them (internal/pod): root
@@ -194,6 +188,9 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", mo, "vltest", p.Layout.EphemeralDiskDir).CombinedOutput(); err != nil {
 			t.Fatalf("mount tmpfs: %v %s", err, out)
 		}
+	}
+	if o.Network {
+		p.net = p.network()
 	}
 	Must(t, dirs.HandOver(int(cred.Uid), int(cred.Gid)))
 	lo := p.LauncherOptions()
@@ -442,6 +439,13 @@ func (p *Pod) cleanup() {
 	if p.opts.ImageVolume != nil {
 		syscall.Unmount(p.Layout.ImageVolume(0), syscall.MNT_DETACH)
 		syscall.Unmount(p.Layout.KernelBootVolumeDir, syscall.MNT_DETACH)
+	}
+	// The network goes after the pod's processes, before its directory
+	// (the restore state is there).
+	if p.net != nil {
+		if err := p.net.Close(); err != nil {
+			p.T.Errorf("%v", err)
+		}
 	}
 	if os.Getenv("VL_KEEP") == "" {
 		os.RemoveAll(p.Dir)

@@ -49,10 +49,10 @@ func (r *runner) drive(ctx context.Context) error {
 	started := Started{WorkDir: r.workDir, Layout: r.layout, Socket: r.layout.ReadySocket()}
 	if r.net != nil {
 		if !r.cfg.Quiet {
-			r.net.printForwards(r.cfg.Status)
+			printForwards(r.cfg.Status, r.net)
 		}
-		started.OutsideNS = r.net.pod.OutsideName
-		started.PodAddress = r.net.pod.Pod4.Addr().String()
+		started.OutsideNS = r.net.OutsideName
+		started.PodAddress = r.net.Pod4.Addr().String()
 	}
 	r.startedAs = &started
 	if err := r.writeRecord(&started); err != nil {
@@ -203,7 +203,7 @@ func (r *runner) relayDNS() {
 			return
 		}
 	}
-	d, err := startDNSRelay(r.net.pod.Outside, r.net.pod.Outside4.Addr(), upstream)
+	d, err := startDNSRelay(r.net.Outside, r.net.Outside4.Addr(), upstream)
 	if err != nil {
 		fmt.Fprintf(r.cfg.Status, "vlctl: warning: the guest gets no DNS: %v\n", err)
 		return

@@ -47,7 +47,7 @@ func (r *runner) startEgress() error {
 	if r.net == nil || r.cfg.NoEgress {
 		return nil
 	}
-	pod := r.net.pod
+	pod := r.net.Pod
 	local := pod.Outside4.Addr()
 	var l net.Listener
 	if err := plan.InNS(pod.Outside, func() (err error) {
@@ -88,7 +88,7 @@ func (r *runner) stopEgress() error {
 	}
 	r.egress.close()
 	r.egress = nil
-	return netsetup.RemoveEgress(r.net.pod.Outside)
+	return netsetup.RemoveEgress(r.net.Outside)
 }
 
 // originalDst is where a redirected connection was going

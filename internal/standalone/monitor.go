@@ -24,7 +24,7 @@ func (r *runner) startMonitor() error {
 	o.QemuTimeout = r.cfg.QemuTimeout
 	o.RunAsNonroot, o.AllowEmulation = true, true
 	if r.net != nil {
-		o.ResolvConf = r.net.resolvConf()
+		o.ResolvConf = r.net.ResolvConf
 	}
 	o.QemuCapsCache = r.caps
 	// kvm.Usable cannot tell a nested setup where guests do not progress;
@@ -41,7 +41,7 @@ func (r *runner) startMonitor() error {
 	// mount namespace with the VM's passwd.
 	var netNS func() error
 	if r.net != nil {
-		netNS = pod.NetNS(r.net.pod.NS)
+		netNS = pod.NetNS(r.net.NS)
 	}
 	proc, err := pod.Start(cmd, netNS, r.identity.Enter)
 	// The child has its own copies; root keeps none.

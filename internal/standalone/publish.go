@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 )
 
 // Publish is one --publish: a TCP port on the host forwarded to a port of
@@ -185,12 +186,12 @@ func (r *runner) publish() error {
 	if r.net == nil {
 		return errors.New("--publish: the VMI has no pod network interface to publish ports of")
 	}
-	if err := r.net.checkPublished(r.cfg.Publish); err != nil {
+	if err := checkPublished(r.net, r.cfg.Publish); err != nil {
 		return err
 	}
 	p := newTCPRelay(r.cfg.Status)
 	r.pub = p
-	target, outside := r.net.pod.Pod4.Addr(), r.net.pod.Outside
+	target, outside := r.net.Pod4.Addr(), r.net.Outside
 	for _, pb := range r.cfg.Publish {
 		l, err := net.Listen("tcp", pb.Host.String())
 		if err != nil {
@@ -220,8 +221,8 @@ func dialIn(ns netns.NsHandle, to netip.AddrPort) (net.Conn, error) {
 // checkPublished refuses a guest port the pod interface's masquerade
 // binding does not forward: with ports declared, only those reach the
 // guest, and a published port would only ever refuse connections.
-func (n *network) checkPublished(pubs []Publish) error {
-	for _, it := range n.plan {
+func checkPublished(n *pod.Network, pubs []Publish) error {
+	for _, it := range n.Plan {
 		if it.PodIface != "eth0" || it.Binding != plan.BindingMasquerade || len(it.Ports) == 0 {
 			continue
 		}

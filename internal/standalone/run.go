@@ -234,7 +234,7 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 		return false, err
 	}
 	if run.net != nil {
-		run.progress("pod network up (namespaces %s and %s)", run.net.pod.NSName, run.net.pod.OutsideName)
+		run.progress("pod network up (namespaces %s and %s)", run.net.NSName, run.net.OutsideName)
 		run.relayDNS()
 	}
 	if err := run.publish(); err != nil {
@@ -325,7 +325,7 @@ type runner struct {
 	// output, both staged before the hand-over.
 	bins    [2]string
 	logFile *os.File
-	net     *network
+	net     *pod.Network
 	monitor *exec.Cmd
 	exited  chan struct{} // closed when the monitor has exited
 	record  string        // the run's record file, once written
@@ -418,7 +418,7 @@ func (r *runner) cleanup() error {
 		r.dns.close()
 	}
 	if r.net != nil {
-		if err := r.net.teardown(); err != nil {
+		if err := r.net.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -3,7 +3,6 @@ package conformance
 import (
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"regexp"
 	"sort"
 	"strings"
@@ -57,7 +56,6 @@ func checkNICHotplug(t *testing.T, h *handler, p *pod, vmiJSON []byte) {
 	const name, mac = "blue", "02:00:00:b1:0e:01"
 	podIface := plan.HashedPodIfaceName(name)
 	tap := plan.TapName(podIface)
-	pod4, outside4 := netip.MustParsePrefix("192.168.79.2/24"), netip.MustParsePrefix("192.168.79.1/24")
 
 	var v v1.VirtualMachineInstance
 	launchertest.Must(t, json.Unmarshal(vmiJSON, &v))
@@ -76,7 +74,10 @@ func checkNICHotplug(t *testing.T, h *handler, p *pod, vmiJSON []byte) {
 		t.Errorf("interfaces %s before the pod interface exists, want them as they were: %s", got, before)
 	}
 
-	p.PlugNetwork(&v, podIface, pod4, outside4)
+	madeIface, pod4, outside4 := p.PlugNetwork(&v, name)
+	if madeIface != podIface {
+		t.Fatalf("the pod interface made for %s is %s, want KubeVirt's hashed name %s", name, madeIface, podIface)
+	}
 	v.Status.Interfaces = append(v.Status.Interfaces, v1.VirtualMachineInstanceNetworkInterface{Name: name, InfoSource: "multus-status", InterfaceName: podIface})
 	plugged, err := json.Marshal(&v)
 	launchertest.Must(t, err)
