@@ -55,11 +55,8 @@ type instance struct {
 	notify *notifytest.Server
 	client *cmdclient.Client
 
-	mon      *exec.Cmd
-	exited   chan struct{}
-	exitErr  error
-	exitAt   time.Time
-	launcher proc // the launcher process once found
+	mon      *pod.Process // once started
+	launcher proc         // the launcher process once found
 	// launcherExitAt is when the launcher process was gone (under mu).
 	launcherExitAt time.Time
 
@@ -228,7 +225,7 @@ func (in *instance) waitEvent(ctx context.Context, since time.Time, what string,
 		in.mu.Unlock()
 		select {
 		case <-ch:
-		case <-in.exited:
+		case <-in.mon.Done():
 			// A last check: the event may have come with the exit.
 			in.mu.Lock()
 			for _, e := range in.events {
@@ -238,7 +235,7 @@ func (in *instance) waitEvent(ctx context.Context, since time.Time, what string,
 				}
 			}
 			in.mu.Unlock()
-			return time.Time{}, in.withLog(fmt.Errorf("launcher exited (%v) before event %s", in.exitErr, what))
+			return time.Time{}, in.withLog(fmt.Errorf("launcher exited (%v) before event %s", in.mon.Err(), what))
 		case <-ctx.Done():
 			return time.Time{}, fmt.Errorf("waiting for event %s: %w", what, ctx.Err())
 		}
@@ -280,14 +277,7 @@ func (in *instance) run(cmd *exec.Cmd) error {
 	if err != nil {
 		return fmt.Errorf("start monitor: %w", err)
 	}
-	in.mon = cmd
-	in.exited = make(chan struct{})
-	go func() {
-		err := proc.Err()
-		in.exitAt = time.Now()
-		in.exitErr = err
-		close(in.exited)
-	}()
+	in.mon = proc
 	return nil
 }
 
@@ -308,12 +298,13 @@ func (in *instance) libvirtSocketDir() string {
 	return filepath.Join(in.lay.LibvirtRunDir, "libvirt")
 }
 
-// waitReady polls (every 0.5 ms) for the libvirt socket and launcher-sock,
-// then dials the command socket.
+// waitReady polls (every 0.5 ms, for the stamps) for the libvirt socket
+// and launcher-sock, then dials the command socket.
 func (in *instance) waitReady(ctx context.Context) error {
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		now := time.Now()
+	const wait = 90 * time.Second
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err := in.mon.WaitFor(wctx, 500*time.Microsecond, func(now time.Time) bool {
 		if in.virtlogdSockAt.IsZero() && exists(filepath.Join(in.libvirtSocketDir(), "virtlogd-sock")) {
 			in.virtlogdSockAt = now
 		}
@@ -322,19 +313,15 @@ func (in *instance) waitReady(ctx context.Context) error {
 		}
 		if exists(in.lay.ReadySocket()) {
 			in.readyAt = now
-			break
+			return true
 		}
-		select {
-		case <-in.exited:
-			return in.withLog(fmt.Errorf("launcher exited before ready: %v", in.exitErr))
-		case <-ctx.Done():
-			return ctx.Err()
-		default:
-		}
-		if now.After(deadline) {
-			return in.withLog(errors.New("launcher not ready after 90 s"))
-		}
-		time.Sleep(500 * time.Microsecond)
+		return false
+	})
+	switch {
+	case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return in.withLog(fmt.Errorf("launcher not ready after %v", wait))
+	case err != nil:
+		return in.withLog(fmt.Errorf("launcher not ready: %w", err))
 	}
 	c, err := cmdclient.Dial(ctx, in.lay.ReadySocket())
 	if err != nil {
@@ -355,7 +342,7 @@ func exists(p string) bool {
 func (in *instance) firstSync(ctx context.Context) error {
 	in.console = newConsole(in.lay.SerialSocket(string(in.vmi.UID)))
 	in.syncSentAt = time.Now()
-	go in.console.run(ctx, in.exited)
+	go in.console.run(ctx, in.mon.Done())
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	err := in.client.Sync(sctx, in.vmi, cmdclient.HandlerSyncOptions())
@@ -502,16 +489,16 @@ func (in *instance) shutdownAndDelete(ctx context.Context, between func() error)
 		return s, err
 	}
 	select {
-	case <-in.exited:
+	case <-in.mon.Done():
 	case <-wctx.Done():
 		return s, in.withLog(errors.New("launcher did not exit within 30 s of Delete"))
 	}
-	s.monitorExit = in.exitAt
+	s.monitorExit = in.mon.EndedAt()
 	in.mu.Lock()
 	s.launcherExit = in.launcherExitAt
 	in.mu.Unlock()
-	if in.exitErr != nil {
-		return s, in.withLog(fmt.Errorf("launcher ended with %v", in.exitErr))
+	if in.mon.Err() != nil {
+		return s, in.withLog(fmt.Errorf("launcher ended with %v", in.mon.Err()))
 	}
 	return s, nil
 }
@@ -523,9 +510,9 @@ func (in *instance) watchLauncherExit() {
 	}
 	for alive(in.launcher) {
 		select {
-		case <-in.exited:
+		case <-in.mon.Done():
 			in.mu.Lock()
-			in.launcherExitAt = in.exitAt
+			in.launcherExitAt = in.mon.EndedAt()
 			in.mu.Unlock()
 			return
 		default:
@@ -558,11 +545,11 @@ func (in *instance) cleanup() {
 	}
 	if in.mon != nil {
 		select {
-		case <-in.exited:
+		case <-in.mon.Done():
 		default:
-			in.mon.Process.Signal(syscall.SIGTERM)
+			in.mon.Cmd.Process.Signal(syscall.SIGTERM)
 			select {
-			case <-in.exited:
+			case <-in.mon.Done():
 			case <-time.After(40 * time.Second):
 			}
 		}
@@ -574,10 +561,10 @@ func (in *instance) cleanup() {
 	}
 	if in.mon != nil {
 		select {
-		case <-in.exited:
+		case <-in.mon.Done():
 		case <-time.After(5 * time.Second):
-			syscall.Kill(-in.mon.Process.Pid, syscall.SIGKILL)
-			<-in.exited
+			syscall.Kill(-in.mon.Cmd.Process.Pid, syscall.SIGKILL)
+			<-in.mon.Done()
 		}
 	}
 	if in.notify != nil {

@@ -240,12 +240,12 @@ func (in *instance) startPod() error {
 
 // podProcs lists the pod's processes: every descendant of unshare.
 func (in *instance) podProcs() []proc {
-	if in.mon == nil || in.mon.Process == nil {
+	if in.mon == nil {
 		return nil
 	}
 	all, _ := procfs.List("/proc")
 	var out []proc
-	for _, st := range procfs.Descendants(all, in.mon.Process.Pid) {
+	for _, st := range procfs.Descendants(all, in.mon.Cmd.Process.Pid) {
 		if st.State != 'Z' {
 			out = append(out, withCmdline(st))
 		}
@@ -257,7 +257,7 @@ func (in *instance) podProcs() []proc {
 // PID namespace.
 func (in *instance) killPod() {
 	for _, p := range in.podProcs() {
-		if p.ppid == in.mon.Process.Pid {
+		if p.ppid == in.mon.Cmd.Process.Pid {
 			syscall.Kill(p.pid, syscall.SIGKILL)
 		}
 	}

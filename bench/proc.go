@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
 
@@ -87,30 +89,8 @@ func alive(p proc) bool {
 // killUnder ends every process of dir: SIGTERM, then SIGKILL after wait.
 // It is the last resort of cleanup; the normal end is the launcher's own.
 func killUnder(dir string, wait time.Duration) {
-	ps := procsUnder(dir)
-	if len(ps) == 0 {
-		return
-	}
-	for _, p := range ps {
-		syscall.Kill(p.pid, syscall.SIGTERM)
-	}
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
-		left := false
-		for _, p := range ps {
-			if alive(p) {
-				left = true
-			}
-		}
-		if !left {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	for _, p := range ps {
-		if alive(p) {
-			syscall.Kill(p.pid, syscall.SIGKILL)
-		}
+	if err := pod.EndProcesses(context.Background(), pod.Under(dir), pod.EndOptions{Signal: syscall.SIGTERM, Grace: wait}); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %s: %v\n", dir, err)
 	}
 }
 

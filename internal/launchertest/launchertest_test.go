@@ -1,9 +1,6 @@
 package launchertest
 
 import (
-	"os"
-	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 
@@ -98,36 +95,6 @@ func TestVMIYAMLFirmware(t *testing.T) {
 		tpm := v.Spec.Domain.Devices.TPM
 		if (tpm != nil) != c.tpm || (tpm != nil && (tpm.Persistent != nil && *tpm.Persistent) != c.tpmPersist) {
 			t.Errorf("%+v: tpm %+v", c.s, tpm)
-		}
-	}
-}
-
-// TestProcessesUnder: a process naming a path inside the directory, or the
-// directory itself, is found; one naming a sibling whose name starts with
-// the directory's is not. DescendantsOf finds them under this process.
-func TestProcessesUnder(t *testing.T) {
-	dir := t.TempDir()
-	start := func(arg string) int {
-		cmd := exec.Command("/bin/sh", "-c", "sleep 30; :", "sh", arg)
-		Must(t, cmd.Start())
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		return cmd.Process.Pid
-	}
-	inside, whole, sibling := start(dir+"/x"), start(dir), start(dir+"1/x")
-	got := ProcessesUnder(dir)
-	if !slices.Contains(got, inside) || !slices.Contains(got, whole) {
-		t.Errorf("ProcessesUnder(%s) = %v, want %d and %d", dir, got, inside, whole)
-	}
-	if slices.Contains(got, sibling) {
-		t.Errorf("ProcessesUnder(%s) = %v names the sibling's %d", dir, got, sibling)
-	}
-	var pids []int
-	for _, q := range DescendantsOf(os.Getpid()) {
-		pids = append(pids, q.PID)
-	}
-	for _, pid := range []int{inside, whole, sibling} {
-		if !slices.Contains(pids, pid) || !Alive(pid) {
-			t.Errorf("%d: not a live descendant (descendants %v)", pid, pids)
 		}
 	}
 }

@@ -2,10 +2,12 @@ package launchertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,6 +121,7 @@ type Pod struct {
 
 	opts Options
 	net  *pod.Network
+	proc *pod.Process // once started
 	mu   sync.Mutex
 	seen map[int]Proc // every descendant of the monitor ever observed
 }
@@ -320,6 +323,7 @@ func (p *Pod) Start() {
 	}
 	proc, err := pod.Start(p.Cmd, netNS)
 	Must(p.T, err)
+	p.proc = proc
 	go func() {
 		p.ExitErr = proc.Err()
 		close(p.Exited)
@@ -342,19 +346,18 @@ func (p *Pod) Start() {
 // virt-handler looks for.
 func (p *Pod) WaitReady(timeout time.Duration) {
 	p.T.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(p.Layout.ReadySocket()); err == nil {
-			p.Ready = time.Since(p.Started)
-			return
-		}
-		select {
-		case <-p.Exited:
-			p.T.Fatalf("launcher exited before it was ready (%v):\n%s", p.ExitErr, p.Stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
+	if p.proc == nil {
+		p.T.Fatal("WaitReady before Start")
 	}
-	p.T.Fatalf("no %s after %v:\n%s", p.Layout.ReadySocket(), timeout, p.Stderr.String())
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := p.proc.WaitReady(ctx, p.Layout.ReadySocket()); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			p.T.Fatalf("no %s after %v:\n%s", p.Layout.ReadySocket(), timeout, p.Stderr.String())
+		}
+		p.T.Fatalf("launcher exited before it was ready (%v):\n%s", err, p.Stderr.String())
+	}
+	p.Ready = time.Since(p.Started)
 }
 
 // Client dials launcher-sock with the launcher's own client; closed at
@@ -410,17 +413,15 @@ func (p *Pod) Signal(sig syscall.Signal) {
 func (p *Pod) cleanup() {
 	if p.Cmd != nil && p.Cmd.Process != nil {
 		if p.Running() {
-			syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
 			if p.opts.TrackDescendants {
-				for _, d := range p.Descendants() {
-					syscall.Kill(d.PID, syscall.SIGKILL)
-				}
+				p.Descendants() // the tree as it is, before the kill orphans it
 			}
-			<-p.Exited
+			syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
 		}
-		for _, pid := range ProcessesUnder(p.Dir) {
-			syscall.Kill(pid, syscall.SIGKILL)
+		if err := pod.EndProcesses(context.Background(), p.left, pod.EndOptions{}); err != nil {
+			p.T.Errorf("pod %s: %v", p.Dir, err)
 		}
+		<-p.Exited
 	}
 	if p.T.Failed() || os.Getenv("VL_KEEP") != "" {
 		n := p.opts.LogTail
@@ -536,16 +537,9 @@ func (p *Pod) AssertNothingLeft() {
 	deadline := time.Now().Add(p.opts.LeftWait)
 	for {
 		var left []string
-		p.mu.Lock()
-		for pid, d := range p.seen {
-			if q, ok := ReadProc(pid); ok && q.State != "Z" && q.Start == d.Start {
-				left = append(left, d.String())
-			}
-		}
-		p.mu.Unlock()
-		for _, pid := range ProcessesUnder(p.Dir) {
+		for _, pid := range p.left() {
 			c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-			left = append(left, fmt.Sprintf("%d(%s, cmdline names the pod dir)", pid, strings.TrimSpace(string(c))))
+			left = append(left, fmt.Sprintf("%d(%s)", pid, strings.TrimSpace(string(c))))
 		}
 		if len(left) == 0 {
 			return
@@ -555,6 +549,21 @@ func (p *Pod) AssertNothingLeft() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// left lists the pod's living processes (a pod.Selector): those ever seen
+// under the monitor (Options.TrackDescendants) that still run, and those
+// of the pod's directory (pod.Under).
+func (p *Pod) left() []int {
+	pids := pod.Under(p.Dir)()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pid, d := range p.seen {
+		if q, ok := ReadProc(pid); ok && q.State != "Z" && q.Start == d.Start && !slices.Contains(pids, pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // Options is what the pod was made with (defaults filled in).

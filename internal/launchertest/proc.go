@@ -61,14 +61,3 @@ func Alive(pid int) bool {
 	q, ok := ReadProc(pid)
 	return ok && q.State != "Z"
 }
-
-// ProcessesUnder lists the live processes of one pod's directory (its
-// daemons, QEMU, launcher and monitor): procfs.Under.
-func ProcessesUnder(dir string) []int {
-	ps, _ := procfs.Under("/proc", dir)
-	pids := make([]int, 0, len(ps))
-	for _, p := range ps {
-		pids = append(pids, p.PID)
-	}
-	return pids
-}

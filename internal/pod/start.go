@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"time"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -24,15 +25,32 @@ type Process struct {
 	Cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	end  time.Time
 }
 
 // Done is closed once the process has exited and been waited for.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// Err is what Wait returned; valid once Done is closed.
+// Err is what Wait returned; it waits for the process to exit.
 func (p *Process) Err() error {
 	<-p.done
 	return p.err
+}
+
+// Exited reports whether the process has exited, without waiting.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// EndedAt is when Wait returned; it waits for the process to exit.
+func (p *Process) EndedAt() time.Time {
+	<-p.done
+	return p.end
 }
 
 // Start starts cmd from a goroutine locked to its thread for good: the
@@ -61,6 +79,7 @@ func Start(cmd *exec.Cmd, enter ...func() error) (*Process, error) {
 		}
 		started <- nil
 		p.err = cmd.Wait()
+		p.end = time.Now()
 		restore()
 		close(p.done)
 	}()

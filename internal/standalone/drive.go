@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -88,7 +88,7 @@ func (r *runner) drive(ctx context.Context) error {
 		closeConsole()
 	}
 	select {
-	case <-r.exited: // nothing left to delete
+	case <-r.monitor.Done(): // nothing left to delete
 		return r.waitMonitor(time.Minute)
 	default:
 	}
@@ -98,7 +98,7 @@ func (r *runner) drive(ctx context.Context) error {
 		// The launcher may be ending by itself (its guest is off and it
 		// already removed its socket): that is the normal end.
 		select {
-		case <-r.exited:
+		case <-r.monitor.Done():
 			return r.waitMonitor(time.Minute)
 		case <-time.After(5 * time.Second):
 			return fmt.Errorf("delete domain: %w", err)
@@ -107,26 +107,27 @@ func (r *runner) drive(ctx context.Context) error {
 	return r.waitMonitor(45 * time.Second)
 }
 
+// readyWait is how long vlctl run waits for the launcher to serve.
+const readyWait = 60 * time.Second
+
 func (r *runner) waitReady(ctx context.Context) (*cmdclient.Client, error) {
-	deadline := time.After(60 * time.Second)
-	for {
-		if _, err := os.Stat(r.layout.ReadySocket()); err == nil {
-			c, err := cmdclient.DialChecked(ctx, r.layout.ReadySocket(), peerBelow(r.monitor.Process.Pid))
-			if err != nil {
-				return nil, fmt.Errorf("dial launcher: %w", err)
-			}
-			return c, nil
+	wctx, cancel := context.WithTimeout(ctx, readyWait)
+	defer cancel()
+	if err := r.monitor.WaitReady(wctx, r.layout.ReadySocket()); err != nil {
+		var exited *pod.ExitedError
+		switch {
+		case errors.As(err, &exited):
+			return nil, r.withLauncherLog(fmt.Errorf("launcher exited before it was ready: %w", err))
+		case ctx.Err() == nil:
+			return nil, r.withLauncherLog(fmt.Errorf("launcher not ready after %v", readyWait))
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-r.exited:
-			return nil, r.withLauncherLog(fmt.Errorf("launcher exited before it was ready: %v", r.exitErr))
-		case <-deadline:
-			return nil, r.withLauncherLog(errors.New("launcher not ready after 60 s"))
-		case <-time.After(20 * time.Millisecond):
-		}
+		return nil, err
 	}
+	c, err := cmdclient.DialChecked(ctx, r.layout.ReadySocket(), peerBelow(r.monitor.Cmd.Process.Pid))
+	if err != nil {
+		return nil, fmt.Errorf("dial launcher: %w", err)
+	}
+	return c, nil
 }
 
 // peerBelow checks that a unix socket is served by a process below pid
@@ -157,7 +158,7 @@ func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
 		for i := 0; i < 100; i++ {
 			c, err := net.Dial("unix", sock)
 			if err == nil {
-				if err := peerBelow(r.monitor.Process.Pid)(c); err != nil {
+				if err := peerBelow(r.monitor.Cmd.Process.Pid)(c); err != nil {
 					c.Close()
 					fmt.Fprintf(r.cfg.Status, "vlctl: serial console: %v\n", err)
 					return
@@ -254,7 +255,7 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
-		case <-r.exited:
+		case <-r.monitor.Done():
 			return r.launcherGone()
 		case <-t.C:
 		}
@@ -268,7 +269,7 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 			// The launcher ends by itself once QEMU is gone and its last
 			// event is out; a refused call is then the normal end.
 			select {
-			case <-r.exited:
+			case <-r.monitor.Done():
 				return r.launcherGone()
 			case <-time.After(5 * time.Second):
 				return false, err
@@ -288,8 +289,8 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 // launcherGone interprets the launcher's exit while the guest was running:
 // status 0 means the domain ended and the launcher finished normally.
 func (r *runner) launcherGone() (bool, error) {
-	if r.exitErr != nil {
-		return false, r.withLauncherLog(fmt.Errorf("launcher exited while the guest ran: %v", r.exitErr))
+	if r.monitor.Err() != nil {
+		return false, r.withLauncherLog(fmt.Errorf("launcher exited while the guest ran: %v", r.monitor.Err()))
 	}
 	fmt.Fprintln(r.cfg.Status, "vlctl: guest powered off")
 	return true, nil
@@ -361,14 +362,14 @@ func (r *runner) shutdown(c *cmdclient.Client) error {
 	var asked time.Time
 	for {
 		select {
-		case <-r.exited:
+		case <-r.monitor.Done():
 			return nil
 		default:
 		}
 		st, err := domainStatus(ctx, c)
 		if err != nil {
 			select {
-			case <-r.exited:
+			case <-r.monitor.Done():
 				return nil
 			case <-time.After(5 * time.Second):
 				return err

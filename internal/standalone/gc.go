@@ -1,6 +1,7 @@
 package standalone
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
-	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
@@ -116,55 +117,24 @@ func collect(e *runrecord.Entry, wait time.Duration, status io.Writer) error {
 	return errors.Join(errs...)
 }
 
-// endProcessesUnder ends the processes of the work dir dir (procfs.Under):
+// endProcessesUnder ends the processes of the work dir dir (pod.Under):
 // SIGTERM first (a monitor still shutting its guest down gets the time to
-// finish), SIGKILL for what is left after wait. Each process is signalled
-// only while it is still the one found (same start time).
+// finish), SIGKILL for what is left after wait.
 func endProcessesUnder(dir string, wait time.Duration, status io.Writer) error {
-	signal := func(sig syscall.Signal) (int, error) {
-		procs, err := procfs.Under("/proc", dir)
-		if err != nil {
-			return 0, fmt.Errorf("processes of %s: %w", dir, err)
-		}
-		for _, p := range procs {
-			if now, err := procfs.ReadStat("/proc", p.PID); err == nil && now.StartTime == p.StartTime {
-				syscall.Kill(p.PID, sig)
-			}
-		}
-		return len(procs), nil
-	}
-	n, err := signal(syscall.SIGTERM)
-	if err != nil || n == 0 {
-		return err
+	sel := pod.Under(dir)
+	n := len(sel())
+	if n == 0 {
+		return nil
 	}
 	fmt.Fprintf(status, "vlctl: gc: %d processes of %s left: SIGTERM\n", n, dir)
-	for _, step := range []struct {
-		limit time.Duration
-		sig   syscall.Signal
-	}{{wait, syscall.SIGKILL}, {10 * time.Second, 0}} {
-		deadline := time.Now().Add(step.limit)
-		for {
-			procs, err := procfs.Under("/proc", dir)
-			if err != nil {
-				return fmt.Errorf("processes of %s: %w", dir, err)
-			}
-			if len(procs) == 0 {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if step.sig == 0 {
-			break
-		}
-		fmt.Fprintf(status, "vlctl: gc: processes of %s still running after %s: SIGKILL\n", dir, step.limit)
-		if _, err := signal(step.sig); err != nil {
-			return err
-		}
+	err := pod.EndProcesses(context.Background(), sel, pod.EndOptions{Signal: syscall.SIGTERM, Grace: wait,
+		Killing: func(left []int) {
+			fmt.Fprintf(status, "vlctl: gc: processes %v of %s still running after %s: SIGKILL\n", left, dir, wait)
+		}})
+	if err != nil {
+		return fmt.Errorf("processes of %s: %w; nothing else done", dir, err)
 	}
-	return fmt.Errorf("processes of %s survive SIGKILL; nothing else done", dir)
+	return nil
 }
 
 // revokeGrant takes a run's ACL entry out of a user's file, as the run's

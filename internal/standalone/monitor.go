@@ -1,10 +1,9 @@
 package standalone
 
 import (
+	"context"
 	"fmt"
 	"io"
-	"os"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
-	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
 
 // startMonitor starts virt-launcher-monitor as the unprivileged user, inside
@@ -51,26 +49,21 @@ func (r *runner) startMonitor() error {
 	if err != nil {
 		return fmt.Errorf("start %s: %w", monitorBin, err)
 	}
-	r.monitor = cmd
-	r.exited = make(chan struct{})
-	go func() {
-		r.exitErr = proc.Err()
-		close(r.exited)
-	}()
+	r.monitor = proc
 	r.log.Info("monitor started", "pid", cmd.Process.Pid, "workdir", r.workDir, "log", r.dir.Join("launcher.log"))
 	return nil
 }
 
 func (r *runner) waitMonitor(timeout time.Duration) error {
 	select {
-	case <-r.exited:
+	case <-r.monitor.Done():
 	case <-time.After(timeout):
-		r.monitor.Process.Signal(syscall.SIGTERM)
-		<-r.exited
+		r.monitor.Cmd.Process.Signal(syscall.SIGTERM)
+		<-r.monitor.Done()
 		return r.withLauncherLog(fmt.Errorf("launcher did not exit within %s of the domain's deletion", timeout))
 	}
-	if r.exitErr != nil {
-		return r.withLauncherLog(fmt.Errorf("launcher: %w", r.exitErr))
+	if r.monitor.Err() != nil {
+		return r.withLauncherLog(fmt.Errorf("launcher: %w", r.monitor.Err()))
 	}
 	return nil
 }
@@ -114,84 +107,18 @@ func (r *runner) endVMProcesses() error {
 		return nil
 	}
 	id := r.lease.ID
-	left := func() []int {
-		pids, _ := procfs.Holding("/proc", id)
-		return pids
+	if pids := pod.Holding(id)(); len(pids) > 0 {
+		r.log.Info("processes of the VM outlive its monitor; waiting for them", "uid", id, "pids", pids)
 	}
-	pids := left()
-	if len(pids) == 0 {
-		return nil
+	if err := pod.EndProcesses(context.Background(), pod.Holding(id), pod.EndOptions{Grace: vmEndWait, Force: r.cfg.Force}); err != nil {
+		return fmt.Errorf("the VM's processes (uid %d): %w", id, err)
 	}
-	r.log.Info("processes of the VM outlive its monitor; waiting for them", "uid", id, "pids", pids)
-	deadline := time.After(vmEndWait)
-wait:
-	for len(left()) > 0 {
-		select {
-		case <-deadline:
-			break wait
-		case <-r.cfg.Force:
-			break wait
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	for try := 0; try < 50; try++ {
-		pids := left()
-		if len(pids) == 0 {
-			return nil
-		}
-		for _, pid := range pids {
-			// A pidfd pins the process; checked again through it, a pid
-			// reused since the listing is never signalled.
-			proc, err := os.FindProcess(pid)
-			if err != nil {
-				continue
-			}
-			if uids, gids, err := procfs.IDs("/proc", pid); err == nil && (slices.Contains(uids, id) || slices.Contains(gids, id)) {
-				proc.Signal(syscall.SIGKILL)
-			}
-			proc.Release()
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("processes %v of the VM (uid %d) survive SIGKILL", left(), id)
+	return nil
 }
 
-// killTree kills the monitor and every process below it. The launcher and
-// libvirt's daemon run in process groups of their own and QEMU is
-// libvirt's child, so the monitor's group alone would leave them running.
-// It repeats until no descendant is left, for children forked meanwhile.
+// killTree kills the monitor and every process below it, those first: once
+// the monitor is gone, its orphans are no longer below it.
 func killTree(pid int) {
-	for i := 0; i < 20; i++ {
-		below := descendants(pid)
-		if len(below) == 0 {
-			break
-		}
-		for _, p := range below {
-			// A pidfd pins the process: checked again through it, a pid
-			// reused since the snapshot is never signalled.
-			proc, err := os.FindProcess(p)
-			if err != nil {
-				continue
-			}
-			if slices.Contains(descendants(pid), p) {
-				proc.Signal(syscall.SIGKILL)
-			}
-			proc.Release()
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pod.EndProcesses(context.Background(), pod.Below(pid), pod.EndOptions{})
 	syscall.Kill(pid, syscall.SIGKILL)
-}
-
-// descendants lists the living processes below pid, by /proc's parent
-// links (zombies are skipped: they are dead already).
-func descendants(pid int) []int {
-	all, _ := procfs.List("/proc")
-	var out []int
-	for _, p := range procfs.Descendants(all, pid) {
-		if p.State != 'Z' {
-			out = append(out, p.PID)
-		}
-	}
-	return out
 }

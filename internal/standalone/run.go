@@ -14,7 +14,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -326,12 +325,11 @@ type runner struct {
 	bins    [2]string
 	logFile *os.File
 	net     *pod.Network
-	monitor *exec.Cmd
-	exited  chan struct{} // closed when the monitor has exited
-	record  string        // the run's record file, once written
-	pub     *tcpRelay     // the published ports, once listening
-	egress  *tcpRelay     // the guest's way out, once listening
-	dns     *dnsRelay     // the guest's DNS relay, once listening
+	monitor *pod.Process // nil until started
+	record  string       // the run's record file, once written
+	pub     *tcpRelay    // the published ports, once listening
+	egress  *tcpRelay    // the guest's way out, once listening
+	dns     *dnsRelay    // the guest's DNS relay, once listening
 	// identity is the VM's passwd and group (pod.Identity), open until
 	// the monitor has started.
 	identity *pod.Identity
@@ -341,7 +339,6 @@ type runner struct {
 	// netName names the pod network's namespaces (podnet.NewName), chosen
 	// before they exist so that the record names them for vlctl gc.
 	netName string
-	exitErr error
 }
 
 // writeRecord records the run for `vlctl ps`, the verbs by name and vlctl
@@ -385,17 +382,17 @@ func (r *runner) cleanup() error {
 	var errs []error
 	if r.monitor != nil {
 		select {
-		case <-r.exited:
+		case <-r.monitor.Done():
 		default:
-			r.monitor.Process.Signal(syscall.SIGTERM)
+			r.monitor.Cmd.Process.Signal(syscall.SIGTERM)
 			select {
-			case <-r.exited:
+			case <-r.monitor.Done():
 			case <-r.cfg.Force:
-				killTree(r.monitor.Process.Pid)
-				<-r.exited
+				killTree(r.monitor.Cmd.Process.Pid)
+				<-r.monitor.Done()
 			case <-time.After(60 * time.Second):
-				killTree(r.monitor.Process.Pid)
-				<-r.exited
+				killTree(r.monitor.Cmd.Process.Pid)
+				<-r.monitor.Done()
 			}
 		}
 	}

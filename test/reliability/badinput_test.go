@@ -16,6 +16,7 @@ import (
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	podproc "github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -169,7 +170,7 @@ func TestBadInputVlctl(t *testing.T) {
 		if ents, _ := os.ReadDir(work); len(ents) > 0 {
 			t.Fatalf("image %s: vlctl run left %v in its work root", fx.name, ents)
 		}
-		if left := launchertest.ProcessesUnder(work); len(left) > 0 {
+		if left := podproc.Under(work)(); len(left) > 0 {
 			t.Fatalf("image %s: vlctl run left processes %v", fx.name, left)
 		}
 		t.Logf("image %s: %s", fx.name, launchertest.Tail(msg, 200))
