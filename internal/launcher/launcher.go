@@ -126,7 +126,10 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		return ExitFatal, err
 	}
 	defer l.stopDaemons()
-	l.log.Info("libvirt daemons up", "daemon", l.daemon.Kind(), "socket", l.daemon.Socket(), "took", time.Since(t0).String())
+	// The host UUID is what libvirt compares to refuse a migration to
+	// "the same host": logged so that a refused migration can be told
+	// from the two pods' logs.
+	l.log.Info("libvirt daemons up", "daemon", l.daemon.Kind(), "socket", l.daemon.Socket(), "hostUUID", l.daemon.HostUUID(), "took", time.Since(t0).String())
 
 	// 2. the domain manager: connect and subscribe to events
 	mctx, stopManager, err := l.startManager(ctx, hm, root)
