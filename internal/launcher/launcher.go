@@ -96,6 +96,11 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	if l.opts.SimulateCrash {
 		return ExitFatal, errors.New("--simulate-crash: exiting as asked")
 	}
+	if l.opts.LibvirtHookServerAndClient {
+		// Said once, so that a cluster with the feature gate on can see
+		// the flag reached a launcher that does not act on it.
+		l.log.Info("--libvirt-hook-server-and-client is accepted and ignored: this launcher cannot be a migration target yet (issue 17), so no incoming domain XML exists for a pre-migration hook to change")
+	}
 	sigs := l.Signals
 	if sigs == nil {
 		ch := make(chan os.Signal, 2)
