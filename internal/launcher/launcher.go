@@ -96,6 +96,11 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	if l.opts.SimulateCrash {
 		return ExitFatal, errors.New("--simulate-crash: exiting as asked")
 	}
+	if l.opts.LibvirtHookServerAndClient {
+		// Said once, so that a cluster with the feature gate on can see
+		// the flag reached a launcher that does not act on it.
+		l.log.Info("--libvirt-hook-server-and-client is accepted and ignored: this launcher cannot be a migration target yet (issue 17), so no incoming domain XML exists for a pre-migration hook to change")
+	}
 	sigs := l.Signals
 	if sigs == nil {
 		ch := make(chan os.Signal, 2)
@@ -126,7 +131,10 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		return ExitFatal, err
 	}
 	defer l.stopDaemons()
-	l.log.Info("libvirt daemons up", "daemon", l.daemon.Kind(), "socket", l.daemon.Socket(), "took", time.Since(t0).String())
+	// The host UUID is what libvirt compares to refuse a migration to
+	// "the same host": logged so that a refused migration can be told
+	// from the two pods' logs.
+	l.log.Info("libvirt daemons up", "daemon", l.daemon.Kind(), "socket", l.daemon.Socket(), "hostUUID", l.daemon.HostUUID(), "took", time.Since(t0).String())
 
 	// 2. the domain manager: connect and subscribe to events
 	mctx, stopManager, err := l.startManager(ctx, hm, root)

@@ -55,6 +55,17 @@ type Options struct {
 	FirmwareAutoSelection, KeepAfterFailure, AllowCrossArchEmulation bool
 	AgentSysInterval, AgentFileInterval, AgentUserInterval           time.Duration
 	AgentVersionInterval, FSFreezeStatusInterval                     time.Duration
+	// LibvirtHookServerAndClient is KubeVirt's
+	// --libvirt-hook-server-and-client (a pflag bool, default false),
+	// which virt-controller passes with the LibvirtHooksServerAndClient
+	// feature gate (alpha in v1.8). KubeVirt's launcher then runs a
+	// pre-migration hook server when it prepares a migration target and
+	// makes libvirt's qemu hook its client, so the incoming domain XML
+	// gets the target's dedicated CPUs (and ordinal interface names).
+	// This launcher is no migration target yet (docs/migration.md, issue
+	// 17): the flag is accepted so such pods start, and the launcher logs
+	// that it does nothing with it.
+	LibvirtHookServerAndClient bool
 }
 
 // Layout derives every path from the directory flags.
@@ -118,6 +129,7 @@ func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.FirmwareAutoSelection, "firmware-auto-selection", false, "let libvirt pick the firmware"+ignored)
 	fs.BoolVar(&o.KeepAfterFailure, "keep-after-failure", false, "monitor flag"+ignored)
 	fs.BoolVar(&o.AllowCrossArchEmulation, "allow-cross-arch-emulation", false, "allow emulating another architecture"+ignored)
+	fs.BoolVar(&o.LibvirtHookServerAndClient, "libvirt-hook-server-and-client", false, "run the pre-migration hook server on a migration target (KubeVirt's LibvirtHooksServerAndClient feature gate); no migration target support yet"+ignored)
 	fs.DurationVar(&o.AgentSysInterval, "qemu-agent-sys-interval", 120*time.Second, "guest agent poll period of interfaces, OS, host name and time zone")
 	fs.DurationVar(&o.AgentFileInterval, "qemu-agent-file-interval", 300*time.Second, "guest agent poll period of the file systems")
 	fs.DurationVar(&o.AgentUserInterval, "qemu-agent-user-interval", 10*time.Second, "guest agent poll period of the logged-in users")

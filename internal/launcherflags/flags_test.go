@@ -18,7 +18,7 @@ var kubevirtArgs = []string{
 	"--hook-sidecars", "0", "--ovmf-path", "/usr/share/OVMF", "--disk-memory-limit", "2097152000",
 	"--hypervisor", "kvm", "--run-as-nonroot", "--image-volume", "--upgrade-ordinal-ifaces",
 	"--vgpu-dedicated-hook", "--vm-stats-collector", "--firmware-auto-selection", "--allow-emulation",
-	"--keep-after-failure", "--simulate-crash", "--libvirt-log-filters", "1:qemu",
+	"--keep-after-failure", "--simulate-crash", "--libvirt-hook-server-and-client", "--libvirt-log-filters", "1:qemu",
 	"--allow-cross-arch-emulation", "--qemu-agent-sys-interval", "120s", "--qemu-agent-file-interval", "300s",
 	"--qemu-agent-user-interval", "10s", "--qemu-agent-version-interval", "300s",
 	"--qemu-fsfreeze-status-interval", "5s", "--hotplug-disk-dir", "/var/run/kubevirt/hotplug-disks/", "-v", "4",
@@ -53,7 +53,7 @@ func TestParseKubeVirtArgs(t *testing.T) {
 	}
 	if o.QemuTimeout != 263*time.Second || o.Name != "vm1" || o.UID != "u-1" || o.Namespace != "ns1" ||
 		o.GracePeriodSeconds != 45 || !o.AllowEmulation || !o.RunAsNonroot || o.LibvirtLogFilters != "1:qemu" ||
-		o.Verbosity != 4 || !o.SimulateCrash || !o.ImageVolume {
+		o.Verbosity != 4 || !o.SimulateCrash || !o.ImageVolume || !o.LibvirtHookServerAndClient {
 		t.Errorf("parsed %+v", o)
 	}
 	// --image-volume: KubeVirt's fixed mount points of the image volumes.
@@ -98,7 +98,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			t.Errorf("--help does not list %s", a)
 		}
 	}
-	for _, f := range []string{"vm-stats-collector", "upgrade-ordinal-ifaces"} {
+	for _, f := range []string{"vm-stats-collector", "upgrade-ordinal-ifaces", "libvirt-hook-server-and-client"} {
 		i := strings.Index(help, "-"+f)
 		if i < 0 || !strings.Contains(help[i:min(len(help), i+200)], "(accepted, ignored)") {
 			t.Errorf("--help does not mark %s as ignored", f)

@@ -133,6 +133,35 @@ func (l Layout) ReadySocket() string { return filepath.Join(l.SocketsDir(), "lau
 // NotifySocket is the handler's event pipe inside the pod.
 func (l Layout) NotifySocket() string { return filepath.Join(l.ShareDir, "domain-notify-pipe.sock") }
 
+// The ports KubeVirt's migration proxies name their sockets after
+// (pkg/virt-handler/migration-proxy LibvirtDirectMigrationPort and
+// LibvirtBlockMigrationPort): QEMU's memory stream, and the NBD server
+// that copies the disks of a block migration. Port 0 names the libvirt
+// connection itself.
+const (
+	DirectMigrationPort = 49152
+	BlockMigrationPort  = 49153
+)
+
+// MigrationProxyDir holds a live migration's unix sockets
+// (<share dir>/migrationproxy, KubeVirt's SourceUnixFile): virt-handler's
+// proxy listens there in the source pod, and the target pod's QEMU and NBD
+// server listen at the same paths, since libvirt hands the source's
+// migrate_uri and disks_uri to the destination unchanged.
+func (l Layout) MigrationProxyDir() string { return filepath.Join(l.ShareDir, "migrationproxy") }
+
+// MigrationSocket is the socket of one migration stream of the VMI uid:
+// <uid>-source.sock for port 0 (the libvirt connection, the source's
+// qemu+unix destination URI), else <uid>-<port>-source.sock (KubeVirt's
+// ConstructProxyKey: the port is appended only when it is not 0).
+func (l Layout) MigrationSocket(uid string, port int) string {
+	key := uid
+	if port != 0 {
+		key += "-" + strconv.Itoa(port)
+	}
+	return filepath.Join(l.MigrationProxyDir(), key+"-source.sock")
+}
+
 // VMIPrivateDir holds the serial console, its log and the VNC socket.
 func (l Layout) VMIPrivateDir(uid string) string { return filepath.Join(l.PrivateDir, uid) }
 

@@ -67,3 +67,32 @@ func TestRooted(t *testing.T) {
 		t.Errorf("BlockDeviceDir %q, want /dev (not below /var/run)", l.BlockDeviceDir)
 	}
 }
+
+// TestMigrationSockets: the names KubeVirt v1.8.2's virt-handler and
+// launcher use (migration-proxy.go SourceUnixFile and ConstructProxyKey,
+// with the share dir as the base), in a pod and standalone.
+func TestMigrationSockets(t *testing.T) {
+	const uid = "3c1d1f2e-8e0a-4c55-9b7a-2f4e5d6c7b8a"
+	pod, alone := Default(), Under("/w")
+	for _, c := range []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"pod dir", pod.MigrationProxyDir(), "/var/run/kubevirt/migrationproxy"},
+		{"pod libvirt connection", pod.MigrationSocket(uid, 0), "/var/run/kubevirt/migrationproxy/" + uid + "-source.sock"},
+		{"pod memory", pod.MigrationSocket(uid, DirectMigrationPort), "/var/run/kubevirt/migrationproxy/" + uid + "-49152-source.sock"},
+		{"pod disks", pod.MigrationSocket(uid, BlockMigrationPort), "/var/run/kubevirt/migrationproxy/" + uid + "-49153-source.sock"},
+		{"standalone dir", alone.MigrationProxyDir(), "/w/share/migrationproxy"},
+		{"standalone memory", alone.MigrationSocket(uid, DirectMigrationPort), "/w/share/migrationproxy/" + uid + "-49152-source.sock"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, c.got, c.want)
+		}
+	}
+	// sun_path holds 107 bytes and a NUL: the longest of them, in a pod,
+	// with a UUID for the VMI UID, must fit.
+	if p := pod.MigrationSocket(uid, BlockMigrationPort); len(p) > 107 {
+		t.Errorf("%s: %d bytes, too long for a unix socket", p, len(p))
+	}
+}

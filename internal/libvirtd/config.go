@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/google/uuid"
 )
 
 // Config describes one private libvirt daemon (and, when asked for, its
@@ -38,6 +40,21 @@ type Config struct {
 	// /var/lib/libvirt) for the QEMU driver's state and virtlogd's socket,
 	// so it must not be used on a shared machine.
 	Root bool
+
+	// HostUUID is the daemon's host_uuid: the UUID it reports as the
+	// host's (capabilities host/uuid) and puts in its migration cookies.
+	// libvirt refuses a migration whose two daemons report the same host
+	// UUID ("Attempt to migrate guest to the same host"; libvirt 9.0
+	// compares nothing else), and all the launchers of one machine would
+	// otherwise report that machine's SMBIOS UUID. KubeVirt's launcher
+	// sets none: its root pods report the node's SMBIOS UUID, and its
+	// non-root daemon (uid 107) cannot read product_uuid (0400 root) and
+	// gets a random one from libvirt at every start (docs/migration.md
+	// §6). Empty: Start picks a random one, which stays the same across
+	// restarts of the daemon (the config file is written once). It must
+	// be in the canonical 8-4-4-4-12 form and not have all 16 bytes
+	// equal (libvirt's own validity rule: such a daemon would not start).
+	HostUUID string
 
 	// LogFilters is libvirt's log_filters (from --libvirt-log-filters or
 	// the VMI annotation). Empty keeps the quiet default.
@@ -120,9 +137,32 @@ func (c Config) validate() error {
 	if c.RuntimeDir == "" || !filepath.IsAbs(c.RuntimeDir) {
 		return fmt.Errorf("libvirtd config: RuntimeDir %q must be an absolute path", c.RuntimeDir)
 	}
+	if c.HostUUID != "" {
+		if err := checkHostUUID(c.HostUUID); err != nil {
+			return fmt.Errorf("libvirtd config: %w", err)
+		}
+	}
 	// sun_path holds 108 bytes including the terminating NUL.
 	if n := len(filepath.Join(c.SocketDir(), "virtqemud-admin-sock")); n > 107 {
 		return fmt.Errorf("libvirtd config: RuntimeDir %q is too long for unix sockets (%d > 107 bytes)", c.RuntimeDir, n)
+	}
+	return nil
+}
+
+// checkHostUUID refuses what libvirt's daemon would refuse at start-up
+// ("invalid host UUID"), and any spelling other than the canonical one, so
+// that the UUID the daemon reports is the string we configured.
+func checkHostUUID(s string) error {
+	u, err := uuid.Parse(s)
+	if err != nil || u.String() != strings.ToLower(s) {
+		return fmt.Errorf("HostUUID %q: not a UUID in the 8-4-4-4-12 form", s)
+	}
+	same := true
+	for _, b := range u[1:] {
+		same = same && b == u[0]
+	}
+	if same {
+		return fmt.Errorf("HostUUID %q: libvirt refuses a host UUID whose 16 bytes are all equal", s)
 	}
 	return nil
 }
@@ -142,6 +182,9 @@ func (c Config) daemonConf() string {
 	b.WriteString("min_workers = 1\nmax_workers = 4\nprio_workers = 2\nmax_client_requests = 8\n")
 	b.WriteString("admin_min_workers = 1\nadmin_max_workers = 1\nadmin_max_clients = 2\n")
 	b.WriteString("keepalive_interval = -1\n")
+	if c.HostUUID != "" {
+		fmt.Fprintf(&b, "host_uuid = %s\n", quote(c.HostUUID))
+	}
 	if c.Root {
 		// System mode: keep the sockets in our runtime dir, reachable by
 		// root only; no polkit.

@@ -33,6 +33,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Daemon is a running, supervised libvirt daemon (and virtlogd).
@@ -117,6 +119,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.HostUUID == "" {
+		// One per daemon we start (that is, per launcher pod), never
+		// derived from the VMI: a migration's source and target pods
+		// run the same VMI and must differ (see Config.HostUUID).
+		cfg.HostUUID = uuid.NewString()
 	}
 	if cfg.Root && !InContainer() && os.Getenv("VIRTLAUNCHER_ALLOW_HOST_SYSTEM_MODE") != "1" {
 		return nil, errors.New("root mode outside a container would share the host's /run/libvirt and /var/lib/libvirt with the system daemon; run the launcher as an unprivileged user (session mode)")
@@ -226,11 +234,65 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 			return nil, fmt.Errorf("%s did not come up: %w", c.name, err)
 		}
 	}
+	if err := d.linkKubeVirtSocket(); err != nil {
+		d.Stop(context.Background())
+		return nil, err
+	}
 	d.wg.Add(len(children))
 	for _, c := range children {
 		go d.supervise(c)
 	}
 	return d, nil
+}
+
+// kubevirtSocketName is the name KubeVirt's virt-handler gives the daemon's
+// socket: its migration proxy on the target node dials
+// /proc/<launcher pid>/root/var/run/libvirt/virtqemud-sock
+// (pkg/virt-handler/migration-target.go handleTargetMigrationProxy).
+const kubevirtSocketName = "virtqemud-sock"
+
+// linkKubeVirtSocket makes virtqemud-sock exist beside the monolithic
+// libvirtd's libvirt-sock (Debian 12 has no virtqemud), so the handler's
+// migration proxy reaches the daemon by KubeVirt's name. The link is
+// relative: the handler resolves it through /proc/<pid>/root, where an
+// absolute target would be looked up in the handler's own root. It
+// outlives daemon restarts (removeLeftovers removes sockets only) and goes
+// at Stop.
+func (d *Daemon) linkKubeVirtSocket() error {
+	if d.kind != "libvirtd" {
+		return nil
+	}
+	link := filepath.Join(d.cfg.SocketDir(), kubevirtSocketName)
+	target := filepath.Base(d.Socket())
+	if cur, err := os.Readlink(link); err == nil && cur == target {
+		return nil
+	}
+	// Whatever else has the name (a stale link, a socket a virtqemud left
+	// in this private directory) would hide our daemon from the handler.
+	if err := os.Remove(link); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("replace %s: %w", link, err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		return fmt.Errorf("link %s to %s: %w", link, target, err)
+	}
+	if cr := d.cfg.Credential; cr != nil {
+		if err := os.Lchown(link, int(cr.Uid), int(cr.Gid)); err != nil {
+			return fmt.Errorf("chown %s: %w", link, err)
+		}
+	}
+	return nil
+}
+
+// unlinkKubeVirtSocket removes the link linkKubeVirtSocket made, once the
+// daemon it names is gone.
+func (d *Daemon) unlinkKubeVirtSocket() {
+	if d.kind != "libvirtd" {
+		return
+	}
+	link := filepath.Join(d.cfg.SocketDir(), kubevirtSocketName)
+	if cur, err := os.Readlink(link); err == nil && cur == filepath.Base(d.Socket()) {
+		_ = os.Remove(link)
+	}
 }
 
 // socketOf is the socket that shows c is up.
@@ -239,6 +301,17 @@ func (d *Daemon) socketOf(c *child) string {
 		return d.LogSocket()
 	}
 	return d.Socket()
+}
+
+// HostUUID is the host UUID the daemon reports (Config.HostUUID, or the
+// one Start picked).
+func (d *Daemon) HostUUID() string { return d.cfg.HostUUID }
+
+// KubeVirtSocket is the daemon's socket by the name KubeVirt's virt-handler
+// dials (virtqemud-sock): the socket itself for virtqemud, a link to
+// libvirt-sock for libvirtd.
+func (d *Daemon) KubeVirtSocket() string {
+	return filepath.Join(d.cfg.SocketDir(), kubevirtSocketName)
 }
 
 // Virtlogd reports whether a virtlogd runs beside the daemon.
@@ -312,6 +385,7 @@ func (d *Daemon) Stop(ctx context.Context) error {
 		}
 	}
 	d.wg.Wait()
+	d.unlinkKubeVirtSocket()
 	d.removeProbeDirs()
 	d.spawnOnce.Do(func() { close(d.spawns) })
 	if d.cfg.CapsSeedDir != "" {

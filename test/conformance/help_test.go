@@ -40,7 +40,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			{"run-as-nonroot", ""}, {"image-volume", ""}, {"upgrade-ordinal-ifaces", ""},
 			{"vgpu-dedicated-hook", ""}, {"vm-stats-collector", ""}, {"firmware-auto-selection", ""},
 			{"allow-emulation", ""}, {"simulate-crash", ""}, {"allow-cross-arch-emulation", ""},
-			{"libvirt-log-filters", ""},
+			{"libvirt-log-filters", ""}, {"libvirt-hook-server-and-client", ""},
 			{"qemu-agent-sys-interval", "2m0s"},
 			{"qemu-agent-file-interval", "5m0s"},
 			{"qemu-agent-user-interval", "10s"},
