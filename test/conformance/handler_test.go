@@ -1,6 +1,6 @@
 package conformance
 
-// The virt-handler side: a notify server of our own on the pod's
+// The virt-handler side: a notify server on the pod's
 // domain-notify-pipe.sock and a raw gRPC connection to launcher-sock.
 
 import (
@@ -8,9 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,10 +20,9 @@ import (
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/api/cmdinfo"
-	notifyv1 "github.com/virtlauncher/virtlauncher/api/notify/v1"
-	"github.com/virtlauncher/virtlauncher/api/notifyinfo"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
 )
 
 // event is one domain event as the handler receives it.
@@ -44,103 +41,54 @@ func (e event) String() string {
 }
 
 // notifyServer plays the handler's end of the notify pipe
-// (kubevirt-wire.md 2.2): NotifyInfo.Info offers [1]; HandleDomainEvent
-// decodes domainJSON strictly into KubeVirt's shape; a domain that does not
-// decode is answered success=false with a message, as the handler does.
-type notifyServer struct {
-	gs   *grpc.Server
-	path string
-
-	mu      sync.Mutex
-	events  []event
-	k8s     [][]byte
-	infos   int // NotifyInfo.Info calls
-	changed chan struct{}
-}
+// (kubevirt-wire.md 2.2): the launcher test harness's notify server
+// (launchertest.Pod.Notify: NotifyInfo.Info offers [1]) with KubeVirt's
+// Domain type as its strict check, so a domainJSON that does not decode
+// into KubeVirt's shape is answered success=false with a message, as the
+// handler does.
+type notifyServer struct{ *notifytest.Server }
 
 func startNotify(t *testing.T, p *pod) *notifyServer {
 	t.Helper()
-	path := p.Layout.NotifySocket()
-	lis, err := net.Listen("unix", path)
-	launchertest.Must(t, err)
-	// virt-handler chowns the pipe to the pod's user.
-	launchertest.Must(t, os.Chown(path, int(env.Cred.Uid), int(env.Cred.Gid)))
-	s := &notifyServer{gs: grpc.NewServer(), path: path, changed: make(chan struct{})}
-	notifyinfo.RegisterNotifyInfoServer(s.gs, notifyInfo{s: s})
-	notifyv1.RegisterNotifyServer(s.gs, notifyHandler{s: s})
-	go s.gs.Serve(lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(func() {
-		s.gs.Stop()
-		os.Remove(path)
-	})
-	return s
+	return &notifyServer{p.Notify(notifytest.Options{Check: func(b []byte) error {
+		_, err := kvshape.Decode(b)
+		return err
+	}})}
 }
 
-type notifyInfo struct {
-	notifyinfo.UnimplementedNotifyInfoServer
-	s *notifyServer
-}
+func (s *notifyServer) infoCalls() int { return s.InfoCalls() }
 
-func (i notifyInfo) Info(context.Context, *notifyinfo.NotifyInfoRequest) (*notifyinfo.NotifyInfoResponse, error) {
-	i.s.mu.Lock()
-	i.s.infos++
-	i.s.mu.Unlock()
-	return &notifyinfo.NotifyInfoResponse{SupportedNotifyVersions: []uint32{1}}, nil
-}
-
-func (s *notifyServer) infoCalls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.infos
-}
-
+// k8sEvents are the K8s events received, as sent.
 func (s *notifyServer) k8sEvents() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []string
-	for _, e := range s.k8s {
-		out = append(out, string(e))
+	for _, e := range s.Events() {
+		if e.K8s != nil {
+			out = append(out, string(e.K8sJSON))
+		}
 	}
 	return out
 }
 
-type notifyHandler struct {
-	notifyv1.UnimplementedNotifyServer
-	s *notifyServer
-}
-
-func (h notifyHandler) HandleDomainEvent(_ context.Context, req *notifyv1.DomainEventRequest) (*notifyv1.Response, error) {
-	e := event{Type: req.EventType, JSON: append([]byte(nil), req.DomainJSON...)}
-	e.Domain, e.Err = kvshape.Decode(req.DomainJSON)
-	if e.Err != nil {
-		e.Domain = nil
+// snapshot lists the domain events received (K8s events left out: the
+// indices of wait and event count domain events only), each decoded into
+// KubeVirt's shape, and a channel closed at the next event.
+func (s *notifyServer) snapshot() ([]event, <-chan struct{}) {
+	all, changed := s.Snapshot()
+	var evs []event
+	for _, e := range all {
+		if e.K8s != nil {
+			continue
+		}
+		ev := event{Type: e.EventType, JSON: e.DomainJSON, Err: e.Err}
+		if ev.Err == nil {
+			ev.Domain, ev.Err = kvshape.Decode(e.DomainJSON)
+		}
+		if ev.Err != nil {
+			ev.Domain = nil
+		}
+		evs = append(evs, ev)
 	}
-	h.s.add(e)
-	if e.Err != nil {
-		return &notifyv1.Response{Success: false, Message: e.Err.Error()}, nil
-	}
-	return &notifyv1.Response{Success: true}, nil
-}
-
-func (h notifyHandler) HandleK8SEvent(_ context.Context, req *notifyv1.K8SEventRequest) (*notifyv1.Response, error) {
-	h.s.mu.Lock()
-	h.s.k8s = append(h.s.k8s, req.EventJSON)
-	h.s.mu.Unlock()
-	return &notifyv1.Response{Success: true}, nil
-}
-
-func (s *notifyServer) add(e event) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.events = append(s.events, e)
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
-func (s *notifyServer) snapshot() ([]event, chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]event(nil), s.events...), s.changed
+	return evs, changed
 }
 
 // wait returns the index of the first event at or after from that

@@ -22,14 +22,7 @@ import (
 // startNotify plays virt-handler's notify pipe inside the pod.
 func startNotify(t *testing.T, p *pod) *notifytest.Server {
 	t.Helper()
-	s, err := notifytest.Start(p.Layout.NotifySocket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	// virt-handler chowns the pipe to the pod's user (107 in KubeVirt).
-	launchertest.Must(t, os.Chown(p.Layout.NotifySocket(), int(env.Cred.Uid), int(env.Cred.Gid)))
-	return s
+	return p.Notify(notifytest.Options{})
 }
 
 // waitEvent waits for an event matching ok and returns its index.

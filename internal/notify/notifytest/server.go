@@ -6,6 +6,7 @@ package notifytest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -25,9 +26,21 @@ type Event struct {
 	// Domain events.
 	EventType  string
 	DomainJSON []byte
-	Domain     *domainjson.Domain
-	// K8s events.
-	K8s *corev1.Event
+	Domain     *domainjson.Domain // nil when it did not decode
+	// Err says why the domain did not decode, or why Options.Check
+	// refused it; the event was answered success=false.
+	Err error
+	// K8s events, decoded and as sent.
+	K8s     *corev1.Event
+	K8sJSON []byte
+}
+
+// Options change what the server checks.
+type Options struct {
+	// Check, if set, is one more decoding of every domain event's JSON
+	// (KubeVirt's own types, for a strict conformance check); an event it
+	// refuses is answered success=false, as one that does not decode.
+	Check func(domainJSON []byte) error
 }
 
 // Server records events. Its zero value is not usable; use Start.
@@ -41,16 +54,21 @@ type Server struct {
 	reject  string
 	// versions is what NotifyInfo.Info offers (default [1]).
 	versions []uint32
+	infos    int // NotifyInfo.Info calls
+	opts     Options
 }
 
 // Start serves on a unix socket at path (replacing a stale file).
-func Start(path string) (*Server, error) {
+func Start(path string) (*Server, error) { return StartWith(path, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(path string, o Options) (*Server, error) {
 	_ = os.Remove(path)
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("notifytest: listen on %s: %w", path, err)
 	}
-	s := &Server{versions: []uint32{1}, gs: grpc.NewServer(), lis: lis, changed: make(chan struct{})}
+	s := &Server{versions: []uint32{1}, gs: grpc.NewServer(), lis: lis, changed: make(chan struct{}), opts: o}
 	notifyinfo.RegisterNotifyInfoServer(s.gs, infoServer{s: s})
 	notifyv1.RegisterNotifyServer(s.gs, notifyServer{s: s})
 	go s.gs.Serve(lis) //nolint:errcheck // ends with Stop
@@ -78,7 +96,15 @@ func (s *Server) Reject(msg string) {
 	s.mu.Unlock()
 }
 
-// Events returns a copy of the events received so far.
+// InfoCalls is how many NotifyInfo.Info calls the server answered.
+func (s *Server) InfoCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.infos
+}
+
+// Events returns a copy of the events received so far, those answered
+// success=false included (Event.Err), those refused by Reject not.
 func (s *Server) Events() []Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -104,6 +130,15 @@ func (s *Server) WaitFor(ctx context.Context, n int) ([]Event, error) {
 	}
 }
 
+// Snapshot is Events and a channel closed at the next event, taken
+// together: a caller waits on it for an event that matches what it looks
+// for without missing one in between.
+func (s *Server) Snapshot() ([]Event, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Event(nil), s.events...), s.changed
+}
+
 func (s *Server) record(e Event) *notifyv1.Response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -113,6 +148,9 @@ func (s *Server) record(e Event) *notifyv1.Response {
 	s.events = append(s.events, e)
 	close(s.changed)
 	s.changed = make(chan struct{})
+	if e.Err != nil {
+		return &notifyv1.Response{Success: false, Message: e.Err.Error()}
+	}
 	return &notifyv1.Response{Success: true}
 }
 
@@ -124,6 +162,7 @@ type infoServer struct {
 func (i infoServer) Info(context.Context, *notifyinfo.NotifyInfoRequest) (*notifyinfo.NotifyInfoResponse, error) {
 	i.s.mu.Lock()
 	defer i.s.mu.Unlock()
+	i.s.infos++
 	return &notifyinfo.NotifyInfoResponse{SupportedNotifyVersions: i.s.versions}, nil
 }
 
@@ -133,14 +172,22 @@ type notifyServer struct {
 }
 
 // HandleDomainEvent decodes case-sensitively, as virt-handler does; a
-// domain that does not decode is answered with success=false.
+// domain that does not decode, or that Options.Check refuses, is recorded
+// with its error and answered with success=false.
 func (n notifyServer) HandleDomainEvent(_ context.Context, req *notifyv1.DomainEventRequest) (*notifyv1.Response, error) {
-	e := Event{EventType: req.EventType, DomainJSON: req.DomainJSON}
+	e := Event{EventType: req.EventType, DomainJSON: append([]byte(nil), req.DomainJSON...)}
 	switch req.EventType {
 	case "ADDED", "MODIFIED", "DELETED":
 		d := &domainjson.Domain{}
 		if err := kjson.UnmarshalCaseSensitivePreserveInts(req.DomainJSON, d); err != nil {
-			return &notifyv1.Response{Success: false, Message: "decode domain: " + err.Error()}, nil
+			e.Err = fmt.Errorf("decode domain: %w", err)
+			break
+		}
+		if n.s.opts.Check != nil {
+			if err := n.s.opts.Check(req.DomainJSON); err != nil {
+				e.Err = fmt.Errorf("check domain: %w", err)
+				break
+			}
 		}
 		e.Domain = d
 	}
@@ -149,13 +196,11 @@ func (n notifyServer) HandleDomainEvent(_ context.Context, req *notifyv1.DomainE
 
 // HandleK8sEvent requires the VMI identity the handler looks up.
 func (n notifyServer) HandleK8SEvent(_ context.Context, req *notifyv1.K8SEventRequest) (*notifyv1.Response, error) {
-	ev := &corev1.Event{}
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.EventJSON, ev); err != nil {
-		return &notifyv1.Response{Success: false, Message: "decode event: " + err.Error()}, nil
+	e := Event{K8s: &corev1.Event{}, K8sJSON: append([]byte(nil), req.EventJSON...)}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.EventJSON, e.K8s); err != nil {
+		e.Err = fmt.Errorf("decode event: %w", err)
+	} else if o := e.K8s.InvolvedObject; o.Name == "" || o.Namespace == "" || o.UID == "" {
+		e.Err = errors.New("event names no VMI")
 	}
-	o := ev.InvolvedObject
-	if o.Name == "" || o.Namespace == "" || o.UID == "" {
-		return &notifyv1.Response{Success: false, Message: "event names no VMI"}, nil
-	}
-	return n.s.record(Event{K8s: ev}), nil
+	return n.s.record(e), nil
 }
