@@ -391,15 +391,9 @@ func (p *Pod) ExitCode(timeout time.Duration) int {
 	return -1
 }
 
-// Running reports whether the monitor has not exited yet.
-func (p *Pod) Running() bool {
-	select {
-	case <-p.Exited:
-		return false
-	default:
-		return true
-	}
-}
+// Running reports whether the monitor has not exited yet (true before
+// Start).
+func (p *Pod) Running() bool { return p.proc == nil || !p.proc.Exited() }
 
 // Signal sends sig to the monitor.
 func (p *Pod) Signal(sig syscall.Signal) {

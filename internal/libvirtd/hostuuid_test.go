@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -123,15 +122,7 @@ func TestHostUUIDs(t *testing.T) {
 	}
 
 	// A restarted daemon reads the same config file: same UUID.
-	old, _ := d.Pids()
-	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.Restarted():
-	case <-ctx.Done():
-		t.Fatal("daemon was not restarted")
-	}
+	killDaemon(ctx, t, d)
 	l, err := reconnect(d)
 	if err != nil {
 		t.Fatal(err)

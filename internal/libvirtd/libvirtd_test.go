@@ -221,15 +221,7 @@ func TestDaemonRestartKeepsGuest(t *testing.T) {
 		}
 	}()
 	qpid := qemuPid(t, d, name)
-	oldDaemon, logd := d.Pids()
-	if err := syscall.Kill(oldDaemon, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.Restarted():
-	case <-ctx.Done():
-		t.Fatal("daemon was not restarted")
-	}
+	oldDaemon, logd := killDaemon(ctx, t, d)
 	<-l.Disconnected()
 	newDaemon, logd2 := d.Pids()
 	if newDaemon == oldDaemon || newDaemon == 0 {
@@ -462,4 +454,20 @@ func TestStopRemovesProbeDir(t *testing.T) {
 	if _, err := os.Stat(target); err != nil {
 		t.Errorf("the link's target was touched: %v", err)
 	}
+}
+
+// killDaemon SIGKILLs d's daemon and waits for Start's watcher to have
+// restarted it; it returns the pids before the kill.
+func killDaemon(ctx context.Context, t *testing.T, d *Daemon) (daemon, logd int) {
+	t.Helper()
+	daemon, logd = d.Pids()
+	if err := syscall.Kill(daemon, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.Restarted():
+	case <-ctx.Done():
+		t.Fatal("daemon was not restarted")
+	}
+	return daemon, logd
 }
