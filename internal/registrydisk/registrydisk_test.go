@@ -19,6 +19,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	k8sv1 "k8s.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // image is an image of one layer holding files (name -> contents).
@@ -78,6 +80,7 @@ func read(t *testing.T, p string) string {
 // follows a tag moved to another image; Never without a cached image is
 // refused.
 func TestFetchPolicies(t *testing.T) {
+	testenv.Root(t, "the image cache must be owned by root (Cache.Dir)")
 	ctx := context.Background()
 	host := serve(t)
 	ref := host + "/disks/test:v1"
@@ -119,6 +122,7 @@ func TestFetchPolicies(t *testing.T) {
 // TestFetchRefuses: images that are not one disk are refused with what is
 // wrong, and nothing is left in the cache but the cache itself.
 func TestFetchRefuses(t *testing.T) {
+	testenv.Root(t, "the image cache must be owned by root (Cache.Dir)")
 	ctx := context.Background()
 	host := serve(t)
 	dir := t.TempDir()
