@@ -139,6 +139,8 @@ func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
 }
 
 func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
+	// Whatever changed, the stats answer from before may not show it.
+	m.stats.drop()
 	_, name, ns := m.names()
 	l, d, ok, err := m.lookupNow()
 	if err != nil {

@@ -151,6 +151,9 @@ type Manager struct {
 
 	terminating atomic.Bool // set by BeginTermination: Sync refuses
 
+	// stats is the GetDomainStats answer (statscache.go).
+	stats *statsCache
+
 	// agent keeps what the guest agent reports; poller fills it while
 	// the guest runs with its agent connected (refresh switches it).
 	agent  *agent.Store
@@ -206,6 +209,7 @@ func New(cfg Config) *Manager {
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
 	m.agent = agent.NewStore()
 	m.poller = agent.NewPoller(m.agentCommand, m.agent, cfg.AgentIntervals, log.With("component", "guest-agent"))
+	m.stats = newStatsCache(m.fetchStats)
 	return m
 }
 

@@ -172,8 +172,18 @@ const (
 // KubeVirt's launcher then fails the call too ("empty DomainStats").
 var ErrNoStats = errors.New("empty DomainStats: no running or paused domain")
 
-// DomainStats returns the stats JSON of the running (or paused) domain.
+// DomainStats returns the stats JSON of the running (or paused) domain,
+// at most statsMaxAge old (statscache.go).
 func (m *Manager) DomainStats(ctx context.Context) ([]byte, error) {
+	m.mu.Lock()
+	bg := m.runCtx
+	m.mu.Unlock()
+	return m.stats.get(ctx, bg)
+}
+
+// fetchStats reads the stats of the running (or paused) domain from
+// libvirt.
+func (m *Manager) fetchStats(ctx context.Context) ([]byte, error) {
 	l, d, ok, err := m.lookup(ctx)
 	if err != nil {
 		return nil, err
