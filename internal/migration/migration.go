@@ -1,0 +1,311 @@
+// Package migration holds live migration's pure decisions, as KubeVirt
+// v1.8.2's launcher makes them (docs/migration.md): the options
+// virt-handler sends, libvirt's flags and parameters, which disks are
+// copied, how long a migration may take, and how the Domain's migration
+// metadata moves from start to result. It touches nothing: the domain
+// manager feeds it what it read and acts on what it answers.
+package migration
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+)
+
+// Options is KubeVirt's cmdclient.MigrationOptions, as virt-handler sends
+// it in MigrationRequest.options (JSON with the Go field names; v1.9's
+// added fields are accepted and ignored).
+type Options struct {
+	Bandwidth               resource.Quantity
+	ProgressTimeout         int64 // seconds without progress before the abort
+	CompletionTimeoutPerGiB int64 // seconds per GiB of data before the abort; 0: none
+	UnsafeMigration         bool
+	AllowAutoConverge       bool
+	AllowPostCopy           bool
+	// ParallelMigrationThreads: nil for one connection.
+	ParallelMigrationThreads *uint
+	AllowWorkloadDisruption  bool
+}
+
+// ErrNoOptions is KubeVirt's answer to a request without options.
+var ErrNoOptions = errors.New("migration options object not present in command server request")
+
+// ParseOptions decodes MigrationRequest.options.
+func ParseOptions(b []byte) (Options, error) {
+	var o Options
+	if len(b) == 0 {
+		return o, ErrNoOptions
+	}
+	if err := json.Unmarshal(b, &o); err != nil {
+		return o, fmt.Errorf("migration options: %w", err)
+	}
+	if o.Bandwidth.Sign() < 0 {
+		return o, fmt.Errorf("migration options: Bandwidth %s is negative", o.Bandwidth.String())
+	}
+	return o, nil
+}
+
+// parallel says whether the migration uses several connections, and how
+// many: never with post-copy (libvirt refuses the two together).
+func (o Options) parallel() (bool, int) {
+	if o.AllowPostCopy || o.ParallelMigrationThreads == nil {
+		return false, 0
+	}
+	return true, int(*o.ParallelMigrationThreads)
+}
+
+// BandwidthMiB is the bandwidth cap in MiB/s, rounded as KubeVirt rounds
+// it (anything below 1 MiB/s but above 0 is 1); 0: no cap.
+func (o Options) BandwidthMiB() uint64 {
+	b := o.Bandwidth.Value()
+	switch {
+	case b <= 0:
+		return 0
+	case b < 1<<20:
+		return 1
+	}
+	return uint64(float64(b)/(1<<20) + 0.5)
+}
+
+// Flags are libvirt's migration flags: always live, peer to peer (the
+// source daemon drives the destination through the proxy) and persistent
+// on the destination; the source definition stays until the source pod
+// goes, as KubeVirt leaves it.
+func Flags(o Options, block, paused bool) libvirt.DomainMigrateFlags {
+	f := libvirt.MigrateLive | libvirt.MigratePeer2peer | libvirt.MigratePersistDest
+	if block {
+		f |= libvirt.MigrateNonSharedInc
+	}
+	if o.UnsafeMigration {
+		f |= libvirt.MigrateUnsafe
+	}
+	if o.AllowAutoConverge {
+		f |= libvirt.MigrateAutoConverge
+	}
+	if o.AllowPostCopy {
+		f |= libvirt.MigratePostcopy
+	}
+	if paused {
+		f |= libvirt.MigratePaused
+	}
+	if ok, _ := o.parallel(); ok {
+		f |= libvirt.MigrateParallel
+	}
+	return f
+}
+
+// DestinationURI is the libvirt connection the source daemon opens to the
+// target's: the proxy socket of the VMI uid in the source pod, which
+// virt-handler pipes to the target pod's daemon; session mode for a
+// non-root VMI.
+func DestinationURI(l layout.Layout, uid string, root bool) string {
+	mode := "session"
+	if root {
+		mode = "system"
+	}
+	return fmt.Sprintf("qemu+unix:///%s?socket=%s", mode, l.MigrationSocket(uid, 0))
+}
+
+// Request is what the migration call is made of (Params renders it).
+type Request struct {
+	Layout layout.Layout
+	UID    string
+	// XML is the domain's migratable XML (DomainXMLMigratable), for the
+	// destination's live and persistent definitions.
+	XML string
+	// Name is the destination domain's name, <namespace>_<name>.
+	Name string
+	// Disks are the target devices whose contents are copied.
+	Disks   []string
+	Options Options
+	// LibvirtVersion is the source daemon's (major*1e6+minor*1e3+micro):
+	// parameters it does not know make it refuse the whole call.
+	LibvirtVersion uint64
+}
+
+// detectZeroesSince is the first libvirt that knows
+// migrate_disks_detect_zeroes, which KubeVirt sends.
+const detectZeroesSince = 10_009_000
+
+// Params are the typed parameters of the migration call: the memory
+// stream's and the disks' unix sockets in the source pod (the same paths
+// the destination's QEMU and NBD server listen on in the target pod), the
+// XML, the name, the bandwidth and the connections when set.
+func Params(r Request) []libvirt.TypedParam {
+	str := func(field, v string) libvirt.TypedParam {
+		return libvirt.TypedParam{Field: field, Value: *libvirt.NewTypedParamValueString(v)}
+	}
+	ps := []libvirt.TypedParam{
+		str(libvirt.MigrateParamURI, "unix://"+r.Layout.MigrationSocket(r.UID, layout.DirectMigrationPort)),
+		str(libvirt.MigrateParamDestXML, r.XML),
+		str(libvirt.MigrateParamPersistXML, r.XML),
+		str(libvirt.MigrateParamDestName, r.Name),
+	}
+	if mib := r.Options.BandwidthMiB(); mib > 0 {
+		ps = append(ps, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidth, Value: *libvirt.NewTypedParamValueUllong(mib)})
+	}
+	if ok, n := r.Options.parallel(); ok {
+		ps = append(ps, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(n))})
+	}
+	if len(r.Disks) > 0 {
+		for _, d := range r.Disks {
+			ps = append(ps, str(libvirt.MigrateParamMigrateDisks, d))
+		}
+		ps = append(ps, str(libvirt.MigrateParamDisksURI, "unix://"+r.Layout.MigrationSocket(r.UID, layout.BlockMigrationPort)))
+		if r.LibvirtVersion >= detectZeroesSince {
+			for _, d := range r.Disks {
+				ps = append(ps, str(libvirt.MigrateParamMigrateDisksDetectZeroes, d))
+			}
+		}
+	}
+	return ps
+}
+
+// CopyDisks lists the target devices of the domain's disks whose contents
+// are copied (KubeVirt's getDiskTargetsForMigration): no CD-ROM, no
+// read-only disk unless the launcher generated it (its target pod makes an
+// empty one of the same size), only files and block devices, and no
+// shared volume (a PVC, DataVolume or shared hostDisk not listed in
+// status.migratedVolumes: both pods see the same one).
+func CopyDisks(vmi *v1.VirtualMachineInstance, disks []libvirtxml.DomainDisk) []string {
+	migrated := map[string]bool{}
+	for _, mv := range vmi.Status.MigratedVolumes {
+		migrated[mv.VolumeName] = true
+	}
+	shared, generated := map[string]bool{}, map[string]bool{}
+	for _, vol := range vmi.Spec.Volumes {
+		s := vol.VolumeSource
+		switch {
+		case s.PersistentVolumeClaim != nil || s.DataVolume != nil:
+			shared[vol.Name] = !migrated[vol.Name]
+		case s.HostDisk != nil:
+			shared[vol.Name] = !migrated[vol.Name] && s.HostDisk.Shared != nil && *s.HostDisk.Shared
+		case s.ConfigMap != nil || s.Secret != nil || s.DownwardAPI != nil || s.ServiceAccount != nil ||
+			s.CloudInitNoCloud != nil || s.CloudInitConfigDrive != nil || s.ContainerDisk != nil:
+			generated[vol.Name] = true
+		}
+	}
+	var out []string
+	for _, d := range disks {
+		alias := ""
+		if d.Alias != nil {
+			alias = domainjson.NewAlias(d.Alias.Name).Name
+		}
+		switch {
+		case d.Device == "cdrom":
+		case d.ReadOnly != nil && !generated[alias]:
+		case d.Source == nil || (d.Source.File == nil && d.Source.Block == nil):
+		case shared[alias]:
+		case d.Target == nil:
+		default:
+			out = append(out, d.Target.Dev)
+		}
+	}
+	return out
+}
+
+// DataSize is what a migration moves, in whole GB (KubeVirt's
+// getVMIMigrationDataSize): the guest memory (the memory request, or
+// memory.guest when set), plus the ephemeral disks for a block migration
+// (ephemeral bytes), plus the migrated volumes.
+func DataSize(vmi *v1.VirtualMachineInstance, ephemeral int64) int64 {
+	var mem resource.Quantity
+	if q, ok := vmi.Spec.Domain.Resources.Requests[k8sv1.ResourceMemory]; ok {
+		mem = q.DeepCopy()
+	}
+	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
+		mem = m.Guest.DeepCopy()
+	}
+	if vmi.IsBlockMigration() {
+		mem.Add(*resource.NewScaledQuantity(ephemeral, 0))
+	}
+	for _, mv := range vmi.Status.MigratedVolumes {
+		if mv.SourcePVCInfo != nil {
+			if q, ok := mv.SourcePVCInfo.Capacity[k8sv1.ResourceStorage]; ok {
+				mem.Add(q)
+			}
+		}
+	}
+	return mem.ScaledValue(resource.Giga)
+}
+
+// Acceptable is how long the migration may take before it is aborted:
+// CompletionTimeoutPerGiB for each GB of DataSize; 0: no limit.
+func Acceptable(o Options, sizeGB int64) time.Duration {
+	return time.Duration(o.CompletionTimeoutPerGiB*sizeGB) * time.Second
+}
+
+// MigrationUID is the migration a VMI names: migrationState.migrationUID,
+// or its source state's in a decentralized migration.
+func MigrationUID(vmi *v1.VirtualMachineInstance) (string, error) {
+	ms := vmi.Status.MigrationState
+	if ms == nil {
+		return "", errors.New("cannot migrate VMI until migrationState is ready")
+	}
+	if ms.SourceState != nil && ms.SourceState.MigrationUID != "" {
+		return string(ms.SourceState.MigrationUID), nil
+	}
+	return string(ms.MigrationUID), nil
+}
+
+// Start decides a migration's start (KubeVirt's
+// initializeMigrationMetadata) from the metadata now: next is the new
+// metadata; running says the same migration runs already (nothing to do);
+// one that ended is never run again.
+func Start(now *domainjson.MigrationMetadata, uid string, at time.Time) (next *domainjson.MigrationMetadata, running bool, err error) {
+	if now != nil && now.UID == uid {
+		if now.EndTimestamp == nil {
+			return now, true, nil
+		}
+		return now, false, fmt.Errorf("migration job %s already executed, finished at %s, failed: %t, abortStatus: %s",
+			now.UID, now.EndTimestamp.UTC().Format(time.RFC3339), now.Failed, now.AbortStatus)
+	}
+	t := metav1.NewTime(at)
+	return &domainjson.MigrationMetadata{UID: uid, StartTimestamp: &t, Mode: string(v1.MigrationPreCopy)}, false, nil
+}
+
+// ErrAbortInProgress is Result's answer when an abort is under way and
+// the result is not its end.
+var ErrAbortInProgress = errors.New("migration abort is in progress")
+
+// Result records a migration's outcome (KubeVirt's
+// setMigrationResultHelper): failed with reason, and the abort status
+// ("" when none). An end already recorded stays; the end is recorded
+// unless an abort is still in progress or failed.
+func Result(now *domainjson.MigrationMetadata, failed bool, reason string, abort v1.MigrationAbortStatus, at time.Time) (*domainjson.MigrationMetadata, error) {
+	if now == nil {
+		return nil, nil // nothing to report
+	}
+	inProgress := now.AbortStatus == string(v1.MigrationAbortInProgress)
+	if abort == v1.MigrationAbortInProgress && inProgress {
+		return now, ErrAbortInProgress
+	}
+	if inProgress && !slices.Contains([]v1.MigrationAbortStatus{v1.MigrationAbortFailed, v1.MigrationAbortSucceeded}, abort) {
+		return now, ErrAbortInProgress
+	}
+	if now.EndTimestamp != nil {
+		return now, nil
+	}
+	next := *now
+	if failed {
+		next.Failed, next.FailureReason = true, reason
+	}
+	next.AbortStatus = string(abort)
+	if abort == "" || abort == v1.MigrationAbortSucceeded {
+		t := metav1.NewTime(at)
+		next.EndTimestamp = &t
+	}
+	return &next, nil
+}
