@@ -17,6 +17,7 @@ import (
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/migration"
 )
 
 // nopManager accepts everything; the fuzz target is about the server's
@@ -51,6 +52,16 @@ func (nopManager) Freeze(context.Context, *v1.VirtualMachineInstance, time.Durat
 func (nopManager) Unfreeze(context.Context, *v1.VirtualMachineInstance) error { return nil }
 func (nopManager) Screenshot(context.Context, *v1.VirtualMachineInstance) (string, []byte, error) {
 	return "", nil, nil
+}
+func (nopManager) Migrate(context.Context, *v1.VirtualMachineInstance, migration.Options) error {
+	return nil
+}
+func (nopManager) CancelMigration(context.Context, *v1.VirtualMachineInstance) error { return nil }
+func (nopManager) PrepareMigrationTarget(context.Context, *v1.VirtualMachineInstance, domain.SyncOptions) error {
+	return nil
+}
+func (nopManager) FinalizeMigration(context.Context, *v1.VirtualMachineInstance, []string) error {
+	return nil
 }
 
 // FuzzVMIRequest feeds arbitrary bytes, as a VMIRequest protobuf and as the

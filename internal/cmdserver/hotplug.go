@@ -30,16 +30,6 @@ func (c *cmdServer) HotplugHostDevices(ctx context.Context, req *cmdv1.VMIReques
 	return c.vmiOp(ctx, "HotplugHostDevices", req, c.s.m.HotplugHostDevices)
 }
 
-// CancelVirtualMachineMigration: KubeVirt's launcher answers success for
-// any VMI it can decode and aborts a migration only if one runs. This
-// launcher never runs one (MigrateVirtualMachine is not supported), so
-// there is never anything to cancel.
-func (c *cmdServer) CancelVirtualMachineMigration(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
-	return c.vmiOp(ctx, "CancelVirtualMachineMigration", req, func(context.Context, *v1.VirtualMachineInstance) error {
-		return nil
-	})
-}
-
 // SignalTargetPodCleanup: KubeVirt's launcher answers success, and when
 // its pod (POD_NAME) is the VMI's migration target it makes the launcher
 // exit early. This launcher never becomes a migration target

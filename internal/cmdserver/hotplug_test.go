@@ -58,9 +58,9 @@ func TestSignalTargetPodCleanup(t *testing.T) {
 	}
 }
 
-// The VMI-scoped "nothing to do" RPCs: the Manager's verdict is the answer,
-// a VMI that does not decode fails before the Manager is asked, and
-// CancelVirtualMachineMigration never has a migration to cancel.
+// The VMI-scoped RPCs answered by one Manager call (or none): the
+// Manager's verdict is the answer, and a VMI that does not decode fails
+// before the Manager is asked.
 func TestNothingToDoRPCs(t *testing.T) {
 	type rpc func(context.Context, cmdv1.CmdClient, *cmdv1.VMIRequest) (*cmdv1.Response, error)
 	rpcs := map[string]struct {
@@ -78,7 +78,13 @@ func TestNothingToDoRPCs(t *testing.T) {
 		}, "HotplugHostDevices"},
 		"CancelVirtualMachineMigration": {func(ctx context.Context, c cmdv1.CmdClient, r *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 			return c.CancelVirtualMachineMigration(ctx, r)
-		}, ""},
+		}, "CancelMigration"},
+		"SyncMigrationTarget": {func(ctx context.Context, c cmdv1.CmdClient, r *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+			return c.SyncMigrationTarget(ctx, r)
+		}, "PrepareMigrationTarget"},
+		"FinalizeVirtualMachineMigration": {func(ctx context.Context, c cmdv1.CmdClient, r *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+			return c.FinalizeVirtualMachineMigration(ctx, r)
+		}, "FinalizeMigration"},
 		"GetScreenshot": {func(ctx context.Context, c cmdv1.CmdClient, r *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 			resp, err := c.GetScreenshot(ctx, r)
 			return resp.GetResponse(), err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/migration"
 )
 
 // Manager is the domain manager the command server drives. The server
@@ -47,6 +48,15 @@ type Manager interface {
 	GuestPing(ctx context.Context, domainName string) error
 	// Screenshot returns the primary display's image and its MIME type.
 	Screenshot(ctx context.Context, vmi *v1.VirtualMachineInstance) (mime string, data []byte, err error)
+	// Migrate starts the live migration to the target behind the
+	// migration proxy and returns once it runs; CancelMigration aborts it.
+	Migrate(ctx context.Context, vmi *v1.VirtualMachineInstance, o migration.Options) error
+	CancelMigration(ctx context.Context, vmi *v1.VirtualMachineInstance) error
+	// PrepareMigrationTarget readies this pod for the incoming domain;
+	// FinalizeMigration ends the target's part (linkRefresh: interfaces
+	// whose binding asks for a link refresh).
+	PrepareMigrationTarget(ctx context.Context, vmi *v1.VirtualMachineInstance, opts domain.SyncOptions) error
+	FinalizeMigration(ctx context.Context, vmi *v1.VirtualMachineInstance, linkRefresh []string) error
 }
 
 // The launcher drives a *domain.Manager; this catches a signature that

@@ -32,6 +32,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
 	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/migration"
 )
 
 type call struct {
@@ -131,6 +132,18 @@ func (f *fakeManager) HotplugHostDevices(_ context.Context, v *v1.VirtualMachine
 }
 func (f *fakeManager) Screenshot(_ context.Context, v *v1.VirtualMachineInstance) (string, []byte, error) {
 	return "image/x-portable-pixmap", []byte("P6\n1 1\n255\n\x00\x00\x00"), f.record("Screenshot", v, domain.SyncOptions{})
+}
+func (f *fakeManager) Migrate(_ context.Context, v *v1.VirtualMachineInstance, _ migration.Options) error {
+	return f.record("Migrate", v, domain.SyncOptions{})
+}
+func (f *fakeManager) CancelMigration(_ context.Context, v *v1.VirtualMachineInstance) error {
+	return f.record("CancelMigration", v, domain.SyncOptions{})
+}
+func (f *fakeManager) PrepareMigrationTarget(_ context.Context, v *v1.VirtualMachineInstance, o domain.SyncOptions) error {
+	return f.record("PrepareMigrationTarget", v, o)
+}
+func (f *fakeManager) FinalizeMigration(_ context.Context, v *v1.VirtualMachineInstance, _ []string) error {
+	return f.record("FinalizeMigration", v, domain.SyncOptions{})
 }
 
 func (f *fakeManager) Exec(_ context.Context, domainName, command string, args []string, timeout time.Duration) (string, error) {
@@ -346,6 +359,8 @@ func TestUnsupportedRPCs(t *testing.T) {
 		// answered by the Manager or with nothing to do (hotplug_test.go)
 		"SyncVirtualMachineCPUs": true, "SyncVirtualMachineMemory": true, "HotplugHostDevices": true, "CancelVirtualMachineMigration": true,
 		"SignalTargetPodCleanup": true, "GetScreenshot": true,
+		// live migration (hotplug_test.go; MigrateVirtualMachine: TestMigrateRPC)
+		"SyncMigrationTarget": true, "FinalizeVirtualMachineMigration": true, "MigrateVirtualMachine": true,
 		// the guest agent's (guestagent_test.go)
 		"GetGuestInfo": true, "GetUsers": true, "GetFilesystems": true, "Exec": true, "GuestPing": true,
 		"FreezeVirtualMachine": true, "UnfreezeVirtualMachine": true,
@@ -392,8 +407,8 @@ func TestUnsupportedRPCs(t *testing.T) {
 			t.Errorf("%s: success=%v message=%q", name, success, msg)
 		}
 	}
-	if checked != 11 {
-		t.Errorf("checked %d unsupported RPCs, want 11", checked)
+	if checked != 8 {
+		t.Errorf("checked %d unsupported RPCs, want 8", checked)
 	}
 	if len(m.calls) != 0 {
 		t.Errorf("unsupported RPCs reached the manager: %+v", m.calls)
@@ -553,5 +568,33 @@ func TestVMICallsBounded(t *testing.T) {
 	}
 	if err := c.Sync(ctx, testVMI(), nil); err != nil {
 		t.Errorf("Sync after the others ended: %v", err)
+	}
+}
+
+// TestMigrateRPC: MigrateVirtualMachine needs its options (KubeVirt's
+// message without them), passes them decoded to the Manager, and answers
+// the Manager's verdict.
+func TestMigrateRPC(t *testing.T) {
+	m := &fakeManager{}
+	c, _ := start(t, m)
+	cc := cmdv1.NewCmdClient(c.Conn())
+	ctx := context.Background()
+	vr := vmiRequest(t, testVMI())
+	resp, err := cc.MigrateVirtualMachine(ctx, &cmdv1.MigrationRequest{Vmi: vr.Vmi})
+	if err != nil || resp.GetSuccess() || resp.GetMessage() != "migration options object not present in command server request" {
+		t.Errorf("no options: %+v, %v", resp, err)
+	}
+	if len(m.calls) != 0 {
+		t.Errorf("the Manager was asked without options: %+v", m.calls)
+	}
+	opts := []byte(`{"Bandwidth":"0","ProgressTimeout":150,"CompletionTimeoutPerGiB":150}`)
+	resp, err = cc.MigrateVirtualMachine(ctx, &cmdv1.MigrationRequest{Vmi: vr.Vmi, Options: opts})
+	if err != nil || !resp.GetSuccess() || m.last().op != "Migrate" {
+		t.Errorf("with options: %+v, %v, calls %+v", resp, err, m.calls)
+	}
+	m.err = errors.New("cannot migrate VMI until migrationState is ready")
+	resp, _ = cc.MigrateVirtualMachine(ctx, &cmdv1.MigrationRequest{Vmi: vr.Vmi, Options: opts})
+	if resp.GetSuccess() || resp.GetMessage() != m.err.Error() {
+		t.Errorf("a Manager failure answered %+v", resp)
 	}
 }

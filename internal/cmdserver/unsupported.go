@@ -6,22 +6,10 @@ import (
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 )
 
-// The RPCs below are features virtlauncher does not implement (migration,
-// hotplug, SEV, backup, ...). Each answers a failure Response
+// The RPCs below are features virtlauncher does not implement (memory
+// dump, SEV, backup, ...). Each answers a failure Response
 // with a non-empty message, which virt-handler reports as a failed
 // operation; none pretends to succeed.
-
-func (c *cmdServer) MigrateVirtualMachine(context.Context, *cmdv1.MigrationRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("MigrateVirtualMachine")), nil
-}
-
-func (c *cmdServer) SyncMigrationTarget(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("SyncMigrationTarget")), nil
-}
-
-func (c *cmdServer) FinalizeVirtualMachineMigration(context.Context, *cmdv1.VMIRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("FinalizeVirtualMachineMigration")), nil
-}
 
 func (c *cmdServer) VirtualMachineMemoryDump(context.Context, *cmdv1.MemoryDumpRequest) (*cmdv1.Response, error) {
 	return fail(notSupported("VirtualMachineMemoryDump")), nil

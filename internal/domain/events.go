@@ -71,11 +71,20 @@ func (m *Manager) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg
 	}
 	m.log.Debug("libvirt lifecycle event", "domain", ev.Dom.Name, "event", ev.Event, "detail", ev.Detail)
 	typ := EventModified
-	if libvirt.DomainEventType(ev.Event) == libvirt.DomainEventDefined &&
-		libvirt.DomainEventDefinedDetailType(ev.Detail) == libvirt.DomainEventDefinedAdded {
-		typ = EventAdded
+	switch libvirt.DomainEventType(ev.Event) {
+	case libvirt.DomainEventDefined:
+		if libvirt.DomainEventDefinedDetailType(ev.Detail) == libvirt.DomainEventDefinedAdded {
+			typ = EventAdded
+		}
+	case libvirt.DomainEventStarted:
+		// A domain that arrives by migration is new to virt-handler on
+		// this node, as a defined one is (KubeVirt's notifier).
+		if libvirt.DomainEventStartedDetailType(ev.Detail) == libvirt.DomainEventStartedMigrated {
+			typ = EventAdded
+		}
 	}
 	m.refresh(ctx, typ, true)
+	m.migrationArrived(ctx, ev)
 
 	ref := VMIRef{Name: name, Namespace: ns, UID: m.uidValue()}
 	switch libvirt.DomainEventType(ev.Event) {

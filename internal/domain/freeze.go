@@ -120,13 +120,14 @@ func (m *Manager) scheduleThaw(v *v1.VirtualMachineInstance, timeout time.Durati
 }
 
 // syncGuestTime sets the guest's clock to the host's through the agent
-// (virDomainSetTime) after an unpause: a guest that was paused is behind
-// by the pause. It tries every second for up to a minute while the agent
+// (virDomainSetTime) after a pause (why says which: an unpause, a
+// migration's switch-over): a guest that was paused is behind by the
+// pause. It tries every second for up to a minute while the agent
 // is not responding, and gives up at once where the guest cannot do it.
 // Best effort, in the background; a newer call replaces an older one.
 // (KubeVirt does this after the first unpause of a launcher's life only;
 // every unpause leaves the clock behind, so we do it after each.)
-func (m *Manager) syncGuestTime() {
+func (m *Manager) syncGuestTime(why string) {
 	m.mu.Lock()
 	if m.timeCancel != nil {
 		m.timeCancel()
@@ -141,7 +142,7 @@ func (m *Manager) syncGuestTime() {
 			select {
 			case <-ctx.Done():
 				if last != nil && !errors.Is(ctx.Err(), context.Canceled) {
-					m.log.Warn("could not set the guest's time after unpause", "reason", last.Error())
+					m.log.Warn("could not set the guest's time "+why, "reason", last.Error())
 				}
 				return
 			case <-time.After(time.Second):
@@ -156,7 +157,7 @@ func (m *Manager) syncGuestTime() {
 				return l.DomainSetTime(d, now.Unix(), uint32(now.Nanosecond()), 0)
 			})
 			if err == nil {
-				m.log.Info("guest time set after unpause")
+				m.log.Info("guest time set " + why)
 				return
 			}
 			var le libvirt.Error

@@ -172,6 +172,10 @@ type Manager struct {
 	// (startCredentials, mu).
 	credentialsStarted bool
 
+	// targetOf is the migration this pod was prepared to receive
+	// (PrepareMigrationTarget), "" when it is none's target (mu).
+	targetOf string
+
 	netStarted bool                       // op
 	netIfaces  map[string]facts.Interface // op
 }

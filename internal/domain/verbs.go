@@ -40,7 +40,7 @@ func (m *Manager) Unpause(ctx context.Context, v *v1.VirtualMachineInstance) err
 		if err := l.DomainResume(d); err != nil {
 			return err
 		}
-		m.syncGuestTime()
+		m.syncGuestTime("after unpause")
 		return nil
 	})
 }

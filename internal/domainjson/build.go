@@ -65,7 +65,12 @@ func kubeVirtMetadata(meta Metadata) DomainMetadata {
 		c := *meta.AccessCredential
 		ac = &c
 	}
-	return DomainMetadata{KubeVirt: KubeVirtMetadata{UID: meta.UID, GracePeriod: gp, AccessCredential: ac}}
+	var mig *MigrationMetadata
+	if meta.Migration != nil {
+		m := *meta.Migration
+		mig = &m
+	}
+	return DomainMetadata{KubeVirt: KubeVirtMetadata{UID: meta.UID, GracePeriod: gp, AccessCredential: ac, Migration: mig}}
 }
 
 func convertSpec(x *libvirtxml.Domain) DomainSpec {

@@ -38,6 +38,9 @@ type Metadata struct {
 	// AccessCredential is the outcome of the last propagation of the
 	// VMI's accessCredentials through the guest agent (nil: none yet).
 	AccessCredential *AccessCredentialMetadata
+	// Migration is the live migration this launcher's domain is the
+	// source or the target of (nil: none).
+	Migration *MigrationMetadata
 }
 
 // Domain is KubeVirt's api.Domain as JSON.

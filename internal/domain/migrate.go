@@ -1,0 +1,314 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/virtlauncher/virtlauncher/internal/migration"
+)
+
+// The source side of a live migration (docs/migration.md §2):
+// MigrateVirtualMachine starts it and answers at once; a goroutine runs
+// libvirt's peer-to-peer migration through the proxy sockets virt-handler
+// made in this pod, a monitor aborts one that stops progressing or takes
+// too long, and the result goes into the Domain's migration metadata,
+// which virt-handler watches. The source domain ends Shutoff/Migrated and
+// the launcher exits 0 (launcher.finish).
+
+// migrationPoll is how often the monitor reads the job (KubeVirt's 400 ms).
+const migrationPoll = 400 * time.Millisecond
+
+// Migrate starts the migration of the running domain to the target pod
+// behind the migration proxy (MigrateVirtualMachine). The same migration
+// asked again while it runs is a no-op; one that ended is refused.
+func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o migration.Options) error {
+	if err := m.op.lock(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer m.op.unlock()
+	if err := m.checkIdentity(v, false); err != nil {
+		return err
+	}
+	if cbt := v.Status.ChangedBlockTracking; cbt != nil && cbt.BackupStatus != nil {
+		return fmt.Errorf("cannot migrate VMI until backup %s is completed", cbt.BackupStatus.BackupName)
+	}
+	uid, err := migration.MigrationUID(v)
+	if err != nil {
+		return err
+	}
+	l, d, ok, err := m.lookup(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if !ok {
+		return errors.New("migrate: no domain to migrate")
+	}
+	st, _, err := m.state(l, d)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if !active(st) {
+		return fmt.Errorf("migrate: domain %s is not running (state %d)", d.Name, st)
+	}
+	var req migration.Request
+	if err := withContext(ctx, "prepare the migration of "+d.Name, func() error {
+		var err error
+		req, err = m.migrationRequest(l, d, v, o)
+		return err
+	}); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	next, running, err := migration.Start(m.md.Migration, uid, time.Now())
+	if err == nil && !running {
+		m.md.Migration = next
+	}
+	bg := m.runContextLocked()
+	m.mu.Unlock()
+	if err != nil || running {
+		return err
+	}
+	for _, warn := range unhonoured(o) {
+		m.log.Warn("migration option not acted on", "option", warn)
+	}
+	m.refresh(ctx, EventModified, true)
+	flags := migration.Flags(o, v.IsBlockMigration(), st == libvirt.DomainPaused)
+	m.log.Info("migration starting", "migration", uid, "disks", req.Disks, "flags", fmt.Sprintf("%#x", flags),
+		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.systemDaemon()))
+	go m.runMigration(bg, l, d, v, o, req, flags)
+	return nil
+}
+
+// unhonoured lists the options this launcher accepts but does not act on
+// yet (docs/migration.md §7, stage 3): the migration runs, pre-copy.
+func unhonoured(o migration.Options) []string {
+	var out []string
+	if o.AllowWorkloadDisruption {
+		out = append(out, "AllowWorkloadDisruption: no switch to post-copy or pause when the migration does not converge")
+	}
+	return out
+}
+
+// migrationRequest builds the call's parameters: the migratable XML, the
+// disks to copy, and the daemon's version (parameters it does not know
+// fail the whole call).
+func (m *Manager) migrationRequest(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options) (migration.Request, error) {
+	xml, err := l.DomainGetXMLDesc(d, libvirt.DomainXMLMigratable)
+	if err != nil {
+		return migration.Request{}, fmt.Errorf("migratable XML of domain %s: %w", d.Name, err)
+	}
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(xml); err != nil {
+		return migration.Request{}, fmt.Errorf("parse XML of domain %s: %w", d.Name, err)
+	}
+	var disks []string
+	if dom.Devices != nil && v.IsBlockMigration() {
+		disks = migration.CopyDisks(v, dom.Devices.Disks)
+	}
+	ver, err := l.ConnectGetLibVersion()
+	if err != nil {
+		return migration.Request{}, fmt.Errorf("libvirt version: %w", err)
+	}
+	return migration.Request{Layout: m.cfg.Layout, UID: string(v.UID), XML: xml, Name: d.Name,
+		Disks: disks, Options: o, LibvirtVersion: ver}, nil
+}
+
+// runMigration runs the migration call and its monitor, and records the
+// result. bg is the manager's lifetime: the call outlives the RPC.
+func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, req migration.Request, flags libvirt.DomainMigrateFlags) {
+	t0 := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.DomainMigratePerform3Params(d, libvirt.OptString{migration.DestinationURI(m.cfg.Layout, req.UID, m.systemDaemon())},
+			migration.Params(req), nil, flags)
+		done <- err
+	}()
+	limit := migration.Acceptable(o, migration.DataSize(v, m.ephemeralBytes()))
+	mon := migrationMonitor{progressTimeout: time.Duration(o.ProgressTimeout) * time.Second, acceptable: limit}
+	tick := time.NewTicker(migrationPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			m.migrationEnded(bg, d.Name, err, time.Since(t0))
+			return
+		case <-bg.Done():
+			// The launcher ends: the daemon goes with it, and the
+			// migration with the daemon.
+			return
+		case <-tick.C:
+		}
+		remaining, err := jobRemaining(l, d)
+		if err != nil {
+			continue // the job may be ending; the call says how
+		}
+		reason := mon.check(time.Since(t0), remaining)
+		if reason == "" {
+			continue
+		}
+		m.log.Warn("aborting the migration", "reason", reason)
+		if err := l.DomainAbortJob(d); err != nil {
+			m.log.Error("abort the migration", "reason", err.Error())
+			continue
+		}
+		// The call's own failure, which follows, does not overwrite it.
+		m.setMigrationResult(bg, true, reason, v1.MigrationAbortSucceeded)
+	}
+}
+
+// migrationEnded records the call's outcome.
+func (m *Manager) migrationEnded(ctx context.Context, dom string, err error, took time.Duration) {
+	if err == nil {
+		m.log.Info("migration completed", "domain", dom, "took", took.String())
+		m.setMigrationResult(ctx, false, "", "")
+		return
+	}
+	m.mu.Lock()
+	aborting := m.md.Migration != nil && m.md.Migration.AbortStatus == string(v1.MigrationAbortInProgress)
+	reason := ""
+	if m.md.Migration != nil {
+		reason = m.md.Migration.FailureReason
+	}
+	m.mu.Unlock()
+	if aborting {
+		// An abort asked for (the monitor's or Cancel's) ends the call.
+		if reason == "" {
+			reason = "Live migration aborted "
+		}
+		m.log.Warn("migration aborted", "domain", dom, "reason", reason, "took", took.String())
+		m.setMigrationResult(ctx, true, reason, v1.MigrationAbortSucceeded)
+		return
+	}
+	abort := v1.MigrationAbortStatus("")
+	if strings.Contains(err.Error(), "canceled by client") {
+		abort = v1.MigrationAbortSucceeded
+	}
+	m.log.Error("migration failed", "domain", dom, "reason", err.Error(), "took", took.String())
+	m.setMigrationResult(ctx, true, "Live migration failed "+err.Error(), abort)
+}
+
+// setMigrationResult moves the migration metadata (migration.Result) and
+// sends the Domain when it changed.
+func (m *Manager) setMigrationResult(ctx context.Context, failed bool, reason string, abort v1.MigrationAbortStatus) error {
+	m.mu.Lock()
+	next, err := migration.Result(m.md.Migration, failed, reason, abort, time.Now())
+	changed := err == nil && next != m.md.Migration
+	if changed {
+		m.md.Migration = next
+	}
+	m.mu.Unlock()
+	if changed {
+		m.refresh(ctx, EventModified, true)
+	}
+	return err
+}
+
+// CancelMigration aborts the migration under way
+// (CancelVirtualMachineMigration): the abort is asked for, and the
+// migration's end, when libvirt has aborted it, is recorded as aborted.
+func (m *Manager) CancelMigration(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	if err := m.checkIdentity(v, false); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	mig := m.md.Migration
+	m.mu.Unlock()
+	if mig == nil || mig.EndTimestamp != nil || mig.Failed || mig.StartTimestamp == nil {
+		return errors.New("failed to cancel migration - vmi is not migrating")
+	}
+	if err := m.setMigrationResult(ctx, false, "", v1.MigrationAbortInProgress); err != nil {
+		if errors.Is(err, migration.ErrAbortInProgress) {
+			return nil // asked already
+		}
+		return err
+	}
+	l, d, ok, err := m.lookup(ctx)
+	if err == nil && ok {
+		err = withContext(ctx, "abort the migration", func() error { return l.DomainAbortJob(d) })
+	}
+	if err != nil || !ok {
+		m.setMigrationResult(ctx, false, "", v1.MigrationAbortFailed)
+		return fmt.Errorf("cancel migration: %v", cmpErr(err, "no domain"))
+	}
+	return nil
+}
+
+func cmpErr(err error, otherwise string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return otherwise
+}
+
+// migrationMonitor is the monitor's decision (KubeVirt's
+// processInflightMigration, pre-copy): abort a migration whose remaining
+// data has not dropped below the previous reading for progressTimeout, or
+// that has run longer than acceptable (0: no limit).
+type migrationMonitor struct {
+	progressTimeout, acceptable time.Duration
+	watermark                   uint64        // the previous reading
+	progressAt                  time.Duration // elapsed at the last drop
+}
+
+func (mm *migrationMonitor) check(elapsed time.Duration, remaining uint64) string {
+	if mm.watermark == 0 || remaining < mm.watermark {
+		mm.progressAt = elapsed
+	}
+	mm.watermark = remaining
+	if stuck := elapsed - mm.progressAt; mm.progressTimeout > 0 && stuck > mm.progressTimeout {
+		return fmt.Sprintf("Live migration stuck for %d seconds and has been aborted", int64(stuck/time.Second))
+	}
+	if mm.acceptable > 0 && elapsed > mm.acceptable {
+		return fmt.Sprintf("Live migration is not completed after %d seconds and has been aborted", int64(mm.acceptable/time.Second))
+	}
+	return ""
+}
+
+// jobRemaining reads the migration job's remaining data; an error when no
+// job runs.
+func jobRemaining(l *libvirt.Libvirt, d libvirt.Domain) (uint64, error) {
+	typ, params, err := l.DomainGetJobStats(d, 0)
+	if err != nil {
+		return 0, err
+	}
+	if libvirt.DomainJobType(typ) != libvirt.DomainJobUnbounded {
+		return 0, errors.New("no migration job")
+	}
+	for _, p := range params {
+		if p.Field == libvirt.DomainJobDataRemaining {
+			if v, ok := p.Value.I.(uint64); ok {
+				return v, nil
+			}
+		}
+	}
+	return 0, errors.New("no data_remaining in the job's stats")
+}
+
+// systemDaemon says whether the launcher's daemon runs in system mode
+// (root), which the destination URI names.
+func (m *Manager) systemDaemon() bool { return strings.HasSuffix(m.cfg.URI, "/system") }
+
+// ephemeralBytes is what the ephemeral disks (containerDisk overlays,
+// emptyDisks) take, for a block migration's size (KubeVirt sums the files
+// of the ephemeral disk directory).
+func (m *Manager) ephemeralBytes() int64 {
+	var n int64
+	filepath.WalkDir(m.cfg.Layout.EphemeralDiskDir, func(_ string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			if info, err := e.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}

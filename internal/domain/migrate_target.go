@@ -1,0 +1,179 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/converter"
+	"github.com/virtlauncher/virtlauncher/internal/migration"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
+)
+
+// The target side of a live migration (docs/migration.md §3):
+// SyncMigrationTarget makes everything the incoming domain needs and
+// defines nothing (libvirt's incoming migration creates the domain,
+// persistent through PERSIST_DEST); when the domain has arrived and runs,
+// the migration's end goes into the metadata, which is what tells
+// virt-handler the target took over; FinalizeVirtualMachineMigration then
+// sets the guest's clock.
+
+// targetJobWait bounds the wait for the incoming job to end once the
+// domain resumed; KubeVirt polls for ~3 s and then again after 1, 2, 3 s.
+const (
+	targetJobWait = 6 * time.Second
+	targetJobPoll = 100 * time.Millisecond
+)
+
+// PrepareMigrationTarget prepares this pod for the incoming migration of
+// v: its network's DHCP servers, its disks (containerDisk overlays, the
+// generated ISOs, emptyDisks), the console log, the migration proxy
+// directory, and the migration's metadata. Asked again, it changes
+// nothing.
+func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachineInstance, opts SyncOptions) error {
+	if err := m.op.lock(ctx); err != nil {
+		return fmt.Errorf("prepare migration target: %w", err)
+	}
+	defer m.op.unlock()
+	if err := m.checkIdentity(v, true); err != nil {
+		return err
+	}
+	if m.terminating.Load() {
+		return errors.New("prepare migration target: the launcher is shutting down")
+	}
+	if m.cfg.HypervisorErr != nil {
+		return m.cfg.HypervisorErr
+	}
+	uid, err := migration.MigrationUID(v)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	prepared := m.targetOf == uid
+	m.mu.Unlock()
+	if prepared {
+		return nil
+	}
+	l, _, exists, err := m.lookup(ctx)
+	if err != nil {
+		return fmt.Errorf("prepare migration target: %w", err)
+	}
+	if exists {
+		return errors.New("prepare migration target: a domain exists in this pod already")
+	}
+	if err := m.startNetwork(ctx, v); err != nil {
+		return err
+	}
+	c, err := m.Context(ctx, v, opts)
+	if err != nil {
+		return err
+	}
+	// Converted as for a define, which checks the VMI; the XML that
+	// counts is the source's, which the migration brings.
+	if _, err := converter.Convert(v, c); err != nil {
+		return err
+	}
+	undo, err := m.cfg.Disks.Prepare(ctx, v, c.Volumes)
+	if err != nil {
+		return fmt.Errorf("prepare disks: %w", err)
+	}
+	if _, err := initPrivateDir(m.cfg.Layout.VMIPrivateDir(string(v.UID)), m.cfg.Layout.SerialLog(string(v.UID))); err != nil {
+		undo()
+		return err
+	}
+	// virt-handler's proxy connects to the sockets the incoming QEMU and
+	// NBD server listen on there.
+	if err := os.MkdirAll(m.cfg.Layout.MigrationProxyDir(), 0o750); err != nil {
+		undo()
+		return fmt.Errorf("migration proxy directory: %w", err)
+	}
+	m.warmHostCapabilities(ctx, l)
+	now := time.Now()
+	m.mu.Lock()
+	m.targetOf = uid
+	m.md.Migration, _, _ = migration.Start(nil, uid, now)
+	m.md.GracePeriodSeconds = vmi.GracePeriodSeconds(v)
+	m.mu.Unlock()
+	m.log.Info("migration target prepared", "migration", uid)
+	return nil
+}
+
+// migrationArrived follows the incoming domain's lifecycle on a target:
+// once it resumed (or, for a paused VMI, suspended) at the migration's
+// end, the incoming job's end is awaited and recorded as the migration's
+// end, which tells virt-handler the target took over.
+func (m *Manager) migrationArrived(ctx context.Context, ev libvirt.DomainEventLifecycleMsg) {
+	m.mu.Lock()
+	target := m.targetOf != ""
+	m.mu.Unlock()
+	typ := libvirt.DomainEventType(ev.Event)
+	switch {
+	case !target:
+		return
+	case typ == libvirt.DomainEventResumed && libvirt.DomainEventResumedDetailType(ev.Detail) == libvirt.DomainEventResumedMigrated:
+	case typ == libvirt.DomainEventSuspended && libvirt.DomainEventSuspendedDetailType(ev.Detail) == libvirt.DomainEventSuspendedPaused:
+	default:
+		return
+	}
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, targetJobWait)
+		defer cancel()
+		l, d, ok, err := m.lookup(wctx)
+		if err == nil && ok {
+			pollUntil(wctx, func() (bool, error) { return !incomingJob(l, d), nil })
+		}
+		m.mu.Lock()
+		mig := m.md.Migration
+		if mig != nil && mig.EndTimestamp == nil {
+			next, _ := migration.Result(mig, false, "", "", time.Now())
+			m.md.Migration = next
+		}
+		m.mu.Unlock()
+		m.log.Info("migration arrived: the target runs the domain", "domain", ev.Dom.Name)
+		m.refresh(ctx, EventModified, true)
+	}()
+}
+
+// incomingJob says whether an incoming migration job still runs.
+func incomingJob(l *libvirt.Libvirt, d libvirt.Domain) bool {
+	typ, params, err := l.DomainGetJobStats(d, 0)
+	if err != nil || libvirt.DomainJobType(typ) == libvirt.DomainJobNone {
+		return false
+	}
+	for _, p := range params {
+		if p.Field == libvirt.DomainJobOperationStr {
+			if op, ok := p.Value.I.(int32); ok {
+				return libvirt.DomainJobOperation(op) == libvirt.DomainJobOperationStrMigrationIn
+			}
+		}
+	}
+	return false
+}
+
+// FinalizeMigration ends the target's part once virt-handler has seen the
+// migration end (FinalizeVirtualMachineMigration): the guest's clock,
+// behind by the switch-over, is set again through the agent. Interfaces
+// whose binding asks for a link refresh are refused: no binding of this
+// launcher asks for one.
+func (m *Manager) FinalizeMigration(ctx context.Context, v *v1.VirtualMachineInstance, linkRefresh []string) error {
+	if err := m.checkIdentity(v, false); err != nil {
+		return err
+	}
+	if len(linkRefresh) > 0 {
+		return fmt.Errorf("finalize migration: link refresh of interfaces %v is not supported (no binding plugin of this launcher needs it)", linkRefresh)
+	}
+	_, _, ok, err := m.lookup(ctx)
+	if err != nil {
+		return fmt.Errorf("finalize migration: %w", err)
+	}
+	if !ok {
+		return errors.New("finalize migration: no domain arrived in this pod")
+	}
+	m.syncGuestTime("after the migration")
+	return nil
+}
