@@ -1,6 +1,7 @@
 package launchertest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,17 @@ type Options struct {
 	// LogTail limits the output logged for a failed test (0: all; the
 	// environment variable VL_FULLLOG lifts the limit).
 	LogTail int
+	// UID is the VMI's uid; default a new one. Two pods of one VMI (a
+	// migration's source and target) share it.
+	UID string
+	// FixedRoot, when set, is where the launcher sees the pod's
+	// directory: the monitor runs in a mount namespace of its own with
+	// the directory bound there (pod.BindAt), and its flags name paths
+	// below it. FixedRoot must be an empty directory. Two pods with the
+	// same FixedRoot see their own files at the same paths, as pods on
+	// two nodes do: what a live migration between them needs. The test
+	// keeps reaching the pod through Dir and Layout.
+	FixedRoot string
 	// ImageVolume lays the pod out as virt-controller renders it with
 	// KubeVirt's ImageVolume feature gate (on by default since v1.9) and
 	// passes --image-volume; nil is the classic layout, where virt-handler
@@ -166,7 +178,7 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	}
 	dir, err := os.MkdirTemp("", o.DirPrefix)
 	Must(t, err)
-	p := &Pod{T: t, Env: e, Dir: dir, Layout: layout.Under(dir), Name: name, NS: o.Namespace, UID: uuid.NewString(),
+	p := &Pod{T: t, Env: e, Dir: dir, Layout: layout.Under(dir), Name: name, NS: o.Namespace, UID: cmp.Or(o.UID, uuid.NewString()),
 		Stderr: &SyncBuffer{}, Exited: make(chan struct{}), opts: o, seen: map[int]Proc{}}
 	p.Stdout = p.Stderr
 	if o.SeparateStdout {
@@ -227,8 +239,17 @@ func (p *Pod) PodArgs() []string {
 func (p *Pod) LauncherOptions() launcherflags.Options {
 	o := launcherflags.Defaults()
 	o.Name, o.Namespace, o.UID = p.Name, p.NS, p.UID
-	o.SetLayout(p.Layout)
+	o.SetLayout(p.LauncherLayout())
 	return o
+}
+
+// LauncherLayout is the pod's layout as the launcher sees it: Layout, or
+// the same below Options.FixedRoot.
+func (p *Pod) LauncherLayout() layout.Layout {
+	if p.opts.FixedRoot != "" {
+		return layout.Under(p.opts.FixedRoot)
+	}
+	return p.Layout
 }
 
 // imagesDir holds root's copies of the test guest's images: the unpacked
@@ -321,7 +342,11 @@ func (p *Pod) Start() {
 	if p.net != nil {
 		netNS = pod.NetNS(p.net.NS)
 	}
-	proc, err := pod.Start(p.Cmd, netNS)
+	var bind func() error
+	if p.opts.FixedRoot != "" {
+		bind = pod.BindAt(p.Dir, p.opts.FixedRoot)
+	}
+	proc, err := pod.Start(p.Cmd, netNS, bind)
 	Must(p.T, err)
 	p.proc = proc
 	go func() {
