@@ -13,6 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
 )
 
@@ -43,6 +44,11 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	}
 	uid, err := migration.MigrationUID(v)
 	if err != nil {
+		return err
+	}
+	// A migration running or ended is answered first, whatever the
+	// domain's state (an ended one left it shut off).
+	if _, running, err := migration.Start(m.migrationMetadata(), uid, time.Now()); err != nil || running {
 		return err
 	}
 	l, d, ok, err := m.lookup(ctx)
@@ -82,7 +88,7 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	}
 	m.refresh(ctx, EventModified, true)
 	flags := migration.Flags(o, v.IsBlockMigration(), st == libvirt.DomainPaused)
-	m.log.Info("migration starting", "migration", uid, "disks", req.Disks, "flags", fmt.Sprintf("%#x", flags),
+	m.log.Info("migration starting", "migration", uid, "disks", req.Disks, "flags", fmt.Sprintf("%#x", uint32(flags)),
 		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.systemDaemon()))
 	go m.runMigration(bg, l, d, v, o, req, flags)
 	return nil
@@ -311,4 +317,15 @@ func (m *Manager) ephemeralBytes() int64 {
 		return nil
 	})
 	return n
+}
+
+// migrationMetadata is a copy of the migration metadata (nil: none).
+func (m *Manager) migrationMetadata() *domainjson.MigrationMetadata {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.md.Migration == nil {
+		return nil
+	}
+	c := *m.md.Migration
+	return &c
 }

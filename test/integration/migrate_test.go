@@ -1,0 +1,213 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/migration"
+	"github.com/virtlauncher/virtlauncher/internal/migrationproxy"
+)
+
+// counter is user-data that counts on the serial console, ten a second,
+// for the whole life of the guest.
+const counter = `(i=0; while :; do echo "VL-COUNT-$i"; i=$((i+1)); sleep 0.1; done) &`
+
+// countLine finds a count; the kernel's messages may share its line.
+var countLine = regexp.MustCompile(`VL-COUNT-(\d+)\b`)
+
+// counts are the counter values a console shows, in order.
+func counts(console string) []int {
+	var out []int
+	for _, m := range countLine.FindAllStringSubmatch(console, -1) {
+		n, _ := strconv.Atoi(m[1])
+		out = append(out, n)
+	}
+	return out
+}
+
+// fixedRoot is the empty directory where both pods of a migration see
+// their own directory (launchertest.Options.FixedRoot); the launcher's
+// user must reach it.
+func fixedRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "vlmig")
+	launchertest.Must(t, err)
+	t.Cleanup(func() { os.Remove(dir) })
+	launchertest.Must(t, os.Chmod(dir, 0o755))
+	return dir
+}
+
+// migrationProxy plays virt-handler's proxies for a migration from pod a
+// to pod b: in a, KubeVirt's three sockets (the libvirt connection, the
+// memory stream, the disks), each piped through a TCP port to b's socket
+// of that stream: b's daemon by KubeVirt's name for it, and the sockets
+// the incoming QEMU and NBD server listen on.
+func migrationProxy(t *testing.T, a, b *pod) {
+	t.Helper()
+	dir := a.Layout.MigrationProxyDir()
+	launchertest.Must(t, os.MkdirAll(dir, 0o750))
+	launchertest.Must(t, os.Chown(dir, int(env.Cred.Uid), int(env.Cred.Gid)))
+	targets := map[int]string{
+		0:                          filepath.Join(b.Layout.LibvirtRunDir, "libvirt", "virtqemud-sock"),
+		layout.DirectMigrationPort: b.Layout.MigrationSocket(b.UID, layout.DirectMigrationPort),
+		layout.BlockMigrationPort:  b.Layout.MigrationSocket(b.UID, layout.BlockMigrationPort),
+	}
+	for port, target := range targets {
+		s, err := migrationproxy.Open(a.Layout.MigrationSocket(a.UID, port), target, int(env.Cred.Uid), int(env.Cred.Gid), nil)
+		launchertest.Must(t, err)
+		t.Cleanup(func() { s.Close() })
+	}
+}
+
+// waitMigrationOf is waitMigration for the migration uid.
+func waitMigrationOf(t *testing.T, ctx context.Context, c *cmdclient.Client, uid string, timeout time.Duration) *domainjson.MigrationMetadata {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		m := waitMigration(t, ctx, c, "source", timeout)
+		if m.UID == uid {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the source's migration is %+v, want %s ended", m, uid)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitMigration polls a launcher's Domain until its migration metadata
+// has an end, and returns it.
+func waitMigration(t *testing.T, ctx context.Context, c *cmdclient.Client, who string, timeout time.Duration) *domainjson.MigrationMetadata {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		d, exists, err := c.GetDomain(ctx)
+		if err == nil && exists {
+			if m := d.Spec.Metadata.KubeVirt.Migration; m != nil && m.EndTimestamp != nil {
+				return m
+			}
+		}
+		if time.Now().After(deadline) {
+			var m any
+			if d != nil {
+				m = d.Spec.Metadata.KubeVirt.Migration
+			}
+			t.Fatalf("%s: no migration end after %v (domain exists %v, err %v, migration %+v)", who, timeout, exists, err, m)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestLiveMigration (issue 17): a running guest moves from one launcher
+// pod to another on this machine, as between two nodes: each pod sees its
+// own files at the same paths (FixedRoot), virt-handler's proxies carry
+// the libvirt connection, the memory and the disks (unix socket ↔ TCP ↔
+// unix socket), and the handler's calls drive both launchers:
+// SyncMigrationTarget on the target, MigrateVirtualMachine on the source,
+// the end in both Domains' migration metadata, FinalizeVirtualMachineMigration,
+// and the source's Delete. The guest counts on its serial console all
+// along: it does not reboot, and no count is lost beyond the pause; its
+// disks come along (block migration of the containerDisk overlay, the
+// emptyDisk and the cloud-init ISO). The source pod exits 0 and leaves
+// nothing behind.
+func TestLiveMigration(t *testing.T) {
+	fixed := fixedRoot(t)
+	uid := uuid.NewString()
+	opts := podOpts{SharedCaps: true, FixedRoot: fixed, UID: uid, TrackDescendants: true}
+	a := env.New(t, "migrant", opts)
+	b := env.New(t, "migrant", opts)
+	a.ExtraUserData = []string{counter}
+	a.WaitReady(30 * time.Second)
+	b.WaitReady(30 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	ca, cb := a.Client(ctx), b.Client(ctx)
+	// With a handler on the notify pipe, a launcher whose domain is gone
+	// waits for the handler's Delete.
+	startNotify(t, a)
+	startNotify(t, b)
+
+	v := a.VMI("migrant-1")
+	launchertest.Must(t, ca.Sync(ctx, v, cmdclient.HandlerSyncOptions()))
+	a.WaitConsole("VL-COUNT-20", bootTimeout)
+	// The VMI as virt-handler has it once the migration is under way.
+	vm := v.DeepCopy()
+	vm.Status.Phase = v1.Running
+	vm.Status.MigrationMethod = v1.BlockMigration
+	vm.Status.MigrationTransport = v1.MigrationTransportUnix
+	vm.Status.MigrationState = &v1.VirtualMachineInstanceMigrationState{MigrationUID: "mig-1", SourcePod: "a", TargetPod: "b"}
+
+	// A first try, before the proxies exist, fails and says why; the
+	// guest runs on in the source pod.
+	early := vm.DeepCopy()
+	early.Status.MigrationState.MigrationUID = "mig-0"
+	launchertest.Must(t, ca.Migrate(ctx, early, migration.Options{ProgressTimeout: 150, CompletionTimeoutPerGiB: 150}))
+	if m := waitMigration(t, ctx, ca, "source", time.Minute); !m.Failed || m.UID != "mig-0" || !strings.Contains(m.FailureReason, "Live migration failed") {
+		t.Errorf("a migration with no proxy: %+v, want it failed, saying why", m)
+	}
+	waitStatus(t, ctx, ca, "Running", "Unknown")
+	launchertest.Must(t, cb.SyncMigrationTarget(ctx, vm, cmdclient.HandlerSyncOptions()))
+	launchertest.Must(t, cb.SyncMigrationTarget(ctx, vm, cmdclient.HandlerSyncOptions())) // the handler retries
+	migrationProxy(t, a, b)
+	t0 := time.Now()
+	launchertest.Must(t, ca.Migrate(ctx, vm, migration.Options{ProgressTimeout: 150, CompletionTimeoutPerGiB: 150}))
+	src := waitMigrationOf(t, ctx, ca, "mig-1", 3*time.Minute)
+	if src.Failed || src.UID != "mig-1" || src.Mode != "PreCopy" || src.StartTimestamp == nil {
+		t.Fatalf("source migration metadata %+v, want mig-1 ended, not failed", src)
+	}
+	dst := waitMigration(t, ctx, cb, "target", time.Minute)
+	t.Logf("migration took %v (source metadata %v → %v)", time.Since(t0), src.StartTimestamp.Time, src.EndTimestamp.Time)
+	if dst.Failed || dst.UID != "mig-1" {
+		t.Errorf("target migration metadata %+v", dst)
+	}
+	waitStatus(t, ctx, ca, "Shutoff", "Migrated")
+	if d, exists, err := cb.GetDomain(ctx); err != nil || !exists || d.Status.Status != "Running" {
+		t.Errorf("the target's domain after the migration: %+v, exists %v, %v; want it running", d, exists, err)
+	}
+	if err := ca.Migrate(ctx, vm, migration.Options{}); err == nil || !strings.Contains(err.Error(), "already executed") {
+		t.Errorf("the same migration again: %v, want it refused as executed", err)
+	}
+	launchertest.Must(t, cb.FinalizeMigration(ctx, vm))
+
+	// The guest goes on counting in the target pod, from where it was.
+	last := counts(a.Console())
+	b.WaitConsole("VL-COUNT-"+strconv.Itoa(last[len(last)-1]+20), time.Minute)
+	after := counts(b.Console())
+	// The switch-over: the target's console goes on from the source's
+	// last count, none lost (the guest was paused in between; what it
+	// had written and QEMU not yet sent came along with the devices).
+	if first, prev := after[0], last[len(last)-1]; first > prev+1 || first < prev-1 {
+		t.Errorf("the target's console begins at count %d; the source's ended at %d", first, prev)
+	}
+	for i := 1; i < len(after); i++ {
+		if after[i] != after[i-1]+1 {
+			t.Errorf("the target's counts skip from %d to %d", after[i-1], after[i])
+			break
+		}
+	}
+	if strings.Contains(b.Console(), "Linux version") {
+		t.Errorf("the guest booted again in the target pod:\n%s", launchertest.Tail(b.Console(), 2000))
+	}
+	t.Logf("source counted to %d, the target goes on from %d", last[len(last)-1], after[0])
+
+	// virt-handler deletes the source's domain once the target took over;
+	// the source pod ends well and leaves nothing.
+	launchertest.Must(t, ca.Delete(ctx, vm))
+	if code := a.ExitCode(time.Minute); code != 0 {
+		t.Fatalf("source pod exit status %d, want 0", code)
+	}
+	a.AssertNothingLeft()
+}
