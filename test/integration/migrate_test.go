@@ -19,6 +19,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
 	"github.com/virtlauncher/virtlauncher/internal/migrationproxy"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
 // counter is user-data that counts on the serial console, ten a second,
@@ -123,13 +124,32 @@ func waitMigration(t *testing.T, ctx context.Context, c *cmdclient.Client, who s
 // disks come along (block migration of the containerDisk overlay, the
 // emptyDisk and the cloud-init ISO). The source pod exits 0 and leaves
 // nothing behind.
-func TestLiveMigration(t *testing.T) {
+func TestLiveMigration(t *testing.T) { liveMigration(t, false) }
+
+// TestLiveMigrationNetwork (issue 17): the same with the pod network
+// (masquerade): the target's DHCP server and pod network are ready before
+// the switch-over, and the guest keeps its MAC and address and reaches
+// its gateway, now the target pod's, with no new lease.
+func TestLiveMigrationNetwork(t *testing.T) { liveMigration(t, true) }
+
+// netReport is user-data that leases eth0's address from the launcher's
+// DHCP server (the test VMI's command line turns the guest's own DHCP
+// off), then prints, every second, eth0's MAC and address and whether the
+// gateway answers a ping.
+const netReport = `(ip link set eth0 up; udhcpc -i eth0 -s /etc/udhcpc.script -q -n -t 10 -T 2 >/dev/null 2>&1; while :; do echo "VL-NET $(cat /sys/class/net/eth0/address) $(ip -4 -o addr show dev eth0 | grep -o 'inet [0-9./]*' | cut -d' ' -f2) ping=$(ping -c 1 -W 1 10.0.2.1 >/dev/null 2>&1; echo $?) X"; sleep 1; done) &`
+
+var netLine = regexp.MustCompile(`VL-NET ([0-9a-f:]{17}) ([0-9./]+) ping=(\d+) X`)
+
+func liveMigration(t *testing.T, network bool) {
 	fixed := fixedRoot(t)
 	uid := uuid.NewString()
-	opts := podOpts{SharedCaps: true, FixedRoot: fixed, UID: uid, TrackDescendants: true}
+	opts := podOpts{SharedCaps: true, FixedRoot: fixed, UID: uid, TrackDescendants: true, Network: network}
 	a := env.New(t, "migrant", opts)
 	b := env.New(t, "migrant", opts)
 	a.ExtraUserData = []string{counter}
+	if network {
+		a.ExtraUserData = append(a.ExtraUserData, netReport)
+	}
 	a.WaitReady(30 * time.Second)
 	b.WaitReady(30 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -142,6 +162,11 @@ func TestLiveMigration(t *testing.T) {
 
 	v := a.VMI("migrant-1")
 	launchertest.Must(t, ca.Sync(ctx, v, cmdclient.HandlerSyncOptions()))
+	// Booted, its lease taken, and counting.
+	a.WaitConsole(testguest.MarkerReady, bootTimeout)
+	if network {
+		a.WaitConsole(testguest.MarkerDHCP, bootTimeout)
+	}
 	a.WaitConsole("VL-COUNT-20", bootTimeout)
 	// The VMI as virt-handler has it once the migration is under way.
 	vm := v.DeepCopy()
@@ -197,6 +222,26 @@ func TestLiveMigration(t *testing.T) {
 			t.Errorf("the target's counts skip from %d to %d", after[i-1], after[i])
 			break
 		}
+	}
+	if network {
+		before := netLine.FindAllStringSubmatch(a.Console(), -1)
+		b.WaitConsole("VL-NET", 30*time.Second)
+		time.Sleep(2 * time.Second) // a ping's worth on the target
+		moved := netLine.FindAllStringSubmatch(b.Console(), -1)
+		if len(before) == 0 || len(moved) == 0 {
+			t.Fatalf("network reports: %d on the source, %d on the target", len(before), len(moved))
+		}
+		was, now := before[len(before)-1], moved[len(moved)-1]
+		if was[3] != "0" {
+			t.Errorf("on the source the gateway did not answer: %s", was[0])
+		}
+		if now[1] != was[1] || now[2] != was[2] || now[3] != "0" {
+			t.Errorf("on the target the guest reports %q, on the source %q: want the same MAC and address, and the gateway answering", now[0], was[0])
+		}
+		if strings.Contains(b.Console(), "VL-DHCP") {
+			t.Errorf("the guest leased again on the target")
+		}
+		t.Logf("the guest keeps %s %s; the gateway answers on the target", now[1], now[2])
 	}
 	if strings.Contains(b.Console(), "Linux version") {
 		t.Errorf("the guest booted again in the target pod:\n%s", launchertest.Tail(b.Console(), 2000))
