@@ -145,6 +145,9 @@ func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt
 	for {
 		select {
 		case err := <-done:
+			if err == nil {
+				m.logCompletedJob(l, d)
+			}
 			m.migrationEnded(bg, d.Name, err, time.Since(t0))
 			return
 		case <-bg.Done():
@@ -328,4 +331,23 @@ func (m *Manager) migrationMetadata() *domainjson.MigrationMetadata {
 	}
 	c := *m.md.Migration
 	return &c
+}
+
+// logCompletedJob logs what libvirt measured of the migration that just
+// completed: its time, the guest's downtime, the data moved.
+func (m *Manager) logCompletedJob(l *libvirt.Libvirt, d libvirt.Domain) {
+	_, params, err := l.DomainGetJobStats(d, libvirt.DomainJobStatsCompleted)
+	if err != nil {
+		m.log.Warn("statistics of the completed migration", "reason", err.Error())
+		return
+	}
+	attrs := []any{"domain", d.Name}
+	for _, p := range params {
+		switch p.Field {
+		case libvirt.DomainJobTimeElapsed, libvirt.DomainJobDowntime, libvirt.DomainJobDataTotal,
+			libvirt.DomainJobMemoryIteration, libvirt.DomainJobDiskTotal:
+			attrs = append(attrs, p.Field, p.Value.I)
+		}
+	}
+	m.log.Info("migration statistics", attrs...)
 }

@@ -23,13 +23,6 @@ import (
 // virt-handler the target took over; FinalizeVirtualMachineMigration then
 // sets the guest's clock.
 
-// targetJobWait bounds the wait for the incoming job to end once the
-// domain resumed; KubeVirt polls for ~3 s and then again after 1, 2, 3 s.
-const (
-	targetJobWait = 6 * time.Second
-	targetJobPoll = 100 * time.Millisecond
-)
-
 // PrepareMigrationTarget prepares this pod for the incoming migration of
 // v: its network's DHCP servers, its disks (containerDisk overlays, the
 // generated ISOs, emptyDisks), the console log, the migration proxy
@@ -104,9 +97,12 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 }
 
 // migrationArrived follows the incoming domain's lifecycle on a target:
-// once it resumed (or, for a paused VMI, suspended) at the migration's
-// end, the incoming job's end is awaited and recorded as the migration's
-// end, which tells virt-handler the target took over.
+// once it resumed at the migration's end (RESUMED/MIGRATED: pre-copy's
+// finish; a post-copy switch-over resumes it with another detail) or, for
+// a domain migrated paused, suspended (SUSPENDED/PAUSED), the migration's
+// end is recorded, which tells virt-handler the target took over.
+// KubeVirt polls the incoming job there as well; libvirt 9.0 answers job
+// queries on the source only ("available only on the source host").
 func (m *Manager) migrationArrived(ctx context.Context, ev libvirt.DomainEventLifecycleMsg) {
 	m.mu.Lock()
 	target := m.targetOf != ""
@@ -120,39 +116,18 @@ func (m *Manager) migrationArrived(ctx context.Context, ev libvirt.DomainEventLi
 	default:
 		return
 	}
-	go func() {
-		wctx, cancel := context.WithTimeout(ctx, targetJobWait)
-		defer cancel()
-		l, d, ok, err := m.lookup(wctx)
-		if err == nil && ok {
-			pollUntil(wctx, func() (bool, error) { return !incomingJob(l, d), nil })
-		}
-		m.mu.Lock()
-		mig := m.md.Migration
-		if mig != nil && mig.EndTimestamp == nil {
-			next, _ := migration.Result(mig, false, "", "", time.Now())
-			m.md.Migration = next
-		}
-		m.mu.Unlock()
-		m.log.Info("migration arrived: the target runs the domain", "domain", ev.Dom.Name)
-		m.refresh(ctx, EventModified, true)
-	}()
-}
-
-// incomingJob says whether an incoming migration job still runs.
-func incomingJob(l *libvirt.Libvirt, d libvirt.Domain) bool {
-	typ, params, err := l.DomainGetJobStats(d, 0)
-	if err != nil || libvirt.DomainJobType(typ) == libvirt.DomainJobNone {
-		return false
+	m.mu.Lock()
+	mig := m.md.Migration
+	ended := mig != nil && mig.EndTimestamp != nil
+	if mig != nil && !ended {
+		m.md.Migration, _ = migration.Result(mig, false, "", "", time.Now())
 	}
-	for _, p := range params {
-		if p.Field == libvirt.DomainJobOperationStr {
-			if op, ok := p.Value.I.(int32); ok {
-				return libvirt.DomainJobOperation(op) == libvirt.DomainJobOperationStrMigrationIn
-			}
-		}
+	m.mu.Unlock()
+	if ended {
+		return
 	}
-	return false
+	m.log.Info("migration arrived: the target runs the domain", "domain", ev.Dom.Name)
+	m.refresh(ctx, EventModified, true)
 }
 
 // FinalizeMigration ends the target's part once virt-handler has seen the
