@@ -7,10 +7,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
@@ -140,7 +142,23 @@ const netReport = `(ip link set eth0 up; udhcpc -i eth0 -s /etc/udhcpc.script -q
 
 var netLine = regexp.MustCompile(`VL-NET ([0-9a-f:]{17}) ([0-9./]+) ping=(\d+) X`)
 
-func liveMigration(t *testing.T, network bool) {
+// migrationPair is a migration's two pods with the guest running in the
+// source: a and b, their clients, and the VMI as virt-handler has it once
+// the migration is under way (migration mig-1, block migration over unix
+// sockets).
+type migrationPair struct {
+	a, b   *pod
+	ca, cb *cmdclient.Client
+	vm     *v1.VirtualMachineInstance
+	ctx    context.Context
+}
+
+// newMigrationPair starts the two pods (FixedRoot, one VMI uid), a notify
+// server on each (with a handler there, a launcher whose domain is gone
+// waits for the handler's Delete), and the guest in a, booted, leased
+// (with the pod network) and counting.
+func newMigrationPair(t *testing.T, network bool) *migrationPair {
+	t.Helper()
 	fixed := fixedRoot(t)
 	uid := uuid.NewString()
 	opts := podOpts{SharedCaps: true, FixedRoot: fixed, UID: uid, TrackDescendants: true, Network: network}
@@ -153,27 +171,46 @@ func liveMigration(t *testing.T, network bool) {
 	a.WaitReady(30 * time.Second)
 	b.WaitReady(30 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	ca, cb := a.Client(ctx), b.Client(ctx)
-	// With a handler on the notify pipe, a launcher whose domain is gone
-	// waits for the handler's Delete.
 	startNotify(t, a)
 	startNotify(t, b)
-
 	v := a.VMI("migrant-1")
 	launchertest.Must(t, ca.Sync(ctx, v, cmdclient.HandlerSyncOptions()))
-	// Booted, its lease taken, and counting.
 	a.WaitConsole(testguest.MarkerReady, bootTimeout)
 	if network {
 		a.WaitConsole(testguest.MarkerDHCP, bootTimeout)
 	}
 	a.WaitConsole("VL-COUNT-20", bootTimeout)
-	// The VMI as virt-handler has it once the migration is under way.
 	vm := v.DeepCopy()
 	vm.Status.Phase = v1.Running
 	vm.Status.MigrationMethod = v1.BlockMigration
 	vm.Status.MigrationTransport = v1.MigrationTransportUnix
 	vm.Status.MigrationState = &v1.VirtualMachineInstanceMigrationState{MigrationUID: "mig-1", SourcePod: "a", TargetPod: "b"}
+	return &migrationPair{a: a, b: b, ca: ca, cb: cb, vm: vm, ctx: ctx}
+}
+
+// prepareTarget plays the target handler (SyncMigrationTarget, twice as
+// the handler retries) and the proxies.
+func (mp *migrationPair) prepareTarget(t *testing.T) {
+	t.Helper()
+	launchertest.Must(t, mp.cb.SyncMigrationTarget(mp.ctx, mp.vm, cmdclient.HandlerSyncOptions()))
+	launchertest.Must(t, mp.cb.SyncMigrationTarget(mp.ctx, mp.vm, cmdclient.HandlerSyncOptions()))
+	migrationProxy(t, mp.a, mp.b)
+}
+
+// stillCounting checks that the guest runs on in the source pod: its
+// console counts on.
+func (mp *migrationPair) stillCounting(t *testing.T) {
+	t.Helper()
+	c := counts(mp.a.Console())
+	mp.a.WaitConsole("VL-COUNT-"+strconv.Itoa(c[len(c)-1]+10), 30*time.Second)
+	waitStatus(t, mp.ctx, mp.ca, "Running", "Unknown")
+}
+
+func liveMigration(t *testing.T, network bool) {
+	mp := newMigrationPair(t, network)
+	a, b, ca, cb, vm, ctx := mp.a, mp.b, mp.ca, mp.cb, mp.vm, mp.ctx
 
 	// A first try, before the proxies exist, fails and says why; the
 	// guest runs on in the source pod.
@@ -183,10 +220,8 @@ func liveMigration(t *testing.T, network bool) {
 	if m := waitMigration(t, ctx, ca, "source", time.Minute); !m.Failed || m.UID != "mig-0" || !strings.Contains(m.FailureReason, "Live migration failed") {
 		t.Errorf("a migration with no proxy: %+v, want it failed, saying why", m)
 	}
-	waitStatus(t, ctx, ca, "Running", "Unknown")
-	launchertest.Must(t, cb.SyncMigrationTarget(ctx, vm, cmdclient.HandlerSyncOptions()))
-	launchertest.Must(t, cb.SyncMigrationTarget(ctx, vm, cmdclient.HandlerSyncOptions())) // the handler retries
-	migrationProxy(t, a, b)
+	mp.stillCounting(t)
+	mp.prepareTarget(t)
 	t0 := time.Now()
 	launchertest.Must(t, ca.Migrate(ctx, vm, migration.Options{ProgressTimeout: 150, CompletionTimeoutPerGiB: 150}))
 	src := waitMigrationOf(t, ctx, ca, "mig-1", 3*time.Minute)
@@ -255,4 +290,100 @@ func liveMigration(t *testing.T, network bool) {
 		t.Fatalf("source pod exit status %d, want 0", code)
 	}
 	a.AssertNothingLeft()
+}
+
+// slow are options under which the test guest's migration takes minutes:
+// 1 MiB/s for its ~150 MB.
+func slow() migration.Options {
+	return migration.Options{Bandwidth: resource.MustParse("1Mi"), ProgressTimeout: 150, CompletionTimeoutPerGiB: 150}
+}
+
+// waitMigrating waits until the source's migration runs, and a second
+// more: its memory stream is under way.
+func (mp *migrationPair) waitMigrating(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(mp.a.Stderr.String(), `"msg":"migration starting"`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the migration did not start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+}
+
+// TestMigrationCancel (issue 17): a migration cancelled midway
+// (CancelVirtualMachineMigration) ends aborted, as KubeVirt reports it, and
+// the guest runs on in the source pod; a second cancel finds nothing to
+// cancel.
+func TestMigrationCancel(t *testing.T) {
+	mp := newMigrationPair(t, false)
+	mp.prepareTarget(t)
+	launchertest.Must(t, mp.ca.Migrate(mp.ctx, mp.vm, slow()))
+	mp.waitMigrating(t)
+	launchertest.Must(t, mp.ca.CancelMigration(mp.ctx, mp.vm))
+	m := waitMigration(t, mp.ctx, mp.ca, "source", time.Minute)
+	if !m.Failed || m.AbortStatus != string(v1.MigrationAbortSucceeded) || m.FailureReason != "Live migration aborted " {
+		t.Errorf("a cancelled migration: %+v, want failed, abort Succeeded, KubeVirt's reason", m)
+	}
+	mp.stillCounting(t)
+	if err := mp.ca.CancelMigration(mp.ctx, mp.vm); err == nil || !strings.Contains(err.Error(), "vmi is not migrating") {
+		t.Errorf("a second cancel: %v, want KubeVirt's 'not migrating'", err)
+	}
+}
+
+// TestMigrationTimeout (issue 17): a migration that cannot end in its
+// completion time (1 s per GiB here, at 1 MiB/s) is aborted by the
+// launcher's monitor and reported failed with KubeVirt's reason; the
+// guest runs on in the source pod.
+func TestMigrationTimeout(t *testing.T) {
+	mp := newMigrationPair(t, false)
+	mp.prepareTarget(t)
+	o := slow()
+	o.CompletionTimeoutPerGiB = 1
+	launchertest.Must(t, mp.ca.Migrate(mp.ctx, mp.vm, o))
+	m := waitMigration(t, mp.ctx, mp.ca, "source", time.Minute)
+	if !m.Failed || m.AbortStatus != string(v1.MigrationAbortSucceeded) || m.FailureReason != "Live migration is not completed after 1 seconds and has been aborted" {
+		t.Errorf("a migration past its completion time: %+v", m)
+	}
+	mp.stillCounting(t)
+}
+
+// TestMigrationTargetDies (issue 17): the target pod dies midway; the
+// migration fails and says so, and the guest runs on in the source pod.
+func TestMigrationTargetDies(t *testing.T) {
+	mp := newMigrationPair(t, false)
+	mp.prepareTarget(t)
+	launchertest.Must(t, mp.ca.Migrate(mp.ctx, mp.vm, slow()))
+	mp.waitMigrating(t)
+	for _, d := range mp.b.Descendants() {
+		syscall.Kill(d.PID, syscall.SIGKILL)
+	}
+	syscall.Kill(-mp.b.Cmd.Process.Pid, syscall.SIGKILL)
+	m := waitMigration(t, mp.ctx, mp.ca, "source", time.Minute)
+	if !m.Failed || !strings.HasPrefix(m.FailureReason, "Live migration failed") {
+		t.Errorf("a migration whose target died: %+v, want it failed, saying why", m)
+	}
+	t.Logf("reported: %s", m.FailureReason)
+	mp.stillCounting(t)
+}
+
+// TestMigrationStuck (issue 17): a migration that stops making progress
+// (the target's QEMU stopped, so nothing more is taken in) is aborted
+// after the progress timeout and reported failed with KubeVirt's reason;
+// the guest runs on in the source pod.
+func TestMigrationStuck(t *testing.T) {
+	mp := newMigrationPair(t, false)
+	mp.prepareTarget(t)
+	o := slow()
+	o.ProgressTimeout = 3
+	launchertest.Must(t, mp.ca.Migrate(mp.ctx, mp.vm, o))
+	mp.waitMigrating(t)
+	launchertest.Must(t, syscall.Kill(mp.b.QemuPid(), syscall.SIGSTOP))
+	m := waitMigration(t, mp.ctx, mp.ca, "source", time.Minute)
+	if !m.Failed || m.AbortStatus != string(v1.MigrationAbortSucceeded) || !regexp.MustCompile(`^Live migration stuck for \d+ seconds and has been aborted$`).MatchString(m.FailureReason) {
+		t.Errorf("a stuck migration: %+v", m)
+	}
+	t.Logf("reported: %s", m.FailureReason)
+	mp.stillCounting(t)
 }
