@@ -63,6 +63,7 @@ func (nopManager) PrepareMigrationTarget(context.Context, *v1.VirtualMachineInst
 func (nopManager) FinalizeMigration(context.Context, *v1.VirtualMachineInstance, []string) error {
 	return nil
 }
+func (nopManager) AbandonTarget() {}
 
 // FuzzVMIRequest feeds arbitrary bytes, as a VMIRequest protobuf and as the
 // VMI JSON inside one, through the handlers' decode path: protobuf

@@ -2,7 +2,6 @@ package cmdserver
 
 import (
 	"context"
-	"fmt"
 
 	v1 "kubevirt.io/api/core/v1"
 
@@ -30,24 +29,25 @@ func (c *cmdServer) HotplugHostDevices(ctx context.Context, req *cmdv1.VMIReques
 	return c.vmiOp(ctx, "HotplugHostDevices", req, c.s.m.HotplugHostDevices)
 }
 
-// SignalTargetPodCleanup: KubeVirt's launcher answers success, and when
-// its pod (POD_NAME) is the VMI's migration target it makes the launcher
-// exit early. This launcher never becomes a migration target
-// (SyncMigrationTarget is not supported); being named one fails.
+// SignalTargetPodCleanup: when this pod (POD_NAME) is the VMI's
+// migration target, the launcher is told to give up waiting for the
+// incoming domain and exit (KubeVirt's early exit); otherwise there is
+// nothing to do. It answers success either way, as KubeVirt's does.
 func (c *cmdServer) SignalTargetPodCleanup(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 	return c.vmiOp(ctx, "SignalTargetPodCleanup", req, func(_ context.Context, vmi *v1.VirtualMachineInstance) error {
-		return targetPodCleanup(vmi, c.s.podName)
+		if isTargetPod(vmi, c.s.podName) {
+			c.s.log.Info("signaled target pod to clean up", "pod", c.s.podName)
+			c.s.m.AbandonTarget()
+		}
+		return nil
 	})
 }
 
-// targetPodCleanup decides SignalTargetPodCleanup for the pod podName
+// isTargetPod says whether the pod podName is v's migration target
 // (empty: unknown, as KubeVirt treats an unset POD_NAME).
-func targetPodCleanup(vmi *v1.VirtualMachineInstance, podName string) error {
-	ms := vmi.Status.MigrationState
-	if podName == "" || ms == nil || ms.TargetPod != podName {
-		return nil
-	}
-	return fmt.Errorf("pod %s is the migration target of VMI %s/%s, but virtlauncher does not support migration targets", podName, vmi.Namespace, vmi.Name)
+func isTargetPod(v *v1.VirtualMachineInstance, podName string) bool {
+	ms := v.Status.MigrationState
+	return podName != "" && ms != nil && ms.TargetPod == podName
 }
 
 // GetScreenshot returns the primary display's image as libvirt gives it.

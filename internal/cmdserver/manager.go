@@ -57,6 +57,9 @@ type Manager interface {
 	// whose binding asks for a link refresh).
 	PrepareMigrationTarget(ctx context.Context, vmi *v1.VirtualMachineInstance, opts domain.SyncOptions) error
 	FinalizeMigration(ctx context.Context, vmi *v1.VirtualMachineInstance, linkRefresh []string) error
+	// AbandonTarget tells a migration target whose domain has not
+	// arrived to stop waiting for it (SignalTargetPodCleanup).
+	AbandonTarget()
 }
 
 // The launcher drives a *domain.Manager; this catches a signature that

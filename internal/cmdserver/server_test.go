@@ -145,6 +145,9 @@ func (f *fakeManager) PrepareMigrationTarget(_ context.Context, v *v1.VirtualMac
 func (f *fakeManager) FinalizeMigration(_ context.Context, v *v1.VirtualMachineInstance, _ []string) error {
 	return f.record("FinalizeMigration", v, domain.SyncOptions{})
 }
+func (f *fakeManager) AbandonTarget() {
+	f.record("AbandonTarget", &v1.VirtualMachineInstance{}, domain.SyncOptions{})
+}
 
 func (f *fakeManager) Exec(_ context.Context, domainName, command string, args []string, timeout time.Duration) (string, error) {
 	f.mu.Lock()

@@ -175,6 +175,8 @@ type Manager struct {
 	// targetOf is the migration this pod was prepared to receive
 	// (PrepareMigrationTarget), "" when it is none's target (mu).
 	targetOf string
+	// abandonCh is closed by AbandonTarget.
+	abandonCh chan struct{}
 
 	netStarted bool                       // op
 	netIfaces  map[string]facts.Interface // op
@@ -205,6 +207,7 @@ func New(cfg Config) *Manager {
 		ns:        cfg.Namespace,
 		uid:       cfg.UID,
 		definedCh: make(chan struct{}),
+		abandonCh: make(chan struct{}),
 		stoppedCh: make(chan struct{}),
 		goneSent:  make(chan struct{}),
 		events:    make(chan outEvent, 1024),

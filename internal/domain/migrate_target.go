@@ -152,3 +152,27 @@ func (m *Manager) FinalizeMigration(ctx context.Context, v *v1.VirtualMachineIns
 	m.syncGuestTime("after the migration")
 	return nil
 }
+
+// AbandonTarget tells the launcher of a migration target to stop waiting
+// for the incoming domain (SignalTargetPodCleanup: the migration will not
+// come); a domain that has arrived already is unaffected.
+//
+// It takes effect abandonDelay later, so that the call that asked gets
+// its answer before the launcher exits (KubeVirt's launcher looks every
+// 2 s).
+func (m *Manager) AbandonTarget() {
+	time.AfterFunc(abandonDelay, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		select {
+		case <-m.abandonCh:
+		default:
+			close(m.abandonCh)
+		}
+	})
+}
+
+const abandonDelay = time.Second
+
+// Abandoned is closed by AbandonTarget.
+func (m *Manager) Abandoned() <-chan struct{} { return m.abandonCh }

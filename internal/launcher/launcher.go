@@ -328,6 +328,10 @@ func (l *Launcher) waitDefined(ctx context.Context, sigs <-chan os.Signal) (code
 		return 0, false, nil
 	case <-timer.C:
 		return ExitFatal, true, fatal("no domain was defined within --qemu-timeout %v", l.opts.QemuTimeout)
+	case <-l.mgr.Abandoned():
+		// A migration target told to clean up: KubeVirt's launcher exits
+		// non-zero there too ("received early exit signal").
+		return ExitFatal, true, fatal("received early exit signal: this pod is no longer the migration target, no domain will arrive")
 	case sig := <-sigs:
 		// A Sync may be defining the domain right now: stop new ones, wait
 		// for it, and shut down whatever it started.

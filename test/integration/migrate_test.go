@@ -163,7 +163,11 @@ func newMigrationPair(t *testing.T, network bool) *migrationPair {
 	uid := uuid.NewString()
 	opts := podOpts{SharedCaps: true, FixedRoot: fixed, UID: uid, TrackDescendants: true, Network: network}
 	a := env.New(t, "migrant", opts)
-	b := env.New(t, "migrant", opts)
+	b := env.NewDeferred(t, "migrant", opts)
+	// The pod's name, which SignalTargetPodCleanup compares with the
+	// migration's target pod.
+	b.SetEnv("POD_NAME", "b")
+	b.Start()
 	a.ExtraUserData = []string{counter}
 	if network {
 		a.ExtraUserData = append(a.ExtraUserData, netReport)
@@ -315,7 +319,7 @@ func (mp *migrationPair) waitMigrating(t *testing.T) {
 // TestMigrationCancel (issue 17): a migration cancelled midway
 // (CancelVirtualMachineMigration) ends aborted, as KubeVirt reports it, and
 // the guest runs on in the source pod; a second cancel finds nothing to
-// cancel.
+// cancel; the target pod's launcher ends with its incoming domain.
 func TestMigrationCancel(t *testing.T) {
 	mp := newMigrationPair(t, false)
 	mp.prepareTarget(t)
@@ -330,6 +334,29 @@ func TestMigrationCancel(t *testing.T) {
 	if err := mp.ca.CancelMigration(mp.ctx, mp.vm); err == nil || !strings.Contains(err.Error(), "vmi is not migrating") {
 		t.Errorf("a second cancel: %v, want KubeVirt's 'not migrating'", err)
 	}
+	// The target's incoming domain went with the abort, and its launcher
+	// with it, leaving nothing.
+	code := mp.b.ExitCode(time.Minute)
+	t.Logf("the target pod exited %d", code)
+	mp.b.AssertNothingLeft()
+	mp.stillCounting(t)
+}
+
+// TestMigrationTargetAbandoned (issue 17): a target prepared for a
+// migration that does not come is told to clean up
+// (SignalTargetPodCleanup, to the pod named as the target): its launcher
+// stops waiting for the domain and exits, non-zero as KubeVirt's does,
+// leaving nothing; the same signal to the source changes nothing.
+func TestMigrationTargetAbandoned(t *testing.T) {
+	mp := newMigrationPair(t, false)
+	mp.prepareTarget(t)
+	launchertest.Must(t, mp.ca.SignalTargetPodCleanup(mp.ctx, mp.vm))
+	launchertest.Must(t, mp.cb.SignalTargetPodCleanup(mp.ctx, mp.vm))
+	if code := mp.b.ExitCode(time.Minute); code == 0 || !strings.Contains(mp.b.Stderr.String(), "received early exit signal") {
+		t.Errorf("the abandoned target exited %d; want non-zero, saying why", code)
+	}
+	mp.b.AssertNothingLeft()
+	mp.stillCounting(t)
 }
 
 // TestMigrationTimeout (issue 17): a migration that cannot end in its
