@@ -46,6 +46,10 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	if err != nil {
 		return err
 	}
+	if ts := v.Status.MigrationState.TargetState; ts != nil && ts.VirtualMachineInstanceUID != nil && *ts.VirtualMachineInstanceUID != v.UID {
+		// KubeVirt rewrites the VMI uid in the XML for it; not done here.
+		return fmt.Errorf("migrate: decentralized migration to VMI uid %s is not supported", *ts.VirtualMachineInstanceUID)
+	}
 	// A migration running or ended is answered first, whatever the
 	// domain's state (an ended one left it shut off).
 	if _, running, err := migration.Start(m.migrationMetadata(), uid, time.Now()); err != nil || running {
