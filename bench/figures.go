@@ -295,6 +295,13 @@ var catalogList = []spec{
 	{key: "agent.on.daemon_rss", group: "guest agent: 1 guest, steady state, with and without its agent", label: "libvirtd RSS, agent polled", unit: "MiB"},
 	{key: "agent.off.daemon_rss", group: "guest agent: 1 guest, steady state, with and without its agent", label: "libvirtd RSS, no agent", unit: "MiB"},
 
+	// live migration
+	{key: "migration.source_end", group: "live migration: test guest (128 MiB), block migration, TCG", label: "Migrate -> end in source metadata", unit: "ms"},
+	{key: "migration.target_end", group: "live migration: test guest (128 MiB), block migration, TCG", label: "Migrate -> end in target metadata", unit: "ms"},
+	{key: "migration.elapsed", group: "live migration: test guest (128 MiB), block migration, TCG", label: "libvirt: job time", unit: "ms"},
+	{key: "migration.downtime", group: "live migration: test guest (128 MiB), block migration, TCG", label: "libvirt: downtime", unit: "ms"},
+	{key: "migration.data", group: "live migration: test guest (128 MiB), block migration, TCG", label: "libvirt: data moved", unit: "MiB"},
+
 	// translator
 	{key: "translator.convert_per_s", group: "translator: vmi-fedora.yaml", label: "Convert per second", unit: "1/s"},
 	{key: "translator.convert_allocs", group: "translator: vmi-fedora.yaml", label: "allocs per Convert", unit: "count"},

@@ -46,11 +46,15 @@ type stamped struct {
 // the command socket for Sync and the lifecycle verbs, and the serial
 // console read for the guest's markers.
 type instance struct {
-	env    *env
-	img    *podImage // the pod's root file system; nil: the host's (no chroot)
-	name   string
-	dir    string
-	lay    layout.Layout
+	env  *env
+	img  *podImage // the pod's root file system; nil: the host's (no chroot)
+	name string
+	dir  string
+	lay  layout.Layout
+	// fixed, when set, is where the launcher sees the pod's directory
+	// (pod.BindAt): the two pods of a migration see their own files at
+	// one path.
+	fixed  string
 	vmi    *v1.VirtualMachineInstance
 	notify *notifytest.Server
 	client *cmdclient.Client
@@ -254,6 +258,9 @@ func (in *instance) start() error {
 	}
 	o := launcherflags.ForVMI(in.vmi)
 	o.SetLayout(in.lay)
+	if in.fixed != "" {
+		o.SetLayout(layout.Under(in.fixed))
+	}
 	o.QemuTimeout = 5 * time.Minute
 	o.RunAsNonroot, o.AllowEmulation, o.ForceEmulation = true, true, true
 	logFile, err := os.OpenFile(in.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
@@ -273,7 +280,11 @@ func (in *instance) start() error {
 // run starts the pod's first process and stamps its exec.
 func (in *instance) run(cmd *exec.Cmd) error {
 	in.execAt = time.Now()
-	proc, err := pod.Start(cmd)
+	var bind func() error
+	if in.fixed != "" {
+		bind = pod.BindAt(in.dir, in.fixed)
+	}
+	proc, err := pod.Start(cmd, bind)
 	if err != nil {
 		return fmt.Errorf("start monitor: %w", err)
 	}

@@ -10,7 +10,7 @@
 //
 // Run it as root from the repository root after `make build`:
 //
-//	go run ./bench [-quick] [-runs N] [-only runs,density,agent,translator]
+//	go run ./bench [-quick] [-runs N] [-only runs,density,agent,migration,translator]
 package main
 
 import (
@@ -75,7 +75,7 @@ func main() {
 	var user string
 	flag.BoolVar(&o.quick, "quick", false, "a short run for development: 2 runs per cache mode, 5 s settle, 3 VMIs for density, output to bench/out/")
 	flag.IntVar(&o.runs, "runs", 5, "launcher runs per cache mode (cold and warm)")
-	flag.StringVar(&o.only, "only", "", "run only these parts, comma-separated: runs, pair, density, agent, translator")
+	flag.StringVar(&o.only, "only", "", "run only these parts, comma-separated: runs, pair, density, agent, migration, translator")
 	flag.IntVar(&o.agentPairs, "agent-pairs", 2, "pairs of runs with and without the guest agent, for the poller's cost")
 	flag.DurationVar(&o.agentWindow, "agent-window", time.Minute, "how long the CPU time of a run with or without the guest agent is measured")
 	flag.DurationVar(&o.settle, "settle", 30*time.Second, "steady state after the guest booted before the memory sample")
@@ -124,16 +124,16 @@ func main() {
 }
 
 func run(e *env, o options, user string) error {
-	parts := map[string]bool{"runs": true, "pair": o.kubevirt, "density": true, "agent": true, "translator": true}
+	parts := map[string]bool{"runs": true, "pair": o.kubevirt, "density": true, "agent": true, "migration": true, "translator": true}
 	if o.only != "" {
 		parts = map[string]bool{}
 		for _, p := range strings.Split(o.only, ",") {
 			p = strings.TrimSpace(p)
 			switch p {
-			case "runs", "pair", "density", "agent", "translator":
+			case "runs", "pair", "density", "agent", "migration", "translator":
 				parts[p] = true
 			default:
-				return fmt.Errorf("-only: unknown part %q (want runs, pair, density, agent, translator)", p)
+				return fmt.Errorf("-only: unknown part %q (want runs, pair, density, agent, migration, translator)", p)
 			}
 		}
 	}
@@ -152,7 +152,7 @@ func run(e *env, o options, user string) error {
 	if parts["pair"] && !o.kubevirt {
 		return errors.New("-only pair with -kubevirt=false: nothing to compare")
 	}
-	if parts["runs"] || parts["pair"] || parts["density"] || parts["agent"] {
+	if parts["runs"] || parts["pair"] || parts["density"] || parts["agent"] || parts["migration"] {
 		if os.Geteuid() != 0 {
 			return errors.New("the launcher parts need root (they start the monitor as the unprivileged user); use -only translator otherwise")
 		}
@@ -202,6 +202,11 @@ func run(e *env, o options, user string) error {
 		if parts["agent"] && ctx.Err() == nil {
 			if err := b.agentRun(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("agent: %w", err))
+			}
+		}
+		if parts["migration"] && ctx.Err() == nil {
+			if err := b.migrationRun(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("migration: %w", err))
 			}
 		}
 	}
