@@ -245,21 +245,17 @@ func (m *Manager) CancelMigration(ctx context.Context, v *v1.VirtualMachineInsta
 		return err
 	}
 	l, d, ok, err := m.lookup(ctx)
-	if err == nil && ok {
+	if err == nil && !ok {
+		err = errors.New("no domain")
+	}
+	if err == nil {
 		err = withContext(ctx, "abort the migration", func() error { return l.DomainAbortJob(d) })
 	}
-	if err != nil || !ok {
+	if err != nil {
 		m.setMigrationResult(ctx, false, "", v1.MigrationAbortFailed)
-		return fmt.Errorf("cancel migration: %v", cmpErr(err, "no domain"))
+		return fmt.Errorf("cancel migration: %w", err)
 	}
 	return nil
-}
-
-func cmpErr(err error, otherwise string) string {
-	if err != nil {
-		return err.Error()
-	}
-	return otherwise
 }
 
 // migrationMonitor is the monitor's decision (KubeVirt's

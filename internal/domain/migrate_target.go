@@ -176,3 +176,11 @@ const abandonDelay = time.Second
 
 // Abandoned is closed by AbandonTarget.
 func (m *Manager) Abandoned() <-chan struct{} { return m.abandonCh }
+
+// awaitingMigration says whether this pod was prepared as a migration
+// target (its domain comes with the migration, if it comes).
+func (m *Manager) awaitingMigration() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.targetOf != ""
+}

@@ -75,6 +75,11 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		m.mu.Unlock()
 	}
 	run := decideSync(v, live)
+	if run == runDefine && m.awaitingMigration() {
+		// The incoming migration defines the domain; one defined now
+		// would take its name.
+		return errors.New("sync: this pod is a migration target waiting for its domain: nothing is defined")
+	}
 	if run == runDefine {
 		if err := m.defineAndStart(ctx, l, v, opts); err != nil {
 			return err
