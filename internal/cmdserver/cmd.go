@@ -119,6 +119,13 @@ func (c *cmdServer) checkedVMIOp(ctx context.Context, rpc string, req *cmdv1.VMI
 }
 
 func (c *cmdServer) SyncVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+	return c.syncOp(ctx, "SyncVirtualMachine", req, c.s.m.Sync)
+}
+
+// syncOp runs op with the request's Sync options and a VMI checked as a
+// Sync checks it (SyncVirtualMachine, SyncMigrationTarget).
+func (c *cmdServer) syncOp(ctx context.Context, rpc string, req *cmdv1.VMIRequest,
+	op func(context.Context, *v1.VirtualMachineInstance, domain.SyncOptions) error) (*cmdv1.Response, error) {
 	opts, err := syncOptions(req.GetOptions())
 	if err != nil {
 		return fail(err.Error()), nil
@@ -127,8 +134,8 @@ func (c *cmdServer) SyncVirtualMachine(ctx context.Context, req *cmdv1.VMIReques
 	if !c.s.skipSyncValidation {
 		check = ValidateSyncVMI
 	}
-	return c.checkedVMIOp(ctx, "SyncVirtualMachine", req, check, func(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
-		return c.s.m.Sync(ctx, vmi, opts)
+	return c.checkedVMIOp(ctx, rpc, req, check, func(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
+		return op(ctx, vmi, opts)
 	})
 }
 

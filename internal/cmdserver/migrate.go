@@ -26,17 +26,7 @@ func (c *cmdServer) MigrateVirtualMachine(ctx context.Context, req *cmdv1.Migrat
 }
 
 func (c *cmdServer) SyncMigrationTarget(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
-	opts, err := syncOptions(req.GetOptions())
-	if err != nil {
-		return fail(err.Error()), nil
-	}
-	var check func(*v1.VirtualMachineInstance) error
-	if !c.s.skipSyncValidation {
-		check = ValidateSyncVMI
-	}
-	return c.checkedVMIOp(ctx, "SyncMigrationTarget", req, check, func(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
-		return c.s.m.PrepareMigrationTarget(ctx, vmi, opts)
-	})
+	return c.syncOp(ctx, "SyncMigrationTarget", req, c.s.m.PrepareMigrationTarget)
 }
 
 // FinalizeVirtualMachineMigration: the options carry, per interface, the

@@ -61,9 +61,9 @@ func (r *runner) startEgress() error {
 		l.Close()
 		return fmt.Errorf("guest egress: %w", err)
 	}
-	relay := newTCPRelay(r.cfg.Status)
-	r.egress = relay
-	relay.serve(l, "guest egress", func(c net.Conn) (net.Conn, error) {
+	rl := r.newRelay()
+	r.egress = rl
+	rl.Serve(l, "guest egress", func(c net.Conn) (net.Conn, error) {
 		dst, err := originalDst(c)
 		if err != nil {
 			return nil, err
@@ -86,7 +86,7 @@ func (r *runner) stopEgress() error {
 	if r.egress == nil {
 		return nil
 	}
-	r.egress.close()
+	r.egress.Close()
 	r.egress = nil
 	return netsetup.RemoveEgress(r.net.Outside)
 }

@@ -3,18 +3,17 @@ package standalone
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/vishvananda/netns"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
+	"github.com/virtlauncher/virtlauncher/internal/relay"
 )
 
 // Publish is one --publish: a TCP port on the host forwarded to a port of
@@ -69,110 +68,12 @@ func port(s string) (uint16, error) {
 	return uint16(n), nil
 }
 
-// tcpRelay accepts TCP connections on its listeners and copies each both
-// ways to a connection dial makes for it: --publish (host port → guest,
-// dialled in the outside namespace) and the guest's egress (outside
-// namespace → the connection's original destination, dialled from the
-// host). It ends every relayed connection when closed.
-type tcpRelay struct {
-	status io.Writer // gets a line for each connection that fails
-	lis    []net.Listener
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
-}
-
-func newTCPRelay(status io.Writer) *tcpRelay {
-	return &tcpRelay{status: status, conns: map[net.Conn]struct{}{}}
-}
-
-// serve relays every connection l accepts, until l is closed. dial makes
-// the other end for an accepted connection; what names the relay in the
-// line a failed dial writes.
-func (p *tcpRelay) serve(l net.Listener, what string, dial func(net.Conn) (net.Conn, error)) {
-	p.mu.Lock()
-	p.lis = append(p.lis, l)
-	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return // closed
-			}
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				p.relay(c, what, dial)
-			}()
-		}
-	}()
-}
-
-// relay dials the other end for c and copies both ways until both sides
-// are done.
-func (p *tcpRelay) relay(c net.Conn, what string, dial func(net.Conn) (net.Conn, error)) {
-	defer c.Close()
-	g, err := dial(c)
-	if err != nil {
-		// The client sees a close.
-		fmt.Fprintf(p.status, "vlctl: %s: %v\n", what, err)
-		return
-	}
-	defer g.Close()
-	if !p.track(c, g) {
-		return
-	}
-	defer p.untrack(c, g)
-	done := make(chan struct{}, 2)
-	half := func(dst, src net.Conn) {
-		io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok {
-			tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go half(g, c)
-	go half(c, g)
-	<-done
-	<-done
-}
-
-func (p *tcpRelay) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	for _, c := range cs {
-		p.conns[c] = struct{}{}
-	}
-	return true
-}
-
-func (p *tcpRelay) untrack(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		delete(p.conns, c)
-	}
-}
-
-// close stops listening, ends every relayed connection and waits for the
-// relays to return.
-func (p *tcpRelay) close() {
-	p.mu.Lock()
-	p.closed = true
-	for _, l := range p.lis {
-		l.Close()
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
+// newRelay is the relay of --publish (host port → guest, dialled in the
+// outside namespace) and of the guest's egress (outside namespace → the
+// connection's original destination, dialled from the host): a line on
+// the status for each connection whose other end fails.
+func (r *runner) newRelay() *relay.Relay {
+	return relay.New(func(what string, err error) { fmt.Fprintf(r.cfg.Status, "vlctl: %s: %v\n", what, err) })
 }
 
 // publish listens on every published host port and relays each
@@ -189,7 +90,7 @@ func (r *runner) publish() error {
 	if err := checkPublished(r.net, r.cfg.Publish); err != nil {
 		return err
 	}
-	p := newTCPRelay(r.cfg.Status)
+	p := r.newRelay()
 	r.pub = p
 	target, outside := r.net.Pod4.Addr(), r.net.Outside
 	for _, pb := range r.cfg.Publish {
@@ -198,7 +99,7 @@ func (r *runner) publish() error {
 			return fmt.Errorf("--publish %s: %w", pb, err)
 		}
 		to := netip.AddrPortFrom(target, pb.GuestPort)
-		p.serve(l, fmt.Sprintf("published port: connect to the guest at %s", to), func(net.Conn) (net.Conn, error) {
+		p.Serve(l, fmt.Sprintf("published port: connect to the guest at %s", to), func(net.Conn) (net.Conn, error) {
 			return dialIn(outside, to)
 		})
 		r.progress("published %s", pb)

@@ -25,6 +25,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
+	"github.com/virtlauncher/virtlauncher/internal/relay"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
@@ -327,8 +328,8 @@ type runner struct {
 	net     *pod.Network
 	monitor *pod.Process // nil until started
 	record  string       // the run's record file, once written
-	pub     *tcpRelay    // the published ports, once listening
-	egress  *tcpRelay    // the guest's way out, once listening
+	pub     *relay.Relay // the published ports, once listening
+	egress  *relay.Relay // the guest's way out, once listening
 	dns     *dnsRelay    // the guest's DNS relay, once listening
 	// identity is the VM's passwd and group (pod.Identity), open until
 	// the monitor has started.
@@ -406,7 +407,7 @@ func (r *runner) cleanup() error {
 		podGone = false
 	}
 	if r.pub != nil {
-		r.pub.close()
+		r.pub.Close()
 	}
 	if err := r.stopEgress(); err != nil {
 		errs = append(errs, err)
