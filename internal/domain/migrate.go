@@ -105,6 +105,9 @@ func unhonoured(o migration.Options) []string {
 	if o.AllowWorkloadDisruption {
 		out = append(out, "AllowWorkloadDisruption: no switch to post-copy or pause when the migration does not converge")
 	}
+	if o.AllowPostCopy {
+		out = append(out, "AllowPostCopy: libvirt is allowed post-copy, but nothing switches the migration to it")
+	}
 	return out
 }
 
