@@ -19,6 +19,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
 	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/migration"
 )
 
 // Fake is a Manager that records the operations it is asked for and
@@ -165,3 +166,17 @@ func Start(t testing.TB, m cmdserver.Manager) string {
 	})
 	return sock
 }
+
+func (f *Fake) Migrate(_ context.Context, vmi *v1.VirtualMachineInstance, _ migration.Options) error {
+	return f.op("Migrate", vmi)
+}
+func (f *Fake) CancelMigration(_ context.Context, vmi *v1.VirtualMachineInstance) error {
+	return f.op("CancelMigration", vmi)
+}
+func (f *Fake) PrepareMigrationTarget(_ context.Context, vmi *v1.VirtualMachineInstance, _ domain.SyncOptions) error {
+	return f.op("PrepareMigrationTarget", vmi)
+}
+func (f *Fake) FinalizeMigration(_ context.Context, vmi *v1.VirtualMachineInstance, _ []string) error {
+	return f.op("FinalizeMigration", vmi)
+}
+func (f *Fake) AbandonTarget() { f.op("AbandonTarget", &v1.VirtualMachineInstance{}) }
