@@ -183,33 +183,26 @@ func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt
 
 // migrationEnded records the call's outcome.
 func (m *Manager) migrationEnded(ctx context.Context, dom string, err error, took time.Duration) {
-	if err == nil {
+	mig := m.migrationMetadata()
+	switch {
+	case err == nil:
 		m.log.Info("migration completed", "domain", dom, "took", took.String())
 		m.setMigrationResult(ctx, false, "", "")
-		return
-	}
-	m.mu.Lock()
-	aborting := m.md.Migration != nil && m.md.Migration.AbortStatus == string(v1.MigrationAbortInProgress)
-	reason := ""
-	if m.md.Migration != nil {
-		reason = m.md.Migration.FailureReason
-	}
-	m.mu.Unlock()
-	if aborting {
-		// An abort asked for (the monitor's or Cancel's) ends the call.
-		if reason == "" {
-			reason = "Live migration aborted "
+	case mig != nil && mig.AbortStatus == string(v1.MigrationAbortInProgress):
+		// CancelMigration asked for the abort that ended the call.
+		m.log.Warn("migration cancelled", "domain", dom, "took", took.String())
+		m.setMigrationResult(ctx, true, "Live migration aborted ", v1.MigrationAbortSucceeded)
+	case mig != nil && mig.EndTimestamp != nil:
+		// The monitor's abort, recorded when it was made.
+		m.log.Info("migration call ended after its abort", "domain", dom, "reason", err.Error(), "took", took.String())
+	default:
+		abort := v1.MigrationAbortStatus("")
+		if strings.Contains(err.Error(), "canceled by client") {
+			abort = v1.MigrationAbortSucceeded
 		}
-		m.log.Warn("migration aborted", "domain", dom, "reason", reason, "took", took.String())
-		m.setMigrationResult(ctx, true, reason, v1.MigrationAbortSucceeded)
-		return
+		m.log.Error("migration failed", "domain", dom, "reason", err.Error(), "took", took.String())
+		m.setMigrationResult(ctx, true, "Live migration failed "+err.Error(), abort)
 	}
-	abort := v1.MigrationAbortStatus("")
-	if strings.Contains(err.Error(), "canceled by client") {
-		abort = v1.MigrationAbortSucceeded
-	}
-	m.log.Error("migration failed", "domain", dom, "reason", err.Error(), "took", took.String())
-	m.setMigrationResult(ctx, true, "Live migration failed "+err.Error(), abort)
 }
 
 // setMigrationResult moves the migration metadata (migration.Result) and
