@@ -11,17 +11,92 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/e2e/cluster"
 	"github.com/virtlauncher/virtlauncher/e2e/images"
+	"github.com/virtlauncher/virtlauncher/internal/kubevirtimage"
 	"github.com/virtlauncher/virtlauncher/internal/ociimage"
 )
 
 // KubeVirtVersion is the control plane's version (e2e/build/kubevirt).
 const KubeVirtVersion = "v1.8.2"
 
-// Launcher images: ours (`make image`), and, for the control, none yet.
+// Launcher images: ours (`make image`), the one the cluster is installed
+// with; and KubeVirt's own launcher on the same root file system
+// (internal/kubevirtimage), pushed only by the scenarios that compare the
+// two.
 const launcherRepo = "virtlauncher/virt-launcher:dev"
 
-// LauncherImage is the launcher image the cluster's KubeVirt uses.
+// LauncherImage is our launcher image, the one the cluster's KubeVirt is
+// installed with.
 func (e *Env) LauncherImage() string { return e.Cluster.Registry() + "/" + launcherRepo }
+
+// KubeVirtLauncherImage is KubeVirt's own launcher's image.
+func (e *Env) KubeVirtLauncherImage() string { return e.kubevirtImage("virt-launcher") }
+
+// PushKubeVirtLauncher builds KubeVirt's own launcher image from ours and
+// the binaries `make kubevirt-launcher` put in bin/kubevirt, and pushes it
+// as KubeVirtLauncherImage.
+func (e *Env) PushKubeVirtLauncher(ctx context.Context) error {
+	bin := filepath.Join(e.Root, "bin", "kubevirt")
+	if err := kubevirtimage.CheckBinaries(bin); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "vl-e2e-kubevirt-launcher-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	archive := filepath.Join(e.Root, "bin", "virtlauncher-launcher.oci.tar")
+	ours, err := ociimage.ReadArchive(archive, work)
+	if err != nil {
+		return fmt.Errorf("the launcher image: %w (run `make image`)", err)
+	}
+	img, err := kubevirtimage.Image(ctx, ours, bin, work, time.Unix(0, 0).UTC())
+	if err != nil {
+		return err
+	}
+	return images.PushImage(ctx, img, e.KubeVirtLauncherImage())
+}
+
+// UseLauncher switches the cluster's KubeVirt to the launcher image ref,
+// as a cluster admin would (VIRT_LAUNCHER_IMAGE on the operator), and
+// waits (10 min at most) until virt-controller renders launcher pods with
+// it, virt-handler has restarted on it (its node-labeller init container
+// runs the launcher image, so the image is pulled by then) and the
+// KubeVirt CR is Available again. It returns how long the switch took.
+func (e *Env) UseLauncher(ctx context.Context, ref string) (time.Duration, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	if _, err := e.Kubectl(ctx, "-n", "kubevirt", "set", "env", "deployment/virt-operator", "VIRT_LAUNCHER_IMAGE="+ref); err != nil {
+		return 0, err
+	}
+	for {
+		args, err := e.Kubectl(ctx, "-n", "kubevirt", "get", "deployment/virt-controller", "-o", "jsonpath={.spec.template.spec.containers[0].args}")
+		if err != nil {
+			return 0, err
+		}
+		ds, err := e.Kubectl(ctx, "-n", "kubevirt", "get", "daemonset/virt-handler", "-o", "jsonpath={.spec.template.spec.initContainers[*].image}")
+		if err != nil {
+			return 0, err
+		}
+		if strings.Contains(args, `"`+ref+`"`) && strings.Contains(" "+ds+" ", " "+ref+" ") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, e.Explain(context.Background(), "kubevirt", fmt.Errorf("launcher image %s: virt-controller's args %s, virt-handler's init images %q: %w", ref, args, ds, ctx.Err()))
+		case <-time.After(2 * time.Second):
+		}
+	}
+	for _, obj := range []string{"deployment/virt-operator", "deployment/virt-controller", "daemonset/virt-handler"} {
+		if _, err := e.KubectlTimeout(ctx, 6*time.Minute, "-n", "kubevirt", "rollout", "status", obj, "--timeout=5m"); err != nil {
+			return 0, e.Explain(context.Background(), "kubevirt", fmt.Errorf("launcher image %s: %w", ref, err))
+		}
+	}
+	if _, err := e.KubectlTimeout(ctx, 6*time.Minute, "-n", "kubevirt", "wait", "kv/kubevirt", "--for", "condition=Available", "--timeout=5m"); err != nil {
+		return 0, e.Explain(context.Background(), "kubevirt", err)
+	}
+	return time.Since(start), nil
+}
 
 func (e *Env) kubevirtImage(component string) string {
 	return e.Cluster.Registry() + "/kubevirt/" + component + ":" + KubeVirtVersion

@@ -34,11 +34,13 @@ type Spec struct {
 }
 
 // File is one file of the files layer: Src's contents, or Data; or, with
-// Dir, a directory of that mode (give it before anything in it).
+// Dir, a directory of that mode (give it before anything in it); or, with
+// Link, a symbolic link to Link.
 type File struct {
 	Dst, Src string
 	Data     []byte
 	Dir      bool
+	Link     string
 	Mode     int64    // 0 means 0755 (the files we add are programs); tar's mode bits (01777 for /tmp)
 	UID, GID int      // owner, root by default
 	Caps     []string // file capabilities, permitted and effective
@@ -102,21 +104,44 @@ func Image(s Spec, work string) (v1.Image, error) {
 		return nil, err
 	}
 	for _, l := range layers {
-		p := filepath.Join(work, l.file)
-		if err := writeTar(p, l.es); err != nil {
+		if img, err = appendLayer(img, l.es, s.Epoch, l.createdBy, filepath.Join(work, l.file)); err != nil {
 			return nil, err
 		}
-		layer, err := tarball.LayerFromFile(p, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
-		if err != nil {
-			return nil, fmt.Errorf("layer %s: %w", l.file, err)
-		}
-		img, err = mutate.Append(img, mutate.Addendum{
-			Layer:   layer,
-			History: v1.History{Created: v1.Time{Time: s.Epoch}, CreatedBy: l.createdBy},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("layer %s: %w", l.file, err)
-		}
+	}
+	return img, nil
+}
+
+// Append puts one more layer of files on base (an image read with
+// ReadArchive, say), with base's config unchanged; the layer's tar is
+// written into work, which must outlive every use of the image.
+func Append(base v1.Image, files []File, epoch time.Time, createdBy, work string) (v1.Image, error) {
+	es, err := fileEntries(files, epoch)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(work, "layer-*.tar")
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	return appendLayer(base, es, epoch, createdBy, f.Name())
+}
+
+// appendLayer writes es as the tar p and appends it to img as a layer.
+func appendLayer(img v1.Image, es []entry, epoch time.Time, createdBy, p string) (v1.Image, error) {
+	if err := writeTar(p, es); err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromFile(p, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
+	if err != nil {
+		return nil, fmt.Errorf("layer %s: %w", filepath.Base(p), err)
+	}
+	img, err = mutate.Append(img, mutate.Addendum{
+		Layer:   layer,
+		History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: createdBy},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("layer %s: %w", filepath.Base(p), err)
 	}
 	return img, nil
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -157,6 +159,10 @@ func fileEntries(files []File, epoch time.Time) ([]entry, error) {
 			es = append(es, entry{&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: f.Mode, Uid: f.UID, Gid: f.GID, ModTime: epoch}, nil})
 			continue
 		}
+		if f.Link != "" {
+			es = append(es, entry{&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: f.Link, Mode: 0o777, Uid: f.UID, Gid: f.GID, ModTime: epoch}, nil})
+			continue
+		}
 		data := f.Data
 		if f.Src != "" {
 			st, err := os.Stat(f.Src)
@@ -185,6 +191,47 @@ func fileEntries(files []File, epoch time.Time) ([]entry, error) {
 		es = append(es, entry{h, data})
 	}
 	return sortEntries(es)
+}
+
+// DirFiles lists the tree under dir as Files under dst ("/" for the
+// image's root): directories and regular files with their modes, symbolic
+// links as they are, everything root's. Anything else (a device, a
+// socket) is refused: a layer made from it would not be what dir holds.
+func DirFiles(dir, dst string) ([]File, error) {
+	var files []File
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		name := path.Join(dst, filepath.ToSlash(rel))
+		st, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch m := st.Mode(); {
+		case m.IsDir():
+			files = append(files, File{Dst: name, Dir: true, Mode: int64(m.Perm())})
+		case m.IsRegular():
+			files = append(files, File{Dst: name, Src: p, Mode: int64(m.Perm())})
+		case m&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			files = append(files, File{Dst: name, Link: target})
+		default:
+			return fmt.Errorf("%s: %s is neither a file, a directory nor a symbolic link", p, m.Type())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	return files, nil
 }
 
 // capBits are the capabilities -cap accepts (linux/capability.h).

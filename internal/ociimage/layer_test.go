@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func rootfsTar(t *testing.T, hs ...*tar.Header) *bytes.Buffer {
@@ -138,5 +140,101 @@ func TestFileEntriesDataDirsOwners(t *testing.T) {
 	}
 	if _, err := fileEntries([]File{{Dst: "/a/b", Data: []byte("x")}, {Dst: "/a", Dir: true, Mode: 0o700}}, time.Unix(1, 0)); err == nil {
 		t.Error("a directory given after a file in it was accepted")
+	}
+}
+
+// TestDirFiles: a tree (as dpkg-deb -x leaves it) becomes Files with its
+// modes and links, and the layer made of them holds the same tree; a FIFO
+// is refused.
+func TestDirFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"usr/bin", "usr/lib"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "usr/bin/xorriso"), []byte("ELF"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "usr/lib/libx.so.1.2"), []byte("SO"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("libx.so.1.2", filepath.Join(dir, "usr/lib/libx.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	files, err := DirFiles(dir, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := fileEntries(files, time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range es {
+		got[e.hdr.Name] = fmt.Sprintf("%c %o %s %d", e.hdr.Typeflag, e.hdr.Mode, e.hdr.Linkname, len(e.data))
+	}
+	want := map[string]string{
+		"usr/": "5 755  0", "usr/bin/": "5 755  0", "usr/lib/": "5 755  0",
+		"usr/bin/xorriso":     "0 755  3",
+		"usr/lib/libx.so.1.2": "0 644  2",
+		"usr/lib/libx.so.1":   "2 777 libx.so.1.2 0",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("entries %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %q, want %q", k, got[k], v)
+		}
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "usr/fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DirFiles(dir, "/"); err == nil || !strings.Contains(err.Error(), "neither") {
+		t.Errorf("a FIFO: %v, want it refused", err)
+	}
+}
+
+// TestAppend: one more layer on an image, its config kept.
+func TestAppend(t *testing.T) {
+	work := t.TempDir()
+	epoch := time.Unix(1, 0).UTC()
+	base, err := Image(Spec{Files: []File{{Dst: "/usr/bin/a", Data: []byte("A")}}, Epoch: epoch,
+		Config: Config{Entrypoint: []string{"/usr/bin/a"}}}, work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := Append(base, []File{{Dst: "/usr/bin/a", Data: []byte("B")}, {Dst: "/usr/bin/b", Link: "a"}}, epoch, "test", work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layers) != 2 || len(cf.Config.Entrypoint) != 1 || cf.Config.Entrypoint[0] != "/usr/bin/a" || cf.History[len(cf.History)-1].CreatedBy != "test" {
+		t.Fatalf("%d layers, config %+v, history %+v", len(layers), cf.Config, cf.History)
+	}
+	rc, err := layers[1].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, fmt.Sprintf("%s:%c:%s", h.Name, h.Typeflag, h.Linkname))
+	}
+	if got := strings.Join(names, " "); got != "usr/:5: usr/bin/:5: usr/bin/a:0: usr/bin/b:2:a" {
+		t.Errorf("top layer %s", got)
 	}
 }
