@@ -25,8 +25,8 @@ import (
 // Images alternate in blocks (ours, KubeVirt's, ours, ...; switching costs
 // an operator rollout, minutes), each block creating its VMIs one after
 // the other. The first VMI of each block is a warm-up, kept apart: right
-// after a switch it waits ~10 s more for either image (the restarted
-// virt-handler, not the launcher; measured 2026-12-04). Each VMI is
+// after a switch it waits ~10 s more for either image (so not for a
+// launcher's reason; virt-handler has just restarted), measured 2026-12-04. Each VMI is
 // deleted once its guest has booted: deleted in mid-boot, both launchers
 // wait longer for a guest that cannot answer the ACPI shutdown yet, which
 // is not what a user's delete meets. Nothing fails on a timing; it fails when a VMI does not come
