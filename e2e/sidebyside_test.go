@@ -22,21 +22,22 @@ import (
 // and `kubectl delete` → the launcher pod gone, for our launcher image and
 // for KubeVirt's own launcher (built from source at the control plane's
 // version, on our image's root file system: internal/kubevirtimage).
+//
 // Images alternate in blocks (ours, KubeVirt's, ours, ...; switching costs
 // an operator rollout, minutes), each block creating its VMIs one after
 // the other. The first VMI of each block is a warm-up, kept apart: right
 // after a switch it waits ~10 s more for either image (so not for a
-// launcher's reason; virt-handler has just restarted), measured 2026-12-04. Each VMI is
-// deleted once its guest has booted: deleted in mid-boot, both launchers
-// wait longer for a guest that cannot answer the ACPI shutdown yet, which
-// is not what a user's delete meets. Nothing fails on a timing; it fails when a VMI does not come
-// up, runs on the wrong image or does not go away.
+// launcher's reason; virt-handler has just restarted), measured
+// 2026-12-04. Each VMI is deleted once its guest has booted: deleted in
+// mid-boot, both launchers wait longer for a guest that cannot answer the
+// ACPI shutdown yet, which is not what a user's delete meets. Nothing
+// fails on a timing; it fails when a VMI does not come up, runs on the
+// wrong image or does not go away.
 //
 // It is issue 19's "kubectl create → Running for both launcher images",
 // run by `make e2e-bench` (which also builds KubeVirt's launcher); `make
 // e2e` skips it. E2E_BENCH_PAIRS (2) and E2E_BENCH_VMIS (4, the warm-up
-// included) set its size,
-// E2E_BENCH_OUT where its JSON goes.
+// included) set its size, E2E_BENCH_OUT where its JSON goes.
 func TestLaunchersSideBySide(t *testing.T) {
 	ctx := context.Background()
 	pairs, vmis := envInt(t, "E2E_BENCH_PAIRS", 2), envInt(t, "E2E_BENCH_VMIS", 4)
