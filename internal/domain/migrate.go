@@ -69,6 +69,10 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	if !active(st) {
 		return fmt.Errorf("migrate: domain %s is not running (state %d)", d.Name, st)
 	}
+	o, why := migration.ForDomain(o, st == libvirt.DomainPaused)
+	if why != "" {
+		m.log.Info("migrating without post-copy", "domain", d.Name, "reason", why)
+	}
 	var req migration.Request
 	if err := withContext(ctx, "prepare the migration of "+d.Name, func() error {
 		var err error
@@ -90,7 +94,8 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	m.refresh(ctx, EventModified, true)
 	flags := migration.Flags(o, v.IsBlockMigration(), st == libvirt.DomainPaused)
 	m.log.Info("migration starting", "migration", uid, "disks", req.Disks, "flags", fmt.Sprintf("%#x", uint32(flags)),
-		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.systemDaemon()))
+		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.systemDaemon()),
+		"allowPostCopy", o.AllowPostCopy, "allowWorkloadDisruption", o.AllowWorkloadDisruption)
 	go m.runMigration(bg, l, d, v, o, req, flags)
 	return nil
 }
@@ -124,17 +129,36 @@ func (m *Manager) migrationRequest(l *libvirt.Libvirt, d libvirt.Domain, v *v1.V
 func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, req migration.Request, flags libvirt.DomainMigrateFlags) {
 	t0 := time.Now()
 	done := make(chan error, 1)
-	go func() {
+	perform := func(req migration.Request, flags libvirt.DomainMigrateFlags) {
 		_, err := l.DomainMigratePerform3Params(d, libvirt.OptString{migration.DestinationURI(m.cfg.Layout, req.UID, m.systemDaemon())},
 			migration.Params(req), nil, flags)
 		done <- err
-	}()
-	mon := migration.NewMonitor(o, migration.DataSize(v, m.ephemeralBytes()))
+	}
+	go perform(req, flags)
+	size := migration.DataSize(v, m.ephemeralBytes())
+	mon := migration.NewMonitor(o, size)
 	tick := time.NewTicker(migrationPoll)
 	defer tick.Stop()
 	for {
 		select {
 		case err := <-done:
+			if flags&libvirt.MigratePostcopy != 0 && migration.PostCopyUnavailable(err) {
+				// AllowPostCopy allows post-copy, it does not ask for
+				// it: the target refused it before anything was sent,
+				// and still waits. The same migration runs again
+				// without it (KubeVirt's launcher fails it, and every
+				// migration of that policy to such a node).
+				m.log.Warn("the target cannot do post-copy: migrating again without it",
+					"domain", d.Name, "reason", err.Error(),
+					"why", "the target's QEMU may not use userfaultfd (vm.unprivileged_userfaultfd=0, and QEMU runs unprivileged)",
+					"allowWorkloadDisruption", o.AllowWorkloadDisruption)
+				o = o.WithoutPostCopy()
+				req.Options = o
+				flags = migration.Flags(o, flags&libvirt.MigrateNonSharedInc != 0, flags&libvirt.MigratePaused != 0)
+				mon = migration.NewMonitor(o, size)
+				go perform(req, flags)
+				continue
+			}
 			if err == nil {
 				m.logCompletedJob(bg, l, d)
 			}

@@ -1,9 +1,11 @@
 package migration
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
@@ -126,5 +128,47 @@ func TestSetMode(t *testing.T) {
 	}
 	if got := SetMode(now, v1.MigrationPostCopy).Mode; got != "PostCopy" {
 		t.Errorf("post-copy mode %q", got)
+	}
+}
+
+func TestForDomain(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		o        Options
+		paused   bool
+		postCopy bool // AllowPostCopy after
+		why      bool // a reason given
+	}{
+		{"running, post-copy allowed", Options{AllowPostCopy: true, AllowWorkloadDisruption: true}, false, true, false},
+		{"paused, post-copy allowed: dropped", Options{AllowPostCopy: true, AllowWorkloadDisruption: true}, true, false, true},
+		{"paused, no post-copy", Options{AllowWorkloadDisruption: true}, true, false, false},
+	} {
+		got, why := ForDomain(c.o, c.paused)
+		if got.AllowPostCopy != c.postCopy || (why != "") != c.why || got.AllowWorkloadDisruption != c.o.AllowWorkloadDisruption {
+			t.Errorf("%s: %+v, %q", c.name, got, why)
+		}
+		if f := Flags(got, false, c.paused); c.paused && f&libvirt.MigratePostcopy != 0 {
+			t.Errorf("%s: flags %#x ask for post-copy of a paused domain", c.name, f)
+		}
+	}
+}
+
+// TestPostCopyUnavailable: the target QEMU's refusal, as libvirt 9.0
+// reports it to the source (seen on this machine), and other failures.
+func TestPostCopyUnavailable(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"internal error: unable to execute QEMU command 'migrate-set-capabilities': Postcopy is not supported": true,
+		"operation failed: migration out job: canceled by client":                                              false,
+		"post-copy migration is not supported with non-live or paused migration":                               false,
+	} {
+		if got := PostCopyUnavailable(errors.New(msg)); got != want {
+			t.Errorf("%q: %v, want %v", msg, got, want)
+		}
+	}
+	if PostCopyUnavailable(nil) {
+		t.Error("nil: want false")
+	}
+	if o := (Options{AllowPostCopy: true, ParallelMigrationThreads: uintp(4)}).WithoutPostCopy(); o.AllowPostCopy || Flags(o, false, false)&libvirt.MigratePostcopy != 0 {
+		t.Errorf("WithoutPostCopy: %+v", o)
 	}
 }
