@@ -69,6 +69,10 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	if !active(st) {
 		return fmt.Errorf("migrate: domain %s is not running (state %d)", d.Name, st)
 	}
+	o, why := migration.ForDomain(o, st == libvirt.DomainPaused)
+	if why != "" {
+		m.log.Info("migrating without post-copy", "domain", d.Name, "reason", why)
+	}
 	var req migration.Request
 	if err := withContext(ctx, "prepare the migration of "+d.Name, func() error {
 		var err error
@@ -87,28 +91,13 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	if err != nil || running {
 		return err
 	}
-	for _, warn := range unhonoured(o) {
-		m.log.Warn("migration option not acted on", "option", warn)
-	}
 	m.refresh(ctx, EventModified, true)
 	flags := migration.Flags(o, v.IsBlockMigration(), st == libvirt.DomainPaused)
 	m.log.Info("migration starting", "migration", uid, "disks", req.Disks, "flags", fmt.Sprintf("%#x", uint32(flags)),
-		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.systemDaemon()))
+		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.systemDaemon()),
+		"allowPostCopy", o.AllowPostCopy, "allowWorkloadDisruption", o.AllowWorkloadDisruption)
 	go m.runMigration(bg, l, d, v, o, req, flags)
 	return nil
-}
-
-// unhonoured lists the options this launcher accepts but does not act on
-// yet (docs/migration.md §7, stage 3): the migration runs, pre-copy.
-func unhonoured(o migration.Options) []string {
-	var out []string
-	if o.AllowWorkloadDisruption {
-		out = append(out, "AllowWorkloadDisruption: no switch to post-copy or pause when the migration does not converge")
-	}
-	if o.AllowPostCopy {
-		out = append(out, "AllowPostCopy: libvirt is allowed post-copy, but nothing switches the migration to it")
-	}
-	return out
 }
 
 // migrationRequest builds the call's parameters: the migratable XML, the
@@ -140,20 +129,38 @@ func (m *Manager) migrationRequest(l *libvirt.Libvirt, d libvirt.Domain, v *v1.V
 func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, req migration.Request, flags libvirt.DomainMigrateFlags) {
 	t0 := time.Now()
 	done := make(chan error, 1)
-	go func() {
+	perform := func(req migration.Request, flags libvirt.DomainMigrateFlags) {
 		_, err := l.DomainMigratePerform3Params(d, libvirt.OptString{migration.DestinationURI(m.cfg.Layout, req.UID, m.systemDaemon())},
 			migration.Params(req), nil, flags)
 		done <- err
-	}()
-	limit := migration.Acceptable(o, migration.DataSize(v, m.ephemeralBytes()))
-	mon := migrationMonitor{progressTimeout: time.Duration(o.ProgressTimeout) * time.Second, acceptable: limit}
+	}
+	go perform(req, flags)
+	size := migration.DataSize(v, m.ephemeralBytes())
+	mon := migration.NewMonitor(o, size)
 	tick := time.NewTicker(migrationPoll)
 	defer tick.Stop()
 	for {
 		select {
 		case err := <-done:
+			if flags&libvirt.MigratePostcopy != 0 && migration.PostCopyUnavailable(err) {
+				// AllowPostCopy allows post-copy, it does not ask for
+				// it: the target refused it before anything was sent,
+				// and still waits. The same migration runs again
+				// without it (KubeVirt's launcher fails it, and every
+				// migration of that policy to such a node).
+				m.log.Warn("the target cannot do post-copy: migrating again without it",
+					"domain", d.Name, "reason", err.Error(),
+					"why", "the target's QEMU may not use userfaultfd (vm.unprivileged_userfaultfd=0, and QEMU runs unprivileged)",
+					"allowWorkloadDisruption", o.AllowWorkloadDisruption)
+				o = o.WithoutPostCopy()
+				req.Options = o
+				flags = migration.Flags(o, flags&libvirt.MigrateNonSharedInc != 0, flags&libvirt.MigratePaused != 0)
+				mon = migration.NewMonitor(o, size)
+				go perform(req, flags)
+				continue
+			}
 			if err == nil {
-				m.logCompletedJob(l, d)
+				m.logCompletedJob(bg, l, d)
 			}
 			m.migrationEnded(bg, d.Name, err, time.Since(t0))
 			return
@@ -163,22 +170,82 @@ func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt
 			return
 		case <-tick.C:
 		}
-		remaining, err := jobRemaining(l, d)
+		remaining, err := jobRemaining(bg, l, d)
 		if err != nil {
 			continue // the job may be ending; the call says how
 		}
-		reason := mon.check(time.Since(t0), remaining)
-		if reason == "" {
-			continue
+		elapsed := time.Since(t0)
+		dec := mon.Check(elapsed, remaining)
+		switch dec.Action {
+		case migration.Continue:
+		case migration.StartPostCopy, migration.Pause:
+			if err := m.assistMigration(bg, l, d, dec.Action, elapsed, mon.Acceptable()); err != nil {
+				// Asked again at the next reading, as KubeVirt does.
+				m.log.Error("assist the migration to complete", "action", dec.Action.String(), "reason", err.Error())
+				continue
+			}
+			mon.Switched(dec.Action)
+			m.setMigrationMode(bg, mon.Mode())
+		case migration.Abort:
+			m.log.Warn("aborting the migration", "reason", dec.Reason)
+			if err := callWithin(bg, "abort the migration", func() error { return l.DomainAbortJob(d) }); err != nil {
+				m.log.Error("abort the migration", "reason", err.Error())
+				continue
+			}
+			// The call's own failure, which follows, does not overwrite it.
+			m.setMigrationResult(bg, true, dec.Reason, v1.MigrationAbortSucceeded)
 		}
-		m.log.Warn("aborting the migration", "reason", reason)
-		if err := l.DomainAbortJob(d); err != nil {
-			m.log.Error("abort the migration", "reason", err.Error())
-			continue
-		}
-		// The call's own failure, which follows, does not overwrite it.
-		m.setMigrationResult(bg, true, reason, v1.MigrationAbortSucceeded)
 	}
+}
+
+// migrationCallTimeout bounds each libvirt call the migration's monitor
+// makes: a daemon that does not answer must not stop the monitor.
+const migrationCallTimeout = 10 * time.Second
+
+// callWithin runs the libvirt call f within migrationCallTimeout.
+func callWithin(ctx context.Context, what string, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, migrationCallTimeout)
+	defer cancel()
+	return withContext(ctx, what, f)
+}
+
+// assistMigration helps a migration that has not finished in its
+// completion time to finish, as AllowWorkloadDisruption lets it: it
+// switches it to post-copy (the guest runs on in the target while the
+// rest of its memory follows on demand), or, without AllowPostCopy,
+// pauses the source's guest so that its memory stops changing. A guest
+// paused so stays paused if the migration then fails, as KubeVirt leaves
+// it (the VMI shows it paused by the migration monitor): Sync does not
+// resume it, Unpause does.
+func (m *Manager) assistMigration(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, a migration.Action, elapsed, limit time.Duration) error {
+	switch a {
+	case migration.StartPostCopy:
+		m.log.Info("the migration has not completed in its time: switching it to post-copy",
+			"domain", d.Name, "elapsed", elapsed.Round(time.Millisecond).String(), "limit", limit.String())
+		return callWithin(ctx, "start post-copy", func() error { return l.DomainMigrateStartPostCopy(d, 0) })
+	case migration.Pause:
+		m.log.Info("the migration has not completed in its time: pausing the guest so that it can",
+			"domain", d.Name, "elapsed", elapsed.Round(time.Millisecond).String(), "limit", limit.String())
+		if err := callWithin(ctx, "pause the guest for its migration", func() error { return l.DomainSuspend(d) }); err != nil {
+			return err
+		}
+		m.mu.Lock()
+		m.userPaused = true
+		m.mu.Unlock()
+		m.log.Info("guest paused for its migration", "domain", d.Name, "limit", (2 * limit).String())
+		return nil
+	}
+	return fmt.Errorf("assist the migration: no such action %s", a)
+}
+
+// setMigrationMode records the migration's mode in its metadata and sends
+// the Domain (virt-handler copies the mode into the VMI's migration state).
+func (m *Manager) setMigrationMode(ctx context.Context, mode v1.MigrationMode) {
+	m.mu.Lock()
+	m.md.Migration = migration.SetMode(m.md.Migration, mode)
+	m.mu.Unlock()
+	m.log.Info("migration mode", "mode", string(mode))
+	m.refresh(ctx, EventModified, true)
 }
 
 // migrationEnded records the call's outcome.
@@ -254,35 +321,16 @@ func (m *Manager) CancelMigration(ctx context.Context, v *v1.VirtualMachineInsta
 	return nil
 }
 
-// migrationMonitor is the monitor's decision (KubeVirt's
-// processInflightMigration, pre-copy): abort a migration whose remaining
-// data has not dropped below the previous reading for progressTimeout, or
-// that has run longer than acceptable (0: no limit).
-type migrationMonitor struct {
-	progressTimeout, acceptable time.Duration
-	watermark                   uint64        // the previous reading
-	progressAt                  time.Duration // elapsed at the last drop
-}
-
-func (mm *migrationMonitor) check(elapsed time.Duration, remaining uint64) string {
-	if mm.watermark == 0 || remaining < mm.watermark {
-		mm.progressAt = elapsed
-	}
-	mm.watermark = remaining
-	if stuck := elapsed - mm.progressAt; mm.progressTimeout > 0 && stuck > mm.progressTimeout {
-		return fmt.Sprintf("Live migration stuck for %d seconds and has been aborted", int64(stuck/time.Second))
-	}
-	if mm.acceptable > 0 && elapsed > mm.acceptable {
-		return fmt.Sprintf("Live migration is not completed after %d seconds and has been aborted", int64(mm.acceptable/time.Second))
-	}
-	return ""
-}
-
 // jobRemaining reads the migration job's remaining data; an error when no
 // job runs.
-func jobRemaining(l *libvirt.Libvirt, d libvirt.Domain) (uint64, error) {
-	typ, params, err := l.DomainGetJobStats(d, 0)
-	if err != nil {
+func jobRemaining(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (uint64, error) {
+	var typ int32
+	var params []libvirt.TypedParam
+	if err := callWithin(ctx, "migration job statistics", func() error {
+		var err error
+		typ, params, err = l.DomainGetJobStats(d, 0)
+		return err
+	}); err != nil {
 		return 0, err
 	}
 	if libvirt.DomainJobType(typ) != libvirt.DomainJobUnbounded {
@@ -331,9 +379,13 @@ func (m *Manager) migrationMetadata() *domainjson.MigrationMetadata {
 
 // logCompletedJob logs what libvirt measured of the migration that just
 // completed: its time, the guest's downtime, the data moved.
-func (m *Manager) logCompletedJob(l *libvirt.Libvirt, d libvirt.Domain) {
-	_, params, err := l.DomainGetJobStats(d, libvirt.DomainJobStatsCompleted)
-	if err != nil {
+func (m *Manager) logCompletedJob(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) {
+	var params []libvirt.TypedParam
+	if err := callWithin(ctx, "statistics of the completed migration", func() error {
+		var err error
+		_, params, err = l.DomainGetJobStats(d, libvirt.DomainJobStatsCompleted)
+		return err
+	}); err != nil {
 		m.log.Warn("statistics of the completed migration", "reason", err.Error())
 		return
 	}

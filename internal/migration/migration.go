@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -308,4 +309,35 @@ func Result(now *domainjson.MigrationMetadata, failed bool, reason string, abort
 		next.EndTimestamp = &t
 	}
 	return &next, nil
+}
+
+// WithoutPostCopy is o with post-copy not allowed: libvirt's flag is not
+// set, and the monitor's workload-disruption assist pauses the guest.
+func (o Options) WithoutPostCopy() Options {
+	o.AllowPostCopy = false
+	return o
+}
+
+// ForDomain is the options a migration of a domain in that state runs
+// with, and why they differ from o ("" when they do not). A paused
+// domain is migrated without post-copy: libvirt refuses the two together
+// ("post-copy migration is not supported with non-live or paused
+// migration"), which would fail the whole migration as KubeVirt's does,
+// and a paused guest's memory does not change, so pre-copy converges.
+func ForDomain(o Options, paused bool) (Options, string) {
+	if paused && o.AllowPostCopy {
+		return o.WithoutPostCopy(), "the domain is paused: libvirt refuses post-copy for a paused migration, and pre-copy converges for a guest that does not run"
+	}
+	return o, ""
+}
+
+// PostCopyUnavailable says whether a migration failed because the
+// target's QEMU cannot do post-copy: it checks for userfaultfd when
+// libvirt enables the postcopy-ram capability there, and the kernel
+// refuses userfaultfd to an unprivileged process unless
+// vm.unprivileged_userfaultfd=1 (QEMU 7.2 does not use /dev/userfaultfd).
+// The failure comes before anything is sent: the migration can run again
+// without post-copy.
+func PostCopyUnavailable(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Postcopy is not supported")
 }
