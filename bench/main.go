@@ -80,7 +80,7 @@ func main() {
 	flag.DurationVar(&o.agentWindow, "agent-window", time.Minute, "how long the CPU time of a run with or without the guest agent is measured")
 	flag.DurationVar(&o.settle, "settle", 30*time.Second, "steady state after the guest booted before the memory sample")
 	flag.IntVar(&o.density, "density", 10, "VMIs started at once for the density figures")
-	flag.BoolVar(&o.kubevirt, "kubevirt", true, "run the side-by-side part (pair): KubeVirt's own launcher beside ours, both in pods of the launcher image's root file system; false where KubeVirt's launcher cannot be built")
+	flag.BoolVar(&o.kubevirt, "kubevirt", true, "run KubeVirt's own launcher beside ours, both in pods of the launcher image's root file system: the pair part, and the pod sets of the density part; false where KubeVirt's launcher cannot be built")
 	flag.StringVar(&o.imageDir, "image", "bin/image", "the launcher image's build directory: rootfs.tar and bin/ (make image)")
 	flag.StringVar(&o.kubevirtBin, "kubevirt-bin", "bin/kubevirt", "KubeVirt's virt-launcher and virt-launcher-monitor (make kubevirt-launcher)")
 	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
@@ -147,6 +147,7 @@ func run(e *env, o options, user string) error {
 	rep := report{Time: time.Now().UTC().Format(time.RFC3339), Host: hostInfo(), Config: config{
 		Runs: o.runs, SettleSeconds: o.settle.Seconds(), Density: o.density, Quick: o.quick, Only: o.only,
 		TranslatorRuns: o.benchRuns, AgentPairs: o.agentPairs, AgentWindowSeconds: o.agentWindow.Seconds(),
+		KubeVirt: o.kubevirt,
 	}}
 	var errs []error
 	if parts["pair"] && !o.kubevirt {
@@ -278,8 +279,10 @@ type config struct {
 	AgentPairs     int     `json:"agentPairs"`
 	// AgentWindowSeconds is how long each agent run's CPU time is measured.
 	AgentWindowSeconds float64 `json:"agentWindowSeconds"`
-	Quick              bool    `json:"quick"`
-	Only               string  `json:"only,omitempty"`
+	// KubeVirt says whether KubeVirt's launcher ran (pair, density pods).
+	KubeVirt bool   `json:"kubevirt"`
+	Quick    bool   `json:"quick"`
+	Only     string `json:"only,omitempty"`
 }
 
 func hostInfo() host {
