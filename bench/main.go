@@ -4,7 +4,9 @@
 // fixed memory, the time to ready and to a running guest (with the libvirt
 // capability cache cold and warm), the same domain through plain virsh as
 // the limit, the lifecycle verbs, ten VMIs at once, the guest agent
-// poller's cost, and the translator.
+// poller's cost, and the translator; and KubeVirt's own launcher beside
+// ours in pods of the same image (start, stats, volume hotplug, memory,
+// and ten VMIs of each at once).
 // It prints a table and writes every figure (median and p95 over repeated
 // runs, with the samples) to a JSON file. It never fails on a timing.
 //
