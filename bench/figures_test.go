@@ -161,3 +161,35 @@ func TestPrintPairs(t *testing.T) {
 		t.Errorf("pair figure %+v", f)
 	}
 }
+
+// TestPrintPairsDensity: the density figures get a table of their own, the
+// issue's bound on ours' PSS per VMI is judged on ours alone, and a figure
+// only one launcher has shows "-" for the other.
+func TestPrintPairsDensity(t *testing.T) {
+	r := newResults()
+	r.add("pair.virtlauncher.density_pss_per_vmi", 12.5)
+	r.add("pair.kubevirt.density_pss_per_vmi", 50)
+	r.add("pair.virtlauncher.density_booted", 10)
+	r.add("pair.virtlauncher.repeat_sync", 2)
+	var out strings.Builder
+	printPairs(&out, r)
+	got := out.String()
+	pairAt := strings.Index(got, "[side by side: same image root")
+	densAt := strings.Index(got, "[side by side at density")
+	if pairAt < 0 || densAt < pairAt {
+		t.Fatalf("want the pair table, then the density table:\n%s", got)
+	}
+	for _, want := range []string{
+		"helper PSS per VMI", "12.50", "50.00", "0.25", "ours <= 10  MISSED",
+		"guests booted", " 10 ",
+	} {
+		if !strings.Contains(got[densAt:], want) {
+			t.Errorf("density table lacks %q:\n%s", want, got)
+		}
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if strings.HasPrefix(l, "guests booted") && !strings.Contains(l, " - ") {
+			t.Errorf("KubeVirt's missing count not shown as -: %q", l)
+		}
+	}
+}

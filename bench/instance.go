@@ -38,7 +38,13 @@ type stamped struct {
 	typ     string
 	status  string
 	deleted bool
+	// disks are the domain's disks as the event shows them (hotplug).
+	disks []diskSeen
 }
+
+// diskSeen is one disk of a domain event: its alias without the "ua-"
+// prefix (the VMI's disk name for the VMI's disks) and its target.
+type diskSeen struct{ name, target string }
 
 // instance is one launcher run driven the way virt-handler drives it: a
 // pod-like work directory, a notify server on the share dir's
@@ -202,6 +208,11 @@ func (in *instance) recordEvents(ctx context.Context) {
 				continue
 			}
 			s := stamped{at: now, typ: e.EventType, status: e.Domain.Status.Status, deleted: e.Domain.ObjectMeta.DeletionTimestamp != nil}
+			for _, d := range e.Domain.Spec.Devices.Disks {
+				if d.Alias != nil {
+					s.disks = append(s.disks, diskSeen{name: d.Alias.Name, target: d.Target.Device})
+				}
+			}
 			in.events = append(in.events, s)
 		}
 		// Keep the count aligned with the server's, also for K8s events.

@@ -4,7 +4,9 @@
 // fixed memory, the time to ready and to a running guest (with the libvirt
 // capability cache cold and warm), the same domain through plain virsh as
 // the limit, the lifecycle verbs, ten VMIs at once, the guest agent
-// poller's cost, and the translator.
+// poller's cost, and the translator; and KubeVirt's own launcher beside
+// ours in pods of the same image (start, stats, volume hotplug, memory,
+// and ten VMIs of each at once).
 // It prints a table and writes every figure (median and p95 over repeated
 // runs, with the samples) to a JSON file. It never fails on a timing.
 //
@@ -66,6 +68,8 @@ type options struct {
 	kubevirt    bool
 	imageDir    string
 	kubevirtBin string
+	// hotplugs is how many volume plug/unplug cycles each pair run does.
+	hotplugs int
 }
 
 func main() {
@@ -80,7 +84,8 @@ func main() {
 	flag.DurationVar(&o.agentWindow, "agent-window", time.Minute, "how long the CPU time of a run with or without the guest agent is measured")
 	flag.DurationVar(&o.settle, "settle", 30*time.Second, "steady state after the guest booted before the memory sample")
 	flag.IntVar(&o.density, "density", 10, "VMIs started at once for the density figures")
-	flag.BoolVar(&o.kubevirt, "kubevirt", true, "run the side-by-side part (pair): KubeVirt's own launcher beside ours, both in pods of the launcher image's root file system; false where KubeVirt's launcher cannot be built")
+	flag.BoolVar(&o.kubevirt, "kubevirt", true, "run KubeVirt's own launcher beside ours, both in pods of the launcher image's root file system: the pair part, and the pod sets of the density part; false where KubeVirt's launcher cannot be built")
+	flag.IntVar(&o.hotplugs, "hotplugs", 3, "volume hotplug and unplug cycles per pair run (0: none)")
 	flag.StringVar(&o.imageDir, "image", "bin/image", "the launcher image's build directory: rootfs.tar and bin/ (make image)")
 	flag.StringVar(&o.kubevirtBin, "kubevirt-bin", "bin/kubevirt", "KubeVirt's virt-launcher and virt-launcher-monitor (make kubevirt-launcher)")
 	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
@@ -116,6 +121,9 @@ func main() {
 		if !set["agent-window"] {
 			o.agentWindow = 20 * time.Second
 		}
+		if !set["hotplugs"] {
+			o.hotplugs = 1
+		}
 	}
 	if err := run(e, o, user); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -137,8 +145,8 @@ func run(e *env, o options, user string) error {
 			}
 		}
 	}
-	if o.runs < 1 || o.density < 1 || o.benchRuns < 1 || o.agentPairs < 1 || o.agentWindow < time.Second {
-		return errors.New("-runs, -density, -agent-pairs and -translator-runs must be at least 1, -agent-window at least 1s")
+	if o.runs < 1 || o.density < 1 || o.benchRuns < 1 || o.agentPairs < 1 || o.agentWindow < time.Second || o.hotplugs < 0 {
+		return errors.New("-runs, -density, -agent-pairs and -translator-runs must be at least 1, -agent-window at least 1s, -hotplugs at least 0")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -147,6 +155,7 @@ func run(e *env, o options, user string) error {
 	rep := report{Time: time.Now().UTC().Format(time.RFC3339), Host: hostInfo(), Config: config{
 		Runs: o.runs, SettleSeconds: o.settle.Seconds(), Density: o.density, Quick: o.quick, Only: o.only,
 		TranslatorRuns: o.benchRuns, AgentPairs: o.agentPairs, AgentWindowSeconds: o.agentWindow.Seconds(),
+		Hotplugs: o.hotplugs, KubeVirt: o.kubevirt,
 	}}
 	var errs []error
 	if parts["pair"] && !o.kubevirt {
@@ -278,8 +287,12 @@ type config struct {
 	AgentPairs     int     `json:"agentPairs"`
 	// AgentWindowSeconds is how long each agent run's CPU time is measured.
 	AgentWindowSeconds float64 `json:"agentWindowSeconds"`
-	Quick              bool    `json:"quick"`
-	Only               string  `json:"only,omitempty"`
+	// Hotplugs is the volume plug/unplug cycles per pair run.
+	Hotplugs int `json:"hotplugsPerPairRun"`
+	// KubeVirt says whether KubeVirt's launcher ran (pair, density pods).
+	KubeVirt bool   `json:"kubevirt"`
+	Quick    bool   `json:"quick"`
+	Only     string `json:"only,omitempty"`
 }
 
 func hostInfo() host {

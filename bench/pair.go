@@ -73,7 +73,7 @@ func (b *bench) unpackImages(ctx context.Context) (map[string]*podImage, error) 
 	bins := map[string]string{kindOurs: filepath.Join(o.imageDir, "bin"), kindKubeVirt: o.kubevirtBin}
 	for _, p := range []string{tarball, filepath.Join(bins[kindOurs], "virt-launcher"), filepath.Join(bins[kindKubeVirt], "virt-launcher")} {
 		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("%w (make image and make kubevirt-launcher build it; -kubevirt=false skips the side-by-side part)", err)
+			return nil, fmt.Errorf("%w (make image and make kubevirt-launcher build it; -kubevirt=false skips the pair part and KubeVirt's side of density)", err)
 		}
 	}
 	monitorCaps, err := ociimage.FileCaps([]string{"net_bind_service"})
@@ -84,18 +84,20 @@ func (b *bench) unpackImages(ctx context.Context) (map[string]*podImage, error) 
 	for _, kind := range []string{kindOurs, kindKubeVirt} {
 		root := filepath.Join(b.env.workRoot, "img-"+kind)
 		if err := os.RemoveAll(root); err != nil {
-			return nil, err
+			return imgs, err
 		}
+		// Recorded before it is filled, so that a failure half-way still
+		// has it removed (podImages).
+		imgs[kind] = &podImage{kind: kind, root: root}
 		if err := os.MkdirAll(root, 0o755); err != nil {
-			return nil, err
+			return imgs, err
 		}
 		if out, err := exec.CommandContext(ctx, "tar", "-xf", tarball, "-C", root).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("unpack %s: %v: %s", tarball, err, out)
+			return imgs, fmt.Errorf("unpack %s: %v: %s", tarball, err, out)
 		}
-		imgs[kind] = &podImage{kind: kind, root: root}
 		for _, name := range []string{"virt-launcher", "virt-launcher-monitor"} {
 			if err := copyFileMode(filepath.Join(bins[kind], name), filepath.Join(root, "usr/bin", name), 0o755); err != nil {
-				return nil, err
+				return imgs, err
 			}
 		}
 		// Both images give the monitor CAP_NET_BIND_SERVICE as a file
@@ -103,11 +105,11 @@ func (b *bench) unpackImages(ctx context.Context) (map[string]*podImage, error) 
 		// image build), which a non-root monitor hands to the launcher as
 		// an ambient capability.
 		if err := unix.Setxattr(filepath.Join(root, "usr/bin/virt-launcher-monitor"), "security.capability", monitorCaps, 0); err != nil {
-			return nil, fmt.Errorf("file capability of the %s monitor: %w", kind, err)
+			return imgs, fmt.Errorf("file capability of the %s monitor: %w", kind, err)
 		}
 		if kind == kindKubeVirt {
 			if err := unpackDebs(ctx, filepath.Join(o.kubevirtBin, "debs"), root); err != nil {
-				return nil, err
+				return imgs, err
 			}
 			for name, content := range kubevirtExtras {
 				mode := os.FileMode(0o644)
@@ -115,14 +117,34 @@ func (b *bench) unpackImages(ctx context.Context) (map[string]*podImage, error) 
 					mode = 0o755
 				}
 				if err := os.WriteFile(filepath.Join(root, name), []byte(content), mode); err != nil {
-					return nil, err
+					return imgs, err
 				}
 			}
 		}
 		if err := mapQemuUser(root, b.env.owner); err != nil {
-			return nil, err
+			return imgs, err
 		}
 	}
+	return imgs, nil
+}
+
+// podImages unpacks the two images once per bench run: the pair part and
+// the density part's pods share them (read-only to the pods), and
+// bench.cleanup removes them.
+func (b *bench) podImages(ctx context.Context) (map[string]*podImage, error) {
+	if b.imgs != nil {
+		return b.imgs, nil
+	}
+	imgs, err := b.unpackImages(ctx)
+	if err != nil {
+		if !b.env.keep {
+			for _, img := range imgs {
+				os.RemoveAll(img.root)
+			}
+		}
+		return nil, fmt.Errorf("pod images: %w", err)
+	}
+	b.imgs = imgs
 	return imgs, nil
 }
 
@@ -265,10 +287,13 @@ func (in *instance) killPod() {
 
 // pairFigures are the figures of the side-by-side part, each recorded as
 // pair.<kind>.<name>; the issue's target is a ratio of medians, ours over
-// KubeVirt's (0: none).
+// KubeVirt's (0: none), or for some a bound on ours alone (oursMax). group
+// is the table they are printed in (pairGroups).
 type pairFigure struct {
 	name, label, unit string
 	target            float64
+	oursMax           float64
+	group             string
 }
 
 // pairKey splits pair.<kind>.<name> into the launcher and the figure.
@@ -286,35 +311,54 @@ func pairKey(key string) (string, pairFigure, bool) {
 	return "", pairFigure{}, false
 }
 
+// The tables of the side-by-side figures, in print order.
+const (
+	groupPair    = "pair"
+	groupDensity = "density"
+)
+
+var pairGroups = []struct{ name, header string }{
+	{groupPair, "side by side: same image root, same harness, alternating; medians"},
+	{groupDensity, "side by side at density: -density pods of each launcher started at once, one launcher's set after the other's, cold caches; medians"},
+}
+
 var pairFigures = []pairFigure{
-	{"ready", "exec -> launcher-sock", "ms", 0},
-	{"first_sync", "first Sync (RPC)", "ms", 0.4},
-	{"sync_running", "Sync -> running", "ms", 0},
-	{"exec_running", "pod start -> running", "ms", 0.4},
-	{"stats_first", "first GetDomainStats", "ms", 1},
-	{"stats_first_empty", "  answers without stats", "share", 0},
-	{"stats_steady", "GetDomainStats, 1/s steady", "ms", 1},
-	{"stats_steady_empty", "  answers without stats", "share", 0},
-	{"repeat_sync", "repeated Sync", "ms", 0.5},
-	{"helpers_rss", "helpers RSS", "MiB", 0.25},
-	{"helpers_pss", "helpers PSS", "MiB", 0},
-	{"launcher_rss", "launcher RSS", "MiB", 0},
-	{"monitor_rss", "monitor RSS", "MiB", 0},
-	{"shutdown_shutoff", "ACPI shutdown -> Shutoff", "ms", 0},
-	{"final_exit", "final event -> pod exit", "ms", 0},
+	{"ready", "exec -> launcher-sock", "ms", 0, 0, groupPair},
+	{"first_sync", "first Sync (RPC)", "ms", 0.4, 0, groupPair},
+	{"sync_running", "Sync -> running", "ms", 0, 0, groupPair},
+	{"exec_running", "pod start -> running", "ms", 0.4, 0, groupPair},
+	{"stats_first", "first GetDomainStats", "ms", 1, 0, groupPair},
+	{"stats_first_empty", "  answers without stats", "share", 0, 0, groupPair},
+	{"stats_steady", "GetDomainStats, 1/s steady", "ms", 1, 0, groupPair},
+	{"stats_steady_empty", "  answers without stats", "share", 0, 0, groupPair},
+	{"repeat_sync", "repeated Sync", "ms", 0.5, 0, groupPair},
+	{"hotplug_sync", "hotplug: Sync (RPC)", "ms", 0, 0, groupPair},
+	{"hotplug_event", "hotplug: Sync -> disk in event", "ms", 0, 0, groupPair},
+	{"unplug_sync", "unplug: Sync (RPC)", "ms", 0, 0, groupPair},
+	{"unplug_event", "unplug: Sync -> disk gone", "ms", 0, 0, groupPair},
+	{"helpers_rss", "helpers RSS", "MiB", 0.25, 0, groupPair},
+	{"helpers_pss", "helpers PSS", "MiB", 0, 0, groupPair},
+	{"launcher_rss", "launcher RSS", "MiB", 0, 0, groupPair},
+	{"monitor_rss", "monitor RSS", "MiB", 0, 0, groupPair},
+	{"shutdown_shutoff", "ACPI shutdown -> Shutoff", "ms", 0, 0, groupPair},
+	{"final_exit", "final event -> pod exit", "ms", 0, 0, groupPair},
+
+	{"density_ready", "exec -> launcher-sock", "ms", 0, 0, groupDensity},
+	{"density_first_sync", "first Sync (RPC)", "ms", 0, 0, groupDensity},
+	{"density_sync_running", "Sync -> running", "ms", 0, 0, groupDensity},
+	{"density_exec_running", "pod start -> running", "ms", 0, 0, groupDensity},
+	{"density_sync_booted", "Sync -> guest VL-READY", "ms", 0, 0, groupDensity},
+	{"density_booted", "guests booted", "count", 0, 0, groupDensity},
+	{"density_helpers_rss", "helper RSS, all VMIs", "MiB", 0, 0, groupDensity},
+	{"density_helpers_pss", "helper PSS, all VMIs", "MiB", 0, 0, groupDensity},
+	// Issue 19: ours at most 10 MiB PSS per VMI at 10 VMIs.
+	{"density_pss_per_vmi", "helper PSS per VMI", "MiB", 0, 10, groupDensity},
 }
 
 // pairs runs -runs pairs, alternating which launcher goes first, each run
 // with a cold capability cache as a new pod has.
 func (b *bench) pairs(ctx context.Context) error {
-	imgs, err := b.unpackImages(ctx)
-	if !b.env.keep {
-		defer func() {
-			for _, img := range imgs {
-				os.RemoveAll(img.root)
-			}
-		}()
-	}
+	imgs, err := b.podImages(ctx)
 	if err != nil {
 		return err
 	}
@@ -424,6 +468,22 @@ func (b *bench) pairRun(ctx context.Context, img *podImage, i int) error {
 	r.add(key("helpers_pss"), mib(sum.PSS))
 	r.add(key("launcher_rss"), mib(use[roleLauncher].RSS))
 	r.add(key("monitor_rss"), mib(use[roleMonitor].RSS))
+	// Hotplug after the memory sample, so that the memory figures stay
+	// those of a VMI that never had one. A new volume name each cycle,
+	// as each addvolume would have.
+	for k := 0; k < b.o.hotplugs; k++ {
+		s, err := in.hotplugCycle(ctx, fmt.Sprintf("hp%d", k))
+		if err != nil {
+			return err
+		}
+		r.between(key("hotplug_sync"), s.plugSent, s.plugDone)
+		r.between(key("hotplug_event"), s.plugSent, s.plugSeen)
+		r.between(key("unplug_sync"), s.unplugSent, s.unplugDone)
+		r.between(key("unplug_event"), s.unplugSent, s.unplugGone)
+		e.logf("pair %d %s: hotplug %d: Sync %v, disk in event %v; unplug: Sync %v, disk gone %v", i, img.kind, k,
+			s.plugDone.Sub(s.plugSent).Round(time.Millisecond), s.plugSeen.Sub(s.plugSent).Round(time.Millisecond),
+			s.unplugDone.Sub(s.unplugSent).Round(time.Millisecond), s.unplugGone.Sub(s.unplugSent).Round(time.Millisecond))
+	}
 	end, err := in.shutdownAndDelete(ctx, nil)
 	if err != nil {
 		return err
@@ -436,8 +496,8 @@ func (b *bench) pairRun(ctx context.Context, img *podImage, i int) error {
 	return nil
 }
 
-// printPairs writes the side-by-side table: both medians and their ratio,
-// against the issue's ratio targets.
+// printPairs writes the side-by-side tables: both medians and their
+// ratio, against the issue's ratio targets (or its bound on ours).
 func printPairs(w io.Writer, r *results) {
 	med := func(k string) (float64, bool) {
 		f, ok := r.figs[k]
@@ -447,33 +507,56 @@ func printPairs(w io.Writer, r *results) {
 		f.summarize()
 		return f.Median, true
 	}
-	header := false
-	for _, p := range pairFigures {
-		ours, ok1 := med("pair." + kindOurs + "." + p.name)
-		kv, ok2 := med("pair." + kindKubeVirt + "." + p.name)
-		if !ok1 && !ok2 {
-			continue
-		}
-		if !header {
-			fmt.Fprintln(w, "[side by side: same image root, same harness, alternating; medians]")
-			fmt.Fprintf(w, "%-26s  %-4s %12s %12s %8s %10s\n", "figure", "unit", "virtlauncher", "KubeVirt", "ratio", "target")
-			header = true
-		}
-		ratio, verdict := "-", ""
-		if ok1 && ok2 && kv > 0 {
-			x := ours / kv
-			ratio = strconv.FormatFloat(x, 'f', 2, 64)
-			if p.target > 0 {
-				verdict = "met"
-				if x > p.target {
-					verdict = "MISSED"
+	for _, g := range pairGroups {
+		header := false
+		for _, p := range pairFigures {
+			if p.group != g.name {
+				continue
+			}
+			ours, ok1 := med("pair." + kindOurs + "." + p.name)
+			kv, ok2 := med("pair." + kindKubeVirt + "." + p.name)
+			if !ok1 && !ok2 {
+				continue
+			}
+			if !header {
+				fmt.Fprintf(w, "[%s]\n", g.header)
+				fmt.Fprintf(w, "%-30s  %-5s %12s %12s %8s %10s\n", "figure", "unit", "virtlauncher", "KubeVirt", "ratio", "target")
+				header = true
+			}
+			ratio, verdict, target := "-", "", ""
+			if ok1 && ok2 && kv > 0 {
+				x := ours / kv
+				ratio = strconv.FormatFloat(x, 'f', 2, 64)
+				if p.target > 0 {
+					verdict = "met"
+					if x > p.target {
+						verdict = "MISSED"
+					}
 				}
 			}
+			switch {
+			case p.target > 0:
+				target = "<= " + strconv.FormatFloat(p.target, 'f', -1, 64) + "x"
+			case p.oursMax > 0:
+				target = "ours <= " + strconv.FormatFloat(p.oursMax, 'f', -1, 64)
+				if ok1 {
+					verdict = "met"
+					if ours > p.oursMax {
+						verdict = "MISSED"
+					}
+				}
+			}
+			o, k := num(ours), num(kv)
+			if p.unit == "count" {
+				o, k = strconv.FormatFloat(ours, 'f', 0, 64), strconv.FormatFloat(kv, 'f', 0, 64)
+			}
+			if !ok1 {
+				o = "-"
+			}
+			if !ok2 {
+				k = "-"
+			}
+			fmt.Fprintf(w, "%-30s  %-5s %12s %12s %8s %10s  %s\n", p.label, p.unit, o, k, ratio, target, verdict)
 		}
-		target := ""
-		if p.target > 0 {
-			target = "<= " + strconv.FormatFloat(p.target, 'f', -1, 64) + "x"
-		}
-		fmt.Fprintf(w, "%-26s  %-4s %12s %12s %8s %10s  %s\n", p.label, p.unit, num(ours), num(kv), ratio, target, verdict)
 	}
 }

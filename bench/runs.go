@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/notify"
@@ -32,6 +31,8 @@ type bench struct {
 	// profile is the largest mappings of each process of the last run,
 	// at its memory sample.
 	profile map[string][]mapping
+	// imgs are the pods' root file systems (podImages), once unpacked.
+	imgs map[string]*podImage
 }
 
 // cacheInfo records where the capability cache lives and whether libvirt
@@ -46,8 +47,14 @@ type cacheInfo struct {
 }
 
 func (b *bench) cleanup() {
-	if b.seed != "" && !b.env.keep {
+	if b.env.keep {
+		return
+	}
+	if b.seed != "" {
 		os.RemoveAll(b.seed)
+	}
+	for _, img := range b.imgs {
+		os.RemoveAll(img.root)
 	}
 }
 
@@ -312,119 +319,6 @@ func (b *bench) logPhases(in *instance, mode string) {
 			b.r.addDur(mode+".log.create", dur("took"))
 		}
 	}
-}
-
-// densityRun starts -density launchers at the same moment, each with a
-// seeded (warm) capability cache, syncs each as soon as it is ready, and
-// waits for every guest to boot.
-func (b *bench) densityRun(ctx context.Context) error {
-	e, r, n := b.env, b.r, b.o.density
-	if b.seed == "" {
-		e.logf("density: seeding a capability cache first")
-		if err := b.seedCache(ctx); err != nil {
-			return err
-		}
-	}
-	insts := make([]*instance, 0, n)
-	defer func() {
-		var wg sync.WaitGroup
-		for _, in := range insts {
-			wg.Add(1)
-			go func() { defer wg.Done(); in.cleanup() }()
-		}
-		wg.Wait()
-	}()
-	for i := 0; i < n; i++ {
-		in, err := newInstance(ctx, e, fmt.Sprintf("dens%d", i), b.seed)
-		if err != nil {
-			return err
-		}
-		insts = append(insts, in)
-	}
-	e.logf("density: starting %d launchers at once", n)
-	for _, in := range insts {
-		if err := in.start(); err != nil {
-			return err
-		}
-	}
-	type outcome struct {
-		running, booted time.Time
-		err             error
-	}
-	outs := make([]outcome, n)
-	var wg sync.WaitGroup
-	for i, in := range insts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o := &outs[i]
-			if o.err = in.waitReady(ctx); o.err != nil {
-				return
-			}
-			if o.err = in.firstSync(ctx); o.err != nil {
-				return
-			}
-			// Ten TCG guests share two cores with whatever else runs.
-			wctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
-			defer cancel()
-			if o.running, o.err = in.waitEvent(wctx, in.syncSentAt, "Running", isStatus("Running")); o.err != nil {
-				return
-			}
-			o.booted, o.err = in.console.wait(wctx, testguest.MarkerReady)
-		}()
-	}
-	wg.Wait()
-	booted := 0
-	var last time.Time
-	for i, in := range insts {
-		o := outs[i]
-		r.between("density.ready", in.execAt, in.readyAt)
-		r.between("density.first_sync", in.syncSentAt, in.syncDoneAt)
-		r.between("density.sync_running", in.syncSentAt, o.running)
-		r.between("density.exec_running", in.execAt, o.running)
-		r.between("density.sync_booted", in.syncSentAt, o.booted)
-		if o.err != nil {
-			r.note("density VMI %d: %v", i, o.err)
-			continue
-		}
-		booted++
-		if o.booted.After(last) {
-			last = o.booted
-		}
-	}
-	r.add("density.booted", float64(booted))
-	e.logf("density: %d of %d guests booted, the last %v after the launchers' exec", booted, n, last.Sub(insts[0].execAt).Round(time.Second))
-
-	var sum memUse
-	for _, in := range insts {
-		use, _, err := sampleMem(in.procs())
-		if err != nil {
-			r.note("density memory: %v", err)
-		}
-		for _, role := range helperRoles {
-			sum.add(use[role])
-		}
-	}
-	r.add("density.helpers.rss", mib(sum.RSS))
-	r.add("density.helpers.pss", mib(sum.PSS))
-	r.add("density.per_vm.pss", mib(sum.PSS)/float64(n))
-	e.logf("density: helpers of %d VMIs: RSS %.1f MiB, PSS %.1f MiB", n, mib(sum.RSS), mib(sum.PSS))
-
-	// Shut all down as the handler would.
-	for i, in := range insts {
-		if outs[i].err != nil || in.client == nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := in.shutdownAndDelete(ctx, nil); err != nil {
-				r.note("density VMI %d shutdown: %v", i, err)
-			}
-		}()
-	}
-	wg.Wait()
-	return nil
 }
 
 // seedCache makes a capability cache without a launcher run: a private
