@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/samples"
 )
 
 // Figure is one measured quantity over repeated runs.
@@ -35,20 +37,11 @@ type Figure struct {
 
 // summarize fills N, Median, P95 (nearest rank), Min, Max.
 func (f *Figure) summarize() {
-	xs := append([]float64(nil), f.Samples...)
-	sort.Float64s(xs)
-	f.N = len(xs)
+	sum := samples.Summarize(f.Samples)
+	f.N, f.Median, f.P95, f.Min, f.Max = sum.N, sum.Median, sum.P95, sum.Min, sum.Max
 	if f.N == 0 {
 		return
 	}
-	f.Min, f.Max = xs[0], xs[f.N-1]
-	if f.N%2 == 1 {
-		f.Median = xs[f.N/2]
-	} else {
-		f.Median = (xs[f.N/2-1] + xs[f.N/2]) / 2
-	}
-	rank := int(math.Ceil(0.95*float64(f.N))) - 1
-	f.P95 = xs[max(rank, 0)]
 	if f.limit != nil {
 		v := f.Median
 		if f.On == "p95" {

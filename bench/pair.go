@@ -5,7 +5,8 @@ package main
 // made from the same root file system: the launcher image's (make image),
 // which holds Debian's libvirt and QEMU. Only the binaries differ, and what
 // KubeVirt's launcher needs from its own image that Debian's packages lack
-// (see kubevirtExtras).
+// (internal/kubevirtimage, which the e2e's image of KubeVirt's launcher is
+// made from too).
 
 import (
 	"context"
@@ -22,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/virtlauncher/virtlauncher/internal/kubevirtimage"
 	"github.com/virtlauncher/virtlauncher/internal/ociimage"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
@@ -42,27 +44,6 @@ type podImage struct {
 	root string
 }
 
-// kubevirtExtras is what KubeVirt's launcher image gives its launcher that
-// the Debian root file system does not have:
-//   - /usr/sbin/virtqemud: KubeVirt starts the modular QEMU daemon by that
-//     path and dials virtqemud-sock; Debian 12 ships only the monolithic
-//     libvirtd, which runs the same QEMU driver and names its socket
-//     libvirt-sock in the same directory, so a link bridges the two names;
-//   - /etc/libvirt/qemu.conf, virtqemud.conf and virtlogd.conf, which
-//     KubeVirt's launcher copies and appends to (empty: every setting it
-//     needs it writes itself; its image's files hold only comments);
-//   - and xorriso, unpacked from Debian's packages (unpackDebs).
-var kubevirtExtras = map[string]string{
-	"usr/sbin/virtqemud": `#!/bin/sh
-# Debian 12 has no virtqemud: libvirtd runs the same QEMU driver.
-ln -sf libvirt-sock "$XDG_RUNTIME_DIR/libvirt/virtqemud-sock"
-exec /usr/sbin/libvirtd "$@"
-`,
-	"etc/libvirt/qemu.conf":      "",
-	"etc/libvirt/virtqemud.conf": "",
-	"etc/libvirt/virtlogd.conf":  "",
-}
-
 // unpackImages unpacks the launcher image's root file system twice, with
 // our binaries in one and KubeVirt's in the other. The image's qemu user
 // (107, KubeVirt's non-root pods) becomes the bench user, so that no pod
@@ -76,7 +57,7 @@ func (b *bench) unpackImages(ctx context.Context) (map[string]*podImage, error) 
 			return nil, fmt.Errorf("%w (make image and make kubevirt-launcher build it; -kubevirt=false skips the pair part and KubeVirt's side of density)", err)
 		}
 	}
-	monitorCaps, err := ociimage.FileCaps([]string{"net_bind_service"})
+	monitorCaps, err := ociimage.FileCaps(kubevirtimage.MonitorCaps)
 	if err != nil {
 		return nil, err
 	}
@@ -95,30 +76,22 @@ func (b *bench) unpackImages(ctx context.Context) (map[string]*podImage, error) 
 		if out, err := exec.CommandContext(ctx, "tar", "-xf", tarball, "-C", root).CombinedOutput(); err != nil {
 			return imgs, fmt.Errorf("unpack %s: %v: %s", tarball, err, out)
 		}
-		for _, name := range []string{"virt-launcher", "virt-launcher-monitor"} {
+		for _, name := range kubevirtimage.Binaries {
 			if err := copyFileMode(filepath.Join(bins[kind], name), filepath.Join(root, "usr/bin", name), 0o755); err != nil {
 				return imgs, err
 			}
 		}
-		// Both images give the monitor CAP_NET_BIND_SERVICE as a file
-		// capability (ours: the Makefile's mkimage -cap; KubeVirt's: its
-		// image build), which a non-root monitor hands to the launcher as
-		// an ambient capability.
+		// Both images give the monitor its file capability
+		// (kubevirtimage.MonitorCaps).
 		if err := unix.Setxattr(filepath.Join(root, "usr/bin/virt-launcher-monitor"), "security.capability", monitorCaps, 0); err != nil {
 			return imgs, fmt.Errorf("file capability of the %s monitor: %w", kind, err)
 		}
 		if kind == kindKubeVirt {
-			if err := unpackDebs(ctx, filepath.Join(o.kubevirtBin, "debs"), root); err != nil {
+			if err := kubevirtimage.UnpackDebs(ctx, o.kubevirtBin, root); err != nil {
 				return imgs, err
 			}
-			for name, content := range kubevirtExtras {
-				mode := os.FileMode(0o644)
-				if strings.HasPrefix(content, "#!") {
-					mode = 0o755
-				}
-				if err := os.WriteFile(filepath.Join(root, name), []byte(content), mode); err != nil {
-					return imgs, err
-				}
+			if err := kubevirtimage.WriteExtras(root); err != nil {
+				return imgs, err
 			}
 		}
 		if err := mapQemuUser(root, b.env.owner); err != nil {
@@ -146,25 +119,6 @@ func (b *bench) podImages(ctx context.Context) (map[string]*podImage, error) {
 	}
 	b.imgs = imgs
 	return imgs, nil
-}
-
-// unpackDebs unpacks the Debian packages in dir (make kubevirt-launcher
-// downloads them: KUBEVIRT_IMAGE_DEBS) into root, as dpkg would have
-// installed them into KubeVirt's image.
-func unpackDebs(ctx context.Context, dir, root string) error {
-	debs, err := filepath.Glob(filepath.Join(dir, "*.deb"))
-	if err != nil {
-		return err
-	}
-	if len(debs) == 0 {
-		return fmt.Errorf("no packages in %s: make kubevirt-launcher downloads what KubeVirt's image has beyond ours (xorriso)", dir)
-	}
-	for _, d := range debs {
-		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", d, root).CombinedOutput(); err != nil {
-			return fmt.Errorf("unpack %s: %v: %s", d, err, out)
-		}
-	}
-	return nil
 }
 
 // mapQemuUser gives the image's qemu user and group the bench user's ids.
