@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/relay"
@@ -28,6 +29,7 @@ const dialTimeout = 10 * time.Second
 type Stream struct {
 	Source, Target string
 	relay          *relay.Relay
+	conns          atomic.Int64
 }
 
 // Open starts the stream's two ends; the source socket goes to uid:gid,
@@ -58,11 +60,18 @@ func Open(source, target string, uid, gid int, log *slog.Logger) (*Stream, error
 		return nil, fmt.Errorf("migration proxy at %s: %w", source, err)
 	}
 	addr := tln.Addr().String()
+	st := &Stream{Source: source, Target: target, relay: rl}
 	rl.Serve(sln, source, func(net.Conn) (net.Conn, error) {
+		st.conns.Add(1)
 		return net.DialTimeout("tcp", addr, dialTimeout)
 	})
-	return &Stream{Source: source, Target: target, relay: rl}, nil
+	return st, nil
 }
+
+// Connections is how many connections the source socket has taken: the
+// libvirt connection is one per migration, the memory stream one, or one
+// more per channel for a parallel migration.
+func (s *Stream) Connections() int64 { return s.conns.Load() }
 
 // Close ends both ends and removes the source socket.
 func (s *Stream) Close() error {

@@ -58,7 +58,7 @@ func fixedRoot(t *testing.T) string {
 // memory stream, the disks), each piped through a TCP port to b's socket
 // of that stream: b's daemon by KubeVirt's name for it, and the sockets
 // the incoming QEMU and NBD server listen on.
-func migrationProxy(t *testing.T, a, b *pod) {
+func migrationProxy(t *testing.T, a, b *pod) map[int]*migrationproxy.Stream {
 	t.Helper()
 	dir := a.Layout.MigrationProxyDir()
 	launchertest.Must(t, os.MkdirAll(dir, 0o750))
@@ -68,11 +68,14 @@ func migrationProxy(t *testing.T, a, b *pod) {
 		layout.DirectMigrationPort: b.Layout.MigrationSocket(b.UID, layout.DirectMigrationPort),
 		layout.BlockMigrationPort:  b.Layout.MigrationSocket(b.UID, layout.BlockMigrationPort),
 	}
+	streams := map[int]*migrationproxy.Stream{}
 	for port, target := range targets {
 		s, err := migrationproxy.Open(a.Layout.MigrationSocket(a.UID, port), target, int(env.Cred.Uid), int(env.Cred.Gid), nil)
 		launchertest.Must(t, err)
 		t.Cleanup(func() { s.Close() })
+		streams[port] = s
 	}
+	return streams
 }
 
 // waitMigrationOf is waitMigration for the migration uid.
@@ -126,13 +129,23 @@ func waitMigration(t *testing.T, ctx context.Context, c *cmdclient.Client, who s
 // disks come along (block migration of the containerDisk overlay, the
 // emptyDisk and the cloud-init ISO). The source pod exits 0 and leaves
 // nothing behind.
-func TestLiveMigration(t *testing.T) { liveMigration(t, false) }
+func TestLiveMigration(t *testing.T) { liveMigration(t, false, nil) }
 
 // TestLiveMigrationNetwork (issue 17): the same with the pod network
 // (masquerade): the target's DHCP server and pod network are ready before
 // the switch-over, and the guest keeps its MAC and address and reaches
 // its gateway, now the target pod's, with no new lease.
-func TestLiveMigrationNetwork(t *testing.T) { liveMigration(t, true) }
+func TestLiveMigrationNetwork(t *testing.T) { liveMigration(t, true, nil) }
+
+// TestLiveMigrationParallel (issue 17): KubeVirt's parallel migration
+// (ParallelMigrationThreads: libvirt's PARALLEL flag and its connection
+// count) with block migration: the memory stream opens one connection per
+// channel besides its main one through the proxy, and the guest goes on
+// in the target as in TestLiveMigration.
+func TestLiveMigrationParallel(t *testing.T) {
+	threads := uint(4)
+	liveMigration(t, false, &threads)
+}
 
 // netReport is user-data that leases eth0's address from the launcher's
 // DHCP server (the test VMI's command line turns the guest's own DHCP
@@ -147,10 +160,11 @@ var netLine = regexp.MustCompile(`VL-NET ([0-9a-f:]{17}) ([0-9./]+) ping=(\d+) X
 // the migration is under way (migration mig-1, block migration over unix
 // sockets).
 type migrationPair struct {
-	a, b   *pod
-	ca, cb *cmdclient.Client
-	vm     *v1.VirtualMachineInstance
-	ctx    context.Context
+	a, b    *pod
+	ca, cb  *cmdclient.Client
+	vm      *v1.VirtualMachineInstance
+	ctx     context.Context
+	streams map[int]*migrationproxy.Stream // by port, once prepareTarget ran
 }
 
 // newMigrationPair starts the two pods (FixedRoot, one VMI uid), a notify
@@ -200,7 +214,7 @@ func (mp *migrationPair) prepareTarget(t *testing.T) {
 	t.Helper()
 	launchertest.Must(t, mp.cb.SyncMigrationTarget(mp.ctx, mp.vm, cmdclient.HandlerSyncOptions()))
 	launchertest.Must(t, mp.cb.SyncMigrationTarget(mp.ctx, mp.vm, cmdclient.HandlerSyncOptions()))
-	migrationProxy(t, mp.a, mp.b)
+	mp.streams = migrationProxy(t, mp.a, mp.b)
 }
 
 // stillCounting checks that the guest runs on in the source pod: its
@@ -212,7 +226,7 @@ func (mp *migrationPair) stillCounting(t *testing.T) {
 	waitStatus(t, mp.ctx, mp.ca, "Running", "Unknown")
 }
 
-func liveMigration(t *testing.T, network bool) {
+func liveMigration(t *testing.T, network bool, threads *uint) {
 	mp := newMigrationPair(t, network)
 	a, b, ca, cb, vm, ctx := mp.a, mp.b, mp.ca, mp.cb, mp.vm, mp.ctx
 
@@ -227,7 +241,7 @@ func liveMigration(t *testing.T, network bool) {
 	mp.stillCounting(t)
 	mp.prepareTarget(t)
 	t0 := time.Now()
-	launchertest.Must(t, ca.Migrate(ctx, vm, migration.Options{ProgressTimeout: 150, CompletionTimeoutPerGiB: 150}))
+	launchertest.Must(t, ca.Migrate(ctx, vm, migration.Options{ProgressTimeout: 150, CompletionTimeoutPerGiB: 150, ParallelMigrationThreads: threads}))
 	src := waitMigrationOf(t, ctx, ca, "mig-1", 3*time.Minute)
 	if src.Failed || src.UID != "mig-1" || src.Mode != "PreCopy" || src.StartTimestamp == nil {
 		t.Fatalf("source migration metadata %+v, want mig-1 ended, not failed", src)
@@ -238,6 +252,15 @@ func liveMigration(t *testing.T, network bool) {
 		t.Errorf("target migration metadata %+v", dst)
 	}
 	waitStatus(t, ctx, ca, "Shutoff", "Migrated")
+	// The memory stream's connections: one, or with parallel migration
+	// one per channel besides the main one.
+	wantConns := int64(1)
+	if threads != nil {
+		wantConns += int64(*threads)
+	}
+	if n := mp.streams[layout.DirectMigrationPort].Connections(); n != wantConns {
+		t.Errorf("the memory stream took %d connections through the proxy, want %d", n, wantConns)
+	}
 	if d, exists, err := cb.GetDomain(ctx); err != nil || !exists || d.Status.Status != "Running" {
 		t.Errorf("the target's domain after the migration: %+v, exists %v, %v; want it running", d, exists, err)
 	}
