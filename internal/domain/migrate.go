@@ -139,6 +139,7 @@ func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt
 	mon := migration.NewMonitor(o, size)
 	tick := time.NewTicker(migrationPoll)
 	defer tick.Stop()
+	var throttle int32
 	for {
 		select {
 		case err := <-done:
@@ -170,10 +171,17 @@ func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt
 			return
 		case <-tick.C:
 		}
-		remaining, err := jobRemaining(bg, l, d)
+		jp, err := jobRemaining(bg, l, d)
 		if err != nil {
 			continue // the job may be ending; the call says how
 		}
+		if jp.throttle != throttle {
+			// Auto-converge slows the guest down step by step until the
+			// migration converges: worth a line each step.
+			throttle = jp.throttle
+			m.log.Info("migration: auto-converge throttles the guest", "domain", d.Name, "cpuThrottlePercent", throttle)
+		}
+		remaining := jp.remaining
 		elapsed := time.Since(t0)
 		dec := mon.Check(elapsed, remaining)
 		switch dec.Action {
@@ -321,9 +329,17 @@ func (m *Manager) CancelMigration(ctx context.Context, v *v1.VirtualMachineInsta
 	return nil
 }
 
-// jobRemaining reads the migration job's remaining data; an error when no
-// job runs.
-func jobRemaining(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (uint64, error) {
+// jobProgress is what the monitor reads of a running migration job.
+type jobProgress struct {
+	remaining uint64 // bytes
+	// throttle is auto-converge's slow-down of the guest's vCPUs, in
+	// percent (0: none, or no auto-converge).
+	throttle int32
+}
+
+// jobRemaining reads the migration job's remaining data and auto-converge
+// throttle; an error when no job runs.
+func jobRemaining(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jobProgress, error) {
 	var typ int32
 	var params []libvirt.TypedParam
 	if err := callWithin(ctx, "migration job statistics", func() error {
@@ -331,19 +347,29 @@ func jobRemaining(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (ui
 		typ, params, err = l.DomainGetJobStats(d, 0)
 		return err
 	}); err != nil {
-		return 0, err
+		return jobProgress{}, err
 	}
 	if libvirt.DomainJobType(typ) != libvirt.DomainJobUnbounded {
-		return 0, errors.New("no migration job")
+		return jobProgress{}, errors.New("no migration job")
 	}
+	var jp jobProgress
+	found := false
 	for _, p := range params {
-		if p.Field == libvirt.DomainJobDataRemaining {
+		switch p.Field {
+		case libvirt.DomainJobDataRemaining:
 			if v, ok := p.Value.I.(uint64); ok {
-				return v, nil
+				jp.remaining, found = v, true
+			}
+		case libvirt.DomainJobAutoConvergeThrottle:
+			if v, ok := p.Value.I.(int32); ok {
+				jp.throttle = v
 			}
 		}
 	}
-	return 0, errors.New("no data_remaining in the job's stats")
+	if !found {
+		return jobProgress{}, errors.New("no data_remaining in the job's stats")
+	}
+	return jp, nil
 }
 
 // systemDaemon says whether the launcher's daemon runs in system mode

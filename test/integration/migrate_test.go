@@ -465,6 +465,43 @@ func TestMigrationPaused(t *testing.T) {
 	}
 }
 
+// TestMigrationAutoConverge (issue 17, stage 3): the migration that does
+// not converge in TestMigrationPaused (aborted at 8 s without an assist),
+// with AllowAutoConverge and a limit it can meet: QEMU slows the guest's
+// vCPUs down step by step (the source says so at each step), and the
+// migration completes, pre-copy, with the guest never paused; it goes on
+// in the target.
+func TestMigrationAutoConverge(t *testing.T) {
+	mp := newMigrationPair(t, false, dirtier)
+	mp.prepareTarget(t)
+	o := migration.Options{Bandwidth: resource.MustParse("16Mi"), ProgressTimeout: 150, CompletionTimeoutPerGiB: 120, AllowAutoConverge: true}
+	t0 := time.Now()
+	launchertest.Must(t, mp.ca.Migrate(mp.ctx, mp.vm, o))
+	src := waitMigrationOf(t, mp.ctx, mp.ca, "mig-1", 3*time.Minute)
+	if src.Failed || src.Mode != string(v1.MigrationPreCopy) {
+		t.Fatalf("source migration metadata %+v, want it completed pre-copy", src)
+	}
+	t.Logf("the migration took %v", time.Since(t0))
+	log := mp.a.Stderr.String()
+	steps := strings.Count(log, "auto-converge throttles the guest")
+	if steps == 0 {
+		t.Errorf("the source never said auto-converge throttled the guest:\n%s", launchertest.Tail(log, 3000))
+	}
+	if strings.Contains(log, "pausing the guest") {
+		t.Errorf("the guest was paused; auto-converge alone should have done it")
+	}
+	t.Logf("%d throttle steps", steps)
+	waitStatus(t, mp.ctx, mp.ca, "Shutoff", "Migrated")
+	waitStatus(t, mp.ctx, mp.cb, "Running", "Unknown")
+	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm))
+	last := counts(mp.a.Console())
+	mp.b.WaitConsole("VL-COUNT-"+strconv.Itoa(last[len(last)-1]+10), time.Minute)
+	launchertest.Must(t, mp.ca.Delete(mp.ctx, mp.vm))
+	if code := mp.a.ExitCode(time.Minute); code != 0 {
+		t.Fatalf("source pod exit status %d, want 0", code)
+	}
+}
+
 // TestMigrationPostCopyUnavailable (issue 17, stage 3): AllowPostCopy on a
 // machine whose QEMU may not use userfaultfd (vm.unprivileged_userfaultfd=0,
 // QEMU unprivileged, as here): the target's QEMU refuses post-copy ("Postcopy
