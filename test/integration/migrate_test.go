@@ -336,6 +336,18 @@ func (mp *migrationPair) waitMigrating(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The memory stream opens once libvirt has the disks mirrored (block
+	// migration copies them first). A target stopped before that was not
+	// caught by the progress timeout in 60 s (make test, 2026-12-04: the
+	// job's remaining data, as the monitor reads it, shows no stall in
+	// that phase; docs/migration.md §8), so the tests that stop or cancel
+	// wait for the memory stream. Under load the disk phase lasts seconds.
+	for mp.streams[layout.DirectMigrationPort].Connections() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the migration's memory stream did not open in 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	time.Sleep(time.Second)
 }
 
