@@ -202,43 +202,21 @@ func (m *Manager) Screenshot(ctx context.Context, v *v1.VirtualMachineInstance) 
 	if !ok {
 		return "", nil, fmt.Errorf("screenshot: no domain is defined")
 	}
-	var buf limitedBuffer
-	var mime string
 	// go-libvirt decodes the reply (the MIME type) from the stream's
 	// closing packet, which is empty, so a screenshot that came whole ends
 	// in an XDR EOF. Seldom that closing packet is read before the data
-	// (seen in clean-clone runs: an XDR EOF and no byte, or the MIME type
-	// and no byte): then the screenshot is taken again, twice at most,
-	// and an error if it never comes.
+	// (seen in clean-clone runs: an XDR EOF and no byte, the MIME type and
+	// no byte, or no answer at all for minutes): then the screenshot is
+	// taken again, twice at most, each try within screenshotTry, and an
+	// error if it never comes.
+	var (
+		mime string
+		buf  *limitedBuffer
+	)
 	for attempt := 0; attempt < 3; attempt++ {
-		buf = limitedBuffer{limit: maxScreenshot}
-		var streamEOF bool
-		err = withContext(ctx, "screenshot of domain "+d.Name, func() error {
-			m, err := l.DomainScreenshot(d, &buf, 0, 0)
-			var lerr libvirt.Error
-			if err != nil && !errors.As(err, &lerr) {
-				if buf.Len() == 0 {
-					streamEOF = true
-					return err
-				}
-				// libvirt chose the format it asked QEMU for; the
-				// image's magic names it.
-				mime, err = imageMIME(buf.Bytes())
-				return err
-			}
-			if err == nil && len(m) > 0 {
-				mime = m[0]
-			}
-			if err == nil && buf.Len() == 0 {
-				// The reply came, the data not (seen in make test,
-				// 2026-12-04: image/png and no byte): take it again;
-				// an empty image is never an answer.
-				streamEOF = true
-				return fmt.Errorf("screenshot of domain %s: libvirt answered %q with no data", d.Name, mime)
-			}
-			return err
-		})
-		if !streamEOF || ctx.Err() != nil {
+		var retry bool
+		mime, buf, retry, err = screenshotOnce(ctx, l, d)
+		if !retry || ctx.Err() != nil {
 			break
 		}
 		m.log.Warn("screenshot came without data, taking it again", "domain", d.Name, "reason", err.Error())
@@ -250,6 +228,62 @@ func (m *Manager) Screenshot(ctx context.Context, v *v1.VirtualMachineInstance) 
 		return "", nil, fmt.Errorf("screenshot of domain %s: larger than %d bytes", d.Name, maxScreenshot)
 	}
 	return mime, buf.Bytes(), nil
+}
+
+// screenshotTry bounds one try of a screenshot: under TCG one takes well
+// under a second; a try whose stream never ends is abandoned.
+const screenshotTry = 10 * time.Second
+
+// screenshotOnce takes one screenshot. Everything the call writes is its
+// own (an abandoned try may still write after its deadline); retry says
+// the try came without data and is worth repeating.
+func screenshotOnce(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (mime string, buf *limitedBuffer, retry bool, err error) {
+	type result struct {
+		mime  string
+		buf   *limitedBuffer
+		retry bool
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b := &limitedBuffer{limit: maxScreenshot}
+		ms, err := l.DomainScreenshot(d, b, 0, 0)
+		var lerr libvirt.Error
+		switch {
+		case err != nil && !errors.As(err, &lerr):
+			if b.Len() == 0 {
+				done <- result{retry: true, err: err}
+				return
+			}
+			// libvirt chose the format it asked QEMU for; the image's
+			// magic names it.
+			mt, err := imageMIME(b.Bytes())
+			done <- result{mime: mt, buf: b, err: err}
+		case err != nil:
+			done <- result{err: err}
+		case b.Len() == 0:
+			// The reply came, the data not: an empty image is never an
+			// answer.
+			done <- result{retry: true, err: fmt.Errorf("libvirt answered %q with no data", ms)}
+		default:
+			mt := ""
+			if len(ms) > 0 {
+				mt = ms[0]
+			}
+			done <- result{mime: mt, buf: b}
+		}
+	}()
+	tctx, cancel := context.WithTimeout(ctx, screenshotTry)
+	defer cancel()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return "", nil, r.retry, fmt.Errorf("screenshot of domain %s: %w", d.Name, r.err)
+		}
+		return r.mime, r.buf, false, nil
+	case <-tctx.Done():
+		return "", nil, ctx.Err() == nil, fmt.Errorf("screenshot of domain %s: %w", d.Name, tctx.Err())
+	}
 }
 
 // imageMIME names the formats QEMU's screendump writes for libvirt: PNG
