@@ -137,15 +137,6 @@ func TestLiveMigration(t *testing.T) { liveMigration(t, false, nil) }
 // its gateway, now the target pod's, with no new lease.
 func TestLiveMigrationNetwork(t *testing.T) { liveMigration(t, true, nil) }
 
-// TestLiveMigrationParallel (issue 17): KubeVirt's parallel migration
-// (ParallelMigrationThreads: libvirt's PARALLEL flag and its connection
-// count) with block migration: the memory stream opens one connection per
-// channel besides its main one through the proxy, and the guest goes on
-// in the target as in TestLiveMigration.
-func TestLiveMigrationParallel(t *testing.T) {
-	threads := uint(4)
-	liveMigration(t, false, &threads)
-}
 
 // netReport is user-data that leases eth0's address from the launcher's
 // DHCP server (the test VMI's command line turns the guest's own DHCP
