@@ -137,7 +137,6 @@ func TestLiveMigration(t *testing.T) { liveMigration(t, false, nil) }
 // its gateway, now the target pod's, with no new lease.
 func TestLiveMigrationNetwork(t *testing.T) { liveMigration(t, true, nil) }
 
-
 // netReport is user-data that leases eth0's address from the launcher's
 // DHCP server (the test VMI's command line turns the guest's own DHCP
 // off), then prints, every second, eth0's MAC and address and whether the
