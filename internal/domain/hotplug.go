@@ -234,56 +234,46 @@ func (m *Manager) Screenshot(ctx context.Context, v *v1.VirtualMachineInstance) 
 // under a second; a try whose stream never ends is abandoned.
 const screenshotTry = 10 * time.Second
 
-// screenshotOnce takes one screenshot. Everything the call writes is its
-// own (an abandoned try may still write after its deadline); retry says
-// the try came without data and is worth repeating.
+// screenshotOnce takes one screenshot within screenshotTry. The try's
+// buffer and answer are its own and are read only when the call came
+// back: an abandoned try may still write to them. retry says the try came
+// without data (or not at all) and is worth repeating.
 func screenshotOnce(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (mime string, buf *limitedBuffer, retry bool, err error) {
-	type result struct {
-		mime  string
-		buf   *limitedBuffer
-		retry bool
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		b := &limitedBuffer{limit: maxScreenshot}
-		ms, err := l.DomainScreenshot(d, b, 0, 0)
-		var lerr libvirt.Error
-		switch {
-		case err != nil && !errors.As(err, &lerr):
-			if b.Len() == 0 {
-				done <- result{retry: true, err: err}
-				return
-			}
-			// libvirt chose the format it asked QEMU for; the image's
-			// magic names it.
-			mt, err := imageMIME(b.Bytes())
-			done <- result{mime: mt, buf: b, err: err}
-		case err != nil:
-			done <- result{err: err}
-		case b.Len() == 0:
-			// The reply came, the data not: an empty image is never an
-			// answer.
-			done <- result{retry: true, err: fmt.Errorf("libvirt answered %q with no data", ms)}
-		default:
-			mt := ""
-			if len(ms) > 0 {
-				mt = ms[0]
-			}
-			done <- result{mime: mt, buf: b}
-		}
-	}()
 	tctx, cancel := context.WithTimeout(ctx, screenshotTry)
 	defer cancel()
-	select {
-	case r := <-done:
-		if r.err != nil {
-			return "", nil, r.retry, fmt.Errorf("screenshot of domain %s: %w", d.Name, r.err)
-		}
-		return r.mime, r.buf, false, nil
-	case <-tctx.Done():
+	b := &limitedBuffer{limit: maxScreenshot}
+	var ms []string
+	err = withContext(tctx, "screenshot of domain "+d.Name, func() error {
+		var err error
+		ms, err = l.DomainScreenshot(d, b, 0, 0)
+		return err
+	})
+	if tctx.Err() != nil {
 		return "", nil, ctx.Err() == nil, fmt.Errorf("screenshot of domain %s: %w", d.Name, tctx.Err())
 	}
+	var lerr libvirt.Error
+	switch {
+	case err != nil && !errors.As(err, &lerr):
+		if b.Len() == 0 {
+			return "", nil, true, err
+		}
+		// libvirt chose the format it asked QEMU for; the image's magic
+		// names it.
+		mt, err := imageMIME(b.Bytes())
+		if err != nil {
+			return "", nil, false, fmt.Errorf("screenshot of domain %s: %w", d.Name, err)
+		}
+		return mt, b, false, nil
+	case err != nil:
+		return "", nil, false, err
+	case b.Len() == 0:
+		// The reply came, the data not: an empty image is never an answer.
+		return "", nil, true, fmt.Errorf("screenshot of domain %s: libvirt answered %q with no data", d.Name, ms)
+	}
+	if len(ms) > 0 {
+		mime = ms[0]
+	}
+	return mime, b, false, nil
 }
 
 // imageMIME names the formats QEMU's screendump writes for libvirt: PNG
