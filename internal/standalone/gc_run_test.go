@@ -26,10 +26,10 @@ func TestVlctlGCAfterSIGKILL(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	e := newKeepEnv(t)
-	records := workRoot(t)
+	records := e.records
 	hd := filepath.Join(e.dir, "hd.img")
 	// A guest that stays up, on the default pod network.
-	cmd, _, _, exited := startStayingGuest(t, e, records, "gc", true)
+	cmd, _, _, exited := startStayingGuest(t, e, "gc", true)
 
 	entries, err := runrecord.List(records)
 	if err != nil || len(entries) != 1 {
@@ -96,11 +96,7 @@ func TestVlctlGCAfterSIGKILL(t *testing.T) {
 			t.Errorf("%s: an ACL is left after vlctl gc (%v)", name, err)
 		}
 	}
-	if left, _ := runrecord.List(records); len(left) != 0 {
-		t.Errorf("records left after vlctl gc: %+v", left)
-	}
-	checkLeasesGone(t, records)
-	checkNothingLeft(t, e.root)
+	e.checkNothingLeft(t)
 	// A second gc finds nothing to do.
 	if code, _, stderr := vlctl(t, time.Minute, "gc", "--record-dir", records); code != 0 || stderr != "" {
 		t.Errorf("a second vlctl gc: exit %d, output %q; want 0 and nothing", code, stderr)
@@ -116,8 +112,8 @@ func TestVlctlRunMonitorKilled(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	e := newKeepEnv(t)
-	records := workRoot(t)
-	cmd, _, stderr, exited := startStayingGuest(t, e, records, "mk", false)
+	records := e.records
+	cmd, _, stderr, exited := startStayingGuest(t, e, "mk", false)
 	entries, err := runrecord.List(records)
 	if err != nil || len(entries) != 1 || entries[0].UID == 0 {
 		t.Fatalf("records: %+v, %v; want one with a uid", entries, err)
@@ -161,17 +157,14 @@ func TestVlctlRunMonitorKilled(t *testing.T) {
 	if st, err := procfs.ReadStat("/proc", qemu); err == nil && st.State != 'Z' {
 		t.Errorf("QEMU (pid %d) still runs", qemu)
 	}
-	checkNothingLeft(t, e.root)
-	if left, _ := runrecord.List(records); len(left) != 0 {
-		t.Errorf("records left: %+v", left)
-	}
-	checkLeasesGone(t, records)
+	e.checkNothingLeft(t)
 }
 
 // startStayingGuest starts `vlctl run` of the keep environment's guest,
 // one that stays up (on the default pod network with network), recorded
-// in records, its storage mapped, and waits until the guest booted.
-func startStayingGuest(t *testing.T, e keepEnv, records, name string, network bool) (*exec.Cmd, *syncBuffer, *syncBuffer, chan error) {
+// in the environment's record dir, its storage mapped, and waits until
+// the guest booted.
+func startStayingGuest(t *testing.T, e keepEnv, name string, network bool) (*exec.Cmd, *syncBuffer, *syncBuffer, chan error) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(e.dir, "hd.img"), make([]byte, 16<<20), 0o600); err != nil {
 		t.Fatal(err)
@@ -180,8 +173,8 @@ func startStayingGuest(t *testing.T, e keepEnv, records, name string, network bo
 	if network {
 		doc = strings.Replace(doc, "autoattachPodInterface: false\n", "autoattachPodInterface: true\n", 1)
 	}
-	cmd, stdout, stderr, exited := startVlctl(t, "run", "--emulation", "--workdir", e.root, "--record-dir", records,
-		"--volume", "claim1="+filepath.Join(e.dir, "pvc.img")+",size=8Mi", "--volume", "dv1="+filepath.Join(e.dir, "dv.img"), e.write(t, name, doc))
+	cmd, stdout, stderr, exited := startVlctl(t, e.run(
+		"--volume", "claim1="+filepath.Join(e.dir, "pvc.img")+",size=8Mi", "--volume", "dv1="+filepath.Join(e.dir, "dv.img"), e.write(t, name, doc))...)
 	waitFor(t, "the guest", 4*time.Minute, exited, func() bool {
 		return strings.Contains(stdout.String(), testguest.MarkerBooted)
 	})

@@ -75,8 +75,8 @@ func TestVlctlRunStrategyAlways(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := e.write(t, "always", e.doc("Always", "a"))
-	cmd, stdout, stderr, exited := startVlctl(t, "run", "--emulation", "--workdir", e.root,
-		"--volume", "claim1="+filepath.Join(e.dir, "pvc.img")+",size=8Mi", "--volume", "dv1="+filepath.Join(e.dir, "dv.img"), file)
+	cmd, stdout, stderr, exited := startVlctl(t, e.run(
+		"--volume", "claim1="+filepath.Join(e.dir, "pvc.img")+",size=8Mi", "--volume", "dv1="+filepath.Join(e.dir, "dv.img"), file)...)
 	waitFor(t, "a second boot", 4*time.Minute, exited, func() bool {
 		return strings.Count(stdout.String(), testguest.MarkerBooted+" ") >= 2
 	})
@@ -98,7 +98,7 @@ func TestVlctlRunStrategyAlways(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
 	}
-	checkNothingLeft(t, e.root)
+	e.checkNothingLeft(t)
 }
 
 // TestVlctlRunSecondInterrupt: a second Ctrl-C while a guest that ignores
@@ -123,7 +123,7 @@ func TestVlctlRunSecondInterrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := workRoot(t)
-	cmd, stdout, stderrBuf, exited := startVlctl(t, "run", "--emulation", "--workdir", root, file)
+	cmd, stdout, stderrBuf, exited := startVlctl(t, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
 	waitFor(t, "the guest", 3*time.Minute, exited, func() bool { return strings.Contains(stdout.String(), testguest.MarkerReady) })
 	cmd.Process.Signal(os.Interrupt)
 	waitFor(t, "the graceful shutdown", time.Minute, exited, func() bool {
@@ -208,7 +208,7 @@ func TestVlctlRunNotRoot(t *testing.T) {
 	uid, gid, err := pod.LookupUser(pod.TestUser)
 	testenv.Need(t, "user virtlauncher", err)
 	root := workRoot(t)
-	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--workdir", root, "/nonexistent.yaml")
+	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--workdir", root, "--record-dir", workRoot(t), "/nonexistent.yaml")
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}

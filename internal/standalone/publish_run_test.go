@@ -55,14 +55,14 @@ func TestVlctlRunPublish(t *testing.T) {
 	defer busy.Close()
 	busyPort := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
 	root := workRoot(t)
-	code, _, stderr = vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--publish", busyPort+":22", file)
+	code, _, stderr = vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), "--publish", busyPort+":22", file)
 	if code == 0 || !strings.Contains(stderr, "--publish 127.0.0.1:"+busyPort) || !strings.Contains(stderr, "address already in use") {
 		t.Errorf("a taken host port: exit %d, stderr:\n%s\nwant a failure naming the --publish", code, stderr)
 	}
 	checkNothingLeft(t, root)
 
 	// A port the interface does not forward: refused, nothing left.
-	code, _, stderr = vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--publish", "2323:23", file)
+	code, _, stderr = vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), "--publish", "2323:23", file)
 	if code == 0 || !strings.Contains(stderr, "TCP 22") || !strings.Contains(stderr, "23 is not one of them") {
 		t.Errorf("an undeclared guest port: exit %d, stderr:\n%s\nwant a refusal naming the declared ports", code, stderr)
 	}

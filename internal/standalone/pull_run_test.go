@@ -111,12 +111,12 @@ func TestVlctlRunPulledContainerDisk(t *testing.T) {
 	cache := filepath.Join(tmp, "images")
 	root := workRoot(t)
 	// (with a cache of its own: it pulls the containerDisk first)
-	code, _, stderr = vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", root, "--image-cache", filepath.Join(tmp, "images2"), linked)
+	code, _, stderr = vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), "--image-cache", filepath.Join(tmp, "images2"), linked)
 	if want := "spec.domain.firmware.kernelBoot.container.kernelPath: image " + kernelRef + ": /boot/vmlinuz-link is a link in the image (to vmlinuz): name the file itself"; code == 0 || !strings.Contains(stderr, want) {
 		t.Errorf("a kernelPath naming a link in the image: exit %d, %q; want a failure saying %q", code, stderr, want)
 	}
 	for i, wantPull := range []bool{true, false} {
-		code, stdout, stderr := vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", root, "--image-cache", cache, file)
+		code, stdout, stderr := vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), "--image-cache", cache, file)
 		if code != 0 {
 			t.Fatalf("run %d: exit status %d, want 0; stderr:\n%s", i+1, code, stderr)
 		}

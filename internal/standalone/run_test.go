@@ -157,7 +157,7 @@ func TestVlctlRunPowerOff(t *testing.T) {
 	root := workRoot(t)
 	start := time.Now()
 	// No --bin-dir: vlctl finds the launcher binaries next to itself.
-	code, stdout, stderr := vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", root, file)
+	code, stdout, stderr := vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
 	t.Logf("vlctl run took %s", time.Since(start).Round(time.Millisecond))
 	if code != 0 {
 		t.Errorf("exit status %d, want 0; stderr:\n%s", code, stderr)
@@ -193,7 +193,7 @@ func TestVlctlRunPowerOff(t *testing.T) {
 	checkNothingLeft(t, root)
 
 	// --quiet: the console alone, no progress line.
-	code, stdout, stderr = vlctl(t, 4*time.Minute, "run", "--emulation", "--quiet", "--workdir", root, file)
+	code, stdout, stderr = vlctl(t, 4*time.Minute, "run", "--emulation", "--quiet", "--workdir", root, "--record-dir", workRoot(t), file)
 	if code != 0 || !strings.Contains(stdout, testguest.MarkerPowerOff) {
 		t.Errorf("--quiet: exit %d, console:\n%s", code, stdout)
 	}
@@ -280,7 +280,7 @@ func TestVlctlRunBadInput(t *testing.T) {
 				}
 			}
 			root := workRoot(t)
-			code, stdout, stderr := vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, file)
+			code, stdout, stderr := vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
 			if code != 1 {
 				t.Errorf("exit status %d, want 1", code)
 			}
@@ -455,7 +455,7 @@ func TestVlctlRunInterrupt(t *testing.T) {
 				t.Fatal(err)
 			}
 			root := workRoot(t)
-			cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--workdir", root, file)
+			cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
 			var stdout, stderrBuf syncBuffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderrBuf
 			if err := cmd.Start(); err != nil {

@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
@@ -106,9 +108,14 @@ spec:
             sync
 `
 
+// keepEnv is a test's user directory, work root and record dir. The
+// record dir is the test's own: every vlctl run cleans up after stale
+// records at its start, and with the default dir shared by the package's
+// parallel tests one test's leftovers became another's output (CI: a
+// storage test's one-line error preceded by gc lines about another run).
 type keepEnv struct {
-	dir, root string
-	doc       func(strategy, token string) string
+	dir, root, records string
+	doc                func(strategy, token string) string
 }
 
 func newKeepEnv(t *testing.T) keepEnv {
@@ -127,10 +134,32 @@ func newKeepEnv(t *testing.T) keepEnv {
 		t.Fatal(err)
 	}
 	cmdline := testguest.DefaultCmdline + " " + testguest.OptPowerOff + " " + testguest.OptNoDHCP
-	return keepEnv{dir: dir, root: workRoot(t), doc: func(strategy, token string) string {
+	return keepEnv{dir: dir, root: workRoot(t), records: workRoot(t), doc: func(strategy, token string) string {
 		return strings.NewReplacer("STRATEGY", strategy, "TOKEN", token, "CMDLINE", cmdline, "KERNELDIR", g.KernelDir,
 			"ROOTDISK", g.RootDisk, "DIR", dir).Replace(keepVM)
 	}}
+}
+
+// run is the start of a `vlctl run` command line in this environment.
+func (e keepEnv) run(args ...string) []string {
+	return append([]string{"run", "--emulation", "--workdir", e.root, "--record-dir", e.records}, args...)
+}
+
+// checkNothingLeft: nothing of the environment's runs is left: no work
+// dir, process, record or uid lease.
+func (e keepEnv) checkNothingLeft(t *testing.T) {
+	t.Helper()
+	checkNothingLeft(t, e.root)
+	if left, err := runrecord.List(e.records); err != nil || len(left) != 0 {
+		for _, r := range left {
+			st, serr := procfs.ReadStat("/proc", r.PID)
+			t.Errorf("record %s left (stale %v): pid %d start %d; /proc says %+v %v", r.Path, r.Stale, r.PID, r.PIDStart, st, serr)
+		}
+		if err != nil {
+			t.Errorf("records: %v", err)
+		}
+	}
+	checkLeasesGone(t, e.records)
 }
 
 func (e keepEnv) write(t *testing.T, name, doc string) string {
@@ -160,7 +189,7 @@ func TestVlctlRunKeepsData(t *testing.T) {
 	for run, token := range []string{"first", "second"} {
 		file := e.write(t, token, e.doc("Once", token))
 		start := time.Now()
-		code, stdout, stderr := vlctl(t, 4*time.Minute, append([]string{"run", "--emulation", "--workdir", e.root}, append(vols, file)...)...)
+		code, stdout, stderr := vlctl(t, 4*time.Minute, e.run(append(vols, file)...)...)
 		t.Logf("run %d took %s", run+1, time.Since(start).Round(time.Millisecond))
 		out := strings.ReplaceAll(stdout, "\r\n", "\n")
 		if code != 0 {
@@ -219,7 +248,7 @@ func TestVlctlRunKeepsData(t *testing.T) {
 			t.Errorf("%s: an ACL is left (%v)", name, err)
 		}
 	}
-	checkNothingLeft(t, e.root)
+	e.checkNothingLeft(t)
 }
 
 // TestVlctlRunStorageRefused: a run whose storage cannot be had fails
@@ -266,7 +295,7 @@ func TestVlctlRunStorageRefused(t *testing.T) {
 			}
 			file := e.write(t, "bad", e.doc(tc.strat, "x"))
 			before := listDir(t, e.dir)
-			args := []string{"run", "--emulation", "--workdir", e.root}
+			args := e.run()
 			for _, v := range tc.volume {
 				args = append(args, "--volume", v)
 			}
@@ -284,7 +313,7 @@ func TestVlctlRunStorageRefused(t *testing.T) {
 			if after := listDir(t, e.dir); after != before {
 				t.Errorf("the user's directory changed:\n%s\nnow:\n%s", before, after)
 			}
-			checkNothingLeft(t, e.root)
+			e.checkNothingLeft(t)
 		})
 	}
 }
@@ -335,8 +364,8 @@ func TestVlctlRunBlockPVC(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := e.write(t, "blk", e.doc("Once", "blk"))
-	code, stdout, stderr := vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", e.root,
-		"--volume", "claim1="+dev, "--volume", "dv1="+filepath.Join(e.dir, "dv.img"), file)
+	code, stdout, stderr := vlctl(t, 4*time.Minute, e.run(
+		"--volume", "claim1="+dev, "--volume", "dv1="+filepath.Join(e.dir, "dv.img"), file)...)
 	if code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s\nstdout:\n%s", code, stderr, stdout)
 	}
@@ -361,5 +390,5 @@ func TestVlctlRunBlockPVC(t *testing.T) {
 	if _, err := unix.Getxattr(dev, "system.posix_acl_access", make([]byte, 256)); err == nil {
 		t.Errorf("%s: an ACL is left", dev)
 	}
-	checkNothingLeft(t, e.root)
+	e.checkNothingLeft(t)
 }

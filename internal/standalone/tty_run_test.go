@@ -51,7 +51,7 @@ func TestVlctlRunTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := workRoot(t)
-	ptm, stdout, errOut, exited := runOnPTY(t, "run", "--emulation", "--workdir", root, file)
+	ptm, stdout, errOut, exited := runOnPTY(t, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
 	waitFor(t, "the guest's shell", 4*time.Minute, exited, func() bool {
 		return strings.Contains(stdout.String(), testguest.MarkerReady)
 	})
