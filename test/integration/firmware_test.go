@@ -49,11 +49,17 @@ func killAndDelete(t *testing.T, p *pod, c *cmdclient.Client, ctx context.Contex
 	if err := c.Kill(ctx, v); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
-	if err := c.Delete(ctx, v); err != nil && !cmdclient.IsDisconnected(err) {
+	// With no handler to wait for, the launcher ends once its domain is
+	// gone, as KubeVirt's does: Delete may find it ending or ended (its
+	// socket closed or refusing), which is not a failure when it then
+	// exits 0.
+	err := c.Delete(ctx, v)
+	code := p.ExitCode(60 * time.Second)
+	if err != nil && !cmdclient.IsDisconnected(err) && !strings.Contains(err.Error(), "failed with Unavailable") {
 		t.Fatalf("Delete: %v", err)
 	}
-	if code := p.ExitCode(60 * time.Second); code != 0 {
-		t.Fatalf("exit status %d after Kill and Delete, want 0", code)
+	if code != 0 {
+		t.Fatalf("exit status %d after Kill and Delete (%v), want 0", code, err)
 	}
 	p.AssertNothingLeft()
 }
