@@ -69,18 +69,22 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	if !active(st) {
 		return fmt.Errorf("migrate: domain %s is not running (state %d)", d.Name, st)
 	}
-	o, why := migration.ForDomain(o, st == libvirt.DomainPaused)
-	if why != "" {
-		m.log.Info("migrating without post-copy", "domain", d.Name, "reason", why)
-	}
 	var req migration.Request
 	if err := withContext(ctx, "prepare the migration of "+d.Name, func() error {
-		var err error
+		qemu, err := l.ConnectGetVersion()
+		if err != nil {
+			return fmt.Errorf("QEMU version: %w", err)
+		}
+		o, why := migration.ForDomain(o, migration.Facts{Paused: st == libvirt.DomainPaused, QEMUVersion: qemu})
+		for _, w := range why {
+			m.log.Info("migration options changed", "domain", d.Name, "reason", w)
+		}
 		req, err = m.migrationRequest(l, d, v, o)
 		return err
 	}); err != nil {
 		return err
 	}
+	o = req.Options
 	m.mu.Lock()
 	next, running, err := migration.Start(m.md.Migration, uid, time.Now())
 	if err == nil && !running {

@@ -318,17 +318,52 @@ func (o Options) WithoutPostCopy() Options {
 	return o
 }
 
-// ForDomain is the options a migration of a domain in that state runs
-// with, and why they differ from o ("" when they do not). A paused
-// domain is migrated without post-copy: libvirt refuses the two together
-// ("post-copy migration is not supported with non-live or paused
-// migration"), which would fail the whole migration as KubeVirt's does,
-// and a paused guest's memory does not change, so pre-copy converges.
-func ForDomain(o Options, paused bool) (Options, string) {
-	if paused && o.AllowPostCopy {
-		return o.WithoutPostCopy(), "the domain is paused: libvirt refuses post-copy for a paused migration, and pre-copy converges for a guest that does not run"
+// Facts are what the source knows, when a migration starts, of its
+// domain and of the QEMU both pods run (the same image).
+type Facts struct {
+	Paused bool
+	// QEMUVersion is the hypervisor's version as libvirt gives it
+	// (major*1e6+minor*1e3+micro); 0: unknown.
+	QEMUVersion uint64
+}
+
+// multifdPeekSince is the first QEMU whose incoming side tells a parallel
+// migration's channels apart by their first bytes. QEMU 7.2 takes the
+// first connection it accepts for the main stream and every later one for
+// a memory channel. Virt-handler's proxies connect each connection they
+// accept on their own, so the order is not kept, and a channel arriving
+// first fails the migration ("multifd: received packet magic 5145564d
+// expected 11223344" in the target's QEMU log; "client socket is closed"
+// at the source). Seen here under load through proxies shaped like
+// virt-handler's.
+const multifdPeekSince = 8_000_000
+
+// ForDomain is the options a migration runs with, given the facts, and why
+// they differ from o (nothing when they do not):
+//   - A paused domain is migrated without post-copy: libvirt refuses the
+//     two together ("post-copy migration is not supported with non-live or
+//     paused migration"), which would fail the whole migration as
+//     KubeVirt's does, and a paused guest's memory does not change, so
+//     pre-copy converges.
+//   - With a QEMU older than multifdPeekSince the memory goes over one
+//     connection instead of ParallelMigrationThreads (KubeVirt asks for 8
+//     by default): its channels could be taken for one another.
+func ForDomain(o Options, f Facts) (Options, []string) {
+	var why []string
+	if f.Paused && o.AllowPostCopy {
+		o = o.WithoutPostCopy()
+		why = append(why, "the domain is paused: libvirt refuses post-copy for a paused migration, and pre-copy converges for a guest that does not run")
 	}
-	return o, ""
+	if ok, n := o.parallel(); ok && f.QEMUVersion != 0 && f.QEMUVersion < multifdPeekSince {
+		o.ParallelMigrationThreads = nil
+		why = append(why, fmt.Sprintf("one connection instead of %d parallel ones: QEMU %s takes the first connection it accepts for the main stream, and the migration proxies do not keep the order (QEMU 8.0 and later tell the channels apart)", n, versionString(f.QEMUVersion)))
+	}
+	return o, why
+}
+
+// versionString renders libvirt's major*1e6+minor*1e3+micro.
+func versionString(v uint64) string {
+	return fmt.Sprintf("%d.%d.%d", v/1_000_000, v/1000%1000, v%1000)
 }
 
 // PostCopyUnavailable says whether a migration failed because the

@@ -132,23 +132,38 @@ func TestSetMode(t *testing.T) {
 }
 
 func TestForDomain(t *testing.T) {
+	eight := uint(8)
 	for _, c := range []struct {
 		name     string
 		o        Options
-		paused   bool
+		f        Facts
 		postCopy bool // AllowPostCopy after
-		why      bool // a reason given
+		threads  int  // parallel connections after; 0: one connection
+		why      int  // reasons given
 	}{
-		{"running, post-copy allowed", Options{AllowPostCopy: true, AllowWorkloadDisruption: true}, false, true, false},
-		{"paused, post-copy allowed: dropped", Options{AllowPostCopy: true, AllowWorkloadDisruption: true}, true, false, true},
-		{"paused, no post-copy", Options{AllowWorkloadDisruption: true}, true, false, false},
+		{"running, post-copy allowed", Options{AllowPostCopy: true, AllowWorkloadDisruption: true}, Facts{}, true, 0, 0},
+		{"paused, post-copy allowed: dropped", Options{AllowPostCopy: true, AllowWorkloadDisruption: true}, Facts{Paused: true}, false, 0, 1},
+		{"paused, no post-copy", Options{AllowWorkloadDisruption: true}, Facts{Paused: true}, false, 0, 0},
+		{"parallel, QEMU 7.2: one connection", Options{ParallelMigrationThreads: &eight}, Facts{QEMUVersion: 7_002_019}, false, 0, 1},
+		{"parallel, QEMU 8.0", Options{ParallelMigrationThreads: &eight}, Facts{QEMUVersion: 8_000_000}, false, 8, 0},
+		{"parallel, QEMU unknown: as asked", Options{ParallelMigrationThreads: &eight}, Facts{}, false, 8, 0},
+		{"parallel and post-copy, QEMU 7.2: post-copy wins, nothing to drop", Options{ParallelMigrationThreads: &eight, AllowPostCopy: true}, Facts{QEMUVersion: 7_002_000}, true, 0, 0},
+		{"paused, parallel and post-copy, QEMU 7.2: both dropped", Options{ParallelMigrationThreads: &eight, AllowPostCopy: true}, Facts{Paused: true, QEMUVersion: 7_002_000}, false, 0, 2},
 	} {
-		got, why := ForDomain(c.o, c.paused)
-		if got.AllowPostCopy != c.postCopy || (why != "") != c.why || got.AllowWorkloadDisruption != c.o.AllowWorkloadDisruption {
-			t.Errorf("%s: %+v, %q", c.name, got, why)
+		got, why := ForDomain(c.o, c.f)
+		_, threads := got.parallel()
+		if got.AllowPostCopy != c.postCopy || threads != c.threads || len(why) != c.why || got.AllowWorkloadDisruption != c.o.AllowWorkloadDisruption {
+			t.Errorf("%s: %+v (%d connections), %q", c.name, got, threads, why)
 		}
-		if f := Flags(got, false, c.paused); c.paused && f&libvirt.MigratePostcopy != 0 {
+		f := Flags(got, false, c.f.Paused)
+		if c.f.Paused && f&libvirt.MigratePostcopy != 0 {
 			t.Errorf("%s: flags %#x ask for post-copy of a paused domain", c.name, f)
+		}
+		if (f&libvirt.MigrateParallel != 0) != (c.threads > 0) {
+			t.Errorf("%s: flags %#x, want PARALLEL %v", c.name, f, c.threads > 0)
+		}
+		if c.o.ParallelMigrationThreads != nil && *c.o.ParallelMigrationThreads != 8 {
+			t.Errorf("%s: the caller's thread count changed", c.name)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -129,13 +130,41 @@ func waitMigration(t *testing.T, ctx context.Context, c *cmdclient.Client, who s
 // disks come along (block migration of the containerDisk overlay, the
 // emptyDisk and the cloud-init ISO). The source pod exits 0 and leaves
 // nothing behind.
-func TestLiveMigration(t *testing.T) { liveMigration(t, false) }
+func TestLiveMigration(t *testing.T) { liveMigration(t, false, nil) }
 
 // TestLiveMigrationNetwork (issue 17): the same with the pod network
 // (masquerade): the target's DHCP server and pod network are ready before
 // the switch-over, and the guest keeps its MAC and address and reaches
 // its gateway, now the target pod's, with no new lease.
-func TestLiveMigrationNetwork(t *testing.T) { liveMigration(t, true) }
+func TestLiveMigrationNetwork(t *testing.T) { liveMigration(t, true, nil) }
+
+// TestLiveMigrationParallel (issue 17): KubeVirt's default asks for a
+// parallel migration (ParallelMigrationThreads 8 unless post-copy is
+// allowed or the VMI has a CPU limit), with block migration. With QEMU 8.0
+// or later the memory stream opens one connection per channel besides its
+// main one through the proxy; with an older QEMU (Debian 12's 7.2) the
+// source migrates over one connection and says why: 7.2 tells the channels
+// apart only by the order they arrive in, which proxies like virt-handler's
+// do not keep (under load this failed one migration in three here, with 8
+// threads). Either way the guest goes on in the target as in
+// TestLiveMigration.
+func TestLiveMigrationParallel(t *testing.T) {
+	threads := uint(8)
+	liveMigration(t, false, &threads)
+}
+
+// qemuBefore8 says whether the machine's QEMU is older than 8.0, from
+// qemu-system-x86_64 --version ("QEMU emulator version 7.2.19 (...)").
+func qemuBefore8(t *testing.T) bool {
+	t.Helper()
+	out, err := exec.Command("qemu-system-x86_64", "--version").Output()
+	m := regexp.MustCompile(`version (\d+)\.`).FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("qemu-system-x86_64 --version: %v: %q", err, out)
+	}
+	major, _ := strconv.Atoi(string(m[1]))
+	return major < 8
+}
 
 // netReport is user-data that leases eth0's address from the launcher's
 // DHCP server (the test VMI's command line turns the guest's own DHCP
@@ -216,7 +245,7 @@ func (mp *migrationPair) stillCounting(t *testing.T) {
 	waitStatus(t, mp.ctx, mp.ca, "Running", "Unknown")
 }
 
-func liveMigration(t *testing.T, network bool) {
+func liveMigration(t *testing.T, network bool, threads *uint) {
 	mp := newMigrationPair(t, network)
 	a, b, ca, cb, vm, ctx := mp.a, mp.b, mp.ca, mp.cb, mp.vm, mp.ctx
 
@@ -231,7 +260,7 @@ func liveMigration(t *testing.T, network bool) {
 	mp.stillCounting(t)
 	mp.prepareTarget(t)
 	t0 := time.Now()
-	launchertest.Must(t, ca.Migrate(ctx, vm, migration.Options{ProgressTimeout: 150, CompletionTimeoutPerGiB: 150}))
+	launchertest.Must(t, ca.Migrate(ctx, vm, migration.Options{ProgressTimeout: 150, CompletionTimeoutPerGiB: 150, ParallelMigrationThreads: threads}))
 	src := waitMigrationOf(t, ctx, ca, "mig-1", 3*time.Minute)
 	if src.Failed || src.UID != "mig-1" || src.Mode != "PreCopy" || src.StartTimestamp == nil {
 		t.Fatalf("source migration metadata %+v, want mig-1 ended, not failed", src)
@@ -242,10 +271,20 @@ func liveMigration(t *testing.T, network bool) {
 		t.Errorf("target migration metadata %+v", dst)
 	}
 	waitStatus(t, ctx, ca, "Shutoff", "Migrated")
-	// One connection carried the memory stream (a parallel migration
-	// opens one more per channel).
-	if n := mp.streams[layout.DirectMigrationPort].Connections(); n != 1 {
-		t.Errorf("the memory stream took %d connections through the proxy, want 1", n)
+	// One connection carried the memory stream, or with parallel
+	// migration one more per channel.
+	want := int64(1)
+	if threads != nil {
+		if qemuBefore8(t) {
+			if !strings.Contains(a.Stderr.String(), "one connection instead of 8 parallel ones") {
+				t.Errorf("the source did not say why it migrates over one connection")
+			}
+		} else {
+			want += int64(*threads)
+		}
+	}
+	if n := mp.streams[layout.DirectMigrationPort].Connections(); n != want {
+		t.Errorf("the memory stream took %d connections through the proxy, want %d", n, want)
 	}
 	if d, exists, err := cb.GetDomain(ctx); err != nil || !exists || d.Status.Status != "Running" {
 		t.Errorf("the target's domain after the migration: %+v, exists %v, %v; want it running", d, exists, err)
