@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +26,35 @@ func startIn(t *testing.T, arg, script string) *Process {
 		<-p.Done()
 	})
 	return p
+}
+
+// waitIgnoring waits until pid ignores sig (its SigIgn mask in
+// /proc/<pid>/status): a shell just started has not run its trap yet, and
+// a signal sent before would end it (seen under make test's load).
+func waitIgnoring(t *testing.T, pid int, sig syscall.Signal) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if hex, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+				mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+				if err != nil {
+					t.Fatalf("pid %d: SigIgn %q: %v", pid, hex, err)
+				}
+				if mask&(1<<(uint(sig)-1)) != 0 {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d does not ignore %v after 10 s", pid, sig)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // TestUnder: a process naming a path inside the directory, or the
@@ -57,6 +88,7 @@ func TestEndProcesses(t *testing.T) {
 	polite := startIn(t, dir, "sleep 30; :")
 	// The shell ignores SIGTERM; its sleep gets SIGKILL with it.
 	stubborn := startIn(t, dir+"/s", `trap "" TERM; sleep 30; :`)
+	waitIgnoring(t, stubborn.Cmd.Process.Pid, syscall.SIGTERM)
 	bystander := startIn(t, t.TempDir(), "sleep 30; :")
 	var killed []int
 	t0 := time.Now()
@@ -93,6 +125,7 @@ func TestEndProcesses(t *testing.T) {
 func TestEndProcessesForce(t *testing.T) {
 	dir := t.TempDir()
 	p := startIn(t, dir, `trap "" TERM; sleep 30; :`)
+	waitIgnoring(t, p.Cmd.Process.Pid, syscall.SIGTERM)
 	force := make(chan struct{})
 	close(force)
 	t0 := time.Now()
