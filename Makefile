@@ -7,7 +7,7 @@ export CGO_ENABLED := 0
 export GOFLAGS := -tags=grpcnotrace
 
 
-.PHONY: all deps build test demo bench fuzz-long vet clean proto image image-test
+.PHONY: all deps build test demo bench fuzz-long vet clean proto image image-test test-migration-stress
 
 all: build
 
@@ -27,11 +27,11 @@ build:
 # must not pass as "no output".
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEADCODE := golang.org/x/tools/cmd/deadcode@v0.52.0
-LINT_TAGS := grpcnotrace,imagetest,e2e
+LINT_TAGS := grpcnotrace,imagetest,e2e,migrationstress
 
 vet:
 	gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$') | (! grep .)
-	$(GO) vet -tags=grpcnotrace,imagetest ./...
+	$(GO) vet -tags=grpcnotrace,imagetest,migrationstress ./...
 	$(GO) run $(STATICCHECK) -tags=$(LINT_TAGS) ./...
 	@out=$$($(GO) run $(DEADCODE) -test -tags=$(LINT_TAGS) ./...) || exit 1; \
 	if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: unreachable functions (remove them)"; exit 1; fi
@@ -41,6 +41,14 @@ vet:
 # which needs bin/virtlauncher-launcher.oci.tar).
 test: deps vet build image
 	$(GO) test -count=1 -timeout 25m -tags=grpcnotrace,imagetest ./...
+
+# The live migrations of a guest that rewrites its memory (issue 17 stage 3:
+# the workload-disruption pause, auto-converge, post-copy refused), kept out of
+# make test: under the whole suite's load their guest once crashed in the
+# target pod after the migration, not understood yet (docs/migration.md §8).
+# About 2 minutes here.
+test-migration-stress: deps build
+	$(GO) test -count=1 -timeout 15m -tags=grpcnotrace,imagetest,migrationstress -v -run '^TestMigration(Paused|AutoConverge|PostCopyUnavailable)$$' ./test/integration/
 
 # The README's main job: boot an example VM and show its console.
 demo: deps build
