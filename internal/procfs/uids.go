@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 )
 
 // errZombie: the process has exited and holds nothing but its status.
@@ -41,7 +42,7 @@ func Holding(procRoot string, id uint32) ([]int, error) {
 	var out []int
 	for _, pid := range names {
 		uids, gids, err := IDs(procRoot, pid)
-		if errors.Is(err, errZombie) || errors.Is(err, os.ErrNotExist) {
+		if errors.Is(err, errZombie) || ended(err) {
 			continue
 		}
 		if err != nil {
@@ -81,4 +82,14 @@ func statusIDs(status []byte) (uids, gids []uint32, err error) {
 		}
 	}
 	return uids, gids, sc.Err()
+}
+
+// ended says whether err, from reading a file of /proc/<pid>, means the
+// process ended meanwhile: the file is gone (ENOENT), or it was opened
+// while the process ran and read after it ended (ESRCH). vlctl run's
+// clean-up took the second for a failure once: it kept the VM's uid lease
+// and its run record, and exited 1 ("read /proc/13147/status: no such
+// process"), and a later run's gc then found that record.
+func ended(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }

@@ -2,9 +2,11 @@ package procfs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 )
 
@@ -54,5 +56,25 @@ func TestHolding(t *testing.T) {
 	}
 	if uids, _, err := IDs(root, 8); err != nil || !slices.Equal(uids, []uint32{1, 1, 9, 1}) {
 		t.Errorf("IDs(8) = %v, %v", uids, err)
+	}
+}
+
+// TestEnded: a process that ended while its files were read is told by
+// ENOENT (the file is gone) or ESRCH (opened before, read after); other
+// errors are failures.
+func TestEnded(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&os.PathError{Op: "open", Path: "/proc/1/status", Err: syscall.ENOENT}, true},
+		{&os.PathError{Op: "read", Path: "/proc/1/status", Err: syscall.ESRCH}, true},
+		{fmt.Errorf("status: %w", syscall.ESRCH), true},
+		{&os.PathError{Op: "open", Path: "/proc/1/status", Err: syscall.EACCES}, false},
+		{errZombie, false},
+	} {
+		if got := ended(c.err); got != c.want {
+			t.Errorf("ended(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
