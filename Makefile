@@ -44,11 +44,13 @@ test: deps vet build image
 
 # The live migrations of a guest that rewrites its memory (issue 17 stage 3:
 # the workload-disruption pause, auto-converge, post-copy refused), kept out of
-# make test: under the whole suite's load their guest once crashed in the
-# target pod after the migration, not understood yet (docs/migration.md §8).
-# About 2 minutes here.
+# make test: with QEMU < 9.0 under TCG a migration can lose the guest's last
+# memory writes when the machine is busy (a QEMU bug; docs/migration.md §8),
+# and their guest once crashed so. TestMigrationMemoryIntegrity finds such
+# lost pages directly, and fails in about one run of four under load here.
+# About 2.5 minutes here.
 test-migration-stress: deps build
-	$(GO) test -count=1 -timeout 15m -tags=grpcnotrace,imagetest,migrationstress -v -run '^TestMigration(Paused|AutoConverge|PostCopyUnavailable)$$' ./test/integration/
+	$(GO) test -count=1 -timeout 15m -tags=grpcnotrace,imagetest,migrationstress -v -run '^TestMigration(Paused|AutoConverge|PostCopyUnavailable|MemoryIntegrity)$$' ./test/integration/
 
 # The README's main job: boot an example VM and show its console.
 demo: deps build

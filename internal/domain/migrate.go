@@ -79,7 +79,7 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 		for _, w := range why {
 			m.log.Info("migration options changed", "domain", d.Name, "reason", w)
 		}
-		req, err = m.migrationRequest(l, d, v, o)
+		req, err = m.migrationRequest(l, d, v, o, qemu)
 		return err
 	}); err != nil {
 		return err
@@ -107,7 +107,7 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 // migrationRequest builds the call's parameters: the migratable XML, the
 // disks to copy, and the daemon's version (parameters it does not know
 // fail the whole call).
-func (m *Manager) migrationRequest(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options) (migration.Request, error) {
+func (m *Manager) migrationRequest(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, qemu uint64) (migration.Request, error) {
 	xml, err := l.DomainGetXMLDesc(d, libvirt.DomainXMLMigratable)
 	if err != nil {
 		return migration.Request{}, fmt.Errorf("migratable XML of domain %s: %w", d.Name, err)
@@ -115,6 +115,9 @@ func (m *Manager) migrationRequest(l *libvirt.Libvirt, d libvirt.Domain, v *v1.V
 	var dom libvirtxml.Domain
 	if err := dom.Unmarshal(xml); err != nil {
 		return migration.Request{}, fmt.Errorf("parse XML of domain %s: %w", d.Name, err)
+	}
+	for _, h := range migration.Hazards(dom.Type, qemu) {
+		m.log.Warn("this migration may harm the guest", "domain", d.Name, "hazard", h)
 	}
 	var disks []string
 	if dom.Devices != nil && v.IsBlockMigration() {

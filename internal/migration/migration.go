@@ -361,6 +361,30 @@ func ForDomain(o Options, f Facts) (Options, []string) {
 	return o, why
 }
 
+// tcgDirtyLogFixedSince is the first QEMU whose migration keeps an
+// emulated (TCG) guest's memory whole. Before it, clearing the migration's
+// dirty bitmap for whole words left TCG's TLB as it was, so the guest's
+// stores through it were not logged until the TLB was next flushed, and a
+// page so written last before the switch-over went to the target stale
+// (QEMU commit 03bfc2188f, "physmem: Fix migration dirty bitmap coherency
+// with TCG memory access", in 9.0). Seen here with QEMU 7.2: a guest
+// rewriting its memory while the machine was busy found 338 stale pages
+// after its migration (TestMigrationMemoryIntegrity), and guests so
+// migrated crashed ("list_del corruption").
+const tcgDirtyLogFixedSince = 9_000_000
+
+// Hazards are what may go wrong with a migration of a domain of this type
+// (libvirt's domain type: "kvm", or "qemu" for emulation) on this QEMU that
+// the launcher cannot prevent; the migration goes on (KubeVirt's launcher
+// migrates such a domain the same way), and the source says so in its log.
+func Hazards(domainType string, qemuVersion uint64) []string {
+	var h []string
+	if domainType == "qemu" && qemuVersion != 0 && qemuVersion < tcgDirtyLogFixedSince {
+		h = append(h, fmt.Sprintf("the guest is emulated (TCG) and QEMU %s can lose the guest's last memory writes before the switch-over (fixed in QEMU 9.0, commit 03bfc2188f): a guest writing its memory fast may crash or misbehave in the target", versionString(qemuVersion)))
+	}
+	return h
+}
+
 // versionString renders libvirt's major*1e6+minor*1e3+micro.
 func versionString(v uint64) string {
 	return fmt.Sprintf("%d.%d.%d", v/1_000_000, v/1000%1000, v%1000)

@@ -2,6 +2,7 @@ package migration
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +186,30 @@ func TestPostCopyUnavailable(t *testing.T) {
 	}
 	if o := (Options{AllowPostCopy: true, ParallelMigrationThreads: uintp(4)}).WithoutPostCopy(); o.AllowPostCopy || Flags(o, false, false)&libvirt.MigratePostcopy != 0 {
 		t.Errorf("WithoutPostCopy: %+v", o)
+	}
+}
+
+func TestHazards(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		domainType string
+		qemu       uint64
+		want       int
+	}{
+		{"TCG, QEMU 7.2: stale pages possible", "qemu", 7_002_022, 1},
+		{"TCG, QEMU 8.2", "qemu", 8_002_000, 1},
+		{"TCG, QEMU 9.0: fixed", "qemu", 9_000_000, 0},
+		{"KVM, QEMU 7.2: KVM logs dirty pages itself", "kvm", 7_002_022, 0},
+		{"TCG, QEMU unknown: nothing claimed", "qemu", 0, 0},
+	} {
+		h := Hazards(c.domainType, c.qemu)
+		if len(h) != c.want {
+			t.Errorf("%s: %q, want %d hazards", c.name, h, c.want)
+		}
+		for _, s := range h {
+			if !strings.Contains(s, "03bfc2188f") || !strings.Contains(s, versionString(c.qemu)) {
+				t.Errorf("%s: %q does not name the QEMU version and the fix", c.name, s)
+			}
+		}
 	}
 }
