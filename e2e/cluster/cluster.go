@@ -71,7 +71,9 @@ type Config struct {
 	// mount of itself (the machine's own / stays as it is), and Down
 	// removes them. KubeletDir is always one.
 	SharedDirs []string
-	Logf       func(format string, args ...any)
+	// Nodes is how many nodes: 1 (also when 0) or 2 (node.go).
+	Nodes int
+	Logf  func(format string, args ...any)
 }
 
 // Cluster is a running cluster.
@@ -79,9 +81,8 @@ type Cluster struct {
 	cfg              Config
 	stateDir, runDir string
 	pkiDir, logDir   string
-	cniConfDir       string
 	registryHostsDir string
-	containerdSock   string
+	nodes            []*node
 	procs            []*proc
 	restrictOOM      bool // we may not lower OOM score adjustments (no CAP_SYS_RESOURCE)
 	initPid          int  // host pid of the PID 1 of the cluster's namespaces (startInit)
@@ -115,10 +116,19 @@ func (c *Cluster) Registry() string { return "localhost:" + strconv.Itoa(registr
 // PauseImage is the pod sandbox image (e2e/pause), which Up pushes.
 func (c *Cluster) PauseImage() string { return c.Registry() + "/vl-e2e/pause:1" }
 
+// Nodes are the names of the cluster's nodes.
+func (c *Cluster) Nodes() []string {
+	var names []string
+	for _, n := range c.nodes {
+		names = append(names, n.name)
+	}
+	return names
+}
+
 // Log is the path of a daemon's log.
 func (c *Cluster) Log(name string) string { return filepath.Join(c.logDir, name+".log") }
 
-// Up brings the cluster up and waits until the node is Ready. On error it
+// Up brings the cluster up and waits until its nodes are Ready. On error it
 // has taken down whatever it started.
 func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	c := &Cluster{
@@ -127,9 +137,11 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		runDir:           RunDir,
 		pkiDir:           filepath.Join(StateDir, "pki"),
 		logDir:           filepath.Join(StateDir, "logs"),
-		cniConfDir:       filepath.Join(StateDir, "cni"),
 		registryHostsDir: filepath.Join(StateDir, "certs.d"),
-		containerdSock:   filepath.Join(RunDir, "containerd", "containerd.sock"),
+		nodes:            nodes(cfg),
+	}
+	if cfg.Nodes != 0 && cfg.Nodes != 1 && cfg.Nodes != 2 {
+		return nil, fmt.Errorf("Config.Nodes is %d: a cluster here has one node or two", cfg.Nodes)
 	}
 	if err := c.preflight(ctx); err != nil {
 		return nil, err
@@ -151,8 +163,9 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if c.st.TablesBefore, err = nftTables(ctx, cfg.Bin); err != nil {
 		return nil, err
 	}
-	// containerd's shim makes /run/containerd whatever its configuration.
-	for _, p := range append(append([]string{KubeletDir, "/run/containerd"}, cfg.SharedDirs...), cfg.HostPaths...) {
+	// containerd's shim makes /run/containerd whatever its configuration,
+	// and kubelet the pod log directories.
+	for _, p := range nodeHostPaths(cfg) {
 		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
 			c.st.CreatedDirs = append(c.st.CreatedDirs, p)
 		}
@@ -160,14 +173,15 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := c.recordState(); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{c.pkiDir, c.logDir, c.cniConfDir, c.registryHostsDir, filepath.Join(c.stateDir, "cni-ipam"), c.Home()} {
+	for _, d := range []string{c.pkiDir, c.logDir, c.nodes[0].cniConfDir(), c.registryHostsDir, c.nodes[0].ipamDir(), c.Home()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
 	}
-	if err := c.startInit(ctx); err != nil {
+	if c.initPid, err = c.startInit(ctx, "init"); err != nil {
 		return nil, err
 	}
+	c.nodes[0].initPid = c.initPid
 	for _, d := range append([]string{KubeletDir}, cfg.SharedDirs...) {
 		if err := c.makeShared(ctx, d); err != nil {
 			return nil, err
@@ -179,7 +193,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := c.writePKI(); err != nil {
 		return nil, err
 	}
-	if err := c.setupNetwork(ctx); err != nil {
+	if err := c.setupNetwork(); err != nil {
 		return nil, err
 	}
 	if err := c.startRegistry(); err != nil {
@@ -191,8 +205,13 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := c.startControlPlane(ctx); err != nil {
 		return nil, err
 	}
-	if err := c.startNode(ctx); err != nil {
+	if err := c.startNode(ctx, c.nodes[0]); err != nil {
 		return nil, err
+	}
+	for _, n := range c.nodes[1:] {
+		if err := c.startSecondNode(ctx, n); err != nil {
+			return nil, fmt.Errorf("node %s: %w", n.name, err)
+		}
 	}
 	return c, nil
 }
@@ -235,7 +254,7 @@ func (c *Cluster) preflight(ctx context.Context) error {
 		"127.0.0.1:" + strconv.Itoa(etcdPort), "127.0.0.1:" + strconv.Itoa(etcdPeerPort),
 		"127.0.0.1:" + strconv.Itoa(registryPort),
 		"127.0.0.1:10248", "127.0.0.1:10249", "127.0.0.1:10256", "127.0.0.1:10257", "127.0.0.1:10259",
-		"0.0.0.0:" + strconv.Itoa(APIPort), "0.0.0.0:10250",
+		"0.0.0.0:" + strconv.Itoa(APIPort), "0.0.0.0:10250", "127.0.0.1:" + strconv.Itoa(node2Healthz),
 	} {
 		l, err := net.Listen("tcp", a)
 		if err != nil {
@@ -273,7 +292,9 @@ func (c *Cluster) writePKI() error {
 		"controller-manager":       {cn: "system:kube-controller-manager", client: true},
 		"scheduler":                {cn: "system:kube-scheduler", client: true},
 		"kube-proxy":               {cn: "system:kube-proxy", client: true},
-		"kubelet":                  {cn: "system:node:" + NodeName, orgs: []string{"system:nodes"}, client: true},
+	}
+	for _, n := range c.nodes {
+		certs["kubelet"+n.suffix] = cert{cn: "system:node:" + n.name, orgs: []string{"system:nodes"}, client: true}
 	}
 	for name, ct := range certs {
 		if err := root.issue(c.pkiDir, name, ct); err != nil {
@@ -378,78 +399,6 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	}
 	// Pods can run only once the default service account exists.
 	return c.waitFor(ctx, "the default service account", 2*time.Minute, httpOK(client, api+"/api/v1/namespaces/default/serviceaccounts/default"))
-}
-
-func (c *Cluster) startNode(ctx context.Context) error {
-	bin := func(n string) string { return filepath.Join(c.cfg.Bin, n) }
-	if err := c.writeCNIConfig(); err != nil {
-		return err
-	}
-	ctrdConf, err := c.writeContainerdConfig()
-	if err != nil {
-		return err
-	}
-	if _, err := c.start("containerd", bin("containerd"), "--config", ctrdConf); err != nil {
-		return err
-	}
-	if err := c.waitFor(ctx, "containerd", time.Minute, func(context.Context) error {
-		conn, err := net.Dial("unix", c.containerdSock)
-		if err == nil {
-			conn.Close()
-		}
-		return err
-	}); err != nil {
-		return err
-	}
-	kubeletConf, err := c.writeKubeletConfig()
-	if err != nil {
-		return err
-	}
-	kubeconfig, err := c.writeKubeconfig("kubelet", "kubelet")
-	if err != nil {
-		return err
-	}
-	if _, err := c.start("kubelet", bin("kubelet"), "--config", kubeletConf, "--kubeconfig", kubeconfig,
-		"--hostname-override", NodeName, "--node-ip", NodeIP, "--root-dir", KubeletDir,
-		"--cert-dir", filepath.Join(c.stateDir, "kubelet-pki")); err != nil {
-		return err
-	}
-	proxyKubeconfig, err := c.writeKubeconfig("kube-proxy", "kube-proxy")
-	if err != nil {
-		return err
-	}
-	proxyConf, err := c.writeKubeProxyConfig(proxyKubeconfig)
-	if err != nil {
-		return err
-	}
-	if _, err := c.start("kube-proxy", bin("kube-proxy"), "--config", proxyConf); err != nil {
-		return err
-	}
-	client, err := c.adminHTTP()
-	if err != nil {
-		return err
-	}
-	api := "https://" + NodeIP + ":" + strconv.Itoa(APIPort)
-	return c.waitFor(ctx, "node "+NodeName+" Ready", 3*time.Minute, func(ctx context.Context) error {
-		var node struct {
-			Status struct {
-				Conditions []struct{ Type, Status, Message string }
-			}
-		}
-		if err := getJSON(ctx, client, api+"/api/v1/nodes/"+NodeName, &node); err != nil {
-			return err
-		}
-		for _, cond := range node.Status.Conditions {
-			if cond.Type == "Ready" {
-				if cond.Status == "True" {
-					return nil
-				}
-				//lint:ignore ST1005 "Ready" is the condition's name.
-				return fmt.Errorf("Ready is %s: %s", cond.Status, cond.Message)
-			}
-		}
-		return errors.New("no Ready condition yet")
-	})
 }
 
 // adminHTTP is an HTTP client with the admin's certificate.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +180,74 @@ func TestCleanUpKilledRun(t *testing.T) {
 func TestHelperLiveRun(t *testing.T) {
 	if os.Getenv("VL_E2E_LIVE_RUN") == "1" {
 		time.Sleep(time.Minute)
+	}
+}
+
+// TestNodeConfigs checks what keeps two nodes on one machine apart in
+// their daemons' configuration (node.go): node 2's kubelet has its own
+// address, health port, containerd socket and cgroup root, its CNI
+// network its own bridge and range; node 1's stays as a one-node
+// cluster's was; the one kube-proxy covers both nodes' pods.
+func TestNodeConfigs(t *testing.T) {
+	ns := nodes(Config{Nodes: 2})
+	if len(ns) != 2 || ns[0].name != NodeName || ns[1].name != Node2Name {
+		t.Fatalf("nodes: %+v", ns)
+	}
+	if one := nodes(Config{}); len(one) != 1 {
+		t.Fatalf("Config.Nodes 0: %d nodes, want 1", len(one))
+	}
+	c := &Cluster{stateDir: t.TempDir(), pkiDir: "/pki", cfg: Config{CNIBin: "/cni", Runc: "/runc"}}
+	read := func(p string) string {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	for _, n := range ns {
+		n.dir, n.runDir = t.TempDir(), t.TempDir()
+		if err := os.Mkdir(n.cniConfDir(), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		path, err := c.writeKubeletConfig(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubelet := read(path)
+		if err := c.writeCNIConfig(n); err != nil {
+			t.Fatal(err)
+		}
+		cni := read(filepath.Join(n.cniConfDir(), "10-vl-e2e.conflist"))
+		ctrdPath, err := c.writeContainerdConfig(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctrd := read(ctrdPath)
+		wants := map[string][]string{
+			"kubelet":    {"address: " + n.ip, "healthzPort: " + strconv.Itoa(n.healthzPort), "unix://" + n.containerdSock(), "podCIDR: " + n.podCIDR},
+			"cni":        {`"bridge": "` + n.bridge + `"`, `"subnet": "` + n.podCIDR + `"`, `"dataDir": "` + n.ipamDir() + `"`},
+			"containerd": {`address = "` + n.containerdSock() + `"`, `conf_dir = "` + n.cniConfDir() + `"`, `Root = "` + filepath.Join(n.runDir, "runc") + `"`},
+		}
+		got := map[string]string{"kubelet": kubelet, "cni": cni, "containerd": ctrd}
+		for what, ws := range wants {
+			for _, w := range ws {
+				if !strings.Contains(got[what], w) {
+					t.Errorf("node %s: its %s configuration has no %q:\n%s", n.name, what, w, got[what])
+				}
+			}
+		}
+		if hasRoot := strings.Contains(kubelet, "cgroupRoot: /"+node2Cgroup); hasRoot != (n.name == Node2Name) {
+			t.Errorf("node %s: cgroupRoot %s in its kubelet configuration: %v", n.name, node2Cgroup, hasRoot)
+		}
+	}
+	if ns[0].containerdSock() == ns[1].containerdSock() || ns[0].ipamDir() == ns[1].ipamDir() {
+		t.Errorf("the nodes share a containerd socket or an IPAM directory")
+	}
+	path, err := c.writeKubeProxyConfig("/kubeconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := read(path); !strings.Contains(p, "clusterCIDR: "+ClusterCIDR) {
+		t.Errorf("kube-proxy's configuration does not cover both nodes' pods (%s):\n%s", ClusterCIDR, p)
 	}
 }

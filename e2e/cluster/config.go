@@ -37,8 +37,8 @@ current-context: vl-e2e
 	return path, os.WriteFile(path, []byte(data), 0o600)
 }
 
-func (c *Cluster) writeContainerdConfig() (string, error) {
-	path := filepath.Join(c.stateDir, "containerd.toml")
+func (c *Cluster) writeContainerdConfig(n *node) (string, error) {
+	path := filepath.Join(n.dir, "containerd.toml")
 	data := fmt.Sprintf(`version = 3
 root = %[1]q
 state = %[2]q
@@ -74,9 +74,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.traci
       BinaryName = %[9]q
       Root = %[10]q
       SystemdCgroup = false
-`, filepath.Join(c.stateDir, "containerd"), filepath.Join(c.runDir, "containerd"), c.containerdSock,
-		filepath.Join(c.stateDir, "containerd-opt"), c.PauseImage(), c.registryHostsDir,
-		c.cfg.CNIBin, c.cniConfDir, c.cfg.Runc, filepath.Join(c.runDir, "runc"), c.restrictOOM)
+`, filepath.Join(n.dir, "containerd"), filepath.Join(n.runDir, "containerd"), n.containerdSock(),
+		filepath.Join(n.dir, "containerd-opt"), c.PauseImage(), c.registryHostsDir,
+		c.cfg.CNIBin, n.cniConfDir(), c.cfg.Runc, filepath.Join(n.runDir, "runc"), c.restrictOOM)
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		return "", err
 	}
@@ -89,13 +89,14 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.traci
 	return path, os.WriteFile(filepath.Join(hostDir, "hosts.toml"), []byte(hosts), 0o600)
 }
 
-// writeCNIConfig is the pod network: one bridge on the host, addresses
-// from PodCIDR kept in our state directory, no masquerade (pods need no
-// way out: images are pulled by containerd on the host).
-func (c *Cluster) writeCNIConfig() error {
+// writeCNIConfig is a node's pod network: one bridge on the host,
+// addresses from its pod range kept in our state directory, no masquerade
+// (pods need no way out: images are pulled by containerd on the host; the
+// other node's pods are a route away on the host).
+func (c *Cluster) writeCNIConfig(n *node) error {
 	data := fmt.Sprintf(`{
   "cniVersion": "1.0.0",
-  "name": "vl-e2e",
+  "name": %q,
   "plugins": [{
     "type": "bridge",
     "bridge": %q,
@@ -109,18 +110,22 @@ func (c *Cluster) writeCNIConfig() error {
     }
   }]
 }
-`, Bridge, filepath.Join(c.stateDir, "cni-ipam"), PodCIDR, PodGateway)
-	return os.WriteFile(filepath.Join(c.cniConfDir, "10-vl-e2e.conflist"), []byte(data), 0o600)
+`, n.name, n.bridge, n.ipamDir(), n.podCIDR, n.ip)
+	return os.WriteFile(filepath.Join(n.cniConfDir(), "10-vl-e2e.conflist"), []byte(data), 0o600)
 }
 
-func (c *Cluster) writeKubeletConfig() (string, error) {
-	path := filepath.Join(c.stateDir, "kubelet.yaml")
+func (c *Cluster) writeKubeletConfig(n *node) (string, error) {
+	path := filepath.Join(n.dir, "kubelet.yaml")
+	cgroupRoot := ""
+	if n.cgroupRoot != "" {
+		cgroupRoot = "cgroupRoot: " + n.cgroupRoot + "\n"
+	}
 	data := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %[1]s
 port: 10250
 healthzBindAddress: 127.0.0.1
-healthzPort: 10248
+healthzPort: %[7]d
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
@@ -140,7 +145,7 @@ featureGates: {%[6]s}
 evictionHard: {memory.available: "200Mi", nodefs.available: "2%%", imagefs.available: "2%%", nodefs.inodesFree: "2%%"}
 imageGCHighThresholdPercent: 98
 imageGCLowThresholdPercent: 95
-`, NodeIP, c.pkiDir, c.containerdSock, PodCIDR, filepath.Join(c.stateDir, "resolv.conf"), c.featureGatesYAML())
+%[8]s`, n.ip, c.pkiDir, n.containerdSock(), n.podCIDR, filepath.Join(c.stateDir, "resolv.conf"), c.featureGatesYAML(), n.healthzPort, cgroupRoot)
 	if err := os.WriteFile(filepath.Join(c.stateDir, "resolv.conf"), []byte("nameserver "+NodeIP+"\n"), 0o644); err != nil {
 		return "", err
 	}
@@ -165,7 +170,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, kubeconfig, PodCIDR, NodeName, NodeIP)
+`, kubeconfig, ClusterCIDR, NodeName, NodeIP)
 	return path, os.WriteFile(path, []byte(data), 0o600)
 }
 

@@ -27,25 +27,12 @@ const (
 // (v1 controllers, or the v2 unified one).
 const cgroupRoot = "/sys/fs/cgroup"
 
-// setupNetwork makes the pod bridge before the CNI plugin would (it uses
-// a bridge of that name as it finds it), gives the node its address on it,
-// and turns on forwarding (pod traffic to Services crosses the host),
-// remembering the old value for Down. The bridge rather than a dummy link:
-// not every kernel here has the dummy driver.
-func (c *Cluster) setupNetwork(ctx context.Context) error {
-	link := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: Bridge}}
-	if err := netlink.LinkAdd(link); err != nil {
-		return fmt.Errorf("add bridge %s: %w", Bridge, err)
-	}
-	addr, err := netlink.ParseAddr(NodeIP + "/24")
-	if err != nil {
+// setupNetwork makes node 1's pod bridge and turns on forwarding (pod
+// traffic to Services, and between the nodes' bridges, crosses the host),
+// remembering the old value for Down.
+func (c *Cluster) setupNetwork() error {
+	if err := c.nodes[0].setupNetwork(); err != nil {
 		return err
-	}
-	if err := netlink.AddrAdd(link, addr); err != nil {
-		return fmt.Errorf("address %s on %s: %w", NodeIP, Bridge, err)
-	}
-	if err := netlink.LinkSetUp(link); err != nil {
-		return fmt.Errorf("set %s up: %w", Bridge, err)
 	}
 	old, err := os.ReadFile(ipForwardPath)
 	if err != nil {
@@ -91,8 +78,8 @@ func cleanLeftovers(ctx context.Context, cfg Config, logf func(string, ...any)) 
 	errs = append(errs, killOurs(cfg.Bin, st.Pids))
 	// Nothing to unmount: the cluster mounts only in its own mount
 	// namespace (startInit), which is gone with its processes.
-	errs = append(errs, removeCgroups("kubepods"))
-	for _, name := range []string{Bridge} {
+	errs = append(errs, removeCgroups("kubepods"), removeCgroups(node2Cgroup))
+	for _, name := range []string{Bridge, node2Bridge} {
 		if l, err := netlink.LinkByName(name); err == nil {
 			if err := netlink.LinkDel(l); err != nil {
 				errs = append(errs, fmt.Errorf("delete link %s: %w", name, err))
@@ -183,7 +170,7 @@ func inKubepods(pid int) bool {
 	for _, line := range strings.Split(string(data), "\n") {
 		// hierarchy-ID:controllers:path
 		parts := strings.SplitN(line, ":", 3)
-		if len(parts) == 3 && strings.HasPrefix(parts[2], "/kubepods") {
+		if len(parts) == 3 && (strings.HasPrefix(parts[2], "/kubepods") || strings.HasPrefix(parts[2], "/"+node2Cgroup+"/")) {
 			return true
 		}
 	}
@@ -369,10 +356,10 @@ func (c *Cluster) makeShared(ctx context.Context, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := c.inNamespace(ctx, "/usr/bin/mount", "--bind", dir, dir); err != nil {
+	if err := c.inNamespace(ctx, c.initPid, "/usr/bin/mount", "--bind", dir, dir); err != nil {
 		return fmt.Errorf("bind mount %s: %w", dir, err)
 	}
-	if err := c.inNamespace(ctx, "/usr/bin/mount", "--make-shared", dir); err != nil {
+	if err := c.inNamespace(ctx, c.initPid, "/usr/bin/mount", "--make-shared", dir); err != nil {
 		return fmt.Errorf("make %s a shared mount: %w", dir, err)
 	}
 	return nil

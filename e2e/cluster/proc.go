@@ -32,20 +32,27 @@ func cleanEnv(bin string) []string {
 	}
 }
 
-// start runs bin/NAME with args. The daemon gets SIGKILL if the process
-// that started it dies (Pdeathsig), so a killed `make e2e` does not
-// leave its API server running; what such a run still leaves (shims,
-// pods, mounts) is found by cleanLeftovers.
+// start runs exe with args in the namespaces of node 1 and the control
+// plane (startIn).
 func (c *Cluster) start(name, exe string, args ...string) (*proc, error) {
+	return c.startIn(c.initPid, name, exe, args...)
+}
+
+// startIn runs exe with args, its output in logs/NAME.log, in the PID and
+// mount namespaces of initPid (0: the machine's). The daemon gets SIGKILL
+// if the process that started it dies (Pdeathsig), so a killed `make e2e`
+// does not leave its API server running; what such a run still leaves
+// (shims, pods, mounts) is found by cleanLeftovers.
+func (c *Cluster) startIn(initPid int, name, exe string, args ...string) (*proc, error) {
 	logPath := c.Log(name)
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	defer lf.Close()
-	if c.initPid != 0 {
+	if initPid != 0 {
 		// Into the cluster's PID and mount namespaces (startInit).
-		args = append([]string{"--target", strconv.Itoa(c.initPid), "--pid", "--mount", "--", exe}, args...)
+		args = append([]string{"--target", strconv.Itoa(initPid), "--pid", "--mount", "--", exe}, args...)
 		exe = "/usr/bin/nsenter"
 	}
 	cmd := exec.Command(exe, args...)
@@ -165,9 +172,10 @@ func (c *Cluster) run(ctx context.Context, exe string, args ...string) (string, 
 	return Run(ctx, 10*time.Second, cleanEnv(c.cfg.Bin), "", exe, args...)
 }
 
-// startInit starts the cluster's own PID and mount namespaces, with
-// e2e/pause as their PID 1, and records that PID 1's host pid; the
-// daemons are started in them (start). Why: hostPID pods (virt-handler)
+// startInit starts a node's own PID and mount namespaces (node 1's also
+// hold the control plane), with e2e/pause as their PID 1, logged as name,
+// and returns that PID 1's host pid; the node's daemons are started in
+// them (startIn). Why: hostPID pods (virt-handler)
 // read the host through /proc/1 (/proc/1/ns/mnt, /proc/1/root), and the
 // machine's PID 1 may not be ours to read; in these namespaces it is, and
 // their mount table is the cluster's own: the machine's stays as it was,
@@ -175,13 +183,15 @@ func (c *Cluster) run(ctx context.Context, exe string, args ...string) (string, 
 // --kill-child ends that PID 1 (and with it every process in the
 // namespace, pods included) when unshare dies, and unshare dies with us
 // (Pdeathsig).
-func (c *Cluster) startInit(ctx context.Context) error {
-	p, err := c.start("init", "/usr/bin/unshare", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc",
+func (c *Cluster) startInit(ctx context.Context, name string) (int, error) {
+	// From the machine's namespaces, not another node's.
+	p, err := c.startIn(0, name, "/usr/bin/unshare", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc",
 		"--propagation", "private", filepath.Join(c.cfg.Bin, "pause"))
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return c.waitFor(ctx, "the cluster's PID 1", 10*time.Second, func(context.Context) error {
+	var initPid int
+	err = c.waitFor(ctx, "the PID 1 of "+name, 10*time.Second, func(context.Context) error {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p.cmd.Process.Pid, p.cmd.Process.Pid))
 		if err != nil {
 			return err
@@ -197,14 +207,15 @@ func (c *Cluster) startInit(ctx context.Context) error {
 		if !strings.HasSuffix(exeOf(pid), "/pause") {
 			return fmt.Errorf("pid %d is not pause yet", pid)
 		}
-		c.initPid = pid
+		initPid = pid
 		return nil
 	})
+	return initPid, err
 }
 
-// inNamespace runs a short command in the cluster's mount namespace.
-func (c *Cluster) inNamespace(ctx context.Context, exe string, args ...string) error {
+// inNamespace runs a short command in the mount namespace of initPid.
+func (c *Cluster) inNamespace(ctx context.Context, initPid int, exe string, args ...string) error {
 	_, err := c.run(ctx, "/usr/bin/nsenter",
-		append([]string{"--target", strconv.Itoa(c.initPid), "--mount", "--", exe}, args...)...)
+		append([]string{"--target", strconv.Itoa(initPid), "--mount", "--", exe}, args...)...)
 	return err
 }

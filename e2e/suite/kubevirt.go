@@ -177,7 +177,7 @@ func (e *Env) installKubeVirt(ctx context.Context) error {
 	if _, err := e.Kubectl(ctx, "-n", "kubevirt", "set", "env", "deployment/virt-operator", "VIRT_LAUNCHER_IMAGE="+e.LauncherImage()); err != nil {
 		return err
 	}
-	// One node: one operator is enough (its manifest asks for two).
+	// One operator is enough here (its manifest asks for two).
 	if _, err := e.Kubectl(ctx, "-n", "kubevirt", "scale", "deployment/virt-operator", "--replicas=1"); err != nil {
 		return err
 	}
@@ -201,6 +201,13 @@ spec:
 	}
 	if _, err := e.KubectlTimeout(ctx, 16*time.Minute, "-n", "kubevirt", "wait", "kv/kubevirt", "--for", "condition=Available", "--timeout=15m"); err != nil {
 		return e.Explain(ctx, "kubevirt", err)
+	}
+	// Available says KubeVirt's parts are up; a node takes VMIs once its
+	// virt-handler has labelled it schedulable.
+	for _, n := range e.Cluster.Nodes() {
+		if _, err := e.KubectlTimeout(ctx, 6*time.Minute, "wait", "node/"+n, "--for", "jsonpath={.metadata.labels.kubevirt\\.io/schedulable}=true", "--timeout=5m"); err != nil {
+			return e.Explain(ctx, "kubevirt", fmt.Errorf("node %s: %w", n, err))
+		}
 	}
 	e.logf("KubeVirt %s Available in %s", KubeVirtVersion, time.Since(start).Round(time.Second))
 	return nil

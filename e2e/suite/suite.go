@@ -33,7 +33,10 @@ func config(logf func(string, ...any)) (cluster.Config, string, error) {
 		FeatureGates: []string{"ImageVolume=true"},
 		HostPaths:    kubevirtHostPaths,
 		SharedDirs:   []string{"/run/kubevirt"},
-		Logf:         logf,
+		// Two nodes: a live migration's target pod must be on another
+		// node than its source (cluster/node.go).
+		Nodes: 2,
+		Logf:  logf,
 	}, root, nil
 }
 

@@ -1,0 +1,218 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/e2e/cluster"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// The scenarios that need the cluster's second node (e2e/cluster/node.go,
+// docs/two-node-e2e.md).
+
+// TestSecondNode (stage B of docs/two-node-e2e.md): a VMI pinned to node 2
+// runs there, its console reached through node 2's virt-handler and its
+// port through a Service from node 1's kube-proxy; node 1's pods are
+// untouched by node 2's kubelet (each has its own containerd, cgroup root
+// and kubelet directory).
+func TestSecondNode(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	nodes := strings.Fields(ok(env.Kubectl(ctx, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}")))
+	if len(nodes) != 2 {
+		t.Fatalf("nodes %q, want %s and %s", nodes, cluster.NodeName, cluster.Node2Name)
+	}
+	handlers := ok(env.Kubectl(ctx, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-handler", "-o", "jsonpath={.items[*].spec.nodeName}"))
+	for _, n := range nodes {
+		if !strings.Contains(handlers, n) {
+			t.Errorf("no virt-handler on node %s (handlers on %q)", n, handlers)
+		}
+	}
+	name := "vmi-node2"
+	vmi := strings.Replace(vmiYAML(name), "spec:\n", "spec:\n  nodeSelector: {kubernetes.io/hostname: "+cluster.Node2Name+"}\n", 1)
+	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
+	env.WaitReady(t, ctx, name)
+	if node := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}")); node != cluster.Node2Name {
+		t.Fatalf("the VMI runs on %q, want %s", node, cluster.Node2Name)
+	}
+	out := env.Console(t, ctx, name, "echo VL-CONSOLE-$((6*7))", "VL-CONSOLE-42")
+	if !strings.Contains(out, "VL-CONSOLE-42") {
+		t.Errorf("virtctl console on node 2: the guest did not answer; got:\n%s", out)
+	}
+	ok(env.Virtctl(ctx, time.Minute, "expose", "vmi", name, "--name", name+"-http", "--port", "8080", "--target-port", "80"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "service", name+"-http", "--ignore-not-found") })
+	ip := ok(env.Kubectl(ctx, "get", "service", name+"-http", "-o", "jsonpath={.spec.clusterIP}"))
+	if body, err := httpGet(ctx, "http://"+ip+":8080/", time.Minute); err != nil || !strings.Contains(body, "hello from "+name) {
+		t.Errorf("GET through the Service %s:8080 to node 2: %q, %v", ip, body, err)
+	}
+	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vmi", name, "--wait=true", "--timeout=90s"))
+}
+
+// counterLine is user-data that counts on the serial console, ten a
+// second, so that the console shows whether the guest ran on without a
+// reboot across a migration.
+const counterLine = `(i=0; while :; do echo "VL-COUNT-$i"; i=$((i+1)); sleep 0.1; done) &`
+
+var countRE = regexp.MustCompile(`VL-COUNT-(\d+)\b`)
+
+func consoleCounts(log string) []int {
+	var c []int
+	for _, m := range countRE.FindAllStringSubmatch(log, -1) {
+		n, _ := strconv.Atoi(m[1])
+		c = append(c, n)
+	}
+	return c
+}
+
+// TestLiveMigration (issue 17, stage 4): `virtctl migrate` moves a running
+// VMI (containerDisk, kernelBoot container, cloud-init, masquerade: a
+// block migration) to the other node through KubeVirt's own machinery:
+// virt-controller's migration and target pod, both virt-handlers and
+// their TLS proxies, our launcher on both ends. The migration succeeds,
+// the VMI is on the other node, its guest counts on from where it was (no
+// reboot), its Service still answers, and the source pod completes. Then
+// it moves back.
+func TestLiveMigration(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	name := "vmi-mig"
+	vmi := strings.Replace(vmiYAML(name), "        busybox httpd", "        "+counterLine+"\n        busybox httpd", 1)
+	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
+	env.WaitReady(t, ctx, name)
+	cond := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", `jsonpath={.status.conditions[?(@.type=="LiveMigratable")].status} {.status.conditions[?(@.type=="LiveMigratable")].message}`))
+	if !strings.HasPrefix(cond, "True") {
+		t.Fatalf("the VMI is not LiveMigratable: %s", cond)
+	}
+	ok(env.Virtctl(ctx, time.Minute, "expose", "vmi", name, "--name", name+"-http", "--port", "8080", "--target-port", "80"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "service", name+"-http", "--ignore-not-found") })
+	ip := ok(env.Kubectl(ctx, "get", "service", name+"-http", "-o", "jsonpath={.spec.clusterIP}"))
+
+	for round := 1; round <= 2; round++ {
+		from := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}"))
+		src := podOn(t, ctx, name, from)
+		env.WaitConsoleCount(t, ctx, src, "VL-COUNT-", 20)
+		start := time.Now()
+		ok(env.Virtctl(ctx, time.Minute, "migrate", name))
+		vmim := waitMigrationDone(t, ctx, name, 5*time.Minute)
+		t.Logf("round %d: virtctl migrate -> %s Succeeded in %v", round, vmim, time.Since(start).Round(100*time.Millisecond))
+
+		var st v1.VirtualMachineInstance
+		if err := json.Unmarshal([]byte(ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "json"))), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Status.MigrationState == nil {
+			t.Fatalf("round %d: the VMI has no migration state", round)
+		}
+		ms := st.Status.MigrationState
+		if !ms.Completed || ms.Failed || ms.SourceNode != from || ms.TargetNode == from || st.Status.NodeName != ms.TargetNode || ms.StartTimestamp == nil || ms.EndTimestamp == nil {
+			t.Fatalf("round %d: the VMI's migration state %+v on node %s, want completed, from %s to the other node", round, ms, st.Status.NodeName, from)
+		}
+		t.Logf("round %d: %s -> %s, mode %s, %v", round, ms.SourceNode, ms.TargetNode, ms.Mode, ms.EndTimestamp.Sub(ms.StartTimestamp.Time))
+
+		// The guest ran on: the target's console begins near where the
+		// source's ended, and the guest did not boot again.
+		srcLog := ok(env.Kubectl(ctx, "logs", src, "-c", "guest-console-log"))
+		last := consoleCounts(srcLog)
+		dst := podOn(t, ctx, name, ms.TargetNode)
+		want := last[len(last)-1] + 20
+		deadline := time.Now().Add(2 * time.Minute)
+		var dstLog string
+		for {
+			dstLog = ok(env.Kubectl(ctx, "logs", dst, "-c", "guest-console-log"))
+			if c := consoleCounts(dstLog); len(c) > 0 && c[len(c)-1] >= want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the target's console did not count to %d in 2 min:\n%s", round, want, launchertest.Tail(dstLog, 2000))
+			}
+			time.Sleep(2 * time.Second)
+		}
+		after := consoleCounts(dstLog)
+		if after[0] > last[len(last)-1]+30 || after[0] < last[len(last)-1]-30 {
+			t.Errorf("round %d: the target's console begins at count %d; the source's ended at %d", round, after[0], last[len(last)-1])
+		}
+		if _, booted := testguest.FindMarker(dstLog, testguest.MarkerReady); booted {
+			t.Errorf("round %d: the guest booted again on the target:\n%s", round, launchertest.Tail(dstLog, 2000))
+		}
+
+		// The Service now reaches the guest on the other node.
+		if body, err := httpGet(ctx, "http://"+ip+":8080/", time.Minute); err != nil || !strings.Contains(body, "hello from "+name) {
+			t.Errorf("round %d: GET through the Service after the migration: %q, %v", round, body, err)
+		}
+		// The source pod completes (its launcher exits 0).
+		if _, err := env.KubectlTimeout(ctx, 3*time.Minute, "wait", "pod/"+src, "--for", "jsonpath={.status.phase}=Succeeded", "--timeout=2m"); err != nil {
+			phase, _ := env.Kubectl(ctx, "get", "pod", src, "-o", "jsonpath={.status.phase} {.status.containerStatuses[*].state}")
+			t.Errorf("round %d: the source pod %s did not complete: %v (%s)", round, src, err, phase)
+		}
+	}
+	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vmi", name, "--wait=true", "--timeout=90s"))
+}
+
+// podOn is the VMI's launcher pod on node (there are two while and after
+// it migrates).
+func podOn(t *testing.T, ctx context.Context, vmi, node string) string {
+	t.Helper()
+	uid := must(t)(env.Kubectl(ctx, "get", "vmi", vmi, "-o", "jsonpath={.metadata.uid}"))
+	out := must(t)(env.Kubectl(ctx, "get", "pods", "-l", "kubevirt.io/created-by="+uid, "--field-selector", "spec.nodeName="+node,
+		"-o", "jsonpath={range .items[*]}{.metadata.name} {.status.phase}{\"\\n\"}{end}"))
+	var running []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && (f[1] == "Running" || f[1] == "Pending") {
+			running = append(running, f[0])
+		}
+	}
+	if len(running) != 1 {
+		t.Fatalf("VMI %s: launcher pods on %s: %q, want one running", vmi, node, out)
+	}
+	return running[0]
+}
+
+// waitMigrationDone waits for the VMI's newest migration to reach
+// Succeeded, failing t when it fails, and returns its name.
+func waitMigrationDone(t *testing.T, ctx context.Context, vmi string, within time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last string
+	for time.Now().Before(deadline) {
+		out, err := env.Kubectl(ctx, "get", "vmim", "-o", "jsonpath={range .items[?(@.spec.vmiName==\""+vmi+"\")]}{.metadata.creationTimestamp} {.metadata.name} {.status.phase}{\"\\n\"}{end}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		// RFC 3339 timestamps sort as text; the newest is last.
+		newest := ""
+		for _, l := range lines {
+			if l > newest {
+				newest = l
+			}
+		}
+		last = newest
+		if f := strings.Fields(newest); len(f) == 3 {
+			switch f[2] {
+			case "Succeeded":
+				return f[1]
+			case "Failed":
+				state, _ := env.Kubectl(ctx, "get", "vmi", vmi, "-o", "jsonpath={.status.migrationState}")
+				t.Fatal(env.Explain(ctx, "default", fmt.Errorf("migration %s of %s failed; the VMI's migration state: %s", f[1], vmi, state)))
+			}
+		}
+		time.Sleep(2 * time.Second)
+	}
+	state, _ := env.Kubectl(ctx, "get", "vmi", vmi, "-o", "jsonpath={.status.migrationState}")
+	t.Fatal(env.Explain(ctx, "default", fmt.Errorf("the migration of %s did not succeed in %v: %s; the VMI's migration state: %s", vmi, within, last, state)))
+	return ""
+}
