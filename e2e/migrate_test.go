@@ -78,7 +78,7 @@ func consoleCounts(log string) []int {
 }
 
 // TestLiveMigration (issue 17, stage 4): `virtctl migrate` moves a running
-// VMI (containerDisk, kernelBoot container, cloud-init, masquerade: a
+// VM's VMI (containerDisk, kernelBoot container, cloud-init, masquerade: a
 // block migration) to the other node through KubeVirt's own machinery:
 // virt-controller's migration and target pod, both virt-handlers and
 // their TLS proxies, our launcher on both ends. The migration succeeds,
@@ -89,9 +89,12 @@ func TestLiveMigration(t *testing.T) {
 	ok := must(t)
 	ctx := context.Background()
 	name := "vmi-mig"
+	// virtctl migrates VirtualMachines.
 	vmi := strings.Replace(vmiYAML(name), "        busybox httpd", "        "+counterLine+"\n        busybox httpd", 1)
-	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
-	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
+	ok(env.KubectlStdin(ctx, vmYAMLOf(name, vmi), "create", "-f", "-"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=false") })
+	ok(env.Virtctl(ctx, time.Minute, "start", name))
+	waitVMI(t, ctx, name)
 	env.WaitReady(t, ctx, name)
 	cond := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", `jsonpath={.status.conditions[?(@.type=="LiveMigratable")].status} {.status.conditions[?(@.type=="LiveMigratable")].message}`))
 	if !strings.HasPrefix(cond, "True") {
@@ -104,7 +107,7 @@ func TestLiveMigration(t *testing.T) {
 	for round := 1; round <= 2; round++ {
 		from := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}"))
 		src := podOn(t, ctx, name, from)
-		env.WaitConsoleCount(t, ctx, src, "VL-COUNT-", 20)
+		waitCounting(t, ctx, src, 20)
 		start := time.Now()
 		ok(env.Virtctl(ctx, time.Minute, "migrate", name))
 		vmim := waitMigrationDone(t, ctx, name, 5*time.Minute)
@@ -159,7 +162,37 @@ func TestLiveMigration(t *testing.T) {
 			t.Errorf("round %d: the source pod %s did not complete: %v (%s)", round, src, err, phase)
 		}
 	}
-	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vmi", name, "--wait=true", "--timeout=90s"))
+	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vm", name, "--wait=true", "--timeout=90s"))
+}
+
+// waitVMI waits (1 min at most) until the VM's VMI exists.
+func waitVMI(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := env.Kubectl(ctx, "get", "vmi", name, "-o", "name"); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("VM %s: no VMI a minute after virtctl start", name)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// waitCounting waits (2 min at most) until the pod's guest console log
+// shows n counts.
+func waitCounting(t *testing.T, ctx context.Context, pod string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	var log string
+	for len(consoleCounts(log)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s: %d counts on the guest console in 2 min, want %d:\n%s", pod, len(consoleCounts(log)), n, launchertest.Tail(log, 2000))
+		}
+		time.Sleep(2 * time.Second)
+		log, _ = env.Kubectl(ctx, "logs", pod, "-c", "guest-console-log")
+	}
 }
 
 // podOn is the VMI's launcher pod on node (there are two while and after

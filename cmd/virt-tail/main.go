@@ -9,10 +9,14 @@
 //   - the log file need not exist yet; it is followed as it grows, and
 //     re-read from the start when it is truncated or replaced;
 //   - the serial console socket is the log's name without "-log"
-//     (virt-serial0). If it has not appeared within --socket-timeout (20 s)
-//     virt-tail exits 1. When it is removed after having existed (QEMU is
-//     gone), virt-tail prints what is left and exits 0 (KubeVirt's exits 1
-//     then; a finished VM's console is not an error);
+//     (virt-serial0). virt-tail waits for it as long as the pod lives, as
+//     KubeVirt's does: a live migration's target pod has no QEMU until the
+//     migration starts, which may be minutes after the pod (a 20 s limit
+//     here once made the target's guest-console-log container crash-loop).
+//     With --socket-timeout D it exits 1 if the socket has not appeared
+//     within D. When it is removed after having existed (QEMU is gone),
+//     virt-tail prints what is left and exits 0 (KubeVirt's exits 1 then; a
+//     finished VM's console is not an error);
 //   - <logfile>-sigTerm being removed, or <logfile>-sigTerm-done existing,
 //     ends it with 0, as KubeVirt's launcher uses them;
 //   - SIGTERM and SIGINT end it with 0 after printing what is left
@@ -42,7 +46,7 @@ import (
 type config struct {
 	logFile       string
 	verbosity     int
-	socketTimeout time.Duration // 0: do not wait for the socket at all
+	socketTimeout time.Duration // 0: wait for the socket as long as it takes
 	poll          time.Duration
 }
 
@@ -52,7 +56,8 @@ Streams the serial console log PATH to stdout, following it as it grows.
 
   --logfile PATH            the log to stream (required)
   --socket-timeout DURATION exit 1 if PATH without "-log" (the console socket)
-                            has not appeared by then; 0 disables (default 20s)
+                            has not appeared by then (default 0: wait as long
+                            as it takes, as a migration target must)
   --poll DURATION           how often to look for new output (default 100ms)
   -v, --v INT               log verbosity (default 2; VIRT_LAUNCHER_LOG_VERBOSITY wins)
 `
@@ -80,7 +85,7 @@ func main() {
 // parseArgs reads --name value / --name=value (one or two dashes) and
 // ignores unknown flags, as KubeVirt's pflag set-up does.
 func parseArgs(args []string) (config, bool, error) {
-	c := config{verbosity: 2, socketTimeout: 20 * time.Second, poll: 100 * time.Millisecond}
+	c := config{verbosity: 2, poll: 100 * time.Millisecond}
 	help := false
 	for i := 0; i < len(args); i++ {
 		a := args[i]

@@ -61,6 +61,11 @@ func TestParseArgs(t *testing.T) {
 	if err != nil || c.logFile != "/x/virt-serial0-log" || c.verbosity != 5 || c.socketTimeout != time.Second || c.poll != 10*time.Millisecond {
 		t.Errorf("parsed %+v, %v", c, err)
 	}
+	// By default it waits for the console socket as long as it takes: a
+	// migration target's QEMU starts with the migration.
+	if c, _, err := parseArgs([]string{"--logfile", "/x/virt-serial0-log"}); err != nil || c.socketTimeout != 0 {
+		t.Errorf("defaults %+v, %v: want no socket timeout", c, err)
+	}
 	for _, bad := range [][]string{nil, {"-v", "x"}, {"--logfile"}, {"--logfile=a", "--poll=-1s"}} {
 		if _, _, err := parseArgs(bad); err == nil {
 			t.Errorf("parseArgs(%q): no error", bad)

@@ -195,7 +195,7 @@ spec:
     developerConfiguration:
       useEmulation: true
       featureGates: []
-`
+` + obsoleteCPUModels()
 	if _, err := e.KubectlStdin(ctx, cr, "apply", "-f", "-"); err != nil {
 		return err
 	}
@@ -211,6 +211,27 @@ spec:
 	}
 	e.logf("KubeVirt %s Available in %s", KubeVirtVersion, time.Since(start).Round(time.Second))
 	return nil
+}
+
+// obsoleteCPUModels is, for the KubeVirt CR, KubeVirt's default list of
+// obsolete CPU models (v1.8.2, pkg/virt-handler/node-labeller/util)
+// without kvm64. Under TCG, libvirt 9.0 gives kvm64 as the host model and
+// no named model as usable. With kvm64 obsolete, virt-handler's node
+// labeller labels no node as a migration target for that host model
+// (cpu-model-migration.node.kubevirt.io/kvm64), so a host-model VMI's
+// migration target pod fits no node ("didn't match Pod's node
+// affinity/selector"). An emulation cluster's admin makes this setting to
+// migrate; the labels come from virt-handler and the launcher image's
+// `virsh domcapabilities`, which KubeVirt's own node-labeller.sh runs the
+// same way.
+func obsoleteCPUModels() string {
+	var b strings.Builder
+	b.WriteString("    obsoleteCPUModels:\n")
+	for _, m := range []string{"486", "pentium", "pentium2", "pentium3", "pentiumpro", "coreduo", "n270", "core2duo",
+		"Conroe", "athlon", "phenom", "qemu64", "qemu32", "kvm32", "Opteron_G1", "Opteron_G2"} {
+		fmt.Fprintf(&b, "      %q: true\n      %q: true\n", m, m+"-v1")
+	}
+	return b.String()
 }
 
 // Explain adds what the namespace's pods and events say to err.

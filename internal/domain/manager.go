@@ -140,12 +140,15 @@ type Manager struct {
 	hostCPUsConn *libvirt.Libvirt
 	hostCPUs     int
 	userPaused   bool
-	definedCh    chan struct{}
-	stoppedCh    chan struct{}
-	stopState    libvirt.DomainState
-	stopReason   int32
-	goneSent     chan struct{}
-	goneQueued   bool
+	// jobInfo is the running migration's progress as the monitor last
+	// read it, for GetDomainStats (zero when no migration runs).
+	jobInfo    StatsJobInfo
+	definedCh  chan struct{}
+	stoppedCh  chan struct{}
+	stopState  libvirt.DomainState
+	stopReason int32
+	goneSent   chan struct{}
+	goneQueued bool
 
 	events chan outEvent
 

@@ -182,6 +182,9 @@ func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt
 		if err != nil {
 			continue // the job may be ending; the call says how
 		}
+		m.mu.Lock()
+		m.jobInfo = jp.info
+		m.mu.Unlock()
 		if jp.throttle != throttle {
 			// Auto-converge slows the guest down step by step until the
 			// migration converges: worth a line each step.
@@ -265,6 +268,9 @@ func (m *Manager) setMigrationMode(ctx context.Context, mode v1.MigrationMode) {
 
 // migrationEnded records the call's outcome.
 func (m *Manager) migrationEnded(ctx context.Context, dom string, err error, took time.Duration) {
+	m.mu.Lock()
+	m.jobInfo = StatsJobInfo{}
+	m.mu.Unlock()
 	mig := m.migrationMetadata()
 	switch {
 	case err == nil:
@@ -338,6 +344,7 @@ func (m *Manager) CancelMigration(ctx context.Context, v *v1.VirtualMachineInsta
 
 // jobProgress is what the monitor reads of a running migration job.
 type jobProgress struct {
+	info      StatsJobInfo
 	remaining uint64 // bytes
 	// throttle is auto-converge's slow-down of the guest's vCPUs, in
 	// percent (0: none, or no auto-converge).
@@ -359,7 +366,7 @@ func jobRemaining(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jo
 	if libvirt.DomainJobType(typ) != libvirt.DomainJobUnbounded {
 		return jobProgress{}, errors.New("no migration job")
 	}
-	var jp jobProgress
+	jp := jobProgress{info: jobInfoFromParams(params)}
 	found := false
 	for _, p := range params {
 		switch p.Field {

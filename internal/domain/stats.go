@@ -24,18 +24,68 @@ type Stats struct {
 	UUID   string
 	Cpu    *StatsCPU //nolint:revive // KubeVirt's key.
 	Memory *StatsMemory
-	// MigrateDomainJobInfo is KubeVirt's migration job progress: always
-	// null, virtlauncher does not migrate.
-	MigrateDomainJobInfo any
+	// MigrateDomainJobInfo is the running migration's progress, zero
+	// when none runs; never null: virt-handler's migration metrics
+	// dereference it while a migration runs (a null one crashed
+	// virt-handler v1.8.2, seen in the two-node e2e), and KubeVirt's
+	// launcher always sends one.
+	MigrateDomainJobInfo *StatsJobInfo
 	Vcpu                 []StatsVcpu
 	Net                  []StatsNet
 	Block                []StatsBlock
 	CPUMapSet            bool
 	CPUMap               [][]bool
 	DirtyRate            *StatsDirtyRate
-	// Load is the guest agent's load average: always null, virtlauncher
-	// does not drive the guest agent.
+	// Load is the guest agent's load average: always null, not reported
+	// yet (virt-handler's metrics skip a null one).
 	Load any
+}
+
+// StatsJobInfo is KubeVirt's DomainJobInfo: a migration job's progress
+// from libvirt's job statistics, as KubeVirt's launcher converts them
+// (the dirty rate in bytes: pages times the page size).
+type StatsJobInfo struct {
+	DataTotalSet     bool
+	DataTotal        uint64
+	DataProcessedSet bool
+	DataProcessed    uint64
+	MemoryBpsSet     bool
+	MemoryBps        uint64
+	DataRemainingSet bool
+	DataRemaining    uint64
+	MemDirtyRateSet  bool
+	MemDirtyRate     uint64
+}
+
+// jobInfoFromParams converts virDomainGetJobStats' parameters.
+func jobInfoFromParams(params []libvirt.TypedParam) StatsJobInfo {
+	var j StatsJobInfo
+	var rate, page uint64
+	var rateSet, pageSet bool
+	for _, p := range params {
+		v, ok := paramUint(p)
+		if !ok {
+			continue
+		}
+		switch p.Field {
+		case libvirt.DomainJobDataTotal:
+			j.DataTotal, j.DataTotalSet = v, true
+		case libvirt.DomainJobDataProcessed:
+			j.DataProcessed, j.DataProcessedSet = v, true
+		case libvirt.DomainJobMemoryBps:
+			j.MemoryBps, j.MemoryBpsSet = v, true
+		case libvirt.DomainJobDataRemaining:
+			j.DataRemaining, j.DataRemainingSet = v, true
+		case libvirt.DomainJobMemoryDirtyRate:
+			rate, rateSet = v, true
+		case libvirt.DomainJobMemoryPageSize:
+			page, pageSet = v, true
+		}
+	}
+	if rateSet && pageSet {
+		j.MemDirtyRate, j.MemDirtyRateSet = rate*page, true
+	}
+	return j
 }
 
 // StatsCPU is DomainStatsCPU.
@@ -201,9 +251,10 @@ func (m *Manager) fetchStats(ctx context.Context) ([]byte, error) {
 			return ErrNoStats
 		}
 		m.mu.Lock()
-		dom := m.cache
+		dom, job := m.cache, m.jobInfo
 		m.mu.Unlock()
 		s = statsFromParams(recs[0].Params, deviceAliases(dom), hasBalloon(dom))
+		*s.MigrateDomainJobInfo = job
 		// KubeVirt's launcher adds the vCPU pinning (libvirt-go's
 		// GetVcpuPinInfo): one row per current vCPU, one column per host
 		// CPU; a failure fails the whole call there too.
@@ -349,7 +400,7 @@ func vcpuCurrent(params []libvirt.TypedParam) int {
 // VMI's names (Net[].Alias, Block[].Alias); balloon says whether the domain
 // has a balloon device. Cpu, Memory and DirtyRate are never nil.
 func statsFromParams(params []libvirt.TypedParam, aliases map[string]string, balloon bool) *Stats {
-	s := &Stats{Cpu: &StatsCPU{}, Memory: &StatsMemory{}, DirtyRate: &StatsDirtyRate{}}
+	s := &Stats{Cpu: &StatsCPU{}, Memory: &StatsMemory{}, DirtyRate: &StatsDirtyRate{}, MigrateDomainJobInfo: &StatsJobInfo{}}
 	byField := make(map[string]libvirt.TypedParam, len(params))
 	for _, p := range params {
 		byField[p.Field] = p

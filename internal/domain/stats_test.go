@@ -156,12 +156,13 @@ func TestStatsJSONShape(t *testing.T) {
 		t.Errorf("keys %v, want %v", keys, want)
 	}
 	for k, v := range map[string]string{"Vcpu": "[]", "Net": "[]", "Block": "[]", "Load": "null",
-		"MigrateDomainJobInfo": "null", "CPUMap": "[[true,false,true]]", "CPUMapSet": "true"} {
+		"CPUMap": "[[true,false,true]]", "CPUMapSet": "true"} {
 		if string(top[k]) != v {
 			t.Errorf("%s = %s, want %s", k, top[k], v)
 		}
 	}
-	for _, k := range []string{"Cpu", "Memory", "DirtyRate"} {
+	// MigrateDomainJobInfo never null: virt-handler dereferences it.
+	for _, k := range []string{"Cpu", "Memory", "DirtyRate", "MigrateDomainJobInfo"} {
 		if !strings.HasPrefix(string(top[k]), "{") {
 			t.Errorf("%s = %s, want an object", k, top[k])
 		}
@@ -228,5 +229,29 @@ func TestCheckIdentity(t *testing.T) {
 	}
 	if d, _, _ := m.names(); d != "ns_a" {
 		t.Errorf("domain name %q", d)
+	}
+}
+
+func TestJobInfoFromParams(t *testing.T) {
+	u := func(f string, v uint64) libvirt.TypedParam {
+		return libvirt.TypedParam{Field: f, Value: libvirt.TypedParamValue{I: v}}
+	}
+	for _, c := range []struct {
+		name   string
+		params []libvirt.TypedParam
+		want   StatsJobInfo
+	}{
+		{"none", nil, StatsJobInfo{}},
+		{"progress", []libvirt.TypedParam{u(libvirt.DomainJobDataTotal, 1000), u(libvirt.DomainJobDataProcessed, 600),
+			u(libvirt.DomainJobDataRemaining, 400), u(libvirt.DomainJobMemoryBps, 50)},
+			StatsJobInfo{DataTotalSet: true, DataTotal: 1000, DataProcessedSet: true, DataProcessed: 600,
+				DataRemainingSet: true, DataRemaining: 400, MemoryBpsSet: true, MemoryBps: 50}},
+		{"dirty rate in bytes: pages times the page size", []libvirt.TypedParam{u(libvirt.DomainJobMemoryDirtyRate, 3), u(libvirt.DomainJobMemoryPageSize, 4096)},
+			StatsJobInfo{MemDirtyRateSet: true, MemDirtyRate: 12288}},
+		{"dirty rate without the page size: not set", []libvirt.TypedParam{u(libvirt.DomainJobMemoryDirtyRate, 3)}, StatsJobInfo{}},
+	} {
+		if got := jobInfoFromParams(c.params); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
 	}
 }
