@@ -426,6 +426,12 @@ func (m *Manager) logCompletedJob(ctx context.Context, l *libvirt.Libvirt, d lib
 		_, params, err = l.DomainGetJobStats(d, libvirt.DomainJobStatsCompleted)
 		return err
 	}); err != nil {
+		if libvirt.IsNotFound(err) {
+			// The source's domain may already be gone (in a cluster
+			// virt-handler moves on at once): nothing wrong.
+			m.log.Info("no statistics of the completed migration: the domain is gone", "domain", d.Name)
+			return
+		}
 		m.log.Warn("statistics of the completed migration", "reason", err.Error())
 		return
 	}

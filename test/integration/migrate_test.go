@@ -2,12 +2,14 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -260,8 +262,10 @@ func liveMigration(t *testing.T, network bool, threads *uint) {
 	mp.stillCounting(t)
 	mp.prepareTarget(t)
 	t0 := time.Now()
+	progress := watchJobInfo(t, ctx, ca)
 	launchertest.Must(t, ca.Migrate(ctx, vm, migration.Options{ProgressTimeout: 150, CompletionTimeoutPerGiB: 150, ParallelMigrationThreads: threads}))
 	src := waitMigrationOf(t, ctx, ca, "mig-1", 3*time.Minute)
+	t.Logf("GetDomainStats showed the migration's progress: %v", progress())
 	if src.Failed || src.UID != "mig-1" || src.Mode != "PreCopy" || src.StartTimestamp == nil {
 		t.Fatalf("source migration metadata %+v, want mig-1 ended, not failed", src)
 	}
@@ -483,3 +487,42 @@ func TestMigrationStuck(t *testing.T) {
 // dirtier is user-data that keeps rewriting 8 MB of random data in the
 // guest's memory (its root is in RAM), faster than a 16 MiB/s migration
 // can send it, so that the migration does not converge on its own.
+
+// watchJobInfo polls the source's GetDomainStats until the test ends, as
+// virt-handler's migration metrics do, and fails t if MigrateDomainJobInfo
+// is ever null (virt-handler v1.8.2 dereferences it: a null one crashed
+// it). The returned func says whether some answer carried progress.
+func watchJobInfo(t *testing.T, ctx context.Context, c *cmdclient.Client) func() bool {
+	t.Helper()
+	var mu sync.Mutex
+	seen := false
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			out, err := c.GetDomainStats(ctx)
+			if err == nil && out != "" {
+				var s struct {
+					MigrateDomainJobInfo *struct{ DataTotalSet, DataRemainingSet bool }
+				}
+				if err := json.Unmarshal([]byte(out), &s); err != nil || s.MigrateDomainJobInfo == nil {
+					t.Errorf("GetDomainStats without MigrateDomainJobInfo (%v): %.300s", err, out)
+					return
+				}
+				if s.MigrateDomainJobInfo.DataTotalSet && s.MigrateDomainJobInfo.DataRemainingSet {
+					mu.Lock()
+					seen = true
+					mu.Unlock()
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen
+	}
+}
