@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,22 +59,6 @@ func TestSecondNode(t *testing.T) {
 	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vmi", name, "--wait=true", "--timeout=90s"))
 }
 
-// counterLine is user-data that counts on the serial console, ten a
-// second, so that the console shows whether the guest ran on without a
-// reboot across a migration.
-const counterLine = `(i=0; while :; do echo "VL-COUNT-$i"; i=$((i+1)); sleep 0.1; done) &`
-
-var countRE = regexp.MustCompile(`VL-COUNT-(\d+)\b`)
-
-func consoleCounts(log string) []int {
-	var c []int
-	for _, m := range countRE.FindAllStringSubmatch(log, -1) {
-		n, _ := strconv.Atoi(m[1])
-		c = append(c, n)
-	}
-	return c
-}
-
 // TestLiveMigration (issue 17, stage 4): `virtctl migrate` moves a running
 // VM's VMI (containerDisk, kernelBoot container, cloud-init, masquerade: a
 // block migration) to the other node through KubeVirt's own machinery:
@@ -101,7 +83,7 @@ func TestLiveMigration(t *testing.T) {
 	t.Cleanup(func() { env.SetFeatureGate(context.Background(), "ImageVolume", false) })
 	name := "vmi-mig"
 	// virtctl migrates VirtualMachines.
-	vmi := strings.Replace(vmiYAML(name), "        busybox httpd", "        "+counterLine+"\n        busybox httpd", 1)
+	vmi := strings.Replace(vmiYAML(name), "        busybox httpd", "        "+testguest.CounterScript+"\n        busybox httpd", 1)
 	ok(env.KubectlStdin(ctx, vmYAMLOf(name, vmi), "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=false") })
 	ok(env.Virtctl(ctx, time.Minute, "start", name))
@@ -140,14 +122,14 @@ func TestLiveMigration(t *testing.T) {
 		// The guest ran on: the target's console begins near where the
 		// source's ended, and the guest did not boot again.
 		srcLog := ok(env.Kubectl(ctx, "logs", src, "-c", "guest-console-log"))
-		last := consoleCounts(srcLog)
+		last := testguest.Counts(srcLog)
 		dst := podOn(t, ctx, name, ms.TargetNode)
 		want := last[len(last)-1] + 20
 		deadline := time.Now().Add(2 * time.Minute)
 		var dstLog string
 		for {
 			dstLog = ok(env.Kubectl(ctx, "logs", dst, "-c", "guest-console-log"))
-			if c := consoleCounts(dstLog); len(c) > 0 && c[len(c)-1] >= want {
+			if c := testguest.Counts(dstLog); len(c) > 0 && c[len(c)-1] >= want {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -155,7 +137,7 @@ func TestLiveMigration(t *testing.T) {
 			}
 			time.Sleep(2 * time.Second)
 		}
-		after := consoleCounts(dstLog)
+		after := testguest.Counts(dstLog)
 		if after[0] > last[len(last)-1]+30 || after[0] < last[len(last)-1]-30 {
 			t.Errorf("round %d: the target's console begins at count %d; the source's ended at %d", round, after[0], last[len(last)-1])
 		}
@@ -197,9 +179,9 @@ func waitCounting(t *testing.T, ctx context.Context, pod string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	var log string
-	for len(consoleCounts(log)) < n {
+	for len(testguest.Counts(log)) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("pod %s: %d counts on the guest console in 2 min, want %d:\n%s", pod, len(consoleCounts(log)), n, launchertest.Tail(log, 2000))
+			t.Fatalf("pod %s: %d counts on the guest console in 2 min, want %d:\n%s", pod, len(testguest.Counts(log)), n, launchertest.Tail(log, 2000))
 		}
 		time.Sleep(2 * time.Second)
 		log, _ = env.Kubectl(ctx, "logs", pod, "-c", "guest-console-log")

@@ -243,3 +243,32 @@ func ParseDHCP(args string) (DHCPLease, error) {
 	}
 	return l, nil
 }
+
+// CounterScript is user-data (one shell line) that counts on the serial
+// console, ten a second, for the whole life of the guest: "VL-COUNT-0",
+// "VL-COUNT-1"... A guest moved by a live migration counts on in its new
+// pod from where it was; one that booted again starts over.
+const CounterScript = `(i=0; while :; do echo "VL-COUNT-$i"; i=$((i+1)); sleep 0.1; done) &`
+
+// Counts are the counter values (CounterScript) a console shows, in order.
+// A count is "VL-COUNT-" and digits anywhere in a line: the kernel's
+// messages may share its line.
+func Counts(console string) []int {
+	const prefix = "VL-COUNT-"
+	var out []int
+	for rest := console; ; {
+		i := strings.Index(rest, prefix)
+		if i < 0 {
+			return out
+		}
+		rest = rest[i+len(prefix):]
+		j := 0
+		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+			j++
+		}
+		if n, err := strconv.Atoi(rest[:j]); err == nil {
+			out = append(out, n)
+		}
+		rest = rest[j:]
+	}
+}

@@ -1,6 +1,9 @@
 package testguest
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 // TestFindMarker: only complete lines count (the console is read while the
 // guest writes it), a marker must not match a longer one, and a carriage
@@ -32,5 +35,15 @@ func TestCountMarker(t *testing.T) {
 	}
 	if n := CountMarker("", MarkerReady); n != 0 {
 		t.Errorf("CountMarker of nothing = %d", n)
+	}
+}
+
+func TestCounts(t *testing.T) {
+	console := "VL-COUNT-0\nVL-COUNT-1\n[   3.2] random: crng init VL-COUNT-2\nVL-COUNT-\nVL-COUNT-13"
+	if got, want := Counts(console), []int{0, 1, 2, 13}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Counts: %v, want %v", got, want)
+	}
+	if got := Counts("no counter here"); len(got) != 0 {
+		t.Errorf("Counts without counts: %v", got)
 	}
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
 const dirtier = `(head -c 8388608 /dev/urandom >/seed; while :; do cat /seed >/dirty; done) &`
@@ -79,7 +80,7 @@ func TestMigrationAutoConverge(t *testing.T) {
 	waitStatus(t, mp.ctx, mp.ca, "Shutoff", "Migrated")
 	waitStatus(t, mp.ctx, mp.cb, "Running", "Unknown")
 	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm))
-	last := counts(mp.a.Console())
+	last := testguest.Counts(mp.a.Console())
 	mp.b.WaitConsole("VL-COUNT-"+strconv.Itoa(last[len(last)-1]+10), time.Minute)
 	launchertest.Must(t, mp.ca.Delete(mp.ctx, mp.vm))
 	if code := mp.a.ExitCode(time.Minute); code != 0 {
@@ -167,9 +168,9 @@ func disruptiveMigration(t *testing.T, o migration.Options, wantMode v1.Migratio
 	waitStatus(t, mp.ctx, mp.cb, "Running", "Unknown")
 	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm))
 
-	last := counts(mp.a.Console())
+	last := testguest.Counts(mp.a.Console())
 	mp.b.WaitConsole("VL-COUNT-"+strconv.Itoa(last[len(last)-1]+20), time.Minute)
-	after := counts(mp.b.Console())
+	after := testguest.Counts(mp.b.Console())
 	if first, prev := after[0], last[len(last)-1]; first > prev+1 || first < prev-1 {
 		t.Errorf("the target's console begins at count %d; the source's ended at %d", first, prev)
 	}

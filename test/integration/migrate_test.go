@@ -27,23 +27,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
-// counter is user-data that counts on the serial console, ten a second,
-// for the whole life of the guest.
-const counter = `(i=0; while :; do echo "VL-COUNT-$i"; i=$((i+1)); sleep 0.1; done) &`
-
-// countLine finds a count; the kernel's messages may share its line.
-var countLine = regexp.MustCompile(`VL-COUNT-(\d+)\b`)
-
-// counts are the counter values a console shows, in order.
-func counts(console string) []int {
-	var out []int
-	for _, m := range countLine.FindAllStringSubmatch(console, -1) {
-		n, _ := strconv.Atoi(m[1])
-		out = append(out, n)
-	}
-	return out
-}
-
 // fixedRoot is the empty directory where both pods of a migration see
 // their own directory (launchertest.Options.FixedRoot); the launcher's
 // user must reach it.
@@ -203,7 +186,7 @@ func newMigrationPair(t *testing.T, network bool, userData ...string) *migration
 	// migration's target pod.
 	b.SetEnv("POD_NAME", "b")
 	b.Start()
-	a.ExtraUserData = append([]string{counter}, userData...)
+	a.ExtraUserData = append([]string{testguest.CounterScript}, userData...)
 	if network {
 		a.ExtraUserData = append(a.ExtraUserData, netReport)
 	}
@@ -242,7 +225,7 @@ func (mp *migrationPair) prepareTarget(t *testing.T) {
 // console counts on.
 func (mp *migrationPair) stillCounting(t *testing.T) {
 	t.Helper()
-	c := counts(mp.a.Console())
+	c := testguest.Counts(mp.a.Console())
 	mp.a.WaitConsole("VL-COUNT-"+strconv.Itoa(c[len(c)-1]+10), time.Minute)
 	waitStatus(t, mp.ctx, mp.ca, "Running", "Unknown")
 }
@@ -299,9 +282,9 @@ func liveMigration(t *testing.T, network bool, threads *uint) {
 	launchertest.Must(t, cb.FinalizeMigration(ctx, vm))
 
 	// The guest goes on counting in the target pod, from where it was.
-	last := counts(a.Console())
+	last := testguest.Counts(a.Console())
 	b.WaitConsole("VL-COUNT-"+strconv.Itoa(last[len(last)-1]+20), time.Minute)
-	after := counts(b.Console())
+	after := testguest.Counts(b.Console())
 	// The switch-over: the target's console goes on from the source's
 	// last count, none lost (the guest was paused in between; what it
 	// had written and QEMU not yet sent came along with the devices).
