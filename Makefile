@@ -47,7 +47,7 @@ test: deps vet build image
 # make test: with QEMU < 9.0 under TCG a migration can lose the guest's last
 # memory writes when the machine is busy (a QEMU bug; docs/migration.md §8),
 # and their guest once crashed so. TestMigrationMemoryIntegrity finds such
-# lost pages directly, and fails in about one run of four under load here.
+# lost pages directly: it failed in 1 of 5 runs beside `go test ./internal/...` here.
 # About 2.5 minutes here.
 test-migration-stress: deps build
 	$(GO) test -count=1 -timeout 15m -tags=grpcnotrace,imagetest,migrationstress -v -run '^TestMigration(Paused|AutoConverge|PostCopyUnavailable|MemoryIntegrity)$$' ./test/integration/
