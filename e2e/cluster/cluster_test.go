@@ -196,7 +196,9 @@ func TestNodeConfigs(t *testing.T) {
 	if one := nodes(Config{}); len(one) != 1 {
 		t.Fatalf("Config.Nodes 0: %d nodes, want 1", len(one))
 	}
-	c := &Cluster{stateDir: t.TempDir(), pkiDir: "/pki", cfg: Config{CNIBin: "/cni", Runc: "/runc"}}
+	// Every directory a writer uses is the test's own (the registry hosts
+	// directory too: empty, containerd's writer put it in the package dir).
+	c := &Cluster{stateDir: t.TempDir(), registryHostsDir: t.TempDir(), pkiDir: "/pki", cfg: Config{CNIBin: "/cni", Runc: "/runc"}}
 	read := func(p string) string {
 		data, err := os.ReadFile(p)
 		if err != nil {
