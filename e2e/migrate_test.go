@@ -87,7 +87,8 @@ func TestLiveMigration(t *testing.T) {
 	ok(env.KubectlStdin(ctx, vmYAMLOf(name, vmi), "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=false") })
 	ok(env.Virtctl(ctx, time.Minute, "start", name))
-	waitVMI(t, ctx, name)
+	// The VM's status polls without failing while its VMI is not made yet.
+	env.WaitPrintable(t, ctx, name, "Running")
 	env.WaitReady(t, ctx, name)
 	cond := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", `jsonpath={.status.conditions[?(@.type=="LiveMigratable")].status} {.status.conditions[?(@.type=="LiveMigratable")].message}`))
 	if !strings.HasPrefix(cond, "True") {
@@ -100,7 +101,7 @@ func TestLiveMigration(t *testing.T) {
 	for round := 1; round <= 2; round++ {
 		from := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}"))
 		src := podOn(t, ctx, name, from)
-		waitCounting(t, ctx, src, 20)
+		waitCounts(t, ctx, src, "20 counts", func(c []int) bool { return len(c) >= 20 })
 		start := time.Now()
 		ok(env.Virtctl(ctx, time.Minute, "migrate", name))
 		vmim := waitMigrationDone(t, ctx, name, 5*time.Minute)
@@ -125,18 +126,7 @@ func TestLiveMigration(t *testing.T) {
 		last := testguest.Counts(srcLog)
 		dst := podOn(t, ctx, name, ms.TargetNode)
 		want := last[len(last)-1] + 20
-		deadline := time.Now().Add(2 * time.Minute)
-		var dstLog string
-		for {
-			dstLog = ok(env.Kubectl(ctx, "logs", dst, "-c", "guest-console-log"))
-			if c := testguest.Counts(dstLog); len(c) > 0 && c[len(c)-1] >= want {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: the target's console did not count to %d in 2 min:\n%s", round, want, launchertest.Tail(dstLog, 2000))
-			}
-			time.Sleep(2 * time.Second)
-		}
+		dstLog := waitCounts(t, ctx, dst, fmt.Sprintf("a count of %d", want), func(c []int) bool { return len(c) > 0 && c[len(c)-1] >= want })
 		after := testguest.Counts(dstLog)
 		if after[0] > last[len(last)-1]+30 || after[0] < last[len(last)-1]-30 {
 			t.Errorf("round %d: the target's console begins at count %d; the source's ended at %d", round, after[0], last[len(last)-1])
@@ -158,33 +148,21 @@ func TestLiveMigration(t *testing.T) {
 	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vm", name, "--wait=true", "--timeout=90s"))
 }
 
-// waitVMI waits (1 min at most) until the VM's VMI exists.
-func waitVMI(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if _, err := env.Kubectl(ctx, "get", "vmi", name, "-o", "name"); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("VM %s: no VMI a minute after virtctl start", name)
-		}
-		time.Sleep(time.Second)
-	}
-}
-
-// waitCounting waits (2 min at most) until the pod's guest console log
-// shows n counts.
-func waitCounting(t *testing.T, ctx context.Context, pod string, n int) {
+// waitCounts waits (2 min at most) until the counts on the pod's guest
+// console log (testguest.CounterScript) satisfy until, described by what,
+// and returns the log.
+func waitCounts(t *testing.T, ctx context.Context, pod, what string, until func([]int) bool) string {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
-	var log string
-	for len(testguest.Counts(log)) < n {
+	for {
+		log, err := env.Kubectl(ctx, "logs", pod, "-c", "guest-console-log")
+		if err == nil && until(testguest.Counts(log)) {
+			return log
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pod %s: %d counts on the guest console in 2 min, want %d:\n%s", pod, len(testguest.Counts(log)), n, launchertest.Tail(log, 2000))
+			t.Fatalf("pod %s: no %s on the guest console in 2 min (%v):\n%s", pod, what, err, launchertest.Tail(log, 2000))
 		}
 		time.Sleep(2 * time.Second)
-		log, _ = env.Kubectl(ctx, "logs", pod, "-c", "guest-console-log")
 	}
 }
 

@@ -85,7 +85,6 @@ type Cluster struct {
 	nodes            []*node
 	procs            []*proc
 	restrictOOM      bool // we may not lower OOM score adjustments (no CAP_SYS_RESOURCE)
-	initPid          int  // host pid of the PID 1 of the cluster's namespaces (startInit)
 	registry         *http.Server
 	// Kubeconfig is the cluster admin's (system:masters) kubeconfig.
 	Kubeconfig string
@@ -178,10 +177,9 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	if c.initPid, err = c.startInit(ctx, "init"); err != nil {
+	if c.nodes[0].initPid, err = c.startInit(ctx, "init"); err != nil {
 		return nil, err
 	}
-	c.nodes[0].initPid = c.initPid
 	for _, d := range append([]string{KubeletDir}, cfg.SharedDirs...) {
 		if err := c.makeShared(ctx, d); err != nil {
 			return nil, err

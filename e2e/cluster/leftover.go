@@ -356,10 +356,10 @@ func (c *Cluster) makeShared(ctx context.Context, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := c.inNamespace(ctx, c.initPid, "/usr/bin/mount", "--bind", dir, dir); err != nil {
+	if err := c.inNamespace(ctx, c.nodes[0].initPid, "/usr/bin/mount", "--bind", dir, dir); err != nil {
 		return fmt.Errorf("bind mount %s: %w", dir, err)
 	}
-	if err := c.inNamespace(ctx, c.initPid, "/usr/bin/mount", "--make-shared", dir); err != nil {
+	if err := c.inNamespace(ctx, c.nodes[0].initPid, "/usr/bin/mount", "--make-shared", dir); err != nil {
 		return fmt.Errorf("make %s a shared mount: %w", dir, err)
 	}
 	return nil

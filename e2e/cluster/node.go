@@ -47,7 +47,7 @@ type node struct {
 	cgroupRoot                string // kubelet's cgroupRoot; "" is the machine's root
 	healthzPort               int
 	suffix                    string // of its daemons' log names: "" for node 1
-	initPid                   int    // PID 1 of its namespaces
+	initPid                   int    // PID 1 of its namespaces (node 1's hold the control plane too); 0 before startInit
 }
 
 func (n *node) containerdSock() string {
@@ -176,7 +176,7 @@ func (c *Cluster) startSecondNode(ctx context.Context, n *node) error {
 	if err := c.ownPaths(ctx, n); err != nil {
 		return err
 	}
-	if err := makeCgroupRoot(node2Cgroup); err != nil {
+	if err := makeCgroupRoot(strings.TrimPrefix(n.cgroupRoot, "/")); err != nil {
 		return err
 	}
 	if err := n.setupNetwork(); err != nil {

@@ -35,7 +35,7 @@ func cleanEnv(bin string) []string {
 // start runs exe with args in the namespaces of node 1 and the control
 // plane (startIn).
 func (c *Cluster) start(name, exe string, args ...string) (*proc, error) {
-	return c.startIn(c.initPid, name, exe, args...)
+	return c.startIn(c.nodes[0].initPid, name, exe, args...)
 }
 
 // startIn runs exe with args, its output in logs/NAME.log, in the PID and

@@ -191,7 +191,7 @@ func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt
 			throttle = jp.throttle
 			m.log.Info("migration: auto-converge throttles the guest", "domain", d.Name, "cpuThrottlePercent", throttle)
 		}
-		remaining := jp.remaining
+		remaining := jp.info.DataRemaining
 		elapsed := time.Since(t0)
 		dec := mon.Check(elapsed, remaining)
 		switch dec.Action {
@@ -344,8 +344,9 @@ func (m *Manager) CancelMigration(ctx context.Context, v *v1.VirtualMachineInsta
 
 // jobProgress is what the monitor reads of a running migration job.
 type jobProgress struct {
-	info      StatsJobInfo
-	remaining uint64 // bytes
+	// info is the job's progress as GetDomainStats reports it; its
+	// DataRemaining (bytes) is what the monitor decides by.
+	info StatsJobInfo
 	// throttle is auto-converge's slow-down of the guest's vCPUs, in
 	// percent (0: none, or no auto-converge).
 	throttle int32
@@ -367,20 +368,14 @@ func jobRemaining(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jo
 		return jobProgress{}, errors.New("no migration job")
 	}
 	jp := jobProgress{info: jobInfoFromParams(params)}
-	found := false
 	for _, p := range params {
-		switch p.Field {
-		case libvirt.DomainJobDataRemaining:
-			if v, ok := p.Value.I.(uint64); ok {
-				jp.remaining, found = v, true
-			}
-		case libvirt.DomainJobAutoConvergeThrottle:
+		if p.Field == libvirt.DomainJobAutoConvergeThrottle {
 			if v, ok := p.Value.I.(int32); ok {
 				jp.throttle = v
 			}
 		}
 	}
-	if !found {
+	if !jp.info.DataRemainingSet {
 		return jobProgress{}, errors.New("no data_remaining in the job's stats")
 	}
 	return jp, nil
