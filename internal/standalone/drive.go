@@ -276,7 +276,12 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 			}
 		}
 		switch st {
-		case "Shutoff", "Crashed", "NoState":
+		case "Shutoff":
+			// The same end as the launcher exiting after it, which
+			// comes first depends on the machine's load: one message.
+			r.poweredOff()
+			return true, nil
+		case "Crashed", "NoState":
 			r.progress("guest is %s", st)
 			if st == "Crashed" {
 				return true, errors.New("guest crashed")
@@ -292,9 +297,12 @@ func (r *runner) launcherGone() (bool, error) {
 	if r.monitor.Err() != nil {
 		return false, r.withLauncherLog(fmt.Errorf("launcher exited while the guest ran: %v", r.monitor.Err()))
 	}
-	fmt.Fprintln(r.cfg.Status, "vlctl: guest powered off")
+	r.poweredOff()
 	return true, nil
 }
+
+// poweredOff says the guest ended normally; printed with --quiet too.
+func (r *runner) poweredOff() { fmt.Fprintln(r.cfg.Status, "vlctl: guest powered off") }
 
 func domainStatus(ctx context.Context, c *cmdclient.Client) (string, error) {
 	d, err := getDomain(ctx, c)
