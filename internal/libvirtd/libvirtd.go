@@ -256,7 +256,7 @@ const kubevirtSocketName = "virtqemud-sock"
 // migration proxy reaches the daemon by KubeVirt's name. The link is
 // relative: the handler resolves it through /proc/<pid>/root, where an
 // absolute target would be looked up in the handler's own root. It
-// outlives daemon restarts (removeLeftovers removes sockets only) and goes
+// outlives daemon restarts (removeSockets removes sockets only) and goes
 // at Stop.
 func (d *Daemon) linkKubeVirtSocket() error {
 	if d.kind != "libvirtd" {
@@ -379,9 +379,17 @@ func (d *Daemon) Stop(ctx context.Context) error {
 		if c == nil {
 			continue
 		}
-		if err := c.stop(ctx); err != nil {
+		err := c.stop(ctx)
+		// A daemon that exits on SIGTERM normally unlinks its sockets,
+		// but only once the last reference to its server is dropped: one
+		// stopped while a client call was still in flight leaves them
+		// (seen under load, a launcher stopped a few ms after its first
+		// Sync began). The process is gone either way, so any socket of
+		// its name in its own directory is stale.
+		d.removeSockets(c)
+		if err != nil {
 			errs = append(errs, err)
-			d.removeLeftovers(c)
+			d.removeDomainDirs(c)
 		}
 	}
 	d.wg.Wait()
@@ -417,12 +425,9 @@ func (d *Daemon) removeProbeDirs() {
 	}
 }
 
-// removeLeftovers removes what a daemon killed by Stop had no chance to:
-// its sockets and, for the main daemon in session mode, the QEMU driver's
-// per-domain runtime directories (QEMU's monitor and channel sockets). Only
-// this daemon's own directories are looked at; in system mode the driver's
-// directories are libvirt's host-wide ones and stay alone.
-func (d *Daemon) removeLeftovers(c *child) {
+// removeSockets removes the sockets a stopped daemon left in its own
+// socket directory. Called only once the process has exited.
+func (d *Daemon) removeSockets(c *child) {
 	prefix := c.name + "-"
 	if c.name == "libvirtd" {
 		prefix = "libvirt-"
@@ -438,14 +443,28 @@ func (d *Daemon) removeLeftovers(c *child) {
 			}
 		}
 	}
-	if c == d.main && !d.cfg.Root {
-		for _, dir := range []string{"lib", filepath.Join("channel", "target")} {
-			doms, _ := filepath.Glob(filepath.Join(d.cfg.Dir, "qemu", dir, "domain-*"))
-			for _, p := range doms {
-				// Lstat: a link planted there is removed, never followed.
-				if fi, err := os.Lstat(p); err == nil && fi.IsDir() && os.RemoveAll(p) == nil {
-					gone = append(gone, p)
-				}
+	if len(gone) > 0 {
+		d.log.Info("removed the sockets the stopped "+c.name+" left", "paths", gone)
+	}
+}
+
+// removeDomainDirs removes what a daemon killed by Stop had no chance to:
+// for the main daemon in session mode, the QEMU driver's per-domain runtime
+// directories (QEMU's monitor and channel sockets). A daemon that stopped
+// on SIGTERM keeps them: a guest it leaves running still uses them. Only
+// this daemon's own directories are looked at; in system mode the driver's
+// directories are libvirt's host-wide ones and stay alone.
+func (d *Daemon) removeDomainDirs(c *child) {
+	if c != d.main || d.cfg.Root {
+		return
+	}
+	var gone []string
+	for _, dir := range []string{"lib", filepath.Join("channel", "target")} {
+		doms, _ := filepath.Glob(filepath.Join(d.cfg.Dir, "qemu", dir, "domain-*"))
+		for _, p := range doms {
+			// Lstat: a link planted there is removed, never followed.
+			if fi, err := os.Lstat(p); err == nil && fi.IsDir() && os.RemoveAll(p) == nil {
+				gone = append(gone, p)
 			}
 		}
 	}
@@ -555,7 +574,13 @@ func (d *Daemon) spawn(c *child) error {
 	go func() {
 		relay(d.log, c.name, out)
 		err := cmd.Wait()
-		d.log.Debug(c.name+" exited", "pid", cmd.Process.Pid, "reason", fmt.Sprint(err))
+		if err != nil {
+			// A crash or a kill: say so, Stop or not (a clean exit on
+			// SIGTERM is err == nil).
+			d.log.Warn(c.name+" exited", "pid", cmd.Process.Pid, "reason", err.Error())
+		} else {
+			d.log.Debug(c.name+" exited", "pid", cmd.Process.Pid)
+		}
 		close(done)
 	}()
 	return nil

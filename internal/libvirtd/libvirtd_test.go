@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -470,4 +471,48 @@ func killDaemon(ctx context.Context, t *testing.T, d *Daemon) (daemon, logd int)
 		t.Fatal("daemon was not restarted")
 	}
 	return daemon, logd
+}
+
+// TestStopRemovesSockets: libvirt unlinks its sockets on SIGTERM only once
+// the last reference to its server is dropped; a daemon stopped with a
+// client call in flight (seen once in CI: a launcher SIGTERMed a few ms
+// into its first Sync) exits leaving them. Stop then removes them. The race
+// itself does not reproduce on demand, so a socket of the daemon's name
+// that the daemon does not unlink stands in for one it failed to.
+func TestStopRemovesSockets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := testConfig(t)
+	d, err := Start(ctx, cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := reconnect(d)
+	if err != nil {
+		d.Stop(context.Background())
+		t.Fatal(err)
+	}
+	defer l.Disconnect()
+	// A launcher is subscribed to domain events all the time.
+	if _, err := l.LifecycleEvents(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(cfg.SocketDir(), "libvirt-stale-sock"), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close()
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(cfg.SocketDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Type()&os.ModeSocket != 0 {
+			t.Errorf("socket left after Stop: %s", filepath.Join(cfg.SocketDir(), e.Name()))
+		}
+	}
 }
