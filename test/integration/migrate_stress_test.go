@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
@@ -88,28 +89,74 @@ func TestMigrationAutoConverge(t *testing.T) {
 	}
 }
 
-// TestMigrationPostCopyUnavailable (issue 17, stage 3): AllowPostCopy on a
-// machine whose QEMU may not use userfaultfd (vm.unprivileged_userfaultfd=0,
-// QEMU unprivileged, as here): the target's QEMU refuses post-copy ("Postcopy
-// is not supported") before anything is sent, and the source migrates again
-// without it, saying why; with AllowWorkloadDisruption the migration that
-// does not converge is then completed by the pause, not aborted. Where
-// unprivileged userfaultfd is allowed, the same migration switches to
-// post-copy instead (not run on this machine).
-func TestMigrationPostCopyUnavailable(t *testing.T) {
-	b, err := os.ReadFile("/proc/sys/vm/unprivileged_userfaultfd")
-	launchertest.Must(t, err)
+// TestMigrationPostCopy (issue 17): AllowPostCopy where the target's QEMU
+// may use userfaultfd. The migration that does not converge is switched to
+// post-copy at its completion limit: the source's guest stops
+// (Paused/Postcopy), the target's runs and fetches the pages it lacks, the
+// mode PostCopy goes into the migration metadata, and the migration
+// completes with the guest going on in the target, no reboot. QEMU 7.2
+// (Debian 12) asks the kernel for userfaultfd as the unprivileged user our
+// pods run QEMU as, which vm.unprivileged_userfaultfd=1 allows.
+func TestMigrationPostCopy(t *testing.T) {
+	unprivilegedUserfaultfd(t, true)
 	o := migration.Options{Bandwidth: resource.MustParse("16Mi"), ProgressTimeout: 150, CompletionTimeoutPerGiB: 8,
 		AllowWorkloadDisruption: true, AllowPostCopy: true}
-	if strings.TrimSpace(string(b)) == "1" {
-		disruptiveMigration(t, o, v1.MigrationPostCopy)
-		return
+	mp := disruptiveMigration(t, o, v1.MigrationPostCopy)
+	if log := mp.a.Stderr.String(); strings.Contains(log, "the target cannot do post-copy") {
+		t.Errorf("the source fell back to pre-copy although userfaultfd is allowed")
 	}
+}
+
+// TestMigrationPostCopyUnavailable (issue 17, stage 3): AllowPostCopy on a
+// machine whose QEMU may not use userfaultfd (vm.unprivileged_userfaultfd=0,
+// QEMU unprivileged, Debian 12's default): the target's QEMU refuses
+// post-copy ("Postcopy is not supported") before anything is sent, and the
+// source migrates again without it, saying why; with
+// AllowWorkloadDisruption the migration that does not converge is then
+// completed by the pause, not aborted.
+func TestMigrationPostCopyUnavailable(t *testing.T) {
+	unprivilegedUserfaultfd(t, false)
+	o := migration.Options{Bandwidth: resource.MustParse("16Mi"), ProgressTimeout: 150, CompletionTimeoutPerGiB: 8,
+		AllowWorkloadDisruption: true, AllowPostCopy: true}
 	mp := disruptiveMigration(t, o, v1.MigrationPaused)
 	if log := mp.a.Stderr.String(); !strings.Contains(log, "the target cannot do post-copy: migrating again without it") ||
 		!strings.Contains(log, "Postcopy is not supported") {
 		t.Errorf("the source's log does not say post-copy was refused and why")
 	}
+}
+
+// sysctlUserfaultfd is the kernel's switch for userfaultfd without
+// CAP_SYS_PTRACE.
+const sysctlUserfaultfd = "/proc/sys/vm/unprivileged_userfaultfd"
+
+// unprivilegedUserfaultfd makes sure the machine's
+// vm.unprivileged_userfaultfd is allowed (1) or not (0) for the test. The
+// setting is the whole machine's, so the test changes it only when asked
+// to (VIRTLAUNCHER_TEST_SET_USERFAULTFD=1, which make
+// test-migration-stress sets) and puts the old value back afterwards;
+// otherwise a machine set the other way skips the test, saying so.
+func unprivilegedUserfaultfd(t *testing.T, allowed bool) {
+	t.Helper()
+	b, err := os.ReadFile(sysctlUserfaultfd)
+	launchertest.Must(t, err)
+	old := strings.TrimSpace(string(b))
+	want := "0"
+	if allowed {
+		want = "1"
+	}
+	if old == want {
+		return
+	}
+	if os.Getenv("VIRTLAUNCHER_TEST_SET_USERFAULTFD") != "1" {
+		t.Skipf("needs vm.unprivileged_userfaultfd=%s, this machine has %s; make test-migration-stress sets it for the run", want, old)
+	}
+	launchertest.Must(t, os.WriteFile(sysctlUserfaultfd, []byte(want), 0o644))
+	t.Logf("vm.unprivileged_userfaultfd=%s for this test (was %s)", want, old)
+	t.Cleanup(func() {
+		if err := os.WriteFile(sysctlUserfaultfd, []byte(old), 0o644); err != nil {
+			t.Errorf("put vm.unprivileged_userfaultfd back to %s: %v", old, err)
+		}
+	})
 }
 
 // disruptiveMigration migrates a guest that dirties its memory faster than
@@ -151,6 +198,9 @@ func disruptiveMigration(t *testing.T, o migration.Options, wantMode v1.Migratio
 	}
 	if pausedAt < limit+time.Second {
 		t.Errorf("mode %s after %v, before the completion limit (%v, whole seconds)", wantMode, pausedAt, limit)
+	}
+	if wantMode == v1.MigrationPostCopy {
+		postCopyStates(t, mp)
 	}
 	src := waitMigrationOf(t, mp.ctx, mp.ca, "mig-1", time.Minute)
 	took := time.Since(t0)
@@ -260,4 +310,39 @@ func memcheckUserData(t *testing.T) string {
 	data, err := os.ReadFile(bin)
 	launchertest.Must(t, err)
 	return "(echo " + base64.StdEncoding.EncodeToString(data) + " | base64 -d >/memcheck && chmod +x /memcheck && /memcheck) &"
+}
+
+// postCopyStates watches both pods' Domains while the migration is in
+// post-copy, as virt-handler does, until the source's migration ends: the
+// source's guest is stopped for post-copy (Paused/Postcopy, or already
+// Shutoff/Migrated when the phase was short), the target's runs, and
+// neither says PostcopyFailed (virt-handler fails the VMI on it).
+func postCopyStates(t *testing.T, mp *migrationPair) {
+	t.Helper()
+	seen := map[string]map[string]bool{"source": {}, "target": {}}
+	deadline := time.Now().Add(time.Minute)
+	for ended := false; !ended && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for side, c := range map[string]*cmdclient.Client{"source": mp.ca, "target": mp.cb} {
+			d, exists, err := c.GetDomain(mp.ctx)
+			if err != nil || !exists {
+				continue
+			}
+			seen[side][d.Status.Status+"/"+d.Status.Reason] = true
+			if m := d.Spec.Metadata.KubeVirt.Migration; side == "source" && m != nil && m.EndTimestamp != nil {
+				ended = true
+			}
+		}
+	}
+	t.Logf("states seen in post-copy: source %v, target %v", seen["source"], seen["target"])
+	for side, states := range seen {
+		if states["Paused/PostcopyFailed"] {
+			t.Errorf("the %s said Paused/PostcopyFailed", side)
+		}
+	}
+	if !seen["source"]["Paused/Postcopy"] && !seen["source"]["Shutoff/Migrated"] {
+		t.Errorf("the source was never seen Paused/Postcopy or Shutoff/Migrated: %v", seen["source"])
+	}
+	if !seen["target"]["Running/Unknown"] {
+		t.Errorf("the target's guest was never seen running: %v", seen["target"])
+	}
 }
