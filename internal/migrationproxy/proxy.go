@@ -30,37 +30,47 @@ type Stream struct {
 	Source, Target string
 	relay          *relay.Relay
 	conns          atomic.Int64
+	remove         func() error
 }
 
 // Open starts the stream's two ends; the source socket goes to uid:gid,
 // mode 0660, as virt-handler chowns it to the pod's user.
 func Open(source, target string, uid, gid int, log *slog.Logger) (*Stream, error) {
+	os.Remove(source) // a stale socket of an earlier try
+	sln, err := net.Listen("unix", source)
+	if err != nil {
+		return nil, fmt.Errorf("migration proxy at %s: %w", source, err)
+	}
+	if err := errors.Join(os.Chown(source, uid, gid), os.Chmod(source, 0o660)); err != nil {
+		sln.Close()
+		return nil, fmt.Errorf("migration proxy at %s: %w", source, err)
+	}
+	dial := func() (net.Conn, error) { return net.DialTimeout("unix", target, dialTimeout) }
+	remove := func() error { return os.Remove(source) }
+	return Serve(sln, source, target, dial, remove, log)
+}
+
+// Serve is Open for a source socket the caller made (sln, at source), a
+// far end it dials itself (dial: e.g. one that checks who serves the
+// target socket) and removes itself (remove, at Close).
+func Serve(sln net.Listener, source, target string, dial func() (net.Conn, error), remove func() error, log *slog.Logger) (*Stream, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rl := relay.New(func(what string, err error) {
 		log.Warn("migration proxy: dial the far end", "stream", what, "reason", err.Error())
 	})
+	// The TCP hop in the middle is what virt-handler's two proxies
+	// have between nodes; here it is on loopback.
 	tln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		sln.Close()
+		remove()
 		return nil, fmt.Errorf("migration proxy for %s: %w", target, err)
 	}
-	rl.Serve(tln, target, func(net.Conn) (net.Conn, error) {
-		return net.DialTimeout("unix", target, dialTimeout)
-	})
-	os.Remove(source) // a stale socket of an earlier try
-	sln, err := net.Listen("unix", source)
-	if err != nil {
-		rl.Close()
-		return nil, fmt.Errorf("migration proxy at %s: %w", source, err)
-	}
-	if err := errors.Join(os.Chown(source, uid, gid), os.Chmod(source, 0o660)); err != nil {
-		sln.Close()
-		rl.Close()
-		return nil, fmt.Errorf("migration proxy at %s: %w", source, err)
-	}
+	st := &Stream{Source: source, Target: target, relay: rl, remove: remove}
+	rl.Serve(tln, target, func(net.Conn) (net.Conn, error) { return dial() })
 	addr := tln.Addr().String()
-	st := &Stream{Source: source, Target: target, relay: rl}
 	rl.Serve(sln, source, func(net.Conn) (net.Conn, error) {
 		st.conns.Add(1)
 		return net.DialTimeout("tcp", addr, dialTimeout)
@@ -76,7 +86,7 @@ func (s *Stream) Connections() int64 { return s.conns.Load() }
 // Close ends both ends and removes the source socket.
 func (s *Stream) Close() error {
 	s.relay.Close()
-	if err := os.Remove(s.Source); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := s.remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil

@@ -22,8 +22,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -351,6 +353,36 @@ func (d *Dir) Remove(name string) error {
 		return &fs.PathError{Op: "remove", Path: d.Join(name), Err: err}
 	}
 	return nil
+}
+
+// ListenUnix listens on a unix socket at name below d, replacing a socket
+// left there, and gives it to uid:gid. The socket is bound through the
+// opened parent directory (/proc/self/fd), so no link on the way is
+// followed even when another user owns that directory and renames things
+// in it meanwhile; the owner change does not follow a link either. The
+// listener does not remove the socket on Close: Remove does, by name.
+func (d *Dir) ListenUnix(name string, uid, gid int) (*net.UnixListener, error) {
+	pfd, base, done, err := d.parent("listen", name)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	var st unix.Stat_t
+	if unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		unix.Unlinkat(pfd, base, 0)
+	}
+	addr := &net.UnixAddr{Net: "unix", Name: "/proc/self/fd/" + strconv.Itoa(pfd) + "/" + base}
+	ln, err := net.ListenUnix("unix", addr)
+	if err != nil {
+		return nil, &fs.PathError{Op: "listen", Path: d.Join(name), Err: err}
+	}
+	ln.SetUnlinkOnClose(false)
+	if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		ln.Close()
+		unix.Unlinkat(pfd, base, 0)
+		return nil, &fs.PathError{Op: "chown", Path: d.Join(name), Err: err}
+	}
+	return ln, nil
 }
 
 // WriteFile replaces name below d with a file holding data, mode perm

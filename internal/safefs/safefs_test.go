@@ -2,7 +2,9 @@ package safefs
 
 import (
 	"errors"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -343,4 +345,53 @@ func TestPathHelpers(t *testing.T) {
 	f.link(t, f.outside, "ld")
 	wantLinkErr(t, WriteFile(filepath.Join(f.dir, "ld", "z.json"), nil, 0o600), filepath.Join(f.dir, "ld"))
 	f.untouched(t)
+}
+
+// TestListenUnix: a socket made below the directory is served there and
+// given to its owner; a stale socket at the name is replaced; a linked
+// directory on the way is refused (nothing is made where it points).
+func TestListenUnix(t *testing.T) {
+	modes(t, func(t *testing.T) {
+		f := newFixture(t)
+		uid, gid := os.Getuid(), os.Getgid()
+		if uid == 0 {
+			uid, gid = 4242, 4242
+		}
+		for i := 0; i < 2; i++ { // the second replaces the first's socket
+			ln, err := f.d.ListenUnix("sub/s.sock", uid, gid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				if c, err := ln.Accept(); err == nil {
+					c.Write([]byte("hi"))
+					c.Close()
+				}
+			}()
+			c, err := net.Dial("unix", filepath.Join(f.dir, "sub", "s.sock"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 2)
+			if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "hi" {
+				t.Errorf("read %q, %v from the socket", buf, err)
+			}
+			c.Close()
+			ln.Close()
+			var st unix.Stat_t
+			if err := unix.Lstat(filepath.Join(f.dir, "sub", "s.sock"), &st); err != nil {
+				t.Fatalf("the socket is gone after Close: %v", err)
+			}
+			if int(st.Uid) != uid || int(st.Gid) != gid {
+				t.Errorf("socket owned by %d:%d, want %d:%d", st.Uid, st.Gid, uid, gid)
+			}
+		}
+		f.link(t, f.outside, "alias")
+		if _, err := f.d.ListenUnix("alias/s.sock", uid, gid); err == nil {
+			t.Errorf("listened through a linked directory")
+		}
+		if _, err := os.Lstat(filepath.Join(f.outside, "s.sock")); err == nil {
+			t.Errorf("a socket was made where the link points")
+		}
+	})
 }
