@@ -25,7 +25,7 @@ func newRunCmd() *cobra.Command {
 	var cfg standalone.Config
 	var volumes, publish []string
 	cmd := &cobra.Command{
-		Use:   "run FILE",
+		Use:   "run FILE | run --migrate-from NAME",
 		Short: "Boot a VMI manifest on this machine and show its serial console",
 		Long: `run plays virt-handler's part on one machine: it lays out a working directory like a
 launcher pod, links local disk images where a cluster mounts container disks (a containerDisk
@@ -61,10 +61,33 @@ with ACPI, destroys it when the grace period ends (at once on a second Ctrl-C), 
 everything run created.
 
 While it runs, vlctl ps lists the VM and vlctl stop|kill|pause|unpause|console NAME drive it
-from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run does the same).`,
-		Args: cobra.ExactArgs(1),
+from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run does the same).
+
+--migrate-from NAME takes over the guest of a running VM by live migration, as KubeVirt moves
+a VM to another node: this run builds a pod of its own (work dir, user id, pod network),
+starts its launcher as the migration's target and asks NAME's vlctl run to migrate the guest
+there (memory and the pod's disks are copied; the guest keeps running, its MAC and its
+address inside the pod). When the migration completes this run goes on as the VM's run and
+the old one ends with status 0; when it fails the guest runs on where it was and this run
+ends with the reason. Not carried over yet: --volume and hostDisk storage, --publish, volumes
+and interfaces plugged in while it ran, bridge binding and secondary networks (each refused,
+saying so).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cfg.MigrateFrom != "" {
+				if len(args) != 0 {
+					return errors.New("--migrate-from takes the VM's manifest from its run: give no FILE")
+				}
+				return nil
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg.File = args[0]
+			if len(args) > 0 {
+				cfg.File = args[0]
+			}
+			if cfg.MigrateFrom != "" && (len(volumes) > 0 || len(publish) > 0 || cfg.ForceStart || cmd.Flags().Changed("binding")) {
+				return errors.New("--migrate-from: the VM keeps its run's storage, network and run strategy; --volume, --publish, --binding and --force-start do not apply")
+			}
 			for _, v := range volumes {
 				m, err := standalone.ParseVolumeFlag(v)
 				if err != nil {
@@ -150,6 +173,8 @@ from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run do
 	f.StringVar(&cfg.BinDir, "bin-dir", "", "directory of virt-launcher-monitor and virt-launcher (default: vlctl's own)")
 	f.StringVar(&cfg.CapsCache, "qemu-caps-cache", standalone.DefaultCapsCache, "root's directory of libvirt's QEMU capability probe, made by vlctl and read by every VM's launcher; none: off")
 	f.DurationVar(&cfg.QemuTimeout, "qemu-timeout", 5*time.Minute, "how long the launcher waits for its domain")
+	f.StringVar(&cfg.MigrateFrom, "migrate-from", "", "NAME or NAMESPACE/NAME of a running VM (vlctl ps) whose guest this run takes over by live migration, instead of booting FILE")
+	f.StringVar(&cfg.MigrationBandwidth, "migration-bandwidth", "", "with --migrate-from: cap the migration's bandwidth (bytes per second, such as 64Mi; default: no cap)")
 	return cmd
 }
 

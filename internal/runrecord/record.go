@@ -72,6 +72,24 @@ type Record struct {
 	// UID is the user (and group) id the run's VM runs as, leased from
 	// the machine's pool (uidpool) until the run's clean-up is done.
 	UID uint32 `json:"uid,omitempty"`
+	// LauncherRoot is the path the run's launcher sees its work dir at
+	// (its own mount namespace): "" for the work dir itself; for a run
+	// that took its guest over by live migration (vlctl run
+	// --migrate-from), the first run's work dir, whose paths the guest's
+	// domain names. That directory is kept, empty, for as long as a run
+	// of the VM uses it.
+	LauncherRoot string `json:"launcherRoot,omitempty"`
+	// Emulation: the guest runs under TCG, not KVM. A run that takes
+	// it over must too.
+	Emulation bool `json:"emulation,omitempty"`
+}
+
+// Root is the path the run's launcher sees its work dir at.
+func (r *Record) Root() string {
+	if r.LauncherRoot != "" {
+		return r.LauncherRoot
+	}
+	return r.WorkDir
 }
 
 // Grant is an ACL entry a run added to a file: the file (by path and, to

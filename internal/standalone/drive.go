@@ -28,16 +28,25 @@ func (r *runner) drive(ctx context.Context) error {
 		}
 		return err
 	}
-	r.progress("launcher ready; defining and starting the domain")
 	defer client.Close()
-	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = client.Sync(syncCtx, r.vmi, cmdclient.HandlerSyncOptions())
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil { // Ctrl-C while starting: cleanup follows
-			return errInterrupted
+	if r.cfg.source != nil {
+		if err := r.migrateIn(ctx, client); err != nil {
+			if ctx.Err() != nil {
+				return errInterrupted
+			}
+			return err
 		}
-		return r.userPaths(r.withLauncherLog(fmt.Errorf("sync: %w", err)))
+	} else {
+		r.progress("launcher ready; defining and starting the domain")
+		syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err = client.Sync(syncCtx, r.vmi, cmdclient.HandlerSyncOptions())
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil { // Ctrl-C while starting: cleanup follows
+				return errInterrupted
+			}
+			return r.userPaths(r.withLauncherLog(fmt.Errorf("sync: %w", err)))
+		}
 	}
 	r.started = true
 	r.progress("VM %s/%s is running; console: vlctl console %s/%s (socket %s)",
@@ -276,6 +285,14 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 			}
 		}
 		switch st {
+		case "Shutoff", "NoState":
+			if (st == "Shutoff" && d.Status.Reason == "Migrated") || r.migrating.Load() {
+				// Gone to the run that asked for it (migrateOut).
+				r.migratedAway()
+				return true, nil
+			}
+		}
+		switch st {
 		case "Shutoff":
 			// The same end as the launcher exiting after it, which
 			// comes first depends on the machine's load: one message.
@@ -297,8 +314,18 @@ func (r *runner) launcherGone() (bool, error) {
 	if r.monitor.Err() != nil {
 		return false, r.withLauncherLog(fmt.Errorf("launcher exited while the guest ran: %v", r.monitor.Err()))
 	}
+	if r.migrating.Load() {
+		r.migratedAway()
+		return true, nil
+	}
 	r.poweredOff()
 	return true, nil
+}
+
+// migratedAway says the guest went to another run; printed with --quiet
+// too.
+func (r *runner) migratedAway() {
+	fmt.Fprintln(r.cfg.Status, "vlctl: guest migrated to another run; this one ends")
 }
 
 // poweredOff says the guest ended normally; printed with --quiet too.

@@ -51,6 +51,12 @@ type ControlRequest struct {
 	Bus string `json:"bus,omitempty"`
 	// Serial is the disk's serial (addvolume, optional).
 	Serial string `json:"serial,omitempty"`
+	// Target is the work dir of the run the guest migrates to, Migration
+	// the migration's uid and Bandwidth its cap, a quantity of bytes per
+	// second, "" for none (migrate: sent by vlctl run --migrate-from).
+	Target    string `json:"target,omitempty"`
+	Migration string `json:"migration,omitempty"`
+	Bandwidth string `json:"bandwidth,omitempty"`
 }
 
 // controlReply is the run's answer: what it did, or why it did not.
@@ -64,10 +70,14 @@ type controlReply struct {
 const controlTimeout = 90 * time.Second
 
 // Control sends req to the run whose control socket is socket and returns
-// its answer. Only root's requests are served.
+// its answer. Only root's requests are served. A ctx without a deadline
+// gets controlTimeout.
 func Control(ctx context.Context, socket string, req ControlRequest) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, controlTimeout)
+		defer cancel()
+	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
@@ -133,8 +143,19 @@ func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn ne
 		if err := json.NewDecoder(conn).Decode(&req); err != nil {
 			rep.Error = fmt.Sprintf("bad request: %v", err)
 		} else {
-			rctx, cancel := context.WithTimeout(ctx, controlTimeout-5*time.Second)
-			rep.Message, err = r.apply(rctx, client, req)
+			limit := controlTimeout
+			if req.Op == "migrate" {
+				limit = migrationTimeout + time.Minute
+				conn.SetDeadline(time.Now().Add(limit))
+			}
+			rctx, cancel := context.WithTimeout(ctx, limit-5*time.Second)
+			if req.Op == "migrate" {
+				// The requester is the target's vlctl run: its
+				// processes serve the target pod's sockets.
+				rep.Message, err = r.migrateOut(rctx, client, req, int(cred.Pid))
+			} else {
+				rep.Message, err = r.apply(rctx, client, req)
+			}
 			cancel()
 			if err != nil {
 				rep.Error = err.Error()

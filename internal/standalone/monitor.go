@@ -18,16 +18,14 @@ import (
 func (r *runner) startMonitor() error {
 	monitorBin, launcherBin := r.bins[0], r.bins[1]
 	o := launcherflags.ForVMI(r.vmi)
-	o.SetLayout(r.layout)
+	o.SetLayout(r.launcherLayout())
 	o.QemuTimeout = r.cfg.QemuTimeout
 	o.RunAsNonroot, o.AllowEmulation = true, true
 	if r.net != nil {
 		o.ResolvConf = r.net.ResolvConf
 	}
 	o.QemuCapsCache = r.caps
-	// kvm.Usable cannot tell a nested setup where guests do not progress;
-	// --emulation is for that.
-	o.ForceEmulation = r.cfg.Emulation || kvm.Usable() != nil
+	o.ForceEmulation = r.emulation()
 	logFile := r.logFile
 	cmd := pod.Monitor{
 		Bin: monitorBin, Launcher: launcherBin, Flags: o,
@@ -41,7 +39,13 @@ func (r *runner) startMonitor() error {
 	if r.net != nil {
 		netNS = pod.NetNS(r.net.NS)
 	}
-	proc, err := pod.Start(cmd, netNS, r.identity.Enter)
+	// A migration's target sees its pod where the source's launcher
+	// sees its own (migrate.go).
+	var bind func() error
+	if root := r.launcherRoot(); root != r.workDir {
+		bind = pod.BindAt(r.workDir, root)
+	}
+	proc, err := pod.Start(cmd, netNS, r.identity.Enter, bind)
 	// The child has its own copies; root keeps none.
 	logFile.Close()
 	r.logFile = nil
@@ -53,6 +57,11 @@ func (r *runner) startMonitor() error {
 	r.log.Info("monitor started", "pid", cmd.Process.Pid, "workdir", r.workDir, "log", r.dir.Join("launcher.log"))
 	return nil
 }
+
+// emulation says whether the guest runs under TCG: asked for, or KVM
+// unusable here. kvm.Usable cannot tell a nested setup where guests do not
+// progress; --emulation is for that.
+func (r *runner) emulation() bool { return r.cfg.Emulation || kvm.Usable() != nil }
 
 func (r *runner) waitMonitor(timeout time.Duration) error {
 	select {

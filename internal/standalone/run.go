@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -105,6 +106,15 @@ type Config struct {
 	// Started, when set, is called once the guest's domain runs, with where
 	// things are; tests use it to reach the guest from the outside.
 	Started func(Started)
+	// MigrateFrom names a running VM (NAME or NAMESPACE/NAME, as vlctl ps
+	// lists it) whose guest this run takes over by live migration instead
+	// of booting one from File (--migrate-from; migrate.go).
+	MigrateFrom string
+	// MigrationBandwidth caps that migration (bytes per second, a quantity
+	// such as 64Mi); "" for no cap, KubeVirt's default.
+	MigrationBandwidth string
+	// source is MigrateFrom's run (Run finds it).
+	source *runrecord.Entry
 }
 
 // Started describes a running `vlctl run`.
@@ -144,13 +154,27 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := GC(cfg.RecordDir, gcWait, cfg.Status); err != nil {
 		fmt.Fprintf(cfg.Status, "vlctl: warning: %v\n", err)
 	}
-	v, err := vmi.LoadFile(cfg.File, vmi.Options{DefaultBinding: cfg.Binding})
-	if err != nil {
-		return &ManifestError{Err: err}
-	}
-	vm, err := vmi.LoadVMFile(cfg.File)
-	if err != nil {
-		return &ManifestError{Err: err}
+	var v *v1.VirtualMachineInstance
+	var vm *v1.VirtualMachine
+	var err error
+	if cfg.MigrateFrom != "" {
+		// The running guest's VMI, as its launcher was synced with; the
+		// run strategy of a VirtualMachine stays with the first run.
+		if cfg.source, err = findSource(cfg); err != nil {
+			return err
+		}
+		if _, err := migrationOptions(cfg.MigrationBandwidth); err != nil {
+			return err
+		}
+		v = cfg.source.VMI.DeepCopy()
+		cfg.Emulation = cfg.Emulation || cfg.source.Emulation
+	} else {
+		if v, err = vmi.LoadFile(cfg.File, vmi.Options{DefaultBinding: cfg.Binding}); err != nil {
+			return &ManifestError{Err: err}
+		}
+		if vm, err = vmi.LoadVMFile(cfg.File); err != nil {
+			return &ManifestError{Err: err}
+		}
 	}
 	policy, err := runPolicy(vm, cfg.ForceStart)
 	if err == nil {
@@ -340,6 +364,12 @@ type runner struct {
 	// netName names the pod network's namespaces (podnet.NewName), chosen
 	// before they exist so that the record names them for vlctl gc.
 	netName string
+	// migratedTo says where the guest went when a migration to another
+	// run completed (migrateOut); "" while it is here. migrating is set
+	// while a migration is under way and after it completed: the domain
+	// going away or the launcher ending then is the guest leaving.
+	migratedTo string
+	migrating  atomic.Bool
 }
 
 // writeRecord records the run for `vlctl ps`, the verbs by name and vlctl
@@ -352,7 +382,10 @@ func (r *runner) writeRecord(st *Started) error {
 	pod, outside := podnet.NamespaceNames(r.netName)
 	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
 		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.consoleSocket(), Control: r.controlSocket(),
-		VMI: r.vmi, NetNS: []string{pod, outside}, Keep: r.cfg.Keep}
+		VMI: r.vmi, NetNS: []string{pod, outside}, Keep: r.cfg.Keep, Emulation: r.emulation()}
+	if r.cfg.source != nil {
+		rec.LauncherRoot = r.cfg.source.Root()
+	}
 	if r.lease != nil {
 		rec.UID = r.lease.ID
 	}
@@ -436,12 +469,25 @@ func (r *runner) cleanup() error {
 	if r.workDir != "" && !podGone {
 		fmt.Fprintf(r.cfg.Status, "vlctl: kept %s: processes of the VM still run (vlctl gc removes it)\n", r.workDir)
 	} else if r.workDir != "" {
+		handedOver := r.migratedTo != "" && r.launcherRoot() == r.workDir
 		if err := takeBack(r.dir); err != nil {
 			errs = append(errs, err)
+		} else if handedOver {
+			// The guest's new run sees its pod at this path.
+			if err := handedOverRoot(r.workDir); err != nil {
+				errs = append(errs, fmt.Errorf("empty %s: %w", r.workDir, err))
+			}
 		} else if r.cfg.Keep {
 			fmt.Fprintf(r.cfg.Status, "vlctl: kept %s (root's alone now)\n", r.workDir)
 		} else if err := os.RemoveAll(r.workDir); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", r.workDir, err))
+		}
+		// The first run's work dir this run's launcher saw its own at
+		// goes with the VM's last run.
+		if root := r.launcherRoot(); root != r.workDir && r.migratedTo == "" {
+			if err := removeLauncherRoot(root); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	r.dir.Close()

@@ -1,0 +1,362 @@
+package standalone
+
+// Live migration between two `vlctl run` pods on one machine (vlctl run
+// --migrate-from NAME, issue 17). The new run plays the target's
+// virt-handler: it builds a pod of its own (work dir, user id, network),
+// starts its launcher as a migration target and asks the running VM's run,
+// over that run's control socket, to migrate there. The source run plays
+// the source's virt-handler: it opens the migration proxies in its pod
+// (libvirt's connection, QEMU's memory stream and the block migration's
+// NBD stream, each to the target pod's socket of the same name), starts the
+// migration and answers when it has ended. Once it has completed, the
+// target finalizes it and goes on as any run does; the source sees its
+// guest Shutoff/Migrated, says where it went and ends with status 0.
+//
+// The guest's domain names its disks, sockets and logs by path, so both
+// launchers must see their pod at one path, as pods on two nodes do: the
+// target's launcher gets a mount namespace where its work dir is bound at
+// the path the source's launcher sees (the first run's work dir). That
+// directory is kept, empty, while a run of the VM uses it (LauncherRoot in
+// the run records).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	v1 "kubevirt.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/migration"
+	"github.com/virtlauncher/virtlauncher/internal/migrationproxy"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
+)
+
+// migrationTimeout bounds a migration from the request to its end. The
+// launcher's own limits end a migration that stalls (no progress for
+// 150 s) or takes too long (150 s per GiB) well before it.
+const migrationTimeout = time.Hour
+
+// migrationOptions are KubeVirt's defaults (docs/migration.md §1):
+// unlimited bandwidth, progress timeout 150 s, completion timeout 150 s per
+// GiB, no auto-converge or post-copy. bandwidth, when set, caps it.
+func migrationOptions(bandwidth string) (migration.Options, error) {
+	o := migration.Options{ProgressTimeout: 150, CompletionTimeoutPerGiB: 150}
+	if bandwidth != "" {
+		q, err := resource.ParseQuantity(bandwidth)
+		if err != nil || q.Sign() <= 0 {
+			return o, fmt.Errorf("--migration-bandwidth %q: want a quantity of bytes per second such as 64Mi", bandwidth)
+		}
+		o.Bandwidth = q
+	}
+	return o, nil
+}
+
+// findSource finds the running VM that --migrate-from names and checks
+// that this machine can migrate it. Its VMI is what the new run takes over.
+func findSource(cfg Config) (*runrecord.Entry, error) {
+	entries, err := runrecord.List(cfg.RecordDir)
+	if err != nil {
+		return nil, fmt.Errorf("--migrate-from: %w", err)
+	}
+	e, err := runrecord.Match(entries, cfg.MigrateFrom, "")
+	if err != nil {
+		return nil, fmt.Errorf("--migrate-from: %w", err)
+	}
+	if err := migratable(&e.Record); err != nil {
+		return nil, fmt.Errorf("--migrate-from %s: %w", e.FullName(), err)
+	}
+	return e, nil
+}
+
+// migratable says why a running VM cannot move to another run, nil when
+// it can. What is refused is what this first stage does not carry over.
+func migratable(rec *runrecord.Record) error {
+	switch {
+	case rec.Started.IsZero() || rec.VMI == nil:
+		return errors.New("its guest is not running yet")
+	case rec.Control == "":
+		return errors.New("its vlctl run takes no requests (started by an older vlctl)")
+	case len(rec.Grants) > 0:
+		return errors.New("it uses the host's files (--volume, hostDisk): their migration is not supported yet")
+	case len(rec.Published) > 0:
+		return errors.New("it publishes host ports (--publish): their hand-over is not supported yet")
+	}
+	v := rec.VMI
+	for _, vs := range v.Status.VolumeStatus {
+		if vs.HotplugVolume != nil {
+			return fmt.Errorf("volume %s was plugged in while it ran: not supported yet", vs.Name)
+		}
+	}
+	for i, iface := range v.Spec.Domain.Devices.Interfaces {
+		if iface.Bridge != nil {
+			return fmt.Errorf("spec.domain.devices.interfaces[%d] (%s): the bridge binding gives the guest the pod's own address, which the target pod does not have (KubeVirt refuses it too); use masquerade", i, iface.Name)
+		}
+	}
+	if n := len(v.Spec.Networks); n > 1 {
+		return fmt.Errorf("spec.networks: %d networks; only the pod network moves with the guest yet", n)
+	}
+	return nil
+}
+
+// launcherRoot is the path this run's launcher sees its work dir at.
+func (r *runner) launcherRoot() string {
+	if r.cfg.source != nil {
+		return r.cfg.source.Root()
+	}
+	return r.workDir
+}
+
+// launcherLayout is the pod's layout as its launcher sees it.
+func (r *runner) launcherLayout() layout.Layout { return layout.Under(r.launcherRoot()) }
+
+// migrationVMI is the VMI as virt-handler has it once migration uid is
+// under way: a block migration (the pod's disks are its own) over unix
+// sockets.
+func migrationVMI(v *v1.VirtualMachineInstance, uid, sourcePod, targetPod string) *v1.VirtualMachineInstance {
+	m := v.DeepCopy()
+	m.Status.Phase = v1.Running
+	m.Status.MigrationMethod = v1.BlockMigration
+	m.Status.MigrationTransport = v1.MigrationTransportUnix
+	m.Status.MigrationState = &v1.VirtualMachineInstanceMigrationState{MigrationUID: k8stypes.UID(uid), SourcePod: sourcePod, TargetPod: targetPod}
+	return m
+}
+
+// podName names a run's pod in the migration state: its vlctl's pid.
+func podName(pid int) string { return "vlctl-" + strconv.Itoa(pid) }
+
+// migrateIn takes the source's guest over: the launcher becomes the
+// migration's target, the source run is asked to migrate to it, and the
+// migration is finalized once it has completed. On failure the source's
+// guest runs on where it was.
+func (r *runner) migrateIn(ctx context.Context, c *cmdclient.Client) error {
+	src := r.cfg.source
+	uid := uuid.NewString()
+	mv := migrationVMI(r.vmi, uid, podName(src.PID), podName(os.Getpid()))
+	r.progress("migrating %s from its run (pid %d): migration %s", src.FullName(), src.PID, uid)
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err := c.SyncMigrationTarget(sctx, mv, cmdclient.HandlerSyncOptions())
+	cancel()
+	if err != nil {
+		return r.withLauncherLog(fmt.Errorf("prepare the migration target: %w", err))
+	}
+	t0 := time.Now()
+	mctx, cancel := context.WithTimeout(ctx, migrationTimeout+time.Minute)
+	msg, err := Control(mctx, src.Control, ControlRequest{Op: "migrate", Target: r.workDir, Migration: uid, Bandwidth: r.cfg.MigrationBandwidth})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("migration from %s (pid %d) failed; its guest runs on there: %w", src.FullName(), src.PID, err)
+	}
+	// The target's domain runs once the source has handed it over.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		d, err := getDomain(ctx, c)
+		if err == nil && domainState(d) == domainjson.StatusRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			return r.withLauncherLog(fmt.Errorf("the migration completed but the guest does not run here (%s, %v)", domainState(d), err))
+		}
+		select {
+		case <-ctx.Done():
+			return errInterrupted
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = c.FinalizeMigration(fctx, mv)
+	cancel()
+	if err != nil {
+		return r.withLauncherLog(fmt.Errorf("finalize the migration: %w", err))
+	}
+	r.vmi = mv
+	r.progress("migrated in %v (%s)", time.Since(t0).Round(time.Millisecond), msg)
+	return nil
+}
+
+// migrateOut migrates the guest to the run that asked (targetPID, its
+// vlctl) whose work dir is req.Target: it opens the proxies in this pod,
+// starts the migration and waits for its end. A completed migration hands
+// the guest over; this run then ends when it sees its domain Migrated.
+func (r *runner) migrateOut(ctx context.Context, c *cmdclient.Client, req ControlRequest, targetPID int) (string, error) {
+	if r.migratedTo != "" {
+		return "", fmt.Errorf("the guest already went to %s", r.migratedTo)
+	}
+	target := filepath.Clean(req.Target)
+	if !filepath.IsAbs(req.Target) || target != req.Target || target == r.workDir {
+		return "", fmt.Errorf("target work dir %q: not another run's clean absolute path", req.Target)
+	}
+	if _, err := uuid.Parse(req.Migration); err != nil {
+		return "", fmt.Errorf("migration uid %q: %w", req.Migration, err)
+	}
+	o, err := migrationOptions(req.Bandwidth)
+	if err != nil {
+		return "", err
+	}
+	streams, err := r.openMigrationProxies(layout.Under(target), targetPID)
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		for _, s := range streams {
+			s.Close()
+		}
+	}()
+	mv := migrationVMI(r.vmi, req.Migration, podName(os.Getpid()), podName(targetPID))
+	fmt.Fprintf(r.cfg.Status, "vlctl: migrating the guest to the run of pid %d (%s)\n", targetPID, target)
+	mctx, cancel := context.WithTimeout(ctx, migrationTimeout)
+	defer cancel()
+	r.migrating.Store(true)
+	t0 := time.Now()
+	if err := c.Migrate(mctx, mv, o); err != nil {
+		r.migrating.Store(false)
+		return "", fmt.Errorf("start the migration: %w", err)
+	}
+	m, err := r.waitMigrationEnd(mctx, c, req.Migration)
+	if err == nil && m != nil && m.Failed {
+		err = fmt.Errorf("the migration failed: %s", m.FailureReason)
+	}
+	if err != nil {
+		r.migrating.Store(false)
+		fmt.Fprintf(r.cfg.Status, "vlctl: %v; the guest runs on here\n", err)
+		return "", err
+	}
+	r.migratedTo = fmt.Sprintf("the run of pid %d", targetPID)
+	return fmt.Sprintf("the source's side took %v", time.Since(t0).Round(time.Millisecond)), nil
+}
+
+// waitMigrationEnd polls the launcher's Domain until migration uid has
+// ended and returns its metadata; nil when the domain went away first,
+// which a completed migration does (the source's domain is transient: it
+// goes with the guest, and the launcher may end after it). A migration
+// that fails leaves the domain, running, with the failure in its metadata.
+func (r *runner) waitMigrationEnd(ctx context.Context, c *cmdclient.Client, uid string) (*domainjson.MigrationMetadata, error) {
+	for {
+		d, err := getDomain(ctx, c)
+		switch {
+		case err == nil && d == nil:
+			return nil, nil
+		case err == nil:
+			if m := d.Spec.Metadata.KubeVirt.Migration; m != nil && string(m.UID) == uid && m.EndTimestamp != nil {
+				return m, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the migration did not end: %w", ctx.Err())
+		case <-r.monitor.Done():
+			if err := r.monitor.Err(); err != nil {
+				return nil, fmt.Errorf("the launcher ended during the migration: %w", err)
+			}
+			return nil, nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// openMigrationProxies opens, in this pod's migration proxy directory, the
+// sockets the source's libvirt and QEMU connect to, each leading to the
+// target pod's socket (target, as root sees it) of the same name. The
+// target pod's directories belong to its user, so who serves each socket
+// is checked at every connection: a process of the target run (below
+// targetPID), never whatever that user put at the path.
+func (r *runner) openMigrationProxies(target layout.Layout, targetPID int) ([]*migrationproxy.Stream, error) {
+	uid := string(r.vmi.UID)
+	dir, err := r.rel(r.layout.MigrationProxyDir())
+	if err != nil {
+		return nil, err
+	}
+	if err := r.dir.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("migration proxy directory: %w", err)
+	}
+	targets := map[int]string{
+		0:                          filepath.Join(target.LibvirtRunDir, "libvirt", "virtqemud-sock"),
+		layout.DirectMigrationPort: target.MigrationSocket(uid, layout.DirectMigrationPort),
+		layout.BlockMigrationPort:  target.MigrationSocket(uid, layout.BlockMigrationPort),
+	}
+	var streams []*migrationproxy.Stream
+	for port, to := range targets {
+		name, err := r.rel(r.layout.MigrationSocket(uid, port))
+		if err == nil {
+			var ln *net.UnixListener
+			if ln, err = r.dir.ListenUnix(name, r.owner.uid, r.owner.gid); err == nil {
+				dial := func() (net.Conn, error) { return dialRunSocket(to, targetPID) }
+				remove := func() error { return r.dir.Remove(name) }
+				var s *migrationproxy.Stream
+				if s, err = migrationproxy.Serve(ln, r.dir.Join(name), to, dial, remove, r.log); err == nil {
+					streams = append(streams, s)
+					continue
+				}
+			}
+		}
+		for _, s := range streams {
+			s.Close()
+		}
+		return nil, fmt.Errorf("migration proxy to %s: %w", to, err)
+	}
+	return streams, nil
+}
+
+// dialRunSocket connects to path and checks that a process of the run of
+// pid serves it.
+func dialRunSocket(path string, pid int) (net.Conn, error) {
+	conn, err := net.DialTimeout("unix", path, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	peer, err := unixgrpc.PeerPID(conn)
+	if err == nil && !procfs.IsAncestor("/proc", pid, peer) {
+		err = fmt.Errorf("%s is served by pid %d, not by a process of the target run (pid %d); refused", path, peer, pid)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// handedOverRoot empties the work dir of a run whose guest went to another
+// run and keeps the directory itself: the target's launcher sees its own
+// pod at this path (a bind mount in its mount namespace), and removing the
+// directory would take that mount away. The last run of the VM removes it.
+func handedOverRoot(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		// RemoveAll does not follow links below dir, whose parent only
+		// root can change.
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeLauncherRoot removes the first run's work dir that this run's
+// launcher saw its own at, once no run of the VM uses it: it is empty
+// and root's (handedOverRoot), in a work root only root can write.
+func removeLauncherRoot(dir string) error {
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if strings.Contains(err.Error(), "directory not empty") {
+			return fmt.Errorf("%s is not empty: left alone", dir)
+		}
+		return err
+	}
+	return nil
+}
