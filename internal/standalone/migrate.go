@@ -31,9 +31,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	v1 "kubevirt.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
