@@ -29,7 +29,16 @@ func (r *runner) drive(ctx context.Context) error {
 		return err
 	}
 	defer client.Close()
+	// The console outlives ctx: it shows the guest's shutdown after Ctrl-C.
+	consoleCtx, closeConsole := context.WithCancel(context.Background())
+	defer closeConsole()
+	var consoleDone <-chan struct{}
 	if r.cfg.source != nil {
+		// Attached before the migration starts (QEMU's console socket
+		// appears with the incoming QEMU): the guest prints from the
+		// moment it runs here, and a console socket without a reader
+		// drops what it gets.
+		consoleDone = r.streamConsole(consoleCtx, migrationTimeout)
 		if err := r.migrateIn(ctx, client); err != nil {
 			if ctx.Err() != nil {
 				return errInterrupted
@@ -51,10 +60,9 @@ func (r *runner) drive(ctx context.Context) error {
 	r.started = true
 	r.progress("VM %s/%s is running; console: vlctl console %s/%s (socket %s)",
 		r.vmi.Namespace, r.vmi.Name, r.vmi.Namespace, r.vmi.Name, r.consoleSocket())
-	// The console outlives ctx: it shows the guest's shutdown after Ctrl-C.
-	consoleCtx, closeConsole := context.WithCancel(context.Background())
-	defer closeConsole()
-	consoleDone := r.streamConsole(consoleCtx)
+	if consoleDone == nil {
+		consoleDone = r.streamConsole(consoleCtx, 5*time.Second)
+	}
 	started := Started{WorkDir: r.workDir, Layout: r.layout, Socket: r.layout.ReadySocket()}
 	if r.net != nil {
 		if !r.cfg.Quiet {
@@ -157,14 +165,14 @@ func peerBelow(pid int) func(net.Conn) error {
 }
 
 // streamConsole copies the serial console to cfg.Console until the guest
-// closes it.
-func (r *runner) streamConsole(ctx context.Context) <-chan struct{} {
+// closes it. The console's socket may take up to wait to appear.
+func (r *runner) streamConsole(ctx context.Context, wait time.Duration) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		sock := r.layout.SerialSocket(string(r.vmi.UID))
 		var conn net.Conn
-		for i := 0; i < 100; i++ {
+		for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
 			c, err := net.Dial("unix", sock)
 			if err == nil {
 				if err := peerBelow(r.monitor.Cmd.Process.Pid)(c); err != nil {

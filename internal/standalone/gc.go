@@ -38,6 +38,14 @@ func GC(recordDir string, wait time.Duration, status io.Writer) error {
 	}
 	var errs []error
 	var kept []uint32 // the ids of the records that stay
+	// The directories live runs use: their work dirs, and where their
+	// launchers see them (a migrated VM's first work dir, migrate.go).
+	inUse := map[string]bool{}
+	for _, e := range entries {
+		if !e.Stale {
+			inUse[e.WorkDir], inUse[e.Root()] = true, true
+		}
+	}
 	for i := range entries {
 		e := &entries[i]
 		if !e.Stale {
@@ -45,7 +53,7 @@ func GC(recordDir string, wait time.Duration, status io.Writer) error {
 			continue
 		}
 		fmt.Fprintf(status, "vlctl: gc: %s: its vlctl run (pid %d) ended without cleaning up; cleaning up %s\n", e.FullName(), e.PID, e.WorkDir)
-		err := collect(e, wait, status)
+		err := collect(e, inUse, wait, status)
 		if err == nil {
 			err = runrecord.Remove(e.Path)
 		}
@@ -76,8 +84,9 @@ func sweepUIDs(recordDir string, kept []uint32, status io.Writer) error {
 	return nil
 }
 
-// collect undoes what one stale run left.
-func collect(e *runrecord.Entry, wait time.Duration, status io.Writer) error {
+// collect undoes what one stale run left. inUse are the directories live
+// runs use.
+func collect(e *runrecord.Entry, inUse map[string]bool, wait time.Duration, status io.Writer) error {
 	dir := e.WorkDir
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || strings.Count(dir, "/") < 2 {
 		return fmt.Errorf("work dir %q: not a clean absolute path below a work root; nothing done", dir)
@@ -107,12 +116,31 @@ func collect(e *runrecord.Entry, wait time.Duration, status io.Writer) error {
 	}
 	// The work dir stays root's for the whole run (only its entries go to
 	// the launcher's user); anything else at that path is not ours.
-	if e.Keep {
+	switch {
+	case inUse[dir]:
+		// The guest migrated to a run whose launcher sees its pod at
+		// this path: emptied, kept for it.
+		if err := removeWorkDir(dir, true); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		} else if err == nil {
+			fmt.Fprintf(status, "vlctl: gc: emptied %s (the VM's run now uses the path)\n", dir)
+		}
+	case e.Keep:
 		fmt.Fprintf(status, "vlctl: gc: kept %s (the run had --keep)\n", dir)
-	} else if err := removeWorkDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	} else if err == nil {
-		fmt.Fprintf(status, "vlctl: gc: removed %s\n", dir)
+	default:
+		if err := removeWorkDir(dir, false); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		} else if err == nil {
+			fmt.Fprintf(status, "vlctl: gc: removed %s\n", dir)
+		}
+	}
+	// The first work dir of a migrated VM goes with its last run.
+	if root := e.Root(); root != dir && !inUse[root] && filepath.IsAbs(root) && filepath.Clean(root) == root {
+		if removed, err := removeLauncherRoot(root); err != nil {
+			errs = append(errs, err)
+		} else if removed {
+			fmt.Fprintf(status, "vlctl: gc: removed %s (where its launcher saw its pod)\n", root)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -170,8 +198,9 @@ func revokeGrant(g runrecord.Grant, status io.Writer) error {
 }
 
 // removeWorkDir removes a dead run's work dir if it is a directory root
-// owns, after taking it back (takeBack) through the descriptor it checked.
-func removeWorkDir(dir string) error {
+// owns, after taking it back (takeBack) through the descriptor it checked;
+// keep empties it and keeps the directory (handedOverRoot).
+func removeWorkDir(dir string, keep bool) error {
 	d, err := safefs.Open(dir)
 	if err != nil {
 		return err
@@ -186,6 +215,9 @@ func removeWorkDir(dir string) error {
 	}
 	if err := takeBack(d); err != nil {
 		return err
+	}
+	if keep {
+		return handedOverRoot(dir)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)

@@ -27,7 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -351,12 +351,16 @@ func handedOverRoot(dir string) error {
 // removeLauncherRoot removes the first run's work dir that this run's
 // launcher saw its own at, once no run of the VM uses it: it is empty
 // and root's (handedOverRoot), in a work root only root can write.
-func removeLauncherRoot(dir string) error {
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		if strings.Contains(err.Error(), "directory not empty") {
-			return fmt.Errorf("%s is not empty: left alone", dir)
-		}
-		return err
+// It reports whether there was one to remove.
+func removeLauncherRoot(dir string) (bool, error) {
+	err := os.Remove(dir)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	case errors.Is(err, syscall.ENOTEMPTY):
+		return false, fmt.Errorf("%s is not empty: left alone", dir)
 	}
-	return nil
+	return false, err
 }

@@ -485,7 +485,7 @@ func (r *runner) cleanup() error {
 		// The first run's work dir this run's launcher saw its own at
 		// goes with the VM's last run.
 		if root := r.launcherRoot(); root != r.workDir && r.migratedTo == "" {
-			if err := removeLauncherRoot(root); err != nil {
+			if _, err := removeLauncherRoot(root); err != nil {
 				errs = append(errs, err)
 			}
 		}

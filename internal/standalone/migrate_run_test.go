@@ -1,0 +1,196 @@
+package standalone_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// TestVlctlRunMigrate (issue 17): `vlctl run --migrate-from NAME` takes a
+// running guest over by live migration into a pod of its own, twice in a
+// row (the second hop's launcher sees its pod at the first run's path as
+// well). At each hop the guest goes on counting on its serial console in
+// the new run from where it was, without booting again, and keeps its
+// address in the pod; the old run ends with status 0 saying where the
+// guest went, its network namespaces gone. The first run's work dir is
+// kept, empty, while a run of the VM uses it. When the last run is
+// stopped, nothing is left: no work dir, no record, no uid lease, no
+// network namespace.
+func TestVlctlRunMigrate(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	root, records := workRoot(t), workRoot(t)
+	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "mover")
+	if code != 0 {
+		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
+	}
+	const hello = `        echo "hello from user-data on $(uname -r)"` + "\n"
+	if !strings.Contains(manifest, hello) {
+		t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)
+	}
+	manifest = strings.Replace(manifest, hello, hello+"        "+testguest.CounterScript+"\n", 1)
+	file := filepath.Join(t.TempDir(), "mover.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) []string {
+		return append([]string{"run", "--emulation", "--workdir", root, "--record-dir", records}, args...)
+	}
+	cmd, out, errs, exited := startVlctl(t, run(file)...)
+	waitFor(t, "the guest's address", 4*time.Minute, exited, func() bool {
+		return strings.Contains(errs.String(), "eth0 10.0.2.2") && strings.Contains(out.String(), "VL-COUNT-20")
+	})
+	first := onlyRecord(t, records)
+
+	for hop := 1; hop <= 2; hop++ {
+		prev := onlyRecord(t, records)
+		ncmd, nout, nerrs, nexited := startVlctl(t, run("--migrate-from", "mover")...)
+		waitFor(t, "the migration", 3*time.Minute, nexited, func() bool { return strings.Contains(nerrs.String(), "vlctl: migrated in ") })
+		select {
+		case <-exited:
+		case <-time.After(time.Minute):
+			t.Fatalf("hop %d: the old run did not end within a minute of the migration", hop)
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("hop %d: the old run's exit status %d, want 0", hop, code)
+		}
+		if !strings.Contains(errs.String(), "guest migrated to another run; this one ends") {
+			t.Errorf("hop %d: the old run does not say the guest went:\n%s", hop, errs.String())
+		}
+		last := testguest.Counts(out.String())
+		if len(last) == 0 {
+			t.Fatalf("hop %d: the old run's console has no count", hop)
+		}
+		waitFor(t, "counts in the new run", time.Minute, nexited, func() bool {
+			return strings.Contains(nout.String(), "VL-COUNT-"+strconv.Itoa(last[len(last)-1]+20))
+		})
+		after := testguest.Counts(nout.String())
+		if f, p := after[0], last[len(last)-1]; f > p+1 || f < p-1 {
+			t.Errorf("hop %d: the new run's console begins at count %d; the old one's ended at %d", hop, f, p)
+		}
+		if strings.Contains(nout.String(), testguest.MarkerBooted) {
+			t.Errorf("hop %d: the guest booted again in the new run", hop)
+		}
+		waitFor(t, "the guest agent's report in the new run", time.Minute, nexited, func() bool {
+			return strings.Contains(nerrs.String(), "guest agent: ") && strings.Contains(nerrs.String(), "eth0 10.0.2.2")
+		})
+		for _, n := range prev.NetNS {
+			if _, err := os.Stat(filepath.Join("/run/netns", n)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("hop %d: the old run's network namespace %s is left (%v)", hop, n, err)
+			}
+		}
+		now := onlyRecord(t, records)
+		if now.LauncherRoot != first.WorkDir {
+			t.Errorf("hop %d: the new run's launcher sees its pod at %q, want the first run's work dir %s", hop, now.LauncherRoot, first.WorkDir)
+		}
+		if ents, err := os.ReadDir(first.WorkDir); err != nil || len(ents) != 0 {
+			t.Errorf("hop %d: the first run's work dir: %d entries, %v; want it kept, empty", hop, len(ents), err)
+		}
+		t.Logf("hop %d: %s", hop, strings.TrimSpace(lineWith(nerrs.String(), "migrated in")))
+		cmd, out, errs, exited = ncmd, nout, nerrs, nexited
+	}
+	last := onlyRecord(t, records)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the last run did not end within 2 min of SIGINT")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("the last run's exit status %d, want 0", code)
+	}
+	for _, n := range last.NetNS {
+		if _, err := os.Stat(filepath.Join("/run/netns", n)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("network namespace %s left (%v)", n, err)
+		}
+	}
+	keepEnv{root: root, records: records}.checkNothingLeft(t)
+}
+
+// onlyRecord is the one live run recorded in records.
+func onlyRecord(t *testing.T, records string) runrecord.Entry {
+	t.Helper()
+	entries, err := runrecord.List(records)
+	if err != nil || len(entries) != 1 || entries[0].Stale {
+		t.Fatalf("records: %+v, %v; want one live run", entries, err)
+	}
+	return entries[0]
+}
+
+// lineWith is the first line of s holding sub.
+func lineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
+}
+
+// TestGCMigratedRuns: vlctl gc after runs of a migrated VM were killed.
+// A source run killed after it handed its guest over leaves its work dir,
+// which the live run's launcher sees its pod at: gc empties it and keeps
+// it. A target run killed with no live run of the VM left leaves its own
+// work dir and the first run's: gc removes both.
+func TestGCMigratedRuns(t *testing.T) {
+	needRoot(t)
+	root, records := workRoot(t), workRoot(t)
+	pid, start, err := runrecord.Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := func(name string, files ...string) string {
+		d := filepath.Join(root, name)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(d, f), []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	a, b := dir("a", "launcher.log"), dir("b", "launcher.log")
+	c, a2 := dir("c", "launcher.log"), dir("a2")
+	write := func(workDir, launcherRoot string, alive bool) {
+		r := &runrecord.Record{Name: "m", Namespace: "default", PID: pid, PIDStart: start, WorkDir: workDir, LauncherRoot: launcherRoot}
+		if !alive {
+			r.PIDStart++ // another process that had the pid: the run is gone
+		}
+		if _, err := runrecord.Write(records, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(a, "", false) // the source, killed after the hand-over
+	write(b, a, true)   // the VM's live run
+	write(c, a2, false) // another VM's last run, killed
+	code, _, stderr := vlctl(t, time.Minute, "gc", "--record-dir", records, "--timeout", "5s")
+	t.Logf("vlctl gc: exit %d:\n%s", code, stderr)
+	if code != 0 {
+		t.Errorf("vlctl gc: exit %d", code)
+	}
+	if ents, err := os.ReadDir(a); err != nil || len(ents) != 0 {
+		t.Errorf("%s: %d entries, %v; want it kept, empty, for the live run's launcher", a, len(ents), err)
+	}
+	if _, err := os.Stat(filepath.Join(b, "launcher.log")); err != nil {
+		t.Errorf("the live run's work dir was touched: %v", err)
+	}
+	for _, d := range []string{c, a2} {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after vlctl gc (%v)", d, err)
+		}
+	}
+	if entries, err := runrecord.List(records); err != nil || len(entries) != 1 || entries[0].WorkDir != b {
+		t.Errorf("records after vlctl gc: %+v, %v; want the live run's alone", entries, err)
+	}
+}
