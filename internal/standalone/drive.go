@@ -41,7 +41,7 @@ func (r *runner) drive(ctx context.Context) error {
 		consoleDone = r.streamConsole(consoleCtx, migrationTimeout)
 		if err := r.migrateIn(ctx, client); err != nil {
 			if ctx.Err() != nil {
-				return errInterrupted
+				return fmt.Errorf("interrupted: %w", err)
 			}
 			return err
 		}

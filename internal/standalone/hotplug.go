@@ -87,6 +87,11 @@ func Control(ctx context.Context, socket string, req ControlRequest) (string, er
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
+	return exchange(conn, req)
+}
+
+// exchange sends req on conn and reads the run's answer.
+func exchange(conn net.Conn, req ControlRequest) (string, error) {
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return "", fmt.Errorf("send the request: %w", err)
 	}
@@ -145,14 +150,21 @@ func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn ne
 		} else {
 			limit := controlTimeout
 			if req.Op == "migrate" {
-				limit = migrationTimeout + time.Minute
+				limit = migrationTimeout + 2*time.Minute
 				conn.SetDeadline(time.Now().Add(limit))
 			}
 			rctx, cancel := context.WithTimeout(ctx, limit-5*time.Second)
 			if req.Op == "migrate" {
 				// The requester is the target's vlctl run: its
-				// processes serve the target pod's sockets.
-				rep.Message, err = r.migrateOut(rctx, client, req, int(cred.Pid))
+				// processes serve the target pod's sockets. It
+				// withdraws the request by closing its side (or
+				// by ending): the migration is then cancelled.
+				withdrawn := make(chan struct{})
+				go func() {
+					conn.Read(make([]byte, 1))
+					close(withdrawn)
+				}()
+				rep.Message, err = r.migrateOut(rctx, client, req, int(cred.Pid), withdrawn)
 			} else {
 				rep.Message, err = r.apply(rctx, client, req)
 			}

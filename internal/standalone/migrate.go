@@ -154,12 +154,13 @@ func (r *runner) migrateIn(ctx context.Context, c *cmdclient.Client) error {
 		return r.withLauncherLog(fmt.Errorf("prepare the migration target: %w", err))
 	}
 	t0 := time.Now()
-	mctx, cancel := context.WithTimeout(ctx, migrationTimeout+time.Minute)
-	msg, err := Control(mctx, src.Control, ControlRequest{Op: "migrate", Target: r.workDir, Migration: uid, Bandwidth: r.cfg.MigrationBandwidth})
-	cancel()
+	msg, err := askMigration(ctx, src.Control, ControlRequest{Op: "migrate", Target: r.workDir, Migration: uid, Bandwidth: r.cfg.MigrationBandwidth})
 	if err != nil {
 		return fmt.Errorf("migration from %s (pid %d) failed; its guest runs on there: %w", src.FullName(), src.PID, err)
 	}
+	// Completed, even when interrupted meanwhile (the cancel came too
+	// late): the guest is here now, and an interrupted run shuts it down
+	// gracefully as any run does.
 	// The target's domain runs once the source has handed it over.
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -187,11 +188,30 @@ func (r *runner) migrateIn(ctx context.Context, c *cmdclient.Client) error {
 	return nil
 }
 
+// askMigration sends the migrate request to the source run's control
+// socket and waits for the migration's end. When ctx ends first (Ctrl-C)
+// the request is withdrawn, which cancels the migration, and the answer
+// still awaited: the migration may have completed all the same.
+func askMigration(ctx context.Context, socket string, req ControlRequest) (string, error) {
+	conn, err := net.DialTimeout("unix", socket, 10*time.Second)
+	if err != nil {
+		return "", fmt.Errorf("reach the run: %w", err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(migrationTimeout + 2*time.Minute))
+	stop := context.AfterFunc(ctx, func() { conn.(*net.UnixConn).CloseWrite() })
+	defer stop()
+	return exchange(conn, req)
+}
+
 // migrateOut migrates the guest to the run that asked (targetPID, its
 // vlctl) whose work dir is req.Target: it opens the proxies in this pod,
 // starts the migration and waits for its end. A completed migration hands
 // the guest over; this run then ends when it sees its domain Migrated.
-func (r *runner) migrateOut(ctx context.Context, c *cmdclient.Client, req ControlRequest, targetPID int) (string, error) {
+// When the requester withdraws (withdrawn closes), ctx ends or the limit
+// passes first, the migration is cancelled, as virt-handler cancels one
+// whose target went away, and the guest runs on here.
+func (r *runner) migrateOut(ctx context.Context, c *cmdclient.Client, req ControlRequest, targetPID int, withdrawn <-chan struct{}) (string, error) {
 	if r.migratedTo != "" {
 		return "", fmt.Errorf("the guest already went to %s", r.migratedTo)
 	}
@@ -225,7 +245,31 @@ func (r *runner) migrateOut(ctx context.Context, c *cmdclient.Client, req Contro
 		r.migrating.Store(false)
 		return "", fmt.Errorf("start the migration: %w", err)
 	}
-	m, err := r.waitMigrationEnd(mctx, c, req.Migration)
+	wctx, stopWait := context.WithCancel(mctx)
+	defer stopWait()
+	go func() {
+		select {
+		case <-withdrawn:
+			stopWait()
+		case <-wctx.Done():
+		}
+	}()
+	m, err := r.waitMigrationEnd(wctx, c, req.Migration)
+	if err != nil {
+		why := "the target run withdrew"
+		if ctx.Err() != nil {
+			why = "interrupted"
+		} else if mctx.Err() != nil {
+			why = "the migration took more than " + migrationTimeout.String()
+		}
+		fmt.Fprintf(r.cfg.Status, "vlctl: %s: cancelling the migration\n", why)
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if cerr := c.CancelMigration(cctx, mv); cerr != nil {
+			r.log.Warn("cancel the migration", "reason", cerr.Error())
+		}
+		m, err = r.waitMigrationEnd(cctx, c, req.Migration)
+	}
 	if err == nil && m != nil && m.Failed {
 		err = fmt.Errorf("the migration failed: %s", m.FailureReason)
 	}

@@ -49,6 +49,39 @@ func TestVlctlRunMigrate(t *testing.T) {
 	})
 	first := onlyRecord(t, records)
 
+	// A migration interrupted midway (Ctrl-C in the new run, the migration
+	// capped at 1 MiB/s so that it is still under way): it is cancelled,
+	// the guest counts on in its run, and the new run leaves nothing.
+	ncmd, _, nerrs, nexited := startVlctl(t, run("--migrate-from", "mover", "--migration-bandwidth", "1Mi")...)
+	waitFor(t, "the migration to start", 3*time.Minute, exited, func() bool {
+		return strings.Contains(errs.String(), "vlctl: migrating the guest to the run of pid")
+	})
+	time.Sleep(2 * time.Second)
+	if err := ncmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-nexited:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the interrupted run did not end within 2 min")
+	}
+	if code := ncmd.ProcessState.ExitCode(); code == 0 || !strings.Contains(nerrs.String(), "its guest runs on there") {
+		t.Errorf("the interrupted run: exit %d, want non-zero, saying the guest runs on in its run:\n%s", code, nerrs.String())
+	}
+	if !strings.Contains(errs.String(), "the target run withdrew: cancelling the migration") {
+		t.Errorf("the source does not say it cancelled the migration:\n%s", errs.String())
+	}
+	c := testguest.Counts(out.String())
+	waitFor(t, "counts in the first run after the cancel", time.Minute, exited, func() bool {
+		return strings.Contains(out.String(), "VL-COUNT-"+strconv.Itoa(c[len(c)-1]+20))
+	})
+	if now := onlyRecord(t, records); now.WorkDir != first.WorkDir {
+		t.Errorf("after the cancel the VM's run is %s, want the first one (%s)", now.WorkDir, first.WorkDir)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 1 {
+		t.Errorf("the work root holds %d entries after the cancelled migration, want the first run's alone", len(ents))
+	}
+
 	for hop := 1; hop <= 2; hop++ {
 		prev := onlyRecord(t, records)
 		ncmd, nout, nerrs, nexited := startVlctl(t, run("--migrate-from", "mover")...)

@@ -483,8 +483,10 @@ func (r *runner) cleanup() error {
 			errs = append(errs, fmt.Errorf("remove %s: %w", r.workDir, err))
 		}
 		// The first run's work dir this run's launcher saw its own at
-		// goes with the VM's last run.
-		if root := r.launcherRoot(); root != r.workDir && r.migratedTo == "" {
+		// goes with the VM's last run: one that took the guest over
+		// (started) and did not hand it on. A migration in that did not
+		// complete leaves it to the source, whose work dir it is.
+		if root := r.launcherRoot(); root != r.workDir && r.started && r.migratedTo == "" {
 			if _, err := removeLauncherRoot(root); err != nil {
 				errs = append(errs, err)
 			}
