@@ -68,10 +68,11 @@ a VM to another node: this run builds a pod of its own (work dir, user id, pod n
 starts its launcher as the migration's target and asks NAME's vlctl run to migrate the guest
 there (memory and the pod's disks are copied; the guest keeps running, its MAC and its
 address inside the pod). When the migration completes this run goes on as the VM's run and
-the old one ends with status 0; when it fails the guest runs on where it was and this run
-ends with the reason. Not carried over yet: --volume and hostDisk storage, --publish, volumes
-and interfaces plugged in while it ran, bridge binding and secondary networks (each refused,
-saying so).`,
+the old one ends with status 0; its published ports move here once it has let them go (a
+moment without them). When the migration fails, or this run is interrupted meanwhile (which
+cancels it), the guest runs on where it was and this run ends with the reason. Not carried
+over yet: --volume and hostDisk storage, volumes and interfaces plugged in while it ran,
+bridge binding and secondary networks (each refused, saying so).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cfg.MigrateFrom != "" {
 				if len(args) != 0 {

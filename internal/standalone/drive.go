@@ -45,6 +45,13 @@ func (r *runner) drive(ctx context.Context) error {
 			}
 			return err
 		}
+		// The old run holds the published ports until it ends, a
+		// moment after the hand-over.
+		if err := r.publish(time.Minute); err != nil {
+			// The guest runs here now: losing it over a port would
+			// be worse than the port.
+			fmt.Fprintf(r.cfg.Status, "vlctl: warning: %v\n", err)
+		}
 	} else {
 		r.progress("launcher ready; defining and starting the domain")
 		syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)

@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -92,8 +93,6 @@ func migratable(rec *runrecord.Record) error {
 		return errors.New("its vlctl run takes no requests (started by an older vlctl)")
 	case len(rec.Grants) > 0:
 		return errors.New("it uses the host's files (--volume, hostDisk): their migration is not supported yet")
-	case len(rec.Published) > 0:
-		return errors.New("it publishes host ports (--publish): their hand-over is not supported yet")
 	}
 	v := rec.VMI
 	for _, vs := range v.Status.VolumeStatus {
@@ -110,6 +109,20 @@ func migratable(rec *runrecord.Record) error {
 		return fmt.Errorf("spec.networks: %d networks; only the pod network moves with the guest yet", n)
 	}
 	return nil
+}
+
+// recordedPublish are the ports a run published, from its record
+// ("HOSTIP:HOSTPORT->GUESTPORT/tcp").
+func recordedPublish(recorded []string) ([]Publish, error) {
+	var out []Publish
+	for _, s := range recorded {
+		pb, err := ParsePublish(strings.Replace(s, "->", ":", 1))
+		if err != nil {
+			return nil, fmt.Errorf("its published port %q: %w", s, err)
+		}
+		out = append(out, pb)
+	}
+	return out, nil
 }
 
 // launcherRoot is the path this run's launcher sees its work dir at.

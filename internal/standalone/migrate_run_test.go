@@ -1,7 +1,10 @@
 package standalone_test
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,6 +39,12 @@ func TestVlctlRunMigrate(t *testing.T) {
 		t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)
 	}
 	manifest = strings.Replace(manifest, hello, hello+"        "+testguest.CounterScript+"\n", 1)
+	// The masquerade interface forwards SSH, published on a free port.
+	if !strings.Contains(manifest, "        - port: 80\n") {
+		t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)
+	}
+	manifest = strings.Replace(manifest, "        - port: 80\n", "        - port: 22\n", 1)
+	port := strconv.Itoa(freePort(t))
 	file := filepath.Join(t.TempDir(), "mover.yaml")
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
@@ -43,10 +52,11 @@ func TestVlctlRunMigrate(t *testing.T) {
 	run := func(args ...string) []string {
 		return append([]string{"run", "--emulation", "--workdir", root, "--record-dir", records}, args...)
 	}
-	cmd, out, errs, exited := startVlctl(t, run(file)...)
+	cmd, out, errs, exited := startVlctl(t, run("--publish", port+":22", file)...)
 	waitFor(t, "the guest's address", 4*time.Minute, exited, func() bool {
 		return strings.Contains(errs.String(), "eth0 10.0.2.2") && strings.Contains(out.String(), "VL-COUNT-20")
 	})
+	sshBanner(t, port)
 	first := onlyRecord(t, records)
 
 	// A migration interrupted midway (Ctrl-C in the new run, the migration
@@ -126,6 +136,8 @@ func TestVlctlRunMigrate(t *testing.T) {
 		if ents, err := os.ReadDir(first.WorkDir); err != nil || len(ents) != 0 {
 			t.Errorf("hop %d: the first run's work dir: %d entries, %v; want it kept, empty", hop, len(ents), err)
 		}
+		// The published port now leads to the guest in the new pod.
+		sshBanner(t, port)
 		t.Logf("hop %d: %s", hop, strings.TrimSpace(lineWith(nerrs.String(), "migrated in")))
 		cmd, out, errs, exited = ncmd, nout, nerrs, nexited
 	}
@@ -226,4 +238,27 @@ func TestGCMigratedRuns(t *testing.T) {
 	if entries, err := runrecord.List(records); err != nil || len(entries) != 1 || entries[0].WorkDir != b {
 		t.Errorf("records after vlctl gc: %+v, %v; want the live run's alone", entries, err)
 	}
+}
+
+// sshBanner reads the guest's SSH banner through the host's published
+// port, trying for up to 30 s (a new run publishes the port once the old
+// one has let it go).
+func sshBanner(t *testing.T, port string) {
+	t.Helper()
+	var last error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 5*time.Second)
+		if err != nil {
+			last = err
+			continue
+		}
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		banner, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err == nil && strings.HasPrefix(banner, "SSH-2.0-") {
+			return
+		}
+		last = fmt.Errorf("read %q: %v", banner, err)
+	}
+	t.Fatalf("no SSH banner through 127.0.0.1:%s: %v", port, last)
 }

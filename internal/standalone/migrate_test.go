@@ -31,7 +31,7 @@ func TestMigratable(t *testing.T) {
 		{"starting", func(r *runrecord.Record) { r.Started = time.Time{} }, "not running yet"},
 		{"old vlctl", func(r *runrecord.Record) { r.Control = "" }, "takes no requests"},
 		{"host storage", func(r *runrecord.Record) { r.Grants = []runrecord.Grant{{Path: "/srv/d.img"}} }, "--volume, hostDisk"},
-		{"published", func(r *runrecord.Record) { r.Published = []string{"127.0.0.1:8080->80/tcp"} }, "--publish"},
+		{"published", func(r *runrecord.Record) { r.Published = []string{"127.0.0.1:8080->80/tcp"} }, ""},
 		{"hotplugged volume", func(r *runrecord.Record) {
 			r.VMI.Status.VolumeStatus = []v1.VolumeStatus{{Name: "hp", HotplugVolume: &v1.HotplugVolumeStatus{}}}
 		}, "volume hp was plugged in"},
@@ -69,5 +69,24 @@ func TestMigrationOptions(t *testing.T) {
 		if _, err := migrationOptions(bad); err == nil || !strings.Contains(err.Error(), "--migration-bandwidth") {
 			t.Errorf("%q: %v, want an error naming --migration-bandwidth", bad, err)
 		}
+	}
+}
+
+// TestRecordedPublish: the ports a record lists are the ones the run was
+// given (the record's form is written from them).
+func TestRecordedPublish(t *testing.T) {
+	for _, flag := range []string{"8080:80", "0.0.0.0:2222:22/tcp", "[::1]:8443:443"} {
+		pb, err := ParsePublish(flag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recorded := pb.recorded()
+		got, err := recordedPublish([]string{recorded})
+		if err != nil || len(got) != 1 || got[0] != pb {
+			t.Errorf("%s recorded as %q: %+v, %v; want %+v", flag, recorded, got, err, pb)
+		}
+	}
+	if _, err := recordedPublish([]string{"8080=>80"}); err == nil {
+		t.Errorf("a malformed record was taken")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -26,6 +27,9 @@ type Publish struct {
 func (p Publish) String() string {
 	return fmt.Sprintf("%s -> guest port %d/tcp", p.Host, p.GuestPort)
 }
+
+// recorded is p as the run's record lists it (recordedPublish reads it).
+func (p Publish) recorded() string { return fmt.Sprintf("%s->%d/tcp", p.Host, p.GuestPort) }
 
 // ParsePublish parses [HOSTIP:]HOSTPORT:GUESTPORT[/tcp] (an IPv6 host
 // address in brackets). Without HOSTIP the port is published on 127.0.0.1
@@ -80,7 +84,10 @@ func (r *runner) newRelay() *relay.Relay {
 // connection to the guest's port at the pod address, connecting from the
 // outside namespace; a port that cannot be bound fails the run before the
 // guest boots.
-func (r *runner) publish() error {
+// A port still in use is waited for up to wait: a run that took its
+// guest over by migration publishes the ports the old run holds until it
+// ends.
+func (r *runner) publish(wait time.Duration) error {
 	if len(r.cfg.Publish) == 0 {
 		return nil
 	}
@@ -94,7 +101,7 @@ func (r *runner) publish() error {
 	r.pub = p
 	target, outside := r.net.Pod4.Addr(), r.net.Outside
 	for _, pb := range r.cfg.Publish {
-		l, err := net.Listen("tcp", pb.Host.String())
+		l, err := listenFreed(pb.Host.String(), wait)
 		if err != nil {
 			return fmt.Errorf("--publish %s: %w", pb, err)
 		}
@@ -105,6 +112,18 @@ func (r *runner) publish() error {
 		r.progress("published %s", pb)
 	}
 	return nil
+}
+
+// listenFreed listens on addr, waiting up to wait for it to be freed.
+func listenFreed(addr string, wait time.Duration) (net.Listener, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		l, err := net.Listen("tcp", addr)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			return l, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // dialIn connects to addr from the namespace ns: the socket is made on

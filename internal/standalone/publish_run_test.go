@@ -1,7 +1,6 @@
 package standalone_test
 
 import (
-	"bufio"
 	"net"
 	"os"
 	"path/filepath"
@@ -81,16 +80,7 @@ func TestVlctlRunPublish(t *testing.T) {
 	if want := "vlctl: published 127.0.0.1:" + port + " -> guest port 22/tcp"; !strings.Contains(errOut.String(), want) {
 		t.Errorf("vlctl run did not say %q:\n%s", want, errOut.String())
 	}
-	c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 5*time.Second)
-	if err != nil {
-		t.Fatalf("connect to the published port: %v", err)
-	}
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	banner, err := bufio.NewReader(c).ReadString('\n')
-	c.Close()
-	if err != nil || !strings.HasPrefix(banner, "SSH-2.0-") {
-		t.Errorf("through 127.0.0.1:%s: %q, %v, want the guest's SSH banner", port, banner, err)
-	}
+	sshBanner(t, port)
 	cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case err := <-exited:

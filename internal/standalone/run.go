@@ -168,6 +168,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		v = cfg.source.VMI.DeepCopy()
 		cfg.Emulation = cfg.Emulation || cfg.source.Emulation
+		if cfg.Publish, err = recordedPublish(cfg.source.Published); err != nil {
+			return fmt.Errorf("--migrate-from %s: %w", cfg.source.FullName(), err)
+		}
 	} else {
 		if v, err = vmi.LoadFile(cfg.File, vmi.Options{DefaultBinding: cfg.Binding}); err != nil {
 			return &ManifestError{Err: err}
@@ -261,8 +264,10 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 		run.progress("pod network up (namespaces %s and %s)", run.net.NSName, run.net.OutsideName)
 		run.relayDNS()
 	}
-	if err := run.publish(); err != nil {
-		return false, err
+	if cfg.source == nil { // a migration's target publishes once the guest is here (drive)
+		if err := run.publish(0); err != nil {
+			return false, err
+		}
 	}
 	if err := run.startEgress(); err != nil {
 		return false, err
@@ -390,7 +395,7 @@ func (r *runner) writeRecord(st *Started) error {
 		rec.UID = r.lease.ID
 	}
 	for _, pb := range r.cfg.Publish {
-		rec.Published = append(rec.Published, fmt.Sprintf("%s->%d/tcp", pb.Host, pb.GuestPort))
+		rec.Published = append(rec.Published, pb.recorded())
 	}
 	for _, d := range slices.Concat(r.disks, r.hot) {
 		if g, ok := d.recordedGrant(); ok {
