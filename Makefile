@@ -51,7 +51,7 @@ test: deps vet build image
 # Post-copy needs vm.unprivileged_userfaultfd=1 (QEMU 7.2 runs unprivileged in
 # our pods), the refusal needs 0: VIRTLAUNCHER_TEST_SET_USERFAULTFD=1 lets each
 # of the two tests set the machine's sysctl for its run and put it back after.
-# Measured 1m50s here (2026-12-06, before the post-copy test).
+# Measured 2m08s here (2026-12-06, the five tests).
 test-migration-stress: deps build
 	VIRTLAUNCHER_TEST_SET_USERFAULTFD=1 $(GO) test -count=1 -timeout 15m -tags=grpcnotrace,imagetest,migrationstress -v -run '^TestMigration(Paused|AutoConverge|PostCopy|PostCopyUnavailable|MemoryIntegrity)$$' ./test/integration/
 
