@@ -82,6 +82,11 @@ type Record struct {
 	// Emulation: the guest runs under TCG, not KVM. A run that takes
 	// it over must too.
 	Emulation bool `json:"emulation,omitempty"`
+	// Images are the local files the run's images given by reference
+	// were pulled to (root's cache, by digest): a run that takes the guest
+	// over must back its disks with the very same, not with what the
+	// reference names by then.
+	Images map[string]string `json:"images,omitempty"`
 }
 
 // Root is the path the run's launcher sees its work dir at.

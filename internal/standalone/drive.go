@@ -40,7 +40,7 @@ func (r *runner) drive(ctx context.Context) error {
 		// drops what it gets.
 		consoleDone = r.streamConsole(consoleCtx, migrationTimeout)
 		if err := r.migrateIn(ctx, client); err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil && !r.started {
 				return fmt.Errorf("interrupted: %w", err)
 			}
 			return err

@@ -161,7 +161,14 @@ func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn ne
 				// by ending): the migration is then cancelled.
 				withdrawn := make(chan struct{})
 				go func() {
-					conn.Read(make([]byte, 1))
+					// Only the end counts: what follows the
+					// request (its newline) is read and dropped.
+					buf := make([]byte, 64)
+					for {
+						if _, err := conn.Read(buf); err != nil {
+							break
+						}
+					}
 					close(withdrawn)
 				}()
 				rep.Message, err = r.migrateOut(rctx, client, req, int(cred.Pid), withdrawn)

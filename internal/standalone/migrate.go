@@ -111,6 +111,17 @@ func migratable(rec *runrecord.Record) error {
 	return nil
 }
 
+// sourceImages are the pulled images the running VM's disks are backed
+// with, which must still be in the cache.
+func sourceImages(src *runrecord.Entry) (map[string]string, error) {
+	for ref, p := range src.Images {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("--migrate-from %s: image %s: its pulled file is gone from the cache: %w", src.FullName(), strings.ReplaceAll(ref, "\x00", " "), err)
+		}
+	}
+	return src.Images, nil
+}
+
 // recordedPublish are the ports a run published, from its record
 // ("HOSTIP:HOSTPORT->GUESTPORT/tcp").
 func recordedPublish(recorded []string) ([]Publish, error) {
@@ -172,29 +183,28 @@ func (r *runner) migrateIn(ctx context.Context, c *cmdclient.Client) error {
 		return fmt.Errorf("migration from %s (pid %d) failed; its guest runs on there: %w", src.FullName(), src.PID, err)
 	}
 	// Completed, even when interrupted meanwhile (the cancel came too
-	// late): the guest is here now, and an interrupted run shuts it down
-	// gracefully as any run does.
-	// The target's domain runs once the source has handed it over.
+	// late): the guest is this run's now, and the steps below are not
+	// cut short by ctx; an interrupted run then shuts it down gracefully
+	// as any run does, and its clean-up is the VM's last.
+	r.started = true
 	deadline := time.Now().Add(time.Minute)
 	for {
-		d, err := getDomain(ctx, c)
+		d, err := getDomain(context.Background(), c)
 		if err == nil && domainState(d) == domainjson.StatusRunning {
 			break
 		}
 		if time.Now().After(deadline) {
 			return r.withLauncherLog(fmt.Errorf("the migration completed but the guest does not run here (%s, %v)", domainState(d), err))
 		}
-		select {
-		case <-ctx.Done():
-			return errInterrupted
-		case <-time.After(100 * time.Millisecond):
-		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	fctx, cancel := context.WithTimeout(ctx, time.Minute)
+	fctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	err = c.FinalizeMigration(fctx, mv)
 	cancel()
 	if err != nil {
-		return r.withLauncherLog(fmt.Errorf("finalize the migration: %w", err))
+		// What it does (the guest's clock, its links) is worth less
+		// than the running guest: go on, saying so.
+		fmt.Fprintf(r.cfg.Status, "vlctl: warning: finalize the migration: %v\n", err)
 	}
 	r.vmi = mv
 	r.progress("migrated in %v (%s)", time.Since(t0).Round(time.Millisecond), msg)

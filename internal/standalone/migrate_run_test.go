@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -70,12 +71,7 @@ func TestVlctlRunMigrate(t *testing.T) {
 	if err := ncmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-nexited:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the interrupted run did not end within 2 min")
-	}
-	if code := ncmd.ProcessState.ExitCode(); code == 0 || !strings.Contains(nerrs.String(), "its guest runs on there") {
+	if code := exitCode(t, "the interrupted run", ncmd, nexited, 2*time.Minute); code == 0 || !strings.Contains(nerrs.String(), "its guest runs on there") {
 		t.Errorf("the interrupted run: exit %d, want non-zero, saying the guest runs on in its run:\n%s", code, nerrs.String())
 	}
 	if !strings.Contains(errs.String(), "the target run withdrew: cancelling the migration") {
@@ -96,12 +92,7 @@ func TestVlctlRunMigrate(t *testing.T) {
 		prev := onlyRecord(t, records)
 		ncmd, nout, nerrs, nexited := startVlctl(t, run("--migrate-from", "mover")...)
 		waitFor(t, "the migration", 3*time.Minute, nexited, func() bool { return strings.Contains(nerrs.String(), "vlctl: migrated in ") })
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			t.Fatalf("hop %d: the old run did not end within a minute of the migration", hop)
-		}
-		if code := cmd.ProcessState.ExitCode(); code != 0 {
+		if code := exitCode(t, "the old run", cmd, exited, time.Minute); code != 0 {
 			t.Errorf("hop %d: the old run's exit status %d, want 0", hop, code)
 		}
 		if !strings.Contains(errs.String(), "guest migrated to another run; this one ends") {
@@ -145,12 +136,7 @@ func TestVlctlRunMigrate(t *testing.T) {
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exited:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the last run did not end within 2 min of SIGINT")
-	}
-	if code := cmd.ProcessState.ExitCode(); code != 0 {
+	if code := exitCode(t, "the last run", cmd, exited, 2*time.Minute); code != 0 {
 		t.Errorf("the last run's exit status %d, want 0", code)
 	}
 	for _, n := range last.NetNS {
@@ -261,4 +247,16 @@ func sshBanner(t *testing.T, port string) {
 		last = fmt.Errorf("read %q: %v", banner, err)
 	}
 	t.Fatalf("no SSH banner through 127.0.0.1:%s: %v", port, last)
+}
+
+// exitCode waits up to limit for the vlctl that startVlctl started (what)
+// to end, and returns its exit status.
+func exitCode(t *testing.T, what string, cmd *exec.Cmd, exited chan error, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-exited:
+	case <-time.After(limit):
+		t.Fatalf("%s did not end within %v", what, limit)
+	}
+	return cmd.ProcessState.ExitCode()
 }

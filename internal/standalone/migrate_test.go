@@ -1,6 +1,8 @@
 package standalone
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +90,25 @@ func TestRecordedPublish(t *testing.T) {
 	}
 	if _, err := recordedPublish([]string{"8080=>80"}); err == nil {
 		t.Errorf("a malformed record was taken")
+	}
+}
+
+// TestSourceImages: the run taking a guest over gets the files the
+// source's images were pulled to, and a clear error when one is gone.
+func TestSourceImages(t *testing.T) {
+	dir := t.TempDir()
+	disk := filepath.Join(dir, "abc-disk.img")
+	if err := os.WriteFile(disk, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := &runrecord.Entry{Record: runrecord.Record{Name: "m", Namespace: "default",
+		Images: map[string]string{"registry.example/disk:1": disk}}}
+	got, err := sourceImages(src)
+	if err != nil || got["registry.example/disk:1"] != disk {
+		t.Errorf("got %v, %v; want the recorded file", got, err)
+	}
+	src.Images[kernelBootKey("registry.example/kernel:1", "/boot/vmlinuz")] = filepath.Join(dir, "gone")
+	if _, err := sourceImages(src); err == nil || !strings.Contains(err.Error(), "registry.example/kernel:1 /boot/vmlinuz: its pulled file is gone") {
+		t.Errorf("a file gone from the cache: %v", err)
 	}
 }

@@ -192,7 +192,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if w := memoryWarning(v); w != "" {
 		fmt.Fprintln(cfg.Status, w)
 	}
-	if cfg.pulled, err = pullImages(ctx, cfg, v); err != nil {
+	if cfg.source != nil {
+		// The very images the guest's disks are backed with there.
+		if cfg.pulled, err = sourceImages(cfg.source); err != nil {
+			return err
+		}
+	} else if cfg.pulled, err = pullImages(ctx, cfg, v); err != nil {
 		return err
 	}
 	if cfg.Input != nil {
@@ -387,7 +392,7 @@ func (r *runner) writeRecord(st *Started) error {
 	pod, outside := podnet.NamespaceNames(r.netName)
 	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
 		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.consoleSocket(), Control: r.controlSocket(),
-		VMI: r.vmi, NetNS: []string{pod, outside}, Keep: r.cfg.Keep, Emulation: r.emulation()}
+		VMI: r.vmi, NetNS: []string{pod, outside}, Keep: r.cfg.Keep, Emulation: r.emulation(), Images: r.cfg.pulled}
 	if r.cfg.source != nil {
 		rec.LauncherRoot = r.cfg.source.Root()
 	}
