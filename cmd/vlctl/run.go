@@ -72,7 +72,8 @@ the old one ends with status 0; its published ports move here once it has let th
 moment without them). When the migration fails, or this run is interrupted meanwhile (which
 cancels it), the guest runs on where it was and this run ends with the reason. Not carried
 over yet: --volume and hostDisk storage, volumes and interfaces plugged in while it ran,
-bridge binding and secondary networks (each refused, saying so).`,
+bridge binding and secondary networks (each refused, saying so); a VirtualMachine's run
+strategy (the new run runs the guest once).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cfg.MigrateFrom != "" {
 				if len(args) != 0 {

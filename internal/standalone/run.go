@@ -158,8 +158,9 @@ func Run(ctx context.Context, cfg Config) error {
 	var vm *v1.VirtualMachine
 	var err error
 	if cfg.MigrateFrom != "" {
-		// The running guest's VMI, as its launcher was synced with; the
-		// run strategy of a VirtualMachine stays with the first run.
+		// The running guest's VMI, as its launcher was synced with. A
+		// VirtualMachine's run strategy is not in the record: the new
+		// run runs the guest once (docs/standalone.md).
 		if cfg.source, err = findSource(cfg); err != nil {
 			return err
 		}
