@@ -99,15 +99,14 @@ func (r *Record) Root() string {
 
 // Grant is an ACL entry a run added to a file: the file (by path and, to
 // never touch another file put at that path since, by device and inode),
-// its ACL before (nil when it had none) and after, and its permission bits
-// before.
+// and its ACL before (nil when it had none) and after, which tell the
+// entry.
 type Grant struct {
 	Path   string `json:"path"`
 	Dev    uint64 `json:"dev"`
 	Ino    uint64 `json:"ino"`
 	Before []byte `json:"before,omitempty"`
 	After  []byte `json:"after"`
-	Mode   uint32 `json:"mode"`
 }
 
 // Address is one place the guest is reachable.

@@ -119,7 +119,6 @@ func withUser(es []aclEntry, mode os.FileMode, uid uint32, perm uint16) []aclEnt
 type grant struct {
 	f      *os.File
 	before []byte      // the ACL xattr before, nil when there was none
-	mode   os.FileMode // the permission bits before
 	after  []byte      // what vlctl set
 }
 
@@ -150,28 +149,141 @@ func grantAccess(f *os.File, uid uint32, perm uint16) (*grant, error) {
 		}
 		return nil, fmt.Errorf("set ACL: %w", err)
 	}
-	return &grant{f: f, before: before, mode: st.Mode().Perm(), after: after}, nil
+	return &grant{f: f, before: before, after: after}, nil
 }
 
-// undo takes the entry out again, unless someone changed the ACL since: then
-// it is theirs and stays. It reports whether the file is as it was.
+// undo takes the run's own entry (user uid, as grantAccess set it) out of
+// the file's ACL as it is now, and nothing else: entries added since (another
+// run's grant to the same file, the user's own) stay. Restoring the whole
+// ACL as it was before would take a later run's entry away while that run
+// still uses the file, and that run's own undo would then put this run's
+// entry back for good, left to whoever gets the uid next. When the entry is
+// not what grantAccess set any more, it is someone else's now and stays.
+// It reports whether the entry was taken out.
 func (g *grant) undo() (bool, error) {
-	now, err := getACL(g.f)
+	nowRaw, err := getACL(g.f)
+	if err != nil || nowRaw == nil {
+		return false, err
+	}
+	now, err := decodeACL(nowRaw)
 	if err != nil {
 		return false, err
 	}
-	if !bytes.Equal(now, g.after) {
-		return false, nil
-	}
+	var before []aclEntry
 	if g.before != nil {
-		return true, unix.Fsetxattr(int(g.f.Fd()), aclXattr, g.before, 0)
+		if before, err = decodeACL(g.before); err != nil {
+			return false, err
+		}
 	}
-	if err := unix.Fremovexattr(int(g.f.Fd()), aclXattr); err != nil {
+	after, err := decodeACL(g.after)
+	if err != nil {
 		return false, err
 	}
-	// Setting the ACL put the mask into the mode's group bits; removing
-	// it does not put them back.
-	return true, g.f.Chmod(g.mode | modeSpecial(g.f))
+	es, ok := withoutGrant(now, before, after)
+	if !ok {
+		return false, nil
+	}
+	if mode, ok := minimalMode(es); ok {
+		// No named entry is left: back to permission bits alone, no
+		// ACL, and the group bits the mask had taken.
+		if err := unix.Fremovexattr(int(g.f.Fd()), aclXattr); err != nil {
+			return false, err
+		}
+		return true, g.f.Chmod(mode | modeSpecial(g.f))
+	}
+	return true, unix.Fsetxattr(int(g.f.Fd()), aclXattr, encodeACL(es), 0)
+}
+
+// withoutGrant is the ACL now with the one named user entry that after
+// added or widened over before put back as it was before, and the mask
+// narrowed to what it was before plus what the entries added since need.
+// ok is false when that entry is no longer what after set.
+func withoutGrant(now, before, after []aclEntry) (_ []aclEntry, ok bool) {
+	find := func(es []aclEntry, tag uint16, id uint32) *aclEntry {
+		for i := range es {
+			if es[i].tag == tag && es[i].id == id {
+				return &es[i]
+			}
+		}
+		return nil
+	}
+	// The entry the grant set: the named user entry of after that before
+	// lacked or had with less.
+	var mine *aclEntry
+	for i := range after {
+		e := after[i]
+		if e.tag != aclUser {
+			continue
+		}
+		if b := find(before, aclUser, e.id); b == nil || b.perm != e.perm {
+			mine = &after[i]
+			break
+		}
+	}
+	if mine == nil {
+		return nil, false
+	}
+	cur := find(now, aclUser, mine.id)
+	if cur == nil || cur.perm != mine.perm {
+		return nil, false
+	}
+	out := make([]aclEntry, 0, len(now))
+	var mask *aclEntry
+	for _, e := range now {
+		if e.tag == aclUser && e.id == mine.id {
+			b := find(before, aclUser, e.id)
+			if b == nil {
+				continue
+			}
+			e.perm = b.perm
+		}
+		out = append(out, e)
+	}
+	for i := range out {
+		if out[i].tag == aclMask {
+			mask = &out[i]
+		}
+	}
+	if mask != nil {
+		// What it was before (none: the owning group's), widened for
+		// the named entries that came since and are still there.
+		m := uint16(0)
+		if b := find(before, aclMask, aclNoID); b != nil {
+			m = b.perm
+		} else if gobj := find(out, aclGroupObj, aclNoID); gobj != nil {
+			m = gobj.perm
+		}
+		for _, e := range out {
+			if (e.tag == aclUser || e.tag == aclGroup) && find(before, e.tag, e.id) == nil {
+				m |= e.perm
+			}
+		}
+		mask.perm = m
+	}
+	return out, true
+}
+
+// minimalMode is the permission bits that say what es says, when es has
+// no named entry (only the owner, owning group, other and mask entries):
+// the owning group gets what its entry and the mask both allow.
+func minimalMode(es []aclEntry) (os.FileMode, bool) {
+	var user, group, other uint16
+	mask := uint16(7)
+	for _, e := range es {
+		switch e.tag {
+		case aclUser, aclGroup:
+			return 0, false
+		case aclUserObj:
+			user = e.perm
+		case aclGroupObj:
+			group = e.perm
+		case aclOther:
+			other = e.perm
+		case aclMask:
+			mask = e.perm
+		}
+	}
+	return os.FileMode(user<<6 | (group&mask)<<3 | other), true
 }
 
 func modeSpecial(f *os.File) os.FileMode {

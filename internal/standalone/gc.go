@@ -185,12 +185,12 @@ func revokeGrant(g runrecord.Grant, status io.Writer) error {
 		fmt.Fprintf(status, "vlctl: gc: %s is another file now: its ACL left alone\n", g.Path)
 		return nil
 	}
-	same, err := (&grant{f: f, before: g.Before, mode: os.FileMode(g.Mode).Perm(), after: g.After}).undo()
+	same, err := (&grant{f: f, before: g.Before, after: g.After}).undo()
 	if err != nil {
 		return err
 	}
 	if !same {
-		fmt.Fprintf(status, "vlctl: gc: the ACL of %s changed since the run set it: left as it is\n", g.Path)
+		fmt.Fprintf(status, "vlctl: gc: the run's ACL entry in %s changed since the run set it: left as it is\n", g.Path)
 		return nil
 	}
 	fmt.Fprintf(status, "vlctl: gc: took the run's ACL entry out of %s\n", g.Path)

@@ -349,7 +349,7 @@ func (d *userDisk) release(log func(string, ...any)) {
 	}
 	if d.grant != nil {
 		if same, err := d.grant.undo(); err != nil || !same {
-			log("vlctl: %s: left its ACL as it is now (changed during the run or %v)\n", d.path, err)
+			log("vlctl: %s: left its ACL as it is now (the run's entry changed during the run, or %v)\n", d.path, err)
 		}
 		d.grant = nil
 	}
@@ -373,7 +373,7 @@ func (d *userDisk) recordedGrant() (runrecord.Grant, bool) {
 	}
 	g := d.grant
 	return runrecord.Grant{Path: d.real, Dev: uint64(st.Dev), Ino: st.Ino,
-		Before: g.before, After: g.after, Mode: uint32(g.mode)}, true
+		Before: g.before, After: g.after}, true
 }
 
 // removeCreated deletes the file open created, when it is still the same
