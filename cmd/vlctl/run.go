@@ -70,10 +70,11 @@ there (memory and the pod's disks are copied; the guest keeps running, its MAC a
 address inside the pod). When the migration completes this run goes on as the VM's run and
 the old one ends with status 0; its published ports move here once it has let them go (a
 moment without them). When the migration fails, or this run is interrupted meanwhile (which
-cancels it), the guest runs on where it was and this run ends with the reason. Not carried
-over yet: --volume and hostDisk storage, volumes and interfaces plugged in while it ran,
-bridge binding and secondary networks (each refused, saying so); a VirtualMachine's run
-strategy (the new run runs the guest once).`,
+cancels it), the guest runs on where it was and this run ends with the reason. Storage of
+the host (--volume claims, hostDisk) is the same file for both runs: shared, never copied.
+Not carried over yet: volumes and interfaces plugged in while it ran, bridge binding and
+secondary networks (each refused, saying so); a VirtualMachine's run strategy (the new run
+runs the guest once).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cfg.MigrateFrom != "" {
 				if len(args) != 0 {

@@ -87,6 +87,9 @@ type Record struct {
 	// over must back its disks with the very same, not with what the
 	// reference names by then.
 	Images map[string]string `json:"images,omitempty"`
+	// Volumes are the run's --volume mappings: claim name to the file or
+	// block device. A run that takes the guest over uses the same.
+	Volumes map[string]string `json:"volumes,omitempty"`
 }
 
 // Root is the path the run's launcher sees its work dir at.

@@ -118,8 +118,8 @@ func withUser(es []aclEntry, mode os.FileMode, uid uint32, perm uint16) []aclEnt
 // grant is an ACL entry vlctl added to a file for one run.
 type grant struct {
 	f      *os.File
-	before []byte      // the ACL xattr before, nil when there was none
-	after  []byte      // what vlctl set
+	before []byte // the ACL xattr before, nil when there was none
+	after  []byte // what vlctl set
 }
 
 // grantAccess gives uid read and write access to the open file f by an ACL

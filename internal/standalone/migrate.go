@@ -91,8 +91,8 @@ func migratable(rec *runrecord.Record) error {
 		return errors.New("its guest is not running yet")
 	case rec.Control == "":
 		return errors.New("its vlctl run takes no requests (started by an older vlctl)")
-	case len(rec.Grants) > 0:
-		return errors.New("it uses the host's files (--volume, hostDisk): their migration is not supported yet")
+	case len(rec.Grants) > 0 && rec.Volumes == nil && hasClaims(rec.VMI):
+		return errors.New("its run did not record its --volume mappings (started by an older vlctl)")
 	}
 	v := rec.VMI
 	for _, vs := range v.Status.VolumeStatus {
@@ -122,6 +122,31 @@ func sourceImages(src *runrecord.Entry) (map[string]string, error) {
 	return src.Images, nil
 }
 
+// hasClaims: the VMI has a persistentVolumeClaim or dataVolume, which a run
+// maps to a local file with --volume.
+func hasClaims(v *v1.VirtualMachineInstance) bool {
+	for _, vol := range v.Spec.Volumes {
+		if vol.PersistentVolumeClaim != nil || vol.DataVolume != nil || (vol.Ephemeral != nil && vol.Ephemeral.PersistentVolumeClaim != nil) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasUserStorage: the VMI has storage of the host's that both runs use
+// (claims mapped with --volume, hostDisks).
+func hasUserStorage(v *v1.VirtualMachineInstance) bool {
+	if hasClaims(v) {
+		return true
+	}
+	for _, vol := range v.Spec.Volumes {
+		if vol.HostDisk != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // recordedPublish are the ports a run published, from its record
 // ("HOSTIP:HOSTPORT->GUESTPORT/tcp").
 func recordedPublish(recorded []string) ([]Publish, error) {
@@ -149,9 +174,17 @@ func (r *runner) launcherLayout() layout.Layout { return layout.Under(r.launcher
 
 // migrationVMI is the VMI as virt-handler has it once migration uid is
 // under way: a block migration (the pod's disks are its own) over unix
-// sockets.
+// sockets. The user's storage is the same file for both runs, so a
+// hostDisk is shared, as a persistentVolumeClaim is: never copied (a copy
+// would write the file onto itself while the guest runs).
 func migrationVMI(v *v1.VirtualMachineInstance, uid, sourcePod, targetPod string) *v1.VirtualMachineInstance {
 	m := v.DeepCopy()
+	for i := range m.Spec.Volumes {
+		if hd := m.Spec.Volumes[i].HostDisk; hd != nil {
+			shared := true
+			hd.Shared = &shared
+		}
+	}
 	m.Status.Phase = v1.Running
 	m.Status.MigrationMethod = v1.BlockMigration
 	m.Status.MigrationTransport = v1.MigrationTransportUnix
@@ -249,6 +282,13 @@ func (r *runner) migrateOut(ctx context.Context, c *cmdclient.Client, req Contro
 	if err != nil {
 		return "", err
 	}
+	// libvirt refuses to leave a disk uncopied unless it finds it on a
+	// network file system ("Migration without shared storage is unsafe"):
+	// it cannot know that both ends are on this machine, where the user's
+	// files are the very same for both QEMUs (one page cache; the source
+	// flushes and lets go of them at the switch-over before the target
+	// takes them). KubeVirt's UnsafeMigration option says so.
+	o.UnsafeMigration = hasUserStorage(r.vmi)
 	streams, err := r.openMigrationProxies(layout.Under(target), targetPID)
 	if err != nil {
 		return "", err

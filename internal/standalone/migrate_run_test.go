@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
@@ -259,4 +262,88 @@ func exitCode(t *testing.T, what string, cmd *exec.Cmd, exited chan error, limit
 		t.Fatalf("%s did not end within %v", what, limit)
 	}
 	return cmd.ProcessState.ExitCode()
+}
+
+// TestVlctlRunMigrateStorage: a VM with the host's storage (hostDisk
+// files, a --volume claim and dataVolume) moves to another run: the files
+// are shared, not copied, the new run's QEMU reads and writes them (its
+// own ACL entry; the old run's goes at its end), and once the last run
+// ended no ACL entry is left on any of them.
+func TestVlctlRunMigrateStorage(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	e := newKeepEnv(t)
+	if err := os.WriteFile(filepath.Join(e.dir, "hd.img"), make([]byte, 16<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The guest writes (and flushes) a count to each of its four disks
+	// of the user's, and says whether it could, every 0.2 s.
+	const io = `            (i=0; while :; do ok=ok; for b in /sys/block/vd*; do case "$(cat $b/serial 2>/dev/null)" in p-*) printf 'IO-%08d' $i | dd of=/dev/${b##*/} bs=512 seek=8 conv=notrunc,fsync 2>/dev/null || ok=fail ;; esac; done; echo "VL-IO $i $ok"; i=$((i+1)); sleep 0.2; done) &` + "\n"
+	doc := strings.Replace(e.doc("Once", "s"), " "+testguest.OptPowerOff, "", 1)
+	if !strings.HasSuffix(doc, "            sync\n") {
+		t.Fatalf("keepVM changed shape:\n%s", doc)
+	}
+	doc += io
+	file := e.write(t, "store", doc)
+	cmd, out, errs, exited := startVlctl(t, e.run("--volume", "claim1="+filepath.Join(e.dir, "pvc.img")+",size=8Mi",
+		"--volume", "dv1="+filepath.Join(e.dir, "dv.img"), file)...)
+	waitFor(t, "disk writes in the first run", 4*time.Minute, exited, func() bool { return strings.Contains(out.String(), "VL-IO 10 ok") })
+	first := onlyRecord(t, e.records)
+	if len(first.Grants) != 4 || len(first.Volumes) != 2 {
+		t.Fatalf("the first run's record: grants %d, volumes %v; want 4 and the two claims", len(first.Grants), first.Volumes)
+	}
+
+	ncmd, nout, nerrs, nexited := startVlctl(t, e.run("--migrate-from", "keep")...)
+	waitFor(t, "the migration", 3*time.Minute, nexited, func() bool { return strings.Contains(nerrs.String(), "vlctl: migrated in ") })
+	if code := exitCode(t, "the old run", cmd, exited, time.Minute); code != 0 {
+		t.Errorf("the old run's exit status %d, want 0:\n%s", code, errs.String())
+	}
+	if strings.Contains(out.String(), " fail") {
+		t.Errorf("a disk write failed in the first run:\n%s", lineWith(out.String(), " fail"))
+	}
+	waitFor(t, "disk writes in the new run", time.Minute, nexited, func() bool { return strings.Count(nout.String(), "VL-IO ") >= 10 })
+	if strings.Contains(nout.String(), " fail") || strings.Contains(nout.String(), testguest.MarkerBooted) {
+		t.Errorf("in the new run a disk write failed or the guest booted again:\n%s", launchertest.Tail(nout.String(), 3000))
+	}
+	// What the guest wrote last is in the files themselves: shared, not
+	// copies.
+	n := lastIO(nout.String())
+	for _, name := range []string{"hd.img", "hdnew.img", "pvc.img", "dv.img"} {
+		b := make([]byte, 11)
+		f, err := os.Open(filepath.Join(e.dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ReadAt(b, 8*512)
+		f.Close()
+		if got, _ := strconv.Atoi(strings.TrimPrefix(string(b), "IO-")); got < n-1 {
+			t.Errorf("%s holds %q, want the guest's count of the new run (%d) or later", name, b, n)
+		}
+	}
+	select {
+	case err := <-nexited:
+		t.Fatalf("the new run ended: %v", err)
+	default:
+	}
+	ncmd.Process.Signal(os.Interrupt)
+	if code := exitCode(t, "the new run", ncmd, nexited, 2*time.Minute); code != 0 {
+		t.Errorf("the new run's exit status %d after Ctrl-C, want 0", code)
+	}
+	for _, g := range first.Grants {
+		if _, err := unix.Getxattr(g.Path, "system.posix_acl_access", make([]byte, 256)); !errors.Is(err, unix.ENODATA) {
+			t.Errorf("%s: an ACL is left after both runs (%v)", g.Path, err)
+		}
+	}
+	e.checkNothingLeft(t)
+}
+
+// lastIO is the last count the guest said it wrote.
+func lastIO(console string) int {
+	n := -1
+	for _, l := range strings.Split(console, "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "VL-IO" && f[2] == "ok" {
+			n, _ = strconv.Atoi(f[1])
+		}
+	}
+	return n
 }

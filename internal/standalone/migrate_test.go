@@ -32,7 +32,19 @@ func TestMigratable(t *testing.T) {
 		}, ""},
 		{"starting", func(r *runrecord.Record) { r.Started = time.Time{} }, "not running yet"},
 		{"old vlctl", func(r *runrecord.Record) { r.Control = "" }, "takes no requests"},
-		{"host storage", func(r *runrecord.Record) { r.Grants = []runrecord.Grant{{Path: "/srv/d.img"}} }, "--volume, hostDisk"},
+		{"host storage", func(r *runrecord.Record) {
+			r.Grants = []runrecord.Grant{{Path: "/srv/d.img"}}
+			r.Volumes = map[string]string{"claim1": "/srv/d.img"}
+			r.VMI.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{}}}}
+		}, ""},
+		{"host storage, mappings not recorded", func(r *runrecord.Record) {
+			r.Grants = []runrecord.Grant{{Path: "/srv/d.img"}}
+			r.VMI.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{}}}}
+		}, "did not record its --volume mappings"},
+		{"hostDisk alone", func(r *runrecord.Record) {
+			r.Grants = []runrecord.Grant{{Path: "/srv/hd.img"}}
+			r.VMI.Spec.Volumes = []v1.Volume{{Name: "hd", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/srv/hd.img"}}}}
+		}, ""},
 		{"published", func(r *runrecord.Record) { r.Published = []string{"127.0.0.1:8080->80/tcp"} }, ""},
 		{"hotplugged volume", func(r *runrecord.Record) {
 			r.VMI.Status.VolumeStatus = []v1.VolumeStatus{{Name: "hp", HotplugVolume: &v1.HotplugVolumeStatus{}}}

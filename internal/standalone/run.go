@@ -172,6 +172,10 @@ func Run(ctx context.Context, cfg Config) error {
 		if cfg.Publish, err = recordedPublish(cfg.source.Published); err != nil {
 			return fmt.Errorf("--migrate-from %s: %w", cfg.source.FullName(), err)
 		}
+		// The same files: shared, never copied (migrationVMI).
+		for claim, path := range cfg.source.Volumes {
+			cfg.Volumes = append(cfg.Volumes, VolumeMap{Name: claim, Path: path})
+		}
 	} else {
 		if v, err = vmi.LoadFile(cfg.File, vmi.Options{DefaultBinding: cfg.Binding}); err != nil {
 			return &ManifestError{Err: err}
@@ -396,6 +400,12 @@ func (r *runner) writeRecord(st *Started) error {
 		VMI: r.vmi, NetNS: []string{pod, outside}, Keep: r.cfg.Keep, Emulation: r.emulation(), Images: r.cfg.pulled}
 	if r.cfg.source != nil {
 		rec.LauncherRoot = r.cfg.source.Root()
+	}
+	for _, m := range r.cfg.Volumes {
+		if rec.Volumes == nil {
+			rec.Volumes = map[string]string{}
+		}
+		rec.Volumes[m.Name] = m.Path
 	}
 	if r.lease != nil {
 		rec.UID = r.lease.ID
