@@ -145,7 +145,74 @@ func TestLiveMigration(t *testing.T) {
 			t.Errorf("round %d: the source pod %s did not complete: %v (%s)", round, src, err, phase)
 		}
 	}
+	migrationCancelled(t, ctx, name)
 	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vm", name, "--wait=true", "--timeout=90s"))
+}
+
+// slowPolicy caps the bandwidth of the migrations of the VMIs labelled
+// vl-e2e-slow=true at 1 MiB/s: the test guest's migration then takes
+// minutes, long enough to cancel it midway.
+const slowPolicy = `apiVersion: migrations.kubevirt.io/v1alpha1
+kind: MigrationPolicy
+metadata:
+  name: vl-e2e-slow
+spec:
+  bandwidthPerMigration: 1Mi
+  selectors:
+    virtualMachineInstanceSelector:
+      vl-e2e-slow: "true"
+`
+
+// migrationCancelled: `virtctl migrate-cancel` on a migration under way (a
+// MigrationPolicy slows it down) reaches the source's launcher as
+// CancelVirtualMachineMigration through KubeVirt's machinery: the
+// migration is aborted, the VMI stays on its node with the abort in its
+// migration state, and its guest counts on in the same pod.
+func migrationCancelled(t *testing.T, ctx context.Context, name string) {
+	ok := must(t)
+	ok(env.KubectlStdin(ctx, slowPolicy, "create", "-f", "-"))
+	t.Cleanup(func() {
+		env.Kubectl(context.Background(), "delete", "migrationpolicy", "vl-e2e-slow", "--ignore-not-found")
+	})
+	ok(env.Kubectl(ctx, "label", "vmi", name, "vl-e2e-slow=true"))
+	from := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}"))
+	src := podOn(t, ctx, name, from)
+	ok(env.Virtctl(ctx, time.Minute, "migrate", name))
+	vmim := waitMigrationPhase(t, ctx, name, "Running", 3*time.Minute)
+	// The migration moves data: the source's launcher reports progress.
+	time.Sleep(5 * time.Second)
+	if p := ok(env.Kubectl(ctx, "get", "vmim", vmim, "-o", "jsonpath={.status.phase}")); p != "Running" {
+		t.Fatalf("the slowed migration %s is %s after 5 s, want still Running", vmim, p)
+	}
+	ok(env.Virtctl(ctx, time.Minute, "migrate-cancel", name))
+	deadline := time.Now().Add(3 * time.Minute)
+	var ms *v1.VirtualMachineInstanceMigrationState
+	for {
+		var st v1.VirtualMachineInstance
+		if err := json.Unmarshal([]byte(ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "json"))), &st); err != nil {
+			t.Fatal(err)
+		}
+		ms = st.Status.MigrationState
+		if ms != nil && string(ms.MigrationUID) != "" && ms.AbortStatus == v1.MigrationAbortSucceeded && ms.EndTimestamp != nil {
+			if st.Status.NodeName != from || ms.Completed {
+				t.Fatalf("after the cancel the VMI is on %s, migration state %+v; want it on %s, not completed", st.Status.NodeName, ms, from)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(env.Explain(ctx, "default", fmt.Errorf("no aborted migration in the VMI's state 3 min after virtctl migrate-cancel: %+v", ms)))
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Logf("cancelled: %s, abort %s, failed %v, on %s", vmim, ms.AbortStatus, ms.Failed, from)
+	// The guest runs on in the same pod.
+	log := ok(env.Kubectl(ctx, "logs", src, "-c", "guest-console-log"))
+	c := testguest.Counts(log)
+	want := c[len(c)-1] + 20
+	waitCounts(t, ctx, src, fmt.Sprintf("a count of %d in the source pod after the cancel", want), func(c []int) bool { return len(c) > 0 && c[len(c)-1] >= want })
+	if got := podOn(t, ctx, name, from); got != src {
+		t.Errorf("after the cancel the VMI's pod on %s is %s, want %s", from, got, src)
+	}
 }
 
 // waitCounts waits (2 min at most) until the counts on the pod's guest
@@ -189,6 +256,13 @@ func podOn(t *testing.T, ctx context.Context, vmi, node string) string {
 // Succeeded, failing t when it fails, and returns its name.
 func waitMigrationDone(t *testing.T, ctx context.Context, vmi string, within time.Duration) string {
 	t.Helper()
+	return waitMigrationPhase(t, ctx, vmi, "Succeeded", within)
+}
+
+// waitMigrationPhase waits for the VMI's newest migration to reach phase,
+// failing t when it fails first, and returns its name.
+func waitMigrationPhase(t *testing.T, ctx context.Context, vmi, phase string, within time.Duration) string {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	var last string
 	for time.Now().Before(deadline) {
@@ -207,16 +281,16 @@ func waitMigrationDone(t *testing.T, ctx context.Context, vmi string, within tim
 		last = newest
 		if f := strings.Fields(newest); len(f) == 3 {
 			switch f[2] {
-			case "Succeeded":
+			case phase:
 				return f[1]
 			case "Failed":
 				state, _ := env.Kubectl(ctx, "get", "vmi", vmi, "-o", "jsonpath={.status.migrationState}")
 				t.Fatal(env.Explain(ctx, "default", fmt.Errorf("migration %s of %s failed; the VMI's migration state: %s", f[1], vmi, state)))
 			}
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(time.Second)
 	}
 	state, _ := env.Kubectl(ctx, "get", "vmi", vmi, "-o", "jsonpath={.status.migrationState}")
-	t.Fatal(env.Explain(ctx, "default", fmt.Errorf("the migration of %s did not succeed in %v: %s; the VMI's migration state: %s", vmi, within, last, state)))
+	t.Fatal(env.Explain(ctx, "default", fmt.Errorf("the migration of %s did not reach %s in %v: %s; the VMI's migration state: %s", vmi, phase, within, last, state)))
 	return ""
 }
