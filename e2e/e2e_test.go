@@ -405,11 +405,11 @@ func TestRootAndNonRootPods(t *testing.T) {
 	}
 }
 
-// createPVC makes claim a bound PVC in filesystem mode (KubeVirt's layout:
+// createPVC makes claim a bound PVC (accessMode) in filesystem mode (KubeVirt's layout:
 // disk.img at the volume's root) on a static hostPath PV, with disk.img
 // written by fill; it is deleted when the test ends (after what the test
 // registers later, such as the VM using it).
-func createPVC(t *testing.T, ctx context.Context, claim string, fill func(img string) error) string {
+func createPVC(t *testing.T, ctx context.Context, claim, accessMode string, fill func(img string) error) string {
 	t.Helper()
 	dir := filepath.Join(cluster.StateDir, "pv", claim)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -430,7 +430,7 @@ kind: PersistentVolume
 metadata: {name: %[1]s}
 spec:
   capacity: {storage: 64Mi}
-  accessModes: [ReadWriteOnce]
+  accessModes: [%[3]s]
   volumeMode: Filesystem
   storageClassName: manual
   persistentVolumeReclaimPolicy: Retain
@@ -441,12 +441,12 @@ apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {name: %[1]s}
 spec:
-  accessModes: [ReadWriteOnce]
+  accessModes: [%[3]s]
   volumeMode: Filesystem
   storageClassName: manual
   volumeName: %[1]s
   resources: {requests: {storage: 64Mi}}
-`, claim, dir)
+`, claim, dir, accessMode)
 	must(t)(env.KubectlStdin(ctx, pv, "create", "-f", "-"))
 	t.Cleanup(func() {
 		env.Kubectl(context.Background(), "delete", "pvc", claim, "--ignore-not-found")
@@ -463,7 +463,7 @@ func TestPVCDiskSurvivesRestart(t *testing.T) {
 	ok := must(t)
 	ctx := context.Background()
 	const name, claim = "vm-pvc", "pvc-root"
-	createPVC(t, ctx, claim, guest.Guest.CopyRootDisk)
+	createPVC(t, ctx, claim, "ReadWriteOnce", guest.Guest.CopyRootDisk)
 	t.Cleanup(func() {
 		env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=true", "--timeout=90s")
 	})
@@ -793,7 +793,7 @@ func TestHotplugVolume(t *testing.T) {
 	}
 	t.Cleanup(func() { env.SetFeatureGate(context.Background(), "HotplugVolumes", false) })
 	const size = 32 << 20
-	img := createPVC(t, ctx, claim, func(img string) error {
+	img := createPVC(t, ctx, claim, "ReadWriteOnce", func(img string) error {
 		f, err := os.Create(img)
 		if err != nil {
 			return err

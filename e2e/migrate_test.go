@@ -294,3 +294,87 @@ func waitMigrationPhase(t *testing.T, ctx context.Context, vmi, phase string, wi
 	t.Fatal(env.Explain(ctx, "default", fmt.Errorf("the migration of %s did not reach %s in %v: %s; the VMI's migration state: %s", vmi, phase, within, last, state)))
 	return ""
 }
+
+// TestSharedDiskMigration (issue 17, stage D of docs/two-node-e2e.md): a VM
+// whose root disk is a ReadWriteMany PVC (a hostPath PV: both nodes are
+// this machine, so it is truly shared) migrates without copying any disk
+// (KubeVirt's LiveMigration method, not BlockMigration): the guest counts
+// on in the target pod without booting again, and the count of its boots,
+// kept on that disk, stays 1. libvirt only leaves a disk uncopied on a
+// network file system, so the cluster's admin setting for such storage,
+// migrations.unsafeMigrationOverride, is on for the test.
+func TestSharedDiskMigration(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	if err := env.PatchConfiguration(ctx, "unsafeMigrationOverride on", map[string]any{"migrations": map[string]any{"unsafeMigrationOverride": true}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		env.PatchConfiguration(context.Background(), "unsafeMigrationOverride off", map[string]any{"migrations": map[string]any{"unsafeMigrationOverride": false}})
+	})
+	const name, claim = "vm-shared", "pvc-shared"
+	createPVC(t, ctx, claim, "ReadWriteMany", guest.Guest.CopyRootDisk)
+	t.Cleanup(func() {
+		env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=true", "--timeout=90s")
+	})
+	vmi := vmiYAMLWithRoot(name, "persistentVolumeClaim:\n      claimName: "+claim)
+	vmi = strings.Replace(vmi, "        busybox httpd", "        "+testguest.CounterScript+"\n        busybox httpd", 1)
+	// Any disk but a shared PVC, hostDisk or read-only CD-ROM makes
+	// KubeVirt copy it (block migration): the cloud-init disk is a CD-ROM.
+	const ci = "      - name: cloudinit\n        disk: {bus: virtio}\n"
+	if !strings.Contains(vmi, ci) {
+		t.Fatalf("the test VMI changed shape:\n%s", vmi)
+	}
+	vmi = strings.Replace(vmi, ci, "      - name: cloudinit\n        cdrom: {bus: sata}\n", 1)
+	ok(env.KubectlStdin(ctx, vmYAMLOf(name, vmi), "create", "-f", "-"))
+	ok(env.Virtctl(ctx, time.Minute, "start", name))
+	env.WaitPrintable(t, ctx, name, "Running")
+	env.WaitReady(t, ctx, name)
+	if m := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.migrationMethod}")); m != string(v1.LiveMigration) {
+		why := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", `jsonpath={.status.conditions[?(@.type=="LiveMigratable")]} {.status.volumeStatus}`))
+		handlers, _ := env.Kubectl(ctx, "-n", "kubevirt", "logs", "-l", "kubevirt.io=virt-handler", "--tail=-1")
+		t.Fatalf("the VMI's migration method is %q, want %s (no disk to copy): %s\nvirt-handler: %s", m, v1.LiveMigration, why, lineWithAll(handlers, "block migration"))
+	}
+	from := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}"))
+	src := podOn(t, ctx, name, from)
+	waitCounts(t, ctx, src, "20 counts", func(c []int) bool { return len(c) >= 20 })
+	start := time.Now()
+	ok(env.Virtctl(ctx, time.Minute, "migrate", name))
+	vmim := waitMigrationDone(t, ctx, name, 5*time.Minute)
+	to := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}"))
+	if to == from {
+		t.Fatalf("after %s the VMI is still on %s", vmim, from)
+	}
+	t.Logf("virtctl migrate -> %s Succeeded in %v, %s -> %s", vmim, time.Since(start).Round(100*time.Millisecond), from, to)
+	srcLog := ok(env.Kubectl(ctx, "logs", src, "-c", "guest-console-log"))
+	last := testguest.Counts(srcLog)
+	dst := podOn(t, ctx, name, to)
+	want := last[len(last)-1] + 20
+	dstLog := waitCounts(t, ctx, dst, fmt.Sprintf("a count of %d", want), func(c []int) bool { return len(c) > 0 && c[len(c)-1] >= want })
+	if _, booted := testguest.FindMarker(dstLog, testguest.MarkerReady); booted {
+		t.Errorf("the guest booted again on the target:\n%s", launchertest.Tail(dstLog, 2000))
+	}
+	if n, found := testguest.FindMarker(srcLog, testguest.MarkerBootCount); !found || n != "1" {
+		t.Errorf("boot count on the shared disk %q (found %v), want 1", n, found)
+	}
+	// The target's launcher copied no disk: a shared-storage migration.
+	if out, _ := env.Kubectl(ctx, "logs", src, "-c", "compute"); !strings.Contains(out, `"disks":null`) && !strings.Contains(out, `"disks":[]`) {
+		t.Errorf("the source's launcher does not say it copies no disk:\n%s", launchertest.Tail(lineWithAll(out, "migrat", "disks"), 2000))
+	}
+	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vm", name, "--wait=true", "--timeout=90s"))
+}
+
+// lineWithAll are the lines of s that hold every one of subs.
+func lineWithAll(s string, subs ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		all := true
+		for _, sub := range subs {
+			all = all && strings.Contains(l, sub)
+		}
+		if all {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

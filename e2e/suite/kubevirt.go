@@ -267,8 +267,14 @@ func (e *Env) SetFeatureGate(ctx context.Context, gate string, on bool) error {
 	if on {
 		next = append(next, gate)
 	}
-	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"configuration": map[string]any{
-		"developerConfiguration": map[string]any{"featureGates": append([]string{}, next...)}}}})
+	return e.PatchConfiguration(ctx, fmt.Sprintf("feature gate %s=%v", gate, on),
+		map[string]any{"developerConfiguration": map[string]any{"featureGates": append([]string{}, next...)}})
+}
+
+// PatchConfiguration merges conf into the KubeVirt CR's spec.configuration
+// and waits until the operator has taken the change (what) in.
+func (e *Env) PatchConfiguration(ctx context.Context, what string, conf map[string]any) error {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"configuration": conf}})
 	if err != nil {
 		return err
 	}
@@ -285,7 +291,7 @@ func (e *Env) SetFeatureGate(ctx context.Context, gate string, on bool) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("feature gate %s=%v: KubeVirt did not take it in 2 min (generation, observed, phase: %s)", gate, on, out)
+			return fmt.Errorf("%s: KubeVirt did not take it in 2 min (generation, observed, phase: %s)", what, out)
 		}
 		time.Sleep(time.Second)
 	}
