@@ -99,13 +99,8 @@ func TestLiveMigration(t *testing.T) {
 	ip := ok(env.Kubectl(ctx, "get", "service", name+"-http", "-o", "jsonpath={.spec.clusterIP}"))
 
 	for round := 1; round <= 2; round++ {
-		from := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}"))
-		src := podOn(t, ctx, name, from)
-		waitCounts(t, ctx, src, "20 counts", func(c []int) bool { return len(c) >= 20 })
-		start := time.Now()
-		ok(env.Virtctl(ctx, time.Minute, "migrate", name))
-		vmim := waitMigrationDone(t, ctx, name, 5*time.Minute)
-		t.Logf("round %d: virtctl migrate -> %s Succeeded in %v", round, vmim, time.Since(start).Round(100*time.Millisecond))
+		from, src, vmim, took := migrateCounting(t, ctx, name)
+		t.Logf("round %d: virtctl migrate -> %s Succeeded in %v", round, vmim, took)
 
 		var st v1.VirtualMachineInstance
 		if err := json.Unmarshal([]byte(ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "json"))), &st); err != nil {
@@ -213,6 +208,22 @@ func migrationCancelled(t *testing.T, ctx context.Context, name string) {
 	if got := podOn(t, ctx, name, from); got != src {
 		t.Errorf("after the cancel the VMI's pod on %s is %s, want %s", from, got, src)
 	}
+}
+
+// migrateCounting waits until the VMI's guest has counted 20 on its
+// console (testguest.CounterScript), runs `virtctl migrate` and waits for
+// the migration to succeed. It returns the node and pod the VMI left, the
+// migration's name and how long it took.
+func migrateCounting(t *testing.T, ctx context.Context, name string) (from, src, vmim string, took time.Duration) {
+	t.Helper()
+	ok := must(t)
+	from = ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}"))
+	src = podOn(t, ctx, name, from)
+	waitCounts(t, ctx, src, "20 counts", func(c []int) bool { return len(c) >= 20 })
+	start := time.Now()
+	ok(env.Virtctl(ctx, time.Minute, "migrate", name))
+	vmim = waitMigrationDone(t, ctx, name, 5*time.Minute)
+	return from, src, vmim, time.Since(start).Round(100 * time.Millisecond)
 }
 
 // waitCounts waits (2 min at most) until the counts on the pod's guest
@@ -335,17 +346,12 @@ func TestSharedDiskMigration(t *testing.T) {
 		handlers, _ := env.Kubectl(ctx, "-n", "kubevirt", "logs", "-l", "kubevirt.io=virt-handler", "--tail=-1")
 		t.Fatalf("the VMI's migration method is %q, want %s (no disk to copy): %s\nvirt-handler: %s", m, v1.LiveMigration, why, lineWithAll(handlers, "block migration"))
 	}
-	from := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}"))
-	src := podOn(t, ctx, name, from)
-	waitCounts(t, ctx, src, "20 counts", func(c []int) bool { return len(c) >= 20 })
-	start := time.Now()
-	ok(env.Virtctl(ctx, time.Minute, "migrate", name))
-	vmim := waitMigrationDone(t, ctx, name, 5*time.Minute)
+	from, src, vmim, took := migrateCounting(t, ctx, name)
 	to := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}"))
 	if to == from {
 		t.Fatalf("after %s the VMI is still on %s", vmim, from)
 	}
-	t.Logf("virtctl migrate -> %s Succeeded in %v, %s -> %s", vmim, time.Since(start).Round(100*time.Millisecond), from, to)
+	t.Logf("virtctl migrate -> %s Succeeded in %v, %s -> %s", vmim, took, from, to)
 	srcLog := ok(env.Kubectl(ctx, "logs", src, "-c", "guest-console-log"))
 	last := testguest.Counts(srcLog)
 	dst := podOn(t, ctx, name, to)
