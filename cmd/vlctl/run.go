@@ -72,9 +72,9 @@ the old one ends with status 0; its published ports move here once it has let th
 moment without them). When the migration fails, or this run is interrupted meanwhile (which
 cancels it), the guest runs on where it was and this run ends with the reason. Storage of
 the host (--volume claims, hostDisk) is the same file for both runs: shared, never copied.
+A VirtualMachine's run strategy moves with the guest (the old run never starts it again).
 Not carried over yet: volumes and interfaces plugged in while it ran, bridge binding and
-secondary networks (each refused, saying so); a VirtualMachine's run strategy (the new run
-runs the guest once).`,
+secondary networks (each refused, saying so).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cfg.MigrateFrom != "" {
 				if len(args) != 0 {

@@ -61,6 +61,9 @@ type Record struct {
 	// VMI is the VMI as the launcher was synced with: the pause and
 	// unpause requests carry it.
 	VMI *v1.VirtualMachineInstance `json:"vmi"`
+	// VM is the VirtualMachine the VMI comes from (nil for a VMI
+	// manifest): a run that takes the guest over keeps its run strategy.
+	VM *v1.VirtualMachine `json:"vm,omitempty"`
 
 	// What the run made outside its work dir, for `vlctl gc` to undo when
 	// the run could not (SIGKILL): the network namespaces of its pod

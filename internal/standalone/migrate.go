@@ -192,6 +192,17 @@ func migrationVMI(v *v1.VirtualMachineInstance, uid, sourcePod, targetPod string
 	return m
 }
 
+// bootVMI is v as a fresh boot wants it: without what migrationVMI added
+// for a migration (its state, method and transport, the phase).
+func bootVMI(v *v1.VirtualMachineInstance) *v1.VirtualMachineInstance {
+	b := v.DeepCopy()
+	b.Status.Phase = ""
+	b.Status.MigrationMethod = ""
+	b.Status.MigrationTransport = ""
+	b.Status.MigrationState = nil
+	return b
+}
+
 // podName names a run's pod in the migration state: its vlctl's pid.
 func podName(pid int) string { return "vlctl-" + strconv.Itoa(pid) }
 

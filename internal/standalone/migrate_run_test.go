@@ -265,10 +265,11 @@ func exitCode(t *testing.T, what string, cmd *exec.Cmd, exited chan error, limit
 }
 
 // TestVlctlRunMigrateStorage: a VM with the host's storage (hostDisk
-// files, a --volume claim and dataVolume) moves to another run: the files
-// are shared, not copied, the new run's QEMU reads and writes them (its
-// own ACL entry; the old run's goes at its end), and once the last run
-// ended no ACL entry is left on any of them.
+// files, a --volume claim and dataVolume) and runStrategy Always moves to
+// another run: the files are shared, not copied, the new run's QEMU reads
+// and writes them (its own ACL entry; the old run's goes at its end), the
+// old run ends without starting the guest again and the new run keeps the
+// strategy; once the last run ended no ACL entry is left on any file.
 func TestVlctlRunMigrateStorage(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
@@ -279,7 +280,10 @@ func TestVlctlRunMigrateStorage(t *testing.T) {
 	// The guest writes (and flushes) a count to each of its four disks
 	// of the user's, and says whether it could, every 0.2 s.
 	const io = `            (i=0; while :; do ok=ok; for b in /sys/block/vd*; do case "$(cat $b/serial 2>/dev/null)" in p-*) printf 'IO-%08d' $i | dd of=/dev/${b##*/} bs=512 seek=8 conv=notrunc,fsync 2>/dev/null || ok=fail ;; esac; done; echo "VL-IO $i $ok"; i=$((i+1)); sleep 0.2; done) &` + "\n"
-	doc := strings.Replace(e.doc("Once", "s"), " "+testguest.OptPowerOff, "", 1)
+	// runStrategy Always: the old run must not start the guest again
+	// when it leaves (it would run twice, on the same disks), and the new
+	// run keeps the strategy.
+	doc := strings.Replace(e.doc("Always", "s"), " "+testguest.OptPowerOff, "", 1)
 	if !strings.HasSuffix(doc, "            sync\n") {
 		t.Fatalf("keepVM changed shape:\n%s", doc)
 	}
@@ -297,6 +301,12 @@ func TestVlctlRunMigrateStorage(t *testing.T) {
 	waitFor(t, "the migration", 3*time.Minute, nexited, func() bool { return strings.Contains(nerrs.String(), "vlctl: migrated in ") })
 	if code := exitCode(t, "the old run", cmd, exited, time.Minute); code != 0 {
 		t.Errorf("the old run's exit status %d, want 0:\n%s", code, errs.String())
+	}
+	if strings.Contains(errs.String(), "starting the guest again") {
+		t.Errorf("the old run started the guest again after it left:\n%s", errs.String())
+	}
+	if now := onlyRecord(t, e.records); now.VM == nil || now.VM.Spec.RunStrategy == nil || *now.VM.Spec.RunStrategy != "Always" {
+		t.Errorf("the new run's record has VM %+v, want the VirtualMachine with runStrategy Always", now.VM)
 	}
 	if strings.Contains(out.String(), " fail") {
 		t.Errorf("a disk write failed in the first run:\n%s", lineWith(out.String(), " fail"))

@@ -158,9 +158,8 @@ func Run(ctx context.Context, cfg Config) error {
 	var vm *v1.VirtualMachine
 	var err error
 	if cfg.MigrateFrom != "" {
-		// The running guest's VMI, as its launcher was synced with. A
-		// VirtualMachine's run strategy is not in the record: the new
-		// run runs the guest once (docs/standalone.md).
+		// The running guest's VMI, as its launcher was synced with, and
+		// its VirtualMachine: the run strategy goes on here.
 		if cfg.source, err = findSource(cfg); err != nil {
 			return err
 		}
@@ -168,6 +167,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		v = cfg.source.VMI.DeepCopy()
+		if cfg.source.VM != nil {
+			vm = cfg.source.VM.DeepCopy()
+		}
 		cfg.Emulation = cfg.Emulation || cfg.source.Emulation
 		if cfg.Publish, err = recordedPublish(cfg.source.Published); err != nil {
 			return fmt.Errorf("--migrate-from %s: %w", cfg.source.FullName(), err)
@@ -184,7 +186,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return &ManifestError{Err: err}
 		}
 	}
-	policy, err := runPolicy(vm, cfg.ForceStart)
+	// A guest taken over runs already, whatever its strategy says of
+	// starting it (--force-start was the first run's to give).
+	policy, err := runPolicy(vm, cfg.ForceStart || cfg.source != nil)
 	if err == nil {
 		err = runUnsupported(v)
 	}
@@ -209,9 +213,16 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.keys = pumpKeys(cfg.Input)
 	}
 	for failures := 0; ; {
-		started, err := runOnce(ctx, cfg, v.DeepCopy(), vm)
-		if ctx.Err() != nil || !started {
+		started, migrated, err := runOnce(ctx, cfg, v.DeepCopy(), vm)
+		// A guest that went to another run goes on there, run strategy
+		// and all: starting it here again would run it twice.
+		if ctx.Err() != nil || !started || migrated {
 			return err
+		}
+		if cfg.source != nil {
+			// Taken over and ended here: a restart boots it afresh.
+			cfg.source = nil
+			v = bootVMI(v)
 		}
 		if err != nil {
 			failures++
@@ -234,41 +245,42 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
-// runOnce boots the guest once; started reports whether its domain ran.
-func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *v1.VirtualMachine) (started bool, err error) {
+// runOnce boots the guest once (or takes it over, cfg.source); started
+// reports whether its domain ran, migrated whether it went to another run.
+func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *v1.VirtualMachine) (started, migrated bool, err error) {
 	pool, err := uidpool.New(filepath.Join(cfg.RecordDir, "uids"), cfg.UIDs)
 	if err != nil {
-		return false, fmt.Errorf("--uids: %w", err)
+		return false, false, fmt.Errorf("--uids: %w", err)
 	}
 	lease, err := pool.Allocate()
 	if err != nil {
-		return false, fmt.Errorf("a user id for the VM: %w", err)
+		return false, false, fmt.Errorf("a user id for the VM: %w", err)
 	}
 	run := &runner{cfg: cfg, vmi: v, vm: vm, owner: leasedIDs(lease), lease: lease, pool: pool, log: cfg.Log}
 	defer func() {
 		if cerr := run.cleanup(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
-		started = run.started
+		started, migrated = run.started, run.migratedTo != ""
 	}()
 	if err := run.prepare(); err != nil {
-		return false, err
+		return false, false, err
 	}
 	run.progress("prepared %s", run.workDir)
 	// Recorded before the network exists: whatever kills vlctl from here
 	// on, vlctl gc finds all the run made outside its work dir.
 	if run.netName, err = podnet.NewName(); err != nil {
-		return false, err
+		return false, false, err
 	}
 	if err := run.writeRecord(nil); err != nil {
-		return false, err
+		return false, false, err
 	}
 	if run.caps, err = run.capsCache(ctx); err != nil {
 		// Not fatal: the launcher probes QEMU itself, 2.5 s later.
 		fmt.Fprintf(cfg.Status, "vlctl: warning: no shared QEMU capability cache: %v\n", err)
 	}
 	if err := run.setupNetwork(ctx); err != nil {
-		return false, err
+		return false, false, err
 	}
 	if run.net != nil {
 		run.progress("pod network up (namespaces %s and %s)", run.net.NSName, run.net.OutsideName)
@@ -276,23 +288,23 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	}
 	if cfg.source == nil { // a migration's target publishes once the guest is here (drive)
 		if err := run.publish(0); err != nil {
-			return false, err
+			return false, false, err
 		}
 	}
 	if err := run.startEgress(); err != nil {
-		return false, err
+		return false, false, err
 	}
 	if err := run.stageLauncher(); err != nil {
-		return false, err
+		return false, false, err
 	}
 	if err := run.handOver(); err != nil {
-		return false, err
+		return false, false, err
 	}
 	if err := run.startMonitor(); err != nil {
-		return false, err
+		return false, false, err
 	}
 	run.progress("launcher starting as %s", run.owner.name)
-	return false, run.drive(ctx)
+	return false, false, run.drive(ctx)
 }
 
 func (c *Config) defaults() {
@@ -397,7 +409,7 @@ func (r *runner) writeRecord(st *Started) error {
 	pod, outside := podnet.NamespaceNames(r.netName)
 	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
 		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.consoleSocket(), Control: r.controlSocket(),
-		VMI: r.vmi, NetNS: []string{pod, outside}, Keep: r.cfg.Keep, Emulation: r.emulation(), Images: r.cfg.pulled}
+		VMI: r.vmi, VM: r.vm, NetNS: []string{pod, outside}, Keep: r.cfg.Keep, Emulation: r.emulation(), Images: r.cfg.pulled}
 	if r.cfg.source != nil {
 		rec.LauncherRoot = r.cfg.source.Root()
 	}
