@@ -299,13 +299,10 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 				return false, err
 			}
 		}
-		switch st {
-		case "Shutoff", "NoState":
-			if (st == "Shutoff" && d.Status.Reason == "Migrated") || r.migrating.Load() {
-				// Gone to the run that asked for it (migrateOut).
-				r.migratedAway()
-				return true, nil
-			}
+		if (st == "Shutoff" && d.Status.Reason == "Migrated") || ((st == "Shutoff" || st == "NoState") && r.migrating.Load()) {
+			// Gone to the run that asked for it (migrateOut).
+			r.migratedAway()
+			return true, nil
 		}
 		switch st {
 		case "Shutoff":

@@ -148,34 +148,14 @@ func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn ne
 		if err := json.NewDecoder(conn).Decode(&req); err != nil {
 			rep.Error = fmt.Sprintf("bad request: %v", err)
 		} else {
-			limit := controlTimeout
 			if req.Op == "migrate" {
-				limit = migrationTimeout + 2*time.Minute
-				conn.SetDeadline(time.Now().Add(limit))
-			}
-			rctx, cancel := context.WithTimeout(ctx, limit-5*time.Second)
-			if req.Op == "migrate" {
-				// The requester is the target's vlctl run: its
-				// processes serve the target pod's sockets. It
-				// withdraws the request by closing its side (or
-				// by ending): the migration is then cancelled.
-				withdrawn := make(chan struct{})
-				go func() {
-					// Only the end counts: what follows the
-					// request (its newline) is read and dropped.
-					buf := make([]byte, 64)
-					for {
-						if _, err := conn.Read(buf); err != nil {
-							break
-						}
-					}
-					close(withdrawn)
-				}()
-				rep.Message, err = r.migrateOut(rctx, client, req, int(cred.Pid), withdrawn)
+				// The requester is the target's vlctl run.
+				rep.Message, err = r.serveMigrate(ctx, client, conn, req, int(cred.Pid))
 			} else {
+				rctx, cancel := context.WithTimeout(ctx, controlTimeout-5*time.Second)
 				rep.Message, err = r.apply(rctx, client, req)
+				cancel()
 			}
-			cancel()
 			if err != nil {
 				rep.Error = err.Error()
 			}

@@ -51,6 +51,10 @@ import (
 // 150 s) or takes too long (150 s per GiB) well before it.
 const migrationTimeout = time.Hour
 
+// migrateRequestLimit bounds the migrate request's connection: the
+// migration, then its cancel and the answer.
+const migrateRequestLimit = migrationTimeout + 2*time.Minute
+
 // migrationOptions are KubeVirt's defaults (docs/migration.md §1):
 // unlimited bandwidth, progress timeout 150 s, completion timeout 150 s per
 // GiB, no auto-converge or post-copy. bandwidth, when set, caps it.
@@ -265,10 +269,33 @@ func askMigration(ctx context.Context, socket string, req ControlRequest) (strin
 		return "", fmt.Errorf("reach the run: %w", err)
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(migrationTimeout + 2*time.Minute))
+	conn.SetDeadline(time.Now().Add(migrateRequestLimit))
 	stop := context.AfterFunc(ctx, func() { conn.(*net.UnixConn).CloseWrite() })
 	defer stop()
 	return exchange(conn, req)
+}
+
+// serveMigrate serves a migrate request on the control connection conn,
+// from the target run's vlctl (targetPID): its processes serve the target
+// pod's sockets. The target withdraws the request by closing its side of
+// conn (or by ending), which cancels the migration.
+func (r *runner) serveMigrate(ctx context.Context, c *cmdclient.Client, conn net.Conn, req ControlRequest, targetPID int) (string, error) {
+	conn.SetDeadline(time.Now().Add(migrateRequestLimit))
+	ctx, cancel := context.WithTimeout(ctx, migrateRequestLimit-5*time.Second)
+	defer cancel()
+	withdrawn := make(chan struct{})
+	go func() {
+		// Only the end counts: what follows the request (its newline)
+		// is read and dropped.
+		buf := make([]byte, 64)
+		for {
+			if _, err := conn.Read(buf); err != nil {
+				break
+			}
+		}
+		close(withdrawn)
+	}()
+	return r.migrateOut(ctx, c, req, targetPID, withdrawn)
 }
 
 // migrateOut migrates the guest to the run that asked (targetPID, its
