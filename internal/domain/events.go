@@ -195,7 +195,7 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 			close(m.definedCh)
 		}
 	}
-	if active(st) {
+	if ran(st, reason) {
 		m.everActive = true
 	}
 	wasActive := m.everActive
@@ -209,6 +209,19 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 	if emit {
 		m.queue(outEvent{typ: typ, domain: obj})
 	}
+}
+
+// ran says that a domain in state st (reason) has run: it is active and
+// past libvirt's start. A QEMU still starting up (paused, reason starting
+// up) that ends is a start that failed, as when the daemon dies midway
+// and its successor kills the half-started QEMU: the first Sync fails,
+// and virt-handler's next Sync starts the domain again, so the launcher
+// must not end for it.
+func ran(st libvirt.DomainState, reason int32) bool {
+	if st == libvirt.DomainPaused && libvirt.DomainPausedReason(reason) == libvirt.DomainPausedStartingUp {
+		return false
+	}
+	return active(st)
 }
 
 // read builds the Domain JSON object of the live domain.

@@ -132,7 +132,7 @@ type Manager struct {
 	md         domainjson.Metadata
 	cache      *domainjson.Domain
 	defined    bool // the domain exists (as far as we last saw)
-	everActive bool
+	everActive bool // the domain has run (ran): its end ends the launcher
 	// capsWarmed is the connection whose daemon was asked to build its
 	// host capabilities (warmHostCapabilities).
 	capsWarmed *libvirt.Libvirt

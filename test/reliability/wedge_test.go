@@ -2,12 +2,15 @@ package reliability
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
 // TestScreenshotsNeverWedge: screenshots taken one after another, as a
@@ -76,4 +79,83 @@ func TestScreenshotsNeverWedge(t *testing.T) {
 		t.Errorf("the pod took %v to end, more than %v", took, limit)
 	}
 	p.assertNothingLeft()
+}
+
+// TestDaemonKilledDuringFirstStart: the libvirt daemon is killed while the
+// first Sync starts the domain (QEMU has just appeared). That Sync may
+// fail, as any call does when its daemon dies, but the launcher stays: its
+// socket answers, and virt-handler's retried Sync boots the guest, once.
+func TestDaemonKilledDuringFirstStart(t *testing.T) {
+	// QEMU appears early in libvirt's start; the kill lands at several
+	// points after it, up to the guest's first instructions.
+	for _, after := range []time.Duration{0, 150 * time.Millisecond, 400 * time.Millisecond} {
+		t.Run(after.String(), func(t *testing.T) {
+			t.Parallel()
+			daemonKilledDuringFirstStart(t, after)
+		})
+	}
+}
+
+func daemonKilledDuringFirstStart(t *testing.T, after time.Duration) {
+	p := newPod(t, fmt.Sprintf("kstart%d", after.Milliseconds()), podOpts{grace: 3})
+	p.WaitReady(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	v := p.vmi()
+
+	first := make(chan error, 1)
+	go func() { first <- c.Sync(ctx, v, nil) }()
+	daemon := p.MustChild("libvirtd", "virtqemud")
+	deadline := time.Now().Add(60 * time.Second)
+	for !domainQemu(p) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no QEMU of the domain within 60 s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	time.Sleep(after)
+	launchertest.Must(t, syscall.Kill(daemon, syscall.SIGKILL))
+	t.Logf("first Sync, its daemon killed as QEMU appeared: %v", <-first)
+
+	// virt-handler syncs again on its next reconcile: after a failed Sync,
+	// and after each domain event until the domain runs.
+	var err error
+	running := false
+	for try := 0; try < 10 && !running; try++ {
+		if err = c.Sync(ctx, v, nil); err != nil {
+			t.Logf("Sync %d: %v", try, err)
+		} else if d, ok, gerr := c.GetDomain(ctx); gerr == nil && ok && d.Status.Status == "Running" {
+			running = true
+			break
+		}
+		time.Sleep(3 * time.Second)
+	}
+	if !running {
+		t.Fatalf("the guest never started after the daemon's death: %v\n%s", err, launchertest.Tail(p.Stderr.String(), 6000))
+	}
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+	if !p.Running() {
+		t.Fatal("the launcher ended")
+	}
+	p.Signal(syscall.SIGTERM)
+	if code := p.ExitCode(2 * time.Minute); code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+	p.assertNothingLeft()
+}
+
+// domainQemu reports whether the domain's QEMU runs (not one the daemon
+// runs to probe its capabilities).
+func domainQemu(p *pod) bool {
+	for _, d := range p.Descendants() {
+		if !strings.HasPrefix(d.Comm, "qemu-system") {
+			continue
+		}
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", d.PID))
+		if strings.Contains(string(cmd), "guest="+p.DomainName()) {
+			return true
+		}
+	}
+	return false
 }
