@@ -341,3 +341,22 @@ func HandlerSyncOptions() *cmdv1.VirtualMachineOptions {
 		MemBalloonStatsPeriod: 10,
 	}
 }
+
+// Screenshot sends GetScreenshot and returns the primary display's image
+// and its MIME type, as virt-handler's VNC screenshot endpoint asks for it.
+func (c *Client) Screenshot(ctx context.Context, vmi *v1.VirtualMachineInstance) (mime string, data []byte, err error) {
+	m, err := vmiMessage(vmi)
+	if err != nil {
+		return "", nil, fmt.Errorf("GetScreenshot: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, ShortTimeout)
+	defer cancel()
+	resp, err := c.cmd.GetScreenshot(ctx, &cmdv1.VMIRequest{Vmi: m, Options: &cmdv1.VirtualMachineOptions{}})
+	if err := callError("GetScreenshot", err); err != nil {
+		return "", nil, err
+	}
+	if err := responseError("GetScreenshot", resp.GetResponse()); err != nil {
+		return "", nil, err
+	}
+	return resp.GetMime(), resp.GetData(), nil
+}

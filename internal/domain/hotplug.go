@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -181,128 +180,6 @@ func (m *Manager) hotplugDomain(ctx context.Context, v *v1.VirtualMachineInstanc
 		return nil, libvirt.Domain{}, nil, err
 	}
 	return l, d, m.op.unlock, nil
-}
-
-// maxScreenshot bounds a screenshot: what gRPC lets virt-handler receive
-// (4 MiB), less room for the rest of the message.
-const maxScreenshot = 4<<20 - 4096
-
-// Screenshot is GetScreenshot: libvirt's virDomainScreenshot of the
-// primary display, its data and MIME type passed on unchanged as KubeVirt's
-// launcher does (manager.go GetScreenshot): "image/png" here, PPM
-// ("image/x-portable-pixmap") from a QEMU that cannot write PNG.
-func (m *Manager) Screenshot(ctx context.Context, v *v1.VirtualMachineInstance) (string, []byte, error) {
-	if err := m.checkIdentity(v, false); err != nil {
-		return "", nil, err
-	}
-	l, d, ok, err := m.lookup(ctx)
-	if err != nil {
-		return "", nil, fmt.Errorf("screenshot: %w", err)
-	}
-	if !ok {
-		return "", nil, fmt.Errorf("screenshot: no domain is defined")
-	}
-	// go-libvirt decodes the reply (the MIME type) from the stream's
-	// closing packet, which is empty, so a screenshot that came whole ends
-	// in an XDR EOF. Seldom that closing packet is read before the data
-	// (seen in clean-clone runs: an XDR EOF and no byte, the MIME type and
-	// no byte, or no answer at all for minutes): then the screenshot is
-	// taken again, twice at most, each try within screenshotTry, and an
-	// error if it never comes.
-	var (
-		mime string
-		buf  *limitedBuffer
-	)
-	for attempt := 0; attempt < 3; attempt++ {
-		var retry bool
-		mime, buf, retry, err = screenshotOnce(ctx, l, d)
-		if !retry || ctx.Err() != nil {
-			break
-		}
-		m.log.Warn("screenshot came without data, taking it again", "domain", d.Name, "reason", err.Error())
-	}
-	if err != nil {
-		return "", nil, err
-	}
-	if buf.over {
-		return "", nil, fmt.Errorf("screenshot of domain %s: larger than %d bytes", d.Name, maxScreenshot)
-	}
-	return mime, buf.Bytes(), nil
-}
-
-// screenshotTry bounds one try of a screenshot: under TCG one takes well
-// under a second; a try whose stream never ends is abandoned.
-const screenshotTry = 10 * time.Second
-
-// screenshotOnce takes one screenshot within screenshotTry. The try's
-// buffer and answer are its own and are read only when the call came
-// back: an abandoned try may still write to them. retry says the try came
-// without data (or not at all) and is worth repeating.
-func screenshotOnce(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (mime string, buf *limitedBuffer, retry bool, err error) {
-	tctx, cancel := context.WithTimeout(ctx, screenshotTry)
-	defer cancel()
-	b := &limitedBuffer{limit: maxScreenshot}
-	var ms []string
-	err = withContext(tctx, "screenshot of domain "+d.Name, func() error {
-		var err error
-		ms, err = l.DomainScreenshot(d, b, 0, 0)
-		return err
-	})
-	if tctx.Err() != nil {
-		return "", nil, ctx.Err() == nil, fmt.Errorf("screenshot of domain %s: %w", d.Name, tctx.Err())
-	}
-	var lerr libvirt.Error
-	switch {
-	case err != nil && !errors.As(err, &lerr):
-		if b.Len() == 0 {
-			return "", nil, true, err
-		}
-		// libvirt chose the format it asked QEMU for; the image's magic
-		// names it.
-		mt, err := imageMIME(b.Bytes())
-		if err != nil {
-			return "", nil, false, fmt.Errorf("screenshot of domain %s: %w", d.Name, err)
-		}
-		return mt, b, false, nil
-	case err != nil:
-		return "", nil, false, err
-	case b.Len() == 0:
-		// The reply came, the data not: an empty image is never an answer.
-		return "", nil, true, fmt.Errorf("screenshot of domain %s: libvirt answered %q with no data", d.Name, ms)
-	}
-	if len(ms) > 0 {
-		mime = ms[0]
-	}
-	return mime, b, false, nil
-}
-
-// imageMIME names the formats QEMU's screendump writes for libvirt: PNG
-// when QEMU can (libvirt 9.0 with QEMU 7.2 here), else PPM.
-func imageMIME(data []byte) (string, error) {
-	switch {
-	case bytes.HasPrefix(data, []byte("P6")):
-		return "image/x-portable-pixmap", nil
-	case bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")):
-		return "image/png", nil
-	}
-	return "", fmt.Errorf("screenshot in an unknown format (starts %q)", data[:min(len(data), 8)])
-}
-
-// limitedBuffer keeps up to limit bytes and notes that more came.
-type limitedBuffer struct {
-	bytes.Buffer
-	limit int
-	over  bool
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	n := len(p) // taken whole: the rest of the stream is drained, not an error
-	if room := b.limit - b.Len(); len(p) > room {
-		b.over = true
-		p = p[:max(room, 0)]
-	}
-	b.Buffer.Write(p)
-	return n, nil
 }
 
 // virtioMemHotplugQemu is the first QEMU version (libvirt's encoding) the

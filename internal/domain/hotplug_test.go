@@ -78,20 +78,6 @@ func TestHostDevicesToHotplug(t *testing.T) {
 	}
 }
 
-func TestImageMIME(t *testing.T) {
-	for in, want := range map[string]string{
-		"P6\n720 400\n255\n\x00": "image/x-portable-pixmap",
-		"\x89PNG\r\n\x1a\n\x00":  "image/png",
-		"GIF89a":                 "",
-		"":                       "",
-	} {
-		got, err := imageMIME([]byte(in))
-		if got != want || (want == "") != (err != nil) {
-			t.Errorf("%q: %q, %v; want %q", in, got, err, want)
-		}
-	}
-}
-
 func TestMemoryChange(t *testing.T) {
 	q := func(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
 	vmi := func(guest, maxGuest, boot string) *v1.VirtualMachineInstance {
