@@ -354,6 +354,9 @@ type runner struct {
 	lease *uidpool.Lease
 	pool  *uidpool.Pool
 	disks []*userDisk // the user's own storage, open for the run
+	// images are the pulled image files the run uses, open, with the
+	// run's read access (openImages).
+	images []*userDisk
 	// hot are the user's files and devices plugged in while the guest
 	// runs (vlctl addvolume), in the VMI as hotplugged volumes.
 	hot []*userDisk
@@ -425,7 +428,7 @@ func (r *runner) writeRecord(st *Started) error {
 	for _, pb := range r.cfg.Publish {
 		rec.Published = append(rec.Published, pb.recorded())
 	}
-	for _, d := range slices.Concat(r.disks, r.hot) {
+	for _, d := range slices.Concat(r.disks, r.hot, r.images) {
 		if g, ok := d.recordedGrant(); ok {
 			rec.Grants = append(rec.Grants, g)
 		}
@@ -487,6 +490,7 @@ func (r *runner) cleanup() error {
 		}
 	}
 	r.releaseDisks()
+	r.releaseImages()
 	if r.logFile != nil { // staged, the monitor never started
 		r.logFile.Close()
 		r.logFile = nil
