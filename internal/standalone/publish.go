@@ -72,13 +72,12 @@ func port(s string) (uint16, error) {
 	return uint16(n), nil
 }
 
-// newRelay is the relay of --publish (host port → guest, dialled in the
-// outside namespace) and of the guest's egress (outside namespace → the
-// connection's original destination, dialled from the host): a line on
-// the status for each connection whose other end fails.
-func (r *runner) newRelay() *relay.Relay {
-	return relay.New(func(what string, err error) { fmt.Fprintf(r.cfg.Status, "vlctl: %s: %v\n", what, err) })
-}
+// publishLimits bound the connections to one VM's published ports, all
+// ports together: at most 64 at once (whoever reaches the host's port
+// decides how many come, and each holds two of vlctl's descriptors), each
+// closed after an hour without a byte either way (an idle ssh session
+// with ServerAliveInterval set stays).
+var publishLimits = relay.Limits{MaxConns: 64, Idle: time.Hour}
 
 // publish listens on every published host port and relays each
 // connection to the guest's port at the pod address, connecting from the
@@ -97,7 +96,7 @@ func (r *runner) publish(wait time.Duration) error {
 	if err := checkPublished(r.net, r.cfg.Publish); err != nil {
 		return err
 	}
-	p := r.newRelay()
+	p := relay.NewLimited(publishLimits, func(what string, err error) { fmt.Fprintf(r.cfg.Status, "vlctl: %s: %v\n", what, err) })
 	r.pub = p
 	target, outside := r.net.Pod4.Addr(), r.net.Outside
 	for _, pb := range r.cfg.Publish {
