@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
+	"github.com/virtlauncher/virtlauncher/internal/testnet"
 )
 
 // serveDNS runs a resolver on the host's loopback that stands in for the
@@ -74,8 +74,8 @@ func TestVlctlRunDNS(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	dns := serveDNS(t)
-	web := standalone.FarHost(t, "VL-EGRESS-PAGE")
-	hostSvc := standalone.HostService(t, "VL-HOST-PAGE")
+	web := testnet.FarHost(t, "VL-EGRESS-PAGE")
+	hostSvc := testnet.HostService(t, "VL-HOST-PAGE")
 
 	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "dns")
 	if code != 0 {

@@ -1,17 +1,12 @@
 package standalone
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,102 +18,11 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/relay"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
+	"github.com/virtlauncher/virtlauncher/internal/testnet"
 )
 
 // egressTestID stands for a VM's leased id: no account or process has it.
 const egressTestID = 1879113000
-
-// FarHost and HostService serve the run tests (farHost, hostService).
-var (
-	FarHost     = farHost
-	HostService = hostService
-)
-
-// farHost stands in for a host of the internet: a network namespace of
-// its own behind a veth from the host's namespace, whose host end has no
-// address (the host reaches it by a /32 route, so its address is not the
-// host's), with a web server answering body. 198.18.0.0/15 is for
-// benchmarks; no traffic leaves the machine. All of it goes with the test.
-func farHost(t testing.TB, body string) netip.AddrPort {
-	t.Helper()
-	b := make([]byte, 2)
-	rand.Read(b)
-	addr := netip.AddrFrom4([4]byte{198, 18, b[0], b[1] | 1})
-	name := fmt.Sprintf("vltfar%x", b)
-	ns, err := podnet.NewNamedNS(name)
-	if err != nil {
-		t.Fatalf("far host namespace: %v", err)
-	}
-	t.Cleanup(func() { ns.Close(); podnet.DeleteNamedNS(name) })
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p", PeerNamespace: netlink.NsFd(ns)}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatalf("far host link: %v", err)
-	}
-	t.Cleanup(func() { netlink.LinkDel(veth) })
-	if err := netlink.LinkSetUp(veth); err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: veth.Index, Dst: plan.IPNet(netip.PrefixFrom(addr, 32)), Scope: netlink.SCOPE_LINK}); err != nil {
-		t.Fatalf("route to the far host: %v", err)
-	}
-	var l net.Listener
-	if err := plan.InNS(ns, func() error {
-		peer, err := netlink.LinkByName(name + "p")
-		if err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(peer, &netlink.Addr{IPNet: plan.IPNet(netip.PrefixFrom(addr, 32))}); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(peer); err != nil {
-			return err
-		}
-		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: peer.Attrs().Index, Dst: plan.IPNet(netip.MustParsePrefix("0.0.0.0/0")), Scope: netlink.SCOPE_LINK}); err != nil {
-			return err
-		}
-		l, err = net.Listen("tcp", netip.AddrPortFrom(addr, 80).String())
-		return err
-	}); err != nil {
-		t.Fatalf("far host: %v", err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) })}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return l.Addr().(*net.TCPAddr).AddrPort()
-}
-
-// hostService adds an address to the host's namespace (on a veth of its
-// own, gone with the test) and serves body there: a service of the host.
-func hostService(t testing.TB, body string) netip.AddrPort {
-	t.Helper()
-	b := make([]byte, 2)
-	rand.Read(b)
-	addr := netip.AddrFrom4([4]byte{198, 19, b[0], b[1] | 1})
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("vlth%x", b)}, PeerName: fmt.Sprintf("vlth%xp", b)}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatalf("host service link: %v", err)
-	}
-	t.Cleanup(func() { netlink.LinkDel(veth) })
-	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: plan.IPNet(netip.PrefixFrom(addr, 32))}); err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(veth); err != nil {
-		t.Fatal(err)
-	}
-	return serveHTTP(t, netip.AddrPortFrom(addr, 0), body)
-}
-
-func serveHTTP(t testing.TB, at netip.AddrPort, body string) netip.AddrPort {
-	t.Helper()
-	l, err := net.Listen("tcp", at.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) })}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return l.Addr().(*net.TCPAddr).AddrPort()
-}
 
 // egressPod is a pod network (no guest) with the egress relay of a VM
 // whose id is egressTestID; status holds what the relay said.
@@ -174,7 +78,7 @@ func fetch(p *podnet.Pod, to netip.AddrPort) (string, error) {
 // and cloud metadata addresses are refused at once, each with a line.
 func TestEgressRefusesHost(t *testing.T) {
 	p, _, status := egressPod(t)
-	far := farHost(t, "VL-FAR-PAGE")
+	far := testnet.FarHost(t, "VL-FAR-PAGE")
 	if got, err := fetch(p, far); err != nil || !strings.Contains(got, "VL-FAR-PAGE") {
 		t.Fatalf("a host of the internet through egress: %q, %v\nrelay: %s", got, err, status.String())
 	}
@@ -187,7 +91,7 @@ func TestEgressRefusesHost(t *testing.T) {
 	defer c.Close()
 	var owners []int
 	for deadline := time.Now().Add(5 * time.Second); len(owners) == 0 && time.Now().Before(deadline); {
-		if owners, err = tcpOwners(far); err != nil {
+		if owners, err = testnet.TCPOwners(far); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -200,8 +104,8 @@ func TestEgressRefusesHost(t *testing.T) {
 	// A service the host has on an address it took after the relay
 	// started, and one listening on every address, reached at an
 	// address of the host's (one added to its loopback device now).
-	later := hostService(t, "VL-HOST-PAGE")
-	any := serveHTTP(t, netip.MustParseAddrPort("0.0.0.0:0"), "VL-HOST-PAGE")
+	later := testnet.HostService(t, "VL-HOST-PAGE")
+	any := testnet.ServeHTTP(t, netip.MustParseAddrPort("0.0.0.0:0"), "VL-HOST-PAGE")
 	hostAddr := netip.AddrFrom4([4]byte{198, 19, 255, byte(time.Now().UnixNano()%200) + 1})
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
@@ -233,38 +137,13 @@ func TestEgressRefusesHost(t *testing.T) {
 	}
 }
 
-// tcpOwners lists the uids owning the TCP sockets of the host's namespace
-// connected to remote (/proc/net/tcp: local, remote address, ..., uid).
-func tcpOwners(remote netip.AddrPort) ([]int, error) {
-	f, err := os.Open("/proc/net/tcp")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	a := remote.Addr().As4()
-	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", a[3], a[2], a[1], a[0], remote.Port())
-	var out []int
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) > 7 && fs[2] == want && fs[3] == "01" { // established
-			uid, err := strconv.Atoi(fs[7])
-			if err != nil {
-				return nil, fmt.Errorf("/proc/net/tcp: %q: %w", sc.Text(), err)
-			}
-			out = append(out, uid)
-		}
-	}
-	return out, sc.Err()
-}
-
 // TestEgressLimit: a guest holding as many egress connections as a VM may
 // have gets the next ones closed at once (said on a few lines, not one a
 // connection), while the control socket still answers; once one ends, a
 // new one gets through.
 func TestEgressLimit(t *testing.T) {
 	p, _, status := egressPod(t)
-	far := farHost(t, "VL-FAR-PAGE")
+	far := testnet.FarHost(t, "VL-FAR-PAGE")
 	r := &runner{workDir: t.TempDir(), log: slog.New(slog.DiscardHandler), cfg: Config{Status: status}}
 	stop, err := r.serveControl(context.Background(), nil)
 	if err != nil {
@@ -287,7 +166,7 @@ func TestEgressLimit(t *testing.T) {
 	}
 	// All are relayed (the far host has them) before the next ones.
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		owners, err := tcpOwners(far)
+		owners, err := testnet.TCPOwners(far)
 		if err != nil {
 			t.Fatal(err)
 		}
