@@ -111,8 +111,8 @@ func checkBytes(what string, want ggcr.Hash, b []byte) error {
 	return nil
 }
 
-// pull extracts the disk of img into the cache as the file dst, once every blob of
-// the image is verified; on any failure nothing is left.
+// pull extracts the disk of img into the cache as the file dst, once
+// every blob of the image is verified; on any failure nothing is left.
 func (c *Cache) pull(ctx context.Context, img ggcr.Image, diskPath, dst string) error {
 	m, err := img.Manifest()
 	if err != nil {
@@ -148,7 +148,7 @@ func (c *Cache) pull(ctx context.Context, img ggcr.Image, diskPath, dst string) 
 	if err == nil {
 		err = x.result()
 	}
-	return c.commit(tmp, err, dst)
+	return c.commit(tmp, err, dst, false)
 }
 
 // readConfig reads the image's config and checks it against its

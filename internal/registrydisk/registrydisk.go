@@ -159,7 +159,7 @@ func (c *Cache) writeAtomic(ctx context.Context, name string, data []byte) error
 		return err
 	}
 	_, err = tmp.Write(data)
-	return c.commit(tmp, err, name)
+	return c.commit(tmp, err, name, true)
 }
 
 // refKey names the reference (and the file chosen in it) in the cache.

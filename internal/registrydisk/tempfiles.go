@@ -55,8 +55,10 @@ func (c *Cache) createTemp(ctx context.Context, prefix string) (*os.File, error)
 
 // commit makes the temporary file f the cache's file name, 0600, when err
 // (what writing it gave) is nil; otherwise, or when that fails, f is
-// removed and the error returned.
-func (c *Cache) commit(f *os.File, err error, name string) error {
+// removed and the error returned. With replace false, a file already at
+// name stays: a disk is the same bytes whoever pulled it, and a run may
+// hold an ACL entry on the one there.
+func (c *Cache) commit(f *os.File, err error, name string, replace bool) error {
 	if err == nil {
 		err = f.Chmod(0o600)
 	}
@@ -66,7 +68,16 @@ func (c *Cache) commit(f *os.File, err error, name string) error {
 	if err == nil {
 		// Renamed while its lock is held: a sweep never sees it unlocked
 		// under its temporary name.
-		err = os.Rename(f.Name(), filepath.Join(c.Dir, name))
+		dst := filepath.Join(c.Dir, name)
+		if replace {
+			err = os.Rename(f.Name(), dst)
+		} else if err = unix.Renameat2(unix.AT_FDCWD, f.Name(), unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); errors.Is(err, unix.EEXIST) {
+			discard(f)
+			return nil
+		} else if errors.Is(err, unix.EINVAL) {
+			// A file system without RENAME_NOREPLACE.
+			err = os.Rename(f.Name(), dst)
+		}
 	}
 	if err != nil {
 		discard(f)

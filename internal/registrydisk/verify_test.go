@@ -659,3 +659,79 @@ func TestFetchLayersAndIndex(t *testing.T) {
 		t.Errorf("an index: %s, %v; want this platform's disk", p, err)
 	}
 }
+
+// TestFetchSameImageTwice: two pulls of one image at once (two runs
+// started together): the one that completes first puts its disk in place,
+// and a run may open it at once (its ACL entry is on that file); the
+// other, completing later, leaves that file where it is rather than
+// replacing it with its own copy, which the first run's QEMU, opening the
+// path after its grant, could not read. A pull whose context is cancelled
+// half-way leaves nothing.
+func TestFetchSameImageTwice(t *testing.T) {
+	testenv.Root(t, "the image cache must be owned by root (Cache.Dir)")
+	reg := newRegistry(t)
+	disk := randomBytes(t, 1<<20)
+	layer := gzipLayer(t, gzipped(t, tarOf(t, "disk/disk.img", disk, nil), 0))
+	ref := reg.push(t, "disks/twice", imageOf(t, layer))
+	ld := layerDigest(t, layer)
+	release := make(chan struct{})
+	reg.mu.Lock()
+	reg.stall[ld] = release
+	reg.mu.Unlock()
+	dir := filepath.Join(t.TempDir(), "cache")
+	c := &Cache{Dir: dir}
+
+	// A pull cancelled half-way.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := c.Fetch(ctx, ref, "", k8sv1.PullAlways)
+		cancelled <- err
+	}()
+	waitTemp(t, dir)
+	cancel()
+	if err := <-cancelled; err == nil || !strings.Contains(err.Error(), ref) {
+		t.Errorf("a cancelled pull: %v, want its error naming %s", err, ref)
+	}
+	if left := cacheLeft(t, dir); len(left) > 0 {
+		t.Errorf("left in the cache by a cancelled pull: %v", left)
+	}
+
+	// The first pull is held half-way; the second completes.
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Fetch(context.Background(), ref, "", k8sv1.PullAlways)
+		first <- err
+	}()
+	waitTemp(t, dir)
+	reg.mu.Lock()
+	delete(reg.stall, ld)
+	reg.mu.Unlock()
+	p, err := c.Fetch(context.Background(), ref, "", k8sv1.PullAlways)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the first pull: %v", err)
+	}
+	after, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Errorf("the pull that completed last replaced %s, which a run may already use", p)
+	}
+	if read(t, p) != string(disk) {
+		t.Errorf("%s differs from the image's disk", p)
+	}
+	for _, n := range cacheLeft(t, dir) {
+		if strings.HasPrefix(n, ".") {
+			t.Errorf("temporary file %s left", n)
+		}
+	}
+}
