@@ -33,9 +33,11 @@ type Limits struct {
 
 // Relay serves listeners and ends every relayed connection when closed.
 type Relay struct {
-	lim    Limits
-	report func(what string, err error) // rate-limited
-	active atomic.Int64                 // connections being relayed
+	lim Limits
+	// report hears of failed dials, overLimit of connections over
+	// lim.MaxConns, acceptErr of accept errors; each rate-limited.
+	report, overLimit, acceptErr func(what string, err error)
+	active                       atomic.Int64 // connections being relayed
 
 	mu     sync.Mutex
 	lis    []net.Listener
@@ -53,22 +55,27 @@ func New(onError func(what string, err error)) *Relay {
 
 // NewLimited makes a relay bounded by lim. onError hears, besides what
 // New's does, of each connection closed for being over lim.MaxConns; the
-// peers decide how often any of that happens, so it hears as much as a
-// Reporter lets through, and how many reports it did not hear.
+// peers decide how often any of that happens, so it hears, of each of
+// the three kinds, as much as a Reporter lets through, and how many
+// reports it did not hear.
 func NewLimited(lim Limits, onError func(what string, err error)) *Relay {
 	if onError == nil {
 		onError = func(string, error) {}
 	}
-	rep := &Reporter{}
-	report := func(what string, err error) {
-		if n, ok := rep.Allow(); ok {
-			if n > 0 {
-				err = fmt.Errorf("%w (and %d more reports left out)", err, n)
+	// Each kind of report has a budget of its own: connections over the
+	// limit do not silence the refused ones.
+	reporter := func() func(string, error) {
+		rep := &Reporter{}
+		return func(what string, err error) {
+			if n, ok := rep.Allow(); ok {
+				if n > 0 {
+					err = fmt.Errorf("%w (and %d more reports left out)", err, n)
+				}
+				onError(what, err)
 			}
-			onError(what, err)
 		}
 	}
-	return &Relay{lim: lim, report: report, conns: map[net.Conn]struct{}{}}
+	return &Relay{lim: lim, report: reporter(), overLimit: reporter(), acceptErr: reporter(), conns: map[net.Conn]struct{}{}}
 }
 
 // Serve relays every connection l accepts, until l or the relay is closed.
@@ -86,11 +93,11 @@ func (r *Relay) Serve(l net.Listener, what string, dial func(net.Conn) (net.Conn
 	r.mu.Unlock()
 	go func() {
 		defer r.wg.Done()
-		AcceptLoop(l, func(err error) { r.report(what, err) }, func(c net.Conn) {
+		AcceptLoop(l, func(err error) { r.acceptErr(what, err) }, func(c net.Conn) {
 			if n := r.active.Add(1); r.lim.MaxConns > 0 && n > int64(r.lim.MaxConns) {
 				r.active.Add(-1)
 				c.Close()
-				r.report(what, fmt.Errorf("a connection from %s closed at once: %d connections are relayed already, the most allowed", c.RemoteAddr(), r.lim.MaxConns))
+				r.overLimit(what, fmt.Errorf("a connection from %s closed at once: %d connections are relayed already, the most allowed", c.RemoteAddr(), r.lim.MaxConns))
 				return
 			}
 			r.wg.Add(1)
