@@ -22,6 +22,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -274,7 +275,13 @@ func TestPullSubstitutedLayer(t *testing.T) {
 	if _, err := unix.Getxattr(p, "system.posix_acl_access", make([]byte, 256)); !errors.Is(err, unix.ENODATA) {
 		t.Errorf("%s keeps an ACL after the run: %v", p, err)
 	}
-	for _, id := range []int{u.uid, 999} {
+	others := []int{u.uid, 65534}
+	if vl, err := user.Lookup("virtlauncher"); err == nil {
+		if id, err := strconv.Atoi(vl.Uid); err == nil {
+			others[1] = id
+		}
+	}
+	for _, id := range others {
 		cmd := exec.Command("test", "-r", p)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(id), Gid: uint32(id)}}
 		if cmd.Run() == nil {
