@@ -32,6 +32,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/zstd"
 	k8sv1 "k8s.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
@@ -733,5 +734,47 @@ func TestFetchSameImageTwice(t *testing.T) {
 		if strings.HasPrefix(n, ".") {
 			t.Errorf("temporary file %s left", n)
 		}
+	}
+}
+
+// TestFetchZstd: a zstd layer is pulled like a gzip one, and one whose
+// bytes were changed (here: one byte, which breaks the zstd stream before
+// its end) is refused as the digest mismatch it is, not as a damaged
+// stream.
+func TestFetchZstd(t *testing.T) {
+	testenv.Root(t, "the image cache must be owned by root (Cache.Dir)")
+	reg := newRegistry(t)
+	disk := randomBytes(t, 256<<10)
+	var buf bytes.Buffer
+	zw, err := zstd.NewWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(tarOf(t, "disk/disk.img", disk, nil))
+	zw.Close()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil },
+		tarball.WithMediaType(types.OCILayerZStd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := reg.push(t, "disks/zstd", imageOf(t, layer))
+	c := &Cache{Dir: filepath.Join(t.TempDir(), "cache")}
+	ld := layerDigest(t, layer)
+	bad := bytes.Clone(buf.Bytes())
+	bad[len(bad)/2] ^= 0xff
+	reg.mu.Lock()
+	reg.swap[ld] = bad
+	reg.mu.Unlock()
+	if p, err := c.Fetch(context.Background(), ref, "", k8sv1.PullIfNotPresent); err == nil || !strings.Contains(err.Error(), ld) || !strings.Contains(err.Error(), "digest mismatch") {
+		t.Errorf("a changed zstd layer: %q, %v; want a refusal naming %s and \"digest mismatch\"", p, err, ld)
+	} else {
+		t.Logf("refused: %v", err)
+	}
+	reg.mu.Lock()
+	delete(reg.swap, ld)
+	reg.mu.Unlock()
+	p, err := c.Fetch(context.Background(), ref, "", k8sv1.PullIfNotPresent)
+	if err != nil || read(t, p) != string(disk) {
+		t.Errorf("a zstd layer: %s, %v; want its disk", p, err)
 	}
 }
