@@ -163,7 +163,11 @@ func (r *Record) Alive() bool {
 // no directory above it that another user can change (safefs.OpenTrusted).
 // Records hold the whole VMI, cloud-init passwords included.
 func openDir(dir string) (*safefs.Dir, error) {
-	d, err := safefs.OpenTrusted(dir, 0o700)
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("record directory: %w", err)
+	}
+	d, err := safefs.OpenTrusted(abs, 0o700)
 	if err != nil {
 		return nil, fmt.Errorf("record directory: %w", err)
 	}
@@ -193,6 +197,15 @@ func Write(dir string, rec *Record) (string, error) {
 // FileName is the name of rec's file in the record directory.
 func FileName(rec *Record) string {
 	return fmt.Sprintf("%d-%s.json", rec.PID, filepath.Base(rec.WorkDir))
+}
+
+// Path is where Write(dir, rec) puts rec, as an absolute path.
+func Path(dir string, rec *Record) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("record directory: %w", err)
+	}
+	return filepath.Join(abs, FileName(rec)), nil
 }
 
 // List reads the records in dir, sorted by namespace/name; a missing dir

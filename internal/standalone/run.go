@@ -248,7 +248,7 @@ func Run(ctx context.Context, cfg Config) error {
 // runOnce boots the guest once (or takes it over, cfg.source); started
 // reports whether its domain ran, migrated whether it went to another run.
 func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *v1.VirtualMachine) (started, migrated bool, err error) {
-	pool, err := uidpool.New(filepath.Join(cfg.RecordDir, "uids"), cfg.UIDs)
+	pool, err := uidpool.ForMachine(cfg.UIDs)
 	if err != nil {
 		return false, false, fmt.Errorf("--uids: %w", err)
 	}
@@ -437,6 +437,18 @@ func (r *runner) writeRecord(st *Started) error {
 		rec.Started = time.Now().UTC()
 		if st.PodAddress != "" {
 			rec.Addresses = append(rec.Addresses, runrecord.Address{IP: st.PodAddress, NetNS: st.OutsideNS})
+		}
+	}
+	if r.record == "" && r.lease != nil {
+		// The lease names the record before it exists: the id stays
+		// leased until the record's clean-up is done, whichever record
+		// directory vlctl gc reads.
+		path, err := runrecord.Path(r.cfg.RecordDir, rec)
+		if err != nil {
+			return err
+		}
+		if err := r.lease.SetRecord(path); err != nil {
+			return err
 		}
 	}
 	path, err := runrecord.Write(r.cfg.RecordDir, rec)
