@@ -25,11 +25,12 @@ const gcWait = 10 * time.Second
 
 // GC cleans up after every `vlctl run` that ended without doing it itself
 // (killed with SIGKILL, say), from the records in recordDir whose run is
-// gone: it ends the run's processes (SIGTERM, then SIGKILL after wait),
-// deletes its network namespaces, takes its ACL entries out of the user's
+// gone: it ends the run's processes, those running as its VM's id
+// (SIGTERM, then SIGKILL after wait), deletes its network namespaces, takes its ACL entries out of the user's
 // disk files, removes its work dir and finally the record. A record whose
 // clean-up failed stays, for another try. Records of live runs are never
-// acted on. What it does is told on status.
+// acted on. Then it gives back the ids in the machine's lease table whose
+// runs are gone and cleaned up after. What it does is told on status.
 func GC(recordDir string, wait time.Duration, status io.Writer) error {
 	entries, err := runrecord.List(recordDir)
 	if err != nil {
@@ -73,7 +74,7 @@ func GC(recordDir string, wait time.Duration, status io.Writer) error {
 // clean-up that failed, to be retried) or something still runs as it. A
 // run that started since holds its lease alive.
 func sweepUIDs(kept []uint32, status io.Writer) error {
-	pool := &uidpool.Pool{Dir: uidpool.DefaultDir, ProcRoot: "/proc"}
+	pool := uidpool.MachineTable()
 	freed, err := pool.Sweep(func(id uint32) bool { return slices.Contains(kept, id) })
 	for _, id := range freed {
 		fmt.Fprintf(status, "vlctl: gc: gave back uid %d\n", id)
@@ -183,7 +184,7 @@ func runProcesses(e *runrecord.Entry) (pod.Selector, string, error) {
 		return pod.Under(e.WorkDir), e.WorkDir, nil
 	}
 	what := fmt.Sprintf("uid %d", e.UID)
-	pool := &uidpool.Pool{Dir: uidpool.DefaultDir, ProcRoot: "/proc"}
+	pool := uidpool.MachineTable()
 	mine := uidpool.Holder{PID: e.PID, PIDStart: e.PIDStart, Record: e.Path}
 	for range 2 {
 		h, ok, err := pool.Holder(e.UID)

@@ -63,6 +63,10 @@ func New(dir, ids string) (*Pool, error) {
 // lease table (DefaultDir).
 func ForMachine(ids string) (*Pool, error) { return New(DefaultDir, ids) }
 
+// MachineTable is the machine's lease table without a range: for reading
+// leases (Holder), claiming a dead run's id (Claim) and sweeping.
+func MachineTable() *Pool { return &Pool{Dir: DefaultDir, ProcRoot: "/proc"} }
+
 // ParseRange reads "FIRST-LAST". Ids below 1000 (the system's own
 // accounts), 65534/65535 (nobody, the 16-bit -1) and 2^32-1 (-1) are
 // refused, as are ranges of more than 2^24 ids.
