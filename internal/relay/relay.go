@@ -43,7 +43,10 @@ type Relay struct {
 	lis    []net.Listener
 	conns  map[net.Conn]struct{}
 	closed bool
-	wg     sync.WaitGroup
+	// epoch counts EndConns: a connection accepted before one is not
+	// relayed after it, even when its dial was under way.
+	epoch int
+	wg    sync.WaitGroup
 }
 
 // New makes a relay without limits; onError (nil: none) hears of each
@@ -114,7 +117,8 @@ func (r *Relay) Serve(l net.Listener, what string, dial func(net.Conn) (net.Conn
 // are done.
 func (r *Relay) relay(c net.Conn, what string, dial func(net.Conn) (net.Conn, error)) {
 	defer c.Close()
-	if !r.track(c) {
+	epoch, ok := r.track(c, -1)
+	if !ok {
 		return
 	}
 	defer r.untrack(c)
@@ -124,7 +128,7 @@ func (r *Relay) relay(c net.Conn, what string, dial func(net.Conn) (net.Conn, er
 		return
 	}
 	defer g.Close()
-	if !r.track(g) {
+	if _, ok := r.track(g, epoch); !ok {
 		return
 	}
 	defer r.untrack(g)
@@ -176,20 +180,34 @@ func copyIdle(dst, src net.Conn, idle time.Duration, last *atomic.Int64) {
 	}
 }
 
-func (r *Relay) track(c net.Conn) bool {
+// track adds c to the connections Close and EndConns end, unless the
+// relay is closed or, with epoch not -1, EndConns ran since that epoch;
+// it returns the current epoch.
+func (r *Relay) track(c net.Conn, epoch int) (int, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
-		return false
+	if r.closed || (epoch >= 0 && epoch != r.epoch) {
+		return r.epoch, false
 	}
 	r.conns[c] = struct{}{}
-	return true
+	return r.epoch, true
 }
 
 func (r *Relay) untrack(c net.Conn) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.conns, c)
+}
+
+// EndConns ends every relayed connection, and those whose other end is
+// being dialled, and goes on listening: the far end they reach is gone.
+func (r *Relay) EndConns() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.epoch++
+	for c := range r.conns {
+		c.Close()
+	}
 }
 
 // Close stops listening, ends every relayed connection and waits for the

@@ -261,3 +261,55 @@ func TestReporter(t *testing.T) {
 		t.Errorf("after the period: %q, want %q", lines[len(lines)-1], want)
 	}
 }
+
+// TestRelayEndConns: EndConns ends the relayed connections and one whose
+// dial was under way, and the listener goes on: the next connection is
+// relayed.
+func TestRelayEndConns(t *testing.T) {
+	far := echoServer(t)
+	r := New(nil)
+	defer r.Close()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dialing, release := make(chan struct{}, 1), make(chan struct{})
+	var slow sync.Once
+	r.Serve(ln, "ends", func(net.Conn) (net.Conn, error) {
+		g, err := net.Dial("tcp", far)
+		first := false
+		slow.Do(func() { first = true })
+		if !first {
+			dialing <- struct{}{}
+			<-release
+		}
+		return g, err
+	})
+	relayed, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relayed.Close()
+	if err := ping(relayed, 1, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pending.Close()
+	<-dialing
+	r.EndConns()
+	close(release)
+	for name, c := range map[string]net.Conn{"relayed": relayed, "dialling": pending} {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("the %s connection after EndConns: read %v, want EOF", name, err)
+		}
+	}
+	next, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if err := ping(next, 2, 5*time.Second); err != nil {
+		t.Errorf("a connection after EndConns: %v", err)
+	}
+}

@@ -103,6 +103,9 @@ type Config struct {
 	pulled map[string]string
 	// keys carries Input, read by one goroutine for the whole run.
 	keys <-chan []byte
+	// ports are the --publish listeners, held for the whole run (Run
+	// makes them; each boot points them at its pod: publish.go).
+	ports *heldPorts
 	// Started, when set, is called once the guest's domain runs, with where
 	// things are; tests use it to reach the guest from the outside.
 	Started func(Started)
@@ -211,6 +214,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Input != nil {
 		cfg.keys = pumpKeys(cfg.Input)
+	}
+	if len(cfg.Publish) > 0 {
+		cfg.ports = newHeldPorts(cfg.Status)
+		defer cfg.ports.close()
 	}
 	for failures := 0; ; {
 		started, migrated, err := runOnce(ctx, cfg, v.DeepCopy(), vm)
@@ -382,7 +389,7 @@ type runner struct {
 	net     *pod.Network
 	monitor *pod.Process // nil until started
 	record  string       // the run's record file, once written
-	pub     *relay.Relay // the published ports, once listening
+	pub     *heldPorts   // the published ports, once pointed at this pod
 	egress  *relay.Relay // the guest's way out, once listening
 	dns     *dnsRelay    // the guest's DNS relay, once listening
 	// identity is the VM's passwd and group (pod.Identity), open until
@@ -488,7 +495,7 @@ func (r *runner) cleanup() error {
 		podGone = false
 	}
 	if r.pub != nil {
-		r.pub.Close()
+		r.pub.unpoint()
 	}
 	if err := r.stopEgress(); err != nil {
 		errs = append(errs, err)
