@@ -154,6 +154,11 @@ func Build(ctx context.Context, cacheDir string) (*Guest, error) {
 // or written. The build happens in a private temporary directory inside
 // it, renamed into place.
 func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
+	// The guest's paths go to QEMUs working elsewhere.
+	cacheDir, err := filepath.Abs(cacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("test guest cache: %w", err)
+	}
 	cache, err := safefs.OpenTrusted(cacheDir, 0o755)
 	if err != nil {
 		return nil, fmt.Errorf("test guest cache: %w", err)
