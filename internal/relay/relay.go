@@ -11,6 +11,7 @@ package relay
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -154,17 +155,19 @@ func (r *Relay) relay(c net.Conn, what string, dial func(net.Conn) (net.Conn, er
 // went either way (last, shared by both directions) for idle; 0: no idle
 // limit.
 func copyIdle(dst, src net.Conn, idle time.Duration, last *atomic.Int64) {
+	if idle == 0 {
+		// io.Copy splices TCP to TCP in the kernel: the migration
+		// proxy's memory stream goes through here.
+		io.Copy(dst, src)
+		return
+	}
 	buf := make([]byte, 32<<10)
 	for {
-		if idle > 0 {
-			src.SetReadDeadline(time.Now().Add(idle))
-		}
+		src.SetReadDeadline(time.Now().Add(idle))
 		n, err := src.Read(buf)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
-			if idle > 0 {
-				dst.SetWriteDeadline(time.Now().Add(idle))
-			}
+			dst.SetWriteDeadline(time.Now().Add(idle))
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
