@@ -46,8 +46,9 @@ deletes these files.
 --publish [HOSTIP:]HOSTPORT:GUESTPORT forwards a TCP port of the host (127.0.0.1 unless
 HOSTIP is given) to the guest, like podman run -p; nothing is published unless asked.
 The guest's DNS queries are relayed to the host's resolvers, and its TCP connections to
-whatever the host reaches (not the host's loopback or link-local addresses), through relays in
-vlctl: no route, firewall rule or sysctl of the host changes. --no-egress keeps it to DNS.
+what the host reaches, through relays in vlctl connecting as the VM's own uid (never to the
+host's own addresses, loopback, link-local or cloud metadata endpoints; at most 256 at once):
+no route, firewall rule or sysctl of the host changes. --no-egress keeps it to DNS.
 
 A VirtualMachine's run strategy is honoured: Always starts the guest again whenever it stops,
 RerunOnFailure when it fails, Once and Manual run it once; Halted (running: false) is refused
