@@ -191,10 +191,12 @@ stop waits for the run to end.`,
 		Use:   "gc",
 		Short: "Clean up after vlctl runs that ended without doing it (killed with SIGKILL, say)",
 		Long: `gc cleans up after every vlctl run whose process is gone but whose record is left
-(vlctl ps shows it as stale): it ends the run's processes (monitor, launcher, libvirt, QEMU:
-SIGTERM, then SIGKILL after --timeout), deletes its network namespaces, takes the ACL entries
-it added out of your disk files, removes its work dir (not with --keep) and the record,
-then gives back the user ids of runs that are gone (their leases in <record dir>/uids).
+(vlctl ps shows it as stale): it ends the run's processes, every process running as the
+run's own user id (monitor, launcher, libvirt, QEMU: SIGTERM, then SIGKILL after --timeout;
+while any survives, the record and the id stay), deletes its network namespaces, takes the
+ACL entries it added out of your disk files, removes its work dir (not with --keep) and the
+record, then gives back the user ids of runs that are gone (their leases in /run/vlctl/uids,
+one table for the machine whatever --record-dir says).
 Runs still alive are never touched. vlctl run does the same before it starts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

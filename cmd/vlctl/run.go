@@ -46,8 +46,9 @@ deletes these files.
 --publish [HOSTIP:]HOSTPORT:GUESTPORT forwards a TCP port of the host (127.0.0.1 unless
 HOSTIP is given) to the guest, like podman run -p; nothing is published unless asked.
 The guest's DNS queries are relayed to the host's resolvers, and its TCP connections to
-whatever the host reaches (not the host's loopback or link-local addresses), through relays in
-vlctl: no route, firewall rule or sysctl of the host changes. --no-egress keeps it to DNS.
+what the host reaches, through relays in vlctl connecting as the VM's own uid (never to the
+host's own addresses, loopback, link-local or cloud metadata endpoints; at most 256 at once):
+no route, firewall rule or sysctl of the host changes. --no-egress keeps it to DNS.
 
 A VirtualMachine's run strategy is honoured: Always starts the guest again whenever it stops,
 RerunOnFailure when it fails, Once and Manual run it once; Halted (running: false) is refused
@@ -169,7 +170,7 @@ secondary networks (each refused, saying so).`,
 	f.BoolVar(&cfg.Emulation, "emulation", false, "force software emulation (TCG); without it KVM is used when /dev/kvm opens")
 	f.StringVar(&cfg.Binding, "binding", "masquerade", "binding of the auto-attached pod interface: masquerade or bridge (KubeVirt's cluster default)")
 	f.StringVar(&cfg.WorkRoot, "workdir", "/run/vl", "parent of the per-run working directory")
-	f.StringVar(&cfg.RecordDir, "record-dir", runrecord.DefaultDir, "where the run records itself for vlctl ps and the verbs by name (a directory only root can write)")
+	f.StringVar(&cfg.RecordDir, "record-dir", runrecord.DefaultDir, "where the run records itself for vlctl ps and the verbs by name (root's alone, 0700, made when missing; the records hold the VMI)")
 	f.StringVar(&cfg.ImageCache, "image-cache", registrydisk.DefaultDir, "where containerDisk images given by reference (e.g. quay.io/containerdisks/fedora:latest) are pulled to (root's)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs, overlays) after the run")
 	f.StringVar(&cfg.UIDs, "uids", uidpool.DefaultRange, "FIRST-LAST: the ids each VM takes one of, as its own user and group, for its launcher, libvirt daemon and QEMU (no account may use them)")

@@ -20,16 +20,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
-
-	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/virtlauncher/virtlauncher/e2e/images"
 	"github.com/virtlauncher/virtlauncher/internal/ociimage"
@@ -85,7 +81,7 @@ type Cluster struct {
 	nodes            []*node
 	procs            []*proc
 	restrictOOM      bool // we may not lower OOM score adjustments (no CAP_SYS_RESOURCE)
-	registry         *http.Server
+	registry         *images.Registry
 	// Kubeconfig is the cluster admin's (system:masters) kubeconfig.
 	Kubeconfig string
 	st         state
@@ -111,6 +107,9 @@ func (c *Cluster) logf(format string, args ...any) {
 // Registry is the host:port of the cluster's image registry, as image
 // references in the cluster name it.
 func (c *Cluster) Registry() string { return "localhost:" + strconv.Itoa(registryPort) }
+
+// Images is the cluster's image registry, to push images into.
+func (c *Cluster) Images() *images.Registry { return c.registry }
 
 // PauseImage is the pod sandbox image (e2e/pause), which Up pushes.
 func (c *Cluster) PauseImage() string { return c.Registry() + "/vl-e2e/pause:1" }
@@ -299,7 +298,31 @@ func (c *Cluster) writePKI() error {
 			return err
 		}
 	}
+	if err := writeEtcdPKI(c.pkiDir); err != nil {
+		return err
+	}
 	return writeServiceAccountKey(c.pkiDir)
+}
+
+// writeEtcdPKI gives etcd a CA of its own, as kubeadm does: etcd lets in
+// every certificate its trusted CA signed, and the cluster's CA signs those
+// of the admin, the kubelets, kube-proxy and whatever certificate signing
+// request the controller manager signs. The etcd CA signs two: etcd's own
+// (serving clients and its peer port) and the API server's, the one client
+// etcd has. Its key is not kept: no one can sign a third.
+func writeEtcdPKI(dir string) error {
+	etcdCA, err := newCA("vl-e2e-etcd-ca")
+	if err != nil {
+		return err
+	}
+	if err := etcdCA.writeCert(dir, "etcd-ca"); err != nil {
+		return err
+	}
+	if err := etcdCA.issue(dir, "etcd-server", cert{cn: "vl-e2e-etcd", server: true, client: true,
+		dns: []string{"localhost"}, ips: []net.IP{net.ParseIP("127.0.0.1")}}); err != nil {
+		return err
+	}
+	return etcdCA.issue(dir, "apiserver-etcd-client", cert{cn: "kube-apiserver-etcd-client", client: true})
 }
 
 func (c *Cluster) startRegistry() error {
@@ -307,34 +330,58 @@ func (c *Cluster) startRegistry() error {
 	if err != nil {
 		return fmt.Errorf("image registry: %w", err)
 	}
-	c.registry = &http.Server{
-		Handler:           registry.New(registry.Logger(discardLogger())),
-		ReadHeaderTimeout: 30 * time.Second,
-	}
-	go func() { _ = c.registry.Serve(l) }()
+	c.registry = images.NewRegistry(c.Registry())
+	c.registry.Serve(l)
 	c.logf("image registry on %s", c.Registry())
 	return nil
+}
+
+// etcdURL is where etcd serves its clients (the API server alone): TLS on
+// loopback, a client certificate of the etcd CA required.
+func etcdURL() string { return "https://127.0.0.1:" + strconv.Itoa(etcdPort) }
+
+// etcdClientArgs are the API server's flags for reaching etcd.
+func (c *Cluster) etcdClientArgs() []string {
+	return []string{"--etcd-servers", etcdURL(),
+		"--etcd-cafile", filepath.Join(c.pkiDir, "etcd-ca.crt"),
+		"--etcd-certfile", filepath.Join(c.pkiDir, "apiserver-etcd-client.crt"),
+		"--etcd-keyfile", filepath.Join(c.pkiDir, "apiserver-etcd-client.key")}
+}
+
+// startEtcd starts etcd and waits until it answers. Both its ports are on
+// loopback, where every user of the machine reaches them, so both want a
+// client certificate of the etcd CA (writeEtcdPKI): whoever writes to etcd
+// owns the cluster and, through a privileged pod, the machine.
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	pki := func(n string) string { return filepath.Join(c.pkiDir, n) }
+	peerURL := "https://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
+	// The cluster lives for one run: no fsync, so a shared disk's
+	// latency does not make the API server time out.
+	if _, err := c.start("etcd", filepath.Join(c.cfg.Bin, "etcd"), "--name", NodeName, "--data-dir", filepath.Join(c.stateDir, "etcd"),
+		"--listen-client-urls", etcdURL(), "--advertise-client-urls", etcdURL(),
+		"--cert-file", pki("etcd-server.crt"), "--key-file", pki("etcd-server.key"),
+		"--client-cert-auth", "--trusted-ca-file", pki("etcd-ca.crt"),
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--peer-cert-file", pki("etcd-server.crt"), "--peer-key-file", pki("etcd-server.key"),
+		"--peer-client-cert-auth", "--peer-trusted-ca-file", pki("etcd-ca.crt"),
+		"--initial-cluster", NodeName+"="+peerURL, "--unsafe-no-fsync", "--log-level", "warn"); err != nil {
+		return err
+	}
+	client, err := c.certHTTP("etcd-ca", "apiserver-etcd-client")
+	if err != nil {
+		return err
+	}
+	return c.waitFor(ctx, "etcd", time.Minute, httpOK(client, etcdURL()+"/health"))
 }
 
 func (c *Cluster) startControlPlane(ctx context.Context) error {
 	bin := func(n string) string { return filepath.Join(c.cfg.Bin, n) }
 	pki := func(n string) string { return filepath.Join(c.pkiDir, n) }
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
-	// The cluster lives for one run: no fsync, so a shared disk's
-	// latency does not make the API server time out.
-	if _, err := c.start("etcd", bin("etcd"), "--name", NodeName, "--data-dir", filepath.Join(c.stateDir, "etcd"),
-		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
-		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", NodeName+"="+peerURL, "--unsafe-no-fsync", "--log-level", "warn"); err != nil {
+	if err := c.startEtcd(ctx); err != nil {
 		return err
 	}
-	if err := c.waitFor(ctx, "etcd", time.Minute, httpOK(&http.Client{}, etcdURL+"/health")); err != nil {
-		return err
-	}
-	if _, err := c.start("kube-apiserver", bin("kube-apiserver"),
+	apiserverArgs := append(c.etcdClientArgs(),
 		"--advertise-address", NodeIP, "--bind-address", NodeIP, "--secure-port", strconv.Itoa(APIPort),
-		"--etcd-servers", etcdURL,
 		"--service-cluster-ip-range", ServiceCIDR,
 		"--client-ca-file", pki("ca.crt"),
 		"--tls-cert-file", pki("apiserver.crt"), "--tls-private-key-file", pki("apiserver.key"),
@@ -356,7 +403,8 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--requestheader-extra-headers-prefix", "X-Remote-Extra-",
 		"--proxy-client-cert-file", pki("front-proxy-client.crt"), "--proxy-client-key-file", pki("front-proxy-client.key"),
 		"--feature-gates", c.featureGates(),
-		"--profiling=false"); err != nil {
+		"--profiling=false")
+	if _, err := c.start("kube-apiserver", bin("kube-apiserver"), apiserverArgs...); err != nil {
 		return err
 	}
 	admin, err := c.writeKubeconfig("admin", "admin")
@@ -400,17 +448,23 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 }
 
 // adminHTTP is an HTTP client with the admin's certificate.
-func (c *Cluster) adminHTTP() (*http.Client, error) {
-	pair, err := tls.LoadX509KeyPair(filepath.Join(c.pkiDir, "admin.crt"), filepath.Join(c.pkiDir, "admin.key"))
+func (c *Cluster) adminHTTP() (*http.Client, error) { return c.certHTTP("ca", "admin") }
+
+// certHTTP is an HTTP client with the certificate NAME.crt/.key of the
+// PKI directory, trusting only the CA CA.crt.
+func (c *Cluster) certHTTP(ca, name string) (*http.Client, error) {
+	pair, err := tls.LoadX509KeyPair(filepath.Join(c.pkiDir, name+".crt"), filepath.Join(c.pkiDir, name+".key"))
 	if err != nil {
 		return nil, err
 	}
-	caPEM, err := os.ReadFile(filepath.Join(c.pkiDir, "ca.crt"))
+	caPEM, err := os.ReadFile(filepath.Join(c.pkiDir, ca+".crt"))
 	if err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%s holds no certificate", filepath.Join(c.pkiDir, ca+".crt"))
+	}
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12,
 	}}}, nil
@@ -458,31 +512,34 @@ func (c *Cluster) recordState() error {
 // Down takes the cluster down and removes everything Up made. It is safe
 // to call on a partly started cluster.
 func (c *Cluster) Down(ctx context.Context) error {
-	// Reverse order: kube-proxy and kubelet first, etcd last, then the
-	// namespaces' PID 1, which takes the pods with it.
+	c.stopDaemons(ctx)
+	return cleanLeftovers(ctx, c.cfg, c.logf)
+}
+
+// stopDaemons stops what Up started, in reverse order: kube-proxy and
+// kubelet first, etcd last, then the namespaces' PID 1, which takes the
+// pods with it; and the registry.
+func (c *Cluster) stopDaemons(ctx context.Context) {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].stop(10 * time.Second)
 	}
 	if c.registry != nil {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_ = c.registry.Shutdown(sctx)
+		_ = c.registry.Close(sctx)
 		cancel()
 	}
-	return cleanLeftovers(ctx, c.cfg, c.logf)
 }
 
 // pushPause puts the pod sandbox image (e2e/pause) into the registry
 // before containerd needs it.
 func (c *Cluster) pushPause(ctx context.Context) error {
-	return images.Push(ctx, ociimage.Spec{
+	return c.registry.Push(ctx, ociimage.Spec{
 		Files:   []ociimage.File{{Dst: "/pause", Src: filepath.Join(c.cfg.Bin, "pause")}},
 		Epoch:   time.Unix(0, 0).UTC(),
 		Config:  ociimage.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"},
 		FilesBy: "e2e/pause",
 	}, c.PauseImage())
 }
-
-func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
 
 // CleanUp removes what a killed run left behind, if anything.
 func CleanUp(ctx context.Context, cfg Config) error { return cleanLeftovers(ctx, cfg, cfg.Logf) }

@@ -88,11 +88,19 @@ func (a *ca) issue(dir, name string, c cert) error {
 	return writeKey(filepath.Join(dir, name+".key"), key)
 }
 
+// write writes NAME.crt and NAME.key (the CA's key, to sign with later)
+// into dir.
 func (a *ca) write(dir, name string) error {
-	if err := writePEM(filepath.Join(dir, name+".crt"), "CERTIFICATE", a.cert.Raw); err != nil {
+	if err := a.writeCert(dir, name); err != nil {
 		return err
 	}
 	return writeKey(filepath.Join(dir, name+".key"), a.key)
+}
+
+// writeCert writes only NAME.crt, for those who trust the CA; its key
+// stays in memory and goes with the process.
+func (a *ca) writeCert(dir, name string) error {
+	return writePEM(filepath.Join(dir, name+".crt"), "CERTIFICATE", a.cert.Raw)
 }
 
 // writeServiceAccountKey writes the key pair that signs service account

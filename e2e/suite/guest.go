@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/virtlauncher/virtlauncher/e2e/images"
 	"github.com/virtlauncher/virtlauncher/internal/ociimage"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
@@ -47,7 +46,7 @@ func (e *Env) PushTestGuest(ctx context.Context) (GuestImages, error) {
 		Epoch:   epoch,
 		FilesBy: "e2e/suite: the test guest's root disk",
 	}
-	if err := images.Push(ctx, disk, gi.Disk); err != nil {
+	if err := e.Cluster.Images().Push(ctx, disk, gi.Disk); err != nil {
 		return GuestImages{}, err
 	}
 	kernel := ociimage.Spec{
@@ -60,7 +59,7 @@ func (e *Env) PushTestGuest(ctx context.Context) (GuestImages, error) {
 		Epoch:   epoch,
 		FilesBy: "e2e/suite: the test guest's kernel and initrd",
 	}
-	if err := images.Push(ctx, kernel, gi.Kernel); err != nil {
+	if err := e.Cluster.Images().Push(ctx, kernel, gi.Kernel); err != nil {
 		return GuestImages{}, err
 	}
 	return gi, nil
@@ -79,5 +78,5 @@ func (e *Env) PushSidecarImage(ctx context.Context) (string, error) {
 		Config:  ociimage.Config{Entrypoint: []string{"/sidecar-shim"}, User: "1001"},
 		FilesBy: "e2e/suite: KubeVirt's sidecar-shim and smbios hook " + KubeVirtVersion,
 	}
-	return ref, images.Push(ctx, spec, ref)
+	return ref, e.Cluster.Images().Push(ctx, spec, ref)
 }

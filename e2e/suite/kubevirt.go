@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/e2e/cluster"
-	"github.com/virtlauncher/virtlauncher/e2e/images"
 	"github.com/virtlauncher/virtlauncher/internal/kubevirtimage"
 	"github.com/virtlauncher/virtlauncher/internal/ociimage"
 )
@@ -53,7 +52,7 @@ func (e *Env) PushKubeVirtLauncher(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return images.PushImage(ctx, img, e.KubeVirtLauncherImage())
+	return e.Cluster.Images().PushImage(ctx, img, e.KubeVirtLauncherImage())
 }
 
 // UseLauncher switches the cluster's KubeVirt to the launcher image ref,
@@ -118,7 +117,7 @@ func (e *Env) pushKubeVirt(ctx context.Context) error {
 			Config:  ociimage.Config{Entrypoint: []string{"/usr/bin/" + comp}, User: "1001"},
 			FilesBy: "e2e/suite: " + comp + " " + KubeVirtVersion,
 		}
-		if err := images.Push(ctx, spec, e.kubevirtImage(comp)); err != nil {
+		if err := e.Cluster.Images().Push(ctx, spec, e.kubevirtImage(comp)); err != nil {
 			return err
 		}
 	}
@@ -137,14 +136,14 @@ func (e *Env) pushKubeVirt(ctx context.Context) error {
 		RootfsBy: "deploy/mkrootfs: Debian 12 (mmdebstrap)",
 		FilesBy:  "e2e/suite: virt-handler " + KubeVirtVersion,
 	}
-	if err := images.Push(ctx, handler, e.kubevirtImage("virt-handler")); err != nil {
+	if err := e.Cluster.Images().Push(ctx, handler, e.kubevirtImage("virt-handler")); err != nil {
 		return err
 	}
 	archive := filepath.Join(e.Root, "bin", "virtlauncher-launcher.oci.tar")
 	if _, err := os.Stat(archive); err != nil {
 		return fmt.Errorf("the launcher image: %w (run `make image`)", err)
 	}
-	return images.PushArchive(ctx, archive, e.LauncherImage())
+	return e.Cluster.Images().PushArchive(ctx, archive, e.LauncherImage())
 }
 
 // nonRootBase is what KubeVirt's passwd-image gives its non-root images

@@ -8,37 +8,41 @@
 package registrydisk
 
 import (
-	"archive/tar"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	ggcr "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	k8sv1 "k8s.io/api/core/v1"
 )
 
 // DefaultDir is the cache of standalone runs.
 const DefaultDir = "/var/cache/virtlauncher/containerdisks"
 
+// DefaultMaxSize bounds what an image's layers may expand to, and so the
+// file extracted from it, when Cache.MaxSize is 0: room for a large raw
+// disk, but not for a small gzip stream that expands without end.
+const DefaultMaxSize = 64 << 30
+
 // Cache is a directory of extracted disks, named by the digest of the
-// image they came from, and of the references last resolved to them.
+// image they came from, and of the references last resolved to them. It is
+// root's alone (0711: the path can be passed through, the names not
+// listed; files 0600): its images may have been pulled with root's
+// registry credentials. A run gets read access to the files it uses by an
+// ACL entry of its own (internal/standalone).
 type Cache struct {
 	Dir string
 	// Status gets a line for each pull ("pulling ...").
 	Status io.Writer
+	// MaxSize is the most bytes an image's layers may expand to, all
+	// together (0: DefaultMaxSize).
+	MaxSize int64
 }
 
 // Fetch returns the path of the disk of the image ref (an image reference
@@ -47,15 +51,18 @@ type Cache struct {
 // only what it lacks, Always (and "") asks the registry which image the
 // reference names now and pulls that one if it is not cached. diskPath is
 // the file in the image: a containerDisk's path field ("" for the only
-// file under /disk/), a kernelBoot image's kernelPath or initrdPath. Registries on loopback and private addresses are
-// spoken to over plain HTTP (go-containerregistry's rule); credentials
-// come from root's Docker config, as `docker pull` would use them.
+// file under /disk/), a kernelBoot image's kernelPath or initrdPath.
+// Registries on loopback and private addresses are spoken to over plain
+// HTTP (go-containerregistry's rule); credentials come from root's Docker
+// config, as `docker pull` would use them. Everything pulled is checked
+// against its digest before it is used (pull.go); a pull that fails
+// leaves nothing in the cache.
 func (c *Cache) Fetch(ctx context.Context, ref, diskPath string, policy k8sv1.PullPolicy) (string, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return "", fmt.Errorf("image %q: %w", ref, err)
 	}
-	if err := c.ensureDir(); err != nil {
+	if err := c.open(); err != nil {
 		return "", err
 	}
 	key := refKey(r.Name(), diskPath)
@@ -67,45 +74,61 @@ func (c *Cache) Fetch(ctx context.Context, ref, diskPath string, policy k8sv1.Pu
 			return "", fmt.Errorf("image %s is not in the cache %s and imagePullPolicy is Never", r.Name(), c.Dir)
 		}
 	}
-	img, err := remote.Image(r,
-		remote.WithContext(ctx),
-		remote.WithAuthFromKeychain(authn.DefaultKeychain),
-		remote.WithPlatform(ggcr.Platform{OS: "linux", Architecture: runtime.GOARCH}))
+	img, digest, err := resolve(ctx, r)
 	if err != nil {
 		return "", fmt.Errorf("image %s: %w", r.Name(), err)
 	}
-	digest, err := img.Digest()
-	if err != nil {
-		return "", fmt.Errorf("image %s: %w", r.Name(), err)
-	}
-	disk := filepath.Join(c.Dir, digest.Hex+"-"+pathKey(diskPath)+".img")
+	file := digest.Hex + "-" + pathKey(diskPath) + ".img"
+	disk := filepath.Join(c.Dir, file)
 	if _, err := os.Lstat(disk); err != nil {
 		if c.Status != nil {
 			fmt.Fprintf(c.Status, "vlctl: pulling %s (%s)\n", r.Name(), digest)
 		}
-		if err := extract(img, diskPath, disk); err != nil {
+		if err := c.pull(ctx, img, diskPath, file); err != nil {
 			return "", fmt.Errorf("image %s: %w", r.Name(), err)
 		}
 	}
-	if err := writeAtomic(filepath.Join(c.Dir, key+".ref"), []byte(filepath.Base(disk))); err != nil {
-		return "", err
+	if err := c.writeAtomic(ctx, key+".ref", []byte(file)); err != nil {
+		return "", fmt.Errorf("image cache %s: %w", c.Dir, err)
 	}
 	return disk, nil
 }
 
-// ensureDir makes the cache directory, which must be root's and writable
-// by root alone: what is in it is handed to QEMU.
-func (c *Cache) ensureDir() error {
-	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+func (c *Cache) maxSize() int64 {
+	if c.MaxSize > 0 {
+		return c.MaxSize
+	}
+	return DefaultMaxSize
+}
+
+// open makes the cache directory, which must be root's and writable by
+// root alone (what is in it is handed to QEMU), closes it to other users
+// (a cache an earlier version left readable included), and removes what
+// pulls that were killed left (tempfiles.go).
+func (c *Cache) open() error {
+	if err := os.MkdirAll(c.Dir, 0o711); err != nil {
 		return fmt.Errorf("image cache: %w", err)
 	}
-	fi, err := os.Lstat(c.Dir)
+	d, err := os.OpenFile(c.Dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("image cache %s: %w", c.Dir, err)
+	}
+	defer d.Close()
+	fi, err := d.Stat()
 	if err != nil {
 		return fmt.Errorf("image cache: %w", err)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
+	if !ok || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
 		return fmt.Errorf("image cache %s: must be a directory owned by root and writable by root alone", c.Dir)
+	}
+	if fi.Mode().Perm() != 0o711 {
+		if err := d.Chmod(0o711); err != nil {
+			return fmt.Errorf("image cache %s: %w", c.Dir, err)
+		}
+	}
+	if err := sweep(d); err != nil {
+		return fmt.Errorf("image cache %s: %w", c.Dir, err)
 	}
 	return nil
 }
@@ -128,87 +151,15 @@ func (c *Cache) cached(key string) (string, bool) {
 	return p, true
 }
 
-// extract copies the disk file of img to dst (through a temporary file in
-// the same directory, renamed when complete).
-func extract(img ggcr.Image, diskPath, dst string) error {
-	want := ""
-	if diskPath != "" {
-		want = strings.TrimPrefix(path.Clean("/"+diskPath), "/")
-	}
-	rc := mutate.Extract(img)
-	defer rc.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".pull-*")
+// writeAtomic replaces the cache's file name with data (a temporary file,
+// then rename).
+func (c *Cache) writeAtomic(ctx context.Context, name string, data []byte) error {
+	tmp, err := c.createTemp(ctx, refTempPrefix)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	var found []string
-	links := map[string]string{}
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("read layers: %w", err)
-		}
-		n := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
-		if h.Typeflag == tar.TypeSymlink || h.Typeflag == tar.TypeLink {
-			links[n] = h.Linkname
-		}
-		if h.Typeflag != tar.TypeReg {
-			continue
-		}
-		if want != "" && n != want || want == "" && path.Dir(n) != "disk" {
-			continue
-		}
-		found = append(found, "/"+n)
-		if len(found) > 1 {
-			continue // refused below
-		}
-		if _, err := io.Copy(tmp, tr); err != nil {
-			return fmt.Errorf("extract /%s: %w", n, err)
-		}
-	}
-	switch {
-	case len(found) == 0 && links[want] != "":
-		return fmt.Errorf("/%s is a link in the image (to %s): name the file itself", want, links[want])
-	case len(found) == 0 && want != "":
-		return fmt.Errorf("no file /%s in the image", want)
-	case len(found) == 0:
-		return errors.New("no disk under /disk/ in the image: not a KubeVirt containerDisk")
-	case len(found) > 1:
-		return fmt.Errorf("several files under /disk/ (%s): name one with containerDisk.path", strings.Join(found, ", "))
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
-}
-
-// writeAtomic replaces path with data (temporary file, then rename).
-func writeAtomic(p string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".ref-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), p)
+	_, err = tmp.Write(data)
+	return c.commit(tmp, err, name, true)
 }
 
 // refKey names the reference (and the file chosen in it) in the cache.

@@ -96,8 +96,8 @@ func TestFetchPolicies(t *testing.T) {
 	if got := read(t, p1); got != "first" {
 		t.Errorf("disk %q, want first", got)
 	}
-	if fi, _ := os.Stat(p1); fi.Mode().Perm() != 0o644 {
-		t.Errorf("disk mode %v, want 0644 (root's, readable by QEMU's user)", fi.Mode().Perm())
+	if fi, _ := os.Stat(p1); fi.Mode().Perm() != 0o600 {
+		t.Errorf("disk mode %v, want 0600 (root's alone: a run is granted its own read access)", fi.Mode().Perm())
 	}
 	// The tag moves to a new image.
 	push(t, ref, image(t, map[string]string{"disk/disk.qcow2": "second"}))

@@ -3,8 +3,9 @@
 // so that `vlctl ps|stop|kill|pause|unpause|console NAME` find it from any
 // terminal.
 //
-// The records live in a directory only root can write (default
-// /run/vlctl), never in a run's work dir: that tree belongs to the
+// The records live in a directory only root can enter (default
+// /run/vlctl, 0700, records 0600: they hold the VMI with its cloud-init
+// secrets), never in a run's work dir: that tree belongs to the
 // unprivileged launcher user, and root must not follow what that user can
 // change. The paths a record names are inside that tree all the same, so a
 // command that dials one checks who answers (PeerOwnedBy): the socket's
@@ -28,6 +29,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
 // DefaultDir is where root keeps the records.
@@ -156,76 +158,71 @@ func (r *Record) Alive() bool {
 	return err == nil && s.State != 'Z' && s.StartTime == r.PIDStart && r.PIDStart != 0
 }
 
-// trustedDir checks that dir and every directory above it can be written
-// by root alone: owned by root and not writable by group or others, or, a
-// directory like /tmp, root-owned and sticky (others cannot rename or
-// remove root's entries in it).
-func trustedDir(dir string) error {
+// openDir opens the record directory, made when missing: root's alone,
+// 0700 (an existing one of root's is closed to others if it was not), with
+// no directory above it that another user can change (safefs.OpenTrusted).
+// Records hold the whole VMI, cloud-init passwords included.
+func openDir(dir string) (*safefs.Dir, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("record directory: %w", err)
 	}
-	for p := abs; ; p = filepath.Dir(p) {
-		st, err := os.Lstat(p)
-		if err != nil {
-			return fmt.Errorf("record directory %s: %w", dir, err)
-		}
-		sys, ok := st.Sys().(*syscall.Stat_t)
-		if !st.IsDir() || !ok || sys.Uid != 0 {
-			return fmt.Errorf("record directory %s: %s is not a directory owned by root", dir, p)
-		}
-		if st.Mode().Perm()&0o022 != 0 && (p == abs || st.Mode()&os.ModeSticky == 0) {
-			return fmt.Errorf("record directory %s: %s is writable by users other than root", dir, p)
-		}
-		if p == "/" {
-			return nil
-		}
+	d, err := safefs.OpenTrusted(abs, 0o700)
+	if err != nil {
+		return nil, fmt.Errorf("record directory: %w", err)
 	}
+	return d, nil
 }
 
-// Write stores rec in dir (made 0755 when missing) atomically, as a file
-// only root can write; it returns the file's path, for Remove.
+// Write stores rec in dir atomically (a temporary file renamed over the
+// name, never written through a link), as a file only root can read and
+// write (0600); it returns the file's path, for Remove.
 func Write(dir string, rec *Record) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("record directory: %w", err)
-	}
-	if err := trustedDir(dir); err != nil {
+	d, err := openDir(dir)
+	if err != nil {
 		return "", err
 	}
+	defer d.Close()
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return "", fmt.Errorf("record of %s: %w", rec.FullName(), err)
 	}
-	path := filepath.Join(dir, fmt.Sprintf("%d-%s.json", rec.PID, filepath.Base(rec.WorkDir)))
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
+	name := FileName(rec)
+	if err := d.WriteFile(name, append(b, '\n'), 0o600); err != nil {
 		return "", fmt.Errorf("record of %s: %w", rec.FullName(), err)
 	}
-	_, werr := tmp.Write(append(b, '\n'))
-	err = errors.Join(werr, tmp.Chmod(0o644), tmp.Close())
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
+	return d.Join(name), nil
+}
+
+// FileName is the name of rec's file in the record directory.
+func FileName(rec *Record) string {
+	return fmt.Sprintf("%d-%s.json", rec.PID, filepath.Base(rec.WorkDir))
+}
+
+// Path is where Write(dir, rec) puts rec, as an absolute path.
+func Path(dir string, rec *Record) (string, error) {
+	abs, err := filepath.Abs(dir)
 	if err != nil {
-		os.Remove(tmp.Name())
-		return "", fmt.Errorf("record of %s: %w", rec.FullName(), err)
+		return "", fmt.Errorf("record directory: %w", err)
 	}
-	return path, nil
+	return filepath.Join(abs, FileName(rec)), nil
 }
 
 // List reads the records in dir, sorted by namespace/name; a missing dir
 // holds none. Files not written by root, or unreadable, are skipped and
 // reported in the returned error alongside what was read.
 func List(dir string) ([]Entry, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	d, err := openDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	ents, err := os.ReadDir(d.Path())
 	if err != nil {
 		return nil, fmt.Errorf("records: %w", err)
-	}
-	if err := trustedDir(dir); err != nil {
-		return nil, err
 	}
 	var out []Entry
 	var errs []error
@@ -233,8 +230,8 @@ func List(dir string) ([]Entry, error) {
 		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
-		rec, err := read(path)
+		path := d.Join(e.Name())
+		rec, err := read(d, e.Name())
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -250,8 +247,9 @@ func List(dir string) ([]Entry, error) {
 	return out, errors.Join(errs...)
 }
 
-func read(path string) (*Record, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+func read(d *safefs.Dir, name string) (*Record, error) {
+	path := d.Join(name)
+	f, err := d.OpenRegular(name)
 	if err != nil {
 		return nil, fmt.Errorf("record %s: %w", path, err)
 	}

@@ -73,8 +73,11 @@ func TestWriteList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o644 {
-		t.Errorf("record mode: %v %v", st.Mode(), err)
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("record mode: %v %v, want 0600", st.Mode(), err)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("record directory mode: %v %v, want 0700", st.Mode(), err)
 	}
 	// A process that is gone, and this one with another start time (a
 	// reused pid).
@@ -118,7 +121,7 @@ func TestWriteList(t *testing.T) {
 	}
 	// A record directory others can write is refused.
 	os.Chmod(dir, 0o777)
-	if _, err := List(dir); err == nil || !strings.Contains(err.Error(), "writable by users other than root") {
+	if _, err := List(dir); err == nil || !strings.Contains(err.Error(), "writable by users other than its owner") {
 		t.Errorf("List of a world-writable directory: %v", err)
 	}
 	if _, err := Write(dir, live); err == nil {
@@ -131,4 +134,79 @@ func TestListMissingDir(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Errorf("List of a missing dir = %v, %v", got, err)
 	}
+}
+
+// TestRecordsPrivate: records hold the whole VMI, cloud-init passwords
+// included. They are 0600 in a 0700 directory: an existing directory of
+// root's that others can read is closed first, one of another user's is
+// refused, and a record is replaced atomically (a link at its name is
+// replaced, never written through).
+func TestRecordsPrivate(t *testing.T) {
+	testenv.Root(t, "records are root's")
+	pid, start, err := Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &Record{Name: "vm", Namespace: "ns", PID: pid, PIDStart: start, WorkDir: "/run/vl/ab12"}
+
+	t.Run("open directory closed", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "records")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(dir, 0o755)
+		path, err := Write(dir, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, want := range map[string]os.FileMode{dir: 0o700, path: 0o600} {
+			if st, err := os.Stat(p); err != nil || st.Mode().Perm() != want {
+				t.Errorf("%s: mode %v %v, want %04o", p, st.Mode(), err, want)
+			}
+		}
+	})
+	t.Run("another user's directory refused", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "records")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, 1879300003, 1879300003); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Write(dir, rec); err == nil || !strings.Contains(err.Error(), dir+" is owned by uid 1879300003, not root") {
+			t.Fatalf("Write into another user's directory: %v, want it refused naming it", err)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("written into the refused directory: %v", ents)
+		}
+		if _, err := List(dir); err == nil || !strings.Contains(err.Error(), "owned by uid 1879300003") {
+			t.Errorf("List of another user's directory: %v, want it refused", err)
+		}
+	})
+	t.Run("link at the record's name replaced", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "records")
+		victim := filepath.Join(t.TempDir(), "victim")
+		if err := os.WriteFile(victim, []byte("root's own\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		path, err := Write(dir, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(victim, path); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Write(dir, rec); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(victim); string(b) != "root's own\n" {
+			t.Errorf("written through the link: %q", b)
+		}
+		if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v, want a regular file 0600", path, st.Mode(), err)
+		}
+	})
 }

@@ -43,31 +43,14 @@ func (r *runner) capsCache(ctx context.Context) (string, error) {
 	if dir == "none" || dir == "" {
 		return "", nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("create %s: %w", dir, err)
-	}
-	real, err := resolveTrusted(dir, r.owner)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", dir, err)
-	}
-	d, err := safefs.Open(real)
+	// Root's alone, with nothing above it another user can change, and
+	// 0755: the launchers read it as their own ids.
+	d, err := safefs.OpenTrusted(dir, 0o755)
 	if err != nil {
 		return "", err
 	}
 	defer d.Close()
-	st, err := d.Stat()
-	if err != nil {
-		return "", err
-	}
-	if st.Uid != 0 || st.Mode&0o022 != 0 {
-		return "", fmt.Errorf("%s must be a directory owned by root and writable by root alone (an older vlctl made it the launcher user's: remove it)", real)
-	}
-	// The launchers read it as their own ids.
-	if st.Mode&0o005 != 0o005 {
-		if err := d.Chmod(0o755); err != nil {
-			return "", err
-		}
-	}
+	real := d.Path()
 	stamp := capsStamp()
 	if old, err := d.ReadFile("stamp"); err == nil && bytes.Equal(old, stamp) {
 		if files, _ := filepath.Glob(filepath.Join(real, "*.xml")); len(files) > 0 {

@@ -1,12 +1,15 @@
 package standalone
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/relay"
 )
 
 // consoleHub shares the guest's serial console, which QEMU serves to one
@@ -18,8 +21,10 @@ import (
 type consoleHub struct {
 	guest net.Conn
 	out   io.Writer
-	lis   net.Listener
-	path  string
+	// status hears of consoles refused and accept errors.
+	status io.Writer
+	lis    net.Listener
+	path   string
 
 	mu      sync.Mutex
 	clients []*hubClient // in order of attaching; clients[0] has the input
@@ -45,7 +50,7 @@ const hubWriteTimeout = 2 * time.Second
 
 // newConsoleHub listens at path, a socket only root may connect to (it is
 // in the work dir, which the launcher's user cannot write, and mode 0600).
-func newConsoleHub(guest net.Conn, out io.Writer, path string) (*consoleHub, error) {
+func newConsoleHub(guest net.Conn, out, status io.Writer, path string) (*consoleHub, error) {
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("console socket: %w", err)
@@ -54,11 +59,13 @@ func newConsoleHub(guest net.Conn, out io.Writer, path string) (*consoleHub, err
 		lis.Close()
 		return nil, fmt.Errorf("console socket: %w", err)
 	}
-	h := &consoleHub{guest: guest, out: out, lis: lis, path: path, quit: make(chan struct{})}
+	h := &consoleHub{guest: guest, out: out, status: status, lis: lis, path: path, quit: make(chan struct{})}
 	h.wg.Add(1)
 	go h.accept()
 	return h, nil
 }
+
+func (h *consoleHub) statusf(format string, a ...any) { fmt.Fprintf(h.status, format, a...) }
 
 // run copies the guest's output to out and to every client until the
 // guest's connection ends.
@@ -91,12 +98,17 @@ func (h *consoleHub) broadcast(b []byte) {
 	}
 }
 
-// attach adds a client; false when the hub is closed.
-func (h *consoleHub) attach(c *hubClient) bool {
+// attach adds a client; an error when the hub is closed or has
+// maxConsoles attached.
+func (h *consoleHub) attach(c *hubClient) error {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		return false
+		return errors.New("the console is closed")
+	}
+	if len(h.clients) >= maxConsoles {
+		h.mu.Unlock()
+		return fmt.Errorf("a console not attached: %d are, the most allowed", maxConsoles)
 	}
 	h.clients = append(h.clients, c)
 	watcher := len(h.clients) > 1
@@ -104,7 +116,7 @@ func (h *consoleHub) attach(c *hubClient) bool {
 	if watcher {
 		c.notify("\r\nvlctl: another console has the input; this one shows the output until it detaches\r\n")
 	}
-	return true
+	return nil
 }
 
 // attachKeys makes keys (vlctl run's terminal, read by one goroutine for
@@ -113,7 +125,7 @@ func (h *consoleHub) attach(c *hubClient) bool {
 // a guest started again by the run strategy gets every key.
 func (h *consoleHub) attachKeys(keys <-chan []byte) {
 	c := &hubClient{}
-	if !h.attach(c) {
+	if h.attach(c) != nil {
 		return
 	}
 	h.wg.Add(1)
@@ -138,15 +150,24 @@ func (h *consoleHub) attachKeys(keys <-chan []byte) {
 	}()
 }
 
+// maxConsoles bounds the consoles attached at once: only root reaches the
+// hub's socket, but each attached console costs a descriptor and a copy
+// of every byte the guest prints. An attached console has no idle limit:
+// watching a quiet guest is what one is for.
+const maxConsoles = 16
+
+// accept attaches every console that connects, until the hub is closed;
+// it outlives transient errors (a vlctl out of descriptors).
 func (h *consoleHub) accept() {
 	defer h.wg.Done()
-	for {
-		conn, err := h.lis.Accept()
-		if err != nil {
-			return
-		}
+	var rep relay.Reporter
+	relay.AcceptLoop(h.lis, func(err error) {
+		rep.Printf(h.statusf, "vlctl: console socket: %v\n", err)
+	}, func(conn net.Conn) {
 		c := &hubClient{conn: conn}
-		if !h.attach(c) {
+		if err := h.attach(c); err != nil {
+			rep.Printf(h.statusf, "vlctl: console socket: %v\n", err)
+			c.notify("\r\nvlctl: " + err.Error() + "\r\n")
 			conn.Close()
 			return
 		}
@@ -155,7 +176,7 @@ func (h *consoleHub) accept() {
 			defer h.wg.Done()
 			h.forward(c, conn)
 		}()
-	}
+	})
 }
 
 // forward sends what c types (in) to the guest while c has the input, and

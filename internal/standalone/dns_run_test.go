@@ -1,12 +1,9 @@
 package standalone_test
 
 import (
-	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
+	"github.com/virtlauncher/virtlauncher/internal/testnet"
 )
 
 // serveDNS runs a resolver on the host's loopback that stands in for the
@@ -68,45 +65,17 @@ func serveDNS(t *testing.T) string {
 	return conn.LocalAddr().String()
 }
 
-// testHost stands in for a host of the internet: an address of its own on
-// a veth of this machine (no dummy driver here; 198.18.0.0/15 is for
-// benchmarks, and no traffic leaves the machine), with a web server
-// answering body.
-func testHost(t *testing.T, body string) netip.AddrPort {
-	t.Helper()
-	b := make([]byte, 2)
-	rand.Read(b)
-	addr := netip.AddrFrom4([4]byte{198, 18, b[0], b[1] | 1})
-	dummy := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("vlt%x", b)}, PeerName: fmt.Sprintf("vlt%xp", b)}
-	if err := netlink.LinkAdd(dummy); err != nil {
-		t.Fatalf("test host interface: %v", err)
-	}
-	t.Cleanup(func() { netlink.LinkDel(dummy) })
-	if err := netlink.AddrAdd(dummy, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(dummy); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) })}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return l.Addr().(*net.TCPAddr).AddrPort()
-}
-
 // TestVlctlRunDNS: the guest resolves a name through the resolver DHCP
 // gave it (the pod's, in the outside namespace), which vlctl relays to the
 // resolver --dns names: one the test runs on loopback. It also reaches a
-// web server of a test host (egress), but not a link-local address.
+// web server of a host of the internet (egress), but not a service of the
+// host itself, a link-local address or a cloud metadata service.
 func TestVlctlRunDNS(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	dns := serveDNS(t)
-	web := testHost(t, "VL-EGRESS-PAGE")
+	web := testnet.FarHost(t, "VL-EGRESS-PAGE")
+	hostSvc := testnet.HostService(t, "VL-HOST-PAGE")
 
 	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "dns")
 	if code != 0 {
@@ -174,12 +143,24 @@ func TestVlctlRunDNS(t *testing.T) {
 	if !strings.Contains(errOut.String(), "vlctl: guest egress: TCP to the addresses this host reaches") {
 		t.Errorf("vlctl run did not say the guest has a way out:\n%s", errOut.String())
 	}
-	fmt.Fprintf(in, "\nprintf 'x' | nc -w 5 169.254.169.254 80; echo VL-METADATA-TRIED-$((6*7))\n")
+	// Refused: a service of the host (on an address of the host's
+	// namespace), link-local and cloud metadata addresses.
+	fmt.Fprintf(in, "\nprintf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 %s %d; printf 'x' | nc -w 5 169.254.169.254 80; printf 'x' | nc -w 5 168.63.129.16 80; echo VL-METADATA-TRIED-$((6*7))\n",
+		hostSvc.Addr(), hostSvc.Port())
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "VL-METADATA-TRIED-42") && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if !strings.Contains(errOut.String(), "guest egress: to 169.254.169.254:80: link-local addresses") {
-		t.Errorf("the relay did not refuse a link-local destination, or said nothing:\n%s", errOut.String())
+	for _, want := range []string{
+		fmt.Sprintf("guest egress: to %s: the host's own addresses are not reachable", hostSvc),
+		"guest egress: to 169.254.169.254:80: link-local addresses",
+		"guest egress: to 168.63.129.16:80: a cloud metadata service",
+	} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("the relay did not refuse (%s), or said nothing:\n%s", want, errOut.String())
+		}
+	}
+	if strings.Contains(out.String(), "VL-HOST-PAGE") {
+		t.Errorf("the guest reached a service of the host:\n%s", out.String())
 	}
 	in.Close()
 	cmd.Process.Signal(syscall.SIGINT)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
+	"github.com/virtlauncher/virtlauncher/internal/relay"
 )
 
 // dnsTimeout bounds one upstream exchange.
@@ -26,6 +28,7 @@ const dnsTimeout = 3 * time.Second
 // route, rule or sysctl of the host changing. UDP only.
 type dnsRelay struct {
 	conn     net.PacketConn
+	status   io.Writer // hears of read errors
 	upstream []string
 	sem      chan struct{} // bounds the exchanges in flight
 	wg       sync.WaitGroup
@@ -53,7 +56,7 @@ func hostResolvers(path string) ([]string, error) {
 }
 
 // startDNSRelay listens at addr:53/udp in the namespace outside.
-func startDNSRelay(outside netns.NsHandle, addr netip.Addr, upstream []string) (*dnsRelay, error) {
+func startDNSRelay(outside netns.NsHandle, addr netip.Addr, upstream []string, status io.Writer) (*dnsRelay, error) {
 	if len(upstream) == 0 {
 		return nil, errors.New("no upstream resolver")
 	}
@@ -65,20 +68,31 @@ func startDNSRelay(outside netns.NsHandle, addr netip.Addr, upstream []string) (
 	}); err != nil {
 		return nil, fmt.Errorf("DNS relay: %w", err)
 	}
-	d := &dnsRelay{conn: conn, upstream: upstream, sem: make(chan struct{}, 64)}
+	d := &dnsRelay{conn: conn, status: status, upstream: upstream, sem: make(chan struct{}, 64)}
 	d.wg.Add(1)
 	go d.serve()
 	return d, nil
 }
 
+// serve answers queries until the socket is closed; a read error
+// otherwise (a vlctl short of memory or buffers) is retried with
+// relay.Backoff, as an accept loop's.
 func (d *dnsRelay) serve() {
 	defer d.wg.Done()
+	var b relay.Backoff
+	var rep relay.Reporter
 	for {
 		buf := make([]byte, 1500)
 		n, from, err := d.conn.ReadFrom(buf)
 		if err != nil {
-			return // closed
+			wait, ok := b.Retry(err)
+			if !ok {
+				return
+			}
+			rep.Printf(d.statusf, "vlctl: DNS relay: %v (retried after %v)\n", err, wait)
+			continue
 		}
+		b.Reset()
 		select {
 		case d.sem <- struct{}{}:
 		default:
@@ -94,6 +108,8 @@ func (d *dnsRelay) serve() {
 		}()
 	}
 }
+
+func (d *dnsRelay) statusf(format string, a ...any) { fmt.Fprintf(d.status, format, a...) }
 
 // exchange asks the upstream resolvers in turn; nil when none answers.
 func (d *dnsRelay) exchange(q []byte) []byte {

@@ -202,7 +202,7 @@ func (r *runner) streamConsole(ctx context.Context, wait time.Duration) <-chan s
 		}
 		defer conn.Close()
 		go func() { <-ctx.Done(); conn.Close() }()
-		hub, err := newConsoleHub(conn, r.cfg.Console, r.consoleSocket())
+		hub, err := newConsoleHub(conn, r.cfg.Console, r.cfg.Status, r.consoleSocket())
 		if err != nil {
 			fmt.Fprintf(r.cfg.Status, "vlctl: %v (vlctl console by name will not attach)\n", err)
 			io.Copy(r.cfg.Console, conn)
@@ -228,7 +228,7 @@ func (r *runner) relayDNS() {
 			return
 		}
 	}
-	d, err := startDNSRelay(r.net.Outside, r.net.Outside4.Addr(), upstream)
+	d, err := startDNSRelay(r.net.Outside, r.net.Outside4.Addr(), upstream, r.cfg.Status)
 	if err != nil {
 		fmt.Fprintf(r.cfg.Status, "vlctl: warning: the guest gets no DNS: %v\n", err)
 		return

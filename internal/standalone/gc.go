@@ -25,11 +25,12 @@ const gcWait = 10 * time.Second
 
 // GC cleans up after every `vlctl run` that ended without doing it itself
 // (killed with SIGKILL, say), from the records in recordDir whose run is
-// gone: it ends the run's processes (SIGTERM, then SIGKILL after wait),
-// deletes its network namespaces, takes its ACL entries out of the user's
+// gone: it ends the run's processes, those running as its VM's id
+// (SIGTERM, then SIGKILL after wait), deletes its network namespaces, takes its ACL entries out of the user's
 // disk files, removes its work dir and finally the record. A record whose
 // clean-up failed stays, for another try. Records of live runs are never
-// acted on. What it does is told on status.
+// acted on. Then it gives back the ids in the machine's lease table whose
+// runs are gone and cleaned up after. What it does is told on status.
 func GC(recordDir string, wait time.Duration, status io.Writer) error {
 	entries, err := runrecord.List(recordDir)
 	if err != nil {
@@ -62,7 +63,7 @@ func GC(recordDir string, wait time.Duration, status io.Writer) error {
 			kept = append(kept, e.UID)
 		}
 	}
-	if err := sweepUIDs(recordDir, kept, status); err != nil {
+	if err := sweepUIDs(kept, status); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -72,8 +73,8 @@ func GC(recordDir string, wait time.Duration, status io.Writer) error {
 // vlctl run has ended, unless a record that stays names its id (kept: a
 // clean-up that failed, to be retried) or something still runs as it. A
 // run that started since holds its lease alive.
-func sweepUIDs(recordDir string, kept []uint32, status io.Writer) error {
-	pool := &uidpool.Pool{Dir: filepath.Join(recordDir, "uids"), ProcRoot: "/proc"}
+func sweepUIDs(kept []uint32, status io.Writer) error {
+	pool := uidpool.MachineTable()
 	freed, err := pool.Sweep(func(id uint32) bool { return slices.Contains(kept, id) })
 	for _, id := range freed {
 		fmt.Fprintf(status, "vlctl: gc: gave back uid %d\n", id)
@@ -91,7 +92,7 @@ func collect(e *runrecord.Entry, inUse map[string]bool, wait time.Duration, stat
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || strings.Count(dir, "/") < 2 {
 		return fmt.Errorf("work dir %q: not a clean absolute path below a work root; nothing done", dir)
 	}
-	if err := endProcessesUnder(dir, wait, status); err != nil {
+	if err := endProcesses(e, wait, status); err != nil {
 		return err
 	}
 	var errs []error
@@ -145,24 +146,66 @@ func collect(e *runrecord.Entry, inUse map[string]bool, wait time.Duration, stat
 	return errors.Join(errs...)
 }
 
-// endProcessesUnder ends the processes of the work dir dir (pod.Under):
-// SIGTERM first (a monitor still shutting its guest down gets the time to
-// finish), SIGKILL for what is left after wait.
-func endProcessesUnder(dir string, wait time.Duration, status io.Writer) error {
-	sel := pod.Under(dir)
+// endProcesses ends the processes of the stale run e: those running with
+// its VM's id (pod.Holding), which no other process on the machine has
+// while the id is leased to the run. A working directory or a command line
+// would not do: the VM's processes choose those. SIGTERM first (a monitor
+// still shutting its guest down gets the time to finish), SIGKILL for what
+// is left after wait. Any survivor keeps the record, and so the lease.
+func endProcesses(e *runrecord.Entry, wait time.Duration, status io.Writer) error {
+	sel, what, err := runProcesses(e)
+	if err != nil {
+		return err
+	}
 	n := len(sel())
 	if n == 0 {
 		return nil
 	}
-	fmt.Fprintf(status, "vlctl: gc: %d processes of %s left: SIGTERM\n", n, dir)
-	err := pod.EndProcesses(context.Background(), sel, pod.EndOptions{Signal: syscall.SIGTERM, Grace: wait,
+	fmt.Fprintf(status, "vlctl: gc: %d processes of %s left: SIGTERM\n", n, what)
+	err = pod.EndProcesses(context.Background(), sel, pod.EndOptions{Signal: syscall.SIGTERM, Grace: wait,
 		Killing: func(left []int) {
-			fmt.Fprintf(status, "vlctl: gc: processes %v of %s still running after %s: SIGKILL\n", left, dir, wait)
+			fmt.Fprintf(status, "vlctl: gc: processes %v of %s still running after %s: SIGKILL\n", left, what, wait)
 		}})
 	if err != nil {
-		return fmt.Errorf("processes of %s: %w; nothing else done", dir, err)
+		return fmt.Errorf("processes of %s: %w; nothing else done", what, err)
 	}
 	return nil
+}
+
+// runProcesses selects the processes of the stale run e, and says what
+// they are. The id must still be the run's: its lease in the machine's
+// table names the run (its record, or its pid and start time), or, when
+// there is none, gc takes it for the run first, so that no new run gets
+// the id while its processes are ended.
+func runProcesses(e *runrecord.Entry) (pod.Selector, string, error) {
+	if e.UID == 0 {
+		// A record of a vlctl from before each VM had an id of its own:
+		// its processes ran as a user shared by all VMs.
+		return pod.Under(e.WorkDir), e.WorkDir, nil
+	}
+	what := fmt.Sprintf("uid %d", e.UID)
+	pool := uidpool.MachineTable()
+	mine := uidpool.Holder{PID: e.PID, PIDStart: e.PIDStart, Record: e.Path}
+	for range 2 {
+		h, ok, err := pool.Holder(e.UID)
+		if err != nil {
+			return nil, "", err
+		}
+		if ok {
+			if h.Record != e.Path && (h.Record != "" || h.PID != e.PID || h.PIDStart != e.PIDStart) {
+				return nil, "", fmt.Errorf("%s is leased to another run now (vlctl pid %d, record %q): its processes are not this run's; nothing done", what, h.PID, h.Record)
+			}
+			return pod.Holding(e.UID), what, nil
+		}
+		if err := pool.Claim(e.UID, mine); !errors.Is(err, os.ErrExist) {
+			if err != nil {
+				return nil, "", err
+			}
+			return pod.Holding(e.UID), what, nil
+		}
+		// Leased meanwhile: look again whose it is.
+	}
+	return nil, "", fmt.Errorf("%s: its lease keeps changing; nothing done", what)
 }
 
 // revokeGrant takes a run's ACL entry out of a user's file, as the run's

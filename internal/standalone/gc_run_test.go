@@ -16,6 +16,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
+	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 )
 
 // TestVlctlGCAfterSIGKILL (issue 14, class 6): `vlctl run` killed with
@@ -39,7 +40,7 @@ func TestVlctlGCAfterSIGKILL(t *testing.T) {
 	if len(rec.NetNS) != 2 || len(rec.Grants) == 0 || rec.UID == 0 {
 		t.Fatalf("the record names netns %v, ACL grants %+v and uid %d; want two, some and one", rec.NetNS, rec.Grants, rec.UID)
 	}
-	lease := filepath.Join(records, "uids", strconv.FormatUint(uint64(rec.UID), 10))
+	lease := filepath.Join(uidpool.DefaultDir, strconv.FormatUint(uint64(rec.UID), 10))
 	if _, err := os.Stat(lease); err != nil {
 		t.Errorf("no lease for the run's uid while it runs: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/relay"
 	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 )
 
@@ -124,18 +125,22 @@ func (r *runner) serveControl(ctx context.Context, client *cmdclient.Client) (st
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	done := make(chan struct{})
+	var rep relay.Reporter
 	go func() {
 		defer close(done)
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			r.serveOne(ctx, client, conn)
-		}
+		// One request at a time, each bounded by controlTimeout (a
+		// migration by its own limit): others wait in the listen
+		// backlog. Only root can connect (the socket is 0600 in root's
+		// work dir), and the loop outlives a vlctl out of descriptors.
+		relay.AcceptLoop(ln, func(err error) {
+			rep.Printf(r.statusf, "vlctl: control socket: %v\n", err)
+		}, func(conn net.Conn) { r.serveOne(ctx, client, conn) })
 	}()
 	return func() { ln.Close(); <-done }, nil
 }
+
+// statusf prints a line on the run's status output.
+func (r *runner) statusf(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
 
 func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn net.Conn) {
 	defer conn.Close()

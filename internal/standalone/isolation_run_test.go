@@ -1,6 +1,7 @@
 package standalone_test
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 )
 
 // checkIsolated checks issue 14's second class on running VMs, each
@@ -43,7 +45,7 @@ func checkIsolated(t *testing.T, records string) {
 			t.Errorf("%s and %s share uid %d", e.FullName(), other, e.UID)
 		}
 		seen[e.UID] = e.FullName()
-		if _, err := os.Stat(filepath.Join(records, "uids", strconv.FormatUint(uint64(e.UID), 10))); err != nil {
+		if _, err := os.Stat(filepath.Join(uidpool.DefaultDir, strconv.FormatUint(uint64(e.UID), 10))); err != nil {
 			t.Errorf("%s: no lease for uid %d: %v", e.FullName(), e.UID, err)
 		}
 		procs, err := procfs.Under("/proc", e.WorkDir)
@@ -121,14 +123,20 @@ func anyPrefix(set map[string]bool, prefix string) bool {
 	return false
 }
 
-// checkLeasesGone: no run of records holds an id any more.
+// checkLeasesGone: no run recorded in records holds an id any more (the
+// machine's one lease table names each lease's record).
 func checkLeasesGone(t *testing.T, records string) {
 	t.Helper()
-	if ents, _ := os.ReadDir(filepath.Join(records, "uids")); len(ents) != 0 {
-		var names []string
-		for _, e := range ents {
-			names = append(names, e.Name())
+	ents, _ := os.ReadDir(uidpool.DefaultDir)
+	var left []string
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(uidpool.DefaultDir, e.Name()))
+		var h uidpool.Holder
+		if err == nil && json.Unmarshal(b, &h) == nil && strings.HasPrefix(h.Record, records+"/") {
+			left = append(left, e.Name()+" ("+h.Record+")")
 		}
-		t.Errorf("uid leases left in %s: %v", records, names)
+	}
+	if len(left) != 0 {
+		t.Errorf("uid leases of runs recorded in %s left in %s: %v", records, uidpool.DefaultDir, left)
 	}
 }

@@ -3,10 +3,12 @@ package standalone
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -72,21 +74,95 @@ func port(s string) (uint16, error) {
 	return uint16(n), nil
 }
 
-// newRelay is the relay of --publish (host port → guest, dialled in the
-// outside namespace) and of the guest's egress (outside namespace → the
-// connection's original destination, dialled from the host): a line on
-// the status for each connection whose other end fails.
-func (r *runner) newRelay() *relay.Relay {
-	return relay.New(func(what string, err error) { fmt.Fprintf(r.cfg.Status, "vlctl: %s: %v\n", what, err) })
+// publishLimits bound the connections to one VM's published ports, all
+// ports together: at most 64 at once (whoever reaches the host's port
+// decides how many come, and each holds two of vlctl's descriptors), each
+// closed after an hour without a byte either way (an idle ssh session
+// with ServerAliveInterval set stays).
+var publishLimits = relay.Limits{MaxConns: 64, Idle: time.Hour}
+
+// heldPorts are the --publish listeners of a whole `vlctl run`: bound
+// for its first boot and kept across the restarts of its run strategy,
+// so that no other local user can take a port while the guest starts
+// again. Each boot points them at its own pod (point); a connection that
+// comes between two boots is closed at once.
+type heldPorts struct {
+	relay *relay.Relay
+	bound map[netip.AddrPort]bool // host addresses listened on
+
+	// mu is held for reading through each dial into the pod: unpoint
+	// waits for them, so no dial uses the pod's namespace once its
+	// network is torn down.
+	mu  sync.RWMutex
+	pod *podTarget // nil between boots
 }
 
-// publish listens on every published host port and relays each
-// connection to the guest's port at the pod address, connecting from the
-// outside namespace; a port that cannot be bound fails the run before the
-// guest boots.
-// A port still in use is waited for up to wait: a run that took its
-// guest over by migration publishes the ports the old run holds until it
-// ends.
+// podTarget is where published connections go: the pod's address,
+// reached from its outside namespace.
+type podTarget struct {
+	outside netns.NsHandle
+	addr    netip.Addr
+}
+
+func newHeldPorts(status io.Writer) *heldPorts {
+	return &heldPorts{
+		relay: relay.NewLimited(publishLimits, func(what string, err error) { fmt.Fprintf(status, "vlctl: %s: %v\n", what, err) }),
+		bound: map[netip.AddrPort]bool{},
+	}
+}
+
+// bind listens on every published host port not listened on yet,
+// waiting up to wait for one still in use.
+func (h *heldPorts) bind(pubs []Publish, wait time.Duration) error {
+	for _, pb := range pubs {
+		if h.bound[pb.Host] {
+			continue
+		}
+		l, err := listenFreed(pb.Host.String(), wait)
+		if err != nil {
+			return fmt.Errorf("--publish %s: %w", pb, err)
+		}
+		h.bound[pb.Host] = true
+		guest := pb.GuestPort
+		h.relay.Serve(l, fmt.Sprintf("published port %s", pb), func(net.Conn) (net.Conn, error) {
+			h.mu.RLock()
+			defer h.mu.RUnlock()
+			if h.pod == nil {
+				return nil, errors.New("the guest is not running (it starts again)")
+			}
+			to := netip.AddrPortFrom(h.pod.addr, guest)
+			g, err := dialIn(h.pod.outside, to)
+			if err != nil {
+				return nil, fmt.Errorf("connect to the guest at %s: %w", to, err)
+			}
+			return g, nil
+		})
+	}
+	return nil
+}
+
+// point sends the published connections to pod from now on.
+func (h *heldPorts) point(pod *podTarget) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pod = pod
+}
+
+// unpoint ends the connections to the pod, which is going away, and
+// closes those that come until the next point; the ports stay bound.
+func (h *heldPorts) unpoint() {
+	h.point(nil)
+	h.relay.EndConns()
+}
+
+// close releases the ports, at the end of the `vlctl run`.
+func (h *heldPorts) close() { h.relay.Close() }
+
+// publish points the published host ports at this run's pod, binding
+// those not bound yet (the first boot): a port that cannot be bound fails
+// the run before the guest boots. A port still in use is waited for up
+// to wait: a run that took its guest over by migration publishes the
+// ports the old run holds until it ends.
 func (r *runner) publish(wait time.Duration) error {
 	if len(r.cfg.Publish) == 0 {
 		return nil
@@ -97,18 +173,12 @@ func (r *runner) publish(wait time.Duration) error {
 	if err := checkPublished(r.net, r.cfg.Publish); err != nil {
 		return err
 	}
-	p := r.newRelay()
-	r.pub = p
-	target, outside := r.net.Pod4.Addr(), r.net.Outside
+	if err := r.cfg.ports.bind(r.cfg.Publish, wait); err != nil {
+		return err
+	}
+	r.cfg.ports.point(&podTarget{outside: r.net.Outside, addr: r.net.Pod4.Addr()})
+	r.pub = r.cfg.ports
 	for _, pb := range r.cfg.Publish {
-		l, err := listenFreed(pb.Host.String(), wait)
-		if err != nil {
-			return fmt.Errorf("--publish %s: %w", pb, err)
-		}
-		to := netip.AddrPortFrom(target, pb.GuestPort)
-		p.Serve(l, fmt.Sprintf("published port: connect to the guest at %s", to), func(net.Conn) (net.Conn, error) {
-			return dialIn(outside, to)
-		})
 		r.progress("published %s", pb)
 	}
 	return nil

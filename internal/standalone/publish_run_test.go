@@ -1,8 +1,10 @@
 package standalone_test
 
 import (
+	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -81,6 +83,102 @@ func TestVlctlRunPublish(t *testing.T) {
 		t.Errorf("vlctl run did not say %q:\n%s", want, errOut.String())
 	}
 	sshBanner(t, port)
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("vlctl run after Ctrl-C: %v", err)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("vlctl run did not end after Ctrl-C")
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second); err == nil {
+		c.Close()
+		t.Errorf("127.0.0.1:%s still accepts after the run ended", port)
+	}
+	checkNothingLeft(t, root)
+}
+
+// TestVlctlRunPublishKeptAcrossRestart: a VM with runStrategy Always
+// keeps its published port while its guest starts again: a local user
+// trying to bind the port all along never gets it, and the new boot
+// answers on it.
+func TestVlctlRunPublishKeptAcrossRestart(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "pubr")
+	if code != 0 {
+		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
+	}
+	// The VMI as a VirtualMachine's template, SSH's port forwarded.
+	head, spec, ok := strings.Cut(manifest, "\nspec:\n")
+	if !ok || !strings.Contains(spec, "        - port: 80\n") || !strings.Contains(head, "kind: VirtualMachineInstance") {
+		t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)
+	}
+	spec = strings.Replace(spec, "        - port: 80\n", "        - port: 22\n", 1)
+	vm := strings.Replace(head, "kind: VirtualMachineInstance", "kind: VirtualMachine", 1) +
+		"\nspec:\n  runStrategy: Always\n  template:\n    spec:\n" +
+		"    " + strings.ReplaceAll(strings.TrimRight(spec, "\n"), "\n", "\n    ") + "\n"
+	file := filepath.Join(t.TempDir(), "pubr.yaml")
+	if err := os.WriteFile(file, []byte(vm), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(freePort(t))
+	root, records := workRoot(t), workRoot(t)
+	cmd, stdout, errOut, exited := startVlctl(t, "run", "--emulation", "--workdir", root, "--record-dir", records, "--publish", port+":22", file)
+	waitFor(t, "the guest's SSH server", 4*time.Minute, exited, func() bool {
+		return strings.Contains(stdout.String(), testguest.MarkerSSHD)
+	})
+	sshBanner(t, port)
+
+	// Another local user's try at the port, from now until the guest
+	// answers again.
+	stop, taken := make(chan struct{}), make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { taken <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if l, err := net.Listen("tcp", "127.0.0.1:"+port); err == nil {
+				l.Close()
+				n++
+			}
+		}
+	}()
+	c := exec.Command(filepath.Join(binDir, "vlctl"), "console", "default/pubr", "--record-dir", records)
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Process.Kill(); c.Wait() }()
+	// Typed again every few seconds: the guest's shell may not read yet.
+	restarted := func() bool { return strings.Contains(errOut.String(), "run strategy: starting the guest again") }
+	for deadline := time.Now().Add(time.Minute); !restarted() && time.Now().Before(deadline); {
+		io.WriteString(in, "\npoweroff -f\n")
+		for until := time.Now().Add(5 * time.Second); !restarted() && time.Now().Before(until); {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if !restarted() {
+		t.Fatalf("the guest did not power off, or vlctl did not start it again:\n%s", errOut.String())
+	}
+	waitFor(t, "the second boot's SSH server", 4*time.Minute, exited, func() bool {
+		return strings.Count(stdout.String(), testguest.MarkerSSHD) >= 2
+	})
+	sshBanner(t, port)
+	close(stop)
+	if n := <-taken; n > 0 {
+		t.Errorf("another user bound the published port %d times while the guest started again", n)
+	}
 	cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case err := <-exited:

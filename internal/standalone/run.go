@@ -103,6 +103,9 @@ type Config struct {
 	pulled map[string]string
 	// keys carries Input, read by one goroutine for the whole run.
 	keys <-chan []byte
+	// ports are the --publish listeners, held for the whole run (Run
+	// makes them; each boot points them at its pod: publish.go).
+	ports *heldPorts
 	// Started, when set, is called once the guest's domain runs, with where
 	// things are; tests use it to reach the guest from the outside.
 	Started func(Started)
@@ -212,6 +215,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Input != nil {
 		cfg.keys = pumpKeys(cfg.Input)
 	}
+	if len(cfg.Publish) > 0 {
+		cfg.ports = newHeldPorts(cfg.Status)
+		defer cfg.ports.close()
+	}
 	for failures := 0; ; {
 		started, migrated, err := runOnce(ctx, cfg, v.DeepCopy(), vm)
 		// A guest that went to another run goes on there, run strategy
@@ -248,7 +255,7 @@ func Run(ctx context.Context, cfg Config) error {
 // runOnce boots the guest once (or takes it over, cfg.source); started
 // reports whether its domain ran, migrated whether it went to another run.
 func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *v1.VirtualMachine) (started, migrated bool, err error) {
-	pool, err := uidpool.New(filepath.Join(cfg.RecordDir, "uids"), cfg.UIDs)
+	pool, err := uidpool.ForMachine(cfg.UIDs)
 	if err != nil {
 		return false, false, fmt.Errorf("--uids: %w", err)
 	}
@@ -354,6 +361,9 @@ type runner struct {
 	lease *uidpool.Lease
 	pool  *uidpool.Pool
 	disks []*userDisk // the user's own storage, open for the run
+	// images are the pulled image files the run uses, open, with the
+	// run's read access (openImages).
+	images []*userDisk
 	// hot are the user's files and devices plugged in while the guest
 	// runs (vlctl addvolume), in the VMI as hotplugged volumes.
 	hot []*userDisk
@@ -379,7 +389,7 @@ type runner struct {
 	net     *pod.Network
 	monitor *pod.Process // nil until started
 	record  string       // the run's record file, once written
-	pub     *relay.Relay // the published ports, once listening
+	pub     *heldPorts   // the published ports, once pointed at this pod
 	egress  *relay.Relay // the guest's way out, once listening
 	dns     *dnsRelay    // the guest's DNS relay, once listening
 	// identity is the VM's passwd and group (pod.Identity), open until
@@ -425,7 +435,7 @@ func (r *runner) writeRecord(st *Started) error {
 	for _, pb := range r.cfg.Publish {
 		rec.Published = append(rec.Published, pb.recorded())
 	}
-	for _, d := range slices.Concat(r.disks, r.hot) {
+	for _, d := range slices.Concat(r.disks, r.hot, r.images) {
 		if g, ok := d.recordedGrant(); ok {
 			rec.Grants = append(rec.Grants, g)
 		}
@@ -434,6 +444,18 @@ func (r *runner) writeRecord(st *Started) error {
 		rec.Started = time.Now().UTC()
 		if st.PodAddress != "" {
 			rec.Addresses = append(rec.Addresses, runrecord.Address{IP: st.PodAddress, NetNS: st.OutsideNS})
+		}
+	}
+	if r.record == "" && r.lease != nil {
+		// The lease names the record before it exists: the id stays
+		// leased until the record's clean-up is done, whichever record
+		// directory vlctl gc reads.
+		path, err := runrecord.Path(r.cfg.RecordDir, rec)
+		if err != nil {
+			return err
+		}
+		if err := r.lease.SetRecord(path); err != nil {
+			return err
 		}
 	}
 	path, err := runrecord.Write(r.cfg.RecordDir, rec)
@@ -473,7 +495,7 @@ func (r *runner) cleanup() error {
 		podGone = false
 	}
 	if r.pub != nil {
-		r.pub.Close()
+		r.pub.unpoint()
 	}
 	if err := r.stopEgress(); err != nil {
 		errs = append(errs, err)
@@ -487,6 +509,7 @@ func (r *runner) cleanup() error {
 		}
 	}
 	r.releaseDisks()
+	r.releaseImages()
 	if r.logFile != nil { // staged, the monitor never started
 		r.logFile.Close()
 		r.logFile = nil

@@ -28,6 +28,9 @@ func (r *runner) prepare() error {
 	if err := r.openDisks(); err != nil {
 		return err
 	}
+	if err := r.openImages(); err != nil {
+		return err
+	}
 	root, err := r.openWorkRoot()
 	if err != nil {
 		return err

@@ -45,6 +45,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
 //go:embed files/init
@@ -123,7 +125,9 @@ func (s Sources) withDefaults() Sources {
 // DefaultCacheDir is where Build caches the guest: $VIRTLAUNCHER_TESTGUEST_CACHE
 // if set, else $XDG_CACHE_HOME/virtlauncher/testguest if XDG_CACHE_HOME is
 // set, else /var/tmp/virtlauncher-testguest (outside root's home, so an
-// unprivileged QEMU can read it; kept across reboots).
+// unprivileged QEMU can read it; kept across reboots). /var/tmp lets
+// anyone make that name first: Build refuses the directory unless root
+// made it.
 func DefaultCacheDir() string {
 	if d := os.Getenv("VIRTLAUNCHER_TESTGUEST_CACHE"); d != "" {
 		return d
@@ -142,7 +146,24 @@ func Build(ctx context.Context, cacheDir string) (*Guest, error) {
 // Build builds from these sources. Concurrent builds (parallel test
 // packages) are safe: each builds in its own temporary directory and renames
 // it into place; the loser of the race uses the winner's result.
+//
+// Root boots what it finds there, so cacheDir must be a directory only
+// root (or the calling user) can change, as must every directory above it
+// (safefs.OpenTrusted): one another user made first, a link, or one below
+// such a user's directory is refused, naming it, before anything is read
+// or written. The build happens in a private temporary directory inside
+// it, renamed into place.
 func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
+	// The guest's paths go to QEMUs working elsewhere.
+	cacheDir, err := filepath.Abs(cacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("test guest cache: %w", err)
+	}
+	cache, err := safefs.OpenTrusted(cacheDir, 0o755)
+	if err != nil {
+		return nil, fmt.Errorf("test guest cache: %w", err)
+	}
+	cache.Close()
 	s = s.withDefaults()
 	if err := checkStatic(s.Busybox); err != nil {
 		return nil, err
@@ -169,17 +190,13 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 		return g, nil
 	}
 
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return nil, fmt.Errorf("test guest cache: %w", err)
-	}
+	// Made 0700 by root in the checked cache dir: nobody else can put
+	// anything in it while it is built; readable by all once complete.
 	tmp, err := os.MkdirTemp(cacheDir, ".build-*")
 	if err != nil {
 		return nil, fmt.Errorf("test guest cache: %w", err)
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return nil, err
-	}
 	// "vmlinuz" is what a kernelBoot container would hold; QEMU accepts the
 	// uncompressed PVH kernel under that name as well.
 	if err := extractPVHKernel(kernel, filepath.Join(tmp, "vmlinuz")); errors.Is(err, errNoPVH) {
@@ -198,6 +215,9 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	}
 	if err := makeRootDisk(ctx, s.Mkfs, filepath.Join(tmp, "root.img")); err != nil {
 		return nil, fmt.Errorf("test guest root disk: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("test guest cache: %w", err)
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		// Another builder got there first (rename onto a non-empty

@@ -5,11 +5,14 @@
 // launcher trusts.
 //
 // The ids come from a range no account uses (they have no passwd entry;
-// processes run as bare numbers). A lease is a file named for the id in a
-// directory only root can write, made with O_EXCL, so two runs never take
-// the same id; it names the vlctl process holding it (pid and start time),
-// so a lease whose holder died is told apart and swept by `vlctl gc`. The
-// same number serves as uid and gid. docs/standalone.md, "One id per VM".
+// processes run as bare numbers). A lease is a file named for the id in
+// the machine's one lease directory (DefaultDir, whatever record directory
+// a run uses: two tables would hand one id to two VMs), only root's, made
+// with O_EXCL, so two runs never take the same id; it names the vlctl
+// process holding it (pid and start time) and, once written, the run's
+// record, so a lease whose holder died is told apart and swept by `vlctl
+// gc` once the record's clean-up is done. The same number serves as uid
+// and gid. docs/standalone.md, "One id per VM".
 package uidpool
 
 import (
@@ -20,18 +23,20 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
 // DefaultRange is the ids handed out by default: the start of the block
 // systemd's "UID/GID ranges" document leaves unused (1879048192 and up,
 // above the container ranges and below the 2^31 boundary), 65536 of them.
 const DefaultRange = "1879048192-1879113727"
+
+// DefaultDir is the machine's lease table: every vlctl run leases here.
+const DefaultDir = "/run/vlctl/uids"
 
 // Pool is a range of ids and the directory of their leases.
 type Pool struct {
@@ -53,6 +58,14 @@ func New(dir, ids string) (*Pool, error) {
 	return &Pool{Dir: dir, First: first, Last: last, ProcRoot: "/proc",
 		SubIDFiles: []string{"/etc/subuid", "/etc/subgid"}}, nil
 }
+
+// ForMachine returns the pool of the range "FIRST-LAST" in the machine's
+// lease table (DefaultDir).
+func ForMachine(ids string) (*Pool, error) { return New(DefaultDir, ids) }
+
+// MachineTable is the machine's lease table without a range: for reading
+// leases (Holder), claiming a dead run's id (Claim) and sweeping.
+func MachineTable() *Pool { return &Pool{Dir: DefaultDir, ProcRoot: "/proc"} }
 
 // ParseRange reads "FIRST-LAST". Ids below 1000 (the system's own
 // accounts), 65534/65535 (nobody, the 16-bit -1) and 2^32-1 (-1) are
@@ -84,10 +97,32 @@ type Lease struct {
 	path string
 }
 
-// holder is a lease file's content.
-type holder struct {
+// Holder is a lease file's content: the vlctl process that took the id
+// (pid and start time) and the run record it wrote, if any.
+type Holder struct {
 	PID      int    `json:"pid"`
 	PIDStart uint64 `json:"pidStart"`
+	// Record is the run's record file: while it exists, the run's
+	// clean-up is not done (vlctl gc retries it) and the id stays leased.
+	Record string `json:"record,omitempty"`
+}
+
+// alive reports whether the holding process still runs.
+func (h Holder) alive(procRoot string) bool {
+	if h.PID <= 0 {
+		return false
+	}
+	st, err := procfs.ReadStat(procRoot, h.PID)
+	return err == nil && st.StartTime == h.PIDStart
+}
+
+// recorded reports whether the holder's record still exists.
+func (h Holder) recorded() bool {
+	if h.Record == "" {
+		return false
+	}
+	_, err := os.Lstat(h.Record)
+	return err == nil
 }
 
 // Allocate takes a free id for the calling process: one with no lease, no
@@ -95,17 +130,16 @@ type holder struct {
 // outside every delegated sub-id range. The search starts at a random
 // point so that an id freed a moment ago is not the next one handed out.
 func (p *Pool) Allocate() (*Lease, error) {
-	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("uid leases: %w", err)
-	}
-	if err := rootOnly(p.Dir); err != nil {
+	d, err := p.open()
+	if err != nil {
 		return nil, err
 	}
+	defer d.Close()
 	st, err := procfs.ReadStat(p.ProcRoot, os.Getpid())
 	if err != nil {
 		return nil, fmt.Errorf("uid lease: %w", err)
 	}
-	content, _ := json.Marshal(holder{PID: os.Getpid(), PIDStart: st.StartTime})
+	content, _ := json.Marshal(Holder{PID: os.Getpid(), PIDStart: st.StartTime})
 	delegated, err := p.delegated()
 	if err != nil {
 		return nil, err
@@ -118,8 +152,8 @@ func (p *Pool) Allocate() (*Lease, error) {
 		if delegated.holds(id) {
 			continue
 		}
-		path := filepath.Join(p.Dir, strconv.FormatUint(uint64(id), 10))
-		if _, err := os.Lstat(path); err == nil {
+		name := strconv.FormatUint(uint64(id), 10)
+		if _, err := os.Lstat(d.Join(name)); err == nil {
 			continue
 		}
 		if why := p.taken(id); why != "" {
@@ -128,25 +162,104 @@ func (p *Pool) Allocate() (*Lease, error) {
 			}
 			continue
 		}
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+		err := create(d, name, content)
 		if errors.Is(err, os.ErrExist) {
 			continue // another run took it a moment ago
 		}
 		if err != nil {
-			return nil, fmt.Errorf("uid lease %s: %w", path, err)
+			return nil, err
 		}
-		_, werr := f.Write(content)
-		if err := errors.Join(werr, f.Close()); err != nil {
-			os.Remove(path)
-			return nil, fmt.Errorf("uid lease %s: %w", path, err)
-		}
-		return &Lease{ID: id, path: path}, nil
+		return &Lease{ID: id, path: d.Join(name)}, nil
 	}
 	msg := fmt.Sprintf("no free id in %d-%d", p.First, p.Last)
 	if len(skipped) > 0 {
 		msg += "; in use, for example: " + strings.Join(skipped, ", ")
 	}
 	return nil, fmt.Errorf("%s (--uids picks another range)", msg)
+}
+
+// open opens the lease directory, made when missing: root's alone, 0700,
+// below directories only root can change (safefs.OpenTrusted).
+func (p *Pool) open() (*safefs.Dir, error) {
+	d, err := safefs.OpenTrusted(p.Dir, 0o700)
+	if err != nil {
+		return nil, fmt.Errorf("uid leases: %w", err)
+	}
+	return d, nil
+}
+
+// create makes the lease file name in d with content, O_EXCL: an
+// existing lease (of any kind, a link too) is os.ErrExist.
+func create(d *safefs.Dir, name string, content []byte) error {
+	f, err := d.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return err
+		}
+		return fmt.Errorf("uid lease: %w", err)
+	}
+	_, werr := f.Write(content)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		d.Remove(name)
+		return fmt.Errorf("uid lease %s: %w", d.Join(name), err)
+	}
+	return nil
+}
+
+// SetRecord notes the run's record file in the lease: the id stays
+// leased while that file exists, even once the run is gone, for vlctl gc
+// to finish the run's clean-up under it (whatever record directory it
+// reads).
+func (l *Lease) SetRecord(record string) error {
+	b, err := os.ReadFile(l.path)
+	if err != nil {
+		return fmt.Errorf("uid lease %d: %w", l.ID, err)
+	}
+	var h Holder
+	if err := json.Unmarshal(b, &h); err != nil {
+		return fmt.Errorf("uid lease %s: %w", l.path, err)
+	}
+	h.Record = record
+	content, _ := json.Marshal(h)
+	if err := safefs.WriteFile(l.path, content, 0o600); err != nil {
+		return fmt.Errorf("uid lease %d: %w", l.ID, err)
+	}
+	return nil
+}
+
+// Holder reads the lease of id: who holds it, and whether there is one.
+func (p *Pool) Holder(id uint32) (Holder, bool, error) {
+	d, err := p.open()
+	if err != nil {
+		return Holder{}, false, err
+	}
+	defer d.Close()
+	name := strconv.FormatUint(uint64(id), 10)
+	b, err := d.ReadFile(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return Holder{}, false, nil
+	}
+	if err != nil {
+		return Holder{}, false, fmt.Errorf("uid lease %d: %w", id, err)
+	}
+	var h Holder
+	if err := json.Unmarshal(b, &h); err != nil {
+		return Holder{}, true, fmt.Errorf("uid lease %s: %w", d.Join(name), err)
+	}
+	return h, true, nil
+}
+
+// Claim leases id for h, a run that is gone, whose processes vlctl gc is
+// about to end: no new run takes the id meanwhile. An existing lease is
+// os.ErrExist.
+func (p *Pool) Claim(id uint32, h Holder) error {
+	d, err := p.open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	content, _ := json.Marshal(h)
+	return create(d, strconv.FormatUint(uint64(id), 10), content)
 }
 
 // taken says why id cannot be handed out, or "" when it can (its lease
@@ -187,14 +300,20 @@ func (l *Lease) Release(procRoot string) error {
 	return nil
 }
 
-// Sweep removes the leases whose holder is gone, unless keep says the id
-// is still needed (a run's record awaiting clean-up names it) or a process
-// still runs with it. It returns the ids it freed.
+// Sweep removes the leases whose holder is gone, unless the holder's
+// record still exists or keep says the id is still needed (a run's record
+// awaiting clean-up names it), or a process still runs with it. It
+// returns the ids it freed.
 func (p *Pool) Sweep(keep func(id uint32) bool) ([]uint32, error) {
-	ents, err := os.ReadDir(p.Dir)
-	if errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(p.Dir); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
+	d, err := p.open()
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	ents, err := os.ReadDir(d.Path())
 	if err != nil {
 		return nil, err
 	}
@@ -206,13 +325,11 @@ func (p *Pool) Sweep(keep func(id uint32) bool) ([]uint32, error) {
 			continue
 		}
 		id := uint32(v)
-		path := filepath.Join(p.Dir, e.Name())
-		b, err := os.ReadFile(path)
-		var h holder
-		if err == nil && json.Unmarshal(b, &h) == nil && h.PID > 0 {
-			if st, err := procfs.ReadStat(p.ProcRoot, h.PID); err == nil && st.StartTime == h.PIDStart {
-				continue // its run is alive
-			}
+		path := d.Join(e.Name())
+		b, err := d.ReadFile(e.Name())
+		var h Holder
+		if err == nil && json.Unmarshal(b, &h) == nil && (h.alive(p.ProcRoot) || h.recorded()) {
+			continue // its run is alive, or its clean-up is not done
 		}
 		if keep != nil && keep(id) {
 			continue
@@ -224,19 +341,6 @@ func (p *Pool) Sweep(keep func(id uint32) bool) ([]uint32, error) {
 		freed = append(freed, id)
 	}
 	return freed, errors.Join(errs...)
-}
-
-// rootOnly refuses a lease directory anyone but root could write.
-func rootOnly(dir string) error {
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("uid leases: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("uid leases: %s must be a directory only root can write", dir)
-	}
-	return nil
 }
 
 // ranges are the delegated sub-id ranges, [first, first+count).

@@ -1,6 +1,8 @@
 package uidpool
 
 import (
+	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,7 +206,83 @@ func TestLeaseDirMustBeRoots(t *testing.T) {
 	if err := os.Chmod(p.Dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Allocate(); err == nil || !strings.Contains(err.Error(), "only root can write") {
+	if _, err := p.Allocate(); err == nil || !strings.Contains(err.Error(), p.Dir+" is writable by users other than its owner") {
 		t.Fatalf("world-writable lease dir: %v", err)
+	}
+}
+
+// TestOneTablePerMachine: every run leases from the machine's table,
+// whatever record directory it uses: two tables would hand one id to two
+// VMs.
+func TestOneTablePerMachine(t *testing.T) {
+	p, err := ForMachine(DefaultRange)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Dir != DefaultDir || DefaultDir != "/run/vlctl/uids" {
+		t.Errorf("the machine's pool leases in %s (DefaultDir %s)", p.Dir, DefaultDir)
+	}
+}
+
+// TestRecordKeepsLease: a lease whose holder is gone stays while the run
+// record it names exists (the run's clean-up is not done: vlctl gc, from
+// whatever record directory, still has to do it under that id), and goes
+// once the record is gone.
+func TestRecordKeepsLease(t *testing.T) {
+	p := testPool(t, 1879090000, 1879090000)
+	l, err := p.Allocate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(t.TempDir(), "123-ab12.json")
+	if err := os.WriteFile(record, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetRecord(record); err != nil {
+		t.Fatal(err)
+	}
+	h, ok, err := p.Holder(l.ID)
+	if err != nil || !ok || h.Record != record || h.PID != os.Getpid() {
+		t.Fatalf("Holder = %+v, %v, %v; want this process and %s", h, ok, err, record)
+	}
+	if st, err := os.Stat(l.path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("lease file after SetRecord: %v %v", st.Mode(), err)
+	}
+	// The holder dies (a lease of another start time), the record stays.
+	h.PIDStart++
+	content, _ := json.Marshal(h)
+	if err := os.WriteFile(l.path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if freed, err := p.Sweep(nil); err != nil || len(freed) != 0 {
+		t.Fatalf("Sweep with the record there freed %v, %v", freed, err)
+	}
+	if _, err := p.Allocate(); err == nil {
+		t.Fatal("the id of a run whose record awaits clean-up was handed out again")
+	}
+	if err := os.Remove(record); err != nil {
+		t.Fatal(err)
+	}
+	if freed, err := p.Sweep(nil); err != nil || !slices.Equal(freed, []uint32{l.ID}) {
+		t.Fatalf("Sweep with the record gone freed %v, %v; want %d", freed, err, l.ID)
+	}
+}
+
+// TestClaim: gc claims the id of a dead run that has no lease any more;
+// an id leased already is not claimed.
+func TestClaim(t *testing.T) {
+	p := testPool(t, 1879091000, 1879091000)
+	dead := Holder{PID: 1, PIDStart: 1, Record: "/run/vlctl/1-ab12.json"}
+	if err := p.Claim(1879091000, dead); err != nil {
+		t.Fatal(err)
+	}
+	if h, ok, err := p.Holder(1879091000); err != nil || !ok || h != dead {
+		t.Fatalf("Holder after Claim = %+v, %v, %v", h, ok, err)
+	}
+	if err := p.Claim(1879091000, Holder{PID: 2}); !errors.Is(err, os.ErrExist) {
+		t.Errorf("second Claim: %v, want ErrExist", err)
+	}
+	if _, ok, err := p.Holder(1879091001); ok || err != nil {
+		t.Errorf("Holder of an id without a lease: %v, %v", ok, err)
 	}
 }

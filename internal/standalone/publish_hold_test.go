@@ -1,0 +1,137 @@
+package standalone
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
+	"github.com/virtlauncher/virtlauncher/internal/podnet"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
+)
+
+// podServer is a pod network (no guest) whose pod namespace serves body
+// on port, standing in for a guest's server.
+func podServer(t *testing.T, port uint16, body string) *podTarget {
+	t.Helper()
+	p, err := podnet.New(podnet.Config{Dir: t.TempDir(), NoIPv6: true})
+	if err != nil {
+		t.Fatalf("pod network: %v", err)
+	}
+	t.Cleanup(func() { p.Remove() })
+	var l net.Listener
+	if err := plan.InNS(p.NS, func() (err error) {
+		l, err = net.Listen("tcp", netip.AddrPortFrom(p.Pod4.Addr(), port).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, body+"\n")
+			go func() { io.Copy(io.Discard, c); c.Close() }() // held until the client ends
+		}
+	}()
+	return &podTarget{outside: p.Outside, addr: p.Pod4.Addr()}
+}
+
+// TestHeldPorts: a published port keeps its listener from one pod to the
+// next; between them a connection is closed at once and one to the old
+// pod is ended; each pod gets at most publishLimits.MaxConns at once.
+func TestHeldPorts(t *testing.T) {
+	testenv.Root(t, "creates network namespaces")
+	var status lockedBuffer
+	h := newHeldPorts(&status)
+	defer h.close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := l.Addr().(*net.TCPAddr).AddrPort()
+	l.Close()
+	pub := []Publish{{Host: host, GuestPort: 8080}}
+	if err := h.bind(pub, 0); err != nil {
+		t.Fatal(err)
+	}
+	read := func() (string, error) {
+		c, err := net.Dial("tcp", host.String())
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 64)
+		n, err := c.Read(b)
+		return strings.TrimSpace(string(b[:n])), err
+	}
+	h.point(podServer(t, 8080, "first"))
+	if got, err := read(); got != "first" {
+		t.Fatalf("the first pod: %q, %v", got, err)
+	}
+	held, err := net.Dial("tcp", host.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	held.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := held.Read(make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+
+	h.unpoint()
+	if _, err := held.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("a connection to the pod gone: read %v, want EOF", err)
+	}
+	if got, err := read(); err != io.EOF {
+		t.Errorf("between two pods: %q, %v, want the connection closed at once", got, err)
+	}
+	if !strings.Contains(status.String(), "the guest is not running") {
+		t.Errorf("no line for the connection between two pods: %q", status.String())
+	}
+	if l, err := net.Listen("tcp", host.String()); err == nil {
+		l.Close()
+		t.Fatal("between two pods the published port was free")
+	}
+	if err := h.bind(pub, 0); err != nil {
+		t.Errorf("binding the held ports again: %v", err)
+	}
+
+	h.point(podServer(t, 8080, "second"))
+	if got, err := read(); got != "second" {
+		t.Fatalf("the second pod: %q, %v", got, err)
+	}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range publishLimits.MaxConns + 1 {
+		c, err := net.Dial("tcp", host.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 64)
+		n, err := c.Read(b)
+		if i < publishLimits.MaxConns && (err != nil || !strings.HasPrefix(string(b[:n]), "second")) {
+			t.Fatalf("connection %d: %q, %v", i, b[:n], err)
+		}
+		if i == publishLimits.MaxConns && err != io.EOF {
+			t.Errorf("connection %d, over the limit: %q, %v, want it closed at once", i, b[:n], err)
+		}
+	}
+	if want := fmt.Sprintf("%d connections are relayed already", publishLimits.MaxConns); !strings.Contains(status.String(), want) {
+		t.Errorf("no line for the connection over the limit: %q", status.String())
+	}
+}
