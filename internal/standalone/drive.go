@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
@@ -398,6 +399,31 @@ func guestReport(d *domainjson.Domain) string {
 	return strings.Join(parts, "; ")
 }
 
+// killWait bounds the destroy request at the end of the grace period: a
+// launcher whose daemon hangs cannot carry it out, and the guest must not
+// outlive its grace period by more than this and stuckVMGrace.
+const killWait = 10 * time.Second
+
+// stuckVMGrace is how long the VM's processes get after SIGTERM, when the
+// launcher could not destroy the guest, before SIGKILL.
+const stuckVMGrace = 5 * time.Second
+
+// endStuckVM ends the VM's processes when its launcher could not destroy
+// the guest (err says why), as the kubelet ends a pod whose grace period is
+// over: SIGTERM to every process of the VM's id (QEMU stops at once; the
+// monitor passes it on to the launcher), SIGKILL to what is left after
+// stuckVMGrace. Only the VM's processes run as its id.
+func (r *runner) endStuckVM(err error) error {
+	fmt.Fprintf(r.cfg.Status, "vlctl: the launcher could not destroy the guest (%v); ending the VM's processes\n", err)
+	if r.lease == nil {
+		return fmt.Errorf("kill: %w", err)
+	}
+	if eerr := pod.EndProcesses(context.Background(), pod.Holding(r.lease.ID), pod.EndOptions{Signal: syscall.SIGTERM, Grace: stuckVMGrace}); eerr != nil {
+		return fmt.Errorf("kill: %w; ending the VM's processes: %w", err, eerr)
+	}
+	return errors.New("the VM's processes were ended: its launcher could not destroy the guest")
+}
+
 // shutdown asks for an ACPI power-off and destroys the guest when the grace
 // period ends first. Like virt-handler it asks again at most every 5 s while
 // the guest is neither off nor shutting down. The launcher may exit on its
@@ -437,15 +463,22 @@ func (r *runner) shutdown(c *cmdclient.Client) error {
 			} else {
 				fmt.Fprintln(r.cfg.Status, "vlctl: grace period over, destroying the guest")
 			}
-			kctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			defer cancel()
-			if err := c.Kill(kctx, r.vmi); err != nil && !cmdclient.IsDisconnected(err) {
-				return fmt.Errorf("kill: %w", err)
+			kctx, cancel := context.WithTimeout(ctx, killWait)
+			err := c.Kill(kctx, r.vmi)
+			cancel()
+			if err != nil && !cmdclient.IsDisconnected(err) {
+				return r.endStuckVM(err)
 			}
 			return nil
 		case st != "ShuttingDown" && time.Since(asked) >= 5*time.Second:
 			asked = time.Now()
-			sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			// A request the launcher cannot carry out (its daemon hung)
+			// must not hold the loop past the grace period's end.
+			end := time.Now().Add(20 * time.Second)
+			if d := deadline.Add(time.Second); d.Before(end) {
+				end = d
+			}
+			sctx, cancel := context.WithDeadline(ctx, end)
 			err := c.Shutdown(sctx, r.vmi)
 			cancel()
 			if err != nil && !cmdclient.IsDisconnected(err) {
