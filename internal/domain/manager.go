@@ -110,6 +110,11 @@ type Config struct {
 	// KubeVirt's defaults.
 	AgentIntervals agent.Intervals
 
+	// KillWithoutDaemon, when set, kills the domain's QEMU without the
+	// daemon, returning once it is gone, and replaces the daemon: Kill's
+	// last resort when the daemon does not destroy the domain in time.
+	KillWithoutDaemon func(ctx context.Context) error
+
 	// Name, Namespace and UID are the VMI identity from the command line
 	// (--name, --namespace, --uid); empty ones are learnt from the first
 	// Sync. A Sync for another VMI is refused.

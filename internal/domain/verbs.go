@@ -125,13 +125,70 @@ func (m *Manager) markShutdownStart(ctx context.Context) {
 }
 
 // Kill destroys the domain (QEMU is terminated).
+//
+// A daemon that does not destroy the domain within killDaemonWait (hung,
+// or still busy with an operation before this one) does not keep the
+// guest alive: with Config.KillWithoutDaemon the launcher then kills QEMU
+// by the pid it knows and replaces the daemon (whose death ends the calls
+// waiting on it, and with them the operation lock they hold), and Kill
+// reports the domain destroyed.
 func (m *Manager) Kill(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, verbKill, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
-		if !active(st) {
-			return nil
+	kill := func(ctx context.Context) error {
+		return m.verb(ctx, v, verbKill, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+			if !active(st) {
+				return nil
+			}
+			return m.destroy(l, d)
+		})
+	}
+	if m.cfg.KillWithoutDaemon == nil {
+		return kill(ctx)
+	}
+	if v != nil {
+		// The fallback below acts without the operation lock, under which
+		// verb checks the VMI: check it first.
+		if err := m.checkIdentity(v, false); err != nil {
+			return fmt.Errorf("%s: %w", verbKill, err)
 		}
-		return m.destroy(l, d)
-	})
+	}
+	dctx, cancel := context.WithTimeout(ctx, killDaemonWait)
+	defer cancel()
+	err := kill(dctx)
+	if err == nil || dctx.Err() == nil || ctx.Err() != nil {
+		return err
+	}
+	m.log.Error("the libvirt daemon did not destroy the domain in time: killing QEMU by its pid and replacing the daemon", "reason", err.Error())
+	if kerr := m.cfg.KillWithoutDaemon(ctx); kerr != nil {
+		return fmt.Errorf("%w; killing QEMU: %w", err, kerr)
+	}
+	m.qemuKilled()
+	return nil
+}
+
+// killDaemonWait is how long Kill lets the daemon destroy the domain before
+// it kills QEMU itself: well within virt-handler's 20 s for the call.
+const killDaemonWait = 8 * time.Second
+
+// qemuKilled records a QEMU that Kill ended without the daemon: the domain
+// is reported destroyed (a MODIFIED event, as libvirt's own would be) and
+// the launcher's wait for the guest's end is over. The daemon, once it
+// answers again, reads the same end from QEMU's exit.
+func (m *Manager) qemuKilled() {
+	m.refreshMu.Lock()
+	defer m.refreshMu.Unlock()
+	m.poller.Set(m.pollerContext(), false)
+	m.mu.Lock()
+	var obj *domainjson.Domain
+	if m.cache != nil {
+		c := *m.cache
+		c.Status.Status, c.Status.Reason = domainjson.StateAndReason(libvirt.DomainShutoff, int32(libvirt.DomainShutoffDestroyed))
+		m.cache, obj = &c, &c
+	}
+	m.mu.Unlock()
+	m.markStopped(libvirt.DomainShutoff, int32(libvirt.DomainShutoffDestroyed))
+	if obj != nil {
+		m.queue(outEvent{typ: EventModified, domain: obj})
+	}
 }
 
 // destroy kills QEMU; an error that leaves the domain down anyway (a destroy

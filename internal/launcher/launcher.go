@@ -221,9 +221,10 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 			Sys: l.opts.AgentSysInterval, File: l.opts.AgentFileInterval, User: l.opts.AgentUserInterval,
 			Version: l.opts.AgentVersionInterval, FSFreezeStatus: l.opts.FSFreezeStatusInterval,
 		},
-		Name:      l.opts.Name,
-		Namespace: l.opts.Namespace,
-		UID:       l.opts.UID,
+		KillWithoutDaemon: l.killWithoutDaemon,
+		Name:              l.opts.Name,
+		Namespace:         l.opts.Namespace,
+		UID:               l.opts.UID,
 	})
 	mctx, mcancel := context.WithCancel(ctx)
 	mdone := make(chan struct{})
@@ -489,11 +490,54 @@ func (l *Launcher) gracefulShutdown(ctx context.Context, sigs <-chan os.Signal) 
 }
 
 // killQemu is the watchdog's last resort when the daemon does not destroy
-// the domain (stopped, hung): SIGKILL to this pod's QEMU, found by the pid
-// file the daemon wrote in our own run directory and checked to be a
-// qemu-system process of this pod (libvirt's QEMU is a child of our
-// parent, the monitor, which reaps it).
+// the domain (stopped, hung): SIGKILL to this pod's QEMU (qemuPid).
 func (l *Launcher) killQemu() error {
+	pid, err := l.qemuPid()
+	if err != nil {
+		return err
+	}
+	l.log.Warn("killing QEMU", "pid", pid)
+	return syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// killWithoutDaemon is the domain manager's Kill when the daemon does not
+// destroy the domain: QEMU is killed by its pid (killQemuWait), and the
+// daemon, which does not answer, is replaced by a new one.
+func (l *Launcher) killWithoutDaemon(ctx context.Context) error {
+	err := l.killQemuWait(ctx)
+	if rerr := l.daemon.Replace(); rerr != nil {
+		l.log.Error("replace the libvirt daemon", "reason", rerr.Error())
+	}
+	return err
+}
+
+// killQemuWait is killQemu returning once QEMU has ended (its parent, the
+// monitor, reaps it), or with ctx's end.
+func (l *Launcher) killQemuWait(ctx context.Context) error {
+	pid, err := l.qemuPid()
+	if err != nil {
+		return err
+	}
+	l.log.Warn("killing QEMU", "pid", pid)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill QEMU (pid %d): %w", pid, err)
+	}
+	for {
+		if st, err := procfs.ReadStat("/proc", pid); err != nil || st.State == 'Z' {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("QEMU (pid %d) still runs after SIGKILL: %w", pid, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// qemuPid finds this pod's QEMU by the pid file the daemon wrote in our
+// own run directory, checked to be a qemu-system process of this pod
+// (libvirt's QEMU is a child of our parent, the monitor).
+func (l *Launcher) qemuPid() (int, error) {
 	name := domain.DomainName(l.opts.Namespace, l.opts.Name)
 	cfg := l.libvirtdConfig(false)
 	var errs []error
@@ -508,19 +552,18 @@ func (l *Launcher) killQemu() error {
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 		if err != nil || pid <= 1 {
-			return fmt.Errorf("pid file %s: %q is not a pid", f, b)
+			return 0, fmt.Errorf("pid file %s: %q is not a pid", f, b)
 		}
 		st, err := procfs.ReadStat("/proc", pid)
 		if err != nil {
-			return fmt.Errorf("QEMU pid %d from %s: %w", pid, f, err)
+			return 0, fmt.Errorf("QEMU pid %d from %s: %w", pid, f, err)
 		}
 		if !strings.HasPrefix(st.Comm, "qemu-") || !procfs.IsAncestor("/proc", os.Getppid(), pid) {
-			return fmt.Errorf("pid %d from %s is %q, not a QEMU of this pod: left alone", pid, f, st.Comm)
+			return 0, fmt.Errorf("pid %d from %s is %q, not a QEMU of this pod: left alone", pid, f, st.Comm)
 		}
-		l.log.Warn("killing QEMU", "pid", pid)
-		return syscall.Kill(pid, syscall.SIGKILL)
+		return pid, nil
 	}
-	return fmt.Errorf("no QEMU pid file: %w", errors.Join(errs...))
+	return 0, fmt.Errorf("no QEMU pid file: %w", errors.Join(errs...))
 }
 
 // finish sends the final "domain gone" event and picks the exit code.

@@ -369,6 +369,23 @@ func (d *Daemon) Pids() (daemon, virtlogd int) {
 // and accepts connections again: clients must reconnect and re-subscribe.
 func (d *Daemon) Restarted() <-chan struct{} { return d.restarted }
 
+// Replace kills the daemon (SIGKILL) so that its supervisor starts a new
+// one, for a daemon that no longer answers (hung): its clients' calls end
+// with the connection, and they reconnect as after any death of it.
+func (d *Daemon) Replace() error {
+	cmd, done := d.main.current()
+	if cmd == nil {
+		return errors.New("no daemon runs")
+	}
+	select {
+	case <-done:
+		return nil // already dead: being restarted
+	default:
+	}
+	d.log.Warn("replacing "+d.main.name+", which does not answer", "pid", cmd.Process.Pid)
+	return cmd.Process.Kill()
+}
+
 // Stop sends SIGTERM to the daemon (and virtlogd) and waits for them; SIGKILL when ctx
 // ends first. QEMU is not touched: libvirt leaves running guests alone on
 // SIGTERM.

@@ -83,13 +83,13 @@ func TestStaleRPCNotCarriedOut(t *testing.T) {
 	p.assertNothingLeft()
 }
 
-// TestDaemonStoppedAtTermination (issue 14, class 4): the pod is deleted
-// (SIGTERM) while the libvirt daemon does not answer (SIGSTOP). The
-// launcher's calls to the daemon are bounded, so the grace period still
-// ends; the destroy the daemon cannot do, the launcher's watchdog does
-// itself: it kills QEMU by the pid the daemon recorded. The pod ends in
-// bounded time with nothing left, and the monitor's last-resort cleanup
-// did not have to end the QEMU.
+// TestDaemonStoppedAtTermination: the pod is deleted (SIGTERM) while the
+// libvirt daemon does not answer (SIGSTOP). The launcher's calls to the
+// daemon are bounded, so the grace period still ends; the destroy the
+// daemon cannot do, the launcher does itself: it kills QEMU by the pid the
+// daemon recorded and replaces the hung daemon. The pod ends within the
+// grace period plus a fixed margin with nothing left, and the monitor's
+// last-resort cleanup did not have to end the QEMU.
 func TestDaemonStoppedAtTermination(t *testing.T) {
 	t.Parallel()
 	const grace = 3
@@ -113,13 +113,15 @@ func TestDaemonStoppedAtTermination(t *testing.T) {
 	code := p.ExitCode(2 * time.Minute)
 	took := time.Since(t0)
 	t.Logf("SIGTERM with the daemon stopped: exit %d after %v", code, took.Round(time.Millisecond))
-	// grace + one bounded destroy + the final event and undefine waits.
-	if limit := grace*time.Second + 60*time.Second; took > limit {
+	// grace + the destroy the daemon does not carry out (8 s), after which
+	// the launcher kills QEMU by its pid and replaces the hung daemon, so
+	// the final steps do not wait on it.
+	if limit := grace*time.Second + 30*time.Second; took > limit {
 		t.Errorf("the pod took %v to end, more than %v", took, limit)
 	}
 	out := p.Stderr.String()
-	if !strings.Contains(out, "killing it ourselves") || !strings.Contains(out, "killing QEMU") {
-		t.Errorf("the launcher's watchdog did not kill QEMU:\n%s", launchertest.Tail(out, 4000))
+	if !strings.Contains(out, "did not destroy the domain in time") || !strings.Contains(out, "killing QEMU") {
+		t.Errorf("the launcher did not kill QEMU itself:\n%s", launchertest.Tail(out, 4000))
 	}
 	if strings.Contains(out, "terminating QEMU left behind") {
 		t.Errorf("the monitor had to end the QEMU the launcher left")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -158,4 +159,42 @@ func domainQemu(p *pod) bool {
 		}
 	}
 	return false
+}
+
+// TestKillWithDaemonStopped: virt-handler's KillVirtualMachine (as at the
+// end of a grace period) while the launcher's libvirt daemon is stopped
+// (SIGSTOP: hung). The destroy cannot go through the daemon; the launcher
+// kills QEMU itself by the pid it knows, answers the Kill within the
+// handler's deadline and ends, leaving nothing.
+func TestKillWithDaemonStopped(t *testing.T) {
+	t.Parallel()
+	p := newPod(t, "killstop", podOpts{grace: 3})
+	p.WaitReady(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	p.boot(ctx, c)
+	qemu := p.QemuPid()
+	if qemu == 0 {
+		t.Fatal("no QEMU pid")
+	}
+	daemon := p.MustChild("libvirtd", "virtqemud")
+	launchertest.Must(t, syscall.Kill(daemon, syscall.SIGSTOP))
+	defer syscall.Kill(daemon, syscall.SIGCONT)
+
+	t0 := time.Now()
+	err := c.Kill(ctx, p.vmi())
+	t.Logf("Kill with the daemon stopped: %v after %v", err, time.Since(t0).Round(time.Millisecond))
+	if err != nil {
+		t.Errorf("Kill: %v", err)
+	}
+	if st, err := procfs.ReadStat("/proc", qemu); err == nil && st.State != 'Z' {
+		t.Errorf("QEMU (pid %d) still runs after the Kill answered", qemu)
+	}
+	code := p.ExitCode(2 * time.Minute)
+	t.Logf("the launcher ended %v after the Kill, exit %d", time.Since(t0).Round(time.Millisecond), code)
+	if took := time.Since(t0); took > time.Minute {
+		t.Errorf("the pod took %v to end after the Kill", took)
+	}
+	p.assertNothingLeft()
 }
