@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/pod"
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
@@ -859,5 +861,59 @@ func TestHostDiskAllowed(t *testing.T) {
 				t.Errorf("changed:\n%s\nnow:\n%s", before, after)
 			}
 		})
+	}
+}
+
+// TestHostPathsMigrated: a run that takes a guest over by migration may use
+// its source's hostDisks (that run was allowed them) without
+// --allow-host-path, and nothing else.
+func TestHostPathsMigrated(t *testing.T) {
+	src := vmiWithVolumes(hostDiskVol("d", "/srv/vm/d.img", v1.HostDiskExists, ""), pvcVol("p", "c"))
+	cfg := Config{AllowHostPaths: []string{"/data"}, HostPathOwner: 1000, source: &runrecord.Entry{Record: runrecord.Record{VMI: src}}}
+	hp := cfg.hostPaths()
+	if hp.owner != 1000 {
+		t.Errorf("owner %d, want 1000", hp.owner)
+	}
+	for path, want := range map[string]bool{"/srv/vm/d.img": true, "/data/x.img": true, "/srv/other.img": false, "/srv/vm": false} {
+		if _, ok := hp.allowedDir(path); ok != want {
+			t.Errorf("%s allowed: %v, want %v", path, ok, want)
+		}
+	}
+	specs, err := planStorage(src, nil, []VolumeMap{{Name: "c", Path: "/srv/c.img"}}, hp)
+	if err != nil || len(specs) != 2 || specs[0].allowed != "/srv/vm" {
+		t.Errorf("plan %+v, %v; want the hostDisk allowed below /srv/vm", specs, err)
+	}
+}
+
+// TestPlaceBelowBase: a hostDisk is opened, created and removed through
+// its allowed directory's descriptor: a link put on the way after check
+// looked (here: a directory swapped for a link out) is refused, never
+// followed, and nothing outside changes.
+func TestPlaceBelowBase(t *testing.T) {
+	testenv.Root(t, "root's opens are what is tested")
+	secret := rootSecret(t)
+	outside := filepath.Dir(secret)
+	base := openDir(t)
+	if err := os.Symlink(outside, filepath.Join(base, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	before := listTree(t, outside)
+	p := place{real: filepath.Join(base, "sub", "shadow"), base: base, rel: "sub/shadow"}
+	if f, err := p.openFile(os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+		f.Close()
+		t.Error("opened the file through a link below the allowed directory")
+	} else if !errors.Is(err, safefs.ErrSymlink) {
+		t.Errorf("open: %v, want a refused link", err)
+	}
+	p = place{real: filepath.Join(base, "sub", "new.img"), base: base, rel: "sub/new.img"}
+	if f, err := p.openFile(os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+		t.Error("created a file through a link below the allowed directory")
+	}
+	if err := (place{real: secret, base: base, rel: "sub/shadow"}).remove(); err == nil {
+		t.Error("removed a file through a link below the allowed directory")
+	}
+	if after := listTree(t, outside); after != before {
+		t.Errorf("outside changed:\n%s\nnow:\n%s", before, after)
 	}
 }
