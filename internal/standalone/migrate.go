@@ -230,13 +230,17 @@ func (r *runner) migrateIn(ctx context.Context, c *cmdclient.Client) error {
 		return r.withLauncherLog(fmt.Errorf("prepare the migration target: %w", err))
 	}
 	t0 := time.Now()
-	rep, files, err := askMigration(ctx, src.Control, ControlRequest{Op: "migrate", Target: r.workDir, Migration: uid, Bandwidth: r.cfg.MigrationBandwidth}, len(r.cfg.Publish))
+	rep, err := askMigration(ctx, src.Control, ControlRequest{Op: "migrate", Target: r.workDir, Migration: uid, Bandwidth: r.cfg.MigrationBandwidth}, len(r.cfg.Publish))
 	if err != nil {
 		return fmt.Errorf("migration from %s (pid %d) failed; its guest runs on there: %w", src.FullName(), src.PID, err)
 	}
 	// The published ports' listeners came with the answer: until served
 	// (below) they queue what connects; dropped, they are let go.
+	files := rep.files
 	defer func() { closeFiles(files) }()
+	if rep.dropped != nil {
+		fmt.Fprintf(r.cfg.Status, "vlctl: warning: published ports handed over: %v; closed them (the ports are bound afresh)\n", rep.dropped)
+	}
 	msg := rep.Message
 	// Completed, even when interrupted meanwhile (the cancel came too
 	// late): the guest is this run's now, and the steps below are not
@@ -299,10 +303,10 @@ func closeFiles(files []*os.File) {
 // still awaited: the migration may have completed all the same. The
 // answer to a completed migration brings the old run's published
 // listeners (at most maxFiles, the ports the run published).
-func askMigration(ctx context.Context, socket string, req ControlRequest, maxFiles int) (controlReply, []*os.File, error) {
+func askMigration(ctx context.Context, socket string, req ControlRequest, maxFiles int) (answer, error) {
 	c, err := net.DialTimeout("unix", socket, 10*time.Second)
 	if err != nil {
-		return controlReply{}, nil, fmt.Errorf("reach the run: %w", err)
+		return answer{}, fmt.Errorf("reach the run: %w", err)
 	}
 	conn := c.(*net.UnixConn)
 	defer conn.Close()
@@ -310,7 +314,7 @@ func askMigration(ctx context.Context, socket string, req ControlRequest, maxFil
 	stop := context.AfterFunc(ctx, func() { conn.CloseWrite() })
 	defer stop()
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return controlReply{}, nil, fmt.Errorf("send the request: %w", err)
+		return answer{}, fmt.Errorf("send the request: %w", err)
 	}
 	return readReply(conn, maxFiles)
 }
@@ -318,14 +322,25 @@ func askMigration(ctx context.Context, socket string, req ControlRequest, maxFil
 // maxReply bounds an answer on the control socket.
 const maxReply = 1 << 20
 
+// answer is a run's answer on the control socket with the descriptors
+// that came with it.
+type answer struct {
+	controlReply
+	files []*os.File
+	// dropped says why descriptors that came were closed unused: the
+	// answer stands (a completed migration is one), its ports are bound
+	// afresh.
+	dropped error
+}
+
 // readReply reads the run's answer (one line of JSON) from conn, with the
-// descriptors that come with it: at most maxFiles, or it fails. On error
-// none is left open.
-func readReply(conn *net.UnixConn, maxFiles int) (rep controlReply, files []*os.File, err error) {
+// descriptors that come with it: at most maxFiles, or none is kept. On
+// error none is left open.
+func readReply(conn *net.UnixConn, maxFiles int) (a answer, err error) {
 	defer func() {
-		if err != nil {
-			closeFiles(files)
-			files = nil
+		if err != nil || a.dropped != nil {
+			closeFiles(a.files)
+			a.files, a.Ports = nil, nil
 		}
 	}()
 	buf := make([]byte, 64<<10)
@@ -334,12 +349,12 @@ func readReply(conn *net.UnixConn, maxFiles int) (rep controlReply, files []*os.
 	for {
 		n, oobn, flags, _, rerr := conn.ReadMsgUnix(buf, oob)
 		got, perr := parseRights(oob[:oobn])
-		files = append(files, got...)
+		a.files = append(a.files, got...)
 		switch {
 		case perr != nil:
-			return rep, files, fmt.Errorf("read the run's answer: %w", perr)
-		case flags&unix.MSG_CTRUNC != 0 || len(files) > maxFiles:
-			return rep, files, fmt.Errorf("read the run's answer: it came with more descriptors than the %d published ports", maxFiles)
+			a.dropped = errors.Join(a.dropped, perr)
+		case flags&unix.MSG_CTRUNC != 0 || len(a.files) > maxFiles:
+			a.dropped = fmt.Errorf("the answer came with more descriptors than the %d published ports", maxFiles)
 		}
 		data = append(data, buf[:n]...)
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
@@ -348,20 +363,20 @@ func readReply(conn *net.UnixConn, maxFiles int) (rep controlReply, files []*os.
 		}
 		switch {
 		case rerr != nil:
-			return rep, files, fmt.Errorf("read the run's answer: %w", rerr)
+			return a, fmt.Errorf("read the run's answer: %w", rerr)
 		case n == 0:
-			return rep, files, fmt.Errorf("read the run's answer: %w", io.ErrUnexpectedEOF)
+			return a, fmt.Errorf("read the run's answer: %w", io.ErrUnexpectedEOF)
 		case len(data) > maxReply:
-			return rep, files, fmt.Errorf("read the run's answer: longer than %d bytes", maxReply)
+			return a, fmt.Errorf("read the run's answer: longer than %d bytes", maxReply)
 		}
 	}
-	if err := json.Unmarshal(data, &rep); err != nil {
-		return rep, files, fmt.Errorf("read the run's answer: %w", err)
+	if err := json.Unmarshal(data, &a.controlReply); err != nil {
+		return a, fmt.Errorf("read the run's answer: %w", err)
 	}
-	if rep.Error != "" {
-		return rep, files, errors.New(rep.Error)
+	if a.Error != "" {
+		return a, errors.New(a.Error)
 	}
-	return rep, files, nil
+	return a, nil
 }
 
 // parseRights are the descriptors an SCM_RIGHTS message in oob brought.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -213,8 +214,9 @@ func TestPortsHandedOver(t *testing.T) {
 	}
 	defer early.Close()
 
-	rep, files, err := readReply(b, len(pubs))
-	if err != nil || rep.Message != "done" || len(files) != 2 {
+	rep, err := readReply(b, len(pubs))
+	files := rep.files
+	if err != nil || rep.dropped != nil || rep.Message != "done" || len(files) != 2 {
 		t.Fatalf("the answer: %+v, %d files, %v", rep, len(files), err)
 	}
 	h := newHeldPorts(&status)
@@ -286,16 +288,49 @@ func TestAdoptRefuses(t *testing.T) {
 		h.close()
 	}
 
-	// More descriptors than published ports: the answer is refused, and
-	// none of them stays open here.
+	// More descriptors than published ports: the answer stands (a
+	// completed migration's must), none of them is kept.
 	a, b := controlPair(t)
 	l1, l2 := socket(unix.SOCK_STREAM, true, freeAddr(t)), socket(unix.SOCK_STREAM, true, freeAddr(t))
 	defer l1.Close()
 	defer l2.Close()
-	if _, _, err := a.WriteMsgUnix([]byte("{}\n"), unix.UnixRights(int(l1.Fd()), int(l2.Fd())), nil); err != nil {
+	msg := `{"message":"done","ports":["x","y"]}` + "\n"
+	if _, _, err := a.WriteMsgUnix([]byte(msg), unix.UnixRights(int(l1.Fd()), int(l2.Fd())), nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, files, err := readReply(b, 1); err == nil || files != nil || !strings.Contains(err.Error(), "more descriptors") {
-		t.Errorf("two sockets for one published port: %d files, %v; want refused", len(files), err)
+	rep, err := readReply(b, 1)
+	if err != nil || rep.Message != "done" || rep.files != nil || rep.Ports != nil || rep.dropped == nil || !strings.Contains(rep.dropped.Error(), "more descriptors") {
+		t.Errorf("two sockets for one published port: %+v, %d files, dropped: %v, %v; want the answer, no socket kept", rep.controlReply, len(rep.files), rep.dropped, err)
 	}
+	if n := extraCopies(t, l1, l2); n != 0 {
+		t.Errorf("%d of the sockets received left open", n)
+	}
+}
+
+// extraCopies counts this process's descriptors of the sockets files
+// other than files' own.
+func extraCopies(t *testing.T, files ...*os.File) int {
+	t.Helper()
+	want := map[string]bool{}
+	own := map[string]bool{}
+	for _, f := range files {
+		fd := strconv.Itoa(int(f.Fd()))
+		own[fd] = true
+		l, err := os.Readlink("/proc/self/fd/" + fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[l] = true
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && want[l] && !own[e.Name()] {
+			n++
+		}
+	}
+	return n
 }
