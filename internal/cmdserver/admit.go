@@ -3,6 +3,7 @@ package cmdserver
 import (
 	"context"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -27,9 +28,13 @@ import (
 //     calls waiting for the domain's operation lock hold only their decoded
 //     VMIs, never a decoding.
 //
-// A caller that trickles its message holds the decode slot until its own
-// deadline; only virt-handler (root) and the launcher's own user can reach
-// the socket, and virt-handler always sets one.
+// A caller whose message stalls holds the decode slot until its own
+// deadline or messageArrival, whichever comes first.
+
+// messageArrival bounds how long a call carrying a VMI may take to send
+// its message once the launcher reads it. Over the local socket 4 MiB
+// arrive in milliseconds; this is for a caller that stopped midway.
+const messageArrival = 10 * time.Second
 
 // streamWindow is the flow-control window of each call: what a client can
 // send before the launcher reads the call's message, i.e. what a call
@@ -104,7 +109,32 @@ func (s *Server) admit(rpc string, h grpc.MethodHandler) grpc.MethodHandler {
 			case <-ctx.Done():
 				return status.FromContextError(ctx.Err()).Err()
 			}
-			return dec(m)
+			return s.receive(rpc, t, dec, m)
 		}, ic)
 	}
+}
+
+// receive reads the call's message into m (dec) within s.arrival: a
+// caller without a deadline whose message stalls would otherwise hold the
+// decode slot, and so every other call carrying a VMI, for good. When the
+// bound passes the call fails; gRPC then ends its stream, which ends the
+// read, and only then is the slot given back (the read holds what has
+// arrived).
+func (s *Server) receive(rpc string, t *decodeTicket, dec func(any) error, m any) error {
+	done := make(chan error, 1)
+	go func() { done <- dec(m) }()
+	timer := time.NewTimer(s.arrival)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+	}
+	t.held = false
+	go func() {
+		<-done
+		<-t.slot
+	}()
+	s.log.Warn("call refused: its message did not arrive in time", "rpc", rpc, "limit", s.arrival.String())
+	return status.Errorf(codes.DeadlineExceeded, "%s: the message did not arrive within %v", rpc, s.arrival)
 }

@@ -198,3 +198,33 @@ func TestOneDecodeAtATime(t *testing.T) {
 		t.Errorf("Sync after the large one: %v", err)
 	}
 }
+
+// TestMessageArrivalBound: a call with a distant deadline whose message stalls
+// midway fails once the arrival bound passes (DeadlineExceeded, while its
+// client is still stalled), and gives the decode slot back: the next Sync
+// goes through at once.
+func TestMessageArrivalBound(t *testing.T) {
+	m := &fakeManager{}
+	const bound = 500 * time.Millisecond
+	c, sock := startWith(t, m, cmdserver.WithoutSyncValidation(), cmdserver.WithMessageArrival(bound))
+	slow, hc := dialHeld(t, sock)
+	hc.holdAfter(256 << 10)
+	// The caller's own deadline is far beyond the bound: only the server
+	// can end the call in time.
+	sctx, scancel := context.WithTimeout(context.Background(), bound+10*time.Second)
+	defer scancel()
+	t0 := time.Now()
+	_, err := slow.SyncVirtualMachine(sctx, bigVMIRequest(t, 2<<20))
+	took := time.Since(t0)
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(fmt.Sprint(err), "did not arrive") {
+		t.Errorf("stalled Sync: %v, want DeadlineExceeded saying the message did not arrive", err)
+	}
+	if took < bound || took > bound+5*time.Second {
+		t.Errorf("stalled Sync answered after %v, want about %v", took, bound)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Sync(ctx, testVMI(), nil); err != nil {
+		t.Errorf("Sync after the stalled one was refused: %v", err)
+	}
+}

@@ -66,6 +66,8 @@ type Server struct {
 	// vmiCalls holds a token per VMI-carrying call in flight; decodeSlot
 	// the one such call reading and decoding its message (admit.go).
 	vmiCalls, decodeSlot chan struct{}
+	// arrival bounds the reading of such a message (messageArrival).
+	arrival time.Duration
 }
 
 // Option changes how a Server behaves.
@@ -84,7 +86,7 @@ func WithPodName(name string) Option { return func(s *Server) { s.podName = name
 // server, as virt-handler expects them on one socket.
 func New(m Manager, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{m: m, log: log, agent: agent.NewStore(),
-		vmiCalls: make(chan struct{}, MaxVMICalls), decodeSlot: make(chan struct{}, 1)}
+		vmiCalls: make(chan struct{}, MaxVMICalls), decodeSlot: make(chan struct{}, 1), arrival: messageArrival}
 	for _, o := range opts {
 		o(s)
 	}
