@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -37,9 +38,12 @@ virt-launcher-monitor and virt-launcher as an unprivileged user, syncs the VMI a
 guest's serial console on stdout.
 
 Storage that keeps data: a hostDisk is used at the path it names (type Disk: an existing
-file; DiskOrCreate: created there, sparse, with its capacity, when missing) and kept; a
-persistentVolumeClaim or dataVolume needs --volume CLAIM=PATH, a raw image file (created on
-first use with the dataVolumeTemplate's storage request or size=SIZE) or a block device.
+file; DiskOrCreate: created there, sparse, with its capacity, when missing) and kept, but
+only below a directory allowed with --allow-host-path DIR (as docker needs -v: a manifest
+alone cannot give the guest a file of the host) and only a regular file of root's or of the
+user running vlctl with sudo; a persistentVolumeClaim or dataVolume needs --volume
+CLAIM=PATH, a raw image file (created on first use with the dataVolumeTemplate's storage
+request or size=SIZE) or a block device.
 vlctl grants QEMU's user access with an ACL entry for the run and never copies, chowns or
 deletes these files.
 
@@ -98,6 +102,11 @@ secondary networks (each refused, saying so).`,
 					return err
 				}
 				cfg.Volumes = append(cfg.Volumes, m)
+			}
+			// Besides root's, a hostDisk may use the files of whoever ran
+			// vlctl with sudo.
+			if id, err := strconv.Atoi(os.Getenv("SUDO_UID")); err == nil && id > 0 {
+				cfg.HostPathOwner = id
 			}
 			for _, d := range cfg.DNS {
 				if _, err := netip.ParseAddrPort(d); err != nil {
@@ -166,6 +175,7 @@ secondary networks (each refused, saying so).`,
 	f.BoolVar(&cfg.NoEgress, "no-egress", false, "no TCP connections from the guest to the outside world (DNS is still relayed)")
 	f.StringArrayVar(&publish, "publish", nil, "[HOSTIP:]HOSTPORT:GUESTPORT[/tcp]: forward a TCP port of the host (127.0.0.1 unless HOSTIP) to the guest (repeatable)")
 	f.StringArrayVar(&volumes, "volume", nil, "CLAIM=PATH[,size=SIZE]: the local storage (raw image file or block device) of a persistentVolumeClaim or dataVolume; a missing file is created with SIZE or the dataVolumeTemplate's request (repeatable)")
+	f.StringArrayVar(&cfg.AllowHostPaths, "allow-host-path", nil, "DIR: a manifest's hostDisk may use or create files below DIR (resolved; links may not lead out of it); elsewhere it is refused (repeatable)")
 	f.BoolVar(&cfg.ForceStart, "force-start", false, "run a VirtualMachine whose run strategy keeps it stopped (Halted, running: false)")
 	f.BoolVar(&cfg.Emulation, "emulation", false, "force software emulation (TCG); without it KVM is used when /dev/kvm opens")
 	f.StringVar(&cfg.Binding, "binding", "masquerade", "binding of the auto-attached pod interface: masquerade or bridge (KubeVirt's cluster default)")

@@ -84,17 +84,16 @@ func (c *cmdServer) vmiOp(ctx context.Context, rpc string, req *cmdv1.VMIRequest
 	return c.checkedVMIOp(ctx, rpc, req, nil, op)
 }
 
-// checkedVMIOp is vmiOp with check run on the decoded VMI first.
+// checkedVMIOp is vmiOp with check run on the decoded VMI first. It
+// consumes req's VMI JSON (set to nil once decoded).
 func (c *cmdServer) checkedVMIOp(ctx context.Context, rpc string, req *cmdv1.VMIRequest,
 	check func(*v1.VirtualMachineInstance) error, op func(context.Context, *v1.VirtualMachineInstance) error) (*cmdv1.Response, error) {
-	select {
-	case c.s.vmiCalls <- struct{}{}:
-		defer func() { <-c.s.vmiCalls }()
-	default:
-		c.s.log.Warn("call refused: too many in flight", "rpc", rpc, "limit", MaxVMICalls)
-		return nil, status.Errorf(codes.ResourceExhausted, "%s: %d calls carrying a VMI are in flight already; try again", rpc, MaxVMICalls)
-	}
 	vmi, ignored, err := decodeVMI(req.GetVmi())
+	if v := req.GetVmi(); v != nil {
+		// The bytes are decoded: let the GC have them while the call
+		// waits for the domain's operation lock.
+		v.VmiJson = nil
+	}
 	if err != nil {
 		c.s.log.Error("failed to decode vmi", "rpc", rpc, "reason", err.Error())
 		// KubeVirt's message, then the reason (virt-handler only logs it).
@@ -110,6 +109,9 @@ func (c *cmdServer) checkedVMIOp(ctx context.Context, rpc string, req *cmdv1.VMI
 			return fail(err.Error()), nil
 		}
 	}
+	// Decoded and checked: the next call may decode its message while
+	// this one waits for the domain.
+	decoded(ctx)
 	if err := op(ctx, vmi); err != nil {
 		c.s.log.Error(rpc+" failed", "kind", "VirtualMachineInstance", "name", vmi.Name,
 			"namespace", vmi.Namespace, "uid", string(vmi.UID), "reason", err.Error())

@@ -91,7 +91,8 @@ func FuzzVMIRequest(f *testing.F) {
 		}
 		ctx := context.Background()
 		for _, r := range reqs {
-			resp, err := c.SyncVirtualMachine(ctx, r)
+			// The handlers consume the request's VMI JSON: each gets a copy.
+			resp, err := c.SyncVirtualMachine(ctx, proto.Clone(r).(*cmdv1.VMIRequest))
 			if err != nil {
 				t.Fatalf("Sync returned a gRPC error: %v", err)
 			}
@@ -107,7 +108,7 @@ func FuzzVMIRequest(f *testing.F) {
 					t.Fatalf("Sync succeeded on an invalid VMI: %v", err)
 				}
 			}
-			resp, err = c.PauseVirtualMachine(ctx, r)
+			resp, err = c.PauseVirtualMachine(ctx, proto.Clone(r).(*cmdv1.VMIRequest))
 			if err != nil || (!resp.Success && resp.Message == "") {
 				t.Fatalf("Pause: %v %+v", err, resp)
 			}

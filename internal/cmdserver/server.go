@@ -40,11 +40,12 @@ var SupportedCmdVersions = []uint32{1}
 const MaxMessageSize = 4 << 20
 
 // MaxVMICalls bounds the calls carrying a VMI (Sync, Pause, Kill, ...)
-// in flight at once; one more is refused at once with ResourceExhausted.
-// Each holds its decoded VMI while it waits for the domain's operation
-// lock, which from a 4 MiB message is tens of MiB: 24 concurrent Syncs
-// took a launcher from 0.1 to 1.8 GB before this bound. virt-handler
-// sends one such call at a time for a VMI, rarely two.
+// in flight at once; one more is refused at once with ResourceExhausted,
+// before its message is read. Each holds its decoded VMI while it waits
+// for the domain's operation lock: 24 concurrent 4 MiB Syncs took a
+// launcher from 0.1 to 1.8 GB before this bound. Only one of them reads
+// and decodes its message at a time (admit.go). virt-handler sends one
+// such call at a time for a VMI, rarely two.
 const MaxVMICalls = 4
 
 // stopGrace is how long Serve waits for running calls after its context
@@ -62,8 +63,11 @@ type Server struct {
 	podName string
 	// agent answers the guest-agent RPCs.
 	agent GuestAgent
-	// vmiCalls holds a token per VMI-carrying call in flight.
-	vmiCalls chan struct{}
+	// vmiCalls holds a token per VMI-carrying call in flight; decodeSlot
+	// the one such call reading and decoding its message (admit.go).
+	vmiCalls, decodeSlot chan struct{}
+	// arrival bounds the reading of such a message (messageArrival).
+	arrival time.Duration
 }
 
 // Option changes how a Server behaves.
@@ -81,16 +85,19 @@ func WithPodName(name string) Option { return func(s *Server) { s.podName = name
 // New makes a server driving m. It registers both services on one gRPC
 // server, as virt-handler expects them on one socket.
 func New(m Manager, log *slog.Logger, opts ...Option) *Server {
-	s := &Server{m: m, log: log, agent: agent.NewStore(), vmiCalls: make(chan struct{}, MaxVMICalls)}
+	s := &Server{m: m, log: log, agent: agent.NewStore(),
+		vmiCalls: make(chan struct{}, MaxVMICalls), decodeSlot: make(chan struct{}, 1), arrival: messageArrival}
 	for _, o := range opts {
 		o(s)
 	}
 	s.gs = grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxMessageSize),
+		grpc.StaticStreamWindowSize(streamWindow),
+		grpc.StaticConnWindowSize(connWindow),
 		grpc.ChainUnaryInterceptor(s.recoverPanic),
 	)
 	cmdinfo.RegisterCmdInfoServer(s.gs, infoServer{})
-	cmdv1.RegisterCmdServer(s.gs, &cmdServer{s: s})
+	s.gs.RegisterService(s.admitVMICalls(&cmdv1.Cmd_ServiceDesc, cmdv1.File_cmd_v1_cmd_proto.Services().ByName("Cmd")), &cmdServer{s: s})
 	return s
 }
 

@@ -113,7 +113,7 @@ func checkBytes(what string, want ggcr.Hash, b []byte) error {
 
 // pull extracts the disk of img into the cache as the file dst, once
 // every blob of the image is verified; on any failure nothing is left.
-func (c *Cache) pull(ctx context.Context, img ggcr.Image, diskPath, dst string) error {
+func (c *Cache) pull(ctx context.Context, d *cacheDir, img ggcr.Image, diskPath, dst string) error {
 	m, err := img.Manifest()
 	if err != nil {
 		return err
@@ -135,7 +135,7 @@ func (c *Cache) pull(ctx context.Context, img ggcr.Image, diskPath, dst string) 
 			return fmt.Errorf("%w: its layers take more than the limit of %d bytes an image may take in the cache", errLimit, limit)
 		}
 	}
-	tmp, err := c.createTemp(ctx, pullTempPrefix)
+	tmp, err := d.createTemp(ctx, pullTempPrefix)
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func (c *Cache) pull(ctx context.Context, img ggcr.Image, diskPath, dst string) 
 	if err == nil {
 		err = x.result()
 	}
-	return c.commit(tmp, err, dst, false)
+	return d.commit(tmp, err, dst, false)
 }
 
 // readConfig reads the image's config and checks it against its

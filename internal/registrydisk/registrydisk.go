@@ -16,10 +16,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"golang.org/x/sys/unix"
 	k8sv1 "k8s.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
 // DefaultDir is the cache of standalone runs.
@@ -62,16 +64,18 @@ func (c *Cache) Fetch(ctx context.Context, ref, diskPath string, policy k8sv1.Pu
 	if err != nil {
 		return "", fmt.Errorf("image %q: %w", ref, err)
 	}
-	if err := c.open(); err != nil {
+	d, err := c.open()
+	if err != nil {
 		return "", err
 	}
+	defer d.close()
 	key := refKey(r.Name(), diskPath)
 	if policy == k8sv1.PullNever || policy == k8sv1.PullIfNotPresent {
-		if p, ok := c.cached(key); ok {
+		if p, ok := d.cached(key); ok {
 			return p, nil
 		}
 		if policy == k8sv1.PullNever {
-			return "", fmt.Errorf("image %s is not in the cache %s and imagePullPolicy is Never", r.Name(), c.Dir)
+			return "", fmt.Errorf("image %s is not in the cache %s and imagePullPolicy is Never", r.Name(), d.Path())
 		}
 	}
 	img, digest, err := resolve(ctx, r)
@@ -79,19 +83,18 @@ func (c *Cache) Fetch(ctx context.Context, ref, diskPath string, policy k8sv1.Pu
 		return "", fmt.Errorf("image %s: %w", r.Name(), err)
 	}
 	file := digest.Hex + "-" + pathKey(diskPath) + ".img"
-	disk := filepath.Join(c.Dir, file)
-	if _, err := os.Lstat(disk); err != nil {
+	if !d.exists(file) {
 		if c.Status != nil {
 			fmt.Fprintf(c.Status, "vlctl: pulling %s (%s)\n", r.Name(), digest)
 		}
-		if err := c.pull(ctx, img, diskPath, file); err != nil {
+		if err := c.pull(ctx, d, img, diskPath, file); err != nil {
 			return "", fmt.Errorf("image %s: %w", r.Name(), err)
 		}
 	}
-	if err := c.writeAtomic(ctx, key+".ref", []byte(file)); err != nil {
-		return "", fmt.Errorf("image cache %s: %w", c.Dir, err)
+	if err := d.writeAtomic(ctx, key+".ref", []byte(file)); err != nil {
+		return "", fmt.Errorf("image cache %s: %w", d.Path(), err)
 	}
-	return disk, nil
+	return d.Join(file), nil
 }
 
 func (c *Cache) maxSize() int64 {
@@ -101,42 +104,65 @@ func (c *Cache) maxSize() int64 {
 	return DefaultMaxSize
 }
 
-// open makes the cache directory, which must be root's and writable by
-// root alone (what is in it is handed to QEMU), closes it to other users
-// (a cache an earlier version left readable included), and removes what
-// pulls that were killed left (tempfiles.go).
-func (c *Cache) open() error {
-	if err := os.MkdirAll(c.Dir, 0o711); err != nil {
-		return fmt.Errorf("image cache: %w", err)
-	}
-	d, err := os.OpenFile(c.Dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+// cacheDir is the cache directory as one Fetch uses it: opened once,
+// and every name in it resolved against that descriptor, never by path.
+type cacheDir struct {
+	*safefs.Dir
+	f *os.File // the same directory: its listing and renames in it
+}
+
+// open opens the cache directory, a fixed path root writes images to and
+// hands to QEMU: with safefs.OpenTrusted, which makes it when missing and
+// refuses one that is a link, one another user owns or can write, and one
+// below a directory another user can change (the fix in its error). It is
+// closed to other users (mode 0711, a cache an earlier version left
+// readable included), and what pulls that were killed left is removed
+// (tempfiles.go).
+func (c *Cache) open() (*cacheDir, error) {
+	abs, err := filepath.Abs(c.Dir)
 	if err != nil {
-		return fmt.Errorf("image cache %s: %w", c.Dir, err)
+		return nil, fmt.Errorf("image cache %s: %w", c.Dir, err)
 	}
-	defer d.Close()
-	fi, err := d.Stat()
+	td, err := safefs.OpenTrusted(abs, 0o711)
 	if err != nil {
-		return fmt.Errorf("image cache: %w", err)
+		return nil, fmt.Errorf("image cache: %w", err)
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("image cache %s: must be a directory owned by root and writable by root alone", c.Dir)
+	f, err := td.OpenFile(".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		td.Close()
+		return nil, fmt.Errorf("image cache: %w", err)
 	}
-	if fi.Mode().Perm() != 0o711 {
-		if err := d.Chmod(0o711); err != nil {
-			return fmt.Errorf("image cache %s: %w", c.Dir, err)
-		}
+	d := &cacheDir{Dir: td, f: f}
+	if err := sweep(f); err != nil {
+		d.close()
+		return nil, fmt.Errorf("image cache %s: %w", abs, err)
 	}
-	if err := sweep(d); err != nil {
-		return fmt.Errorf("image cache %s: %w", c.Dir, err)
-	}
-	return nil
+	return d, nil
+}
+
+func (d *cacheDir) close() {
+	d.f.Close()
+	d.Dir.Close()
+}
+
+// stat describes the entry name of the cache itself (a link is not
+// followed).
+func (d *cacheDir) stat(name string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(int(d.f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, err
+}
+
+// exists says whether the cache has an entry name.
+func (d *cacheDir) exists(name string) bool {
+	_, err := d.stat(name)
+	return err == nil
 }
 
 // cached is the disk the reference key last resolved to, if it is still
 // there.
-func (c *Cache) cached(key string) (string, bool) {
-	b, err := os.ReadFile(filepath.Join(c.Dir, key+".ref"))
+func (d *cacheDir) cached(key string) (string, bool) {
+	b, err := d.ReadFile(key + ".ref")
 	if err != nil {
 		return "", false
 	}
@@ -144,22 +170,21 @@ func (c *Cache) cached(key string) (string, bool) {
 	if name != filepath.Base(name) || !strings.HasSuffix(name, ".img") {
 		return "", false
 	}
-	p := filepath.Join(c.Dir, name)
-	if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
+	if st, err := d.stat(name); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return "", false
 	}
-	return p, true
+	return d.Join(name), true
 }
 
 // writeAtomic replaces the cache's file name with data (a temporary file,
 // then rename).
-func (c *Cache) writeAtomic(ctx context.Context, name string, data []byte) error {
-	tmp, err := c.createTemp(ctx, refTempPrefix)
+func (d *cacheDir) writeAtomic(ctx context.Context, name string, data []byte) error {
+	tmp, err := d.createTemp(ctx, refTempPrefix)
 	if err != nil {
 		return err
 	}
 	_, err = tmp.Write(data)
-	return c.commit(tmp, err, name, true)
+	return d.commit(tmp, err, name, true)
 }
 
 // refKey names the reference (and the file chosen in it) in the cache.

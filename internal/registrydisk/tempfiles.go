@@ -2,8 +2,11 @@ package registrydisk
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,21 +36,33 @@ const lockPoll = 10 * time.Millisecond
 
 // createTemp makes a new temporary file in the cache (0600, root's) and
 // locks it; commit or discard ends it.
-func (c *Cache) createTemp(ctx context.Context, prefix string) (*os.File, error) {
-	d, err := os.OpenFile(c.Dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+func (d *cacheDir) createTemp(ctx context.Context, prefix string) (*os.File, error) {
+	// A description of its own for the directory's lock: closing it lets
+	// the lock go.
+	lf, err := d.OpenFile(".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer d.Close() // and with it the directory's lock
-	if err := flockWait(ctx, d, unix.LOCK_SH); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", c.Dir, err)
+	defer lf.Close()
+	if err := flockWait(ctx, lf, unix.LOCK_SH); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", d.Path(), err)
 	}
-	f, err := os.CreateTemp(c.Dir, prefix+"*")
+	var f *os.File
+	for try := 0; ; try++ {
+		var rnd [8]byte
+		if _, err := rand.Read(rnd[:]); err != nil {
+			return nil, err
+		}
+		f, err = d.OpenFile(prefix+hex.EncodeToString(rnd[:]), unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err == nil || !errors.Is(err, fs.ErrExist) || try == 10 {
+			break
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		discard(f)
+		d.discard(f)
 		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
 	return f, nil
@@ -57,8 +72,9 @@ func (c *Cache) createTemp(ctx context.Context, prefix string) (*os.File, error)
 // (what writing it gave) is nil; otherwise, or when that fails, f is
 // removed and the error returned. With replace false, a file already at
 // name stays: a disk is the same bytes whoever pulled it, and a run may
-// hold an ACL entry on the one there.
-func (c *Cache) commit(f *os.File, err error, name string, replace bool) error {
+// hold an ACL entry on the one there. Both names are resolved in the
+// cache's descriptor.
+func (d *cacheDir) commit(f *os.File, err error, name string, replace bool) error {
 	if err == nil {
 		err = f.Chmod(0o600)
 	}
@@ -68,27 +84,30 @@ func (c *Cache) commit(f *os.File, err error, name string, replace bool) error {
 	if err == nil {
 		// Renamed while its lock is held: a sweep never sees it unlocked
 		// under its temporary name.
-		dst := filepath.Join(c.Dir, name)
+		dfd, tmp := int(d.f.Fd()), filepath.Base(f.Name())
 		if replace {
-			err = os.Rename(f.Name(), dst)
-		} else if err = unix.Renameat2(unix.AT_FDCWD, f.Name(), unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); errors.Is(err, unix.EEXIST) {
-			discard(f)
+			err = unix.Renameat(dfd, tmp, dfd, name)
+		} else if err = unix.Renameat2(dfd, tmp, dfd, name, unix.RENAME_NOREPLACE); errors.Is(err, unix.EEXIST) {
+			d.discard(f)
 			return nil
 		} else if errors.Is(err, unix.EINVAL) {
 			// A file system without RENAME_NOREPLACE.
-			err = os.Rename(f.Name(), dst)
+			err = unix.Renameat(dfd, tmp, dfd, name)
+		}
+		if err != nil {
+			err = &fs.PathError{Op: "rename", Path: d.Join(name), Err: err}
 		}
 	}
 	if err != nil {
-		discard(f)
+		d.discard(f)
 		return err
 	}
 	return f.Close()
 }
 
 // discard removes the temporary file f and closes it.
-func discard(f *os.File) {
-	os.Remove(f.Name())
+func (d *cacheDir) discard(f *os.File) {
+	d.Remove(filepath.Base(f.Name()))
 	f.Close()
 }
 

@@ -64,6 +64,10 @@ type ControlRequest struct {
 type controlReply struct {
 	Message string `json:"message,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// Ports name the published ports (Publish.recorded) whose listening
+	// sockets come with the answer, in the order of its descriptors
+	// (SCM_RIGHTS): a completed migrate's, for the run the guest went to.
+	Ports []string `json:"ports,omitempty"`
 }
 
 // controlTimeout bounds one request: the Sync of a detach waits up to 15 s
@@ -146,6 +150,7 @@ func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn ne
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(controlTimeout))
 	var rep controlReply
+	send := func(conn net.Conn, rep controlReply) error { return json.NewEncoder(conn).Encode(rep) }
 	if cred, err := unixgrpc.PeerCred(conn); err != nil || cred.Uid != 0 {
 		rep.Error = "only root may change a running VM"
 	} else {
@@ -156,6 +161,11 @@ func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn ne
 			if req.Op == "migrate" {
 				// The requester is the target's vlctl run.
 				rep.Message, err = r.serveMigrate(ctx, client, conn, req, int(cred.Pid))
+				if err == nil {
+					// The guest is the requester's now, and so are
+					// its published ports: they go with the answer.
+					send = r.replyMigrated
+				}
 			} else {
 				rctx, cancel := context.WithTimeout(ctx, controlTimeout-5*time.Second)
 				rep.Message, err = r.apply(rctx, client, req)
@@ -167,7 +177,9 @@ func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn ne
 			r.log.Info("control request", "op", req.Op, "volume", req.Volume, "file", req.File, "interface", req.Interface, "err", rep.Error)
 		}
 	}
-	json.NewEncoder(conn).Encode(rep)
+	if err := send(conn, rep); err != nil {
+		r.statusf("vlctl: control socket: %v\n", err)
+	}
 }
 
 func (r *runner) apply(ctx context.Context, client *cmdclient.Client, req ControlRequest) (string, error) {

@@ -26,7 +26,10 @@ import (
 // well). At each hop the guest goes on counting on its serial console in
 // the new run from where it was, without booting again, and keeps its
 // address in the pod; the old run ends with status 0 saying where the
-// guest went, its network namespaces gone. The first run's work dir is
+// guest went, its network namespaces gone. The published port answers
+// after each hop (and after a cancelled migration), and is never free
+// for another local user to bind in between: the old run hands its
+// listener over. The first run's work dir is
 // kept, empty, while a run of the VM uses it. When the last run is
 // stopped, nothing is left: no work dir, no record, no uid lease, no
 // network namespace.
@@ -66,6 +69,7 @@ func TestVlctlRunMigrate(t *testing.T) {
 	// A migration interrupted midway (Ctrl-C in the new run, the migration
 	// capped at 1 MiB/s so that it is still under way): it is cancelled,
 	// the guest counts on in its run, and the new run leaves nothing.
+	stopTaking := takePort(port)
 	ncmd, _, nerrs, nexited := startVlctl(t, run("--migrate-from", "mover", "--migration-bandwidth", "1Mi")...)
 	waitFor(t, "the migration to start", 3*time.Minute, exited, func() bool {
 		return strings.Contains(errs.String(), "vlctl: migrating the guest to the run of pid")
@@ -87,12 +91,20 @@ func TestVlctlRunMigrate(t *testing.T) {
 	if now := onlyRecord(t, records); now.WorkDir != first.WorkDir {
 		t.Errorf("after the cancel the VM's run is %s, want the first one (%s)", now.WorkDir, first.WorkDir)
 	}
+	// The first run kept its published port all along.
+	sshBanner(t, port)
+	if n := stopTaking(); n > 0 {
+		t.Errorf("another user bound the published port %d times around the cancelled migration", n)
+	}
 	if ents, _ := os.ReadDir(root); len(ents) != 1 {
 		t.Errorf("the work root holds %d entries after the cancelled migration, want the first run's alone", len(ents))
 	}
 
 	for hop := 1; hop <= 2; hop++ {
 		prev := onlyRecord(t, records)
+		// Another local user's try at the published port, all through
+		// the hand-over: the old run hands its listener to the new one.
+		stopTaking := takePort(port)
 		ncmd, nout, nerrs, nexited := startVlctl(t, run("--migrate-from", "mover")...)
 		waitFor(t, "the migration", 3*time.Minute, nexited, func() bool { return strings.Contains(nerrs.String(), "vlctl: migrated in ") })
 		if code := exitCode(t, "the old run", cmd, exited, time.Minute); code != 0 {
@@ -132,6 +144,9 @@ func TestVlctlRunMigrate(t *testing.T) {
 		}
 		// The published port now leads to the guest in the new pod.
 		sshBanner(t, port)
+		if n := stopTaking(); n > 0 {
+			t.Errorf("hop %d: another user bound the published port %d times while the guest moved", hop, n)
+		}
 		t.Logf("hop %d: %s", hop, strings.TrimSpace(lineWith(nerrs.String(), "migrated in")))
 		cmd, out, errs, exited = ncmd, nout, nerrs, nexited
 	}

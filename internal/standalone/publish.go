@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
@@ -88,7 +91,10 @@ var publishLimits = relay.Limits{MaxConns: 64, Idle: time.Hour}
 // comes between two boots is closed at once.
 type heldPorts struct {
 	relay *relay.Relay
-	bound map[netip.AddrPort]bool // host addresses listened on
+	// lmu guards bound: the control socket's migrate request hands the
+	// listeners over from a goroutine of its own.
+	lmu   sync.Mutex
+	bound map[netip.AddrPort]net.Listener // by host address
 
 	// mu is held for reading through each dial into the pod: unpoint
 	// waits for them, so no dial uses the pod's namespace once its
@@ -107,7 +113,7 @@ type podTarget struct {
 func newHeldPorts(status io.Writer) *heldPorts {
 	return &heldPorts{
 		relay: relay.NewLimited(publishLimits, func(what string, err error) { fmt.Fprintf(status, "vlctl: %s: %v\n", what, err) }),
-		bound: map[netip.AddrPort]bool{},
+		bound: map[netip.AddrPort]net.Listener{},
 	}
 }
 
@@ -115,30 +121,44 @@ func newHeldPorts(status io.Writer) *heldPorts {
 // waiting up to wait for one still in use.
 func (h *heldPorts) bind(pubs []Publish, wait time.Duration) error {
 	for _, pb := range pubs {
-		if h.bound[pb.Host] {
+		if h.listener(pb) != nil {
 			continue
 		}
 		l, err := listenFreed(pb.Host.String(), wait)
 		if err != nil {
 			return fmt.Errorf("--publish %s: %w", pb, err)
 		}
-		h.bound[pb.Host] = true
-		guest := pb.GuestPort
-		h.relay.Serve(l, fmt.Sprintf("published port %s", pb), func(net.Conn) (net.Conn, error) {
-			h.mu.RLock()
-			defer h.mu.RUnlock()
-			if h.pod == nil {
-				return nil, errors.New("the guest is not running (it starts again)")
-			}
-			to := netip.AddrPortFrom(h.pod.addr, guest)
-			g, err := dialIn(h.pod.outside, to)
-			if err != nil {
-				return nil, fmt.Errorf("connect to the guest at %s: %w", to, err)
-			}
-			return g, nil
-		})
+		h.serve(pb, l)
 	}
 	return nil
+}
+
+// listener is pb's listener, nil when it is not listened on.
+func (h *heldPorts) listener(pb Publish) net.Listener {
+	h.lmu.Lock()
+	defer h.lmu.Unlock()
+	return h.bound[pb.Host]
+}
+
+// serve relays what l, pb's listener, accepts to the guest's port.
+func (h *heldPorts) serve(pb Publish, l net.Listener) {
+	h.lmu.Lock()
+	h.bound[pb.Host] = l
+	h.lmu.Unlock()
+	guest := pb.GuestPort
+	h.relay.Serve(l, fmt.Sprintf("published port %s", pb), func(net.Conn) (net.Conn, error) {
+		h.mu.RLock()
+		defer h.mu.RUnlock()
+		if h.pod == nil {
+			return nil, errors.New("the guest is not running (it starts again)")
+		}
+		to := netip.AddrPortFrom(h.pod.addr, guest)
+		g, err := dialIn(h.pod.outside, to)
+		if err != nil {
+			return nil, fmt.Errorf("connect to the guest at %s: %w", to, err)
+		}
+		return g, nil
+	})
 }
 
 // point sends the published connections to pod from now on.
@@ -158,11 +178,159 @@ func (h *heldPorts) unpoint() {
 // close releases the ports, at the end of the `vlctl run`.
 func (h *heldPorts) close() { h.relay.Close() }
 
+// A run whose guest migrated to another run hands its published listeners
+// over with the migration's answer (migrate.go): the listening sockets
+// themselves move, so a port is never free for another local user to bind
+// (and answer in the guest's place) while the guest changes runs.
+
+// dupListeners duplicates the held listeners of pubs, to hand to another
+// run; ports names each (Publish.recorded). The caller closes fds.
+func (h *heldPorts) dupListeners(pubs []Publish) (fds []int, ports []string, err error) {
+	for _, pb := range pubs {
+		sc, ok := h.listener(pb).(syscall.Conn)
+		if !ok {
+			continue
+		}
+		rc, err := sc.SyscallConn()
+		var fd int
+		var derr error
+		if err == nil {
+			err = rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) })
+		}
+		if err = errors.Join(err, derr); err != nil {
+			closeFDs(fds)
+			return nil, nil, fmt.Errorf("--publish %s: %w", pb, err)
+		}
+		fds, ports = append(fds, fd), append(ports, pb.recorded())
+	}
+	return fds, ports, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// release closes this run's listeners of ports (Publish.recorded), which
+// another run serves now.
+func (h *heldPorts) release(pubs []Publish, ports []string) {
+	h.lmu.Lock()
+	defer h.lmu.Unlock()
+	for _, pb := range pubs {
+		if l := h.bound[pb.Host]; l != nil && slices.Contains(ports, pb.recorded()) {
+			delete(h.bound, pb.Host)
+			l.Close()
+		}
+	}
+}
+
+// adopt serves the listening sockets files that the run the guest came
+// from handed over, ports naming each (Publish.recorded). Each must be a
+// listening TCP socket bound to the host address of one of pubs, which
+// is not listened on here yet; one that is not is refused (and its port
+// bound afresh by bind). Every file is closed.
+func (h *heldPorts) adopt(pubs []Publish, ports []string, files []*os.File) error {
+	var errs []error
+	for i, f := range files {
+		name := ""
+		if i < len(ports) {
+			name = ports[i]
+		}
+		if err := h.adoptOne(pubs, name, f); err != nil {
+			errs = append(errs, err)
+		}
+		f.Close()
+	}
+	if len(ports) > len(files) {
+		errs = append(errs, fmt.Errorf("%d published ports named but %d sockets came", len(ports), len(files)))
+	}
+	return errors.Join(errs...)
+}
+
+func (h *heldPorts) adoptOne(pubs []Publish, name string, f *os.File) error {
+	i := slices.IndexFunc(pubs, func(pb Publish) bool { return pb.recorded() == name })
+	if i < 0 {
+		return fmt.Errorf("a socket handed over for %q, which is not a port this run publishes: refused", name)
+	}
+	pb := pubs[i]
+	if h.listener(pb) != nil {
+		return fmt.Errorf("--publish %s: a second socket handed over for it: refused", pb)
+	}
+	if err := checkListening(f, pb.Host); err != nil {
+		return fmt.Errorf("--publish %s: the socket handed over: %w; refused", pb, err)
+	}
+	l, err := net.FileListener(f)
+	if err != nil {
+		return fmt.Errorf("--publish %s: the socket handed over: %w", pb, err)
+	}
+	h.serve(pb, l)
+	return nil
+}
+
+// checkListening checks what the kernel says of the socket f before
+// anything is served from it: a TCP (or multipath TCP) socket, listening
+// (SO_ACCEPTCONN),
+// bound to addr (getsockname).
+func checkListening(f *os.File, addr netip.AddrPort) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cerr = checkListeningFD(int(fd), addr) }); err != nil {
+		return err
+	}
+	return cerr
+}
+
+func checkListeningFD(fd int, want netip.AddrPort) error {
+	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err != nil {
+		return fmt.Errorf("not a socket: %w", err)
+	}
+	proto, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
+	if err != nil {
+		return fmt.Errorf("its protocol: %w", err)
+	}
+	// Go listens with multipath TCP where the kernel has it.
+	if typ != unix.SOCK_STREAM || (proto != unix.IPPROTO_TCP && proto != unix.IPPROTO_MPTCP) {
+		return fmt.Errorf("not a TCP socket (type %d, protocol %d)", typ, proto)
+	}
+	if acc, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err != nil || acc != 1 {
+		return fmt.Errorf("not listening (%d, %v)", acc, err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return fmt.Errorf("its address: %w", err)
+	}
+	var got netip.AddrPort
+	dualStack := false
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		got = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	case *unix.SockaddrInet6:
+		got = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
+		v6only, err := unix.GetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY)
+		dualStack = err == nil && v6only == 0
+	default:
+		return fmt.Errorf("not an IP socket (%T)", sa)
+	}
+	want = netip.AddrPortFrom(want.Addr().WithZone("").Unmap(), want.Port())
+	// Go listens on the IPv4 wildcard with a dual-stack IPv6 socket (::).
+	wildcard := want.Addr().Is4() && want.Addr().IsUnspecified() && got.Addr().IsUnspecified() && dualStack && got.Port() == want.Port()
+	if got != want && !wildcard {
+		return fmt.Errorf("bound to %s, not %s", got, want)
+	}
+	return nil
+}
+
 // publish points the published host ports at this run's pod, binding
 // those not bound yet (the first boot): a port that cannot be bound fails
-// the run before the guest boots. A port still in use is waited for up
-// to wait: a run that took its guest over by migration publishes the
-// ports the old run holds until it ends.
+// the run before the guest boots. A run that took its guest over by
+// migration got the old run's listeners with it (adopt) and only points
+// them; a port the old run did not hand over (an older vlctl) is bound
+// once the old run lets go of it, waited for up to wait.
 func (r *runner) publish(wait time.Duration) error {
 	if len(r.cfg.Publish) == 0 {
 		return nil

@@ -133,22 +133,7 @@ func TestVlctlRunPublishKeptAcrossRestart(t *testing.T) {
 
 	// Another local user's try at the port, from now until the guest
 	// answers again.
-	stop, taken := make(chan struct{}), make(chan int, 1)
-	go func() {
-		n := 0
-		defer func() { taken <- n }()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			if l, err := net.Listen("tcp", "127.0.0.1:"+port); err == nil {
-				l.Close()
-				n++
-			}
-		}
-	}()
+	stopTaking := takePort(port)
 	c := exec.Command(filepath.Join(binDir, "vlctl"), "console", "default/pubr", "--record-dir", records)
 	in, err := c.StdinPipe()
 	if err != nil {
@@ -175,8 +160,7 @@ func TestVlctlRunPublishKeptAcrossRestart(t *testing.T) {
 		return strings.Count(stdout.String(), testguest.MarkerSSHD) >= 2
 	})
 	sshBanner(t, port)
-	close(stop)
-	if n := <-taken; n > 0 {
+	if n := stopTaking(); n > 0 {
 		t.Errorf("another user bound the published port %d times while the guest started again", n)
 	}
 	cmd.Process.Signal(syscall.SIGINT)
@@ -193,4 +177,30 @@ func TestVlctlRunPublishKeptAcrossRestart(t *testing.T) {
 		t.Errorf("127.0.0.1:%s still accepts after the run ended", port)
 	}
 	checkNothingLeft(t, root)
+}
+
+// takePort tries, every few milliseconds until stop is called, to bind
+// 127.0.0.1:port, as any local user could while vlctl lets go of it;
+// stop reports how many times that succeeded.
+func takePort(port string) (stop func() int) {
+	done, taken := make(chan struct{}), make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { taken <- n }()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if l, err := net.Listen("tcp", "127.0.0.1:"+port); err == nil {
+				l.Close()
+				n++
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		return <-taken
+	}
 }

@@ -69,6 +69,12 @@ type Config struct {
 	// Volumes map the manifest's persistentVolumeClaims and dataVolumes to
 	// local files or block devices (--volume).
 	Volumes []VolumeMap
+	// AllowHostPaths are the directories a manifest's hostDisk may be
+	// below (--allow-host-path); one elsewhere is refused (storage.go).
+	AllowHostPaths []string
+	// HostPathOwner is, besides root, the user whose files a hostDisk may
+	// use (vlctl: SUDO_UID); 0 for root's alone.
+	HostPathOwner int
 	// ForceStart runs a VM whose run strategy keeps it stopped (Halted,
 	// running: false).
 	ForceStart bool
@@ -196,7 +202,7 @@ func Run(ctx context.Context, cfg Config) error {
 		err = runUnsupported(v)
 	}
 	if err == nil {
-		_, err = planStorage(v, vm, cfg.Volumes)
+		_, err = planStorage(v, vm, cfg.Volumes, cfg.hostPaths())
 	}
 	if err != nil {
 		return &ManifestError{Err: fmt.Errorf("%s: %w", cfg.File, err)}

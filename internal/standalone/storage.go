@@ -17,6 +17,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -29,6 +30,71 @@ import (
 // before the tree is handed to the launcher's user; root never resolves
 // anything through that link, and QEMU follows it with the launcher user's
 // own rights, which an ACL entry on the file grants (see acl.go).
+//
+// A hostDisk's path comes from the manifest, and a manifest is often
+// someone else's (a tutorial's, a colleague's): root must not give a VM the
+// host's files, or create files in the host's directories, because a
+// manifest asked. As docker run needs -v for a host path, the person
+// running vlctl names the directories a manifest may use with
+// --allow-host-path; a --volume path is named on the command line and so is
+// allowed already.
+
+// hostPaths is what the person running vlctl allowed a manifest's
+// hostDisks.
+type hostPaths struct {
+	// dirs are the directories a hostDisk may be below, as given.
+	dirs []string
+	// owner is, besides root, the user whose files a hostDisk may use (the
+	// one who ran vlctl with sudo); 0: root's alone.
+	owner int
+}
+
+// hostPaths is the run's: the --allow-host-path directories and, for a
+// guest taken over by migration, the directories of its source's hostDisks
+// (that run was allowed them; the manifest is the one it ran).
+func (cfg *Config) hostPaths() hostPaths {
+	hp := hostPaths{dirs: slices.Clone(cfg.AllowHostPaths), owner: cfg.HostPathOwner}
+	if cfg.source != nil && cfg.source.VMI != nil {
+		for _, vol := range cfg.source.VMI.Spec.Volumes {
+			if vol.HostDisk != nil && filepath.IsAbs(vol.HostDisk.Path) {
+				hp.dirs = append(hp.dirs, filepath.Dir(vol.HostDisk.Path))
+			}
+		}
+	}
+	return hp
+}
+
+// allowedDir is the directory of hp that path lies below, as written (the
+// longest, when several are); ok is false when none. The check on the
+// resolved path, which links cannot lead out of, is diskSpec.check's.
+func (hp hostPaths) allowedDir(path string) (dir string, ok bool) {
+	path = filepath.Clean(path)
+	for _, d := range hp.dirs {
+		d = filepath.Clean(d)
+		if below(path, d) && len(d) >= len(dir) {
+			dir, ok = d, true
+		}
+	}
+	return dir, ok
+}
+
+// below reports whether path lies below the directory dir (both clean and
+// absolute), dir itself excluded.
+func below(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// checkDirs refuses an --allow-host-path that is not an absolute path.
+func (hp hostPaths) checkDirs() error {
+	var errs []error
+	for _, d := range hp.dirs {
+		if !filepath.IsAbs(d) {
+			errs = append(errs, fmt.Errorf("--allow-host-path %q: must be an absolute path", d))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // VolumeMap is one --volume NAME=PATH[,size=SIZE]: the local storage of the
 // persistentVolumeClaim or dataVolume NAME.
@@ -97,11 +163,20 @@ type diskSpec struct {
 	// hotplug: a volume plugged into the running VM (vlctl addvolume),
 	// linked where a hotplugged volume is mounted in a launcher pod.
 	hotplug bool
+	// allowed, for a hostDisk, is the --allow-host-path directory the
+	// path lies below: the file is used only when its resolved path is
+	// below that directory's, and only when it is root's or owner's.
+	allowed string
+	owner   int
 }
 
-// planStorage decides, from the manifest and the --volume mappings alone,
-// which user files and devices the run needs.
-func planStorage(v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []VolumeMap) ([]diskSpec, error) {
+// planStorage decides, from the manifest, the --volume mappings and the
+// --allow-host-path directories alone, which user files and devices the
+// run needs.
+func planStorage(v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []VolumeMap, hp hostPaths) ([]diskSpec, error) {
+	if err := hp.checkDirs(); err != nil {
+		return nil, err
+	}
 	byName := map[string]VolumeMap{}
 	for _, m := range maps {
 		if _, dup := byName[m.Name]; dup {
@@ -123,10 +198,17 @@ func planStorage(v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []Vol
 		switch {
 		case vol.HostDisk != nil:
 			hd := vol.HostDisk
-			s := diskSpec{volume: vol.Name, field: vp + ".hostDisk.path", path: hd.Path, kind: hostDiskFile}
+			s := diskSpec{volume: vol.Name, field: vp + ".hostDisk.path", path: hd.Path, kind: hostDiskFile, owner: hp.owner}
 			if hd.Type == v1.HostDiskExistsOrCreate {
 				s.create, s.sizeFrom = hd.Capacity.Value(), vp+".hostDisk.capacity"
 			}
+			dir, ok := hp.allowedDir(hd.Path)
+			if !ok {
+				errs = append(errs, fmt.Errorf("%s %s (volume %q) is not under a directory allowed with --allow-host-path: add --allow-host-path %s to let the VM use it",
+					s.field, hd.Path, vol.Name, filepath.Dir(filepath.Clean(hd.Path))))
+				continue
+			}
+			s.allowed = dir
 			specs = append(specs, s)
 			continue
 		case vol.PersistentVolumeClaim != nil:
@@ -211,38 +293,152 @@ func alignDown1MiB(n int64) int64 { return n - n%(1<<20) }
 // userDisk is a user's file or device, open, for the run.
 type userDisk struct {
 	diskSpec
+	real string // the resolved path
+	// base and rel: see place.
+	base, rel string
+	f         *os.File
+	block     bool
+	created   bool
+	grant     *grant
+}
+
+// place is where check found a piece of user storage.
+type place struct {
 	real    string // the resolved path
-	f       *os.File
-	block   bool
-	created bool
-	grant   *grant
+	missing bool   // it is missing and is to be created
+	// base, for a hostDisk, is its allowed directory, resolved, and rel
+	// the file's path below it: the file is opened, created and removed
+	// through base's descriptor without following any link, so a link put
+	// on the way after the check cannot lead root out of the directory.
+	base, rel string
+}
+
+// openFile opens (or creates) the file at p, never following a link at
+// its last element nor, below base, anywhere.
+func (p place) openFile(flag int, perm os.FileMode) (*os.File, error) {
+	if p.base == "" {
+		return os.OpenFile(p.real, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, perm)
+	}
+	dir, err := safefs.Open(p.base)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	return dir.OpenFile(p.rel, flag, perm)
+}
+
+// remove removes the file at p, as openFile finds it.
+func (p place) remove() error {
+	if p.base == "" {
+		return os.Remove(p.real)
+	}
+	dir, err := safefs.Open(p.base)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Remove(p.rel)
 }
 
 // check resolves the user's path and tells whether open would fail for a
-// reason it can see without changing anything: a missing file that is not
-// to be created, or a directory QEMU's user cannot enter. It returns the
-// resolved path and whether the file is missing.
-func (s diskSpec) check(o ids) (real string, missing bool, err error) {
-	real, err = resolveTrusted(s.path, o)
+// reason it can see without changing anything: a hostDisk outside its
+// allowed directory or not the user's to give, a missing file that is not
+// to be created, or a directory QEMU's user cannot enter.
+func (s diskSpec) check(o ids) (place, error) {
+	real, err := resolveTrusted(s.path, o)
 	if err != nil {
-		return "", false, fmt.Errorf("%s %s: %w", s.field, s.path, err)
+		return place{}, fmt.Errorf("%s %s: %w", s.field, s.path, err)
 	}
-	_, err = os.Lstat(real)
+	p := place{real: real}
+	if s.kind == hostDiskFile {
+		if p.base, p.rel, err = s.confine(real, o); err != nil {
+			return place{}, err
+		}
+	}
+	st, err := os.Lstat(real)
 	switch {
 	case err == nil:
-		return real, false, nil
+		if s.kind == hostDiskFile {
+			return p, s.checkHostFile(st.Mode(), st.Sys().(*syscall.Stat_t))
+		}
+		return p, nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return "", false, fmt.Errorf("%s %s: %w", s.field, s.path, err)
+		return place{}, fmt.Errorf("%s %s: %w", s.field, s.path, err)
 	case s.create > 0:
 		if dir := filepath.Dir(real); !asUser(o, "-x", dir) {
 			closed := firstClosedDir(real, o)
-			return "", false, fmt.Errorf("%s %s: QEMU runs as user %s, which could not reach it: directory %s is closed to it (create it elsewhere, or: setfacl -m u:%s:x %s)", s.field, s.path, o.name, closed, o.name, closed)
+			return place{}, fmt.Errorf("%s %s: QEMU runs as user %s, which could not reach it: directory %s is closed to it (create it elsewhere, or: setfacl -m u:%s:x %s)", s.field, s.path, o.name, closed, o.name, closed)
 		}
-		return real, true, nil
+		p.missing = true
+		return p, nil
 	case s.kind == pvcStorage && s.sizeFrom == "":
-		return "", false, fmt.Errorf("%s %s: does not exist; give the size to create it with: --volume %s", s.field, s.path, strings.TrimPrefix(s.field, "--volume ")+"="+s.path+",size=10Gi")
+		return place{}, fmt.Errorf("%s %s: does not exist; give the size to create it with: --volume %s", s.field, s.path, strings.TrimPrefix(s.field, "--volume ")+"="+s.path+",size=10Gi")
 	default:
-		return "", false, fmt.Errorf("%s %s: does not exist (type %s uses an existing file)", s.field, s.path, v1.HostDiskExists)
+		return place{}, fmt.Errorf("%s %s: does not exist (type %s uses an existing file)", s.field, s.path, v1.HostDiskExists)
+	}
+}
+
+// confine checks that real, the hostDisk's resolved path, lies below its
+// allowed directory, resolved the same way (a link on the way may lead
+// anywhere, so what counts is where it leads), and returns that directory
+// and the path below it.
+func (s diskSpec) confine(real string, o ids) (base, rel string, err error) {
+	if s.allowed == "" {
+		return "", "", fmt.Errorf("%s %s (volume %q) is not under a directory allowed with --allow-host-path", s.field, s.path, s.volume)
+	}
+	base, err = resolveTrusted(s.allowed, o)
+	if err != nil {
+		return "", "", fmt.Errorf("--allow-host-path %s: %w", s.allowed, err)
+	}
+	if st, err := os.Lstat(base); err != nil {
+		return "", "", fmt.Errorf("--allow-host-path %s: %w", s.allowed, err)
+	} else if !st.IsDir() {
+		return "", "", fmt.Errorf("--allow-host-path %s: not a directory", s.allowed)
+	}
+	if !below(real, base) {
+		return "", "", fmt.Errorf("%s %s (volume %q) leads to %s, outside %s, the directory allowed with --allow-host-path: a symbolic link on the way leaves it", s.field, s.path, s.volume, real, s.allowed)
+	}
+	rel, err = filepath.Rel(base, real)
+	return base, rel, err
+}
+
+// checkHostFile refuses, for a hostDisk, what is not a disk image of the
+// user's: anything but a regular file with one link (a device, FIFO or
+// socket is never opened), and a file of a user other than root or the
+// one who ran vlctl.
+func (s diskSpec) checkHostFile(mode fs.FileMode, sys *syscall.Stat_t) error {
+	switch {
+	case !mode.IsRegular():
+		return fmt.Errorf("%s %s: not a regular file (%s)", s.field, s.path, fileType(mode))
+	case sys.Nlink > 1:
+		return fmt.Errorf("%s %s: has %d hard links; vlctl grants QEMU access only to a file with one", s.field, s.path, sys.Nlink)
+	case sys.Uid != 0 && int(sys.Uid) != s.owner:
+		who := "root (or of the user running vlctl with sudo)"
+		if s.owner != 0 {
+			who = fmt.Sprintf("root or uid %d, who ran vlctl", s.owner)
+		}
+		return fmt.Errorf("%s %s: belongs to uid %d; a manifest's hostDisk may only use a file of %s", s.field, s.path, sys.Uid, who)
+	}
+	return nil
+}
+
+// fileType names the kind of a file that is not a regular one.
+func fileType(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	default:
+		return "not a regular file"
 	}
 }
 
@@ -251,18 +447,20 @@ func (s diskSpec) check(o ids) (real string, missing bool, err error) {
 // changed when it fails.
 func (s diskSpec) open(o ids, log func(string, ...any)) (_ *userDisk, err error) {
 	d := &userDisk{diskSpec: s}
-	real, missing, err := s.check(o)
+	p, err := s.check(o)
 	if err != nil {
 		return nil, err
 	}
-	d.real = real
+	d.real, d.base, d.rel = p.real, p.base, p.rel
 	var f *os.File
-	if missing {
-		if f, err = s.createFile(real, log); err != nil {
+	if p.missing {
+		if f, err = s.createFile(p, log); err != nil {
 			return nil, fmt.Errorf("%s %s: %w", s.field, s.path, err)
 		}
 		d.created = true
-	} else if f, err = openNoFollow(real); err != nil {
+	} else if f, err = p.openFile(os.O_RDONLY|syscall.O_NONBLOCK, 0); err != nil {
+		// O_NONBLOCK: a block device opens at once; the fd is only used
+		// for fstat and ACLs.
 		return nil, fmt.Errorf("%s %s: %w", s.field, s.path, err)
 	}
 	d.f = f
@@ -278,28 +476,32 @@ func (s diskSpec) open(o ids, log func(string, ...any)) (_ *userDisk, err error)
 	}
 	sys := st.Sys().(*syscall.Stat_t)
 	switch {
+	case s.kind == hostDiskFile:
+		// Again on what was opened: the path may have changed since
+		// check looked.
+		if err := s.checkHostFile(st.Mode(), sys); err != nil {
+			return nil, err
+		}
 	case st.Mode().IsRegular():
 		if sys.Nlink > 1 {
 			return nil, fmt.Errorf("%s %s: has %d hard links; vlctl grants QEMU access only to a file with one", s.field, s.path, sys.Nlink)
 		}
-		if !d.created && s.create > 0 && st.Size() < s.create {
-			log("vlctl: %s %s is %d bytes, less than the %d of %s; used as it is\n", s.field, s.path, st.Size(), s.create, s.sizeFrom)
-		}
-	case st.Mode()&fs.ModeDevice != 0 && st.Mode()&fs.ModeCharDevice == 0 && s.kind == pvcStorage:
+	case st.Mode()&fs.ModeDevice != 0 && st.Mode()&fs.ModeCharDevice == 0:
 		d.block = true
-	case s.kind == pvcStorage:
-		return nil, fmt.Errorf("%s %s: not a regular file or block device", s.field, s.path)
 	default:
-		return nil, fmt.Errorf("%s %s: not a regular file", s.field, s.path)
+		return nil, fmt.Errorf("%s %s: not a regular file or block device", s.field, s.path)
 	}
-	if !accessibleBy(real, o) {
+	if st.Mode().IsRegular() && !d.created && s.create > 0 && st.Size() < s.create {
+		log("vlctl: %s %s is %d bytes, less than the %d of %s; used as it is\n", s.field, s.path, st.Size(), s.create, s.sizeFrom)
+	}
+	if !accessibleBy(d.real, o) {
 		g, err := grantAccess(f, uint32(o.uid), 6)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: give user %s (QEMU) read and write access: %w", s.field, s.path, o.name, err)
 		}
 		d.grant = g
-		if !accessibleBy(real, o) {
-			dir := firstClosedDir(real, o)
+		if !accessibleBy(d.real, o) {
+			dir := firstClosedDir(d.real, o)
 			return nil, fmt.Errorf("%s %s: QEMU runs as user %s, which cannot reach it: directory %s is closed to it (move the file, or: setfacl -m u:%s:x %s)", s.field, s.path, o.name, dir, o.name, dir)
 		}
 	}
@@ -309,29 +511,29 @@ func (s diskSpec) open(o ids, log func(string, ...any)) (_ *userDisk, err error)
 // createFile makes a sparse raw image of the asked size, as KubeVirt's
 // host-disk code does: a PVC image that does not fit in the free space
 // (less a reserve) is made smaller when it falls short by at most 10 %.
-func (s diskSpec) createFile(path string, log func(string, ...any)) (*os.File, error) {
+func (s diskSpec) createFile(p place, log func(string, ...any)) (*os.File, error) {
 	const reserve = 131072 // KubeVirt's default minimumReservePVCBytes
 	const toleration = 10  // and lessPVCSpaceToleration (percent)
 	size := s.create
 	var st syscall.Statfs_t
-	if err := syscall.Statfs(filepath.Dir(path), &st); err != nil {
+	if err := syscall.Statfs(filepath.Dir(p.real), &st); err != nil {
 		return nil, fmt.Errorf("free space: %w", err)
 	}
 	avail := int64(st.Bavail)*st.Bsize - reserve
 	if size > avail {
 		if !s.tolerate || size*(100-toleration)/100 > avail {
-			return nil, fmt.Errorf("%s asks for %d bytes, more than the %d free in %s", s.sizeFrom, size, avail, filepath.Dir(path))
+			return nil, fmt.Errorf("%s asks for %d bytes, more than the %d free in %s", s.sizeFrom, size, avail, filepath.Dir(p.real))
 		}
 		log("vlctl: %s: only %d of the %d bytes of %s are free; made it smaller (within KubeVirt's 10 %% toleration)\n", s.path, avail, size, s.sizeFrom)
 		size = avail
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	f, err := p.openFile(os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	if err := f.Truncate(size); err != nil {
 		f.Close()
-		os.Remove(path)
+		p.remove()
 		return nil, err
 	}
 	log("vlctl: created %s (%d bytes, sparse raw, blank) for %s\n", s.path, size, s.sizeFrom)
@@ -389,7 +591,7 @@ func (d *userDisk) removeCreated() {
 			return
 		}
 	}
-	os.Remove(d.real)
+	place{real: d.real, base: d.base, rel: d.rel}.remove()
 	d.created = false
 }
 
@@ -533,14 +735,14 @@ func firstClosedDir(path string, o ids) string {
 // openDisks opens (and where asked creates) the user's storage the
 // manifest and --volume name; on failure nothing is left changed.
 func (r *runner) openDisks() error {
-	specs, err := planStorage(r.vmi, r.vm, r.cfg.Volumes)
+	specs, err := planStorage(r.vmi, r.vm, r.cfg.Volumes, r.cfg.hostPaths())
 	if err != nil {
 		return err
 	}
 	// Everything that can be seen without changing anything first, so
 	// a bad mapping creates nothing.
 	for _, s := range specs {
-		if _, _, err := s.check(r.owner); err != nil {
+		if _, err := s.check(r.owner); err != nil {
 			return err
 		}
 	}

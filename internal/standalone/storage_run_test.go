@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -140,9 +141,15 @@ func newKeepEnv(t *testing.T) keepEnv {
 	}}
 }
 
-// run is the start of a `vlctl run` command line in this environment.
+// run is the start of a `vlctl run` command line in this environment,
+// with the user's directory allowed for the manifest's hostDisks (a run
+// taking a guest over by migration uses its source's without it).
 func (e keepEnv) run(args ...string) []string {
-	return append([]string{"run", "--emulation", "--workdir", e.root, "--record-dir", e.records}, args...)
+	base := []string{"run", "--emulation", "--workdir", e.root, "--record-dir", e.records}
+	if !slices.Contains(args, "--migrate-from") {
+		base = append(base, "--allow-host-path", e.dir)
+	}
+	return append(base, args...)
 }
 
 // checkNothingLeft: nothing of the environment's runs is left: no work
@@ -266,12 +273,15 @@ func TestVlctlRunStorageRefused(t *testing.T) {
 	hd := filepath.Join(e.dir, "hd.img")
 	pvc := "claim1=" + filepath.Join(e.dir, "pvc.img") + ",size=8Mi"
 	for _, tc := range []struct {
-		name   string
-		strat  string
-		noHD   bool // hd.img (type Disk) does not exist
-		volume []string
-		want   []string
+		name    string
+		strat   string
+		noHD    bool // hd.img (type Disk) does not exist
+		noAllow bool // no --allow-host-path
+		volume  []string
+		want    []string
 	}{
+		{name: "hostDisks without --allow-host-path", strat: "Once", noAllow: true, volume: []string{pvc, "dv1=" + filepath.Join(e.dir, "dv.img")},
+			want: []string{"spec.template.spec.volumes[1].hostDisk.path", hd, `(volume "hd")`, "--allow-host-path " + e.dir}},
 		{name: "PVC without a mapping", strat: "Once", volume: []string{"dv1=" + filepath.Join(e.dir, "dv.img")},
 			want: []string{"spec.template.spec.volumes[3]", `persistentVolumeClaim "claim1"`, "--volume claim1=PATH"}},
 		{name: "hostDisk Disk missing", strat: "Once", noHD: true, volume: []string{pvc, "dv1=" + filepath.Join(e.dir, "dv.img")},
@@ -296,6 +306,9 @@ func TestVlctlRunStorageRefused(t *testing.T) {
 			file := e.write(t, "bad", e.doc(tc.strat, "x"))
 			before := listDir(t, e.dir)
 			args := e.run()
+			if tc.noAllow {
+				args = slices.DeleteFunc(args, func(a string) bool { return a == "--allow-host-path" || a == e.dir })
+			}
 			for _, v := range tc.volume {
 				args = append(args, "--volume", v)
 			}

@@ -15,7 +15,11 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/virtlauncher/virtlauncher/internal/pod"
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
@@ -106,15 +110,34 @@ func TestPlanStorage(t *testing.T) {
 		vmi  *v1.VirtualMachineInstance
 		vm   *v1.VirtualMachine
 		maps []VolumeMap
-		want []diskSpec // volume, field, path, kind, create
+		hp   hostPaths
+		want []diskSpec // volume, field, path, kind, create, allowed
 		err  []string
 	}{
 		{name: "hostDisk Disk is used in place",
-			vmi:  vmiWithVolumes(hostDiskVol("d", "/srv/d.img", v1.HostDiskExists, "")),
-			want: []diskSpec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/d.img", kind: hostDiskFile}}},
+			vmi: vmiWithVolumes(hostDiskVol("d", "/srv/d.img", v1.HostDiskExists, "")), hp: hostPaths{dirs: []string{"/srv"}},
+			want: []diskSpec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/d.img", kind: hostDiskFile, allowed: "/srv"}}},
 		{name: "hostDisk DiskOrCreate is created with its capacity",
-			vmi:  vmiWithVolumes(hostDiskVol("d", "/srv/d.img", v1.HostDiskExistsOrCreate, "10Mi")),
-			want: []diskSpec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/d.img", kind: hostDiskFile, create: 10 << 20}}},
+			vmi: vmiWithVolumes(hostDiskVol("d", "/srv/d.img", v1.HostDiskExistsOrCreate, "10Mi")), hp: hostPaths{dirs: []string{"/srv/"}},
+			want: []diskSpec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/d.img", kind: hostDiskFile, create: 10 << 20, allowed: "/srv"}}},
+		{name: "hostDisk in a subdirectory of the nearest allowed directory",
+			vmi: vmiWithVolumes(hostDiskVol("d", "/srv/vm/a/d.img", v1.HostDiskExists, "")), hp: hostPaths{dirs: []string{"/srv", "/srv/vm", "/srv/vm2"}},
+			want: []diskSpec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/vm/a/d.img", kind: hostDiskFile, allowed: "/srv/vm"}}},
+		{name: "hostDisk without --allow-host-path names the volume, the path and the flag",
+			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm/data.img", v1.HostDiskExists, "")),
+			err: []string{`spec.volumes[0].hostDisk.path /srv/vm/data.img (volume "data") is not under a directory allowed with --allow-host-path: add --allow-host-path /srv/vm`}},
+		{name: "hostDisk beside the allowed directory",
+			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm2/data.img", v1.HostDiskExistsOrCreate, "1Mi")), hp: hostPaths{dirs: []string{"/srv/vm"}},
+			err: []string{"/srv/vm2/data.img", "add --allow-host-path /srv/vm2"}},
+		{name: "hostDisk leaving the allowed directory with ..",
+			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm/../../etc/shadow", v1.HostDiskExists, "")), hp: hostPaths{dirs: []string{"/srv/vm"}},
+			err: []string{"/srv/vm/../../etc/shadow", "add --allow-host-path /etc"}},
+		{name: "hostDisk that is the allowed directory",
+			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm", v1.HostDiskExists, "")), hp: hostPaths{dirs: []string{"/srv/vm"}},
+			err: []string{"is not under a directory allowed"}},
+		{name: "a relative --allow-host-path",
+			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm/d.img", v1.HostDiskExists, "")), hp: hostPaths{dirs: []string{"srv"}},
+			err: []string{`--allow-host-path "srv": must be an absolute path`}},
 		{name: "a PVC without a mapping names the volume and the flag",
 			vmi: vmiWithVolumes(pvcVol("data", "claim1")),
 			err: []string{"spec.volumes[0]", `persistentVolumeClaim "claim1"`, "--volume claim1=PATH"}},
@@ -161,7 +184,7 @@ func TestPlanStorage(t *testing.T) {
 			vmi: vmiWithVolumes(v1.Volume{Name: "s", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := planStorage(tc.vmi, tc.vm, tc.maps)
+			got, err := planStorage(tc.vmi, tc.vm, tc.maps, tc.hp)
 			if len(tc.err) > 0 {
 				if err == nil {
 					t.Fatalf("no error; plan %+v", got)
@@ -181,7 +204,7 @@ func TestPlanStorage(t *testing.T) {
 			}
 			for i, w := range tc.want {
 				g := got[i]
-				if g.volume != w.volume || g.field != w.field || g.path != w.path || g.kind != w.kind || g.create != w.create || g.notImported != w.notImported {
+				if g.volume != w.volume || g.field != w.field || g.path != w.path || g.kind != w.kind || g.create != w.create || g.notImported != w.notImported || g.allowed != w.allowed {
 					t.Errorf("plan[%d] = %+v, want %+v", i, g, w)
 				}
 			}
@@ -354,7 +377,7 @@ func TestOpenUserDisk(t *testing.T) {
 	t.Run("DiskOrCreate makes a sparse file of the capacity at the user's path and keeps it", func(t *testing.T) {
 		dir := openDir(t)
 		path := filepath.Join(dir, "new.img")
-		d, err := diskSpec{volume: "v", field: "f", path: path, kind: hostDiskFile, create: 48 << 20, sizeFrom: "cap"}.open(o, logf)
+		d, err := diskSpec{volume: "v", field: "f", path: path, kind: hostDiskFile, create: 48 << 20, sizeFrom: "cap", allowed: dir}.open(o, logf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,7 +406,7 @@ func TestOpenUserDisk(t *testing.T) {
 		if err := os.WriteFile(path, []byte("data"), 0o640); err != nil {
 			t.Fatal(err)
 		}
-		d, err := diskSpec{volume: "v", field: "f", path: path, kind: hostDiskFile, create: 1 << 20}.open(o, logf)
+		d, err := diskSpec{volume: "v", field: "f", path: path, kind: hostDiskFile, create: 1 << 20, allowed: dir}.open(o, logf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -466,6 +489,9 @@ func TestOpenUserDisk(t *testing.T) {
 			before := listTree(t, dir)
 			s := tc.spec
 			s.path = path
+			if s.kind == hostDiskFile {
+				s.allowed = dir
+			}
 			d, err := s.open(o, logf)
 			if err == nil {
 				d.release(logf)
@@ -653,5 +679,241 @@ func TestWithoutGrant(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// hostDiskRun is a runner of just enough to open a manifest's hostDisks as
+// vlctl run does (openDisks), as the real launcher user.
+func hostDiskRun(o ids, status *bytes.Buffer, vols ...v1.Volume) *runner {
+	v := vmiWithVolumes(vols...)
+	for _, vol := range vols {
+		v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks, v1.Disk{Name: vol.Name})
+	}
+	return &runner{vmi: v, owner: o, cfg: Config{Status: status}}
+}
+
+// rootSecret is a root-owned 0600 file in its own root-owned 0755
+// directory: a stand-in for /etc/shadow.
+func rootSecret(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(openDir(t), "shadow")
+	if err := os.WriteFile(p, []byte("root:$6$secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestHostDiskNotAllowed: a manifest's hostDisk outside every directory
+// allowed with --allow-host-path (none here) is refused before anything is
+// made: the file (a root-owned 0600 stand-in for /etc/shadow) gets no ACL
+// entry, and DiskOrCreate creates nothing, not even when another volume
+// of the same manifest could be had.
+func TestHostDiskNotAllowed(t *testing.T) {
+	o := launcherIDs(t)
+	secret := rootSecret(t)
+	profile := openDir(t) // an /etc/profile.d stand-in
+	for _, tc := range []struct {
+		name string
+		vols []v1.Volume
+		want []string
+	}{
+		{name: "an existing root-owned file", vols: []v1.Volume{hostDiskVol("data", secret, v1.HostDiskExists, "")},
+			want: []string{`volume "data"`, secret, "--allow-host-path " + filepath.Dir(secret)}},
+		{name: "DiskOrCreate", vols: []v1.Volume{hostDiskVol("data", filepath.Join(profile, "evil.sh"), v1.HostDiskExistsOrCreate, "1Mi")},
+			want: []string{`volume "data"`, filepath.Join(profile, "evil.sh"), "--allow-host-path " + profile}},
+		{name: "DiskOrCreate then a file", vols: []v1.Volume{
+			hostDiskVol("new", filepath.Join(profile, "new.img"), v1.HostDiskExistsOrCreate, "1Mi"),
+			hostDiskVol("data", secret, v1.HostDiskExists, "")},
+			want: []string{`volume "new"`, `volume "data"`, "--allow-host-path"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := listTree(t, filepath.Dir(secret)) + listTree(t, profile)
+			var status bytes.Buffer
+			r := hostDiskRun(o, &status, tc.vols...)
+			err := r.openDisks()
+			if err == nil {
+				r.releaseDisks()
+				t.Fatalf("opened: %s", status.String())
+			}
+			if testing.Verbose() {
+				t.Logf("refused: %v", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if after := listTree(t, filepath.Dir(secret)) + listTree(t, profile); after != before {
+				t.Errorf("changed:\n%s\nnow:\n%s", before, after)
+			}
+		})
+	}
+}
+
+// TestHostDiskAllowed: with --allow-host-path, a manifest's hostDisk is
+// used below the allowed directory, as its resolved path says: a link or a
+// ".." that leads out of it is refused, and so are a file of a user other
+// than root (or the one who ran vlctl) and a FIFO, each before anything
+// is made, with nothing changed inside or outside the directory.
+func TestHostDiskAllowed(t *testing.T) {
+	o := launcherIDs(t)
+	secret := rootSecret(t)
+	outside := filepath.Dir(secret)
+	allowed := openDir(t)
+	mk := func(name string, mode os.FileMode) string {
+		p := filepath.Join(allowed, name)
+		if err := os.WriteFile(p, make([]byte, 1<<20), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	data := mk("data.img", 0o600)
+	theirs := mk("theirs.img", 0o600)
+	const nobody = 65534
+	for _, err := range []error{
+		os.Chown(theirs, nobody, nobody),
+		os.Mkdir(filepath.Join(allowed, "sub"), 0o755),
+		os.Symlink("sub", filepath.Join(allowed, "inlink")),
+		os.Symlink(outside, filepath.Join(allowed, "out")),
+		os.Symlink(secret, filepath.Join(allowed, "secret.img")),
+		unix.Mkfifo(filepath.Join(allowed, "fifo.img"), 0o600),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	hostOwned := filepath.Join(openDir(t), "vm")
+	if err := os.Mkdir(hostOwned, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(hostOwned, o.uid, o.gid); err != nil {
+		t.Fatal(err)
+	}
+	disk := func(name, path string) v1.Volume { return hostDiskVol(name, path, v1.HostDiskExists, "") }
+	create := func(name, path string) v1.Volume { return hostDiskVol(name, path, v1.HostDiskExistsOrCreate, "1Mi") }
+
+	for _, tc := range []struct {
+		name    string
+		vols    []v1.Volume
+		allow   []string
+		owner   int
+		created []string // files the run makes (removed again: the guest never ran)
+		want    []string // the refusal
+	}{
+		{name: "a file and a new file below the allowed directory",
+			vols: []v1.Volume{disk("data", data), create("new", filepath.Join(allowed, "sub", "new.img"))}, allow: []string{allowed},
+			created: []string{filepath.Join(allowed, "sub", "new.img")}},
+		{name: "through a link that stays inside", vols: []v1.Volume{create("new", filepath.Join(allowed, "inlink", "new.img"))},
+			allow: []string{allowed}, created: []string{filepath.Join(allowed, "sub", "new.img")}},
+		{name: "a file of the user who ran vlctl", vols: []v1.Volume{disk("data", theirs)}, allow: []string{allowed}, owner: nobody},
+		{name: "out through a directory link", vols: []v1.Volume{disk("data", filepath.Join(allowed, "out", "shadow"))}, allow: []string{allowed},
+			want: []string{`volume "data"`, "leads to " + secret, "outside " + allowed}},
+		{name: "out through a file link", vols: []v1.Volume{disk("data", filepath.Join(allowed, "secret.img"))}, allow: []string{allowed},
+			want: []string{`volume "data"`, "leads to " + secret, "outside " + allowed}},
+		{name: "DiskOrCreate out through a link", vols: []v1.Volume{create("new", filepath.Join(allowed, "out", "new.img"))}, allow: []string{allowed},
+			want: []string{`volume "new"`, "leads to " + filepath.Join(outside, "new.img")}},
+		{name: "out with ..", vols: []v1.Volume{disk("data", filepath.Join(allowed, "..", filepath.Base(outside), "shadow"))}, allow: []string{allowed},
+			want: []string{`volume "data"`, "is not under a directory allowed with --allow-host-path", "--allow-host-path " + outside}},
+		{name: "a new file made before one that leads out", vols: []v1.Volume{create("new", filepath.Join(allowed, "sub", "new.img")),
+			disk("data", filepath.Join(allowed, "out", "shadow"))}, allow: []string{allowed},
+			want: []string{`volume "data"`, "leads to " + secret}},
+		{name: "another user's file", vols: []v1.Volume{disk("data", theirs)}, allow: []string{allowed},
+			want: []string{theirs, "belongs to uid 65534", "only use a file of root"}},
+		{name: "a FIFO", vols: []v1.Volume{disk("data", filepath.Join(allowed, "fifo.img"))}, allow: []string{allowed},
+			want: []string{"fifo.img", "not a regular file (a FIFO)"}},
+		{name: "an allowed directory QEMU's user could change", vols: []v1.Volume{create("new", filepath.Join(hostOwned, "new.img"))},
+			allow: []string{hostOwned}, want: []string{"can be changed by user " + o.name}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := listTree(t, allowed) + listTree(t, outside)
+			var status bytes.Buffer
+			r := hostDiskRun(o, &status, tc.vols...)
+			r.cfg.AllowHostPaths, r.cfg.HostPathOwner = tc.allow, tc.owner
+			err := r.openDisks()
+			if len(tc.want) > 0 {
+				if err == nil {
+					r.releaseDisks()
+					t.Fatalf("opened: %s", status.String())
+				}
+				t.Logf("refused: %v", err)
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not say %q", err, w)
+					}
+				}
+			} else {
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range tc.created {
+					if _, err := os.Lstat(p); err != nil {
+						t.Errorf("%s was not created: %v", p, err)
+					}
+				}
+				for _, d := range r.disks {
+					if !accessibleBy(d.real, o) {
+						t.Errorf("%s: QEMU's user cannot read and write it", d.path)
+					}
+				}
+				r.releaseDisks()
+			}
+			if after := listTree(t, allowed) + listTree(t, outside); after != before {
+				t.Errorf("changed:\n%s\nnow:\n%s", before, after)
+			}
+		})
+	}
+}
+
+// TestHostPathsMigrated: a run that takes a guest over by migration may use
+// its source's hostDisks (that run was allowed them) without
+// --allow-host-path, and nothing else.
+func TestHostPathsMigrated(t *testing.T) {
+	src := vmiWithVolumes(hostDiskVol("d", "/srv/vm/d.img", v1.HostDiskExists, ""), pvcVol("p", "c"))
+	cfg := Config{AllowHostPaths: []string{"/data"}, HostPathOwner: 1000, source: &runrecord.Entry{Record: runrecord.Record{VMI: src}}}
+	hp := cfg.hostPaths()
+	if hp.owner != 1000 {
+		t.Errorf("owner %d, want 1000", hp.owner)
+	}
+	for path, want := range map[string]bool{"/srv/vm/d.img": true, "/data/x.img": true, "/srv/other.img": false, "/srv/vm": false} {
+		if _, ok := hp.allowedDir(path); ok != want {
+			t.Errorf("%s allowed: %v, want %v", path, ok, want)
+		}
+	}
+	specs, err := planStorage(src, nil, []VolumeMap{{Name: "c", Path: "/srv/c.img"}}, hp)
+	if err != nil || len(specs) != 2 || specs[0].allowed != "/srv/vm" {
+		t.Errorf("plan %+v, %v; want the hostDisk allowed below /srv/vm", specs, err)
+	}
+}
+
+// TestPlaceBelowBase: a hostDisk is opened, created and removed through
+// its allowed directory's descriptor: a link put on the way after check
+// looked (here: a directory swapped for a link out) is refused, never
+// followed, and nothing outside changes.
+func TestPlaceBelowBase(t *testing.T) {
+	testenv.Root(t, "root's opens are what is tested")
+	secret := rootSecret(t)
+	outside := filepath.Dir(secret)
+	base := openDir(t)
+	if err := os.Symlink(outside, filepath.Join(base, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	before := listTree(t, outside)
+	p := place{real: filepath.Join(base, "sub", "shadow"), base: base, rel: "sub/shadow"}
+	if f, err := p.openFile(os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+		f.Close()
+		t.Error("opened the file through a link below the allowed directory")
+	} else if !errors.Is(err, safefs.ErrSymlink) {
+		t.Errorf("open: %v, want a refused link", err)
+	}
+	p = place{real: filepath.Join(base, "sub", "new.img"), base: base, rel: "sub/new.img"}
+	if f, err := p.openFile(os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+		t.Error("created a file through a link below the allowed directory")
+	}
+	if err := (place{real: secret, base: base, rel: "sub/shadow"}).remove(); err == nil {
+		t.Error("removed a file through a link below the allowed directory")
+	}
+	if after := listTree(t, outside); after != before {
+		t.Errorf("outside changed:\n%s\nnow:\n%s", before, after)
 	}
 }
