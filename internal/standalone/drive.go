@@ -46,8 +46,9 @@ func (r *runner) drive(ctx context.Context) error {
 			}
 			return err
 		}
-		// The old run holds the published ports until it ends, a
-		// moment after the hand-over.
+		// The old run handed its published listeners over with the
+		// migration's answer (adoptPorts); any it did not hand over are
+		// bound once it lets go of them.
 		if err := r.publish(time.Minute); err != nil {
 			// The guest runs here now: losing it over a port would
 			// be worse than the port.
