@@ -113,29 +113,9 @@ func TestVlctlRunMonitorKilled(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	e := newKeepEnv(t)
-	records := e.records
 	cmd, _, stderr, exited := startStayingGuest(t, e, "mk", false)
-	entries, err := runrecord.List(records)
-	if err != nil || len(entries) != 1 || entries[0].UID == 0 {
-		t.Fatalf("records: %+v, %v; want one with a uid", entries, err)
-	}
-	uid := entries[0].UID
-	procs, err := procfs.Under("/proc", e.root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	monitor, qemu := 0, 0
-	for _, p := range procs {
-		switch {
-		case p.Comm == "virt-launcher-m":
-			monitor = p.PID
-		case strings.HasPrefix(p.Comm, "qemu"):
-			qemu = p.PID
-		}
-	}
-	if monitor == 0 || qemu == 0 {
-		t.Fatalf("no monitor or QEMU among the run's processes: %+v", procs)
-	}
+	uid, run := e.runProcesses(t)
+	monitor, qemu := run.monitor, run.qemu
 	if err := syscall.Kill(monitor, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +139,38 @@ func TestVlctlRunMonitorKilled(t *testing.T) {
 		t.Errorf("QEMU (pid %d) still runs", qemu)
 	}
 	e.checkNothingLeft(t)
+}
+
+// runProcs are the processes of a `vlctl run` that matter to its tests.
+type runProcs struct{ monitor, daemon, qemu int }
+
+// runProcesses finds the one run recorded in the keep environment: its
+// uid, and its monitor, libvirt daemon and QEMU among the processes of its
+// work root, all of which must be there.
+func (e keepEnv) runProcesses(t *testing.T) (uid uint32, run runProcs) {
+	t.Helper()
+	entries, err := runrecord.List(e.records)
+	if err != nil || len(entries) != 1 || entries[0].UID == 0 {
+		t.Fatalf("records: %+v, %v; want one with a uid", entries, err)
+	}
+	procs, err := procfs.Under("/proc", e.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		switch {
+		case p.Comm == "virt-launcher-m":
+			run.monitor = p.PID
+		case p.Comm == "libvirtd" || p.Comm == "virtqemud":
+			run.daemon = p.PID
+		case strings.HasPrefix(p.Comm, "qemu"):
+			run.qemu = p.PID
+		}
+	}
+	if run.monitor == 0 || run.daemon == 0 || run.qemu == 0 {
+		t.Fatalf("no monitor, daemon or QEMU among the run's processes: %+v", procs)
+	}
+	return entries[0].UID, run
 }
 
 // startStayingGuest starts `vlctl run` of the keep environment's guest,

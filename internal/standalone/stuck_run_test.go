@@ -2,13 +2,11 @@ package standalone_test
 
 import (
 	"os"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
-	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 )
 
 // TestVlctlRunDaemonStopped: Ctrl-C on `vlctl run` while the launcher's
@@ -23,27 +21,8 @@ func TestVlctlRunDaemonStopped(t *testing.T) {
 	const margin = 20 * time.Second
 	e := newKeepEnv(t)
 	cmd, _, stderr, exited := startStayingGuest(t, e, "stuck", false)
-	entries, err := runrecord.List(e.records)
-	if err != nil || len(entries) != 1 || entries[0].UID == 0 {
-		t.Fatalf("records: %+v, %v; want one with a uid", entries, err)
-	}
-	uid := entries[0].UID
-	procs, err := procfs.Under("/proc", e.root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	daemon, qemu := 0, 0
-	for _, p := range procs {
-		switch {
-		case p.Comm == "libvirtd" || p.Comm == "virtqemud":
-			daemon = p.PID
-		case strings.HasPrefix(p.Comm, "qemu"):
-			qemu = p.PID
-		}
-	}
-	if daemon == 0 || qemu == 0 {
-		t.Fatalf("no daemon or QEMU among the run's processes: %+v", procs)
-	}
+	uid, run := e.runProcesses(t)
+	daemon, qemu := run.daemon, run.qemu
 	if err := syscall.Kill(daemon, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

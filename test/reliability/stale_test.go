@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 )
 
@@ -94,19 +95,9 @@ func TestDaemonStoppedAtTermination(t *testing.T) {
 	t.Parallel()
 	const grace = 3
 	p := newPod(t, "stopd", podOpts{grace: grace})
-	p.WaitReady(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c := p.Client(ctx)
-	p.boot(ctx, c)
-	qemu := p.QemuPid()
-	if qemu == 0 {
-		t.Fatal("no QEMU pid")
-	}
-	daemon := p.MustChild("libvirtd", "virtqemud")
-	launchertest.Must(t, syscall.Kill(daemon, syscall.SIGSTOP))
-	// Whatever happens, the daemon is not left stopped for the clean-up.
-	defer syscall.Kill(daemon, syscall.SIGCONT)
+	p.bootWithDaemonStopped(ctx)
 
 	t0 := time.Now()
 	p.Signal(syscall.SIGTERM)
@@ -127,4 +118,23 @@ func TestDaemonStoppedAtTermination(t *testing.T) {
 		t.Errorf("the monitor had to end the QEMU the launcher left")
 	}
 	p.assertNothingLeft()
+}
+
+// bootWithDaemonStopped boots the test guest in p, then stops (SIGSTOP) the
+// launcher's libvirt daemon, as a hung daemon; the test's clean-up resumes
+// it whatever happens. It returns the client and QEMU's pid.
+func (p *pod) bootWithDaemonStopped(ctx context.Context) (*cmdclient.Client, int) {
+	t := p.T
+	t.Helper()
+	p.WaitReady(60 * time.Second)
+	c := p.Client(ctx)
+	p.boot(ctx, c)
+	qemu := p.QemuPid()
+	if qemu == 0 {
+		t.Fatal("no QEMU pid")
+	}
+	daemon := p.MustChild("libvirtd", "virtqemud")
+	launchertest.Must(t, syscall.Kill(daemon, syscall.SIGSTOP))
+	t.Cleanup(func() { syscall.Kill(daemon, syscall.SIGCONT) })
+	return c, qemu
 }

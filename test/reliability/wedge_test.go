@@ -169,18 +169,9 @@ func domainQemu(p *pod) bool {
 func TestKillWithDaemonStopped(t *testing.T) {
 	t.Parallel()
 	p := newPod(t, "killstop", podOpts{grace: 3})
-	p.WaitReady(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c := p.Client(ctx)
-	p.boot(ctx, c)
-	qemu := p.QemuPid()
-	if qemu == 0 {
-		t.Fatal("no QEMU pid")
-	}
-	daemon := p.MustChild("libvirtd", "virtqemud")
-	launchertest.Must(t, syscall.Kill(daemon, syscall.SIGSTOP))
-	defer syscall.Kill(daemon, syscall.SIGCONT)
+	c, qemu := p.bootWithDaemonStopped(ctx)
 
 	t0 := time.Now()
 	err := c.Kill(ctx, p.vmi())
