@@ -129,9 +129,13 @@ type Manager struct {
 	op        opLock     // one domain operation at a time
 	refreshMu sync.Mutex // keeps cache updates and their events in order
 
-	mu         sync.Mutex
-	conn       *libvirt.Libvirt
-	connReady  chan struct{} // closed while conn is usable
+	mu        sync.Mutex
+	conn      *libvirt.Libvirt
+	connReady chan struct{} // closed while conn is usable
+	// firstRead is closed once the domain was first read after the
+	// first connection: a launcher that took over a running guest
+	// must not answer GetDomain with "no domain" before.
+	firstRead  chan struct{}
 	name, ns   string
 	uid        string
 	md         domainjson.Metadata
@@ -211,6 +215,7 @@ func New(cfg Config) *Manager {
 		log:       log,
 		op:        newOpLock(),
 		connReady: make(chan struct{}),
+		firstRead: make(chan struct{}),
 		name:      cfg.Name,
 		ns:        cfg.Namespace,
 		uid:       cfg.UID,
@@ -266,9 +271,14 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		m.setConn(l)
 		// A (re)connect may have missed events: re-read the domain. On a
-		// reconnect virt-handler expects a MODIFIED event.
-		m.refresh(ctx, EventModified, !first)
-		if !first {
+		// reconnect virt-handler expects a MODIFIED event, and so it does
+		// from a launcher that found the domain running when it started
+		// (its predecessor died; it takes the guest over). A launcher
+		// starting afresh finds no domain and sends nothing.
+		m.refresh(ctx, EventModified, true)
+		if first {
+			close(m.firstRead)
+		} else {
 			// A QEMU that dies while the restarted daemon is still
 			// reattaching to it produces no lifecycle event (libvirt 9.0):
 			// read the state once more after the daemon has settled.
@@ -358,10 +368,19 @@ func (m *Manager) waitConn(ctx context.Context) (*libvirt.Libvirt, error) {
 	}
 }
 
-// Connected waits until the manager has a connection to the daemon.
+// Connected waits until the manager has a connection to the daemon and
+// has read the domain once through it (a domain already running, taken
+// over from a launcher that died, is then known).
 func (m *Manager) Connected(ctx context.Context) error {
-	_, err := m.waitConn(ctx)
-	return err
+	if _, err := m.waitConn(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-m.firstRead:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the domain was not read after connecting: %w", ctx.Err())
+	}
 }
 
 // Defined is closed once a domain has been seen defined.
