@@ -115,6 +115,10 @@ type Config struct {
 	// last resort when the daemon does not destroy the domain in time.
 	KillWithoutDaemon func(ctx context.Context) error
 
+	// StateFile is where the manager keeps its State (LoadState), ""
+	// for nowhere; HostUUID is the daemon's host UUID, kept in it.
+	StateFile, HostUUID string
+
 	// Name, Namespace and UID are the VMI identity from the command line
 	// (--name, --namespace, --uid); empty ones are learnt from the first
 	// Sync. A Sync for another VMI is refused.
@@ -176,8 +180,17 @@ type Manager struct {
 	// probesPaused: the VMI's kubevirt.io/pause-guest-agent-probes
 	// annotation was true at the last Sync (GuestPing passes).
 	probesPaused atomic.Bool
-	// thawTimer is the pending automatic thaw after a Freeze (mu).
+	// thawTimer is the pending automatic thaw after a Freeze, due at
+	// thawAt (mu).
 	thawTimer *time.Timer
+	thawAt    time.Time
+	// restoredThaw is the automatic thaw a previous launcher of the pod
+	// had pending, taken over once connected (nil: none).
+	restoredThaw *time.Time
+	// saveMu orders the writes of the state file; savedState is what
+	// was last written (saveState).
+	saveMu     sync.Mutex
+	savedState []byte
 	// timeCancel stops the time sync under way after an unpause (mu).
 	timeCancel context.CancelFunc
 	// credentialsStarted: the access credentials are being propagated
@@ -227,6 +240,7 @@ func New(cfg Config) *Manager {
 	}
 	m.md.UID = cfg.UID
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
+	m.takeOverState()
 	m.agent = agent.NewStore()
 	m.poller = agent.NewPoller(m.agentCommand, m.agent, cfg.AgentIntervals, log.With("component", "guest-agent"))
 	m.stats = newStatsCache(m.fetchStats)
@@ -278,6 +292,10 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.refresh(ctx, EventModified, true)
 		if first {
 			close(m.firstRead)
+			m.saveState()
+			if m.restoredThaw != nil {
+				m.resumeThaw(*m.restoredThaw)
+			}
 		} else {
 			// A QEMU that dies while the restarted daemon is still
 			// reattaching to it produces no lifecycle event (libvirt 9.0):

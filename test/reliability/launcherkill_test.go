@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/monitor"
+	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
@@ -39,6 +42,7 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 	// The default budget (5 restarts in 10 minutes) would end the soak's
 	// run after its sixth kill.
 	p.SetEnv(monitor.EnvRestarts, strconv.Itoa(kills))
+	events := p.Notify(notifytest.Options{})
 	p.Start()
 	p.WaitReady(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -54,6 +58,7 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 
 	for i := 0; i < kills; i++ {
 		old := p.MustChild("virt-launcher")
+		seen := len(events.Events())
 		t0 := time.Now()
 		launchertest.Must(t, syscall.Kill(old, syscall.SIGKILL))
 		c = dialAgain(t, ctx, p, old, t0)
@@ -62,6 +67,9 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 		if took > answerBound {
 			t.Errorf("kill %d: launcher-sock answered only after %v (bound %v)", i+1, took, answerBound)
 		}
+		// virt-handler learns at once that the launcher is back and the
+		// guest runs: a MODIFIED event, before any call of its own.
+		waitRunningEvent(t, events, seen, i+1)
 		if d, ok, err := c.GetDomain(ctx); err != nil || !ok || d.Status.Status != "Running" {
 			t.Fatalf("kill %d: GetDomain: exists %v, err %v, domain %+v\n%s", i+1, ok, err, d, launchertest.Tail(p.Stderr.String(), 6000))
 		}
@@ -95,6 +103,10 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 	if longest > answerBound {
 		t.Errorf("launcher-sock refused connections for %v in a row (bound %v)", longest, answerBound)
 	}
+	// The host stays the same for libvirt (its migration cookies name it).
+	if ids := hostUUIDs(p.Stderr.String()); len(ids) != 1 {
+		t.Errorf("the launchers' daemons had host UUIDs %v, want one", ids)
+	}
 	if n := testguest.CountMarker(p.Console(), testguest.MarkerBooted); n != 1 {
 		t.Errorf("%d boot markers on the console, want 1 (the guest rebooted)", n)
 	}
@@ -103,6 +115,7 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 	if code := p.ExitCode(2 * time.Minute); code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0", code)
 	}
+	events.Stop() // the handler's socket, not the pod's
 	p.assertNothingLeft()
 }
 
@@ -129,6 +142,37 @@ func TestLauncherKilledRestartsOff(t *testing.T) {
 		t.Errorf("QEMU (pid %d) outlived the pod", qemu)
 	}
 	p.assertNothingLeft()
+}
+
+// waitRunningEvent waits up to answerBound for a MODIFIED event with the
+// domain running, after the first seen events.
+func waitRunningEvent(t *testing.T, s *notifytest.Server, seen, kill int) {
+	t.Helper()
+	deadline := time.Now().Add(answerBound)
+	for {
+		evs := s.Events()
+		for _, e := range evs[min(seen, len(evs)):] {
+			if e.EventType == "MODIFIED" && e.Domain != nil && e.Domain.Status.Status == "Running" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kill %d: no MODIFIED event with the domain running within %v of the new launcher answering", kill, answerBound)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// hostUUIDs are the distinct host UUIDs the launchers logged for their
+// daemons.
+func hostUUIDs(log string) []string {
+	var ids []string
+	for _, m := range regexp.MustCompile(`"hostUUID":"([^"]+)"`).FindAllStringSubmatch(log, -1) {
+		if !slices.Contains(ids, m[1]) {
+			ids = append(ids, m[1])
+		}
+	}
+	return ids
 }
 
 // dialAgain waits for a launcher other than old and dials launcher-sock
