@@ -69,6 +69,9 @@ type Launcher struct {
 	daemon *libvirtd.Daemon
 	mgr    *domain.Manager
 	hooks  *hooks.Manager
+	// crashing is set while a panic unwinds run: what the next launcher
+	// takes over (the socket, the daemon's domain state) is left alone.
+	crashing bool
 }
 
 // New prepares a launcher.
@@ -146,7 +149,17 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 
 	// 3. the command server, its self-check, and the readiness rename
 	stopServer, err := l.serveCommands(ctx)
-	defer stopServer()
+	defer func() {
+		// A panic unwinding through here leaves launcher-sock in place:
+		// the monitor starts a new launcher, which serves it again, and
+		// virt-handler takes a missing socket for a launcher gone for
+		// good (it fails the VMI at once).
+		if r := recover(); r != nil {
+			l.crashing = true
+			panic(r)
+		}
+		stopServer()
+	}()
 	if err != nil {
 		return ExitFatal, err
 	}
@@ -637,7 +650,11 @@ func (l *Launcher) finish(destroyed bool) int {
 }
 
 func (l *Launcher) stopDaemons() {
-	if l.daemon == nil {
+	if l.daemon == nil || l.crashing {
+		// Crashing: the daemon ends with us (its parent-death signal),
+		// and the monitor stops it for the next launcher. Stopped here,
+		// one that did not end in time would be killed and its domain
+		// directories removed, QEMU's monitor socket with them.
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), daemonStopWait)

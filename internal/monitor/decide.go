@@ -12,7 +12,7 @@ import (
 const (
 	launcherExitOK       = 0 // the domain is gone
 	launcherExitQEMUDied = 1 // QEMU ended abnormally
-	launcherExitFatal    = 2 // fatal start-up error (also a Go panic's status)
+	launcherExitFatal    = 2 // fatal start-up error (also a Go panic's status without GOTRACEBACK=crash)
 )
 
 // Restart budget defaults: more deaths than this within the window mean
@@ -57,12 +57,13 @@ type decision struct {
 // (and takes the running guest back) or the monitor cleans up (stopping
 // QEMU) and ends the pod with the launcher's status. A launcher is started
 // again only when its end was an accident: it died of a signal (an OOM
-// kill, SIGKILL, a crash the runtime turned into SIGABRT), nobody asked
-// the pod to end, there is a guest to keep, virt-handler has not given up
-// on it, and the budget is not spent. A launcher that exited by itself
-// with a status said what happened (the guest ended, start-up failed):
-// it is believed. A Go panic exits with status 2, as a fatal start-up
-// error does: it cannot be told from one and ends the pod.
+// kill, SIGKILL, a Go panic or fatal runtime error, which the launcher's
+// GOTRACEBACK=crash turns into SIGABRT: launcherEnv), nobody asked the pod
+// to end, there is a guest to keep, virt-handler has not given up on it,
+// and the budget is not spent. A launcher that exited by itself with a
+// status said what happened (the guest ended, start-up failed): it is
+// believed. (A panic of a launcher run with GOTRACEBACK set otherwise
+// exits with status 2, as a fatal start-up error does, and ends the pod.)
 func decideRestart(e launcherEnd) decision {
 	switch {
 	case e.Budget <= 0:

@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,5 +83,22 @@ func TestLauncherExitCodes(t *testing.T) {
 		if c[0] != c[1] {
 			t.Errorf("monitor's launcher exit status %d, the launcher's %d", c[0], c[1])
 		}
+	}
+}
+
+// TestLauncherEnv: the launcher crashes with a signal on a panic
+// (GOTRACEBACK=crash) unless the pod's environment chose otherwise.
+func TestLauncherEnv(t *testing.T) {
+	env := []string{"PATH=/bin", "A=1"}
+	got := launcherEnv(env)
+	if !slices.Equal(got, []string{"PATH=/bin", "A=1", "GOTRACEBACK=crash"}) {
+		t.Errorf("launcherEnv = %q", got)
+	}
+	if !slices.Equal(env, []string{"PATH=/bin", "A=1"}) {
+		t.Errorf("launcherEnv changed its argument: %q", env)
+	}
+	set := []string{"GOTRACEBACK=all", "PATH=/bin"}
+	if got := launcherEnv(set); !slices.Equal(got, set) {
+		t.Errorf("launcherEnv with GOTRACEBACK set = %q, want it kept", got)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,6 +57,8 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 			log.Warn("cannot become child subreaper; orphans go to init", "reason", errno)
 		}
 	}
+
+	noCoreDumps(log)
 
 	sigs := make(chan os.Signal, 128)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
@@ -158,7 +161,7 @@ func supervise(ctx context.Context, log *slog.Logger, sigs <-chan os.Signal, pid
 func startLauncher(c Config) (int, error) {
 	argv := append([]string{c.LauncherPath}, c.LauncherArgs...)
 	attr := &syscall.ProcAttr{
-		Env:   os.Environ(),
+		Env:   launcherEnv(os.Environ()),
 		Files: []uintptr{0, 1, 2},
 		Sys: &syscall.SysProcAttr{
 			Setpgid:     true,
@@ -172,6 +175,35 @@ func startLauncher(c Config) (int, error) {
 		pid, err = syscall.ForkExec(c.LauncherPath, argv, attr)
 	}
 	return pid, err
+}
+
+// launcherEnv is the launcher's environment: ours, with GOTRACEBACK=crash
+// unless it is set. A Go panic or fatal runtime error then ends the
+// launcher with SIGABRT (after the same stack dump) instead of exit status
+// 2, which is also a fatal start-up error's: the monitor can tell a crash,
+// which it restarts, from a launcher that gave up, which it does not.
+func launcherEnv(env []string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "GOTRACEBACK=") {
+			return env
+		}
+	}
+	return append(env[:len(env):len(env)], "GOTRACEBACK=crash")
+}
+
+// noCoreDumps sets our core file size limit, which the launcher inherits,
+// to 0: a launcher crashing with SIGABRT (launcherEnv) must not write a
+// core file of its memory into the pod, or the node's crash collector.
+// QEMU's limit is libvirt's (max_core = 0).
+func noCoreDumps(log *slog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &lim); err != nil || lim.Cur == 0 {
+		return
+	}
+	lim.Cur = 0
+	if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &lim); err != nil {
+		log.Warn("cannot turn core dumps off; a crashing launcher may write one", "reason", err)
+	}
 }
 
 // reap collects every zombie child. It returns the launcher's wait status

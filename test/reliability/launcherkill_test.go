@@ -27,8 +27,9 @@ import (
 const answerBound = 5 * time.Second
 
 // TestLauncherKilledGuestLives: the launcher process (not the monitor) is
-// killed with SIGKILL while the guest runs, as an OOM kill or a crash
-// would end it. The monitor starts a new launcher, which takes the running
+// killed with SIGKILL while the guest runs, as an OOM kill would end it,
+// and at last crashes (the Go runtime's SIGQUIT dump, which ends it as a
+// panic does). The monitor starts a new launcher, which takes the running
 // guest back: the same QEMU throughout, one boot, launcher-sock never
 // missing and answering again within answerBound, every call working
 // after each restart; SIGTERM at the end still ends the pod cleanly.
@@ -57,13 +58,20 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 	defer watch.stop()
 
 	for i := 0; i < kills; i++ {
+		// The last death is a crash of the Go runtime (SIGQUIT dumps the
+		// stacks and ends the process as a panic does), the others
+		// SIGKILL, as the OOM killer sends.
+		sig := syscall.SIGKILL
+		if i == kills-1 {
+			sig = syscall.SIGQUIT
+		}
 		old := p.MustChild("virt-launcher")
 		seen := len(events.Events())
 		t0 := time.Now()
-		launchertest.Must(t, syscall.Kill(old, syscall.SIGKILL))
+		launchertest.Must(t, syscall.Kill(old, sig))
 		c = dialAgain(t, ctx, p, old, t0)
 		took := time.Since(t0)
-		t.Logf("kill %d: launcher-sock answered again after %v", i+1, took.Round(time.Millisecond))
+		t.Logf("kill %d (%v): launcher-sock answered again after %v", i+1, sig, took.Round(time.Millisecond))
 		if took > answerBound {
 			t.Errorf("kill %d: launcher-sock answered only after %v (bound %v)", i+1, took, answerBound)
 		}
