@@ -139,6 +139,9 @@ func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
 		m.refreshMu.Lock()
 		defer m.refreshMu.Unlock()
 		m.refreshLocked(ctx, typ, emit)
+		// What the domain object shows (its metadata) is what a
+		// launcher taking over must know.
+		m.saveState()
 	}()
 	select {
 	case <-done:

@@ -102,15 +102,19 @@ func (m *Manager) Unfreeze(ctx context.Context, v *v1.VirtualMachineInstance) er
 // scheduleThaw replaces the pending automatic thaw by one after timeout
 // (none when timeout is zero).
 func (m *Manager) scheduleThaw(v *v1.VirtualMachineInstance, timeout time.Duration) {
+	// The due time outlives this launcher (saveState).
+	defer m.saveState()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.thawTimer != nil {
 		m.thawTimer.Stop()
 		m.thawTimer = nil
 	}
+	m.thawAt = time.Time{}
 	if timeout <= 0 {
 		return
 	}
+	m.thawAt = time.Now().Add(timeout)
 	m.thawTimer = time.AfterFunc(timeout, func() {
 		m.log.Warn("unfreeze was not asked for in time: thawing the guest's file systems", "after", timeout.String())
 		if err := m.Unfreeze(m.pollerContext(), v); err != nil {

@@ -115,6 +115,10 @@ type Config struct {
 	// last resort when the daemon does not destroy the domain in time.
 	KillWithoutDaemon func(ctx context.Context) error
 
+	// StateFile is where the manager keeps its State (LoadState), ""
+	// for nowhere; HostUUID is the daemon's host UUID, kept in it.
+	StateFile, HostUUID string
+
 	// Name, Namespace and UID are the VMI identity from the command line
 	// (--name, --namespace, --uid); empty ones are learnt from the first
 	// Sync. A Sync for another VMI is refused.
@@ -129,9 +133,13 @@ type Manager struct {
 	op        opLock     // one domain operation at a time
 	refreshMu sync.Mutex // keeps cache updates and their events in order
 
-	mu         sync.Mutex
-	conn       *libvirt.Libvirt
-	connReady  chan struct{} // closed while conn is usable
+	mu        sync.Mutex
+	conn      *libvirt.Libvirt
+	connReady chan struct{} // closed while conn is usable
+	// firstRead is closed once the domain was first read after the
+	// first connection: a launcher that took over a running guest
+	// must not answer GetDomain with "no domain" before.
+	firstRead  chan struct{}
 	name, ns   string
 	uid        string
 	md         domainjson.Metadata
@@ -172,8 +180,17 @@ type Manager struct {
 	// probesPaused: the VMI's kubevirt.io/pause-guest-agent-probes
 	// annotation was true at the last Sync (GuestPing passes).
 	probesPaused atomic.Bool
-	// thawTimer is the pending automatic thaw after a Freeze (mu).
+	// thawTimer is the pending automatic thaw after a Freeze, due at
+	// thawAt (mu).
 	thawTimer *time.Timer
+	thawAt    time.Time
+	// restoredThaw is the automatic thaw a previous launcher of the pod
+	// had pending, taken over once connected (nil: none).
+	restoredThaw *time.Time
+	// saveMu orders the writes of the state file; savedState is what
+	// was last written (saveState).
+	saveMu     sync.Mutex
+	savedState []byte
 	// timeCancel stops the time sync under way after an unpause (mu).
 	timeCancel context.CancelFunc
 	// credentialsStarted: the access credentials are being propagated
@@ -211,6 +228,7 @@ func New(cfg Config) *Manager {
 		log:       log,
 		op:        newOpLock(),
 		connReady: make(chan struct{}),
+		firstRead: make(chan struct{}),
 		name:      cfg.Name,
 		ns:        cfg.Namespace,
 		uid:       cfg.UID,
@@ -222,6 +240,7 @@ func New(cfg Config) *Manager {
 	}
 	m.md.UID = cfg.UID
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
+	m.takeOverState()
 	m.agent = agent.NewStore()
 	m.poller = agent.NewPoller(m.agentCommand, m.agent, cfg.AgentIntervals, log.With("component", "guest-agent"))
 	m.stats = newStatsCache(m.fetchStats)
@@ -266,9 +285,18 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		m.setConn(l)
 		// A (re)connect may have missed events: re-read the domain. On a
-		// reconnect virt-handler expects a MODIFIED event.
-		m.refresh(ctx, EventModified, !first)
-		if !first {
+		// reconnect virt-handler expects a MODIFIED event, and so it does
+		// from a launcher that found the domain running when it started
+		// (its predecessor died; it takes the guest over). A launcher
+		// starting afresh finds no domain and sends nothing.
+		m.refresh(ctx, EventModified, true)
+		if first {
+			close(m.firstRead)
+			m.saveState()
+			if m.restoredThaw != nil {
+				m.resumeThaw(*m.restoredThaw)
+			}
+		} else {
 			// A QEMU that dies while the restarted daemon is still
 			// reattaching to it produces no lifecycle event (libvirt 9.0):
 			// read the state once more after the daemon has settled.
@@ -358,10 +386,19 @@ func (m *Manager) waitConn(ctx context.Context) (*libvirt.Libvirt, error) {
 	}
 }
 
-// Connected waits until the manager has a connection to the daemon.
+// Connected waits until the manager has a connection to the daemon and
+// has read the domain once through it (a domain already running, taken
+// over from a launcher that died, is then known).
 func (m *Manager) Connected(ctx context.Context) error {
-	_, err := m.waitConn(ctx)
-	return err
+	if _, err := m.waitConn(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-m.firstRead:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the domain was not read after connecting: %w", ctx.Err())
+	}
 }
 
 // Defined is closed once a domain has been seen defined.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"github.com/google/uuid"
 
 	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
@@ -68,6 +69,9 @@ type Launcher struct {
 	daemon *libvirtd.Daemon
 	mgr    *domain.Manager
 	hooks  *hooks.Manager
+	// crashing is set while a panic unwinds run: what the next launcher
+	// takes over (the socket, the daemon's domain state) is left alone.
+	crashing bool
 }
 
 // New prepares a launcher.
@@ -145,7 +149,17 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 
 	// 3. the command server, its self-check, and the readiness rename
 	stopServer, err := l.serveCommands(ctx)
-	defer stopServer()
+	defer func() {
+		// A panic unwinding through here leaves launcher-sock in place:
+		// the monitor starts a new launcher, which serves it again, and
+		// virt-handler takes a missing socket for a launcher gone for
+		// good (it fails the VMI at once).
+		if r := recover(); r != nil {
+			l.crashing = true
+			panic(r)
+		}
+		stopServer()
+	}()
 	if err != nil {
 		return ExitFatal, err
 	}
@@ -182,12 +196,38 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 func (l *Launcher) startDaemons(ctx context.Context, root bool) error {
 	dctx, dcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer dcancel()
-	d, err := libvirtd.Start(dctx, l.libvirtdConfig(root), l.log)
+	cfg := l.libvirtdConfig(root)
+	cfg.HostUUID = l.hostUUID()
+	d, err := libvirtd.Start(dctx, cfg, l.log)
 	if err != nil {
 		return fatal("start libvirt: %w", err)
 	}
 	l.daemon = d
 	return nil
+}
+
+// stateFile is where the domain manager keeps what a launcher taking over
+// this pod's guest must know (domain.State).
+func (l *Launcher) stateFile() string {
+	return filepath.Join(l.layout.PrivateDir, domain.StateFileName)
+}
+
+// hostUUID is the daemon's host UUID: the one the pod's previous launcher
+// gave its daemon, when one ran here before (it died and this launcher
+// takes its guest over: the host stays the same), else a new one.
+func (l *Launcher) hostUUID() string {
+	s, ok, err := domain.LoadState(l.stateFile())
+	switch {
+	case err != nil:
+		l.log.Warn("the state of the pod's previous launcher cannot be read; a new host UUID", "reason", err.Error())
+	case ok && s.HostUUID != "":
+		if _, perr := uuid.Parse(s.HostUUID); perr == nil {
+			l.log.Info("keeping the host UUID of the pod's previous launcher", "hostUUID", s.HostUUID)
+			return s.HostUUID
+		}
+		l.log.Warn("the previous launcher's host UUID is not a UUID; a new one", "hostUUID", s.HostUUID)
+	}
+	return uuid.NewString()
 }
 
 // startManager makes the domain manager, runs it and waits until it is
@@ -222,6 +262,8 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 			Version: l.opts.AgentVersionInterval, FSFreezeStatus: l.opts.FSFreezeStatusInterval,
 		},
 		KillWithoutDaemon: l.killWithoutDaemon,
+		StateFile:         l.stateFile(),
+		HostUUID:          l.daemon.HostUUID(),
 		Name:              l.opts.Name,
 		Namespace:         l.opts.Namespace,
 		UID:               l.opts.UID,
@@ -608,7 +650,11 @@ func (l *Launcher) finish(destroyed bool) int {
 }
 
 func (l *Launcher) stopDaemons() {
-	if l.daemon == nil {
+	if l.daemon == nil || l.crashing {
+		// Crashing: the daemon ends with us (its parent-death signal),
+		// and the monitor stops it for the next launcher. Stopped here,
+		// one that did not end in time would be killed and its domain
+		// directories removed, QEMU's monitor socket with them.
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), daemonStopWait)

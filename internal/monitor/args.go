@@ -33,6 +33,14 @@ const (
 	// EnvQemuStopTimeout is how long a QEMU left behind gets between SIGTERM
 	// and SIGKILL (a Go duration, default 10s as in KubeVirt).
 	EnvQemuStopTimeout = "VIRT_LAUNCHER_MONITOR_QEMU_STOP_TIMEOUT"
+	// EnvRestarts is how many times within EnvRestartWindow the monitor
+	// starts a new launcher after one died while its guest ran (default
+	// DefaultRestarts); 0 switches restarts off: the monitor then cleans
+	// up, stopping QEMU, as KubeVirt's does.
+	EnvRestarts = "VIRT_LAUNCHER_MONITOR_RESTARTS"
+	// EnvRestartWindow is the window of the restart budget (a Go
+	// duration, default DefaultRestartWindow).
+	EnvRestartWindow = "VIRT_LAUNCHER_MONITOR_RESTART_WINDOW"
 )
 
 // Config is what the monitor does. ParseArgs fills it from the command line
@@ -52,6 +60,8 @@ type Config struct {
 
 	IstioQuit       bool          // EnvIstioQuit
 	QemuStopTimeout time.Duration // EnvQemuStopTimeout
+	Restarts        int           // EnvRestarts (0: off)
+	RestartWindow   time.Duration // EnvRestartWindow
 	Help            bool          // -h/--help was given
 }
 
@@ -94,6 +104,11 @@ Environment:
                                            else virt-launcher next to this executable)
   VIRT_LAUNCHER_MONITOR_ISTIO_QUIT=1       ask an istio sidecar to quit at the end
   VIRT_LAUNCHER_MONITOR_QEMU_STOP_TIMEOUT  SIGTERM->SIGKILL wait for a QEMU left behind (10s)
+  VIRT_LAUNCHER_MONITOR_RESTARTS           new launchers started within the window after one
+                                           died of a signal while its guest ran (5); the new
+                                           one takes the guest back. 0: clean up and stop
+                                           QEMU instead, as KubeVirt does
+  VIRT_LAUNCHER_MONITOR_RESTART_WINDOW     the window of that budget (10m)
 `
 
 // flagKind says how a known flag takes its value.
@@ -128,6 +143,8 @@ func ParseArgs(args []string, getenv func(string) string) (Config, error) {
 		PrivateDir:       DefaultPrivateDir,
 		Verbosity:        DefaultVerbosity,
 		QemuStopTimeout:  DefaultQemuStopTimeout,
+		Restarts:         DefaultRestarts,
+		RestartWindow:    DefaultRestartWindow,
 		LauncherArgs:     []string{},
 	}
 	for i := 0; i < len(args); i++ {
@@ -196,6 +213,20 @@ func ParseArgs(args []string, getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("%s: %q is not a non-negative duration", EnvQemuStopTimeout, s)
 		}
 		c.QemuStopTimeout = d
+	}
+	if s := getenv(EnvRestarts); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("%s: %q is not a non-negative integer", EnvRestarts, s)
+		}
+		c.Restarts = n
+	}
+	if s := getenv(EnvRestartWindow); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return c, fmt.Errorf("%s: %q is not a positive duration", EnvRestartWindow, s)
+		}
+		c.RestartWindow = d
 	}
 	c.LauncherPath = launcherPath(getenv(EnvLauncherBin))
 	return c, nil

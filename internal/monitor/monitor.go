@@ -1,7 +1,9 @@
 // Package monitor is virt-launcher-monitor: PID 1 of a launcher pod, or the
 // parent of a standalone launcher. It starts the launcher, reaps every
-// zombie of its process tree, forwards termination signals, and once the
-// launcher has exited cleans up after it (a QEMU left behind, container-disk
+// zombie of its process tree, forwards termination signals, starts a new
+// launcher when one dies by accident while its guest runs (the new one
+// takes the guest back), and once the launcher has ended for good cleans
+// up after it (a QEMU left behind, container-disk
 // sockets) and exits with the launcher's status (kubevirt-wire.md 5.2, 5.6).
 //
 // It imports nothing beyond the standard library and internal/logging, so
@@ -15,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,8 +38,10 @@ const (
 	othersStopTimeout = 3 * time.Second
 )
 
-// Run starts the launcher and supervises it until it exits, then cleans up
-// and returns the process exit status: the launcher's own (128+n when it was
+// Run starts the launcher and supervises it until it exits. A launcher that
+// died by accident while its guest ran (decideRestart) is started again,
+// after its own libvirt daemon is stopped, and takes the guest back;
+// otherwise Run cleans up and returns the process exit status: the launcher's own (128+n when it was
 // killed by signal n), or 1 if the launcher could not be started or a QEMU of
 // this tree survived SIGTERM. Cancelling ctx acts like SIGTERM.
 func Run(ctx context.Context, log *slog.Logger, c Config) int {
@@ -53,6 +58,8 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 		}
 	}
 
+	noCoreDumps(log)
+
 	sigs := make(chan os.Signal, 128)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
@@ -66,26 +73,36 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 	}
 	log.Info("virt-launcher started", "pid", pid, "path", c.LauncherPath)
 
-	code := -1
-	done := ctx.Done()
-	for code < 0 {
-		select {
-		case s := <-sigs:
-			if s == syscall.SIGCHLD {
-				code = reap(pid, code)
-				continue
-			}
-			log.Info("forwarding signal to virt-launcher as SIGTERM", "signal", s.String())
-			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-				log.Warn("failed to signal virt-launcher", "reason", err)
-			}
-		case <-done:
-			done = nil
-			log.Info("context cancelled; sending SIGTERM to virt-launcher")
-			_ = syscall.Kill(pid, syscall.SIGTERM)
+	var restarts []time.Time
+	var code int
+	for {
+		ws, terminating := supervise(ctx, log, sigs, pid)
+		code = exitCode(ws)
+		log.Info("virt-launcher exited", "status", code)
+		d := decideRestart(launcherEnd{
+			Status:       ws,
+			Terminating:  terminating,
+			QemuAlive:    qemuAlive(log, self),
+			Unresponsive: unresponsive(c.ShareDir),
+			Restarts:     restarts,
+			Now:          time.Now(),
+			Budget:       c.Restarts,
+			Window:       c.RestartWindow,
+		})
+		if !d.Restart {
+			log.Info("not restarting virt-launcher; cleaning up", "reason", d.Reason)
+			break
 		}
+		log.Warn("restarting virt-launcher; the new one takes the running guest back", "reason", d.Reason)
+		restarts = append(restarts, time.Now())
+		stopDaemons(log, self)
+		if pid, err = startLauncher(c); err != nil {
+			log.Error("failed to restart virt-launcher", "path", c.LauncherPath, "reason", err)
+			code = 1
+			break
+		}
+		log.Info("virt-launcher restarted", "pid", pid, "restarts", len(restarts))
 	}
-	log.Info("virt-launcher exited", "status", code)
 
 	cleanup(log, c, self, &code)
 
@@ -95,7 +112,7 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 			select {
 			case s := <-sigs:
 				if s == syscall.SIGCHLD {
-					reap(0, 0)
+					reap(0)
 					continue
 				}
 				return code
@@ -107,6 +124,34 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 	return code
 }
 
+// supervise reaps zombies and forwards termination requests to the
+// launcher (pid) until it has ended, and returns its wait status and
+// whether a termination was asked for. Cancelling ctx counts as a SIGTERM.
+func supervise(ctx context.Context, log *slog.Logger, sigs <-chan os.Signal, pid int) (ws syscall.WaitStatus, terminating bool) {
+	done := ctx.Done()
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGCHLD {
+				if ws, ok := reap(pid); ok {
+					return ws, terminating
+				}
+				continue
+			}
+			terminating = true
+			log.Info("forwarding signal to virt-launcher as SIGTERM", "signal", s.String())
+			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+				log.Warn("failed to signal virt-launcher", "reason", err)
+			}
+		case <-done:
+			done = nil
+			terminating = true
+			log.Info("context cancelled; sending SIGTERM to virt-launcher")
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+	}
+}
+
 // startLauncher runs the launcher with our stdio and environment. It gets
 // CAP_NET_BIND_SERVICE as an ambient capability when we can give it
 // (KubeVirt's launcher binds low ports for passt and slirp); when we
@@ -116,7 +161,7 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 func startLauncher(c Config) (int, error) {
 	argv := append([]string{c.LauncherPath}, c.LauncherArgs...)
 	attr := &syscall.ProcAttr{
-		Env:   os.Environ(),
+		Env:   launcherEnv(os.Environ()),
 		Files: []uintptr{0, 1, 2},
 		Sys: &syscall.SysProcAttr{
 			Setpgid:     true,
@@ -132,9 +177,38 @@ func startLauncher(c Config) (int, error) {
 	return pid, err
 }
 
-// reap collects every zombie child. It returns the launcher's exit status
-// once launcher has been collected (code stays as given otherwise).
-func reap(launcher, code int) int {
+// launcherEnv is the launcher's environment: ours, with GOTRACEBACK=crash
+// unless it is set. A Go panic or fatal runtime error then ends the
+// launcher with SIGABRT (after the same stack dump) instead of exit status
+// 2, which is also a fatal start-up error's: the monitor can tell a crash,
+// which it restarts, from a launcher that gave up, which it does not.
+func launcherEnv(env []string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "GOTRACEBACK=") {
+			return env
+		}
+	}
+	return append(env[:len(env):len(env)], "GOTRACEBACK=crash")
+}
+
+// noCoreDumps sets our core file size limit, which the launcher inherits,
+// to 0: a launcher crashing with SIGABRT (launcherEnv) must not write a
+// core file of its memory into the pod, or the node's crash collector.
+// QEMU's limit is libvirt's (max_core = 0).
+func noCoreDumps(log *slog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &lim); err != nil || lim.Cur == 0 {
+		return
+	}
+	lim.Cur = 0
+	if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &lim); err != nil {
+		log.Warn("cannot turn core dumps off; a crashing launcher may write one", "reason", err)
+	}
+}
+
+// reap collects every zombie child. It returns the launcher's wait status
+// and true once launcher has been collected.
+func reap(launcher int) (status syscall.WaitStatus, found bool) {
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
@@ -142,10 +216,10 @@ func reap(launcher, code int) int {
 			continue
 		}
 		if err != nil || pid <= 0 {
-			return code
+			return status, found
 		}
-		if pid == launcher {
-			code = exitCode(ws)
+		if launcher > 0 && pid == launcher {
+			status, found = ws, true
 		}
 	}
 }
@@ -179,21 +253,51 @@ func cleanup(log *slog.Logger, c Config, self int, code *int) {
 		quitIstio(log, istioReadyPort, istioQuitPort)
 	}
 	stopTree(log, self, othersStopTimeout, false)
-	reap(0, 0)
+	reap(0)
+	// Only now, with nothing left to serve them: a launcher that was
+	// killed could not remove its command sockets, and virt-handler
+	// takes a missing launcher-sock for a launcher gone at once, where a
+	// dead one costs it its stale-socket timeout. A launcher restarted
+	// after a crash never gets here: its socket stays in place.
+	removeLauncherSockets(log, c.ShareDir)
+}
+
+// removeLauncherSockets removes the launcher's command sockets in its
+// socket directory under shareDir (sockets only, never another file).
+func removeLauncherSockets(log *slog.Logger, shareDir string) {
+	if shareDir == "" {
+		return
+	}
+	for _, name := range []string{"launcher-sock", "launcher-init-sock"} {
+		p := filepath.Join(shareDir, "sockets", name)
+		if fi, err := os.Lstat(p); err != nil || fi.Mode().Type() != os.ModeSocket {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("failed to remove the launcher's socket", "path", p, "reason", err)
+		}
+	}
 }
 
 // stopTree sends SIGTERM to our living descendants (only QEMUs when qemu is
 // true, only the others otherwise), waits up to timeout for them to go
 // while reaping, and SIGKILLs what is left. It returns false if something
-// had to be killed. /proc is scanned once; the wait then watches only the
-// processes signalled, so that it allocates next to nothing.
+// had to be killed.
 func stopTree(log *slog.Logger, self int, timeout time.Duration, qemu bool) bool {
-	const procRoot = "/proc"
-	match := func(p procfs.Stat) bool { return isQemu(procRoot, p) == qemu }
 	what := "process"
 	if qemu {
 		what = "QEMU"
 	}
+	return stopMatching(log, self, timeout, what+" left behind", func(p procfs.Stat) bool { return isQemu(procRoot, p) == qemu })
+}
+
+// procRoot is where the monitor reads processes.
+const procRoot = "/proc"
+
+// stopMatching is stopTree for the descendants that match, named what in
+// the log. /proc is scanned once; the wait then watches only the processes
+// signalled, so that it allocates next to nothing.
+func stopMatching(log *slog.Logger, self int, timeout time.Duration, what string, match func(procfs.Stat) bool) bool {
 	left, err := descendants(procRoot, self, match)
 	if err != nil {
 		log.Error("cannot list processes", "reason", err)
@@ -203,7 +307,7 @@ func stopTree(log *slog.Logger, self int, timeout time.Duration, qemu bool) bool
 		return true
 	}
 	for _, p := range left {
-		log.Info("terminating "+what+" left behind", "pid", p.PID, "comm", p.Comm)
+		log.Info("terminating "+what, "pid", p.PID, "comm", p.Comm)
 		if err := signalIfStill(procRoot, self, p, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 			log.Warn("failed to send SIGTERM", "pid", p.PID, "reason", err)
 		}
@@ -226,7 +330,7 @@ func stopTree(log *slog.Logger, self int, timeout time.Duration, qemu bool) bool
 func waitGone(procRoot string, ps []procfs.Stat, timeout time.Duration) []procfs.Stat {
 	deadline := time.Now().Add(timeout)
 	for {
-		reap(0, 0)
+		reap(0)
 		alive := ps[:0]
 		for _, p := range ps {
 			if now, err := procfs.ReadStat(procRoot, p.PID); err == nil && now.State != 'Z' && now.StartTime == p.StartTime {

@@ -205,7 +205,8 @@ func TestParseArgs(t *testing.T) {
 	}{
 		{name: "defaults", args: nil, check: func(t *testing.T, c Config) {
 			if c.ContainerDiskDir != DefaultContainerDiskDir || c.Verbosity != 2 || c.KeepAfterFailure ||
-				c.QemuStopTimeout != 10*time.Second || c.IstioQuit || len(c.LauncherArgs) != 0 {
+				c.QemuStopTimeout != 10*time.Second || c.IstioQuit || len(c.LauncherArgs) != 0 ||
+				c.Restarts != DefaultRestarts || c.RestartWindow != DefaultRestartWindow {
 				t.Errorf("bad defaults: %+v", c)
 			}
 		}},
@@ -253,6 +254,13 @@ func TestParseArgs(t *testing.T) {
 		{name: "bad bool", args: []string{"--keep-after-failure=maybe"}, wantErr: "keep-after-failure"},
 		{name: "bad timeout", env: map[string]string{EnvQemuStopTimeout: "soon"}, wantErr: EnvQemuStopTimeout},
 		{name: "bad istio", env: map[string]string{EnvIstioQuit: "perhaps"}, wantErr: EnvIstioQuit},
+		{name: "restarts off", env: map[string]string{EnvRestarts: "0", EnvRestartWindow: "1h"}, check: func(t *testing.T, c Config) {
+			if c.Restarts != 0 || c.RestartWindow != time.Hour {
+				t.Errorf("parsed %+v", c)
+			}
+		}},
+		{name: "bad restarts", env: map[string]string{EnvRestarts: "-1"}, wantErr: EnvRestarts},
+		{name: "bad restart window", env: map[string]string{EnvRestartWindow: "0s"}, wantErr: EnvRestartWindow},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -356,7 +364,7 @@ func TestHelp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--help: %v\n%s", err, out)
 	}
-	for _, f := range []string{"--container-disk-dir", "--keep-after-failure", "--uid", "-v", EnvLauncherBin, EnvIstioQuit, EnvQemuStopTimeout, logging.EnvVerbosity} {
+	for _, f := range []string{"--container-disk-dir", "--keep-after-failure", "--uid", "-v", EnvLauncherBin, EnvIstioQuit, EnvQemuStopTimeout, EnvRestarts, EnvRestartWindow, logging.EnvVerbosity} {
 		if !strings.Contains(string(out), f) {
 			t.Errorf("--help does not mention %s", f)
 		}

@@ -49,7 +49,16 @@ type podOpts struct {
 
 func newPod(t *testing.T, name string, o podOpts) *pod {
 	t.Helper()
-	return &pod{env.New(t, name, launchertest.Options{
+	p := newPodDeferred(t, name, o)
+	p.Start()
+	return p
+}
+
+// newPodDeferred is newPod before Start (the caller may add to the
+// monitor's environment).
+func newPodDeferred(t *testing.T, name string, o podOpts) *pod {
+	t.Helper()
+	return &pod{env.NewDeferred(t, name, launchertest.Options{
 		DirPrefix:        "vlr",
 		QemuTimeout:      5 * time.Minute,
 		Grace:            o.grace,

@@ -1,0 +1,149 @@
+package domain
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/migration"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
+)
+
+// StateFileName is the launcher's state file in the pod's private
+// directory.
+const StateFileName = "launcher-state.json"
+
+// State is what a launcher knows of its pod and domain that neither
+// libvirt nor virt-handler keeps for it: the metadata of the Domain
+// object (the grace period, the deletion and graceful-shutdown marks, the
+// credentials' and the migration's outcome), the daemon's host UUID and
+// when a frozen guest is thawed unasked. The manager keeps it in a file
+// in the pod's private directory, so that a launcher started after its
+// predecessor died takes the running guest over with it. KubeVirt keeps
+// the metadata in the domain XML instead; here the XML stays as the
+// converter made it.
+type State struct {
+	HostUUID string              `json:"hostUUID,omitempty"`
+	Metadata domainjson.Metadata `json:"metadata"`
+	// ThawAt is when the guest's file systems, frozen with a timeout,
+	// are thawed if no Unfreeze came (nil: none pending).
+	ThawAt *time.Time `json:"thawAt,omitempty"`
+}
+
+// LoadState reads the state file at path. ok is false when there is none
+// (a pod's first launcher).
+func LoadState(path string) (s State, ok bool, err error) {
+	b, err := safefs.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return State{}, false, nil
+	}
+	if err != nil {
+		return State{}, false, fmt.Errorf("launcher state: %w", err)
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return State{}, false, fmt.Errorf("launcher state %s: %w", path, err)
+	}
+	return s, true, nil
+}
+
+// restoreState takes over what the previous launcher of this VMI (uid)
+// knew. A migration it had under way is over: the daemon that ran it was
+// stopped with it, and libvirt cancels an outgoing migration it finds
+// unfinished when it starts again, the guest running on here. It is
+// recorded as failed, so that virt-handler sees it end and a Migrate for
+// the same migration is not run twice. A state of another VMI is not
+// taken over.
+func restoreState(s State, uid string, now time.Time) (domainjson.Metadata, *time.Time, error) {
+	md := s.Metadata
+	if uid != "" && md.UID != "" && md.UID != uid {
+		return domainjson.Metadata{}, nil, fmt.Errorf("launcher state of VMI uid %s, not of %s: ignored", md.UID, uid)
+	}
+	if mig := md.Migration; mig != nil && mig.EndTimestamp == nil {
+		const reason = "the launcher running the migration ended; the guest runs on in the source pod"
+		next, err := migration.Result(mig, true, reason, "", now)
+		if errors.Is(err, migration.ErrAbortInProgress) {
+			next, err = migration.Result(mig, true, reason, v1.MigrationAbortFailed, now)
+		}
+		if err != nil {
+			return domainjson.Metadata{}, nil, fmt.Errorf("end the migration under way: %w", err)
+		}
+		if next.EndTimestamp == nil {
+			t := metav1.NewTime(now)
+			next.EndTimestamp = &t
+		}
+		md.Migration = next
+	}
+	return md, s.ThawAt, nil
+}
+
+// takeOverState reads the state a previous launcher of this pod left, if
+// any, into the new manager.
+func (m *Manager) takeOverState() {
+	if m.cfg.StateFile == "" {
+		return
+	}
+	s, ok, err := LoadState(m.cfg.StateFile)
+	if err == nil && ok {
+		var md domainjson.Metadata
+		md, m.restoredThaw, err = restoreState(s, m.cfg.UID, time.Now())
+		if err == nil {
+			m.md = md
+			if m.cfg.UID != "" {
+				m.md.UID = m.cfg.UID
+			}
+			m.log.Info("took over the state of the pod's previous launcher", "path", m.cfg.StateFile)
+		}
+	}
+	if err != nil {
+		m.log.Warn("the state of the pod's previous launcher is not taken over", "reason", err.Error())
+	}
+}
+
+// saveState writes the manager's state to its file when it changed since
+// the last write. A failure is logged: the guest runs on, only a later
+// launcher of the pod would know less.
+func (m *Manager) saveState() {
+	if m.cfg.StateFile == "" {
+		return
+	}
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	m.mu.Lock()
+	s := State{HostUUID: m.cfg.HostUUID, Metadata: m.md}
+	if !m.thawAt.IsZero() {
+		t := m.thawAt
+		s.ThawAt = &t
+	}
+	m.mu.Unlock()
+	b, err := json.Marshal(s)
+	if err != nil {
+		m.log.Warn("save the launcher state", "reason", err.Error())
+		return
+	}
+	if bytes.Equal(b, m.savedState) {
+		return
+	}
+	if err := safefs.WriteFile(m.cfg.StateFile, b, 0o600); err != nil {
+		m.log.Warn("save the launcher state", "reason", err.Error())
+		return
+	}
+	m.savedState = b
+}
+
+// resumeThaw schedules again the automatic thaw the previous launcher had
+// pending (at once when its time has passed).
+func (m *Manager) resumeThaw(at time.Time) {
+	m.mu.Lock()
+	v := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: m.ns, UID: types.UID(m.uid)}}
+	m.mu.Unlock()
+	m.log.Info("taking over the pending automatic thaw", "at", at.UTC().Format(time.RFC3339))
+	m.scheduleThaw(v, max(time.Until(at), time.Millisecond))
+}

@@ -1,0 +1,269 @@
+package reliability
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/monitor"
+	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// answerBound is how long launcher-sock may refuse connections after the
+// launcher's death: well inside virt-handler's stale-socket watchdog
+// (about 30 s of refusals fail the VMI).
+const answerBound = 5 * time.Second
+
+// TestLauncherKilledGuestLives: the launcher process (not the monitor) is
+// killed with SIGKILL while the guest runs, as an OOM kill would end it,
+// and at last crashes (the Go runtime's SIGQUIT dump, which ends it as a
+// panic does). The monitor starts a new launcher, which takes the running
+// guest back: the same QEMU throughout, one boot, launcher-sock never
+// missing and answering again within answerBound, every call working
+// after each restart; SIGTERM at the end still ends the pod cleanly.
+func TestLauncherKilledGuestLives(t *testing.T) {
+	t.Parallel()
+	kills := 3
+	if soak() {
+		kills = 20
+	}
+	p := newPodDeferred(t, "lkill", podOpts{grace: 3})
+	// The default budget (5 restarts in 10 minutes) would end the soak's
+	// run after its sixth kill.
+	p.SetEnv(monitor.EnvRestarts, strconv.Itoa(kills))
+	events := p.Notify(notifytest.Options{})
+	p.Start()
+	p.WaitReady(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	p.boot(ctx, c)
+	v := p.vmi()
+	qemu := p.QemuPid()
+
+	sock := p.Layout.ReadySocket()
+	watch := watchSocket(sock)
+	defer watch.stop()
+
+	for i := 0; i < kills; i++ {
+		// The last death is a crash of the Go runtime (SIGQUIT dumps the
+		// stacks and ends the process as a panic does), the others
+		// SIGKILL, as the OOM killer sends.
+		sig := syscall.SIGKILL
+		if i == kills-1 {
+			sig = syscall.SIGQUIT
+		}
+		old := p.MustChild("virt-launcher")
+		seen := len(events.Events())
+		t0 := time.Now()
+		launchertest.Must(t, syscall.Kill(old, sig))
+		c = dialAgain(t, ctx, p, old, t0)
+		took := time.Since(t0)
+		t.Logf("kill %d (%v): launcher-sock answered again after %v", i+1, sig, took.Round(time.Millisecond))
+		if took > answerBound {
+			t.Errorf("kill %d: launcher-sock answered only after %v (bound %v)", i+1, took, answerBound)
+		}
+		// virt-handler learns at once that the launcher is back and the
+		// guest runs: a MODIFIED event, before any call of its own.
+		waitRunningEvent(t, events, seen, i+1)
+		if d, ok, err := c.GetDomain(ctx); err != nil || !ok || d.Status.Status != "Running" {
+			t.Fatalf("kill %d: GetDomain: exists %v, err %v, domain %+v\n%s", i+1, ok, err, d, launchertest.Tail(p.Stderr.String(), 6000))
+		}
+		for _, op := range []struct {
+			name string
+			f    func(context.Context) error
+		}{
+			{"Pause", func(ctx context.Context) error { return c.Pause(ctx, v) }},
+			{"Unpause", func(ctx context.Context) error { return c.Unpause(ctx, v) }},
+			{"Sync", func(ctx context.Context) error { return c.Sync(ctx, v, nil) }},
+		} {
+			octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
+			err := op.f(octx)
+			ocancel()
+			if err != nil {
+				t.Fatalf("kill %d: %s: %v\n%s", i+1, op.name, err, launchertest.Tail(p.Stderr.String(), 6000))
+			}
+		}
+		if now := p.QemuPid(); now != qemu {
+			t.Fatalf("kill %d: QEMU pid %d, was %d", i+1, now, qemu)
+		}
+		if st, err := procfs.ReadStat("/proc", qemu); err != nil || st.State == 'Z' {
+			t.Fatalf("kill %d: QEMU (pid %d) is gone", i+1, qemu)
+		}
+	}
+	missing, longest := watch.stop()
+	t.Logf("launcher-sock watch: missing %d times, longest refusal %v", missing, longest.Round(time.Millisecond))
+	if missing > 0 {
+		t.Errorf("launcher-sock was missing %d times (virt-handler fails the VMI at once then)", missing)
+	}
+	if longest > answerBound {
+		t.Errorf("launcher-sock refused connections for %v in a row (bound %v)", longest, answerBound)
+	}
+	// The host stays the same for libvirt (its migration cookies name it).
+	if ids := hostUUIDs(p.Stderr.String()); len(ids) != 1 {
+		t.Errorf("the launchers' daemons had host UUIDs %v, want one", ids)
+	}
+	if n := testguest.CountMarker(p.Console(), testguest.MarkerBooted); n != 1 {
+		t.Errorf("%d boot markers on the console, want 1 (the guest rebooted)", n)
+	}
+
+	p.Signal(syscall.SIGTERM)
+	if code := p.ExitCode(2 * time.Minute); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+	events.Stop() // the handler's socket, not the pod's
+	p.assertNothingLeft()
+}
+
+// TestLauncherKilledRestartsOff: the control case. With restarts switched
+// off the monitor does what KubeVirt's does: once the launcher is killed
+// it stops QEMU and the pod ends with the launcher's status.
+func TestLauncherKilledRestartsOff(t *testing.T) {
+	t.Parallel()
+	p := newPodDeferred(t, "lkilloff", podOpts{grace: 3})
+	p.SetEnv(monitor.EnvRestarts, "0")
+	p.Start()
+	p.WaitReady(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	p.boot(ctx, c)
+	qemu := p.QemuPid()
+
+	launchertest.Must(t, syscall.Kill(p.MustChild("virt-launcher"), syscall.SIGKILL))
+	if code := p.ExitCode(time.Minute); code != 128+int(syscall.SIGKILL) {
+		t.Errorf("exit code %d, want %d (the launcher's, killed)", code, 128+int(syscall.SIGKILL))
+	}
+	if st, err := procfs.ReadStat("/proc", qemu); err == nil && st.State != 'Z' {
+		t.Errorf("QEMU (pid %d) outlived the pod", qemu)
+	}
+	p.assertNothingLeft()
+}
+
+// waitRunningEvent waits up to answerBound for a MODIFIED event with the
+// domain running, after the first seen events.
+func waitRunningEvent(t *testing.T, s *notifytest.Server, seen, kill int) {
+	t.Helper()
+	deadline := time.Now().Add(answerBound)
+	for {
+		evs := s.Events()
+		for _, e := range evs[min(seen, len(evs)):] {
+			if e.EventType == "MODIFIED" && e.Domain != nil && e.Domain.Status.Status == "Running" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kill %d: no MODIFIED event with the domain running within %v of the new launcher answering", kill, answerBound)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// hostUUIDs are the distinct host UUIDs the launchers logged for their
+// daemons.
+func hostUUIDs(log string) []string {
+	var ids []string
+	for _, m := range regexp.MustCompile(`"hostUUID":"([^"]+)"`).FindAllStringSubmatch(log, -1) {
+		if !slices.Contains(ids, m[1]) {
+			ids = append(ids, m[1])
+		}
+	}
+	return ids
+}
+
+// dialAgain waits for a launcher other than old and dials launcher-sock
+// until it answers (Info and Ping), within a minute of t0.
+func dialAgain(t *testing.T, ctx context.Context, p *pod, old int, t0 time.Time) *cmdclient.Client {
+	t.Helper()
+	deadline := t0.Add(time.Minute)
+	for {
+		if !p.Running() {
+			t.Fatalf("the pod ended after its launcher was killed (exit %v)\n%s", p.ExitErr, launchertest.Tail(p.Stderr.String(), 6000))
+		}
+		if pid := p.Child("virt-launcher"); pid != 0 && pid != old {
+			dctx, dcancel := context.WithTimeout(ctx, time.Second)
+			c, err := cmdclient.Dial(dctx, p.Layout.ReadySocket())
+			if err == nil {
+				err = c.Ping(dctx)
+				if err != nil {
+					c.Close()
+				}
+			}
+			dcancel()
+			if err == nil {
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("launcher-sock did not answer within a minute of the kill\n%s", launchertest.Tail(p.Stderr.String(), 6000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// socketWatch dials a unix socket every 250 ms, as virt-handler's
+// stale-socket watchdog looks at it, counting the times the file was
+// missing and the longest run of refused connections.
+type socketWatch struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	missing int
+	longest time.Duration
+}
+
+func watchSocket(path string) *socketWatch {
+	w := &socketWatch{done: make(chan struct{})}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		var refusedSince time.Time
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-tick.C:
+			}
+			if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+				w.missing++
+			}
+			conn, err := net.DialTimeout("unix", path, time.Second)
+			if err == nil {
+				conn.Close()
+				refusedSince = time.Time{}
+				continue
+			}
+			if refusedSince.IsZero() {
+				refusedSince = time.Now()
+			}
+			w.longest = max(w.longest, time.Since(refusedSince))
+		}
+	}()
+	return w
+}
+
+// stop ends the watch (once; later calls return the same figures).
+func (w *socketWatch) stop() (missing int, longest time.Duration) {
+	select {
+	case <-w.done:
+	default:
+		close(w.done)
+	}
+	w.wg.Wait()
+	return w.missing, w.longest
+}
