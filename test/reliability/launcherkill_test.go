@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -266,4 +267,60 @@ func (w *socketWatch) stop() (missing int, longest time.Duration) {
 	}
 	w.wg.Wait()
 	return w.missing, w.longest
+}
+
+// TestLauncherKilledWhileFrozen: the launcher dies while the guest's file
+// systems are frozen with an unfreeze timeout (as a snapshot freezes them,
+// virt-handler asking for the thaw later). The new launcher takes over the
+// pending automatic thaw: the guest is thawed when its time comes, not
+// left frozen for want of the launcher that was to thaw it.
+func TestLauncherKilledWhileFrozen(t *testing.T) {
+	t.Parallel()
+	const unfreezeAfter = 15 * time.Second
+	p := newPod(t, "lfrozen", podOpts{grace: 3})
+	p.WaitReady(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	p.boot(ctx, c)
+	p.WaitConsole(testguest.MarkerAgent, bootTimeout)
+	v := p.vmi()
+	waitFreezeStatus(t, ctx, c, "thawed", time.Minute)
+
+	frozeAt := time.Now()
+	launchertest.Must(t, c.Freeze(ctx, v, int32(unfreezeAfter/time.Second)))
+	waitFreezeStatus(t, ctx, c, "frozen", 20*time.Second)
+	old := p.MustChild("virt-launcher")
+	launchertest.Must(t, syscall.Kill(old, syscall.SIGKILL))
+	c = dialAgain(t, ctx, p, old, time.Now())
+
+	waitFreezeStatus(t, ctx, c, "thawed", time.Until(frozeAt.Add(unfreezeAfter+30*time.Second)))
+	t.Logf("thawed %v after the freeze (timeout %v)", time.Since(frozeAt).Round(time.Second), unfreezeAfter)
+	if took := time.Since(frozeAt); took < unfreezeAfter {
+		t.Errorf("thawed after %v, before the unfreeze timeout %v", took, unfreezeAfter)
+	}
+
+	p.Signal(syscall.SIGTERM)
+	if code := p.ExitCode(2 * time.Minute); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+	p.assertNothingLeft()
+}
+
+// waitFreezeStatus waits until GetGuestInfo reports the guest's file
+// systems in state want.
+func waitFreezeStatus(t *testing.T, ctx context.Context, c *cmdclient.Client, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var info string
+	var err error
+	for {
+		if info, err = c.GetGuestInfo(ctx); err == nil && strings.Contains(info, `"fsFreezeStatus":"`+want+`"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("file systems not %s after %v: GetGuestInfo %s, %v", want, timeout, info, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
