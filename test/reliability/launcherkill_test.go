@@ -324,3 +324,57 @@ func waitFreezeStatus(t *testing.T, ctx context.Context, c *cmdclient.Client, wa
 		time.Sleep(500 * time.Millisecond)
 	}
 }
+
+// TestLauncherKilledDuringFirstStart: the launcher dies while its first
+// Sync starts the domain (QEMU has just appeared). That Sync fails, as a
+// call does when the launcher dies under it; the monitor starts a new
+// launcher (a QEMU of the pod runs), and virt-handler's retried Sync finds
+// the domain as libvirt left it and boots the guest, once.
+func TestLauncherKilledDuringFirstStart(t *testing.T) {
+	t.Parallel()
+	p := newPod(t, "lkstart", podOpts{grace: 3})
+	p.WaitReady(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	v := p.vmi()
+
+	first := make(chan error, 1)
+	go func() { first <- c.Sync(ctx, v, nil) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for !domainQemu(p) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no QEMU of the domain within 60 s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	old := p.MustChild("virt-launcher")
+	launchertest.Must(t, syscall.Kill(old, syscall.SIGKILL))
+	t.Logf("first Sync, its launcher killed as QEMU appeared: %v", <-first)
+	c = dialAgain(t, ctx, p, old, time.Now())
+
+	// virt-handler syncs again after a failed Sync and on each event.
+	var err error
+	running := false
+	for try := 0; try < 10 && !running; try++ {
+		if err = c.Sync(ctx, v, nil); err != nil {
+			t.Logf("Sync %d: %v", try, err)
+		} else if d, ok, gerr := c.GetDomain(ctx); gerr == nil && ok && d.Status.Status == "Running" {
+			running = true
+			break
+		}
+		time.Sleep(3 * time.Second)
+	}
+	if !running {
+		t.Fatalf("the guest never ran after the launcher's death: %v\n%s", err, launchertest.Tail(p.Stderr.String(), 6000))
+	}
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+	if n := testguest.CountMarker(p.Console(), testguest.MarkerBooted); n != 1 {
+		t.Errorf("%d boot markers on the console, want 1", n)
+	}
+	p.Signal(syscall.SIGTERM)
+	if code := p.ExitCode(2 * time.Minute); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+	p.assertNothingLeft()
+}
