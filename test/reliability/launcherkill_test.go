@@ -117,9 +117,14 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 		if st, err := procfs.ReadStat("/proc", qemu); err != nil || st.State == 'Z' {
 			t.Fatalf("kill %d: QEMU (pid %d) is gone", i+1, qemu)
 		}
+		// A second between deaths, so that each outage is one for the
+		// watch's 250 ms poll (back to back, it saw several in a row as
+		// one run of refusals).
+		time.Sleep(time.Second)
 	}
 	missing, longest := watch.stop()
-	t.Logf("launcher-sock watch: missing %d times, longest refusal %v", missing, longest.Round(time.Millisecond))
+	t.Logf("launcher-sock watch: missing %d times, longest run of refusals %v (ended %s; the last refusal: %v)", missing, longest.Round(time.Millisecond),
+		watch.longestEnd.UTC().Format("15:04:05.000"), watch.lastErr)
 	if missing > 0 {
 		t.Errorf("launcher-sock was missing %d times (virt-handler fails the VMI at once then)", missing)
 	}
@@ -238,6 +243,10 @@ type socketWatch struct {
 
 	missing int
 	longest time.Duration
+	// longestEnd is when the longest run of refusals ended; lastErr is
+	// the last refusal's error.
+	longestEnd time.Time
+	lastErr    error
 }
 
 func watchSocket(path string) *socketWatch {
@@ -251,6 +260,9 @@ func watchSocket(path string) *socketWatch {
 		for {
 			select {
 			case <-w.done:
+				if !refusedSince.IsZero() { // refused still
+					w.longest, w.longestEnd = max(w.longest, time.Since(refusedSince)), time.Now()
+				}
 				return
 			case <-tick.C:
 			}
@@ -260,13 +272,21 @@ func watchSocket(path string) *socketWatch {
 			conn, err := net.DialTimeout("unix", path, time.Second)
 			if err == nil {
 				conn.Close()
+				// A run of refusals lasts from the first refused dial
+				// to this one that went through (an upper bound: the
+				// poll's period included).
+				if !refusedSince.IsZero() {
+					if d := time.Since(refusedSince); d >= w.longest {
+						w.longest, w.longestEnd = d, time.Now()
+					}
+				}
 				refusedSince = time.Time{}
 				continue
 			}
+			w.lastErr = err
 			if refusedSince.IsZero() {
 				refusedSince = time.Now()
 			}
-			w.longest = max(w.longest, time.Since(refusedSince))
 		}
 	}()
 	return w
