@@ -1,5 +1,6 @@
 // Command virt-launcher-monitor is PID 1 of a KubeVirt launcher pod: it runs
-// virt-launcher with the same arguments, reaps zombies, forwards signals and
+// virt-launcher with the same arguments, reaps zombies, forwards signals,
+// starts a new launcher when one dies by accident while its guest runs, and
 // exits with the launcher's status. See internal/monitor and
 // `virt-launcher-monitor --help`.
 package main

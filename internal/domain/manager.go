@@ -296,10 +296,15 @@ func (m *Manager) Run(ctx context.Context) error {
 			if m.restoredThaw != nil {
 				m.resumeThaw(*m.restoredThaw)
 			}
-		} else {
+		}
+		m.mu.Lock()
+		takenOver := first && m.defined
+		m.mu.Unlock()
+		if !first || takenOver {
 			// A QEMU that dies while the restarted daemon is still
 			// reattaching to it produces no lifecycle event (libvirt 9.0):
-			// read the state once more after the daemon has settled.
+			// read the state once more after the daemon has settled. A
+			// launcher taking a guest over runs a daemon reattaching too.
 			go func() {
 				select {
 				case <-ctx.Done():

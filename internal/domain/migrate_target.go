@@ -92,6 +92,7 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 	m.md.Migration, _, _ = migration.Start(nil, uid, now)
 	m.md.GracePeriodSeconds = vmi.GracePeriodSeconds(v)
 	m.mu.Unlock()
+	m.saveState()
 	m.log.Info("migration target prepared", "migration", uid)
 	return nil
 }

@@ -36,6 +36,10 @@ type State struct {
 	// ThawAt is when the guest's file systems, frozen with a timeout,
 	// are thawed if no Unfreeze came (nil: none pending).
 	ThawAt *time.Time `json:"thawAt,omitempty"`
+	// TargetOf is the migration this pod was prepared to receive: a
+	// launcher taking over stays a target, and defines no domain of its
+	// own on a Sync.
+	TargetOf string `json:"targetOf,omitempty"`
 }
 
 // LoadState reads the state file at path. ok is false when there is none
@@ -95,7 +99,7 @@ func (m *Manager) takeOverState() {
 		var md domainjson.Metadata
 		md, m.restoredThaw, err = restoreState(s, m.cfg.UID, time.Now())
 		if err == nil {
-			m.md = md
+			m.md, m.targetOf = md, s.TargetOf
 			if m.cfg.UID != "" {
 				m.md.UID = m.cfg.UID
 			}
@@ -117,7 +121,7 @@ func (m *Manager) saveState() {
 	m.saveMu.Lock()
 	defer m.saveMu.Unlock()
 	m.mu.Lock()
-	s := State{HostUUID: m.cfg.HostUUID, Metadata: m.md}
+	s := State{HostUUID: m.cfg.HostUUID, Metadata: m.md, TargetOf: m.targetOf}
 	if !m.thawAt.IsZero() {
 		t := m.thawAt
 		s.ThawAt = &t

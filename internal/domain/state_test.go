@@ -90,6 +90,7 @@ func TestStateFile(t *testing.T) {
 	m := New(Config{StateFile: path, HostUUID: hostUUID, UID: "u1"})
 	m.md.GracePeriodSeconds = 45
 	m.md.Migration = &domainjson.MigrationMetadata{UID: "m1", StartTimestamp: &started}
+	m.targetOf = "m1"
 	m.saveState()
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -109,6 +110,11 @@ func TestStateFile(t *testing.T) {
 	}
 	if mig := next.md.Migration; mig == nil || !mig.Failed || mig.EndTimestamp == nil {
 		t.Errorf("the next manager's migration %+v, want it failed and ended", mig)
+	}
+	// A pod prepared as a migration target stays one: no Sync defines a
+	// domain of its own there.
+	if !next.awaitingMigration() {
+		t.Error("the next manager of a migration target does not know it is one")
 	}
 
 	other := New(Config{StateFile: path, UID: "u2"})

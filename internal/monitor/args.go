@@ -84,7 +84,9 @@ const Usage = `Usage: virt-launcher-monitor [flags] [launcher flags]
 
 PID 1 of a KubeVirt launcher pod: starts virt-launcher with the same
 arguments (all but --keep-after-failure), reaps zombies, forwards SIGINT,
-SIGTERM and SIGQUIT to it as SIGTERM and exits with its status. Unknown flags
+SIGTERM and SIGQUIT to it as SIGTERM and exits with its status. A launcher
+that dies of a signal (killed, crashed) while its guest runs and the pod is
+not terminating is started again and takes the guest over. Unknown flags
 are passed to the launcher untouched.
 
 Flags (KubeVirt's):

@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -100,5 +101,33 @@ func TestLauncherEnv(t *testing.T) {
 	set := []string{"GOTRACEBACK=all", "PATH=/bin"}
 	if got := launcherEnv(set); !slices.Equal(got, set) {
 		t.Errorf("launcherEnv with GOTRACEBACK set = %q, want it kept", got)
+	}
+}
+
+// TestTermPending: a termination signal queued with the launcher's death
+// counts as the pod terminating (no restart); SIGCHLDs alone do not.
+func TestTermPending(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		queued []os.Signal
+		want   bool
+	}{
+		{name: "nothing queued", want: false},
+		{name: "only SIGCHLDs", queued: []os.Signal{syscall.SIGCHLD, syscall.SIGCHLD}, want: false},
+		{name: "a SIGTERM behind a SIGCHLD", queued: []os.Signal{syscall.SIGCHLD, syscall.SIGTERM}, want: true},
+		{name: "a SIGINT", queued: []os.Signal{syscall.SIGINT}, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sigs := make(chan os.Signal, len(tc.queued))
+			for _, s := range tc.queued {
+				sigs <- s
+			}
+			if got := termPending(sigs); got != tc.want {
+				t.Errorf("termPending = %v, want %v", got, tc.want)
+			}
+			if len(sigs) != 0 {
+				t.Errorf("%d signals left in the queue", len(sigs))
+			}
+		})
 	}
 }

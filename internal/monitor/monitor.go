@@ -75,8 +75,15 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 
 	var restarts []time.Time
 	var code int
+	// termTaken: a termination request was taken from the queue with the
+	// launcher's death (termPending), never to be seen again.
+	var termTaken bool
 	for {
 		ws, terminating := supervise(ctx, log, sigs, pid)
+		// A termination request that came with the launcher's death is
+		// one too: the pod is ending, no launcher is started for it.
+		termTaken = termPending(sigs)
+		terminating = termTaken || ctx.Err() != nil || terminating
 		code = exitCode(ws)
 		log.Info("virt-launcher exited", "status", code)
 		d := decideRestart(launcherEnd{
@@ -106,7 +113,7 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 
 	cleanup(log, c, self, &code)
 
-	if c.KeepAfterFailure && code != 0 {
+	if c.KeepAfterFailure && code != 0 && !termTaken {
 		log.Info("keeping the container after failure (--keep-after-failure); waiting for SIGTERM", "status", code)
 		for {
 			select {
@@ -148,6 +155,25 @@ func supervise(ctx context.Context, log *slog.Logger, sigs <-chan os.Signal, pid
 			terminating = true
 			log.Info("context cancelled; sending SIGTERM to virt-launcher")
 			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+	}
+}
+
+// termPending takes the signals already queued and reports whether one of
+// them asks for termination (it is not forwarded: the launcher is gone).
+// Zombies of a queued SIGCHLD are reaped.
+func termPending(sigs <-chan os.Signal) bool {
+	term := false
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGCHLD {
+				reap(0)
+				continue
+			}
+			term = true
+		default:
+			return term
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -67,11 +68,25 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 		}
 		old := p.MustChild("virt-launcher")
 		seen := len(events.Events())
+		// Some deaths come in the middle of a call: a Sync, a guest
+		// agent call. The call fails; virt-handler's next one works.
+		during, inflight := "", make(chan error, 1)
+		switch i % 3 {
+		case 1:
+			during = " during a Sync"
+			go func(c *cmdclient.Client) { inflight <- c.Sync(ctx, v, nil) }(c)
+		case 2:
+			during = " during a guest agent call"
+			go func(c *cmdclient.Client) { _, err := c.GetGuestInfo(ctx); inflight <- err }(c)
+		default:
+			inflight <- nil
+		}
+		time.Sleep(5 * time.Millisecond)
 		t0 := time.Now()
 		launchertest.Must(t, syscall.Kill(old, sig))
 		c = dialAgain(t, ctx, p, old, t0)
 		took := time.Since(t0)
-		t.Logf("kill %d (%v): launcher-sock answered again after %v", i+1, sig, took.Round(time.Millisecond))
+		t.Logf("kill %d (%v%s): launcher-sock answered again after %v; the call under way: %v", i+1, sig, during, took.Round(time.Millisecond), <-inflight)
 		if took > answerBound {
 			t.Errorf("kill %d: launcher-sock answered only after %v (bound %v)", i+1, took, answerBound)
 		}
@@ -102,9 +117,14 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 		if st, err := procfs.ReadStat("/proc", qemu); err != nil || st.State == 'Z' {
 			t.Fatalf("kill %d: QEMU (pid %d) is gone", i+1, qemu)
 		}
+		// A second between deaths, so that each outage is one for the
+		// watch's 250 ms poll (back to back, it saw several in a row as
+		// one run of refusals).
+		time.Sleep(time.Second)
 	}
 	missing, longest := watch.stop()
-	t.Logf("launcher-sock watch: missing %d times, longest refusal %v", missing, longest.Round(time.Millisecond))
+	t.Logf("launcher-sock watch: missing %d times, longest run of refusals %v (ended %s; the last refusal: %v)", missing, longest.Round(time.Millisecond),
+		watch.longestEnd.UTC().Format("15:04:05.000"), watch.lastErr)
 	if missing > 0 {
 		t.Errorf("launcher-sock was missing %d times (virt-handler fails the VMI at once then)", missing)
 	}
@@ -223,6 +243,10 @@ type socketWatch struct {
 
 	missing int
 	longest time.Duration
+	// longestEnd is when the longest run of refusals ended; lastErr is
+	// the last refusal's error.
+	longestEnd time.Time
+	lastErr    error
 }
 
 func watchSocket(path string) *socketWatch {
@@ -236,6 +260,9 @@ func watchSocket(path string) *socketWatch {
 		for {
 			select {
 			case <-w.done:
+				if !refusedSince.IsZero() { // refused still
+					w.longest, w.longestEnd = max(w.longest, time.Since(refusedSince)), time.Now()
+				}
 				return
 			case <-tick.C:
 			}
@@ -245,13 +272,21 @@ func watchSocket(path string) *socketWatch {
 			conn, err := net.DialTimeout("unix", path, time.Second)
 			if err == nil {
 				conn.Close()
+				// A run of refusals lasts from the first refused dial
+				// to this one that went through (an upper bound: the
+				// poll's period included).
+				if !refusedSince.IsZero() {
+					if d := time.Since(refusedSince); d >= w.longest {
+						w.longest, w.longestEnd = d, time.Now()
+					}
+				}
 				refusedSince = time.Time{}
 				continue
 			}
+			w.lastErr = err
 			if refusedSince.IsZero() {
 				refusedSince = time.Now()
 			}
-			w.longest = max(w.longest, time.Since(refusedSince))
 		}
 	}()
 	return w
@@ -266,4 +301,114 @@ func (w *socketWatch) stop() (missing int, longest time.Duration) {
 	}
 	w.wg.Wait()
 	return w.missing, w.longest
+}
+
+// TestLauncherKilledWhileFrozen: the launcher dies while the guest's file
+// systems are frozen with an unfreeze timeout (as a snapshot freezes them,
+// virt-handler asking for the thaw later). The new launcher takes over the
+// pending automatic thaw: the guest is thawed when its time comes, not
+// left frozen for want of the launcher that was to thaw it.
+func TestLauncherKilledWhileFrozen(t *testing.T) {
+	t.Parallel()
+	const unfreezeAfter = 15 * time.Second
+	p := newPod(t, "lfrozen", podOpts{grace: 3})
+	p.WaitReady(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	p.boot(ctx, c)
+	p.WaitConsole(testguest.MarkerAgent, bootTimeout)
+	v := p.vmi()
+	waitFreezeStatus(t, ctx, c, "thawed", time.Minute)
+
+	frozeAt := time.Now()
+	launchertest.Must(t, c.Freeze(ctx, v, int32(unfreezeAfter/time.Second)))
+	waitFreezeStatus(t, ctx, c, "frozen", 20*time.Second)
+	old := p.MustChild("virt-launcher")
+	launchertest.Must(t, syscall.Kill(old, syscall.SIGKILL))
+	c = dialAgain(t, ctx, p, old, time.Now())
+
+	waitFreezeStatus(t, ctx, c, "thawed", time.Until(frozeAt.Add(unfreezeAfter+30*time.Second)))
+	t.Logf("thawed %v after the freeze (timeout %v)", time.Since(frozeAt).Round(time.Second), unfreezeAfter)
+	if took := time.Since(frozeAt); took < unfreezeAfter {
+		t.Errorf("thawed after %v, before the unfreeze timeout %v", took, unfreezeAfter)
+	}
+
+	p.Signal(syscall.SIGTERM)
+	if code := p.ExitCode(2 * time.Minute); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+	p.assertNothingLeft()
+}
+
+// waitFreezeStatus waits until GetGuestInfo reports the guest's file
+// systems in state want.
+func waitFreezeStatus(t *testing.T, ctx context.Context, c *cmdclient.Client, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var info string
+	var err error
+	for {
+		if info, err = c.GetGuestInfo(ctx); err == nil && strings.Contains(info, `"fsFreezeStatus":"`+want+`"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("file systems not %s after %v: GetGuestInfo %s, %v", want, timeout, info, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// TestLauncherKilledDuringFirstStart: the launcher dies while its first
+// Sync starts the domain (QEMU has just appeared). That Sync fails, as a
+// call does when the launcher dies under it; the monitor starts a new
+// launcher (a QEMU of the pod runs), and virt-handler's retried Sync finds
+// the domain as libvirt left it and boots the guest, once.
+func TestLauncherKilledDuringFirstStart(t *testing.T) {
+	t.Parallel()
+	p := newPod(t, "lkstart", podOpts{grace: 3})
+	p.WaitReady(60 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	v := p.vmi()
+
+	first := make(chan error, 1)
+	go func() { first <- c.Sync(ctx, v, nil) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for !domainQemu(p) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no QEMU of the domain within 60 s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	old := p.MustChild("virt-launcher")
+	launchertest.Must(t, syscall.Kill(old, syscall.SIGKILL))
+	t.Logf("first Sync, its launcher killed as QEMU appeared: %v", <-first)
+	c = dialAgain(t, ctx, p, old, time.Now())
+
+	// virt-handler syncs again after a failed Sync and on each event.
+	var err error
+	running := false
+	for try := 0; try < 10 && !running; try++ {
+		if err = c.Sync(ctx, v, nil); err != nil {
+			t.Logf("Sync %d: %v", try, err)
+		} else if d, ok, gerr := c.GetDomain(ctx); gerr == nil && ok && d.Status.Status == "Running" {
+			running = true
+			break
+		}
+		time.Sleep(3 * time.Second)
+	}
+	if !running {
+		t.Fatalf("the guest never ran after the launcher's death: %v\n%s", err, launchertest.Tail(p.Stderr.String(), 6000))
+	}
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+	if n := testguest.CountMarker(p.Console(), testguest.MarkerBooted); n != 1 {
+		t.Errorf("%d boot markers on the console, want 1", n)
+	}
+	p.Signal(syscall.SIGTERM)
+	if code := p.ExitCode(2 * time.Minute); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+	p.assertNothingLeft()
 }
