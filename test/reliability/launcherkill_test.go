@@ -375,33 +375,13 @@ func TestLauncherKilledDuringFirstStart(t *testing.T) {
 
 	first := make(chan error, 1)
 	go func() { first <- c.Sync(ctx, v, nil) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for !domainQemu(p) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no QEMU of the domain within 60 s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	p.waitDomainQemu(60 * time.Second)
 	old := p.MustChild("virt-launcher")
 	launchertest.Must(t, syscall.Kill(old, syscall.SIGKILL))
 	t.Logf("first Sync, its launcher killed as QEMU appeared: %v", <-first)
 	c = dialAgain(t, ctx, p, old, time.Now())
 
-	// virt-handler syncs again after a failed Sync and on each event.
-	var err error
-	running := false
-	for try := 0; try < 10 && !running; try++ {
-		if err = c.Sync(ctx, v, nil); err != nil {
-			t.Logf("Sync %d: %v", try, err)
-		} else if d, ok, gerr := c.GetDomain(ctx); gerr == nil && ok && d.Status.Status == "Running" {
-			running = true
-			break
-		}
-		time.Sleep(3 * time.Second)
-	}
-	if !running {
-		t.Fatalf("the guest never ran after the launcher's death: %v\n%s", err, launchertest.Tail(p.Stderr.String(), 6000))
-	}
+	p.syncUntilRunning(ctx, c, v, "the launcher's death")
 	p.WaitConsole(testguest.MarkerReady, bootTimeout)
 	if n := testguest.CountMarker(p.Console(), testguest.MarkerBooted); n != 1 {
 		t.Errorf("%d boot markers on the console, want 1", n)

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
@@ -108,34 +111,16 @@ func daemonKilledDuringFirstStart(t *testing.T, after time.Duration) {
 	first := make(chan error, 1)
 	go func() { first <- c.Sync(ctx, v, nil) }()
 	daemon := p.MustChild("libvirtd", "virtqemud")
-	deadline := time.Now().Add(60 * time.Second)
-	for !domainQemu(p) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no QEMU of the domain within 60 s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	p.waitDomainQemu(60 * time.Second)
 	time.Sleep(after)
 	launchertest.Must(t, syscall.Kill(daemon, syscall.SIGKILL))
 	t.Logf("first Sync, its daemon killed as QEMU appeared: %v", <-first)
 
-	// virt-handler syncs again on its next reconcile: after a failed Sync,
-	// and after each domain event until the domain runs.
-	var err error
-	running := false
-	for try := 0; try < 10 && !running; try++ {
-		if err = c.Sync(ctx, v, nil); err != nil {
-			t.Logf("Sync %d: %v", try, err)
-		} else if d, ok, gerr := c.GetDomain(ctx); gerr == nil && ok && d.Status.Status == "Running" {
-			running = true
-			break
-		}
-		time.Sleep(3 * time.Second)
-	}
-	if !running {
-		t.Fatalf("the guest never started after the daemon's death: %v\n%s", err, launchertest.Tail(p.Stderr.String(), 6000))
-	}
+	p.syncUntilRunning(ctx, c, v, "the daemon's death")
 	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+	if n := testguest.CountMarker(p.Console(), testguest.MarkerBooted); n != 1 {
+		t.Errorf("%d boot markers on the console, want 1", n)
+	}
 	if !p.Running() {
 		t.Fatal("the launcher ended")
 	}
@@ -144,6 +129,36 @@ func daemonKilledDuringFirstStart(t *testing.T, after time.Duration) {
 		t.Errorf("exit code %d, want 0", code)
 	}
 	p.assertNothingLeft()
+}
+
+// waitDomainQemu waits, polling every 2 ms, until the domain's QEMU runs:
+// the moment a start that is to be interrupted has got to.
+func (p *pod) waitDomainQemu(timeout time.Duration) {
+	p.T.Helper()
+	deadline := time.Now().Add(timeout)
+	for !domainQemu(p) {
+		if time.Now().After(deadline) {
+			p.T.Fatalf("no QEMU of the domain within %v", timeout)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// syncUntilRunning plays virt-handler after a start that failed (after):
+// it syncs again after a failed Sync and on its next reconciles, until the
+// domain runs.
+func (p *pod) syncUntilRunning(ctx context.Context, c *cmdclient.Client, v *v1.VirtualMachineInstance, after string) {
+	p.T.Helper()
+	var err error
+	for try := 0; try < 10; try++ {
+		if err = c.Sync(ctx, v, nil); err != nil {
+			p.T.Logf("Sync %d: %v", try, err)
+		} else if d, ok, gerr := c.GetDomain(ctx); gerr == nil && ok && d.Status.Status == "Running" {
+			return
+		}
+		time.Sleep(3 * time.Second)
+	}
+	p.T.Fatalf("the guest never ran after %s: %v\n%s", after, err, launchertest.Tail(p.Stderr.String(), 6000))
 }
 
 // domainQemu reports whether the domain's QEMU runs (not one the daemon
