@@ -295,6 +295,10 @@ var catalogList = []spec{
 	{key: "migration.downtime", group: "live migration: test guest (128 MiB), block migration, TCG", label: "libvirt: downtime", unit: "ms"},
 	{key: "migration.data", group: "live migration: test guest (128 MiB), block migration, TCG", label: "libvirt: data moved", unit: "MiB"},
 
+	// launcher restart
+	{key: "restart.ping", group: "launcher restart: SIGKILL, the monitor starts a new one, same QEMU", label: "kill -> launcher-sock answers Ping", unit: "ms"},
+	{key: "restart.domain", group: "launcher restart: SIGKILL, the monitor starts a new one, same QEMU", label: "kill -> GetDomain has the domain", unit: "ms"},
+
 	// translator
 	{key: "translator.convert_per_s", group: "translator: vmi-fedora.yaml", label: "Convert per second", unit: "1/s"},
 	{key: "translator.convert_allocs", group: "translator: vmi-fedora.yaml", label: "allocs per Convert", unit: "count"},

@@ -60,10 +60,13 @@ type instance struct {
 	// fixed, when set, is where the launcher sees the pod's directory
 	// (pod.BindAt): the two pods of a migration see their own files at
 	// one path.
-	fixed  string
-	vmi    *v1.VirtualMachineInstance
-	notify *notifytest.Server
-	client *cmdclient.Client
+	fixed string
+	// monitorEnv is added to the monitor's environment (the restart
+	// part raises its restart budget).
+	monitorEnv []string
+	vmi        *v1.VirtualMachineInstance
+	notify     *notifytest.Server
+	client     *cmdclient.Client
 
 	mon      *pod.Process // once started
 	launcher proc         // the launcher process once found
@@ -285,6 +288,7 @@ func (in *instance) start() error {
 		User:  &syscall.Credential{Uid: uint32(in.env.owner.uid), Gid: uint32(in.env.owner.gid)},
 		Dir:   in.dir, Stdout: logFile, Stderr: logFile,
 	}.Command()
+	cmd.Env = append(cmd.Env, in.monitorEnv...)
 	return in.run(cmd)
 }
 

@@ -12,7 +12,7 @@
 //
 // Run it as root from the repository root after `make build`:
 //
-//	go run ./bench [-quick] [-runs N] [-only runs,density,agent,migration,translator]
+//	go run ./bench [-quick] [-runs N] [-only runs,density,agent,migration,restart,translator]
 package main
 
 import (
@@ -70,6 +70,8 @@ type options struct {
 	kubevirtBin string
 	// hotplugs is how many volume plug/unplug cycles each pair run does.
 	hotplugs int
+	// restarts is how many times the restart part kills the launcher.
+	restarts int
 }
 
 func main() {
@@ -79,12 +81,13 @@ func main() {
 	var user string
 	flag.BoolVar(&o.quick, "quick", false, "a short run for development: 2 runs per cache mode, 5 s settle, 3 VMIs for density, output to bench/out/")
 	flag.IntVar(&o.runs, "runs", 5, "launcher runs per cache mode (cold and warm)")
-	flag.StringVar(&o.only, "only", "", "run only these parts, comma-separated: runs, pair, density, agent, migration, translator")
+	flag.StringVar(&o.only, "only", "", "run only these parts, comma-separated: runs, pair, density, agent, migration, restart, translator")
 	flag.IntVar(&o.agentPairs, "agent-pairs", 2, "pairs of runs with and without the guest agent, for the poller's cost")
 	flag.DurationVar(&o.agentWindow, "agent-window", time.Minute, "how long the CPU time of a run with or without the guest agent is measured")
 	flag.DurationVar(&o.settle, "settle", 30*time.Second, "steady state after the guest booted before the memory sample")
 	flag.IntVar(&o.density, "density", 10, "VMIs started at once for the density figures")
 	flag.BoolVar(&o.kubevirt, "kubevirt", true, "run KubeVirt's own launcher beside ours, both in pods of the launcher image's root file system: the pair part, and the pod sets of the density part; false where KubeVirt's launcher cannot be built")
+	flag.IntVar(&o.restarts, "restarts", 20, "launcher SIGKILLs (each restarted by the monitor) in the restart part")
 	flag.IntVar(&o.hotplugs, "hotplugs", 3, "volume hotplug and unplug cycles per pair run (0: none)")
 	flag.StringVar(&o.imageDir, "image", "bin/image", "the launcher image's build directory: rootfs.tar and bin/ (make image)")
 	flag.StringVar(&o.kubevirtBin, "kubevirt-bin", "bin/kubevirt", "KubeVirt's virt-launcher and virt-launcher-monitor (make kubevirt-launcher)")
@@ -124,6 +127,9 @@ func main() {
 		if !set["hotplugs"] {
 			o.hotplugs = 1
 		}
+		if !set["restarts"] {
+			o.restarts = 5
+		}
 	}
 	if err := run(e, o, user); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -132,21 +138,21 @@ func main() {
 }
 
 func run(e *env, o options, user string) error {
-	parts := map[string]bool{"runs": true, "pair": o.kubevirt, "density": true, "agent": true, "migration": true, "translator": true}
+	parts := map[string]bool{"runs": true, "pair": o.kubevirt, "density": true, "agent": true, "migration": true, "restart": true, "translator": true}
 	if o.only != "" {
 		parts = map[string]bool{}
 		for _, p := range strings.Split(o.only, ",") {
 			p = strings.TrimSpace(p)
 			switch p {
-			case "runs", "pair", "density", "agent", "migration", "translator":
+			case "runs", "pair", "density", "agent", "migration", "restart", "translator":
 				parts[p] = true
 			default:
-				return fmt.Errorf("-only: unknown part %q (want runs, pair, density, agent, migration, translator)", p)
+				return fmt.Errorf("-only: unknown part %q (want runs, pair, density, agent, migration, restart, translator)", p)
 			}
 		}
 	}
-	if o.runs < 1 || o.density < 1 || o.benchRuns < 1 || o.agentPairs < 1 || o.agentWindow < time.Second || o.hotplugs < 0 {
-		return errors.New("-runs, -density, -agent-pairs and -translator-runs must be at least 1, -agent-window at least 1s, -hotplugs at least 0")
+	if o.runs < 1 || o.density < 1 || o.benchRuns < 1 || o.agentPairs < 1 || o.agentWindow < time.Second || o.hotplugs < 0 || o.restarts < 1 {
+		return errors.New("-runs, -density, -agent-pairs, -restarts and -translator-runs must be at least 1, -agent-window at least 1s, -hotplugs at least 0")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -155,13 +161,13 @@ func run(e *env, o options, user string) error {
 	rep := report{Time: time.Now().UTC().Format(time.RFC3339), Host: hostInfo(), Config: config{
 		Runs: o.runs, SettleSeconds: o.settle.Seconds(), Density: o.density, Quick: o.quick, Only: o.only,
 		TranslatorRuns: o.benchRuns, AgentPairs: o.agentPairs, AgentWindowSeconds: o.agentWindow.Seconds(),
-		Hotplugs: o.hotplugs, KubeVirt: o.kubevirt,
+		Hotplugs: o.hotplugs, Restarts: o.restarts, KubeVirt: o.kubevirt,
 	}}
 	var errs []error
 	if parts["pair"] && !o.kubevirt {
 		return errors.New("-only pair with -kubevirt=false: nothing to compare")
 	}
-	if parts["runs"] || parts["pair"] || parts["density"] || parts["agent"] || parts["migration"] {
+	if parts["runs"] || parts["pair"] || parts["density"] || parts["agent"] || parts["migration"] || parts["restart"] {
 		if os.Geteuid() != 0 {
 			return errors.New("the launcher parts need root (they start the monitor as the unprivileged user); use -only translator otherwise")
 		}
@@ -216,6 +222,11 @@ func run(e *env, o options, user string) error {
 		if parts["migration"] && ctx.Err() == nil {
 			if err := b.migrationRun(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("migration: %w", err))
+			}
+		}
+		if parts["restart"] && ctx.Err() == nil {
+			if err := b.restartRun(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("restart: %w", err))
 			}
 		}
 	}
@@ -289,6 +300,8 @@ type config struct {
 	AgentWindowSeconds float64 `json:"agentWindowSeconds"`
 	// Hotplugs is the volume plug/unplug cycles per pair run.
 	Hotplugs int `json:"hotplugsPerPairRun"`
+	// Restarts is the launcher kills of the restart part.
+	Restarts int `json:"launcherRestarts"`
 	// KubeVirt says whether KubeVirt's launcher ran (pair, density pods).
 	KubeVirt bool   `json:"kubevirt"`
 	Quick    bool   `json:"quick"`
