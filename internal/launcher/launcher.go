@@ -534,12 +534,21 @@ func (l *Launcher) gracefulShutdown(ctx context.Context, sigs <-chan os.Signal) 
 // killQemu is the watchdog's last resort when the daemon does not destroy
 // the domain (stopped, hung): SIGKILL to this pod's QEMU (qemuPid).
 func (l *Launcher) killQemu() error {
+	_, err := l.sigkillQemu()
+	return err
+}
+
+// sigkillQemu sends SIGKILL to this pod's QEMU (qemuPid) and returns its pid.
+func (l *Launcher) sigkillQemu() (int, error) {
 	pid, err := l.qemuPid()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	l.log.Warn("killing QEMU", "pid", pid)
-	return syscall.Kill(pid, syscall.SIGKILL)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return 0, fmt.Errorf("kill QEMU (pid %d): %w", pid, err)
+	}
+	return pid, nil
 }
 
 // killWithoutDaemon is the domain manager's Kill when the daemon does not
@@ -556,13 +565,9 @@ func (l *Launcher) killWithoutDaemon(ctx context.Context) error {
 // killQemuWait is killQemu returning once QEMU has ended (its parent, the
 // monitor, reaps it), or with ctx's end.
 func (l *Launcher) killQemuWait(ctx context.Context) error {
-	pid, err := l.qemuPid()
+	pid, err := l.sigkillQemu()
 	if err != nil {
 		return err
-	}
-	l.log.Warn("killing QEMU", "pid", pid)
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill QEMU (pid %d): %w", pid, err)
 	}
 	for {
 		if st, err := procfs.ReadStat("/proc", pid); err != nil || st.State == 'Z' {

@@ -9,14 +9,12 @@ package reliability
 // made, and a link cannot lead out of an allowed directory.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -71,19 +69,10 @@ echo "hostdisk monitor done"
 exit 3
 `
 
-// hostPathRun runs manifest (standalone.Run, as root) with the script
-// monitor as u, allowing dirs with --allow-host-path.
-func hostPathRun(t *testing.T, l *linkRun, records string, dirs ...string) (string, error) {
-	t.Helper()
-	var status strings.Builder
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	err := standalone.Run(ctx, standalone.Config{
-		File: l.manifest, Binding: "bridge", WorkRoot: l.workRoot, UIDs: l.uids, BinDir: l.binDir,
-		CapsCache: "none", RecordDir: records, Emulation: true, AllowHostPaths: dirs,
-		Console: &strings.Builder{}, Status: &status,
-	})
-	return status.String(), err
+// hostPathRun runs the manifest with the script monitor as l's user,
+// allowing dirs with --allow-host-path.
+func hostPathRun(l *linkRun, records string, dirs ...string) (string, error) {
+	return l.runWith(records, func(c *standalone.Config) { c.AllowHostPaths = dirs })
 }
 
 // hostPathSetup writes the script monitor, as u, noting in out.
@@ -117,7 +106,7 @@ func TestHostPathNotAllowed(t *testing.T) {
 	evil := filepath.Join(c.dir, "sub", "evil.sh")
 	records := reachableTemp(t, "vlrec")
 	l := hostPathSetup(t, u, out, secret, evil)
-	status, err := hostPathRun(t, l, records)
+	status, err := hostPathRun(l, records)
 	if err == nil {
 		t.Fatalf("vlctl run of a manifest with hostDisks %s and %s, nothing allowed: no error\n%s", secret, evil, status)
 	}
@@ -172,7 +161,7 @@ func TestHostPathAllowed(t *testing.T) {
 	before := listing()
 
 	l := hostPathSetup(t, u, out, filepath.Join(allowed, "out", "secret"), filepath.Join(allowed, "new.img"))
-	status, err := hostPathRun(t, l, records, allowed)
+	status, err := hostPathRun(l, records, allowed)
 	if err == nil || !strings.Contains(err.Error(), "leads to "+filepath.Join(c.dir, "secret")) || !strings.Contains(err.Error(), "outside "+allowed) {
 		t.Fatalf("vlctl run of a hostDisk leading out of %s: %v; want a refusal naming where it leads\n%s", allowed, err, status)
 	}
@@ -187,7 +176,7 @@ func TestHostPathAllowed(t *testing.T) {
 	l.nothingLeft(t)
 
 	l = hostPathSetup(t, u, out, data, filepath.Join(allowed, "new.img"))
-	status, err = hostPathRun(t, l, records, allowed)
+	status, err = hostPathRun(l, records, allowed)
 	if err == nil || !strings.Contains(err.Error(), "hostdisk monitor done") {
 		t.Fatalf("vlctl run: %v, want the fake launcher's failure\n%s", err, status)
 	}

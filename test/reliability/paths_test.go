@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
-	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 )
 
@@ -114,19 +113,6 @@ func waitNote(t *testing.T, notes, line string, timeout time.Duration) string {
 	return ""
 }
 
-// runIn is linkRun.run with the record directory given.
-func (l *linkRun) runIn(recordDir string) (string, error) {
-	var status strings.Builder
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	err := standalone.Run(ctx, standalone.Config{
-		File: l.manifest, Binding: "bridge", WorkRoot: l.workRoot, UIDs: l.uids, BinDir: l.binDir,
-		CapsCache: "none", RecordDir: recordDir, Emulation: true,
-		Console: &strings.Builder{}, Status: &status,
-	})
-	return status.String(), err
-}
-
 // leasePath is the id's lease in the machine's table.
 func leasePath(id int) string {
 	return filepath.Join(uidpool.DefaultDir, strconv.Itoa(id))
@@ -150,7 +136,7 @@ func TestPathsRecordsPrivate(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		s, err := l.runIn(records)
+		s, err := l.runWith(records, nil)
 		done <- result{s, err}
 	}()
 	notes := waitNote(t, filepath.Join(out, "notes"), "started", 90*time.Second)
@@ -228,7 +214,7 @@ func TestPathsOneLeaseTable(t *testing.T) {
 
 	l := newLinkRun(t, u, "#!/bin/sh\necho 'the second run started its launcher'\nexit 3\n")
 	records := reachableTemp(t, "vlrec2")
-	status, err := l.runIn(records)
+	status, err := l.runWith(records, nil)
 	want := fmt.Sprintf("no free id in %d-%d", u.uid, u.uid)
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("a second run with another --record-dir: %v, want %q (one lease table per machine)\n%s", err, want, status)

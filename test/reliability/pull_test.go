@@ -11,7 +11,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -29,7 +28,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -198,15 +196,7 @@ func TestPullSubstitutedLayer(t *testing.T) {
 	records := reachableTemp(t, "vlrec")
 	l := &linkRun{u: u, uids: u.uids(), workRoot: shortWorkRoot(t), manifest: manifest, binDir: bin}
 	run := func() (string, error) {
-		var status strings.Builder
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		err := standalone.Run(ctx, standalone.Config{
-			File: l.manifest, Binding: "bridge", WorkRoot: l.workRoot, UIDs: l.uids, BinDir: l.binDir,
-			CapsCache: "none", RecordDir: records, ImageCache: cache, Emulation: true,
-			Console: &strings.Builder{}, Status: &status,
-		})
-		return status.String(), err
+		return l.runWith(records, func(c *standalone.Config) { c.ImageCache = cache })
 	}
 	entries := func(dir string) []string {
 		ents, err := os.ReadDir(dir)

@@ -228,14 +228,25 @@ func newLinkRun(t *testing.T, u linkUser, monitor string) *linkRun {
 
 func (l *linkRun) run(t *testing.T) (string, error) {
 	t.Helper()
+	return l.runWith(reachableTemp(t, "vlrec"), nil)
+}
+
+// runWith runs the manifest (standalone.Run, as root) with the script
+// monitor, its record in recordDir; edit, when set, adds to the run's
+// configuration. It returns the run's status lines.
+func (l *linkRun) runWith(recordDir string, edit func(*standalone.Config)) (string, error) {
 	var status strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	err := standalone.Run(ctx, standalone.Config{
+	cfg := standalone.Config{
 		File: l.manifest, Binding: "bridge", WorkRoot: l.workRoot, UIDs: l.uids, BinDir: l.binDir,
-		CapsCache: "none", RecordDir: reachableTemp(t, "vlrec"), Emulation: true,
+		CapsCache: "none", RecordDir: recordDir, Emulation: true,
 		Console: &strings.Builder{}, Status: &status,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	err := standalone.Run(ctx, cfg)
 	return status.String(), err
 }
 
