@@ -83,20 +83,7 @@ func TestVlctlRunPublish(t *testing.T) {
 		t.Errorf("vlctl run did not say %q:\n%s", want, errOut.String())
 	}
 	sshBanner(t, port)
-	cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("vlctl run after Ctrl-C: %v", err)
-		}
-	case <-time.After(3 * time.Minute):
-		t.Fatal("vlctl run did not end after Ctrl-C")
-	}
-	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second); err == nil {
-		c.Close()
-		t.Errorf("127.0.0.1:%s still accepts after the run ended", port)
-	}
-	checkNothingLeft(t, root)
+	interruptReleases(t, cmd, exited, port, root)
 }
 
 // TestVlctlRunPublishKeptAcrossRestart: a VM with runStrategy Always
@@ -163,20 +150,7 @@ func TestVlctlRunPublishKeptAcrossRestart(t *testing.T) {
 	if n := stopTaking(); n > 0 {
 		t.Errorf("another user bound the published port %d times while the guest started again", n)
 	}
-	cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("vlctl run after Ctrl-C: %v", err)
-		}
-	case <-time.After(3 * time.Minute):
-		t.Fatal("vlctl run did not end after Ctrl-C")
-	}
-	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second); err == nil {
-		c.Close()
-		t.Errorf("127.0.0.1:%s still accepts after the run ended", port)
-	}
-	checkNothingLeft(t, root)
+	interruptReleases(t, cmd, exited, port, root)
 }
 
 // takePort tries, every few milliseconds until stop is called, to bind
@@ -203,4 +177,25 @@ func takePort(port string) (stop func() int) {
 		close(done)
 		return <-taken
 	}
+}
+
+// interruptReleases ends a publishing `vlctl run` with Ctrl-C and checks
+// that it ends cleanly, its published port on 127.0.0.1 no longer
+// accepts, and nothing is left under root.
+func interruptReleases(t *testing.T, cmd *exec.Cmd, exited chan error, port, root string) {
+	t.Helper()
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("vlctl run after Ctrl-C: %v", err)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("vlctl run did not end after Ctrl-C")
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second); err == nil {
+		c.Close()
+		t.Errorf("127.0.0.1:%s still accepts after the run ended", port)
+	}
+	checkNothingLeft(t, root)
 }
