@@ -36,9 +36,10 @@ func Take(ctx context.Context, r Request) (mime string, data []byte, err error) 
 		return "", nil, fmt.Errorf("screenshot: connect to libvirt: %w", err)
 	}
 	defer conn.Close()
-	// The context's end, whenever it comes, ends every read and write.
-	deadline, _ := ctx.Deadline()
-	conn.SetDeadline(deadline)
+	// The context's end, whenever it comes, ends every read and write. The
+	// connection gets no deadline of its own: one equal to the context's
+	// could fire a moment before the context reports its end, and the
+	// error would then not say that the deadline passed.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
