@@ -70,7 +70,10 @@ func startLibvirtd(t *testing.T) *libvirt.Libvirt {
 	return l
 }
 
-var tpmRE = regexp.MustCompile(`(?s)\s*<tpm .*?</tpm>`)
+var (
+	tpmRE = regexp.MustCompile(`(?s)\s*<tpm .*?</tpm>`)
+	tscRE = regexp.MustCompile(`<timer name="tsc" frequency="(\d+)">`)
+)
 
 // defineAndCheck defines doc with libvirt's own validation
 // (virsh define --validate), reads it back and undefines it.
@@ -152,6 +155,9 @@ func TestDefineInLibvirtd(t *testing.T) {
 				xml = tpmRE.ReplaceAllString(xml, "")
 			}
 			back := defineAndCheck(t, l, xml)
+			if m := tscRE.FindStringSubmatch(xml); m != nil && !strings.Contains(back, "<timer name='tsc' frequency='"+m[1]+"'/>") {
+				t.Errorf("libvirt dropped the tsc timer at %s Hz:\n%s", m[1], back)
+			}
 			// The spare root ports must still be free once libvirt has
 			// placed every device (KubeVirt's hotplug reserve, B.8). When it
 			// adds a pcie-to-pci-bridge for conventional PCI devices,

@@ -8,19 +8,71 @@ import (
 	"libvirt.org/go/libvirtxml"
 )
 
-// Clock maps domain.clock. Without one, no <clock> is emitted and libvirt
-// uses UTC, as KubeVirt does.
+// Clock maps domain.clock, then the TSC frequency the scheduler picked
+// (tscTimer). Without either, no <clock> is emitted and libvirt uses UTC, as
+// KubeVirt does.
 type Clock struct{}
 
 func (Clock) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
-	c := vmi.Spec.Domain.Clock
-	if c == nil {
+	clock, err := specClock(vmi.Spec.Domain.Clock)
+	if err != nil {
+		return err
+	}
+	if t := tscTimer(vmi); t != nil {
+		if clock == nil {
+			// KubeVirt writes no offset here; libvirt's schema wants one,
+			// and utc is what libvirt takes without it.
+			clock = &libvirtxml.DomainClock{Offset: "utc"}
+		}
+		clock.Timer = append(clock.Timer, *t)
+	}
+	dom.Clock = clock
+	return nil
+}
+
+// tscTimer is the tsc timer at the frequency of status.topologyHints when
+// the guest needs a fixed TSC frequency: an invtsc CPU feature that is
+// required or forced (the guest would not boot elsewhere), or Hyper-V
+// reenlightenment (its timers would drift after a migration). KubeVirt's
+// scheduler fills the hint from the node's frequency; nothing else does.
+func tscTimer(vmi *v1.VirtualMachineInstance) *libvirtxml.DomainTimer {
+	h := vmi.Status.TopologyHints
+	if h == nil || h.TSCFrequency == nil || *h.TSCFrequency <= 0 {
 		return nil
+	}
+	if !needsInvTSC(vmi) && !reenlightenment(vmi) {
+		return nil
+	}
+	return &libvirtxml.DomainTimer{Name: "tsc", Frequency: uint64(*h.TSCFrequency)}
+}
+
+func needsInvTSC(vmi *v1.VirtualMachineInstance) bool {
+	if vmi.Spec.Domain.CPU == nil {
+		return false
+	}
+	for _, f := range vmi.Spec.Domain.CPU.Features {
+		if f.Name == "invtsc" && (f.Policy == "require" || f.Policy == "force") {
+			return true
+		}
+	}
+	return false
+}
+
+func reenlightenment(vmi *v1.VirtualMachineInstance) bool {
+	f := vmi.Spec.Domain.Features
+	return f != nil && f.Hyperv != nil && f.Hyperv.Reenlightenment != nil &&
+		f.Hyperv.Reenlightenment.Enabled != nil && *f.Hyperv.Reenlightenment.Enabled
+}
+
+// specClock converts domain.clock; nil without one.
+func specClock(c *v1.Clock) (*libvirtxml.DomainClock, error) {
+	if c == nil {
+		return nil, nil
 	}
 	clock := &libvirtxml.DomainClock{}
 	switch {
 	case c.UTC != nil && c.Timezone != nil:
-		return fmt.Errorf("spec.domain.clock: utc and timezone are mutually exclusive")
+		return nil, fmt.Errorf("spec.domain.clock: utc and timezone are mutually exclusive")
 	case c.UTC != nil:
 		clock.Offset = "utc"
 		if c.UTC.OffsetSeconds != nil {
@@ -30,7 +82,7 @@ func (Clock) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) e
 		}
 	case c.Timezone != nil:
 		if *c.Timezone == "" {
-			return fmt.Errorf("spec.domain.clock.timezone: must not be empty")
+			return nil, fmt.Errorf("spec.domain.clock.timezone: must not be empty")
 		}
 		clock.Offset = "timezone"
 		clock.TimeZone = string(*c.Timezone)
@@ -63,6 +115,5 @@ func (Clock) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) e
 			})
 		}
 	}
-	dom.Clock = clock
-	return nil
+	return clock, nil
 }

@@ -52,3 +52,42 @@ func TestClock(t *testing.T) {
 			}},
 	})
 }
+
+// TestClockTSCFrequency: KubeVirt writes the TSC frequency the scheduler
+// chose (status.topologyHints.tscFrequency) as a tsc timer only when the
+// guest needs a fixed one: an invtsc CPU feature that is required or forced,
+// or Hyper-V reenlightenment enabled.
+func TestClockTSCFrequency(t *testing.T) {
+	hint := func(v *v1.VirtualMachineInstance) {
+		v.Status.TopologyHints = &v1.TopologyHints{TSCFrequency: convtest.Ptr(int64(2419200000))}
+	}
+	invtsc := func(policy string) func(v *v1.VirtualMachineInstance) {
+		return func(v *v1.VirtualMachineInstance) {
+			hint(v)
+			v.Spec.Domain.CPU.Features = []v1.CPUFeature{{Name: "invtsc", Policy: policy}}
+		}
+	}
+	tsc := `<timer name="tsc" frequency="2419200000"></timer>`
+	convtest.Run(t, []convtest.Case{
+		{Name: "hint alone", VMI: hint, Absent: []string{"<clock", `name="tsc"`}},
+		{Name: "invtsc require", VMI: invtsc("require"), Contains: []string{`<clock offset="utc">`, tsc}},
+		{Name: "invtsc force", VMI: invtsc("force"), Contains: []string{tsc}},
+		{Name: "invtsc optional", VMI: invtsc("optional"), Absent: []string{`name="tsc"`}},
+		{Name: "invtsc without a hint", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.CPU.Features = []v1.CPUFeature{{Name: "invtsc", Policy: "require"}}
+		}, Absent: []string{`name="tsc"`}},
+		{Name: "zero hint", VMI: func(v *v1.VirtualMachineInstance) {
+			invtsc("require")(v)
+			v.Status.TopologyHints.TSCFrequency = convtest.Ptr(int64(0))
+		}, Absent: []string{`name="tsc"`}},
+		{Name: "reenlightenment after the spec timers", VMI: func(v *v1.VirtualMachineInstance) {
+			hint(v)
+			v.Spec.Domain.Features.Hyperv = &v1.FeatureHyperv{Reenlightenment: &v1.FeatureState{Enabled: convtest.Ptr(true)}}
+			v.Spec.Domain.Clock = &v1.Clock{ClockOffset: v1.ClockOffset{UTC: &v1.ClockOffsetUTC{}}, Timer: &v1.Timer{HPET: &v1.HPETTimer{}}}
+		}, Contains: []string{`<clock offset="utc" adjustment="reset">`, `<timer name="hpet" present="yes"></timer>` + "\n    " + tsc}},
+		{Name: "reenlightenment disabled", VMI: func(v *v1.VirtualMachineInstance) {
+			hint(v)
+			v.Spec.Domain.Features.Hyperv = &v1.FeatureHyperv{Reenlightenment: &v1.FeatureState{Enabled: convtest.Ptr(false)}}
+		}, Absent: []string{`name="tsc"`}},
+	})
+}
