@@ -26,7 +26,7 @@ func newRunCmd() *cobra.Command {
 	var cfg standalone.Config
 	var volumes, publish []string
 	cmd := &cobra.Command{
-		Use:   "run FILE | run --migrate-from NAME",
+		Use:   "run FILE | run -f FILE [-f FILE...] | run --migrate-from NAME",
 		Short: "Boot a VMI manifest on this machine and show its serial console",
 		Long: `run plays virt-handler's part on one machine: it lays out a working directory like a
 launcher pod, links local disk images where a cluster mounts container disks (a containerDisk
@@ -53,6 +53,12 @@ The guest's DNS queries are relayed to the host's resolvers, and its TCP connect
 what the host reaches, through relays in vlctl connecting as the VM's own uid (never to the
 host's own addresses, loopback, link-local or cloud metadata endpoints; at most 256 at once):
 no route, firewall rule or sysctl of the host changes. --no-egress keeps it to DNS.
+
+The manifest may come in several files (FILE and -f FILE, repeatable), each with several
+documents separated by --- as kubectl apply -f takes them: exactly one VirtualMachine or
+VirtualMachineInstance, and the ConfigMaps and Secrets its configMap, secret and sysprep volumes
+and cloud-init secretRefs name (Secret data in base64, stringData as text), written where a pod
+mounts them.
 
 A VirtualMachine's run strategy is honoured: Always starts the guest again whenever it stops,
 RerunOnFailure when it fails, Once and Manual run it once; Halted (running: false) is refused
@@ -82,12 +88,18 @@ Not carried over yet: volumes and interfaces plugged in while it ran, bridge bin
 secondary networks (each refused, saying so).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cfg.MigrateFrom != "" {
-				if len(args) != 0 {
+				if len(args) != 0 || len(cfg.Files) > 0 {
 					return errors.New("--migrate-from takes the VM's manifest from its run: give no FILE")
 				}
 				return nil
 			}
-			return cobra.ExactArgs(1)(cmd, args)
+			if len(cfg.Files) > 0 {
+				return cobra.MaximumNArgs(1)(cmd, args)
+			}
+			if len(args) != 1 {
+				return fmt.Errorf("give the manifest: FILE or -f FILE (repeatable), got %d arguments", len(args))
+			}
+			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -170,6 +182,7 @@ secondary networks (each refused, saying so).`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringArrayVarP(&cfg.Files, "filename", "f", nil, "a file of manifests, YAML documents separated by --- (repeatable, as kubectl apply -f): one VirtualMachine or VirtualMachineInstance among them, and the ConfigMaps and Secrets its volumes name")
 	f.BoolVar(&cfg.Quiet, "quiet", false, "leave out the progress lines (what is being done, where the guest is reachable); warnings and errors are still printed")
 	f.StringArrayVar(&cfg.DNS, "dns", nil, "HOST:PORT of a resolver the guest's DNS queries are relayed to (repeatable; default: the host's, from /etc/resolv.conf)")
 	f.BoolVar(&cfg.NoEgress, "no-egress", false, "no TCP connections from the guest to the outside world (DNS is still relayed)")

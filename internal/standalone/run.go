@@ -35,8 +35,12 @@ import (
 
 // Config is one `vlctl run`.
 type Config struct {
-	// File is the VMI (or VM) manifest.
-	File string
+	// File is the VMI (or VM) manifest; Files are more files of documents
+	// (-f). Together they hold exactly one VirtualMachine or
+	// VirtualMachineInstance and the ConfigMaps and Secrets its volumes
+	// name (internal/manifest).
+	File  string
+	Files []string
 	// Emulation forces TCG. Without it KVM is used when /dev/kvm works and
 	// emulation otherwise.
 	Emulation bool
@@ -107,6 +111,9 @@ type Config struct {
 	ImageCache string
 	// pulled maps those references to their cached disks (Run fills it).
 	pulled map[string]string
+	// configVols are the config volumes' files from the documents (Run
+	// fills it; configvol.go).
+	configVols []configVolume
 	// keys carries Input, read by one goroutine for the whole run.
 	keys <-chan []byte
 	// ports are the --publish listeners, held for the whole run (Run
@@ -176,6 +183,10 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		v = cfg.source.VMI.DeepCopy()
+		// The documents behind config volumes stay with the first run.
+		if hasConfigVolumes(v) {
+			return fmt.Errorf("--migrate-from %s: configMap, secret and sysprep volumes and cloud-init Secrets are not carried over yet", cfg.source.FullName())
+		}
 		if cfg.source.VM != nil {
 			vm = cfg.source.VM.DeepCopy()
 		}
@@ -188,10 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 			cfg.Volumes = append(cfg.Volumes, VolumeMap{Name: claim, Path: path})
 		}
 	} else {
-		if v, err = vmi.LoadFile(cfg.File, vmi.Options{DefaultBinding: cfg.Binding}); err != nil {
-			return &ManifestError{Err: err}
-		}
-		if vm, err = vmi.LoadVMFile(cfg.File); err != nil {
+		if v, vm, cfg.configVols, err = loadManifest(cfg); err != nil {
 			return &ManifestError{Err: err}
 		}
 	}
@@ -205,7 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 		_, err = planStorage(v, vm, cfg.Volumes, cfg.hostPaths())
 	}
 	if err != nil {
-		return &ManifestError{Err: fmt.Errorf("%s: %w", cfg.File, err)}
+		return &ManifestError{Err: fmt.Errorf("%s: %w", cfg.manifestName(), err)}
 	}
 	if w := memoryWarning(v); w != "" {
 		fmt.Fprintln(cfg.Status, w)

@@ -49,6 +49,9 @@ func (r *runner) prepare() error {
 	if err := r.linkDisks(); err != nil {
 		return err
 	}
+	if err := r.writeConfigVolumes(); err != nil {
+		return err
+	}
 	links, err := r.localImages(l)
 	if err != nil {
 		return err

@@ -1,23 +1,20 @@
 package vmi
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"strings"
 
-	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	v1 "kubevirt.io/api/core/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/virtlauncher/virtlauncher/internal/manifest"
 )
 
 // MaxManifestBytes bounds the input Parse accepts. A VMI with the largest
 // cloud-init payloads we allow is far below it.
-const MaxManifestBytes = 8 << 20
+const MaxManifestBytes = manifest.MaxBytes
 
 const (
 	kindVMI = "VirtualMachineInstance"
@@ -98,40 +95,14 @@ func parse(data []byte, lenient bool) (*v1.VirtualMachineInstance, []string, err
 
 // singleDocument turns the input into the JSON of its one object.
 func singleDocument(data []byte) ([]byte, error) {
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 {
-		return nil, errors.New("manifest is empty")
+	docs, err := manifest.Split(data)
+	if err != nil {
+		return nil, err
 	}
-	if trimmed[0] == '{' && json.Valid(trimmed) {
-		return trimmed, nil // JSON, as virt-handler sends it; parsed as is
-	}
-	var docs [][]byte
-	r := k8syaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for n := 1; ; n++ {
-		chunk, err := r.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read YAML document %d: %w", n, err)
-		}
-		js, err := yaml.YAMLToJSONStrict(chunk)
-		if err != nil {
-			return nil, fmt.Errorf("YAML document %d: %w", n, err)
-		}
-		if s := string(bytes.TrimSpace(js)); s == "null" || s == "" {
-			continue // an empty document, e.g. before a leading ---
-		}
-		docs = append(docs, js)
-	}
-	switch len(docs) {
-	case 0:
-		return nil, errors.New("manifest holds no object")
-	case 1:
-		return docs[0], nil
-	default:
+	if len(docs) > 1 {
 		return nil, fmt.Errorf("manifest holds %d objects; want exactly one VirtualMachineInstance or VirtualMachine", len(docs))
 	}
+	return docs[0], nil
 }
 
 // kindOf reads apiVersion and kind and says which of the two kinds we accept

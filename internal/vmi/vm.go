@@ -23,14 +23,16 @@ func LoadVMFile(path string) (*v1.VirtualMachine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
-	vm, err := parseVM(data)
+	vm, err := ParseVM(data)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
 	return vm, nil
 }
 
-func parseVM(data []byte) (*v1.VirtualMachine, error) {
+// ParseVM decodes a manifest strictly, as Parse does, and returns the
+// VirtualMachine it holds, or nil when it holds a VirtualMachineInstance.
+func ParseVM(data []byte) (*v1.VirtualMachine, error) {
 	doc, err := singleDocument(data)
 	if err != nil {
 		return nil, err
