@@ -2,6 +2,7 @@ package converter_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -73,6 +74,8 @@ func startLibvirtd(t *testing.T) *libvirt.Libvirt {
 var (
 	tpmRE = regexp.MustCompile(`(?s)\s*<tpm .*?</tpm>`)
 	tscRE = regexp.MustCompile(`<timer name="tsc" frequency="(\d+)">`)
+	// A PCI address the converter wrote (a pciAddress of the spec).
+	pciAddrRE = regexp.MustCompile(`<address type="pci" domain="(\w+)" bus="(\w+)" slot="(\w+)" function="(\w+)">`)
 )
 
 // defineAndCheck defines doc with libvirt's own validation
@@ -155,6 +158,11 @@ func TestDefineInLibvirtd(t *testing.T) {
 				xml = tpmRE.ReplaceAllString(xml, "")
 			}
 			back := defineAndCheck(t, l, xml)
+			for _, m := range pciAddrRE.FindAllStringSubmatch(xml, -1) {
+				if want := fmt.Sprintf("<address type='pci' domain='%s' bus='%s' slot='%s' function='%s'", m[1], m[2], m[3], m[4]); !strings.Contains(back, want) {
+					t.Errorf("libvirt moved a device placed at %s:\n%s", m[0], back)
+				}
+			}
 			if m := tscRE.FindStringSubmatch(xml); m != nil && !strings.Contains(back, "<timer name='tsc' frequency='"+m[1]+"'/>") {
 				t.Errorf("libvirt dropped the tsc timer at %s Hz:\n%s", m[1], back)
 			}

@@ -15,6 +15,7 @@ type device struct {
 	readOnly    bool
 	tray        string
 	reservation bool
+	pciAddress  string
 }
 
 // deviceOf reads the disk/lun/cdrom target of a spec disk, with KubeVirt's
@@ -24,10 +25,7 @@ func deviceOf(vmi *v1.VirtualMachineInstance, c *facts.Context, d v1.Disk, field
 	var dev device
 	if t := d.Disk; t != nil {
 		n++
-		dev = device{kind: "disk", bus: t.Bus, readOnly: t.ReadOnly}
-		if t.PciAddress != "" {
-			return dev, fmt.Errorf("%s.disk.pciAddress: not supported", field)
-		}
+		dev = device{kind: "disk", bus: t.Bus, readOnly: t.ReadOnly, pciAddress: t.PciAddress}
 	}
 	if t := d.LUN; t != nil {
 		n++
@@ -66,6 +64,9 @@ func deviceOf(vmi *v1.VirtualMachineInstance, c *facts.Context, d v1.Disk, field
 	}
 	if dev.kind == "lun" && dev.bus != v1.DiskBusSCSI {
 		return dev, fmt.Errorf("%s.lun.bus: a LUN needs the scsi bus, not %q", field, dev.bus)
+	}
+	if dev.pciAddress != "" && dev.bus != v1.DiskBusVirtio {
+		return dev, fmt.Errorf("%s.disk.pciAddress: only a disk on the virtio bus can have a PCI address, not one on %q", field, dev.bus)
 	}
 	if dev.reservation && dev.kind != "lun" {
 		return dev, fmt.Errorf("%s: reservation is only for LUNs", field)

@@ -106,6 +106,13 @@ func (s configurator) disk(vmi *v1.VirtualMachineInstance, d v1.Disk, vol *v1.Vo
 	if dev.kind == "disk" && dev.bus == v1.DiskBusVirtio {
 		out.Model = facts.VirtioModel(vmi, s.ctx)
 	}
+	if dev.pciAddress != "" {
+		a, err := facts.PCIAddress(dev.pciAddress)
+		if err != nil {
+			return nil, fmt.Errorf("%s.disk.pciAddress: %w", field, err)
+		}
+		out.Address = &libvirtxml.DomainAddress{PCI: a}
+	}
 	if dev.readOnly {
 		out.ReadOnly = &libvirtxml.DomainDiskReadOnly{}
 	}

@@ -276,3 +276,24 @@ func TestIOThreads(t *testing.T) {
 		}, Err: "spec.domain.ioThreadsPolicy: supplementalPool is not supported"},
 	})
 }
+
+// TestDiskPCIAddress: a virtio disk's pciAddress becomes its <address
+// type="pci">, as KubeVirt places it; on another bus it is an error (the
+// disk then has no PCI function of its own).
+func TestDiskPCIAddress(t *testing.T) {
+	withAddr := func(bus v1.DiskBus, addr string) func(*v1.VirtualMachineInstance) {
+		d := disk(bus)
+		d.Disk.PciAddress = addr
+		return withDisk(d, v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{}})
+	}
+	convtest.Run(t, []convtest.Case{
+		{Name: "virtio", VMI: withAddr(v1.DiskBusVirtio, "0000:00:0a.0"),
+			Contains: []string{`<target dev="vda" bus="virtio">`, `<address type="pci" domain="0x0000" bus="0x00" slot="0x0a" function="0x0">`}},
+		{Name: "behind a root port", VMI: withAddr(v1.DiskBusVirtio, "0000:05:00.0"),
+			Contains: []string{`<address type="pci" domain="0x0000" bus="0x05" slot="0x00" function="0x0">`}},
+		{Name: "sata", VMI: withAddr(v1.DiskBusSATA, "0000:00:0a.0"),
+			Err: `spec.domain.devices.disks[0].disk.pciAddress: only a disk on the virtio bus can have a PCI address, not one on "sata"`},
+		{Name: "malformed", VMI: withAddr(v1.DiskBusVirtio, "0000:00:2a.0"),
+			Err: `spec.domain.devices.disks[0].disk.pciAddress: "0000:00:2a.0": slot 0x2a is above 0x1f`},
+	})
+}
