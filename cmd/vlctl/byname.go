@@ -17,6 +17,8 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/monitor"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -231,6 +233,9 @@ type psRow struct {
 	Name, Namespace string
 	State           string
 	Started         time.Time // zero: no uptime shown
+	// Restarts is how often the run's monitor started a new launcher
+	// after one died, the guest running on.
+	Restarts  int
 	Addresses       []string
 	Console         string
 }
@@ -256,6 +261,11 @@ func psRowOf(ctx context.Context, e *runrecord.Entry) (psRow, error) {
 		return row, nil
 	}
 	row.Started = e.Started
+	// The record lies in a directory the VM's user writes: ReadRestarts
+	// follows no link and reads little; a bad one leaves the count 0.
+	if rec, ok, err := monitor.ReadRestarts(layout.Under(e.WorkDir).PrivateDir); err == nil && ok {
+		row.Restarts = rec.Count
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	c, err := dialLauncher(ctx, e)
@@ -285,7 +295,7 @@ func psRowOf(ctx context.Context, e *runrecord.Entry) (psRow, error) {
 // writePS prints the rows as a table.
 func writePS(w io.Writer, rows []psRow, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tNAMESPACE\tSTATE\tUPTIME\tADDRESSES\tCONSOLE")
+	fmt.Fprintln(tw, "NAME\tNAMESPACE\tSTATE\tUPTIME\tRESTARTS\tADDRESSES\tCONSOLE")
 	for _, r := range rows {
 		up, addrs, console := "-", "-", r.Console
 		if console == "" {
@@ -297,7 +307,7 @@ func writePS(w io.Writer, rows []psRow, now time.Time) {
 		if len(r.Addresses) > 0 {
 			addrs = strings.Join(r.Addresses, ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Namespace, r.State, up, addrs, console)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Name, r.Namespace, r.State, up, r.Restarts, addrs, console)
 	}
 	tw.Flush()
 }

@@ -29,17 +29,17 @@ func TestWritePS(t *testing.T) {
 		rows []psRow
 		want string
 	}{
-		{name: "none", want: "NAME  NAMESPACE  STATE  UPTIME  ADDRESSES  CONSOLE\n"},
+		{name: "none", want: "NAME  NAMESPACE  STATE  UPTIME  RESTARTS  ADDRESSES  CONSOLE\n"},
 		{name: "running, paused and stale", rows: []psRow{
-			{Name: "web", Namespace: "default", State: "Running", Started: now.Add(-90 * time.Second),
+			{Name: "web", Namespace: "default", State: "Running", Started: now.Add(-90 * time.Second), Restarts: 2,
 				Addresses: []string{"192.168.67.2 (netns vlout-ab)", "10.0.2.2 (guest)"}, Console: "/run/vl/ab12/s/virt-serial0"},
 			{Name: "database", Namespace: "prod", State: "Paused", Started: now.Add(-2 * time.Hour), Console: "/run/vl/cd34/s/virt-serial0"},
 			{Name: "old", Namespace: "default", State: "stale (vlctl gc cleans up)", Console: "/run/vl/ef56/s/virt-serial0"},
 		}, want: "" +
-			"NAME      NAMESPACE  STATE                       UPTIME  ADDRESSES                                        CONSOLE\n" +
-			"web       default    Running                     1m30s   192.168.67.2 (netns vlout-ab), 10.0.2.2 (guest)  /run/vl/ab12/s/virt-serial0\n" +
-			"database  prod       Paused                      2h00m   -                                                /run/vl/cd34/s/virt-serial0\n" +
-			"old       default    stale (vlctl gc cleans up)  -       -                                                /run/vl/ef56/s/virt-serial0\n"},
+			"NAME      NAMESPACE  STATE                       UPTIME  RESTARTS  ADDRESSES                                        CONSOLE\n" +
+			"web       default    Running                     1m30s   2         192.168.67.2 (netns vlout-ab), 10.0.2.2 (guest)  /run/vl/ab12/s/virt-serial0\n" +
+			"database  prod       Paused                      2h00m   0         -                                                /run/vl/cd34/s/virt-serial0\n" +
+			"old       default    stale (vlctl gc cleans up)  -       0         -                                                /run/vl/ef56/s/virt-serial0\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -119,6 +119,11 @@ type Config struct {
 	// for nowhere; HostUUID is the daemon's host UUID, kept in it.
 	StateFile, HostUUID string
 
+	// RestartsOffFile is the marker the manager keeps while the VMI asks
+	// for no launcher restarts (vmi.LauncherRestartsOff), for the pod's
+	// monitor to read; "" for none.
+	RestartsOffFile string
+
 	// Name, Namespace and UID are the VMI identity from the command line
 	// (--name, --namespace, --uid); empty ones are learnt from the first
 	// Sync. A Sync for another VMI is refused.

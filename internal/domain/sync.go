@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -45,6 +47,9 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		return err
 	}
 	m.syncProbesPaused(v)
+	if err := m.syncRestartsOff(v); err != nil {
+		return err
+	}
 	if m.terminating.Load() {
 		// virt-handler keeps reconciling while the pod shuts down; an error
 		// would become a warning on the VMI. Nothing is defined, started or
@@ -432,5 +437,26 @@ func (m *Manager) startNetwork(ctx context.Context, v *v1.VirtualMachineInstance
 		return fmt.Errorf("network: %w", err)
 	}
 	m.netStarted, m.netIfaces = true, ifs
+	return nil
+}
+
+// syncRestartsOff keeps the monitor's marker in step with the VMI's
+// launcher-restarts annotation: present while the VMI asks for no
+// restarts. A Sync that cannot set it fails: the monitor would otherwise
+// keep a guest the owner asked to end with its launcher.
+func (m *Manager) syncRestartsOff(v *v1.VirtualMachineInstance) error {
+	path := m.cfg.RestartsOffFile
+	if path == "" {
+		return nil
+	}
+	if vmi.LauncherRestartsOff(v) {
+		if err := safefs.WriteFile(path, nil, 0o644); err != nil {
+			return fmt.Errorf("sync: record that the VMI asks for no launcher restarts: %w", err)
+		}
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("sync: record that the VMI allows launcher restarts: %w", err)
+	}
 	return nil
 }

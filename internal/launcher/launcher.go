@@ -263,6 +263,7 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 		},
 		KillWithoutDaemon: l.killWithoutDaemon,
 		StateFile:         l.stateFile(),
+		RestartsOffFile:   l.layout.LauncherRestartsOff(),
 		HostUUID:          l.daemon.HostUUID(),
 		Name:              l.opts.Name,
 		Namespace:         l.opts.Namespace,

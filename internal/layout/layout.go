@@ -337,3 +337,17 @@ func (l Layout) LibvirtDir() string { return filepath.Join(l.PrivateDir, "libvir
 func (l Layout) VifCache(podIface string) string {
 	return filepath.Join(l.PrivateDir, "vif-cache-"+podIface+".json")
 }
+
+// LauncherRestartsOff is the marker by which a launcher tells the pod's
+// monitor that its VMI asks for no launcher restarts: the monitor then
+// ends the pod when the launcher dies, as KubeVirt's does.
+func (l Layout) LauncherRestartsOff() string {
+	return filepath.Join(l.PrivateDir, "launcher-restarts-off")
+}
+
+// LauncherRestarts is the monitor's record of the launcher restarts it
+// made (their count, the last one's time and reason), for people and for
+// `vlctl ps`.
+func (l Layout) LauncherRestarts() string {
+	return filepath.Join(l.PrivateDir, "launcher-restarts.json")
+}

@@ -36,6 +36,9 @@ type launcherEnd struct {
 	// Unresponsive: virt-handler's launcher-unresponsive marker is beside
 	// launcher-sock; the handler fails the VMI whatever we do.
 	Unresponsive bool
+	// OffForVMI: the VMI asks for no restarts (its launcher left the
+	// layout.LauncherRestartsOff marker).
+	OffForVMI bool
 	// Restarts are the times of the restarts done so far.
 	Restarts []time.Time
 	// Now is the time of the decision.
@@ -68,6 +71,8 @@ func decideRestart(e launcherEnd) decision {
 	switch {
 	case e.Budget <= 0:
 		return decision{false, "restarts are switched off (" + EnvRestarts + "=0)"}
+	case e.OffForVMI:
+		return decision{false, "the VMI asks for none (its annotation virtlauncher.io/launcher-restarts is off)"}
 	case e.Terminating:
 		return decision{false, "termination was asked for"}
 	case e.Status.Exited():

@@ -53,6 +53,7 @@ func TestDecideRestart(t *testing.T) {
 			e.Restarts = ago(11*time.Minute, 12*time.Minute, 13*time.Minute, 14*time.Minute, 15*time.Minute, time.Minute)
 		}), restart: true, reason: "restart 2 of"},
 		{name: "restarts switched off: cleaned up as KubeVirt does", end: accident(func(e *launcherEnd) { e.Budget = 0 }), reason: "switched off"},
+		{name: "the VMI asks for no restarts: cleaned up as KubeVirt does", end: accident(func(e *launcherEnd) { e.OffForVMI = true }), reason: "asks for none"},
 		{name: "killed while the pod terminates: its end is the pod's", end: accident(func(e *launcherEnd) { e.Terminating = true }), reason: "termination was asked"},
 		{name: "killed with no QEMU left: nothing to keep", end: accident(func(e *launcherEnd) { e.QemuAlive = false }), reason: "no QEMU"},
 		{name: "killed after virt-handler marked it unresponsive: the VMI fails anyway", end: accident(func(e *launcherEnd) { e.Unresponsive = true }), reason: "unresponsive"},

@@ -91,6 +91,7 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 			Terminating:  terminating,
 			QemuAlive:    qemuAlive(log, self),
 			Unresponsive: unresponsive(c.ShareDir),
+			OffForVMI:    restartsOffForVMI(c.PrivateDir),
 			Restarts:     restarts,
 			Now:          time.Now(),
 			Budget:       c.Restarts,
@@ -102,6 +103,9 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 		}
 		log.Warn("restarting virt-launcher; the new one takes the running guest back", "reason", d.Reason)
 		restarts = append(restarts, time.Now())
+		if err := writeRestarts(c.PrivateDir, RestartRecord{Count: len(restarts), Last: restarts[len(restarts)-1], Reason: d.Reason}); err != nil {
+			log.Warn("cannot record the restart", "reason", err)
+		}
 		stopDaemons(log, self)
 		if pid, err = startLauncher(c); err != nil {
 			log.Error("failed to restart virt-launcher", "path", c.LauncherPath, "reason", err)

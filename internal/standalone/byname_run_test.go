@@ -62,7 +62,7 @@ func TestVlctlVerbsByName(t *testing.T) {
 		}
 	}
 
-	// ps prints one line per VM: NAME NAMESPACE STATE UPTIME ADDRESSES... CONSOLE.
+	// ps prints one line per VM: NAME NAMESPACE STATE UPTIME RESTARTS ADDRESSES... CONSOLE.
 	ps := func() map[string]string {
 		t.Helper()
 		code, out, stderr := vlctl(t, time.Minute, "ps", "--record-dir", records)
@@ -81,7 +81,7 @@ func TestVlctlVerbsByName(t *testing.T) {
 		return rows
 	}
 	// The guest's own address follows once its agent has reported it.
-	addr := regexp.MustCompile(`^(\S+)\s+(\S+)\s+(\S+)\s+(\d+[smhd]\d*[smh]?)\s+(192\.168\.\d+\.\d+) \(netns (vlout-\S+)\)(?:, \d+\.\d+\.\d+\.\d+ \(guest\))?\s+(/\S+/console\.sock)$`)
+	addr := regexp.MustCompile(`^(\S+)\s+(\S+)\s+(\S+)\s+(\d+[smhd]\d*[smh]?)\s+0\s+(192\.168\.\d+\.\d+) \(netns (vlout-\S+)\)(?:, \d+\.\d+\.\d+\.\d+ \(guest\))?\s+(/\S+/console\.sock)$`)
 	rows := ps()
 	netns := map[string]bool{}
 	for _, v := range vms {

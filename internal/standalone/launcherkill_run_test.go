@@ -2,6 +2,7 @@ package standalone_test
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,6 +74,11 @@ func TestVlctlRunLauncherKilled(t *testing.T) {
 	}
 	if now := of(func(p procfs.Stat) bool { return strings.HasPrefix(p.Comm, "qemu") }); now != qemu {
 		t.Fatalf("QEMU is pid %d, was %d", now, qemu)
+	}
+	// vlctl ps counts the restart (the RESTARTS column, after UPTIME).
+	code, out, errOut := vlctl(t, time.Minute, "ps", "--record-dir", e.records)
+	if row := regexp.MustCompile(`(?m)^keep\s+\S+\s+Running\s+\S+\s+1\s`); code != 0 || !row.MatchString(out) {
+		t.Errorf("vlctl ps (exit %d) shows no restart of keep's launcher:\n%s%s", code, out, errOut)
 	}
 
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {

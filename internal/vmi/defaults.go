@@ -79,6 +79,19 @@ func StableUID(namespace, name string) types.UID {
 	return types.UID(uuid.NewSHA1(firmwareUUIDNamespace, []byte("uid:"+namespace+"/"+name)).String())
 }
 
+// AnnotationLauncherRestarts on a VMI switches the restarts of a launcher
+// that died by accident off for it ("off"), or leaves them on ("on", the
+// default). A cluster runs one launcher image with one environment; a VM
+// whose owner wants KubeVirt's behaviour (the VMI fails with its
+// launcher) says so itself. Validate refuses any other value.
+const AnnotationLauncherRestarts = "virtlauncher.io/launcher-restarts"
+
+// LauncherRestartsOff reports whether the VMI asks for no launcher
+// restarts.
+func LauncherRestartsOff(vmi *v1.VirtualMachineInstance) bool {
+	return vmi.Annotations[AnnotationLauncherRestarts] == "off"
+}
+
 // GracePeriodSeconds is the VMI's termination grace period, 30 when unset,
 // at most MaxGracePeriodSeconds (and never negative: Validate refuses
 // that).

@@ -144,6 +144,9 @@ func (v *validator) metadata() {
 	if size > maxAnnotationsBytes {
 		v.fail("metadata.annotations", "%d bytes in all, at most %d allowed", size, maxAnnotationsBytes)
 	}
+	if val, ok := v.vmi.Annotations[AnnotationLauncherRestarts]; ok && val != "on" && val != "off" {
+		v.fail("metadata.annotations["+AnnotationLauncherRestarts+"]", "%q: want on or off", truncate(val, 80))
+	}
 }
 
 // uidPattern is what a metadata.uid may look like here.

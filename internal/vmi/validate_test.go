@@ -94,6 +94,9 @@ func TestValidate(t *testing.T) {
 		{"name too long", func(v *v1.VirtualMachineInstance) { v.Name = strings.Repeat("a", 64) }, "metadata.name: \"aaaa"},
 		{"namespace invalid", func(v *v1.VirtualMachineInstance) { v.Namespace = "Big_NS" }, `metadata.namespace: "Big_NS" is not a valid namespace`},
 		{"uid missing", func(v *v1.VirtualMachineInstance) { v.UID = "" }, "metadata.uid: required"},
+		{"launcher restarts neither on nor off", func(v *v1.VirtualMachineInstance) {
+			v.Annotations = map[string]string{AnnotationLauncherRestarts: "no"}
+		}, `metadata.annotations[virtlauncher.io/launcher-restarts]: "no": want on or off`},
 		{"architecture unknown", func(v *v1.VirtualMachineInstance) { v.Spec.Architecture = "mips" }, `spec.architecture: "mips" is not supported`},
 		{"disk without volume", func(v *v1.VirtualMachineInstance) {
 			v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks, v1.Disk{Name: "foo", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: "virtio"}}})

@@ -20,6 +20,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
 // answerBound is how long launcher-sock may refuse connections after the
@@ -138,6 +139,10 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 	if n := testguest.CountMarker(p.Console(), testguest.MarkerBooted); n != 1 {
 		t.Errorf("%d boot markers on the console, want 1 (the guest rebooted)", n)
 	}
+	// The monitor's record says how often, and why the last time.
+	if rec, ok, err := monitor.ReadRestarts(p.Layout.PrivateDir); err != nil || !ok || rec.Count != kills || !strings.Contains(rec.Reason, "died of signal") {
+		t.Errorf("restart record %+v (found %v, err %v), want %d restarts with the last one's reason", rec, ok, err, kills)
+	}
 
 	p.Signal(syscall.SIGTERM)
 	if code := p.ExitCode(2 * time.Minute); code != 0 {
@@ -148,28 +153,51 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 }
 
 // TestLauncherKilledRestartsOff: the control case. With restarts switched
-// off the monitor does what KubeVirt's does: once the launcher is killed
-// it stops QEMU and the pod ends with the launcher's status.
+// off (for the machine by the monitor's environment, or for one VM by its
+// VMI's annotation) the monitor does what KubeVirt's does: once the
+// launcher is killed it stops QEMU and the pod ends with the launcher's
+// status.
 func TestLauncherKilledRestartsOff(t *testing.T) {
 	t.Parallel()
-	p := newPodDeferred(t, "lkilloff", podOpts{grace: 3})
-	p.SetEnv(monitor.EnvRestarts, "0")
-	p.Start()
-	p.WaitReady(60 * time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	c := p.Client(ctx)
-	p.boot(ctx, c)
-	qemu := p.QemuPid()
+	for _, tc := range []struct {
+		name       string
+		env        bool
+		annotation string
+	}{
+		{name: "by the environment", env: true},
+		{name: "by the VMI's annotation", annotation: "off"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPodDeferred(t, "lkilloff", podOpts{grace: 3})
+			if tc.env {
+				p.SetEnv(monitor.EnvRestarts, "0")
+			}
+			p.Start()
+			p.WaitReady(60 * time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+			defer cancel()
+			c := p.Client(ctx)
+			v := p.vmi()
+			if tc.annotation != "" {
+				v.Annotations = map[string]string{vmi.AnnotationLauncherRestarts: tc.annotation}
+			}
+			if err := c.Sync(ctx, v, nil); err != nil {
+				t.Fatalf("Sync: %v", err)
+			}
+			p.WaitConsole(testguest.MarkerReady, bootTimeout)
+			qemu := p.QemuPid()
 
-	launchertest.Must(t, syscall.Kill(p.MustChild("virt-launcher"), syscall.SIGKILL))
-	if code := p.ExitCode(time.Minute); code != 128+int(syscall.SIGKILL) {
-		t.Errorf("exit code %d, want %d (the launcher's, killed)", code, 128+int(syscall.SIGKILL))
+			launchertest.Must(t, syscall.Kill(p.MustChild("virt-launcher"), syscall.SIGKILL))
+			if code := p.ExitCode(time.Minute); code != 128+int(syscall.SIGKILL) {
+				t.Errorf("exit code %d, want %d (the launcher's, killed)", code, 128+int(syscall.SIGKILL))
+			}
+			if st, err := procfs.ReadStat("/proc", qemu); err == nil && st.State != 'Z' {
+				t.Errorf("QEMU (pid %d) outlived the pod", qemu)
+			}
+			p.assertNothingLeft()
+		})
 	}
-	if st, err := procfs.ReadStat("/proc", qemu); err == nil && st.State != 'Z' {
-		t.Errorf("QEMU (pid %d) outlived the pod", qemu)
-	}
-	p.assertNothingLeft()
 }
 
 // waitRunningEvent waits up to answerBound for a MODIFIED event with the
