@@ -236,8 +236,8 @@ type psRow struct {
 	// Restarts is how often the run's monitor started a new launcher
 	// after one died, the guest running on.
 	Restarts  int
-	Addresses       []string
-	Console         string
+	Addresses []string
+	Console   string
 }
 
 // psRowOf asks the run's launcher for the domain's state; a stale record
