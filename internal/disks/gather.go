@@ -249,40 +249,46 @@ type imageInfo struct {
 // (MemoryLimit) so that a crafted image cannot exhaust the launcher, as
 // KubeVirt does.
 func (p *Preparer) ImageFormat(ctx context.Context, path string) (string, error) {
+	format, _, err := p.ImageInfo(ctx, path)
+	return format, err
+}
+
+// ImageInfo is ImageFormat with the image's virtual size (bytes).
+func (p *Preparer) ImageInfo(ctx context.Context, path string) (format string, virtualSize int64, err error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("image %s does not exist", path)
+			return "", 0, fmt.Errorf("image %s does not exist", path)
 		}
-		return "", err
+		return "", 0, err
 	}
 	isBlock := fi.Mode()&fs.ModeDevice != 0 && fi.Mode()&fs.ModeCharDevice == 0
 	if !fi.Mode().IsRegular() && !isBlock {
-		return "", fmt.Errorf("image %s is not a regular file or block device: not a disk image", path)
+		return "", 0, fmt.Errorf("image %s is not a regular file or block device: not a disk image", path)
 	}
 	if fi.Mode().IsRegular() && fi.Size() == 0 {
-		return "", fmt.Errorf("image %s is empty: not a disk image", path)
+		return "", 0, fmt.Errorf("image %s is empty: not a disk image", path)
 	}
 	info, err := p.qemuImgInfo(ctx, path)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	switch info.Format {
 	case "raw":
 		if fi.Mode().IsRegular() && fi.Size()%512 != 0 {
-			return "", fmt.Errorf("image %s: raw image of %d bytes is not a whole number of 512-byte sectors: not a disk image", path, fi.Size())
+			return "", 0, fmt.Errorf("image %s: raw image of %d bytes is not a whole number of 512-byte sectors: not a disk image", path, fi.Size())
 		}
 	case "qcow2":
 		if info.BackingFilename != "" {
-			return "", fmt.Errorf("image %s: qcow2 with a backing file (%s) is not allowed", path, info.BackingFilename)
+			return "", 0, fmt.Errorf("image %s: qcow2 with a backing file (%s) is not allowed", path, info.BackingFilename)
 		}
 		if info.FormatSpecific.Data.DataFile != "" {
-			return "", fmt.Errorf("image %s: qcow2 with an external data file (%s) is not allowed", path, info.FormatSpecific.Data.DataFile)
+			return "", 0, fmt.Errorf("image %s: qcow2 with an external data file (%s) is not allowed", path, info.FormatSpecific.Data.DataFile)
 		}
 	default:
-		return "", fmt.Errorf("image %s: format %q is not supported (only raw, or qcow2 without a backing file)", path, info.Format)
+		return "", 0, fmt.Errorf("image %s: format %q is not supported (only raw, or qcow2 without a backing file)", path, info.Format)
 	}
-	return info.Format, nil
+	return info.Format, info.VirtualSize, nil
 }
 
 func (p *Preparer) qemuImgInfo(ctx context.Context, path string) (*imageInfo, error) {

@@ -2,6 +2,7 @@ package registrydisk
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -71,7 +72,7 @@ func (w *sparseWriter) room(n int64) error {
 		return err
 	}
 	if free := int64(st.Bavail) * st.Bsize; free < minFree {
-		return fmt.Errorf("the image cache's file system has %d bytes free, less than the %d it must keep: stopped extracting", free, minFree)
+		return fmt.Errorf("the file system of %s has %d bytes free, less than the %d it must keep: stopped writing", w.f.Name(), free, minFree)
 	}
 	return nil
 }
@@ -84,3 +85,9 @@ func allZero(b []byte) bool {
 	}
 	return true
 }
+
+// SparseWriter writes a stream to f, a new empty file, from offset 0 with
+// its runs of zeros left as holes, stopping before f's file system has
+// less than 1 GiB free. The caller truncates f to the stream's length at
+// the end (trailing holes count).
+func SparseWriter(f *os.File) io.Writer { return &sparseWriter{f: f} }
