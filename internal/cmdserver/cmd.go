@@ -141,7 +141,8 @@ func (c *cmdServer) syncOp(ctx context.Context, rpc string, req *cmdv1.VMIReques
 	})
 }
 
-// syncOptions converts the options virt-handler sends with Sync. Topology,
+// syncOptions converts the options virt-handler sends with Sync. The host
+// topology places dedicated CPUs (as KubeVirt's launcher uses it);
 // DisksInfo (always empty now), interfaceMigration and the Grace/vGPU
 // switches have no use in virtlauncher and are ignored; domain-mutation
 // plugins cannot be honoured, so a non-empty plugin list fails the Sync.
@@ -165,6 +166,17 @@ func syncOptions(o *cmdv1.VirtualMachineOptions) (domain.SyncOptions, error) {
 		so.SerialConsoleLogDisabled = cc.SerialConsoleLogDisabled
 	}
 	so.InterfaceDomainAttachment = o.GetInterfaceDomainAttachment()
+	for _, cell := range o.GetTopology().GetNumaCells() {
+		fc := facts.NUMACell{ID: uint(cell.GetId())}
+		for _, cpu := range cell.GetCpus() {
+			hc := facts.HostCPU{ID: uint(cpu.GetId())}
+			for _, s := range cpu.GetSiblings() {
+				hc.Siblings = append(hc.Siblings, uint(s))
+			}
+			fc.CPUs = append(fc.CPUs, hc)
+		}
+		so.HostNUMA = append(so.HostNUMA, fc)
+	}
 	if p := o.GetPluginsJson(); len(p) > 0 {
 		var plugins []json.RawMessage
 		if err := json.Unmarshal(p, &plugins); err != nil {

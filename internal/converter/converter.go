@@ -27,7 +27,7 @@
 //     as are passt, slirp, macvtap, binding plugins, virtiofs, launch
 //     security and the supplementalPool I/O thread policy.
 //   - Not converted (not part of this launcher): the qemu command line
-//     (ignition, SeaBIOS debug log), IOMMUFD, NUMA passthrough and realtime.
+//     (ignition, SeaBIOS debug log), IOMMUFD.
 package converter
 
 import (
@@ -72,6 +72,8 @@ func Configurators(c *facts.Context) []facts.Configurator {
 		compute.MemoryBacking{},
 		compute.RebootPolicy{},
 		compute.Hypervisor{Ctx: c},
+		// Last, as KubeVirt adjusts the finished domain for dedicated CPUs.
+		compute.CPUPinning{Ctx: c},
 	}
 }
 

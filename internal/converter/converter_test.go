@@ -54,7 +54,7 @@ func TestConfiguratorOrder(t *testing.T) {
 	for _, s := range converter.Configurators(convtest.Context()) {
 		got = append(got, strings.TrimPrefix(fmt.Sprintf("%T", s), "compute."))
 	}
-	want := "Metadata network.configurator TPM VSOCK Channels Clock RNG Input Balloon Graphics Sound hostdev.configurator Watchdog Console Panic Features SysInfo OS storage.configurator USBRedir Controllers CPU Memory MemoryBacking RebootPolicy Hypervisor"
+	want := "Metadata network.configurator TPM VSOCK Channels Clock RNG Input Balloon Graphics Sound hostdev.configurator Watchdog Console Panic Features SysInfo OS storage.configurator USBRedir Controllers CPU Memory MemoryBacking RebootPolicy Hypervisor CPUPinning"
 	if g := strings.Join(got, " "); g != want {
 		t.Errorf("order:\n got %s\nwant %s", g, want)
 	}

@@ -44,7 +44,7 @@ var corpusFailures = map[string]string{
 	"vmi-dra-pgpu.yaml":              `spec.domain.devices.gpus[0]: no PCI address known for GPU "example-gpu"`,
 	"vmi-sriov.yaml":                 `spec.domain.devices.interfaces[1]: no PCI address known for SR-IOV interface "sriov-net"`,
 	"vmi-usb.yaml":                   `spec.domain.devices.hostDevices[0]: no PCI address known for host device "node-usb-to-vmi-storage"`,
-	"vmi-fedora-isolated.yaml":       "spec.domain.cpu.dedicatedCpuPlacement: needs 2 dedicated host CPUs from the pod's CPU manager",
+	"vmi-fedora-isolated.yaml":       "spec.domain.cpu.dedicatedCpuPlacement: 1 vCPUs do not fit the pod's CPU set (empty, 0 CPUs",
 }
 
 // corpusWithDevices gives the device manifests the facts a launcher would

@@ -45,6 +45,19 @@ var goldenFacts = map[string]func(*facts.Context){
 		c.PCIAddresses = map[string]string{"fast": "0000:3b:02.1", "gpu1": "0000:81:00.0", "nvme": "0000:c1:00.0"}
 	},
 	"hotplug-hugepages.yaml": func(c *facts.Context) { c.SerialConsoleLogDisabled = true },
+	"dedicated-numa.yaml": func(c *facts.Context) {
+		// Cores 0/4 and 1/5 on cell 0, 2/6 and 3/7 on cell 1.
+		c.CPUSet = []uint{0, 4, 2, 6, 1}
+		for id, cores := range [][][]uint{{{0, 4}, {1, 5}}, {{2, 6}, {3, 7}}} {
+			cell := facts.NUMACell{ID: uint(id)}
+			for _, core := range cores {
+				for _, t := range core {
+					cell.CPUs = append(cell.CPUs, facts.HostCPU{ID: t, Siblings: core})
+				}
+			}
+			c.HostNUMA = append(c.HostNUMA, cell)
+		}
+	},
 }
 
 func TestGolden(t *testing.T) {

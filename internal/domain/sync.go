@@ -31,6 +31,9 @@ type SyncOptions struct {
 	BochsDisplayForEFIGuests  bool
 	SerialConsoleLogDisabled  bool
 	InterfaceDomainAttachment map[string]string
+	// HostNUMA is the host topology virt-handler sends (from libvirt's
+	// capabilities); empty keeps the launcher's own reading.
+	HostNUMA []facts.NUMACell
 }
 
 // Sync converges the domain to the VMI (kubevirt-wire.md section 4, end):
@@ -312,6 +315,9 @@ func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opt
 	}
 	if opts.MemBalloonStatsPeriod != nil {
 		c.MemBalloonStatsPeriod = *opts.MemBalloonStatsPeriod
+	}
+	if len(opts.HostNUMA) > 0 {
+		c.HostNUMA = opts.HostNUMA
 	}
 	// The cluster settings arrive with the SMBIOS in every handler Sync; a
 	// client that sends no options (vlctl, STANDALONE_VMI) keeps the

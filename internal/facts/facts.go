@@ -58,6 +58,19 @@ type Interface struct {
 	Tap string // tap device name; empty means derive it as KubeVirt does
 }
 
+// NUMACell is one host NUMA node and its CPUs.
+type NUMACell struct {
+	ID   uint
+	CPUs []HostCPU
+}
+
+// HostCPU is one host CPU and the CPUs of its core (itself included; empty
+// when the host does not say).
+type HostCPU struct {
+	ID       uint
+	Siblings []uint
+}
+
 // Context is every outside fact the converter may use. The zero value plus
 // DefaultContext's settings describe a plain amd64 KubeVirt node.
 type Context struct {
@@ -89,10 +102,17 @@ type Context struct {
 	Volumes map[string]Volume
 	// Interfaces by VMI interface name.
 	Interfaces map[string]Interface
-	// CPUSet is the pod's dedicated host CPUs, in order, for VMIs with
-	// dedicatedCpuPlacement (the CPU manager's choice). vCPU i is pinned to
-	// CPUSet[i]; an isolated emulator thread takes the next one.
+	// CPUSet is the pod's host CPUs, in order: the CPU set of the
+	// launcher's cgroup, which a CPU manager narrows to the dedicated CPUs
+	// of a VMI with dedicatedCpuPlacement. vCPUs, an isolated emulator
+	// thread and I/O threads are placed on these.
 	CPUSet []uint
+	// HostNUMA is the host's NUMA topology (virt-handler's, else the
+	// launcher's own reading of /sys): which cell each CPU is in and which
+	// CPUs share a core. Dedicated vCPUs keep a guest core's threads on one
+	// host core where they can, and NUMA passthrough mirrors the cells.
+	// Empty: each CPU of CPUSet is a core of its own in cell 0.
+	HostNUMA []NUMACell
 
 	// PCIAddresses of host devices by device name (gpus, hostDevices, and
 	// SR-IOV interfaces by interface name), e.g. "0000:81:00.1".

@@ -2,11 +2,14 @@ package launcher
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 
 	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
@@ -52,14 +55,36 @@ func efiFiles(ovmfPath string) facts.EFI {
 	}
 }
 
+// podCPUs reads, once at start as KubeVirt's launcher does, the CPUs the
+// pod may use (its cgroup's CPU set, which a CPU manager narrows to the
+// dedicated CPUs) and the host's NUMA topology. A launcher that cannot read
+// them still serves: only a VMI with dedicated CPUs needs them, and its
+// Sync then fails saying the set is empty.
+func podCPUs(log *slog.Logger) ([]uint, []facts.NUMACell) {
+	sys := hostcpu.Sys{Root: "/"}
+	cpus, file, err := sys.OwnCPUSet("self")
+	if err != nil {
+		log.Warn("cannot read the pod's CPU set: dedicated CPUs cannot be placed", "file", file, "error", err)
+		return nil, nil
+	}
+	cells, err := sys.NUMA()
+	if err != nil {
+		log.Warn("cannot read the host's NUMA topology: each pod CPU counts as a core of its own in one cell", "error", err)
+	}
+	log.Info("pod CPU set", "cpus", hostcpu.FormatList(cpus), "file", file, "numaCells", len(cells))
+	return cpus, cells
+}
+
 // baseFacts returns the launcher's own facts for the converter.
-func baseFacts(l layout.Layout, emulation, nonRoot bool, efi facts.EFI) func() *facts.Context {
+func baseFacts(l layout.Layout, emulation, nonRoot bool, efi facts.EFI, cpus []uint, numa []facts.NUMACell) func() *facts.Context {
 	return func() *facts.Context {
 		c := facts.Default(l)
 		c.Arch = runtime.GOARCH
 		c.Emulation = emulation
 		c.NonRoot = nonRoot
 		c.EFI = efi
+		c.CPUSet = slices.Clone(cpus)
+		c.HostNUMA = numa
 		return c
 	}
 }

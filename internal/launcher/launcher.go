@@ -236,6 +236,7 @@ func (l *Launcher) hostUUID() string {
 // and must be called whatever the error.
 func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root bool) (context.Context, func(), error) {
 	emulation, hvErr := hypervisor(l.opts)
+	cpus, numa := podCPUs(l.log)
 	if hvErr == nil {
 		l.log.Info("hypervisor chosen", "emulation", emulation)
 	}
@@ -254,7 +255,7 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 		Events:        events,
 		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm, ImageVolume: l.opts.ImageVolume},
 		Hooks:         hm,
-		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath)),
+		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath), cpus, numa),
 		HypervisorErr: hvErr,
 		Network:       dhcp.New(dhcp.Config{CacheDir: l.layout.PrivateDir, ResolvConf: l.opts.ResolvConf}, l.log),
 		AgentIntervals: agent.Intervals{

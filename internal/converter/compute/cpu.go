@@ -2,7 +2,6 @@ package compute
 
 import (
 	"fmt"
-	"strconv"
 
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
@@ -21,7 +20,7 @@ const TCGMode = "maximum"
 const maxVCPUs = 512
 
 // CPU fills <cpu> (mode, model, features, topology), <vcpu> and, for CPU
-// hotplug, <vcpus>; with dedicated CPUs it also pins them (<cputune>).
+// hotplug, <vcpus>. Dedicated CPUs are CPUPinning's (pinning.go).
 type CPU struct{ Ctx *facts.Context }
 
 var featurePolicies = map[string]bool{"": true, "force": true, "require": true, "optional": true, "disable": true, "forbid": true}
@@ -100,39 +99,6 @@ func (c CPU) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) e
 			})
 		}
 		dom.VCPUs = vcpus
-	}
-	if spec.DedicatedCPUPlacement {
-		return c.pin(vmi, spec, dom, booted)
-	}
-	return nil
-}
-
-// pin places each booted vCPU on its own host CPU from the pod's dedicated
-// set (the pod gets CPUs for those only; hotpluggable vCPUs stay unpinned).
-func (c CPU) pin(vmi *v1.VirtualMachineInstance, spec *v1.CPU, dom *libvirtxml.Domain, booted uint64) error {
-	need := booted
-	if spec.IsolateEmulatorThread {
-		need++
-	}
-	if uint64(len(c.Ctx.CPUSet)) < need {
-		return fmt.Errorf("spec.domain.cpu.dedicatedCpuPlacement: needs %d dedicated host CPUs from the pod's CPU manager, the launcher knows %d", need, len(c.Ctx.CPUSet))
-	}
-	tune := &libvirtxml.DomainCPUTune{}
-	for i := uint64(0); i < booted; i++ {
-		tune.VCPUPin = append(tune.VCPUPin, libvirtxml.DomainCPUTuneVCPUPin{
-			VCPU: uint(i), CPUSet: strconv.FormatUint(uint64(c.Ctx.CPUSet[i]), 10),
-		})
-	}
-	if spec.IsolateEmulatorThread {
-		tune.EmulatorPin = &libvirtxml.DomainCPUTuneEmulatorPin{CPUSet: strconv.FormatUint(uint64(c.Ctx.CPUSet[booted]), 10)}
-	}
-	dom.CPUTune = tune
-	if arch(vmi, c.Ctx) == "amd64" && !c.Ctx.Emulation {
-		f := features(dom)
-		if f.KVM == nil {
-			f.KVM = &libvirtxml.DomainFeatureKVM{}
-		}
-		f.KVM.HintDedicated = &libvirtxml.DomainFeatureState{State: "on"}
 	}
 	return nil
 }

@@ -78,6 +78,6 @@ func TestCPU(t *testing.T) {
 		}, Ctx: func(c *facts.Context) { c.CPUSet = []uint{4, 5, 6} },
 			Contains: []string{`<vcpupin vcpu="0" cpuset="4">`, `<vcpupin vcpu="1" cpuset="5">`, `<emulatorpin cpuset="6">`, `<hint-dedicated state="on">`}},
 		{Name: "dedicated cpus without a cpuset", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.CPU.DedicatedCPUPlacement = true },
-			Err: "spec.domain.cpu.dedicatedCpuPlacement: needs 1 dedicated host CPUs"},
+			Err: "spec.domain.cpu.dedicatedCpuPlacement: 1 vCPUs do not fit the pod's CPU set (empty, 0 CPUs"},
 	})
 }
