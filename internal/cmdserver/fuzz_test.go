@@ -39,6 +39,9 @@ func (nopManager) DomainStats(context.Context) ([]byte, error)                  
 func (nopManager) QemuVersion(context.Context) (string, error)                  { return "", nil }
 func (nopManager) SyncVCPUs(context.Context, *v1.VirtualMachineInstance) error  { return nil }
 func (nopManager) SyncMemory(context.Context, *v1.VirtualMachineInstance) error { return nil }
+func (nopManager) MemoryDump(context.Context, *v1.VirtualMachineInstance, string) error {
+	return nil
+}
 func (nopManager) HotplugHostDevices(context.Context, *v1.VirtualMachineInstance) error {
 	return nil
 }

@@ -57,6 +57,9 @@ type Manager interface {
 	// whose binding asks for a link refresh).
 	PrepareMigrationTarget(ctx context.Context, vmi *v1.VirtualMachineInstance, opts domain.SyncOptions) error
 	FinalizeMigration(ctx context.Context, vmi *v1.VirtualMachineInstance, linkRefresh []string) error
+	// MemoryDump starts a memory dump of the domain to dumpPath and
+	// returns once it runs; its end is in the Domain's metadata.
+	MemoryDump(ctx context.Context, vmi *v1.VirtualMachineInstance, dumpPath string) error
 	// AbandonTarget tells a migration target whose domain has not
 	// arrived to stop waiting for it (SignalTargetPodCleanup).
 	AbandonTarget()

@@ -57,6 +57,7 @@ type fakeManager struct {
 	execErr  error
 	pingErr  error
 	execArgs []string
+	dumpPath string
 }
 
 func (f *fakeManager) record(op string, vmi *v1.VirtualMachineInstance, opts domain.SyncOptions) error {
@@ -122,6 +123,13 @@ func (f *fakeManager) DomainStats(context.Context) ([]byte, error) {
 func (f *fakeManager) QemuVersion(context.Context) (string, error) { return f.version, f.err }
 func (f *fakeManager) SyncVCPUs(_ context.Context, v *v1.VirtualMachineInstance) error {
 	return f.record("SyncVCPUs", v, domain.SyncOptions{})
+}
+
+func (f *fakeManager) MemoryDump(_ context.Context, v *v1.VirtualMachineInstance, path string) error {
+	f.mu.Lock()
+	f.dumpPath = path
+	f.mu.Unlock()
+	return f.record("MemoryDump", v, domain.SyncOptions{})
 }
 
 func (f *fakeManager) SyncMemory(_ context.Context, v *v1.VirtualMachineInstance) error {
@@ -367,6 +375,7 @@ func TestUnsupportedRPCs(t *testing.T) {
 		// the guest agent's (guestagent_test.go)
 		"GetGuestInfo": true, "GetUsers": true, "GetFilesystems": true, "Exec": true, "GuestPing": true,
 		"FreezeVirtualMachine": true, "UnfreezeVirtualMachine": true,
+		"VirtualMachineMemoryDump": true, // memorydump_test.go
 	}
 	grpcErr := map[string]codes.Code{"GetVMStats": codes.Unknown}
 	svc := cmdv1.File_cmd_v1_cmd_proto.Services().ByName("Cmd")
@@ -410,8 +419,8 @@ func TestUnsupportedRPCs(t *testing.T) {
 			t.Errorf("%s: success=%v message=%q", name, success, msg)
 		}
 	}
-	if checked != 8 {
-		t.Errorf("checked %d unsupported RPCs, want 8", checked)
+	if checked != 7 {
+		t.Errorf("checked %d unsupported RPCs, want 7", checked)
 	}
 	if len(m.calls) != 0 {
 		t.Errorf("unsupported RPCs reached the manager: %+v", m.calls)

@@ -11,10 +11,6 @@ import (
 // with a non-empty message, which virt-handler reports as a failed
 // operation; none pretends to succeed.
 
-func (c *cmdServer) VirtualMachineMemoryDump(context.Context, *cmdv1.MemoryDumpRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("VirtualMachineMemoryDump")), nil
-}
-
 func (c *cmdServer) GetSEVInfo(context.Context, *cmdv1.EmptyRequest) (*cmdv1.SEVInfoResponse, error) {
 	return &cmdv1.SEVInfoResponse{Response: fail(notSupported("GetSEVInfo"))}, nil
 }

@@ -201,6 +201,8 @@ type Manager struct {
 	// credentialsStarted: the access credentials are being propagated
 	// (startCredentials, mu).
 	credentialsStarted bool
+	// dumping: a memory dump call runs in the daemon (memorydump.go, mu).
+	dumping bool
 
 	// targetOf is the migration this pod was prepared to receive
 	// (PrepareMigrationTarget), "" when it is none's target (mu).

@@ -63,8 +63,8 @@ func LoadState(path string) (s State, ok bool, err error) {
 // stopped with it, and libvirt cancels an outgoing migration it finds
 // unfinished when it starts again, the guest running on here. It is
 // recorded as failed, so that virt-handler sees it end and a Migrate for
-// the same migration is not run twice. A state of another VMI is not
-// taken over.
+// the same migration is not run twice; so is a memory dump under way. A
+// state of another VMI is not taken over.
 func restoreState(s State, uid string, now time.Time) (domainjson.Metadata, *time.Time, error) {
 	md := s.Metadata
 	if uid != "" && md.UID != "" && md.UID != uid {
@@ -84,6 +84,11 @@ func restoreState(s State, uid string, now time.Time) (domainjson.Metadata, *tim
 			next.EndTimestamp = &t
 		}
 		md.Migration = next
+	}
+	if d := md.MemoryDump; d != nil {
+		// It ended with the daemon that made it; the file it left may
+		// be cut short.
+		md.MemoryDump = endDump(d, d.FileName, errors.New("the launcher running it ended"), now)
 	}
 	return md, s.ThawAt, nil
 }

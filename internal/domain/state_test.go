@@ -57,6 +57,21 @@ func TestRestoreState(t *testing.T) {
 					t.Errorf("migration %+v, want the succeeded one as it was", m)
 				}
 			}},
+		{name: "a memory dump under way is over: completed, failed, saying why", uid: "u1",
+			state: State{Metadata: domainjson.Metadata{UID: "u1", MemoryDump: &domainjson.MemoryDumpMetadata{FileName: "d.memory.dump", StartTimestamp: &started}}},
+			check: func(t *testing.T, md domainjson.Metadata, _ *time.Time) {
+				d := md.MemoryDump
+				if d == nil || !d.Completed || !d.Failed || d.EndTimestamp == nil || !strings.Contains(d.FailureReason, "launcher") {
+					t.Errorf("memory dump %+v, want completed, failed and ended", d)
+				}
+			}},
+		{name: "a memory dump that ended keeps its outcome", uid: "u1",
+			state: State{Metadata: domainjson.Metadata{UID: "u1", MemoryDump: &domainjson.MemoryDumpMetadata{FileName: "d.memory.dump", StartTimestamp: &started, EndTimestamp: &ended, Completed: true}}},
+			check: func(t *testing.T, md domainjson.Metadata, _ *time.Time) {
+				if d := md.MemoryDump; d == nil || d.Failed || !d.Completed || !d.EndTimestamp.Equal(&ended) {
+					t.Errorf("memory dump %+v, want the completed one as it was", d)
+				}
+			}},
 		{name: "the state of another VMI is refused", uid: "u2",
 			state:   State{Metadata: domainjson.Metadata{UID: "u1"}},
 			wantErr: "uid u1"},

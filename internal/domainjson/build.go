@@ -70,7 +70,12 @@ func kubeVirtMetadata(meta Metadata) DomainMetadata {
 		m := *meta.Migration
 		mig = &m
 	}
-	return DomainMetadata{KubeVirt: KubeVirtMetadata{UID: meta.UID, GracePeriod: gp, AccessCredential: ac, Migration: mig}}
+	var dump *MemoryDumpMetadata
+	if meta.MemoryDump != nil {
+		d := *meta.MemoryDump
+		dump = &d
+	}
+	return DomainMetadata{KubeVirt: KubeVirtMetadata{UID: meta.UID, GracePeriod: gp, AccessCredential: ac, Migration: mig, MemoryDump: dump}}
 }
 
 func convertSpec(x *libvirtxml.Domain) DomainSpec {

@@ -41,6 +41,8 @@ type Metadata struct {
 	// Migration is the live migration this launcher's domain is the
 	// source or the target of (nil: none).
 	Migration *MigrationMetadata
+	// MemoryDump is the last memory dump asked for (nil: none).
+	MemoryDump *MemoryDumpMetadata
 }
 
 // Domain is KubeVirt's api.Domain as JSON.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"libvirt.org/go/libvirtxml"
 	kjson "sigs.k8s.io/json"
 
@@ -179,6 +180,28 @@ func TestBuildDecodesAsKubeVirt(t *testing.T) {
 
 	check("Status.Status", kv.Status.Status, "Running")
 	check("Status.Reason", kv.Status.Reason, "Unknown")
+}
+
+// TestMemoryDumpMetadata: the launcher's memory dump record reaches
+// Spec.Metadata.KubeVirt.MemoryDump, which virt-handler compares with the
+// volume's target file name and reads the outcome and times from.
+func TestMemoryDumpMetadata(t *testing.T) {
+	start := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	end := metav1.NewTime(start.Add(7 * time.Second))
+	md := Metadata{UID: "U", MemoryDump: &MemoryDumpMetadata{FileName: "vm1-dump-20260102-030405.memory.dump",
+		StartTimestamp: &start, EndTimestamp: &end, Completed: true, Failed: true, FailureReason: "Domain memory dump failed: no space"}}
+	data, err := json.Marshal(Build("vm1", "ns1", parse(t), libvirt.DomainRunning, int32(libvirt.DomainRunningBooted), md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := decodeKubeVirt(t, data).Spec.Metadata.KubeVirt.MemoryDump
+	if got == nil {
+		t.Fatalf("no MemoryDump in %s", data)
+	}
+	if got.FileName != md.MemoryDump.FileName || !got.Completed || !got.Failed || got.FailureReason != md.MemoryDump.FailureReason ||
+		got.StartTimestamp == nil || !got.StartTimestamp.Equal(start.Time) || got.EndTimestamp == nil || !got.EndTimestamp.Equal(end.Time) {
+		t.Errorf("MemoryDump = %+v, want %+v", got, md.MemoryDump)
+	}
 }
 
 func TestGone(t *testing.T) {
