@@ -9,6 +9,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/instancetype"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -33,7 +34,8 @@ func newConvertCmd() *cobra.Command {
 		Use:   "convert FILE",
 		Short: "Print the libvirt domain XML for a VMI manifest",
 		Long: `Print the libvirt domain XML virtlauncher defines for a VirtualMachineInstance
-(or a VirtualMachine's template), after applying KubeVirt's defaults.
+(or a VirtualMachine's template, its instancetype and preference expanded from the
+file's other documents or vlctl's common ones), after applying KubeVirt's defaults.
 
 Facts the launcher normally discovers can be given with flags: disk image
 formats, block volumes, PCI addresses of host devices and SR-IOV interfaces,
@@ -75,11 +77,11 @@ func runConvert(path string, f convertFlags) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	v, err := vmi.LoadFile(path, vmi.Options{DefaultBinding: f.binding, Arch: f.arch})
+	l, err := instancetype.Load([]string{path}, "", vmi.Options{DefaultBinding: f.binding, Arch: f.arch})
 	if err != nil {
 		return "", err
 	}
-	dom, err := converter.Convert(v, c)
+	dom, err := converter.Convert(l.VMI, c)
 	if err != nil {
 		return "", err
 	}

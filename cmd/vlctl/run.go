@@ -60,6 +60,14 @@ VirtualMachineInstance, and the ConfigMaps and Secrets its configMap, secret and
 and cloud-init secretRefs name (Secret data in base64, stringData as text), written where a pod
 mounts them.
 
+A VirtualMachine's spec.instancetype and spec.preference are expanded as KubeVirt's API
+server and VM controller do (instancetype.kubevirt.io/v1beta1): the instancetype gives CPU,
+memory and what else it sets (a VM setting the same is refused, naming the field), the
+preference fills in what the VM leaves unset. They are looked up among the documents, then in
+--instancetypes DIR, then among KubeVirt's common cluster instancetypes and preferences that
+vlctl ships (u1.medium, o1, cx1, m1, n1; fedora, ubuntu, centos.stream9, rhel.9, windows.11,
+alpine, cirros, ...).
+
 A VirtualMachine's run strategy is honoured: Always starts the guest again whenever it stops,
 RerunOnFailure when it fails, Once and Manual run it once; Halted (running: false) is refused
 unless --force-start.
@@ -104,6 +112,9 @@ secondary networks (each refused, saying so).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				cfg.File = args[0]
+			}
+			if cfg.MigrateFrom != "" && cfg.Instancetypes != "" {
+				return errors.New("--migrate-from: the VM keeps its run's expanded instancetype; --instancetypes does not apply")
 			}
 			if cfg.MigrateFrom != "" && (len(volumes) > 0 || len(publish) > 0 || cfg.ForceStart || cmd.Flags().Changed("binding")) {
 				return errors.New("--migrate-from: the VM keeps its run's storage, network and run strategy; --volume, --publish, --binding and --force-start do not apply")
@@ -183,6 +194,7 @@ secondary networks (each refused, saying so).`,
 	}
 	f := cmd.Flags()
 	f.StringArrayVarP(&cfg.Files, "filename", "f", nil, "a file of manifests, YAML documents separated by --- (repeatable, as kubectl apply -f): one VirtualMachine or VirtualMachineInstance among them, and the ConfigMaps and Secrets its volumes name")
+	f.StringVar(&cfg.Instancetypes, "instancetypes", "", "DIR: .yaml/.yml/.json files of instancetypes and preferences (instancetype.kubevirt.io/v1beta1) a VM may name; searched after the -f documents, before vlctl's common ones (u1, o1, cx1, m1, n1; fedora, ubuntu, windows.11, ...)")
 	f.BoolVar(&cfg.Quiet, "quiet", false, "leave out the progress lines (what is being done, where the guest is reachable); warnings and errors are still printed")
 	f.StringArrayVar(&cfg.DNS, "dns", nil, "HOST:PORT of a resolver the guest's DNS queries are relayed to (repeatable; default: the host's, from /etc/resolv.conf)")
 	f.BoolVar(&cfg.NoEgress, "no-egress", false, "no TCP connections from the guest to the outside world (DNS is still relayed)")

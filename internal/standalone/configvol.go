@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/instancetype"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/manifest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -181,18 +182,11 @@ func (c *Config) manifestName() string {
 // validated), its VirtualMachine (nil for a VMI manifest) and the files
 // of its config volumes. Errors name the document.
 func loadManifest(cfg Config) (*v1.VirtualMachineInstance, *v1.VirtualMachine, []configVolume, error) {
-	set, err := manifest.Read(cfg.files(), nil)
+	l, err := instancetype.Load(cfg.files(), cfg.Instancetypes, vmi.Options{DefaultBinding: cfg.Binding})
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	v, err := vmi.Load(set.Main.JSON, vmi.Options{DefaultBinding: cfg.Binding})
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("load %s: %w", set.Main.Origin, err)
-	}
-	vm, err := vmi.ParseVM(set.Main.JSON)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("load %s: %w", set.Main.Origin, err)
-	}
+	set, v, vm := l.Set, l.VMI, l.VM
 	cv, err := configVolumes(v, set)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", set.Main.Origin, err)

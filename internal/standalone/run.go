@@ -41,6 +41,10 @@ type Config struct {
 	// name (internal/manifest).
 	File  string
 	Files []string
+	// Instancetypes is a directory of instancetypes and preferences
+	// (--instancetypes), searched after the documents and before the
+	// common ones shipped with vlctl (internal/instancetype).
+	Instancetypes string
 	// Emulation forces TCG. Without it KVM is used when /dev/kvm works and
 	// emulation otherwise.
 	Emulation bool

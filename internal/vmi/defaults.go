@@ -23,6 +23,18 @@ type Options struct {
 	Namespace string
 	// Arch in GOARCH spelling; "amd64" when empty.
 	Arch string
+	// Expander expands a VirtualMachine's instancetype and preference
+	// (internal/instancetype); without one, a VM naming either is refused.
+	Expander Expander
+}
+
+// Expander expands a VirtualMachine's instancetype and preference into the
+// VMI it starts, in KubeVirt's two steps: Prepare before the VMI gets its
+// default interface and input device (preferred architecture, machine type
+// and auto-attached devices), Apply after (everything else).
+type Expander interface {
+	Prepare(vm *v1.VirtualMachine, spec *v1.VirtualMachineInstanceSpec) error
+	Apply(vm *v1.VirtualMachine, vmi *v1.VirtualMachineInstance) error
 }
 
 const (
@@ -166,9 +178,7 @@ func SetDefaults(vmi *v1.VirtualMachineInstance, o Options) {
 		}
 	}
 	// The VM controller's input auto-attach, which precedes the webhook.
-	if d := &spec.Domain.Devices; d.AutoattachInputDevice != nil && *d.AutoattachInputDevice && len(d.Inputs) == 0 {
-		d.Inputs = []v1.Input{{Name: "default-0"}}
-	}
+	autoAttachInput(spec)
 	// 11. generated object defaults. The firmware UUID is fixed first, by the
 	// VM controller's stable rule, so the generated code does not draw a
 	// random one.
@@ -540,4 +550,11 @@ func DefaultPullPolicy(image string) k8sv1.PullPolicy {
 		return k8sv1.PullIfNotPresent
 	}
 	return k8sv1.PullAlways
+}
+
+// autoAttachInput is the VM controller's input auto-attach.
+func autoAttachInput(spec *v1.VirtualMachineInstanceSpec) {
+	if d := &spec.Domain.Devices; d.AutoattachInputDevice != nil && *d.AutoattachInputDevice && len(d.Inputs) == 0 {
+		d.Inputs = []v1.Input{{Name: "default-0"}}
+	}
 }

@@ -12,7 +12,7 @@ func Load(data []byte, o Options) (*v1.VirtualMachineInstance, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	vmi, err := Parse(data)
+	vmi, _, err := parse(data, false, o)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ var servedVersions = map[string]bool{"v1": true, "v1alpha3": true}
 // kind is read as a VMI, which is what virt-handler sends. A YAML stream may
 // hold several `---` documents, but exactly one object.
 func Parse(data []byte) (*v1.VirtualMachineInstance, error) {
-	vmi, _, err := parse(data, false)
+	vmi, _, err := parse(data, false, Options{})
 	return vmi, err
 }
 
@@ -48,10 +48,10 @@ func Parse(data []byte) (*v1.VirtualMachineInstance, error) {
 // leniently too). Wrong types, duplicate fields and hostile quantities are
 // still errors.
 func ParseLenient(data []byte) (vmi *v1.VirtualMachineInstance, ignored []string, err error) {
-	return parse(data, true)
+	return parse(data, true, Options{})
 }
 
-func parse(data []byte, lenient bool) (*v1.VirtualMachineInstance, []string, error) {
+func parse(data []byte, lenient bool, o Options) (*v1.VirtualMachineInstance, []string, error) {
 	if len(data) > MaxManifestBytes {
 		return nil, nil, fmt.Errorf("manifest is %d bytes, more than the %d allowed", len(data), MaxManifestBytes)
 	}
@@ -88,7 +88,7 @@ func parse(data []byte, lenient bool) (*v1.VirtualMachineInstance, []string, err
 		if err := c.decode(root, vm); err != nil {
 			return nil, nil, err
 		}
-		out, err := vmiFromVM(vm)
+		out, err := vmiFromVM(vm, o)
 		return out, c.ignored, err
 	}
 }
@@ -166,16 +166,19 @@ func (c *checker) decode(tree *object, out any) error {
 	return nil
 }
 
-// vmiFromVM builds the VMI a VirtualMachine would start.
-func vmiFromVM(vm *v1.VirtualMachine) (*v1.VirtualMachineInstance, error) {
+// vmiFromVM builds the VMI a VirtualMachine would start, its instancetype
+// and preference expanded by o.Expander.
+func vmiFromVM(vm *v1.VirtualMachine, o Options) (*v1.VirtualMachineInstance, error) {
 	var errs []error
-	if vm.Spec.Instancetype != nil {
-		errs = append(errs, fieldErr("spec.instancetype",
-			"instancetypes are expanded by a KubeVirt cluster (virt-api); expand it first"))
-	}
-	if vm.Spec.Preference != nil {
-		errs = append(errs, fieldErr("spec.preference",
-			"preferences are expanded by a KubeVirt cluster (virt-api); expand it first"))
+	if o.Expander == nil {
+		if vm.Spec.Instancetype != nil {
+			errs = append(errs, fieldErr("spec.instancetype",
+				"instancetypes are expanded by a KubeVirt cluster (virt-api); expand it first"))
+		}
+		if vm.Spec.Preference != nil {
+			errs = append(errs, fieldErr("spec.preference",
+				"preferences are expanded by a KubeVirt cluster (virt-api); expand it first"))
+		}
 	}
 	if vm.Spec.Template == nil {
 		errs = append(errs, fieldErr("spec.template", "required: a VirtualMachine needs a template"))
@@ -183,6 +186,29 @@ func vmiFromVM(vm *v1.VirtualMachine) (*v1.VirtualMachineInstance, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	out := templateVMI(vm)
+	if o.Expander != nil && (vm.Spec.Instancetype != nil || vm.Spec.Preference != nil) {
+		if err := expand(vm, out, o); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// expand runs the Expander in the order of KubeVirt's VM controller: the
+// early preferences, then the auto-attached input device and pod
+// interface, then the instancetype and the rest of the preference.
+func expand(vm *v1.VirtualMachine, out *v1.VirtualMachineInstance, o Options) error {
+	if err := o.Expander.Prepare(vm, &out.Spec); err != nil {
+		return err
+	}
+	autoAttachInput(&out.Spec)
+	setDefaultNetwork(&out.Spec, o)
+	return o.Expander.Apply(vm, out)
+}
+
+// templateVMI is the VMI of a VM's template, named after the VM.
+func templateVMI(vm *v1.VirtualMachine) *v1.VirtualMachineInstance {
 	t := vm.Spec.Template
 	out := &v1.VirtualMachineInstance{
 		TypeMeta:   vm.TypeMeta,
@@ -203,7 +229,7 @@ func vmiFromVM(vm *v1.VirtualMachine) (*v1.VirtualMachineInstance, error) {
 	if len(out.Annotations) == 0 && len(vm.Annotations) > 0 {
 		out.Annotations = copyMap(vm.Annotations)
 	}
-	return out, nil
+	return out
 }
 
 func copyMap(m map[string]string) map[string]string {
