@@ -11,9 +11,19 @@
 // here too. Its launcher imports libguestfs.org/libnbd, whose Go bindings
 // the module proxy does not serve: ./libnbd stands in for them (every call
 // fails; only KubeVirt's NBD client for VM backup uses them).
+//
+// ./instancetypeapply runs KubeVirt's own instancetype and preference
+// expansion for internal/instancetype's TestAgainstKubeVirt.
 module github.com/virtlauncher/virtlauncher/e2e/build/kubevirt
 
 go 1.26.8
+
+require (
+	k8s.io/apimachinery v0.34.3
+	kubevirt.io/api v1.7.0
+	kubevirt.io/kubevirt v1.8.2
+	libguestfs.org/libnbd v1.25.2-5-g48df7c4d2b
+)
 
 require (
 	cyphar.com/go-pathrs v0.2.1 // indirect
@@ -132,22 +142,18 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/api v0.34.3 // indirect
 	k8s.io/apiextensions-apiserver v0.34.3 // indirect
-	k8s.io/apimachinery v0.34.3 // indirect
 	k8s.io/client-go v12.0.0+incompatible // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kube-aggregator v0.28.2 // indirect
 	k8s.io/kube-openapi v0.31.0 // indirect
 	k8s.io/kubectl v0.0.0-00010101000000-000000000000 // indirect
 	k8s.io/utils v0.0.0-20251002143259-bc988d571ff4 // indirect
-	kubevirt.io/api v1.7.0 // indirect
 	kubevirt.io/client-go v0.0.0-00010101000000-000000000000 // indirect
 	kubevirt.io/containerized-data-importer-api v1.64.0 // indirect
 	kubevirt.io/controller-lifecycle-operator-sdk/api v0.2.4 // indirect
-	kubevirt.io/kubevirt v1.8.2 // indirect
 	kubevirt.io/virt-template-api v0.1.7 // indirect
 	kubevirt.io/virt-template-client-go v0.1.7 // indirect
 	kubevirt.io/virt-template-engine v0.1.7 // indirect
-	libguestfs.org/libnbd v1.25.2-5-g48df7c4d2b
 	libvirt.org/go/libvirtxml v1.11000.1 // indirect
 	sigs.k8s.io/controller-runtime v0.22.4 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
