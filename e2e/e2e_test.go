@@ -785,7 +785,6 @@ func TestGuestAgent(t *testing.T) {
 // removal, which virt-handler completes only once the disk is gone from
 // the domain.
 func TestHotplugVolume(t *testing.T) {
-	ok := must(t)
 	ctx := context.Background()
 	const name, claim, serial = "vmi-hotplug", "pvc-hotplug", "VLE2EHP"
 	if err := env.SetFeatureGate(ctx, "HotplugVolumes", true); err != nil {
@@ -805,16 +804,12 @@ func TestHotplugVolume(t *testing.T) {
 	pod := env.LauncherPod(t, ctx, name)
 	env.WaitConsoleCount(t, ctx, pod, testguest.MarkerReady, 1)
 
-	ok(env.Virtctl(ctx, time.Minute, "addvolume", name, "--volume-name="+claim, "--serial="+serial))
-	waitVolumePhase(t, ctx, name, claim, "Ready")
-	t.Logf("volume %s Ready, target %s", claim, ok(env.Kubectl(ctx, "get", "vmi", name, "-o",
-		`jsonpath={.status.volumeStatus[?(@.name=="`+claim+`")].target}`)))
+	find := addVolume(t, ctx, name, claim, serial)
 	// As KubeVirt's own launcher, ours grows a PVC's disk.img to the
 	// PVC's size less the file system overhead (without CDI, KubeVirt
 	// reports 5.5 %), rounded down to 1 MiB: 64Mi gives 60 MiB, on the
 	// Sync after the attach.
 	const grown = 60 << 20
-	find := `d=; for b in /sys/block/sd*; do grep -q ` + serial + ` $b/device/vpd_pg80 2>/dev/null && d=${b##*/}; done`
 	want := fmt.Sprintf("VL-E2E-HP-%dX", grown/512)
 	if out := env.Console(t, ctx, name, find+`; echo VL-E2E-HP-$(cat /sys/block/$d/size)X`, want); !strings.Contains(out, want) {
 		t.Fatalf("the guest does not see the hotplugged disk (%d bytes, its PVC 64Mi) grown to %d sectors:\n%s", size, grown/512, out)
@@ -827,11 +822,7 @@ func TestHotplugVolume(t *testing.T) {
 		t.Fatalf("the guest could not write to the hotplugged disk:\n%s", out)
 	}
 
-	ok(env.Virtctl(ctx, time.Minute, "removevolume", name, "--volume-name="+claim))
-	waitVolumePhase(t, ctx, name, claim, "")
-	if out := env.Console(t, ctx, name, find+`; echo VL-E2E-GONE-${d:-none}X`, "VL-E2E-GONE-noneX"); !strings.Contains(out, "VL-E2E-GONE-noneX") {
-		t.Fatalf("the hotplugged disk is still in the guest after removevolume:\n%s", out)
-	}
+	removeVolume(t, ctx, name, claim, find)
 	head := make([]byte, len(marker))
 	f, err := os.Open(img)
 	if err != nil {
@@ -841,6 +832,34 @@ func TestHotplugVolume(t *testing.T) {
 	f.Close()
 	if err != nil || string(head) != marker {
 		t.Errorf("the PVC's disk.img starts with %q (%v) after removevolume, want the guest's %q", head, err, marker)
+	}
+}
+
+// addVolume hotplugs PVC claim into the running VMI name with `virtctl
+// addvolume` and waits until its status is Ready; it returns a shell
+// snippet that sets d to the guest's device of the disk with serial.
+func addVolume(t *testing.T, ctx context.Context, name, claim, serial string) (find string) {
+	t.Helper()
+	if _, err := env.Virtctl(ctx, time.Minute, "addvolume", name, "--volume-name="+claim, "--serial="+serial); err != nil {
+		t.Fatal(err)
+	}
+	waitVolumePhase(t, ctx, name, claim, "Ready")
+	target, _ := env.Kubectl(ctx, "get", "vmi", name, "-o", `jsonpath={.status.volumeStatus[?(@.name=="`+claim+`")].target}`)
+	t.Logf("volume %s Ready, target %s", claim, target)
+	return `d=; for b in /sys/block/sd*; do grep -q ` + serial + ` $b/device/vpd_pg80 2>/dev/null && d=${b##*/}; done`
+}
+
+// removeVolume unplugs claim with `virtctl removevolume`, waits until the
+// VMI's status no longer has it, and checks that the guest's device
+// (found by find, addVolume's snippet) is gone.
+func removeVolume(t *testing.T, ctx context.Context, name, claim, find string) {
+	t.Helper()
+	if _, err := env.Virtctl(ctx, time.Minute, "removevolume", name, "--volume-name="+claim); err != nil {
+		t.Fatal(err)
+	}
+	waitVolumePhase(t, ctx, name, claim, "")
+	if out := env.Console(t, ctx, name, find+`; echo VL-E2E-GONE-${d:-none}X`, "VL-E2E-GONE-noneX"); !strings.Contains(out, "VL-E2E-GONE-noneX") {
+		t.Fatalf("the hotplugged disk is still in the guest after removevolume:\n%s", out)
 	}
 }
 

@@ -22,17 +22,21 @@ import (
 // minutes the VMI stays Running in the same pod with the same QEMU, its
 // guest counting on without booting again; then KubeVirt's own machinery
 // pauses and unpauses it, reaches its console and live-migrates it through
-// the new launcher. (KubeVirt's launcher fails the VMI here; the control
-// with restarts off is test/reliability's TestLauncherKilledRestartsOff,
-// since virt-controller passes no environment of ours to the pod.)
+// the new launcher, and a volume is hotplugged into it and unplugged.
+// (KubeVirt's launcher fails the VMI here; TestLauncherKilledRestartsOff
+// is that control.)
 func TestLauncherKilledVMILives(t *testing.T) {
 	ok := must(t)
 	ctx := context.Background()
 	// The migration at the end needs it with v1.8.2 (TestLiveMigration says why).
-	if err := env.SetFeatureGate(ctx, "ImageVolume", true); err != nil {
-		t.Fatal(err)
+	for _, gate := range []string{"ImageVolume", "HotplugVolumes"} {
+		if err := env.SetFeatureGate(ctx, gate, true); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { env.SetFeatureGate(context.Background(), gate, false) })
 	}
-	t.Cleanup(func() { env.SetFeatureGate(context.Background(), "ImageVolume", false) })
+	const claim, serial = "pvc-lkill", "VLE2ELK"
+	createPVC(t, ctx, claim, "ReadWriteOnce", func(img string) error { return os.WriteFile(img, make([]byte, 16<<20), 0o644) })
 	name := "vmi-lkill"
 	vmi := strings.Replace(vmiYAML(name), "        busybox httpd", "        "+testguest.CounterScript+"\n        busybox httpd", 1)
 	ok(env.KubectlStdin(ctx, vmYAMLOf(name, vmi), "create", "-f", "-"))
@@ -80,9 +84,54 @@ func TestLauncherKilledVMILives(t *testing.T) {
 	if out := env.Console(t, ctx, name, "echo VL-CONSOLE-$((6*7))", "VL-CONSOLE-42"); !strings.Contains(out, "VL-CONSOLE-42") {
 		t.Errorf("virtctl console after the restart: the guest did not answer; got:\n%s", out)
 	}
+	find := addVolume(t, ctx, name, claim, serial)
+	if out := env.Console(t, ctx, name, find+`; echo VL-E2E-LK-${d:-none}X`, "VL-E2E-LK-sd"); !strings.Contains(out, "VL-E2E-LK-sd") {
+		t.Fatalf("the guest does not see the disk hotplugged after the restart:\n%s", out)
+	}
+	removeVolume(t, ctx, name, claim, find)
 	_, _, vmim, took := migrateCounting(t, ctx, name)
 	t.Logf("after the restart: virtctl migrate -> %s Succeeded in %v", vmim, took)
 	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vm", name, "--wait=true", "--timeout=90s"))
+}
+
+// TestLauncherKilledRestartsOff: the control. A VMI whose annotation
+// switches the launcher restarts off (virtlauncher.io/launcher-restarts:
+// off) loses its guest with its launcher, as every VMI does with
+// KubeVirt's own: the pod's monitor stops QEMU and ends the pod, and
+// KubeVirt fails the VMI.
+func TestLauncherKilledRestartsOff(t *testing.T) {
+	ok := must(t)
+	ctx := context.Background()
+	name := "vmi-lkill-off"
+	vmi := strings.Replace(vmiYAML(name), "  labels: {app: "+name+"}\n",
+		"  labels: {app: "+name+"}\n  annotations: {virtlauncher.io/launcher-restarts: \"off\"}\n", 1)
+	if !strings.Contains(vmi, "launcher-restarts") {
+		t.Fatal("the VMI's YAML has no labels line to put the annotation after")
+	}
+	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
+	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
+	env.WaitReady(t, ctx, name)
+	uid := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.metadata.uid}"))
+	launcher, qemu := launcherProcesses(t, uid, "default_"+name)
+	if err := syscall.Kill(launcher, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for {
+		phase := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.phase}"))
+		if phase == "Failed" {
+			break
+		}
+		if time.Since(killed) > 3*time.Minute {
+			t.Fatalf("3 minutes after its launcher's kill the VMI is %q, want Failed", phase)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Logf("the VMI Failed %v after its launcher's kill", time.Since(killed).Round(time.Second))
+	if st, err := procfs.ReadStat("/proc", qemu); err == nil && st.State != 'Z' {
+		t.Errorf("QEMU (pid %d) outlived its launcher with restarts off", qemu)
+	}
+	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vmi", name, "--wait=true", "--timeout=90s"))
 }
 
 // launcherProcesses finds, among the host's processes, the launcher of the
