@@ -52,7 +52,7 @@ VM. It answers once QEMU has let go of the NIC (the guest must release the PCIe 
 that does not within 15 s leaves it plugged, and removeinterface can be tried again); then its
 pod side goes.`)
 	ifaceFlag(rmIf, &rmIface.Interface, "name of the interface to unplug (required)")
-	return []*cobra.Command{add, rm, addIf, rmIf}
+	return []*cobra.Command{add, rm, addIf, rmIf, newMemoryDumpCmd()}
 }
 
 // controlCmd is a verb that sends one request (op, with the fields its

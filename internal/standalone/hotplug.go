@@ -36,8 +36,8 @@ import (
 
 // ControlRequest is one request to a running `vlctl run`.
 type ControlRequest struct {
-	// Op is "addvolume", "removevolume", "addinterface" or
-	// "removeinterface".
+	// Op is "addvolume", "removevolume", "addinterface",
+	// "removeinterface" or "memory-dump".
 	Op string `json:"op"`
 	// Volume names the volume (and its disk) in the VMI.
 	Volume string `json:"volume,omitempty"`
@@ -46,7 +46,8 @@ type ControlRequest struct {
 	Interface string `json:"interface,omitempty"`
 	// MAC is the new interface's MAC address (addinterface, optional).
 	MAC string `json:"mac,omitempty"`
-	// File is the user's file or block device (addvolume).
+	// File is the user's file or block device (addvolume), or the new
+	// file a memory dump goes to (memory-dump).
 	File string `json:"file,omitempty"`
 	// Bus is the disk's bus, scsi (default) or virtio (addvolume).
 	Bus string `json:"bus,omitempty"`
@@ -73,6 +74,15 @@ type controlReply struct {
 // controlTimeout bounds one request: the Sync of a detach waits up to 15 s
 // for the guest, an attach a few.
 const controlTimeout = 90 * time.Second
+
+// requestLimit bounds a request of op: a memory dump, which writes the
+// guest's memory out, gets longer than a hotplug.
+func requestLimit(op string) time.Duration {
+	if op == OpMemoryDump {
+		return dumpRequestLimit
+	}
+	return controlTimeout
+}
 
 // Control sends req to the run whose control socket is socket and returns
 // its answer. Only root's requests are served. A ctx without a deadline
@@ -167,7 +177,9 @@ func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn ne
 					send = r.replyMigrated
 				}
 			} else {
-				rctx, cancel := context.WithTimeout(ctx, controlTimeout-5*time.Second)
+				limit := requestLimit(req.Op)
+				conn.SetDeadline(time.Now().Add(limit))
+				rctx, cancel := context.WithTimeout(ctx, limit-5*time.Second)
 				rep.Message, err = r.apply(rctx, client, req)
 				cancel()
 			}
@@ -192,6 +204,8 @@ func (r *runner) apply(ctx context.Context, client *cmdclient.Client, req Contro
 		return r.addInterface(ctx, client, req)
 	case "removeinterface":
 		return r.removeInterface(ctx, client, req)
+	case OpMemoryDump:
+		return r.memoryDump(ctx, client, req)
 	default:
 		return "", fmt.Errorf("unknown request %q", req.Op)
 	}
