@@ -330,7 +330,7 @@ func checkRequirements(it *v1beta1.VirtualMachineInstancetypeSpec, p *v1beta1.Vi
 			have, where = it.Memory.Guest, "spec.instancetype"
 		}
 		if spec.Domain.Memory != nil && spec.Domain.Memory.Guest != nil {
-			have = *spec.Domain.Memory.Guest
+			have, where = *spec.Domain.Memory.Guest, fieldBase+".domain.memory.guest"
 		}
 		if have.Cmp(r.Memory.Guest) < 0 {
 			return fmt.Errorf("%s: %s of memory, the preference requires at least %s", where, have.String(), r.Memory.Guest.String())
