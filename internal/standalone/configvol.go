@@ -85,10 +85,38 @@ func configVolumes(v *v1.VirtualMachineInstance, set *manifest.Set) ([]configVol
 			}
 		}
 	}
+	out = append(out, credentialSecrets(v, secret)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// credentialSecrets are the directories of the access credentials'
+// Secrets (SSH keys, user passwords), "<secret>-access-cred" where a pod
+// mounts them, each Secret once.
+func credentialSecrets(v *v1.VirtualMachineInstance, secret func(field, name string, optional *bool) map[string][]byte) []configVolume {
+	var out []configVolume
+	seen := map[string]bool{}
+	for i, ac := range v.Spec.AccessCredentials {
+		var src *v1.AccessCredentialSecretSource
+		field := fmt.Sprintf("spec.accessCredentials[%d]", i)
+		switch {
+		case ac.SSHPublicKey != nil:
+			src, field = ac.SSHPublicKey.Source.Secret, field+".sshPublicKey.source.secret.secretName"
+		case ac.UserPassword != nil:
+			src, field = ac.UserPassword.Source.Secret, field+".userPassword.source.secret.secretName"
+		}
+		if src == nil || src.SecretName == "" || seen[src.SecretName] {
+			continue
+		}
+		seen[src.SecretName] = true
+		if d := secret(field, src.SecretName, nil); d != nil {
+			name := src.SecretName + "-access-cred"
+			out = append(out, configVolume{dir: func(l layout.Layout) string { return l.SecretSource(name) }, files: d, perm: 0o600})
+		}
+	}
+	return out
 }
 
 // cloudInitSecrets is the secret directory of a cloud-init volume whose
@@ -194,9 +222,12 @@ func loadManifest(cfg Config) (*v1.VirtualMachineInstance, *v1.VirtualMachine, [
 	return v, vm, cv, nil
 }
 
-// hasConfigVolumes says whether any volume of v is filled from a ConfigMap
-// or Secret.
+// hasConfigVolumes says whether any volume or access credential of v is
+// filled from a ConfigMap or Secret.
 func hasConfigVolumes(v *v1.VirtualMachineInstance) bool {
+	if len(v.Spec.AccessCredentials) > 0 {
+		return true
+	}
 	for _, vol := range v.Spec.Volumes {
 		if vol.ConfigMap != nil || vol.Secret != nil || vol.Sysprep != nil ||
 			(vol.CloudInitNoCloud != nil && (vol.CloudInitNoCloud.UserDataSecretRef != nil || vol.CloudInitNoCloud.NetworkDataSecretRef != nil)) ||

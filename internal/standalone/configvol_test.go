@@ -23,6 +23,10 @@ spec:
           - {name: creds, disk: {}}
           - {name: cloudinit, disk: {}}
         memory: {guest: 64Mi}
+      accessCredentials:
+      - sshPublicKey:
+          source: {secret: {secretName: keys}}
+          propagationMethod: {noCloud: {}}
       volumes:
       - name: app
         configMap: {name: app-config}
@@ -47,6 +51,11 @@ apiVersion: v1
 kind: Secret
 metadata: {name: ci}
 data: {userdata: I2Nsb3VkLWNvbmZpZwo=}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: keys}
+stringData: {key1: ssh-ed25519 AAAA}
 `
 
 // A VM whose configMap, secret and cloud-init volumes are backed by
@@ -74,6 +83,7 @@ func TestLoadManifestConfigVolumes(t *testing.T) {
 		l.ConfigMapSource("app") + "/app.conf":    "x=1 -rw-r--r--",
 		l.SecretSource("creds") + "/token":        "abc -rw-------",
 		l.SecretSource("cloudinit") + "/userdata": "#cloud-config\n -rw-------",
+		l.SecretSource("keys-access-cred") + "/key1": "ssh-ed25519 AAAA -rw-------",
 	}
 	if len(got) != len(want) {
 		t.Errorf("files %q, want %q", got, want)
@@ -99,6 +109,7 @@ func TestLoadManifestMissingConfig(t *testing.T) {
 		`spec.volumes[0].configMap.name: ConfigMap "app-config" is not among the documents ([` + vmFile + `])`,
 		`spec.volumes[1].secret.secretName: Secret "creds" is not among the documents`,
 		`spec.volumes[2].cloudInitNoCloud.secretRef.name: Secret "ci" is not among the documents`,
+		`spec.accessCredentials[0].sshPublicKey.source.secret.secretName: Secret "keys" is not among the documents`,
 	} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not say %q", err, w)
@@ -108,12 +119,14 @@ func TestLoadManifestMissingConfig(t *testing.T) {
 	opt := strings.Replace(configVM, "configMap: {name: app-config}", "configMap: {name: app-config, optional: true}", 1)
 	opt = strings.Replace(opt, "secret: {secretName: creds}", "secret: {secretName: creds, optional: true}", 1)
 	opt = strings.Replace(opt, "secretRef: {name: ci}", "userData: '#cloud-config'", 1)
+	opt = strings.Replace(opt, "secretName: keys", "secretName: creds", 1)
+	os.WriteFile(filepath.Join(dir, "creds.yaml"), []byte("apiVersion: v1\nkind: Secret\nmetadata: {name: creds}\n"), 0o600)
 	os.WriteFile(vmFile, []byte(opt), 0o600)
-	_, _, cv, err := loadManifest(Config{File: vmFile})
+	_, _, cv, err := loadManifest(Config{File: vmFile, Files: []string{filepath.Join(dir, "creds.yaml")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cv) != 2 || len(cv[0].files)+len(cv[1].files) != 0 {
+	if len(cv) != 3 || len(cv[0].files)+len(cv[1].files)+len(cv[2].files) != 0 {
 		t.Errorf("optional volumes: %+v", cv)
 	}
 }
