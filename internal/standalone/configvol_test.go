@@ -80,9 +80,9 @@ func TestLoadManifestConfigVolumes(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		l.ConfigMapSource("app") + "/app.conf":    "x=1 -rw-r--r--",
-		l.SecretSource("creds") + "/token":        "abc -rw-------",
-		l.SecretSource("cloudinit") + "/userdata": "#cloud-config\n -rw-------",
+		l.ConfigMapSource("app") + "/app.conf":       "x=1 -rw-r--r--",
+		l.SecretSource("creds") + "/token":           "abc -rw-------",
+		l.SecretSource("cloudinit") + "/userdata":    "#cloud-config\n -rw-------",
 		l.SecretSource("keys-access-cred") + "/key1": "ssh-ed25519 AAAA -rw-------",
 	}
 	if len(got) != len(want) {
