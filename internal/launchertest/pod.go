@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
@@ -72,6 +73,10 @@ type Options struct {
 	// passes --image-volume; nil is the classic layout, where virt-handler
 	// has put disk_0.img and kernel-boot/ into the container-disk directory.
 	ImageVolume *ImageVolumeLayout
+	// CPUSet, when set, runs the pod in a cpuset cgroup of these host CPUs
+	// (internal/hostcpu), as a CPU manager runs a pod with dedicated CPUs;
+	// the group is removed once the pod's processes are gone.
+	CPUSet []uint
 }
 
 // ImageVolumeLayout is what the test guest's images hold with
@@ -131,8 +136,9 @@ type Pod struct {
 	// ExtraUserData lines are appended to the user-data script of VMIYAML.
 	ExtraUserData []string
 
-	opts Options
-	net  *pod.Network
+	opts   Options
+	net    *pod.Network
+	cgroup *hostcpu.Cgroup
 	proc *pod.Process // once started
 	mu   sync.Mutex
 	seen map[int]Proc // every descendant of the monitor ever observed
@@ -183,6 +189,20 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	p.Stdout = p.Stderr
 	if o.SeparateStdout {
 		p.Stdout = &SyncBuffer{}
+	}
+	if o.CPUSet != nil {
+		cg, err := hostcpu.NewCgroup("vltest-", o.CPUSet)
+		Must(t, err)
+		p.cgroup = cg
+		// Registered before cleanup, so it runs after: the group can go
+		// only once the pod's processes have.
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := cg.Remove(ctx); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 	t.Cleanup(p.cleanup)
 	cred := e.Cred
@@ -346,8 +366,15 @@ func (p *Pod) Start() {
 	if p.opts.FixedRoot != "" {
 		bind = pod.BindAt(p.Dir, p.opts.FixedRoot)
 	}
-	proc, err := pod.Start(p.Cmd, netNS, bind)
-	Must(p.T, err)
+	var inCgroup func() error
+	placed := func() error { return nil }
+	if p.cgroup != nil {
+		var err error
+		inCgroup, placed, err = p.cgroup.Place(p.Cmd)
+		Must(p.T, err)
+	}
+	proc, err := pod.Start(p.Cmd, netNS, bind, inCgroup)
+	Must(p.T, errors.Join(err, placed()))
 	p.proc = proc
 	go func() {
 		p.ExitErr = proc.Err()
