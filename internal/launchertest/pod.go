@@ -139,9 +139,9 @@ type Pod struct {
 	opts   Options
 	net    *pod.Network
 	cgroup *hostcpu.Cgroup
-	proc *pod.Process // once started
-	mu   sync.Mutex
-	seen map[int]Proc // every descendant of the monitor ever observed
+	proc   *pod.Process // once started
+	mu     sync.Mutex
+	seen   map[int]Proc // every descendant of the monitor ever observed
 }
 
 // New prepares a pod (see NewDeferred) and starts it.
