@@ -26,8 +26,9 @@
 //     (Hyper-V tlbflush direct/extended, discard_granularity, MSDM table),
 //     as are passt, slirp, macvtap, binding plugins, virtiofs, launch
 //     security and the supplementalPool I/O thread policy.
-//   - Not converted (not part of this launcher): the qemu command line
-//     (ignition, SeaBIOS debug log), IOMMUFD.
+//   - Root-complex placement skips the slots the spec gave devices.
+//   - Not converted (not part of this launcher): the SeaBIOS debug log and
+//     IOMMUFD; KubeVirt's functional-test annotations are refused.
 package converter
 
 import (
@@ -47,6 +48,7 @@ import (
 func Configurators(c *facts.Context) []facts.Configurator {
 	return []facts.Configurator{
 		compute.Metadata{},
+		compute.Annotations{},
 		network.New(c),
 		compute.TPM{},
 		compute.VSOCK{Ctx: c},
@@ -67,6 +69,7 @@ func Configurators(c *facts.Context) []facts.Configurator {
 		storage.New(c),
 		compute.USBRedir{Ctx: c},
 		compute.Controllers{Ctx: c},
+		compute.Ignition{Ctx: c},
 		compute.CPU{Ctx: c},
 		compute.Memory{Ctx: c},
 		compute.MemoryBacking{},

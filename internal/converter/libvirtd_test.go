@@ -71,6 +71,13 @@ func startLibvirtd(t *testing.T) *libvirt.Libvirt {
 	return l
 }
 
+// keptByLibvirt: what the converter writes for an annotation, and how it
+// must read back from libvirt.
+var keptByLibvirt = map[string]string{
+	`<pcihole64 unit="KiB">0</pcihole64>`: "<pcihole64 unit='KiB'>0</pcihole64>",
+	`<arg value="-fw_cfg"></arg>`:         "<qemu:arg value='-fw_cfg'/>",
+}
+
 var (
 	tpmRE = regexp.MustCompile(`(?s)\s*<tpm .*?</tpm>`)
 	tscRE = regexp.MustCompile(`<timer name="tsc" frequency="(\d+)">`)
@@ -161,6 +168,11 @@ func TestDefineInLibvirtd(t *testing.T) {
 			for _, m := range pciAddrRE.FindAllStringSubmatch(xml, -1) {
 				if want := fmt.Sprintf("<address type='pci' domain='%s' bus='%s' slot='%s' function='%s'", m[1], m[2], m[3], m[4]); !strings.Contains(back, want) {
 					t.Errorf("libvirt moved a device placed at %s:\n%s", m[0], back)
+				}
+			}
+			for written, kept := range keptByLibvirt {
+				if strings.Contains(xml, written) && !strings.Contains(back, kept) {
+					t.Errorf("libvirt dropped %s (no %s):\n%s", written, kept, back)
 				}
 			}
 			if m := tscRE.FindStringSubmatch(xml); m != nil && !strings.Contains(back, "<timer name='tsc' frequency='"+m[1]+"'/>") {

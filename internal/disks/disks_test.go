@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -466,5 +467,38 @@ func TestPVCAndEphemeral(t *testing.T) {
 	vmi = vmiWith(v1.Volume{Name: "nothere", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: pvc("c3")}}})
 	if _, err := p.Gather(ctx, vmi); err == nil || !strings.Contains(err.Error(), "volume nothere: neither block device "+l.BlockDevice("nothere")+" nor image") {
 		t.Errorf("Gather of a missing PVC: %v", err)
+	}
+}
+
+// TestPrepareIgnition: the kubevirt.io/ignitiondata annotation is written
+// where the domain's fw_cfg entry reads it, readable by QEMU only through
+// the owner; undo removes it, and a VMI without the annotation gets none.
+func TestPrepareIgnition(t *testing.T) {
+	p, _ := newPreparer(t)
+	ctx := context.Background()
+	data := `{"ignition":{"version":"3.3.0"}}`
+	v := vmiWith()
+	v.Annotations = map[string]string{v1.IgnitionAnnotation: data}
+	undo, err := p.Prepare(ctx, v, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := p.Layout.IgnitionFile("ns1", "testvm")
+	got, err := os.ReadFile(file)
+	if err != nil || string(got) != data {
+		t.Fatalf("ignition file %s: %q, %v; want %q", file, got, err, data)
+	}
+	if fi, _ := os.Stat(file); fi.Mode().Perm() != 0o640 {
+		t.Errorf("ignition file mode %v, want 0640", fi.Mode().Perm())
+	}
+	undo()
+	if _, err := os.Stat(file); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("undo left %s: %v", file, err)
+	}
+	if _, err := p.Prepare(ctx, vmiWith(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(file); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ignition file without the annotation: %v", err)
 	}
 }

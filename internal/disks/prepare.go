@@ -71,7 +71,30 @@ func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 			return nil, fmt.Errorf("prepare volume %s: %w", vol.Name, err)
 		}
 	}
+	if data := vmi.Annotations[v1.IgnitionAnnotation]; data != "" {
+		file := p.Layout.IgnitionFile(vmi.Namespace, vmi.Name)
+		if _, serr := os.Lstat(file); errors.Is(serr, fs.ErrNotExist) {
+			fresh = append(fresh, made{file, []string{filepath.Dir(file), filepath.Dir(filepath.Dir(file)), filepath.Dir(filepath.Dir(filepath.Dir(file)))}})
+		}
+		if err := p.ignition(file, data); err != nil {
+			return nil, err
+		}
+	}
 	return removeFresh, nil
+}
+
+// ignition writes the kubevirt.io/ignitiondata annotation where the
+// domain's fw_cfg entry reads it (the converter's compute.Ignition), as
+// KubeVirt's launcher does for any non-empty value.
+func (p *Preparer) ignition(file, data string) error {
+	err := p.createAtomic(file, readOnlyMode, func(f *os.File) error {
+		_, err := f.WriteString(data)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("annotation %s: %w", v1.IgnitionAnnotation, err)
+	}
+	return nil
 }
 
 func (p *Preparer) prepareVolume(ctx context.Context, vmi *v1.VirtualMachineInstance, i int, vol *v1.Volume, vols map[string]facts.Volume) error {

@@ -210,6 +210,12 @@ func (l Layout) CloudInitNoCloudISO(namespace, name string) string {
 	return filepath.Join(l.EphemeralDiskDir, "cloud-init-data", namespace, name, "noCloud.iso")
 }
 
+// IgnitionFile is where the launcher writes the kubevirt.io/ignitiondata
+// annotation for QEMU's fw_cfg.
+func (l Layout) IgnitionFile(namespace, name string) string {
+	return filepath.Join(l.EphemeralDiskDir, "ignition-data", namespace, name, "data.ign")
+}
+
 // CloudInitConfigDriveISO is the ConfigDrive seed image.
 func (l Layout) CloudInitConfigDriveISO(namespace, name string) string {
 	return filepath.Join(l.EphemeralDiskDir, "cloud-init-data", namespace, name, "configdrive.iso")

@@ -39,10 +39,23 @@ func (c Controllers) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.D
 			Type: "scsi", Index: uintPtr(0), Model: model,
 		})
 	}
+	if a == "amd64" && strings.EqualFold(vmi.Annotations[v1.DisablePCIHole64], "true") {
+		devs.Controllers = append(devs.Controllers, libvirtxml.DomainController{
+			Type: "pci", Index: uintPtr(0), Model: "pcie-root",
+			PCI: &libvirtxml.DomainControllerPCI{Hole64: &libvirtxml.DomainControllerPCIHole64{Unit: "KiB"}},
+		})
+	}
 	if notFalse(vmi.Spec.Domain.Devices.AutoattachSerialConsole) {
 		devs.Controllers = append(devs.Controllers, libvirtxml.DomainController{
 			Type: "virtio-serial", Index: uintPtr(0), Model: virtioModel(vmi, c.Ctx),
 		})
+	}
+	if onRootComplex(vmi, a) {
+		// KubeVirt places them after its whole conversion; no PCI device
+		// is added after this step.
+		if err := placeOnRootComplex(devs); err != nil {
+			return err
+		}
 	}
 	if spare := SpareRootPorts(vmi, c.Ctx, dom); spare > 0 {
 		// libvirt puts every PCIe device without an address on the first
@@ -93,7 +106,8 @@ func hasSCSIDisk(devs *libvirtxml.DomainDeviceList) bool {
 // q35/virt machines and on s390x. The domain's own pcie-root-ports are not
 // counted, so it gives the same answer before and after Controllers runs.
 func SpareRootPorts(vmi *v1.VirtualMachineInstance, c *facts.Context, dom *libvirtxml.Domain) int {
-	if a := facts.Arch(vmi, c); a != "amd64" && a != "arm64" {
+	a := facts.Arch(vmi, c)
+	if a != "amd64" && a != "arm64" || onRootComplex(vmi, a) {
 		return 0
 	}
 	machine := ""
