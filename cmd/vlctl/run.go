@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/virtlauncher/virtlauncher/internal/dvimport"
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
@@ -41,9 +42,10 @@ Storage that keeps data: a hostDisk is used at the path it names (type Disk: an 
 file; DiskOrCreate: created there, sparse, with its capacity, when missing) and kept, but
 only below a directory allowed with --allow-host-path DIR (as docker needs -v: a manifest
 alone cannot give the guest a file of the host) and only a regular file of root's or of the
-user running vlctl with sudo; a persistentVolumeClaim or dataVolume needs --volume
-CLAIM=PATH, a raw image file (created on first use with the dataVolumeTemplate's storage
-request or size=SIZE) or a block device.
+user running vlctl with sudo; a persistentVolumeClaim needs --volume CLAIM=PATH, a raw
+image file (created on first use with size=SIZE) or a block device. A VirtualMachine's
+dataVolumeTemplate is filled on first use from its source as CDI imports it (http, registry,
+pvc, blank), into the --volume file given for it or, without one, into --volume-store.
 vlctl grants QEMU's user access with an ACL entry for the run and never copies, chowns or
 deletes these files.
 
@@ -207,6 +209,8 @@ secondary networks (each refused, saying so).`,
 	f.StringVar(&cfg.WorkRoot, "workdir", "/run/vl", "parent of the per-run working directory")
 	f.StringVar(&cfg.RecordDir, "record-dir", runrecord.DefaultDir, "where the run records itself for vlctl ps and the verbs by name (root's alone, 0700, made when missing; the records hold the VMI)")
 	f.StringVar(&cfg.ImageCache, "image-cache", registrydisk.DefaultDir, "where containerDisk images given by reference (e.g. quay.io/containerdisks/fedora:latest) are pulled to (root's)")
+	f.StringVar(&cfg.VolumeStore, "volume-store", standalone.DefaultVolumeStore, "where a VirtualMachine's dataVolumeTemplates that no --volume maps are kept, as NAMESPACE/VM/DATAVOLUME.img (root's; kept until you remove them)")
+	f.StringVar(&cfg.ImportCache, "import-cache", dvimport.DefaultCacheDir, "where images a DataVolume's http source names are downloaded to and kept, by URL (root's alone)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs, overlays) after the run")
 	f.StringVar(&cfg.UIDs, "uids", uidpool.DefaultRange, "FIRST-LAST: the ids each VM takes one of, as its own user and group, for its launcher, libvirt daemon and QEMU (no account may use them)")
 	f.StringVar(&cfg.BinDir, "bin-dir", "", "directory of virt-launcher-monitor and virt-launcher (default: vlctl's own)")

@@ -11,14 +11,12 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,105 +29,11 @@ import (
 	"github.com/ulikunitz/xz"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/virtlauncher/virtlauncher/internal/dvimport/dvtest"
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
-
-// server stands in for the internet: it serves files with ETags and
-// Last-Modified (Range, If-Range and If-None-Match through
-// http.ServeContent), 404 for anything else, and can cut a transfer at a
-// byte offset. It counts what it answered.
-type server struct {
-	*httptest.Server
-	mu    sync.Mutex
-	files map[string][]byte
-	// cutAt: the response carrying byte cutAt of the file is broken off
-	// there; cutOnce clears it after the first cut.
-	cutAt   map[string]int64
-	cutOnce bool
-	// full, ranged and notModified count 200, 206 and 304 answers.
-	full, ranged, notModified int
-}
-
-func newServer(t *testing.T) *server {
-	s := &server{files: map[string][]byte{}, cutAt: map[string]int64{}}
-	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *server) put(name string, b []byte) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.files[name] = b
-	return s.URL + "/" + name
-}
-
-func (s *server) counts() (full, ranged, notModified int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.full, s.ranged, s.notModified
-}
-
-func (s *server) serve(w http.ResponseWriter, r *http.Request) {
-	name := strings.TrimPrefix(r.URL.Path, "/")
-	s.mu.Lock()
-	b, ok := s.files[name]
-	cut, cutting := s.cutAt[name]
-	if cutting && s.cutOnce {
-		delete(s.cutAt, name)
-	}
-	s.mu.Unlock()
-	if !ok {
-		http.NotFound(w, r)
-		return
-	}
-	w.Header().Set("ETag", fmt.Sprintf(`"%x"`, len(b)))
-	rec := &recorder{ResponseWriter: w, s: s, limit: -1}
-	if cutting {
-		start := int64(0)
-		if rs, ok := rangeStart("bytes " + strings.TrimPrefix(r.Header.Get("Range"), "bytes=")); ok {
-			start = rs
-		}
-		rec.limit = max(cut-start, 0)
-	}
-	http.ServeContent(rec, r, name, time.Unix(1700000000, 0), bytes.NewReader(b))
-}
-
-// recorder counts answers and breaks a body off after limit bytes.
-type recorder struct {
-	http.ResponseWriter
-	s       *server
-	limit   int64 // -1: no limit
-	written int64
-}
-
-func (r *recorder) WriteHeader(code int) {
-	r.s.mu.Lock()
-	switch code {
-	case http.StatusOK:
-		r.s.full++
-	case http.StatusPartialContent:
-		r.s.ranged++
-	case http.StatusNotModified:
-		r.s.notModified++
-	}
-	r.s.mu.Unlock()
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *recorder) Write(p []byte) (int, error) {
-	if r.limit >= 0 && r.written+int64(len(p)) > r.limit {
-		n, _ := r.ResponseWriter.Write(p[:r.limit-r.written])
-		r.written += int64(n)
-		r.ResponseWriter.(http.Flusher).Flush()
-		panic(http.ErrAbortHandler) // the connection is dropped mid-body
-	}
-	n, err := r.ResponseWriter.Write(p)
-	r.written += int64(n)
-	return n, err
-}
 
 // testDisk is a raw disk of size bytes with random data in its first MiB
 // and last 4 KiB, zeros between, and the same disk as qcow2.
@@ -238,7 +142,7 @@ func entries(t *testing.T, dir string) []string {
 // the same URL is made from the cache after a 304, without a download.
 func TestImportHTTPFormats(t *testing.T) {
 	e := newEnv(t)
-	srv := newServer(t)
+	srv := dvtest.New(t)
 	const size = 8 << 20
 	raw, qcow2 := testDisk(t, size)
 	files := map[string][]byte{"d.raw": raw, "d.qcow2": qcow2, "d.raw.gz": gzipOf(t, raw), "d.qcow2.xz": xzOf(t, qcow2),
@@ -250,9 +154,9 @@ func TestImportHTTPFormats(t *testing.T) {
 			}
 		}
 	}) {
-		url := srv.put(name, files[name])
+		url := srv.Put(name, files[name])
 		dv := strings.ReplaceAll(name, ".", "-")
-		fullBefore, _, _ := srv.counts()
+		fullBefore, _, _ := srv.Counts()
 		if err := e.im.Import(context.Background(), httpReq(e, dv, url, 16<<20)); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -267,11 +171,11 @@ func TestImportHTTPFormats(t *testing.T) {
 		if got := volume(t, e, dv+"-2.img"); !bytes.Equal(got, raw) {
 			t.Errorf("%s, again: the volume (%d bytes) is not the disk (no request: the image's size)", name, len(got))
 		}
-		if full, _, _ := srv.counts(); full != fullBefore+1 {
+		if full, _, _ := srv.Counts(); full != fullBefore+1 {
 			t.Errorf("%s: the server sent the file %d times for two volumes, want once", name, full-fullBefore)
 		}
 	}
-	if _, _, nm := srv.counts(); nm != len(files) {
+	if _, _, nm := srv.Counts(); nm != len(files) {
 		t.Errorf("the server answered 304 %d times, want %d", nm, len(files))
 	}
 	if !strings.Contains(e.status.String(), "not modified since it was downloaded: using the cached copy") {
@@ -285,7 +189,7 @@ func TestImportHTTPFormats(t *testing.T) {
 	}
 	// The file changed on the server: downloaded again.
 	raw2, _ := testDisk(t, size+1<<20)
-	url := srv.put("d.raw", raw2)
+	url := srv.Put("d.raw", raw2)
 	if err := e.im.Import(context.Background(), httpReq(e, "changed", url, 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -300,18 +204,18 @@ func allZeros(b []byte) bool { return !slices.ContainsFunc(b, func(c byte) bool 
 // request for the rest, and the volume is whole.
 func TestImportResumes(t *testing.T) {
 	e := newEnv(t)
-	srv := newServer(t)
+	srv := dvtest.New(t)
 	raw, qcow2 := testDisk(t, 8<<20)
 	file := xzOf(t, qcow2)
-	url := srv.put("d.qcow2.xz", file)
-	srv.cutAt["d.qcow2.xz"], srv.cutOnce = int64(len(file)/2), true
+	url := srv.Put("d.qcow2.xz", file)
+	srv.Cut("d.qcow2.xz", int64(len(file)/2), true)
 	if err := e.im.Import(context.Background(), httpReq(e, "resumed", url, 0)); err != nil {
 		t.Fatal(err)
 	}
 	if got := volume(t, e, "resumed.img"); !bytes.Equal(got, raw) {
 		t.Errorf("the resumed download's volume (%d bytes) is not the disk", len(got))
 	}
-	if full, ranged, _ := srv.counts(); full != 1 || ranged != 1 {
+	if full, ranged, _ := srv.Counts(); full != 1 || ranged != 1 {
 		t.Errorf("the server answered %d full and %d range requests, want 1 and 1 (the rest of the file)", full, ranged)
 	}
 	if !strings.Contains(e.status.String(), "trying again from byte "+fmt.Sprint(len(file)/2)) {
@@ -323,15 +227,15 @@ func TestImportResumes(t *testing.T) {
 // reason, and leaves no volume, no temporary file and no download.
 func TestImportErrors(t *testing.T) {
 	e := newEnv(t)
-	srv := newServer(t)
+	srv := dvtest.New(t)
 	raw, qcow2 := testDisk(t, 8<<20)
 	file := xzOf(t, qcow2)
-	srv.put("cut-always.xz", file)
-	srv.cutAt["cut-always.xz"] = int64(len(file) / 3)
-	srv.put("truncated.qcow2.xz", file[:len(file)*2/3])
-	srv.put("page.html", []byte("<html>not a disk</html>\n"))
-	srv.put("big.raw", raw)
-	srv.put("archive.tar", tarOf(t, raw[:4096]))
+	srv.Put("cut-always.xz", file)
+	srv.Cut("cut-always.xz", int64(len(file)/3), false)
+	srv.Put("truncated.qcow2.xz", file[:len(file)*2/3])
+	srv.Put("page.html", []byte("<html>not a disk</html>\n"))
+	srv.Put("big.raw", raw)
+	srv.Put("archive.tar", tarOf(t, raw[:4096]))
 	for _, c := range []struct {
 		name, path string
 		size       int64
@@ -368,7 +272,7 @@ func TestImportErrors(t *testing.T) {
 		}
 	}
 	// An existing volume is never replaced.
-	url := srv.put("d.raw", raw)
+	url := srv.Put("d.raw", raw)
 	if err := os.WriteFile(e.vols.Join("exists.img"), []byte("mine"), 0o600); err != nil {
 		t.Fatal(err)
 	}

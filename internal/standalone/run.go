@@ -22,6 +22,7 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/dvimport"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
@@ -113,6 +114,10 @@ type Config struct {
 	// ImageCache is where containerDisk images named by reference (not by
 	// a local path) are pulled to (default registrydisk.DefaultDir).
 	ImageCache string
+	// VolumeStore keeps a VM's DataVolumes that no --volume maps (default
+	// DefaultVolumeStore; volumes.go), ImportCache the images downloaded
+	// for them (default dvimport.DefaultCacheDir).
+	VolumeStore, ImportCache string
 	// pulled maps those references to their cached disks (Run fills it).
 	pulled map[string]string
 	// configVols are the config volumes' files from the documents (Run
@@ -206,6 +211,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if v, vm, cfg.configVols, err = loadManifest(cfg); err != nil {
 			return &ManifestError{Err: err}
 		}
+		stored, err := storeVolumes(cfg.VolumeStore, v, vm, cfg.Volumes)
+		if err != nil {
+			return &ManifestError{Err: fmt.Errorf("%s: %w", cfg.manifestName(), err)}
+		}
+		cfg.Volumes = append(cfg.Volumes, stored...)
 	}
 	// A guest taken over runs already, whatever its strategy says of
 	// starting it (--force-start was the first run's to give).
@@ -213,8 +223,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err == nil {
 		err = runUnsupported(v)
 	}
+	var specs []diskSpec
 	if err == nil {
-		_, err = planStorage(v, vm, cfg.Volumes, cfg.hostPaths())
+		specs, err = planStorage(v, vm, cfg.Volumes, cfg.hostPaths())
 	}
 	if err != nil {
 		return &ManifestError{Err: fmt.Errorf("%s: %w", cfg.manifestName(), err)}
@@ -227,8 +238,16 @@ func Run(ctx context.Context, cfg Config) error {
 		if cfg.pulled, err = sourceImages(cfg.source); err != nil {
 			return err
 		}
-	} else if cfg.pulled, err = pullImages(ctx, cfg, v); err != nil {
-		return err
+	} else {
+		if cfg.pulled, err = pullImages(ctx, cfg, v); err != nil {
+			return err
+		}
+		if err := makeStoreDirs(cfg.VolumeStore, cfg.Volumes); err != nil {
+			return err
+		}
+		if err := importVolumes(ctx, cfg, specs, vm); err != nil {
+			return err
+		}
 	}
 	if cfg.Input != nil {
 		cfg.keys = pumpKeys(cfg.Input)
@@ -352,6 +371,12 @@ func (c *Config) defaults() {
 	}
 	if c.ImageCache == "" {
 		c.ImageCache = registrydisk.DefaultDir
+	}
+	if c.VolumeStore == "" {
+		c.VolumeStore = DefaultVolumeStore
+	}
+	if c.ImportCache == "" {
+		c.ImportCache = dvimport.DefaultCacheDir
 	}
 	if c.CapsCache == "" {
 		c.CapsCache = DefaultCapsCache

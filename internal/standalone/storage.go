@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/dvimport"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
@@ -102,6 +103,8 @@ type VolumeMap struct {
 	Name, Path string
 	// Size, when set, is the size a missing file is created with.
 	Size *resource.Quantity
+	// stored: a DataVolume in the volume store, not given with --volume.
+	stored bool
 }
 
 // ParseVolumeFlag parses NAME=PATH[,size=SIZE].
@@ -157,9 +160,11 @@ type diskSpec struct {
 	// tolerate: a smaller file is made when the file system is short of
 	// space by at most KubeVirt's 10 % (PVCs; a hostDisk gets what it asks).
 	tolerate bool
-	// notImported names a DataVolume source that CDI would have imported
-	// into a new disk and vlctl does not.
-	notImported string
+	// dv is the DataVolume template whose source fills a missing file
+	// (dvimport), and dvField where its source is; nil for a blank one,
+	// which is created here like any PVC.
+	dv      *v1.DataVolumeTemplateSpec
+	dvField string
 	// hotplug: a volume plugged into the running VM (vlctl addvolume),
 	// linked where a hotplugged volume is mounted in a launcher pod.
 	hotplug bool
@@ -192,7 +197,8 @@ func planStorage(v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []Vol
 		if vm != nil {
 			vp = "spec.template." + vp
 		}
-		var claim, what, sizeFrom, notImported string
+		var claim, what, sizeFrom, dvField string
+		var dv *v1.DataVolumeTemplateSpec
 		var size int64
 		mustExist := false
 		switch {
@@ -232,8 +238,18 @@ func planStorage(v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []Vol
 						size = alignDown1MiB(q.Value())
 						sizeFrom = fmt.Sprintf("spec.dataVolumeTemplates[%d] storage request %s", j, q.String())
 					}
-					if src := t.Spec.Source; t.Spec.SourceRef != nil || (src != nil && src.Blank == nil) {
-						notImported = fmt.Sprintf("spec.dataVolumeTemplates[%d].spec.source", j)
+					field := fmt.Sprintf("spec.dataVolumeTemplates[%d].spec", j)
+					if t.Spec.SourceRef != nil {
+						errs = append(errs, fmt.Errorf("%s.sourceRef: a DataSource exists only in a cluster; give the source itself (http, registry, pvc or blank)", field))
+						continue
+					}
+					kind, err := dvimport.Kind(t.Spec.Source, field+".source")
+					if err != nil {
+						errs = append(errs, err)
+						continue
+					}
+					if kind != dvimport.KindBlank {
+						dv, dvField = &vm.Spec.DataVolumeTemplates[j], field+".source"
 					}
 				}
 			}
@@ -261,7 +277,7 @@ func planStorage(v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []Vol
 			size, sizeFrom = 0, ""
 		}
 		specs = append(specs, diskSpec{volume: vol.Name, field: "--volume " + claim, path: m.Path, kind: pvcStorage,
-			create: size, sizeFrom: sizeFrom, tolerate: true, notImported: notImported})
+			create: size, sizeFrom: sizeFrom, tolerate: true, dv: dv, dvField: dvField})
 	}
 	for _, m := range maps {
 		if !used[m.Name] {
@@ -537,9 +553,6 @@ func (s diskSpec) createFile(p place, log func(string, ...any)) (*os.File, error
 		return nil, err
 	}
 	log("vlctl: created %s (%d bytes, sparse raw, blank) for %s\n", s.path, size, s.sizeFrom)
-	if s.notImported != "" {
-		log("vlctl: warning: %s is not imported by vlctl run: the disk starts blank (write an image to %s first)\n", s.notImported, s.path)
-	}
 	return f, nil
 }
 

@@ -156,13 +156,27 @@ func TestPlanStorage(t *testing.T) {
 		{name: "a DataVolume gets its template's storage request",
 			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: vmWithTemplate("dv1", "2Gi"), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "")},
 			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 2 << 30}}},
-		{name: "a DataVolume source is not imported: noted",
+		{name: "a DataVolume's http source fills a missing file",
 			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: func() *v1.VirtualMachine {
 				vm := vmWithTemplate("dv1", "2Gi")
 				vm.Spec.DataVolumeTemplates[0].Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://x/img"}}
 				return vm
 			}(), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "")},
-			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 2 << 30, notImported: "spec.dataVolumeTemplates[0].spec.source"}}},
+			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 2 << 30, dvField: "spec.dataVolumeTemplates[0].spec.source"}}},
+		{name: "a DataVolume source vlctl cannot import is refused by name",
+			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: func() *v1.VirtualMachine {
+				vm := vmWithTemplate("dv1", "2Gi")
+				vm.Spec.DataVolumeTemplates[0].Spec.Source = &cdiv1.DataVolumeSource{S3: &cdiv1.DataVolumeSourceS3{URL: "s3://b/img"}}
+				return vm
+			}(), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "")},
+			err: []string{"spec.dataVolumeTemplates[0].spec.source.s3: vlctl does not import this source"}},
+		{name: "a DataVolume sourceRef is refused",
+			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: func() *v1.VirtualMachine {
+				vm := vmWithTemplate("dv1", "2Gi")
+				vm.Spec.DataVolumeTemplates[0].Spec.SourceRef = &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Name: "fedora"}
+				return vm
+			}(), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "")},
+			err: []string{"spec.dataVolumeTemplates[0].spec.sourceRef: a DataSource exists only in a cluster"}},
 		{name: "size= wins over the template",
 			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: vmWithTemplate("dv1", "2Gi"), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "3Gi")},
 			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 3 << 30}}},
@@ -204,7 +218,7 @@ func TestPlanStorage(t *testing.T) {
 			}
 			for i, w := range tc.want {
 				g := got[i]
-				if g.volume != w.volume || g.field != w.field || g.path != w.path || g.kind != w.kind || g.create != w.create || g.notImported != w.notImported || g.allowed != w.allowed {
+				if g.volume != w.volume || g.field != w.field || g.path != w.path || g.kind != w.kind || g.create != w.create || g.dvField != w.dvField || g.allowed != w.allowed {
 					t.Errorf("plan[%d] = %+v, want %+v", i, g, w)
 				}
 			}
@@ -915,5 +929,29 @@ func TestPlaceBelowBase(t *testing.T) {
 	}
 	if after := listTree(t, outside); after != before {
 		t.Errorf("outside changed:\n%s\nnow:\n%s", before, after)
+	}
+}
+
+// TestStoreVolumes: a VM's dataVolumeTemplates that no --volume maps go
+// to the volume store, by namespace and VM name; names that are not DNS
+// subdomains (a path in disguise) are refused.
+func TestStoreVolumes(t *testing.T) {
+	v := vmiWithVolumes(dvVol("root", "dv1"), dvVol("data", "dv2"), dvVol("other", "notemplate"), pvcVol("p", "claim"))
+	vm := vmWithTemplate("dv1", "1Gi")
+	vm.Spec.DataVolumeTemplates = append(vm.Spec.DataVolumeTemplates, vmWithTemplate("dv2", "1Gi").Spec.DataVolumeTemplates...)
+	vm.Name = "fedora"
+	got, err := storeVolumes("/var/lib/vl", v, vm, []VolumeMap{sized("dv2", "/srv/dv2.img", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Name != "dv1" || got[0].Path != "/var/lib/vl/default/fedora/dv1.img" || !got[0].stored {
+		t.Errorf("store mappings %+v, want dv1 alone at /var/lib/vl/default/fedora/dv1.img", got)
+	}
+	if got, err := storeVolumes("/var/lib/vl", v, nil, nil); err != nil || got != nil {
+		t.Errorf("a VMI: %v, %v; want nothing stored", got, err)
+	}
+	vm.Namespace = "../../etc"
+	if _, err := storeVolumes("/var/lib/vl", v, vm, nil); err == nil || !strings.Contains(err.Error(), `metadata.namespace "../../etc"`) {
+		t.Errorf("a namespace with a path in it: %v", err)
 	}
 }
