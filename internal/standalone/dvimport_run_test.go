@@ -91,19 +91,25 @@ func TestVlctlRunImportsDataVolume(t *testing.T) {
 	manifest := func(name, url string) string {
 		return e.write(t, name, strings.NewReplacer("NAME", name, "URL", url, "CMDLINE", cmdline, "KERNELDIR", g.KernelDir).Replace(dvVM))
 	}
-	run := func(name, url string) (int, string, string) {
-		return vlctl(t, 4*time.Minute, e.run("--volume-store", store, "--import-cache", cache, manifest(name, url))...)
+	run := func(name, url string, args ...string) (int, string, string) {
+		args = append([]string{"--volume-store", store, "--import-cache", cache}, args...)
+		return vlctl(t, 4*time.Minute, e.run(append(args, manifest(name, url))...)...)
 	}
+	mapped := filepath.Join(e.dir, "mapped.img")
 	for i, c := range []struct {
 		vm                        string
+		args                      []string
 		full, ranged, notModified int // the server's answers after the run
 		boots                     string
+		vol                       string // where the volume is ("": the store)
 	}{
-		{"dvfirst", 1, 1, 0, "1"},  // downloaded, resumed once
-		{"dvsecond", 1, 1, 1, "1"}, // from the cache: 304
-		{"dvfirst", 1, 1, 1, "2"},  // its volume, kept: no request
+		{"dvfirst", nil, 1, 1, 0, "1", ""},  // downloaded, resumed once
+		{"dvsecond", nil, 1, 1, 1, "1", ""}, // from the cache: 304
+		{"dvfirst", nil, 1, 1, 1, "2", ""},  // its volume, kept: no request
+		// Into the file --volume names: from the cache again.
+		{"dvmapped", []string{"--volume", "rootdv=" + mapped}, 1, 1, 2, "1", mapped},
 	} {
-		code, stdout, stderr := run(c.vm, url)
+		code, stdout, stderr := run(c.vm, url, c.args...)
 		if code != 0 {
 			t.Fatalf("run %d (%s): exit %d; stderr:\n%s", i+1, c.vm, code, stderr)
 		}
@@ -117,7 +123,10 @@ func TestVlctlRunImportsDataVolume(t *testing.T) {
 			t.Errorf("run %d (%s): the server answered %d whole, %d range, %d not-modified requests; want %d, %d, %d\nstderr:\n%s",
 				i+1, c.vm, full, ranged, nm, c.full, c.ranged, c.notModified, stderr)
 		}
-		vol := filepath.Join(store, "default", c.vm, "rootdv.img")
+		vol := c.vol
+		if vol == "" {
+			vol = filepath.Join(store, "default", c.vm, "rootdv.img")
+		}
 		if st, err := os.Stat(vol); err != nil || st.Size() != 64<<20 || st.Mode().Perm() != 0o600 {
 			t.Errorf("run %d: volume %s: %v, %v; want 64 MiB, 0600", i+1, vol, st, err)
 		}
