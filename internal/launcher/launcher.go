@@ -33,11 +33,20 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
+// SignalHandOver asks a launcher whose guest runs to leave it to a new
+// launcher (ExitHandOver): an upgrade of the launcher binary without a
+// migration. The pod's monitor forwards it.
+const SignalHandOver = syscall.SIGUSR2
+
 // Exit codes (kubevirt-wire.md 5.6).
 const (
 	ExitOK       = 0 // the domain is gone (or SIGTERM came before any domain)
 	ExitQEMUDied = 1 // QEMU ended abnormally (killed, crashed)
 	ExitFatal    = 2 // fatal start-up error
+	// ExitHandOver: the launcher left on SIGUSR2 with the guest running,
+	// for a new launcher (the binary at the same path, perhaps a newer
+	// one) to take it over; the monitor starts it.
+	ExitHandOver = 3
 )
 
 // EnvStandaloneVMI holds a VMI (YAML or JSON) to sync at start-up.
@@ -63,15 +72,17 @@ type Launcher struct {
 	// Events overrides the event sink (tests); nil means the notify client
 	// on the share dir's domain-notify-pipe.sock.
 	Events domain.EventSink
-	// Signals delivers termination requests; nil means SIGTERM and SIGINT.
-	Signals <-chan os.Signal
+	// Signals delivers termination requests, HandOver hand-over requests;
+	// a nil Signals means SIGTERM and SIGINT, and SignalHandOver.
+	Signals, HandOver <-chan os.Signal
 
 	daemon *libvirtd.Daemon
 	mgr    *domain.Manager
 	hooks  *hooks.Manager
-	// crashing is set while a panic unwinds run: what the next launcher
-	// takes over (the socket, the daemon's domain state) is left alone.
-	crashing bool
+	// leaving is set while a panic unwinds run, or when the launcher
+	// hands over: what the next launcher takes over (launcher-sock, the
+	// daemon's domain state) is left alone.
+	leaving bool
 }
 
 // New prepares a launcher.
@@ -105,12 +116,16 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		// the flag reached a launcher that does not act on it.
 		l.log.Info("--libvirt-hook-server-and-client is accepted and ignored: this launcher cannot be a migration target yet (issue 17), so no incoming domain XML exists for a pre-migration hook to change")
 	}
-	sigs := l.Signals
+	sigs, handOver := l.Signals, l.HandOver
 	if sigs == nil {
 		ch := make(chan os.Signal, 2)
 		signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
 		defer signal.Stop(ch)
 		sigs = ch
+		hch := make(chan os.Signal, 1)
+		signal.Notify(hch, SignalHandOver)
+		defer signal.Stop(hch)
+		handOver = hch
 	}
 
 	if err := l.makeDirs(); err != nil {
@@ -155,7 +170,7 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 		// virt-handler takes a missing socket for a launcher gone for
 		// good (it fails the VMI at once).
 		if r := recover(); r != nil {
-			l.crashing = true
+			l.leaving = true
 			panic(r)
 		}
 		stopServer()
@@ -182,6 +197,14 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	destroyed := false
 	select {
 	case <-l.mgr.Stopped():
+	case <-handOver:
+		// The deferred stops end the command server gracefully (calls
+		// under way finish) and wait for the operation in progress; the
+		// socket file, the daemon and its domain state stay for the next
+		// launcher, as after a crash.
+		l.log.Info("handing over to a new launcher: the guest runs on", "signal", SignalHandOver.String(), "exit", ExitHandOver)
+		l.leaving = true
+		return ExitHandOver, nil
 	case sig := <-sigs:
 		l.log.Info("received signal, shutting the guest down", "signal", sig.String(), "gracePeriodSeconds", l.opts.GracePeriodSeconds)
 		l.beginTermination()
@@ -331,6 +354,12 @@ func (l *Launcher) serveCommands(ctx context.Context) (stop func(), err error) {
 	stop = func() {
 		scancel()
 		<-sdone
+		if l.leaving {
+			// The next launcher serves launcher-sock again (its rename
+			// replaces the file); virt-handler takes a missing one for
+			// a launcher gone for good.
+			return
+		}
 		os.Remove(l.layout.InitSocket())
 		os.Remove(l.layout.ReadySocket())
 	}
@@ -657,8 +686,8 @@ func (l *Launcher) finish(destroyed bool) int {
 }
 
 func (l *Launcher) stopDaemons() {
-	if l.daemon == nil || l.crashing {
-		// Crashing: the daemon ends with us (its parent-death signal),
+	if l.daemon == nil || l.leaving {
+		// Leaving: the daemon ends with us (its parent-death signal),
 		// and the monitor stops it for the next launcher. Stopped here,
 		// one that did not end in time would be killed and its domain
 		// directories removed, QEMU's monitor socket with them.

@@ -86,8 +86,10 @@ PID 1 of a KubeVirt launcher pod: starts virt-launcher with the same
 arguments (all but --keep-after-failure), reaps zombies, forwards SIGINT,
 SIGTERM and SIGQUIT to it as SIGTERM and exits with its status. A launcher
 that dies of a signal (killed, crashed) while its guest runs and the pod is
-not terminating is started again and takes the guest over. Unknown flags
-are passed to the launcher untouched.
+not terminating is started again and takes the guest over. SIGUSR2 asks
+the launcher to hand its running guest over to a new launcher started
+from the same path (an upgrade of the binary without a migration).
+Unknown flags are passed to the launcher untouched.
 
 Flags (KubeVirt's):
   --container-disk-dir string   container disk dir; its *.sock files are removed

@@ -13,7 +13,13 @@ const (
 	launcherExitOK       = 0 // the domain is gone
 	launcherExitQEMUDied = 1 // QEMU ended abnormally
 	launcherExitFatal    = 2 // fatal start-up error (also a Go panic's status without GOTRACEBACK=crash)
+	launcherExitHandOver = 3 // left on SIGUSR2 for a new launcher to take the guest over
 )
+
+// MaxHandOvers bounds the hand-overs within the restart window: each is
+// asked for, but a launcher binary that exits 3 as soon as it starts
+// must not be started for ever.
+const MaxHandOvers = 10
 
 // Restart budget defaults: more deaths than this within the window mean
 // the launcher cannot run here, and the pod ends as KubeVirt's does.
@@ -39,7 +45,10 @@ type launcherEnd struct {
 	// OffForVMI: the VMI asks for no restarts (its launcher left the
 	// layout.LauncherRestartsOff marker).
 	OffForVMI bool
-	// Restarts are the times of the restarts done so far.
+	// HandOvers are the times of the hand-overs done so far (exit 3,
+	// asked for with SIGUSR2): at most MaxHandOvers within Window.
+	HandOvers []time.Time
+	// Restarts are the times of the restarts after accidents done so far.
 	Restarts []time.Time
 	// Now is the time of the decision.
 	Now time.Time
@@ -69,12 +78,23 @@ type decision struct {
 // exits with status 2, as a fatal start-up error does, and ends the pod.)
 func decideRestart(e launcherEnd) decision {
 	switch {
+	case e.Terminating:
+		return decision{false, "termination was asked for"}
+	case e.Status.Exited() && e.Status.ExitStatus() == launcherExitHandOver && e.QemuAlive:
+		// Asked for, not an accident: neither the budget nor a switch
+		// that turns accident restarts off applies; refusing would end
+		// the guest that the launcher left running for its successor.
+		// (Without a QEMU there is nothing to hand over: the status is
+		// believed as any other below, so no launcher that exits 3 at
+		// once can make the monitor start it for ever.)
+		if n := within(e.HandOvers, e.Now, e.Window); n >= MaxHandOvers {
+			return decision{false, fmt.Sprintf("hand-overs spent: %d within %v (a launcher that exits 3 at once is no hand-over)", n, e.Window)}
+		}
+		return decision{true, "the launcher handed over (exit 3): a new one takes the guest over"}
 	case e.Budget <= 0:
 		return decision{false, "restarts are switched off (" + EnvRestarts + "=0)"}
 	case e.OffForVMI:
 		return decision{false, "the VMI asks for none (its annotation virtlauncher.io/launcher-restarts is off)"}
-	case e.Terminating:
-		return decision{false, "termination was asked for"}
 	case e.Status.Exited():
 		return decision{false, exitReason(e.Status.ExitStatus())}
 	case !e.Status.Signaled():
@@ -84,16 +104,22 @@ func decideRestart(e launcherEnd) decision {
 	case !e.QemuAlive:
 		return decision{false, "no QEMU of this pod runs: there is no guest to keep"}
 	}
-	recent := 0
-	for _, t := range e.Restarts {
-		if e.Now.Sub(t) < e.Window {
-			recent++
-		}
-	}
+	recent := within(e.Restarts, e.Now, e.Window)
 	if recent >= e.Budget {
 		return decision{false, fmt.Sprintf("restart budget spent: %d restarts within %v", recent, e.Window)}
 	}
 	return decision{true, fmt.Sprintf("the launcher died of signal %d (%v) with the guest running; restart %d of at most %d within %v", int(e.Status.Signal()), e.Status.Signal(), recent+1, e.Budget, e.Window)}
+}
+
+// within counts the times less than window before now.
+func within(ts []time.Time, now time.Time, window time.Duration) int {
+	n := 0
+	for _, t := range ts {
+		if now.Sub(t) < window {
+			n++
+		}
+	}
+	return n
 }
 
 // exitReason says what a launcher's exit status means.
@@ -105,6 +131,8 @@ func exitReason(code int) string {
 		return "the launcher exited 1: QEMU ended abnormally"
 	case launcherExitFatal:
 		return "the launcher exited 2: a fatal error (start-up, or a Go panic)"
+	case launcherExitHandOver:
+		return "the launcher exited 3 (a hand-over) with no QEMU of this pod left: nothing to take over"
 	}
 	return fmt.Sprintf("the launcher exited with status %d", code)
 }

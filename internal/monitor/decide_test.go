@@ -53,6 +53,20 @@ func TestDecideRestart(t *testing.T) {
 			e.Restarts = ago(11*time.Minute, 12*time.Minute, 13*time.Minute, 14*time.Minute, 15*time.Minute, time.Minute)
 		}), restart: true, reason: "restart 2 of"},
 		{name: "restarts switched off: cleaned up as KubeVirt does", end: accident(func(e *launcherEnd) { e.Budget = 0 }), reason: "switched off"},
+		{name: "handed over (exit 3): restarted", end: accident(func(e *launcherEnd) { e.Status = exited(3) }), restart: true, reason: "handed over"},
+		{name: "handed over with restarts switched off: restarted, it was asked for", end: accident(func(e *launcherEnd) { e.Status = exited(3); e.Budget = 0 }), restart: true, reason: "handed over"},
+		{name: "handed over with the budget spent: restarted, it was asked for", end: accident(func(e *launcherEnd) {
+			e.Status = exited(3)
+			e.Restarts = ago(time.Minute, 2*time.Minute, 3*time.Minute, 4*time.Minute, 5*time.Minute)
+		}), restart: true, reason: "handed over"},
+		{name: "ten hand-overs in the window: the eleventh is refused", end: accident(func(e *launcherEnd) {
+			e.Status = exited(3)
+			for i := range MaxHandOvers {
+				e.HandOvers = append(e.HandOvers, now.Add(-time.Duration(i+1)*time.Second))
+			}
+		}), reason: "hand-overs spent"},
+		{name: "exited 3 with no QEMU left: nothing to hand over, cleaned up", end: accident(func(e *launcherEnd) { e.Status = exited(3); e.QemuAlive = false }), reason: "nothing to take over"},
+		{name: "handed over while the pod terminates: its end is the pod's", end: accident(func(e *launcherEnd) { e.Status = exited(3); e.Terminating = true }), reason: "termination was asked"},
 		{name: "the VMI asks for no restarts: cleaned up as KubeVirt does", end: accident(func(e *launcherEnd) { e.OffForVMI = true }), reason: "asks for none"},
 		{name: "killed while the pod terminates: its end is the pod's", end: accident(func(e *launcherEnd) { e.Terminating = true }), reason: "termination was asked"},
 		{name: "killed with no QEMU left: nothing to keep", end: accident(func(e *launcherEnd) { e.QemuAlive = false }), reason: "no QEMU"},
@@ -81,6 +95,8 @@ func TestLauncherExitCodes(t *testing.T) {
 		{launcherExitOK, launcher.ExitOK},
 		{launcherExitQEMUDied, launcher.ExitQEMUDied},
 		{launcherExitFatal, launcher.ExitFatal},
+		{launcherExitHandOver, launcher.ExitHandOver},
+		{int(signalHandOver), int(launcher.SignalHandOver)},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("monitor's launcher exit status %d, the launcher's %d", c[0], c[1])

@@ -29,6 +29,11 @@ import (
 // and 547. The monitor hands it on to the launcher as an ambient capability.
 const CapNetBindService = 10
 
+// signalHandOver (SIGUSR2) is forwarded to the launcher as is: it asks it
+// to leave its running guest to a new launcher (exit 3), which the
+// monitor then starts from the same path.
+const signalHandOver = syscall.SIGUSR2
+
 const (
 	prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER
 	istioReadyPort      = 15021
@@ -61,7 +66,7 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 	noCoreDumps(log)
 
 	sigs := make(chan os.Signal, 128)
-	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT, signalHandOver)
 	defer signal.Stop(sigs)
 
 	pid, err := startLauncher(c)
@@ -73,7 +78,10 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 	}
 	log.Info("virt-launcher started", "pid", pid, "path", c.LauncherPath)
 
-	var restarts []time.Time
+	// restarts and handOvers are the times of each kind (decideRestart's budgets),
+	// started every new launcher's, hand-overs included.
+	var restarts, handOvers []time.Time
+	started := 0
 	var code int
 	// termTaken: a termination request was taken from the queue with the
 	// launcher's death (termPending), never to be seen again.
@@ -93,6 +101,7 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 			Unresponsive: unresponsive(c.ShareDir),
 			OffForVMI:    restartsOffForVMI(c.PrivateDir),
 			Restarts:     restarts,
+			HandOvers:    handOvers,
 			Now:          time.Now(),
 			Budget:       c.Restarts,
 			Window:       c.RestartWindow,
@@ -102,8 +111,16 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 			break
 		}
 		log.Warn("restarting virt-launcher; the new one takes the running guest back", "reason", d.Reason)
-		restarts = append(restarts, time.Now())
-		if err := writeRestarts(c.PrivateDir, RestartRecord{Count: len(restarts), Last: restarts[len(restarts)-1], Reason: d.Reason}); err != nil {
+		// A hand-over was asked for: it does not spend the budget that
+		// bounds accidents.
+		now := time.Now()
+		if ws.Exited() && ws.ExitStatus() == launcherExitHandOver {
+			handOvers = append(handOvers, now)
+		} else {
+			restarts = append(restarts, now)
+		}
+		started++
+		if err := writeRestarts(c.PrivateDir, RestartRecord{Count: started, Last: now, Reason: d.Reason}); err != nil {
 			log.Warn("cannot record the restart", "reason", err)
 		}
 		stopDaemons(log, self)
@@ -112,7 +129,7 @@ func Run(ctx context.Context, log *slog.Logger, c Config) int {
 			code = 1
 			break
 		}
-		log.Info("virt-launcher restarted", "pid", pid, "restarts", len(restarts))
+		log.Info("virt-launcher restarted", "pid", pid, "restarts", started)
 	}
 
 	cleanup(log, c, self, &code)
@@ -149,6 +166,13 @@ func supervise(ctx context.Context, log *slog.Logger, sigs <-chan os.Signal, pid
 				}
 				continue
 			}
+			if s == signalHandOver {
+				log.Info("asking virt-launcher to hand over to a new launcher", "signal", s.String())
+				if err := syscall.Kill(pid, signalHandOver); err != nil {
+					log.Warn("failed to signal virt-launcher", "reason", err)
+				}
+				continue
+			}
 			terminating = true
 			log.Info("forwarding signal to virt-launcher as SIGTERM", "signal", s.String())
 			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
@@ -174,6 +198,9 @@ func termPending(sigs <-chan os.Signal) bool {
 			if s == syscall.SIGCHLD {
 				reap(0)
 				continue
+			}
+			if s == signalHandOver {
+				continue // the launcher that was to hand over is gone anyway
 			}
 			term = true
 		default:

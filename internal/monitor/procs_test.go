@@ -97,7 +97,7 @@ func TestAsPID1(t *testing.T) {
 	}
 	qemu := fakeQemu(t, "/bin/sleep")
 	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", monitorBin, "--uid", "pid1")
-	cmd.Env = append(os.Environ(), EnvLauncherBin+"="+fakeBin, "FAKE_EXIT=3", "FAKE_ORPHANS=50",
+	cmd.Env = append(os.Environ(), EnvLauncherBin+"="+fakeBin, "FAKE_EXIT=4", "FAKE_ORPHANS=50",
 		"FAKE_ORPHAN_CMDS="+qemu+" 300")
 	done := make(chan struct{})
 	var out []byte
@@ -109,8 +109,8 @@ func TestAsPID1(t *testing.T) {
 		t.Fatal("monitor as PID 1 did not exit")
 	}
 	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != 3 {
-		t.Fatalf("exit: %v, want status 3; output:\n%s", err, out)
+	if !ok || ee.ExitCode() != 4 {
+		t.Fatalf("exit: %v, want status 4; output:\n%s", err, out)
 	}
 	if !strings.Contains(string(out), "terminating QEMU left behind") {
 		t.Errorf("QEMU in the namespace not found; output:\n%s", out)
