@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -108,11 +109,18 @@ func ReadFiles(paths []string) ([]Doc, error) {
 }
 
 func readFile(path string) ([]Doc, error) {
-	f, err := os.Open(path)
+	// Non-blocking, so that a FIFO given by mistake is refused below
+	// instead of waiting for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("load %s: not a regular file (%s)", path, st.Mode().Type())
+	}
 	// One byte more than allowed tells a file that is too big.
 	data, err := io.ReadAll(io.LimitReader(f, MaxBytes+1))
 	if err != nil {

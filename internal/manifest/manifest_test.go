@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func write(t *testing.T, name, body string) string {
@@ -120,5 +122,27 @@ func TestOthersAccepted(t *testing.T) {
 	}
 	if len(s.Others) != 1 || s.Others[0].Name != "it" {
 		t.Errorf("others = %+v", s.Others)
+	}
+}
+
+// A FIFO or a directory is refused at once, naming it.
+func TestReadNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ReadFiles([]string{fifo}); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), fifo+": not a regular file") {
+			t.Errorf("FIFO: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading a FIFO blocks")
+	}
+	if _, err := ReadFiles([]string{dir}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("directory: %v", err)
 	}
 }
