@@ -11,6 +11,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/instancetype"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -37,8 +38,14 @@ func (s *socketFlags) dial(ctx context.Context) (*cmdclient.Client, error) {
 	return cmdclient.Dial(ctx, s.socket)
 }
 
+// load reads the manifest as vlctl run does (its documents, the
+// instancetype and preference expanded), so the launcher gets the same VMI.
 func (s *socketFlags) load() (*v1.VirtualMachineInstance, error) {
-	return vmi.LoadFile(s.file, vmi.Options{DefaultBinding: s.binding})
+	l, err := instancetype.Load([]string{s.file}, "", vmi.Options{DefaultBinding: s.binding})
+	if err != nil {
+		return nil, err
+	}
+	return l.VMI, nil
 }
 
 // vmiVerb makes a command that sends one VMIRequest RPC, to the launcher
