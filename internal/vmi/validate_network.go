@@ -114,6 +114,32 @@ func (v *validator) interfaces() {
 			v.fail(ip+".state", "%q is not one of up, down, absent", truncate(string(iface.State), 40))
 		}
 		v.ports(ip, iface)
+		v.dhcpOptions(ip, iface.DHCPOptions)
+	}
+}
+
+// dhcpOptions applies KubeVirt's checks of an interface's dhcpOptions:
+// NTP servers are IPv4 addresses, private options are in 224-254 and
+// given once each.
+func (v *validator) dhcpOptions(ip string, o *v1.DHCPOptions) {
+	if o == nil {
+		return
+	}
+	for j, s := range o.NTPServers {
+		if net.ParseIP(s).To4() == nil {
+			v.fail(idx(ip+".dhcpOptions.ntpServers", j, ""), "%q is not an IPv4 address", truncate(s, 40))
+		}
+	}
+	seen := map[int]bool{}
+	for j, p := range o.PrivateOptions {
+		f := idx(ip+".dhcpOptions.privateOptions", j, "option")
+		switch {
+		case p.Option < 224 || p.Option > 254:
+			v.fail(f, "%d is not in the private range 224-254", p.Option)
+		case seen[p.Option]:
+			v.fail(f, "%d is given twice", p.Option)
+		}
+		seen[p.Option] = true
 	}
 }
 

@@ -170,6 +170,15 @@ func TestValidate(t *testing.T) {
 		{"port protocol", func(v *v1.VirtualMachineInstance) { iface(v, 0).Ports[0].Protocol = "SCTP" }, `spec.domain.devices.interfaces[0].ports[0].protocol: "SCTP" is not TCP or UDP`},
 		{"port repeated", func(v *v1.VirtualMachineInstance) { iface(v, 0).Ports[2].Port = 22 }, "spec.domain.devices.interfaces[0].ports[2]: TCP port 22 is already listed at spec.domain.devices.interfaces[0].ports[0]"},
 		{"mac malformed", func(v *v1.VirtualMachineInstance) { iface(v, 1).MacAddress = "02:00:00:aa:bb" }, `spec.domain.devices.interfaces[1].macAddress: "02:00:00:aa:bb" is not a MAC address`},
+		{"dhcp ntp server not IPv4", func(v *v1.VirtualMachineInstance) {
+			iface(v, 0).DHCPOptions = &v1.DHCPOptions{NTPServers: []string{"192.0.2.1", "ntp.example"}}
+		}, `spec.domain.devices.interfaces[0].dhcpOptions.ntpServers[1]: "ntp.example" is not an IPv4 address`},
+		{"dhcp private option out of range", func(v *v1.VirtualMachineInstance) {
+			iface(v, 1).DHCPOptions = &v1.DHCPOptions{PrivateOptions: []v1.DHCPPrivateOptions{{Option: 66, Value: "x"}}}
+		}, "spec.domain.devices.interfaces[1].dhcpOptions.privateOptions[0].option: 66 is not in the private range 224-254"},
+		{"dhcp private option twice", func(v *v1.VirtualMachineInstance) {
+			iface(v, 0).DHCPOptions = &v1.DHCPOptions{PrivateOptions: []v1.DHCPPrivateOptions{{Option: 240, Value: "a"}, {Option: 240, Value: "b"}}}
+		}, "spec.domain.devices.interfaces[0].dhcpOptions.privateOptions[1].option: 240 is given twice"},
 		{"mac reserved for masquerade", func(v *v1.VirtualMachineInstance) { iface(v, 0).MacAddress = "02:00:00:00:00:00" }, "spec.domain.devices.interfaces[0].macAddress: 02:00:00:00:00:00 is reserved"},
 		{"interface pci address", func(v *v1.VirtualMachineInstance) { iface(v, 1).PciAddress = "0000:00:1f.9" }, `spec.domain.devices.interfaces[1].pciAddress: "0000:00:1f.9" is not a PCI address`},
 		{"interface model", func(v *v1.VirtualMachineInstance) { iface(v, 1).Model = "vmxnet3" }, `spec.domain.devices.interfaces[1].model: "vmxnet3" is not one of`},

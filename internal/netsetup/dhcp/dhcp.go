@@ -126,6 +126,8 @@ type Lease4 struct {
 	// include the default route, since clients then ignore option 3.
 	Routes    []*dhcpv4.Route
 	LeaseTime time.Duration
+	// Custom are the interface's dhcpOptions (customOptions4).
+	Custom []dhcpv4.Option
 }
 
 // lease4From turns a vif cache into the guest's lease.
@@ -211,7 +213,49 @@ func (l Lease4) Options4() []dhcpv4.Option {
 	if len(l.Routes) > 0 {
 		opts = append(opts, dhcpv4.OptClasslessStaticRoute(l.Routes...))
 	}
-	return opts
+	return append(opts, l.Custom...)
+}
+
+// customOptions4 are an interface's dhcpOptions as KubeVirt's DHCP server
+// sends them (pkg/network/dhcp/server): the TFTP server name in option 66
+// and the boot file name in option 67, both as text (not in the header's
+// sname and file fields), the NTP servers as IPv4 addresses in option 42,
+// and each private option (224-254) with its value's bytes as given. The
+// VMI's validation refuses what this refuses; field names the interface.
+func customOptions4(o *v1.DHCPOptions, field string) ([]dhcpv4.Option, error) {
+	if o == nil {
+		return nil, nil
+	}
+	var opts []dhcpv4.Option
+	if o.TFTPServerName != "" {
+		opts = append(opts, dhcpv4.OptTFTPServerName(o.TFTPServerName))
+	}
+	if o.BootFileName != "" {
+		opts = append(opts, dhcpv4.OptBootFileName(o.BootFileName))
+	}
+	if len(o.NTPServers) > 0 {
+		ntp := make([]net.IP, 0, len(o.NTPServers))
+		for i, s := range o.NTPServers {
+			ip := net.ParseIP(s).To4()
+			if ip == nil {
+				return nil, fmt.Errorf("%s.dhcpOptions.ntpServers[%d]: %q is not an IPv4 address", field, i, s)
+			}
+			ntp = append(ntp, ip)
+		}
+		opts = append(opts, dhcpv4.OptNTPServers(ntp...))
+	}
+	seen := map[int]bool{}
+	for i, p := range o.PrivateOptions {
+		if p.Option < 224 || p.Option > 254 {
+			return nil, fmt.Errorf("%s.dhcpOptions.privateOptions[%d].option: %d is not in the private range 224-254", field, i, p.Option)
+		}
+		if seen[p.Option] {
+			return nil, fmt.Errorf("%s.dhcpOptions.privateOptions[%d].option: %d is given twice", field, i, p.Option)
+		}
+		seen[p.Option] = true
+		opts = append(opts, dhcpv4.OptGeneric(dhcpv4.GenericOptionCode(p.Option), []byte(p.Value)))
+	}
+	return opts, nil
 }
 
 // Reply4 answers one request, or returns nil when the request is not for
@@ -427,6 +471,14 @@ func (s *Servers) start(vmi *v1.VirtualMachineInstance, it plan.Iface, resolvers
 	l4, err := lease4From(c, dns, GuestHostname(vmi), search)
 	if err != nil {
 		return served{}, err
+	}
+	for i, iface := range vmi.Spec.Domain.Devices.Interfaces {
+		if iface.Name == it.Name {
+			field := fmt.Sprintf("spec.domain.devices.interfaces[%d]", i)
+			if l4.Custom, err = customOptions4(iface.DHCPOptions, field); err != nil {
+				return served{}, err
+			}
+		}
 	}
 	var l6 *Lease6
 	if c.IPv6.IPNet != nil && c.AdvertisingIPv6Addr != nil {

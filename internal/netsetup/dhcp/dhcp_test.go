@@ -246,3 +246,27 @@ func TestVifCacheJSONRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestCustomOptions4Refuses: dhcpOptions the VMI's validation refuses are
+// refused here too, naming the field, rather than sent half.
+func TestCustomOptions4Refuses(t *testing.T) {
+	for _, tc := range []struct {
+		o    v1.DHCPOptions
+		want string
+	}{
+		{v1.DHCPOptions{NTPServers: []string{"2001:db8::1"}}, `ifc.dhcpOptions.ntpServers[0]: "2001:db8::1" is not an IPv4 address`},
+		{v1.DHCPOptions{PrivateOptions: []v1.DHCPPrivateOptions{{Option: 223}}}, "ifc.dhcpOptions.privateOptions[0].option: 223 is not in the private range 224-254"},
+		{v1.DHCPOptions{PrivateOptions: []v1.DHCPPrivateOptions{{Option: 230}, {Option: 230}}}, "ifc.dhcpOptions.privateOptions[1].option: 230 is given twice"},
+	} {
+		if _, err := customOptions4(&tc.o, "ifc"); err == nil || err.Error() != tc.want {
+			t.Errorf("%+v: %v, want %q", tc.o, err, tc.want)
+		}
+	}
+	opts, err := customOptions4(&v1.DHCPOptions{BootFileName: "b", TFTPServerName: "t", NTPServers: []string{"192.0.2.1"},
+		PrivateOptions: []v1.DHCPPrivateOptions{{Option: 240, Value: "v"}}}, "ifc")
+	got := dhcpv4.OptionsFromList(opts...)
+	if err != nil || string(got.Get(dhcpv4.OptionTFTPServerName)) != "t" || string(got.Get(dhcpv4.OptionBootfileName)) != "b" ||
+		fmt.Sprint(got.Get(dhcpv4.OptionNTPServers)) != "[192 0 2 1]" || string(got.Get(dhcpv4.GenericOptionCode(240))) != "v" {
+		t.Errorf("options %v, %v", got, err)
+	}
+}
