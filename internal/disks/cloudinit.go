@@ -110,7 +110,15 @@ func (p *Preparer) cloudInit(ctx context.Context, vmi *v1.VirtualMachineInstance
 			return fmt.Errorf("PreCloudInitIso hook: returned %s for a %s volume", got, source)
 		}
 	}
-	return p.writeCloudInit(vmi, data)
+	if err := p.writeCloudInit(vmi, data); err != nil {
+		return err
+	}
+	if data.DataSource == DataSourceConfigDrive {
+		p.mu.Lock()
+		p.configDrive = data
+		p.mu.Unlock()
+	}
+	return nil
 }
 
 // cloudInitData reads a cloud-init volume into KubeVirt's CloudInitData, as

@@ -12,6 +12,7 @@ package disks
 
 import (
 	"log/slog"
+	"sync"
 
 	v1 "kubevirt.io/api/core/v1"
 
@@ -45,6 +46,12 @@ type Preparer struct {
 	// image are image volumes; Gather first links their files into the
 	// classic paths (LinkImageVolumes).
 	ImageVolume bool
+
+	mu sync.Mutex
+	// configDrive is the ConfigDrive data the last Prepare wrote (after
+	// the hooks), which ConfigDriveDevices writes again with the device
+	// metadata; nil without a ConfigDrive volume.
+	configDrive *CloudInitData
 }
 
 func (p *Preparer) log() *slog.Logger {

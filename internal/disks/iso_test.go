@@ -17,6 +17,7 @@ import (
 	"github.com/diskfs/go-diskfs/filesystem/iso9660"
 	k8sv1 "k8s.io/api/core/v1"
 	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
@@ -353,5 +354,66 @@ func BenchmarkNoCloudISO(b *testing.B) {
 		if _, err := p.Prepare(ctx, vmi, nil); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestConfigDriveDevices: after the define, the ConfigDrive's
+// meta_data.json lists the tagged interfaces and host devices at the
+// addresses the domain got, as KubeVirt's buildDevicesMetadata writes them
+// (an untagged interface and a disk tag, which KubeVirt does not list,
+// are left out); without a tag the ISO is not rewritten.
+func TestConfigDriveDevices(t *testing.T) {
+	p, _ := newPreparer(t)
+	vmi := vmiWith(v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitConfigDrive: &v1.CloudInitConfigDriveSource{UserData: "#cloud-config\n"}}})
+	vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", Tag: "frontend"}, {Name: "plain"}, {Name: "vf", Tag: "fast"}}
+	vmi.Spec.Domain.Devices.HostDevices = []v1.HostDevice{{Name: "nvme", Tag: "scratch"}}
+	vmi.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "ci", Tag: "seed"}}
+	if _, err := p.Prepare(context.Background(), vmi, nil); err != nil {
+		t.Fatal(err)
+	}
+	pci := func(bus, slot uint) *libvirtxml.DomainAddress {
+		zero := uint(0)
+		return &libvirtxml.DomainAddress{PCI: &libvirtxml.DomainAddressPCI{Domain: &zero, Bus: &bus, Slot: &slot, Function: &zero}}
+	}
+	dom := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{
+		Interfaces: []libvirtxml.DomainInterface{
+			{Alias: &libvirtxml.DomainAlias{Name: "ua-default"}, MAC: &libvirtxml.DomainInterfaceMAC{Address: "02:00:00:00:00:01"}, Address: pci(1, 0)},
+			{Alias: &libvirtxml.DomainAlias{Name: "ua-plain"}, Address: pci(2, 0)},
+		},
+		Hostdevs: []libvirtxml.DomainHostdev{
+			{Alias: &libvirtxml.DomainAlias{Name: "ua-sriov-vf"}, Address: pci(0, 0x1d)},
+			{Alias: &libvirtxml.DomainAlias{Name: "ua-hostdevice-nvme"}, Address: pci(3, 0)},
+		},
+	}}
+	read := 0
+	if err := p.ConfigDriveDevices(vmi, func() (*libvirtxml.Domain, error) { read++; return dom, nil }); err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		InstanceID string `json:"instance_id"`
+		Devices    []map[string]any
+	}
+	files := readISO(t, p.Layout.CloudInitConfigDriveISO("ns1", "testvm"))
+	if err := json.Unmarshal([]byte(files["openstack/latest/meta_data.json"]), &meta); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(meta.Devices)
+	want := `[{"address":"0000:01:00.0","bus":"pci","mac":"02:00:00:00:00:01","tags":["frontend"],"type":"nic"},` +
+		`{"address":"0000:00:1d.0","bus":"pci","tags":["fast"],"type":"nic"},` +
+		`{"address":"0000:03:00.0","bus":"pci","tags":["scratch"],"type":"hostdev"}]`
+	if string(got) != want || meta.InstanceID != "testvm.ns1" || read != 1 {
+		t.Errorf("meta_data.json devices %s (read the domain %d times)\nwant %s\n%s", got, read, want, files["openstack/latest/meta_data.json"])
+	}
+
+	// No tags: the domain is not even read.
+	vmi.Spec.Domain.Devices.Interfaces, vmi.Spec.Domain.Devices.HostDevices = nil, nil
+	if _, err := p.Prepare(context.Background(), vmi, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ConfigDriveDevices(vmi, func() (*libvirtxml.Domain, error) { read++; return dom, nil }); err != nil || read != 1 {
+		t.Errorf("without tags: %v, domain read %d times", err, read)
+	}
+	if m := readISO(t, p.Layout.CloudInitConfigDriveISO("ns1", "testvm"))["openstack/latest/meta_data.json"]; strings.Contains(m, "devices") {
+		t.Errorf("meta_data.json without tags: %s", m)
 	}
 }

@@ -54,6 +54,9 @@ func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 			removeFresh()
 		}
 	}()
+	p.mu.Lock()
+	p.configDrive = nil
+	p.mu.Unlock()
 	for i := range vmi.Spec.Volumes {
 		vol := &vmi.Spec.Volumes[i]
 		if err := layout.CheckName(vol.Name); err != nil {

@@ -70,6 +70,11 @@ func (m *Manager) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg
 		return
 	}
 	m.log.Debug("libvirt lifecycle event", "domain", ev.Dom.Name, "event", ev.Event, "detail", ev.Detail)
+	ref := VMIRef{Name: name, Namespace: ns, UID: m.uidValue()}
+	if libvirt.DomainEventType(ev.Event) == libvirt.DomainEventCrashed {
+		// Before the read: the Domain sent for this event counts it.
+		m.guestPanic(ev.Detail, ev.Dom.Name, ref)
+	}
 	typ := EventModified
 	switch libvirt.DomainEventType(ev.Event) {
 	case libvirt.DomainEventDefined:
@@ -86,16 +91,9 @@ func (m *Manager) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg
 	m.refresh(ctx, typ, true)
 	m.migrationArrived(ctx, ev)
 
-	ref := VMIRef{Name: name, Namespace: ns, UID: m.uidValue()}
-	switch libvirt.DomainEventType(ev.Event) {
-	case libvirt.DomainEventSuspended:
-		if libvirt.DomainEventSuspendedDetailType(ev.Detail) == libvirt.DomainEventSuspendedIoerror {
-			m.ioErrorEvents(ref)
-		}
-	case libvirt.DomainEventCrashed:
-		if libvirt.DomainEventCrashedDetailType(ev.Detail) == libvirt.DomainEventCrashedPanicked {
-			m.queue(outEvent{k8s: true, ref: ref, k8sType: "Warning", reason: "GuestPanicked", message: "VirtualMachineInstance guest panicked"})
-		}
+	if libvirt.DomainEventType(ev.Event) == libvirt.DomainEventSuspended &&
+		libvirt.DomainEventSuspendedDetailType(ev.Detail) == libvirt.DomainEventSuspendedIoerror {
+		m.ioErrorEvents(ref)
 	}
 }
 
@@ -189,6 +187,7 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 	m.agent.Overlay(&obj.Status)
 	m.switchPoller(obj, st)
 	m.mu.Lock()
+	m.panics.overlay(&obj.Status)
 	m.cache = obj
 	if !m.defined {
 		m.defined = true

@@ -22,6 +22,7 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
@@ -59,6 +60,9 @@ type DiskPreparer interface {
 	// Prepare returns undo, which removes what it made (for a define
 	// that fails after it).
 	Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, vols map[string]facts.Volume) (undo func(), err error)
+	// ConfigDriveDevices writes the tagged devices' addresses into the
+	// ConfigDrive Prepare made; defined reads the defined domain.
+	ConfigDriveDevices(vmi *v1.VirtualMachineInstance, defined func() (*libvirtxml.Domain, error)) error
 }
 
 // DomainHook may change the domain XML just before it is defined (the hook
@@ -115,6 +119,10 @@ type Config struct {
 	// last resort when the daemon does not destroy the domain in time.
 	KillWithoutDaemon func(ctx context.Context) error
 
+	// QemuLogDir is where the daemon writes the domain's QEMU log
+	// (<domain>.log), read for a guest panic's details; "" for unknown.
+	QemuLogDir string
+
 	// StateFile is where the manager keeps its State (LoadState), ""
 	// for nowhere; HostUUID is the daemon's host UUID, kept in it.
 	StateFile, HostUUID string
@@ -149,8 +157,9 @@ type Manager struct {
 	uid        string
 	md         domainjson.Metadata
 	cache      *domainjson.Domain
-	defined    bool // the domain exists (as far as we last saw)
-	everActive bool // the domain has run (ran): its end ends the launcher
+	panics     panicRecord // the guest's panics, in every Domain sent
+	defined    bool        // the domain exists (as far as we last saw)
+	everActive bool        // the domain has run (ran): its end ends the launcher
 	// capsWarmed is the connection whose daemon was asked to build its
 	// host capabilities (warmHostCapabilities).
 	capsWarmed *libvirt.Libvirt

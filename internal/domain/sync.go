@@ -392,6 +392,17 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	}
 	t2 := time.Now()
 	m.log.Info("domain defined", "domain", dom.Name, "prepareDisks", t1.Sub(t0).String(), "define", t2.Sub(t1).String())
+	// The tagged devices' addresses are libvirt's, known from the define
+	// on: the ConfigDrive gets them before the guest can read it.
+	if err := m.cfg.Disks.ConfigDriveDevices(v, func() (*libvirtxml.Domain, error) {
+		return m.liveXML(ctx, l, d, libvirt.DomainXMLInactive)
+	}); err != nil {
+		if uerr := l.DomainUndefineFlags(d, undefineFlags); uerr != nil {
+			m.log.Warn("undefining the domain after a failed device metadata", "domain", dom.Name, "reason", uerr)
+		}
+		undo()
+		return err
+	}
 	err = m.start(l, d, v)
 	// GetDomain right after this Sync must see the domain even if the
 	// lifecycle events are still on their way (they send the events), and

@@ -286,6 +286,7 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 			Version: l.opts.AgentVersionInterval, FSFreezeStatus: l.opts.FSFreezeStatusInterval,
 		},
 		KillWithoutDaemon: l.killWithoutDaemon,
+		QemuLogDir:        l.daemon.LogDir(),
 		StateFile:         l.stateFile(),
 		RestartsOffFile:   l.layout.LauncherRestartsOff(),
 		HostUUID:          l.daemon.HostUUID(),
