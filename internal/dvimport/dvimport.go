@@ -196,7 +196,7 @@ func (im *Importer) Import(ctx context.Context, req Request) error {
 		}
 		return im.write(ctx, req, "", "", req.Size)
 	case KindHTTP:
-		from = req.Source.HTTP.URL
+		from = shownURL(req.Source.HTTP.URL)
 		var done func()
 		src, done, err = im.download(ctx, req)
 		if done != nil {

@@ -11,7 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -271,6 +274,17 @@ func TestImportErrors(t *testing.T) {
 			}
 		}
 	}
+	// A password in the URL is never shown.
+	secret := strings.Replace(srv.URL, "http://", "http://user:s3cret@", 1) + "/missing.raw"
+	if err := e.im.Import(context.Background(), httpReq(e, "secret", secret, 0)); err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "user:xxxxx@") {
+		t.Errorf("a URL with a password: error %v; want it shown as user:xxxxx", err)
+	}
+	// What a killed import left in the cache goes at the next import.
+	for _, n := range []string{"0123.part", "0123.dec", "0123.lock"} {
+		if err := os.WriteFile(filepath.Join(e.cache, n), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// An existing volume is never replaced.
 	url := srv.Put("d.raw", raw)
 	if err := os.WriteFile(e.vols.Join("exists.img"), []byte("mine"), 0o600); err != nil {
@@ -281,6 +295,11 @@ func TestImportErrors(t *testing.T) {
 	}
 	if got := volume(t, e, "exists.img"); string(got) != "mine" {
 		t.Errorf("the existing file was changed")
+	}
+	for _, n := range []string{"0123.part", "0123.dec"} {
+		if _, err := os.Stat(filepath.Join(e.cache, n)); err == nil {
+			t.Errorf("%s, left by a killed import, is still in the cache", n)
+		}
 	}
 }
 
@@ -397,5 +416,47 @@ func pushDisk(t *testing.T, ref string, disk []byte) {
 	}
 	if err := remote.Write(r, img); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestImportRegistryMismatch: a registry whose layer's bytes do not match
+// its digest (a proxy flips a byte of every large blob) fails the import
+// naming the DataVolume, the image and the mismatch; no volume is left.
+func TestImportRegistryMismatch(t *testing.T) {
+	e := newEnv(t)
+	_, qcow2 := testDisk(t, 4<<20)
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	ref := strings.TrimPrefix(reg.URL, "http://") + "/containerdisks/test:v1"
+	pushDisk(t, ref, qcow2)
+	target, err := url.Parse(reg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(r *http.Response) error {
+		if !strings.Contains(r.Request.URL.Path, "/blobs/") || r.ContentLength < 4096 {
+			return nil
+		}
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return err
+		}
+		r.Body.Close()
+		b[len(b)/2] ^= 0xff
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		return nil
+	}
+	bad := httptest.NewServer(proxy)
+	defer bad.Close()
+	badRef := strings.TrimPrefix(bad.URL, "http://") + "/containerdisks/test:v1"
+	req := Request{DataVolume: "tampered", Field: "f", Dir: e.vols, Name: "tampered.img",
+		Source: &cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr("docker://" + badRef)}}}
+	err = e.im.Import(context.Background(), req)
+	if err == nil || !strings.Contains(err.Error(), "DataVolume tampered: import from "+badRef) || !strings.Contains(err.Error(), "digest mismatch") {
+		t.Errorf("a layer not matching its digest: %v; want an error naming the DataVolume, %s and the mismatch", err, badRef)
+	}
+	if left := entries(t, e.vols.Path()); len(left) > 0 {
+		t.Errorf("left %v in the volume directory", left)
 	}
 }

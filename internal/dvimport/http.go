@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -49,6 +50,7 @@ const maxDecompressed = registrydisk.DefaultMaxSize
 // held.
 func (im *Importer) download(ctx context.Context, req Request) (path string, done func(), err error) {
 	url := req.Source.HTTP.URL
+	shown := shownURL(url)
 	cacheDir := im.CacheDir
 	if cacheDir == "" {
 		cacheDir = DefaultCacheDir
@@ -57,6 +59,7 @@ func (im *Importer) download(ctx context.Context, req Request) (path string, don
 	if err != nil {
 		return "", nil, fmt.Errorf("download cache: %w", err)
 	}
+	sweepCache(d)
 	h := sha256.Sum256([]byte(url))
 	key := hex.EncodeToString(h[:12])
 	lock, err := d.OpenFile(key+".lock", os.O_RDWR|os.O_CREATE, 0o600)
@@ -75,12 +78,12 @@ func (im *Importer) download(ctx context.Context, req Request) (path string, don
 	}
 	if resp.StatusCode == http.StatusNotModified && cached {
 		resp.Body.Close()
-		im.say("vlctl: DataVolume %s: %s not modified since it was downloaded: using the cached copy\n", req.DataVolume, url)
+		im.say("vlctl: DataVolume %s: %s not modified since it was downloaded: using the cached copy\n", req.DataVolume, shown)
 		return d.Join(key + ".img"), done, nil
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
-		return "", done, fmt.Errorf("GET %s: %s", url, resp.Status)
+		return "", done, fmt.Errorf("GET %s: %s", shown, resp.Status)
 	}
 	m, err := im.transfer(ctx, req, d, key, resp)
 	if err == nil {
@@ -99,6 +102,45 @@ func (im *Importer) download(ctx context.Context, req Request) (path string, don
 		return "", done, err
 	}
 	return d.Join(key + ".img"), done, nil
+}
+
+// sweepCache removes what killed imports left: the partial download and
+// decompression of a URL that no import holds the lock of.
+func sweepCache(d *safefs.Dir) {
+	df, err := d.OpenFile(".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return
+	}
+	names, err := df.Readdirnames(-1)
+	df.Close()
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		key, ok := strings.CutSuffix(n, ".part")
+		if !ok {
+			if key, ok = strings.CutSuffix(n, ".dec"); !ok {
+				continue
+			}
+		}
+		lock, err := d.OpenFile(key+".lock", os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			d.Remove(n)
+		}
+		lock.Close()
+	}
+}
+
+// shownURL is url as messages show it: a password in it left out.
+func shownURL(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 // readMeta is the cache's record of url, when its image is there too.
@@ -149,6 +191,7 @@ func (im *Importer) attempts() int {
 // (old), or for the bytes from offset on when offset > 0.
 func (im *Importer) get(ctx context.Context, req Request, old meta, offset int64) (*http.Response, error) {
 	url := req.Source.HTTP.URL
+	shown := shownURL(url)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -177,7 +220,7 @@ func (im *Importer) get(ctx context.Context, req Request, old meta, offset int64
 	}
 	resp, err := im.client().Do(hr)
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
+		return nil, fmt.Errorf("GET %s: %w", shown, err)
 	}
 	return resp, nil
 }
@@ -187,6 +230,7 @@ func (im *Importer) get(ctx context.Context, req Request, old meta, offset int64
 // said of the file once it is all there.
 func (im *Importer) transfer(ctx context.Context, req Request, d *safefs.Dir, key string, resp *http.Response) (meta, error) {
 	url := req.Source.HTTP.URL
+	shown := shownURL(url)
 	f, err := d.OpenFile(key+".part", os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		resp.Body.Close()
@@ -195,7 +239,7 @@ func (im *Importer) transfer(ctx context.Context, req Request, d *safefs.Dir, ke
 	defer f.Close()
 	m := meta{URL: url, ETag: resp.Header.Get("ETag"), LastModified: resp.Header.Get("Last-Modified")}
 	total := resp.ContentLength // -1: unknown
-	prog := newProgress(im.Status, im.Terminal, "DataVolume "+req.DataVolume+": "+url, total)
+	prog := newProgress(im.Status, im.Terminal, "DataVolume "+req.DataVolume+": "+shown, total)
 	defer prog.end()
 	var off int64
 	var last error
@@ -214,19 +258,19 @@ func (im *Importer) transfer(ctx context.Context, req Request, d *safefs.Dir, ke
 			last = err
 		}
 		if ctx.Err() != nil {
-			return meta{}, fmt.Errorf("GET %s: %w", url, ctx.Err())
+			return meta{}, fmt.Errorf("GET %s: %w", shown, ctx.Err())
 		}
 		if attempt >= im.attempts() {
-			return meta{}, fmt.Errorf("GET %s: gave up after %d attempts, at byte %d of %s: %w", url, attempt, off, sizeText(total), last)
+			return meta{}, fmt.Errorf("GET %s: gave up after %d attempts, at byte %d of %s: %w", shown, attempt, off, sizeText(total), last)
 		}
 		if !resumable(m, total) {
 			off = 0
 			prog.restart()
 		}
-		im.say("vlctl: DataVolume %s: %s: %v; trying again from byte %d\n", req.DataVolume, url, last, off)
+		im.say("vlctl: DataVolume %s: %s: %v; trying again from byte %d\n", req.DataVolume, shown, last, off)
 		select {
 		case <-ctx.Done():
-			return meta{}, fmt.Errorf("GET %s: %w", url, ctx.Err())
+			return meta{}, fmt.Errorf("GET %s: %w", shown, ctx.Err())
 		case <-time.After(min(time.Duration(attempt)*time.Second, 5*time.Second)):
 		}
 		var err error
@@ -238,7 +282,7 @@ func (im *Importer) transfer(ctx context.Context, req Request, d *safefs.Dir, ke
 		case http.StatusPartialContent:
 			if start, ok := rangeStart(resp.Header.Get("Content-Range")); !ok || start != off {
 				resp.Body.Close()
-				return meta{}, fmt.Errorf("GET %s: asked for the bytes from %d on, got Content-Range %q", url, off, resp.Header.Get("Content-Range"))
+				return meta{}, fmt.Errorf("GET %s: asked for the bytes from %d on, got Content-Range %q", shown, off, resp.Header.Get("Content-Range"))
 			}
 		case http.StatusOK:
 			// The file changed (If-Range), or the server ignores ranges:
@@ -249,11 +293,11 @@ func (im *Importer) transfer(ctx context.Context, req Request, d *safefs.Dir, ke
 			total = resp.ContentLength
 		default:
 			resp.Body.Close()
-			return meta{}, fmt.Errorf("GET %s (from byte %d): %s", url, off, resp.Status)
+			return meta{}, fmt.Errorf("GET %s (from byte %d): %s", shown, off, resp.Status)
 		}
 	}
 	if off == 0 {
-		return meta{}, fmt.Errorf("GET %s: the file is empty", url)
+		return meta{}, fmt.Errorf("GET %s: the file is empty", shown)
 	}
 	if err := f.Truncate(off); err != nil {
 		return meta{}, err
