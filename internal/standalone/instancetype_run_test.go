@@ -2,7 +2,6 @@ package standalone_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -81,51 +80,69 @@ data:
   app.conf: "mode=test\n"
 `
 
-// TestVlctlRunInstancetype boots a VM that names a common instancetype and
-// preference, its Secret and ConfigMap in a second file (-f): the guest
-// sees the instancetype's 2 vCPUs and 4Gi, the preference's virtio disks
+// TestVlctlRunInstancetype boots VMs that name a common instancetype and
+// preference, their Secret and ConfigMap in a second file (-f): the guest
+// sees the instancetype's vCPUs and 4Gi, the preference's virtio disks
 // (vda, vdb, vdc: the three disks had no bus), and the user data from the
-// Secret runs.
+// Secret runs. u1.medium with fedora is virtctl's own example: fedora
+// prefers EFI with secure boot and SMM, so the guest boots by OVMF (the
+// EFI-stub kernel).
 func TestVlctlRunInstancetype(t *testing.T) {
 	needRoot(t)
 	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
 	if err != nil {
 		t.Fatalf("test guest: %v", err)
 	}
-	dir := t.TempDir()
-	vm, docs := filepath.Join(dir, "vm.yaml"), filepath.Join(dir, "docs.yaml")
-	body := strings.NewReplacer("KERNELDIR", g.KernelDir, "ROOTDISK", g.RootDisk).Replace(itVM)
-	if err := os.WriteFile(vm, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		instancetype, preference, kernel string
+		cpus                             int
+		efi                              bool
+	}{
+		{"u1.2xmedium", "ubuntu", "/vmlinuz", 2, false},
+		{"u1.medium", "fedora", "/" + testguest.EFIKernelName, 1, true},
+	} {
+		t.Run(tc.instancetype+"/"+tc.preference, func(t *testing.T) {
+			dir := t.TempDir()
+			vm, docs := filepath.Join(dir, "vm.yaml"), filepath.Join(dir, "docs.yaml")
+			body := strings.NewReplacer("KERNELDIR", g.KernelDir, "ROOTDISK", g.RootDisk, "u1.2xmedium", tc.instancetype,
+				"name: ubuntu", "name: "+tc.preference, "kernelPath: /vmlinuz", "kernelPath: "+tc.kernel).Replace(itVM)
+			if err := os.WriteFile(vm, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(docs, []byte(itDocs), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			root := workRoot(t)
+			start := time.Now()
+			code, stdout, stderr := vlctl(t, 5*time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), "-f", vm, "-f", docs)
+			t.Logf("vlctl run took %s", time.Since(start).Round(time.Millisecond))
+			if code != 0 {
+				t.Fatalf("exit status %d, want 0; stderr:\n%s\nconsole:\n%s", code, stderr, stdout)
+			}
+			console := strings.ReplaceAll(stdout, "\r\n", "\n")
+			m := regexp.MustCompile(`\nVL-IT cpus=(\d+) memkb=(\d+) cmdline-disks=(\d+)`).FindStringSubmatch(console)
+			if m == nil {
+				t.Fatalf("the Secret's user data did not run; console:\n%s", console)
+			}
+			t.Logf("guest: %s", strings.TrimSpace(m[0]))
+			cpus, _ := strconv.Atoi(m[1])
+			memKB, _ := strconv.Atoi(m[2])
+			disks, _ := strconv.Atoi(m[3])
+			// MemTotal is the guest's 4Gi less what the kernel (and, by EFI,
+			// the firmware) keeps for itself.
+			if cpus != tc.cpus || memKB < 3800*1024 || memKB > 4096*1024 || disks != 3 {
+				t.Errorf("guest has %d CPUs, %d kB (%.2f GiB), %d virtio disks; want %s's %d CPUs and 4Gi, %s's virtio bus for all 3 disks",
+					cpus, memKB, float64(memKB)/(1<<20), disks, tc.instancetype, tc.cpus, tc.preference)
+			}
+			if _, ok := testguest.FindMarker(console, testguest.MarkerEFI); ok != tc.efi {
+				t.Errorf("booted by EFI: %v, want %v", ok, tc.efi)
+			}
+			if !strings.Contains(console, testguest.MarkerPowerOff) {
+				t.Errorf("guest did not power off; console:\n%s", console)
+			}
+			checkNothingLeft(t, root)
+		})
 	}
-	if err := os.WriteFile(docs, []byte(itDocs), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	root := workRoot(t)
-	start := time.Now()
-	code, stdout, stderr := vlctl(t, 5*time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), "-f", vm, "-f", docs)
-	t.Logf("vlctl run took %s", time.Since(start).Round(time.Millisecond))
-	if code != 0 {
-		t.Fatalf("exit status %d, want 0; stderr:\n%s\nconsole:\n%s", code, stderr, stdout)
-	}
-	console := strings.ReplaceAll(stdout, "\r\n", "\n")
-	m := regexp.MustCompile(`\nVL-IT cpus=(\d+) memkb=(\d+) cmdline-disks=(\d+)`).FindStringSubmatch(console)
-	if m == nil {
-		t.Fatalf("the Secret's user data did not run; console:\n%s", console)
-	}
-	t.Logf("guest: %s", strings.TrimSpace(m[0]))
-	cpus, _ := strconv.Atoi(m[1])
-	memKB, _ := strconv.Atoi(m[2])
-	disks, _ := strconv.Atoi(m[3])
-	// MemTotal is the guest's 4Gi less what the kernel keeps for itself.
-	if cpus != 2 || memKB < 3900*1024 || memKB > 4096*1024 || disks != 3 {
-		t.Errorf("guest has %d CPUs, %d kB (%s), %d virtio disks; want u1.2xmedium's 2 CPUs and 4Gi, ubuntu's virtio bus for all 3 disks",
-			cpus, memKB, fmt.Sprintf("%.2f GiB", float64(memKB)/(1<<20)), disks)
-	}
-	if !strings.Contains(console, testguest.MarkerPowerOff) {
-		t.Errorf("guest did not power off; console:\n%s", console)
-	}
-	checkNothingLeft(t, root)
 }
 
 // TestVlctlRunManifestErrors: a missing instancetype, a conflict and a
