@@ -13,7 +13,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/launcher"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/monitor"
-	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -70,27 +69,7 @@ func TestLauncherHandOver(t *testing.T) {
 	if exe.Ino != st.Ino || exe.Dev != st.Dev {
 		t.Errorf("the new launcher (pid %d) runs inode %d, not the binary put in place (inode %d)", next, exe.Ino, st.Ino)
 	}
-	if d, ok, err := c.GetDomain(ctx); err != nil || !ok || d.Status.Status != "Running" {
-		t.Fatalf("GetDomain after the hand-over: exists %v, err %v, domain %+v", ok, err, d)
-	}
-	for _, op := range []struct {
-		name string
-		f    func(context.Context) error
-	}{
-		{"Pause", func(ctx context.Context) error { return c.Pause(ctx, v) }},
-		{"Unpause", func(ctx context.Context) error { return c.Unpause(ctx, v) }},
-		{"Sync", func(ctx context.Context) error { return c.Sync(ctx, v, nil) }},
-	} {
-		if err := op.f(ctx); err != nil {
-			t.Fatalf("%s after the hand-over: %v\n%s", op.name, err, launchertest.Tail(p.Stderr.String(), 6000))
-		}
-	}
-	if now := p.QemuPid(); now != qemu {
-		t.Fatalf("QEMU pid %d, was %d", now, qemu)
-	}
-	if st, err := procfs.ReadStat("/proc", qemu); err != nil || st.State == 'Z' {
-		t.Fatalf("QEMU (pid %d) is gone", qemu)
-	}
+	guestTakenOver(t, ctx, p, c, v, qemu, "after the hand-over")
 	missing, longest := watch.stop()
 	if missing > 0 || longest > answerBound {
 		t.Errorf("launcher-sock: missing %d times, refused for %v in a row (bound %v)", missing, longest, answerBound)

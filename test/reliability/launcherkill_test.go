@@ -3,6 +3,7 @@ package reliability
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
@@ -94,30 +97,7 @@ func TestLauncherKilledGuestLives(t *testing.T) {
 		// virt-handler learns at once that the launcher is back and the
 		// guest runs: a MODIFIED event, before any call of its own.
 		waitRunningEvent(t, events, seen, i+1)
-		if d, ok, err := c.GetDomain(ctx); err != nil || !ok || d.Status.Status != "Running" {
-			t.Fatalf("kill %d: GetDomain: exists %v, err %v, domain %+v\n%s", i+1, ok, err, d, launchertest.Tail(p.Stderr.String(), 6000))
-		}
-		for _, op := range []struct {
-			name string
-			f    func(context.Context) error
-		}{
-			{"Pause", func(ctx context.Context) error { return c.Pause(ctx, v) }},
-			{"Unpause", func(ctx context.Context) error { return c.Unpause(ctx, v) }},
-			{"Sync", func(ctx context.Context) error { return c.Sync(ctx, v, nil) }},
-		} {
-			octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
-			err := op.f(octx)
-			ocancel()
-			if err != nil {
-				t.Fatalf("kill %d: %s: %v\n%s", i+1, op.name, err, launchertest.Tail(p.Stderr.String(), 6000))
-			}
-		}
-		if now := p.QemuPid(); now != qemu {
-			t.Fatalf("kill %d: QEMU pid %d, was %d", i+1, now, qemu)
-		}
-		if st, err := procfs.ReadStat("/proc", qemu); err != nil || st.State == 'Z' {
-			t.Fatalf("kill %d: QEMU (pid %d) is gone", i+1, qemu)
-		}
+		guestTakenOver(t, ctx, p, c, v, qemu, fmt.Sprintf("kill %d", i+1))
 		// A second between deaths, so that each outage is one for the
 		// watch's 250 ms poll (back to back, it saw several in a row as
 		// one run of refusals).
@@ -197,6 +177,38 @@ func TestLauncherKilledRestartsOff(t *testing.T) {
 			}
 			p.assertNothingLeft()
 		})
+	}
+}
+
+// guestTakenOver checks, after a launcher of p was replaced (when says
+// which time), that the new one (c) has the guest: GetDomain finds it
+// Running, Pause, Unpause and Sync work, each within 30 s, and the same
+// QEMU (pid qemu) runs.
+func guestTakenOver(t *testing.T, ctx context.Context, p *pod, c *cmdclient.Client, v *v1.VirtualMachineInstance, qemu int, when string) {
+	t.Helper()
+	if d, ok, err := c.GetDomain(ctx); err != nil || !ok || d.Status.Status != "Running" {
+		t.Fatalf("%s: GetDomain: exists %v, err %v, domain %+v\n%s", when, ok, err, d, launchertest.Tail(p.Stderr.String(), 6000))
+	}
+	for _, op := range []struct {
+		name string
+		f    func(context.Context) error
+	}{
+		{"Pause", func(ctx context.Context) error { return c.Pause(ctx, v) }},
+		{"Unpause", func(ctx context.Context) error { return c.Unpause(ctx, v) }},
+		{"Sync", func(ctx context.Context) error { return c.Sync(ctx, v, nil) }},
+	} {
+		octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
+		err := op.f(octx)
+		ocancel()
+		if err != nil {
+			t.Fatalf("%s: %s: %v\n%s", when, op.name, err, launchertest.Tail(p.Stderr.String(), 6000))
+		}
+	}
+	if now := p.QemuPid(); now != qemu {
+		t.Fatalf("%s: QEMU pid %d, was %d", when, now, qemu)
+	}
+	if st, err := procfs.ReadStat("/proc", qemu); err != nil || st.State == 'Z' {
+		t.Fatalf("%s: QEMU (pid %d) is gone", when, qemu)
 	}
 }
 
