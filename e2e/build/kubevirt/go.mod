@@ -14,6 +14,13 @@
 //
 // ./instancetypeapply runs KubeVirt's own instancetype and preference
 // expansion for internal/instancetype's TestAgainstKubeVirt.
+//
+// KubeVirt's own functional test suite (kubevirt.io/kubevirt/tests, a test
+// package of the module) is built here too (make e2e-functest-build,
+// e2e/README.md): go.sum holds the hashes of its test-only modules
+// (ginkgo, gomega, goexpect, qe-tools, ...), which `go get -t
+// kubevirt.io/kubevirt/tests@v1.8.2` added without changing a version.
+// No package here imports them, so `go mod tidy` would drop those lines.
 module github.com/virtlauncher/virtlauncher/e2e/build/kubevirt
 
 go 1.26.8
