@@ -198,6 +198,18 @@ e2e-functest-build:
 	cd e2e/build/kubevirt && GOFLAGS= GONOSUMDB='$(KUBEVIRT_NOSUMDB)' $(GO) test -c -ldflags '$(KUBEVIRT_LDFLAGS)' -o $(FUNCTEST_BIN) kubevirt.io/kubevirt/tests
 	cd $(E2E_BIN) && $(FUNCTEST_BIN) --ginkgo.dry-run --ginkgo.label-filter=conformance -junit-output=/dev/null >/dev/null
 
+# KubeVirt's functional suite against the e2e cluster (e2e/README.md): the
+# cluster up, the suite's SELECTION (e2e/functest/selections.json) run on our
+# launcher image and then on KubeVirt's own, the cluster down, and the two
+# JUnit reports compared (bin/e2e/functest-results). LABEL and FOCUS replace
+# the selection's filter for an ad hoc run; SHARD=I/N runs every N-th spec;
+# LAUNCHERS=ours runs only ours.
+SELECTION ?= conformance-nologin
+.PHONY: e2e-functest
+e2e-functest: e2e-build image kubevirt-launcher e2e-functest-build
+	$(GO) run ./e2e/cmd/e2e-functest run -selection '$(SELECTION)' $(if $(LABEL),-label '$(LABEL)') \
+		$(if $(FOCUS),-focus '$(FOCUS)') $(if $(SHARD),-shard '$(SHARD)') $(if $(LAUNCHERS),-launchers '$(LAUNCHERS)')
+
 # kubectl's view of both launcher images in the same cluster (e2e/README.md):
 # create -> Running -> Ready and delete -> pod gone, ours and KubeVirt's own
 # launcher alternating; the samples go to bench/e2e-results.json.

@@ -1,0 +1,90 @@
+package functest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Selection is one checked-in choice of the suite's specs: a ginkgo label
+// filter, an optional focus, and the specs left out of it each with why
+// (their regular expressions become ginkgo's --skip).
+type Selection struct {
+	Why          string   `json:"why"`
+	Label        string   `json:"label"`
+	Focus        string   `json:"focus,omitempty"`
+	Skip         []Skip   `json:"skip,omitempty"`
+	FeatureGates []string `json:"featureGates,omitempty"`
+}
+
+// Skip leaves the specs matching Spec (a regular expression on ginkgo's
+// full text) out of a selection.
+type Skip struct {
+	Spec   string `json:"spec"`
+	Reason string `json:"reason"`
+}
+
+// SkipRegexp is the selection's skips as one regular expression for
+// ginkgo's --skip, or "" when there are none.
+func (s Selection) SkipRegexp() string {
+	var parts []string
+	for _, k := range s.Skip {
+		parts = append(parts, "(?:"+k.Spec+")")
+	}
+	return strings.Join(parts, "|")
+}
+
+// ReadSelections reads the allow-list of selections (a JSON object of
+// name → Selection) and checks each entry.
+func ReadSelections(path string) (map[string]Selection, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("selections: %w", err)
+	}
+	var sels map[string]Selection
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&sels); err != nil {
+		return nil, fmt.Errorf("selections %s: %w", path, err)
+	}
+	names := make([]string, 0, len(sels))
+	for n := range sels {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := sels[n].check(); err != nil {
+			return nil, fmt.Errorf("selections %s: %s: %w", path, n, err)
+		}
+	}
+	return sels, nil
+}
+
+func (s Selection) check() error {
+	if strings.TrimSpace(s.Why) == "" {
+		return fmt.Errorf("why is empty: say what the selection is for")
+	}
+	if strings.TrimSpace(s.Label) == "" && strings.TrimSpace(s.Focus) == "" {
+		return fmt.Errorf("label and focus are both empty: that selects the whole suite")
+	}
+	for _, re := range []string{s.Focus} {
+		if _, err := regexp.Compile(re); err != nil {
+			return fmt.Errorf("focus: %w", err)
+		}
+	}
+	for i, k := range s.Skip {
+		if strings.TrimSpace(k.Reason) == "" {
+			return fmt.Errorf("skip %d (%s): reason is empty", i, k.Spec)
+		}
+		if strings.TrimSpace(k.Spec) == "" {
+			return fmt.Errorf("skip %d: spec is empty", i)
+		}
+		if _, err := regexp.Compile(k.Spec); err != nil {
+			return fmt.Errorf("skip %d: spec: %w", i, err)
+		}
+	}
+	return nil
+}
