@@ -225,16 +225,10 @@ func TestRootModeTPM(t *testing.T) {
 	testenv.Programs(t, "unshare")
 	t0 := time.Now()
 	p := env.NewDeferred(t, "roottpm", podOpts{})
-	args := []string{"--mount", "--net", "--propagation", "private", "/bin/sh", "-c", rootShell, "sh", p.Dir,
-		filepath.Join(env.BinDir, "virt-launcher")}
-	args = append(append(args, p.PodArgs()...), "--force-emulation")
-	p.Cmd = exec.Command("unshare", args...)
-	p.Cmd.Dir = p.Dir
 	y := launchertest.VMIYAML(launchertest.VMISpec{Name: p.Name, Namespace: p.NS, UID: p.UID, Token: "roottpm",
 		EFI: true, TPM: true, KernelArgs: []string{testguest.OptPowerOff, testguest.OptEFIVar("VlRoot", "r1")}})
-	p.Cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "container=virtlauncher-test", "STANDALONE_VMI=" + y}
-	p.Cmd.Stdout, p.Cmd.Stderr = p.Stderr, p.Stderr
-	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.AsRootContainer(filepath.Join(env.BinDir, "virt-launcher"), append(p.PodArgs(), "--force-emulation"),
+		[]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "STANDALONE_VMI=" + y})
 	p.Start()
 	p.WaitReady(60 * time.Second)
 	p.WaitConsole(testguest.MarkerPowerOff, efiBootTimeout)

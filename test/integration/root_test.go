@@ -2,10 +2,8 @@ package integration
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,28 +11,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
-
-// rootShell gives a root launcher what a root container has: its own
-// /run, /var/lib/libvirt, /var/cache/libvirt, /var/log/libvirt,
-// /etc/libvirt and swtpm's /var/lib/swtpm-localca (tmpfs or a private
-// directory, in a private mount namespace), a libvirt-qemu user (system mode resolves it before reading
-// qemu.conf) in a private /etc/passwd, and a network namespace of its own
-// (libvirt's system-mode drivers would otherwise touch the host's
-// firewall). Nothing of the host is changed.
-const rootShell = `set -e
-D=$1; shift
-mkdir -p $D/etc-libvirt
-cp /etc/passwd $D/passwd; cp /etc/group $D/group
-grep -q '^libvirt-qemu:' $D/passwd || echo 'libvirt-qemu:x:64055:64055::/nonexistent:/usr/sbin/nologin' >>$D/passwd
-grep -q '^libvirt-qemu:' $D/group || echo 'libvirt-qemu:x:64055:' >>$D/group
-mount --bind $D/passwd /etc/passwd
-mount --bind $D/group /etc/group
-mount -t tmpfs vl-run /run
-for p in /var/lib/libvirt /var/cache/libvirt /var/log/libvirt; do mkdir -p $p; mount -t tmpfs vl-lib $p; done
-[ ! -d /var/lib/swtpm-localca ] || mount -t tmpfs -o mode=0750,uid=$(id -u tss 2>/dev/null || echo 0) vl-ca /var/lib/swtpm-localca
-mount --bind $D/etc-libvirt /etc/libvirt
-exec "$@"
-`
 
 // TestRootMode: as uid 0 "in a container" the launcher runs the daemon in
 // system mode (qemu:///system) with its own config; the guest boots from
@@ -58,18 +34,12 @@ func TestRootMode(t *testing.T) {
 
 func testRootMode(t *testing.T, opts podOpts) {
 	p := env.NewDeferred(t, "rootvm", opts)
-	args := []string{"--mount", "--net", "--propagation", "private", "/bin/sh", "-c", rootShell, "sh", p.Dir,
-		filepath.Join(env.BinDir, "virt-launcher")}
-	args = append(append(args, p.PodArgs()...), "--force-emulation")
+	args := append(p.PodArgs(), "--force-emulation")
 	if opts.ImageVolume != nil {
 		args = append(args, "--image-volume")
 	}
-	p.Cmd = exec.Command("unshare", args...)
-	p.Cmd.Dir = p.Dir
-	p.Cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "container=virtlauncher-test",
-		"STANDALONE_VMI=" + p.VMIYAML("root-1", testguest.OptPowerOff)}
-	p.Cmd.Stdout, p.Cmd.Stderr = p.Stderr, p.Stderr
-	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.AsRootContainer(filepath.Join(env.BinDir, "virt-launcher"), args, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+		"STANDALONE_VMI=" + p.VMIYAML("root-1", testguest.OptPowerOff)})
 	p.Start()
 	p.WaitReady(60 * time.Second)
 	p.WaitConsole(testguest.MarkerPowerOff, 2*bootTimeout)
