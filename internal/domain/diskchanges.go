@@ -57,7 +57,7 @@ func (m *Manager) detachDevice(ctx context.Context, l *libvirt.Libvirt, d libvir
 	if inConfig {
 		callErr = withContext(ctx, "detach the "+kind, func() error { return l.DomainDetachDeviceFlags(d, x, uint32(liveAndConfig)) })
 		if callErr != nil {
-			return fmt.Errorf("sync: %s %q: %w", kind, name, callErr)
+			return m.detachRefused(ctx, l, d, kind, name, x, present, callErr)
 		}
 	} else {
 		// QEMU refusing a second request while the first is pending is no
@@ -87,6 +87,36 @@ func (m *Manager) detachDevice(ctx context.Context, l *libvirt.Libvirt, d libvir
 		return fmt.Errorf("%s: %w", msg, callErr)
 	}
 	return errors.New(msg)
+}
+
+// detachRefused decides a detach libvirt refused. A daemon that died
+// during an earlier detach leaves the device half gone: QEMU let go of it,
+// and the restarted daemon, reconnecting, drops it from the running domain
+// in the background (libvirt 9.0 does so after it accepts connections
+// again), while the definition, which it writes last, still has it. The
+// refusal ("disk sda not found") then means the unplug is done: the
+// definition is brought along and the detach counts as done. A device the
+// running domain still has is a real refusal.
+func (m *Manager) detachRefused(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, kind, name, x string, present func(*libvirtxml.Domain) bool, callErr error) error {
+	refused := fmt.Errorf("sync: %s %q: %w", kind, name, callErr)
+	live, err := m.liveXML(ctx, l, d, 0)
+	if err != nil || present(live) {
+		return refused
+	}
+	m.log.Info(kind+" already gone from the running domain (a detach the daemon finished after its restart)", kind, name, "refusal", callErr.Error())
+	def, err := m.liveXML(ctx, l, d, libvirt.DomainXMLInactive)
+	if err != nil {
+		return fmt.Errorf("sync: %s %q: %w", kind, name, err)
+	}
+	if !present(def) {
+		return nil
+	}
+	if err := withContext(ctx, "detach the "+kind+" from the definition", func() error {
+		return l.DomainDetachDeviceFlags(d, x, uint32(libvirt.DomainDeviceModifyConfig))
+	}); err != nil {
+		return fmt.Errorf("sync: %s %q: gone from the running domain, but the definition keeps it: %w", kind, name, err)
+	}
+	return nil
 }
 
 // attachDisk hotplugs the disk of a volume virt-handler mounted into the

@@ -412,6 +412,45 @@ func findDisk(disks []libvirtxml.DomainDisk, name string) (libvirtxml.DomainDisk
 	return libvirtxml.DomainDisk{}, false
 }
 
+// definitionDrift lists the hotplugged disks (a user alias, a source in
+// hotplugDir, not a CD-ROM drive) on which the domain's definition (def)
+// and the running domain (live) disagree: drop are in the definition only,
+// add in the running domain only. libvirt changes the running domain
+// first and writes the definition after it; a daemon that dies in between
+// (killed during a hotplug or an unplug) leaves them apart, and its
+// successor keeps them so. Left alone, an attach of the same volume later
+// fails on the definition's duplicate alias, and a reboot from the
+// definition would bring back a disk the VMI no longer has. Pure.
+func definitionDrift(live, def *libvirtxml.Domain, hotplugDir string) (drop, add []libvirtxml.DomainDisk) {
+	hotDisks := func(dom *libvirtxml.Domain) (map[string]bool, []libvirtxml.DomainDisk) {
+		names := map[string]bool{}
+		var out []libvirtxml.DomainDisk
+		if dom == nil || dom.Devices == nil {
+			return names, nil
+		}
+		for _, d := range dom.Devices.Disks {
+			if name, ok := userAlias(d.Alias); ok && d.Device != "cdrom" && underDir(diskSourcePath(&d), hotplugDir) {
+				names[name] = true
+				out = append(out, d)
+			}
+		}
+		return names, out
+	}
+	inLive, liveDisks := hotDisks(live)
+	inDef, defDisks := hotDisks(def)
+	for _, d := range defDisks {
+		if name, _ := userAlias(d.Alias); !inLive[name] {
+			drop = append(drop, d)
+		}
+	}
+	for _, d := range liveDisks {
+		if name, _ := userAlias(d.Alias); !inDef[name] {
+			add = append(add, d)
+		}
+	}
+	return drop, add
+}
+
 func byAlias[T any](items []T, alias func(T) *libvirtxml.DomainAlias) map[string]T {
 	out := make(map[string]T, len(items))
 	for _, it := range items {

@@ -447,3 +447,45 @@ func TestPlanPorts(t *testing.T) {
 		t.Errorf("without root ports: %q, want no refusal", plan.unsupported)
 	}
 }
+
+// TestDefinitionDrift: the hotplugged disks on which the definition and
+// the running domain disagree, as a daemon killed in the middle of a
+// hotplug or an unplug leaves them; other disks never count.
+func TestDefinitionDrift(t *testing.T) {
+	hp := layout.Default().HotplugDiskDir
+	disk := func(name, path, device string) libvirtxml.DomainDisk {
+		return libvirtxml.DomainDisk{Device: device, Alias: &libvirtxml.DomainAlias{Name: "ua-" + name},
+			Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}}}
+	}
+	dom := func(disks ...libvirtxml.DomainDisk) *libvirtxml.Domain {
+		return &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Disks: disks}}
+	}
+	root := disk("root", "/var/run/kubevirt-ephemeral-disks/root.qcow2", "disk")
+	hot := disk("hp", hp+"/hp.img", "disk")
+	other := disk("hp2", hp+"/hp2.img", "disk")
+	cd := disk("cd", hp+"/cd.img", "cdrom")
+	names := func(ds []libvirtxml.DomainDisk) string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, d.Alias.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct {
+		name      string
+		live, def *libvirtxml.Domain
+		drop, add string
+	}{
+		{"agree", dom(root, hot), dom(root, hot), "", ""},
+		{"unplugged, the definition not written", dom(root), dom(root, hot), "ua-hp", ""},
+		{"plugged, the definition not written", dom(root, hot, other), dom(root, other), "", "ua-hp"},
+		{"both ways", dom(root, other), dom(root, hot), "ua-hp", "ua-hp2"},
+		{"not hotplugged disks and CD-ROM media never count", dom(cd), dom(root), "", ""},
+		{"no devices", &libvirtxml.Domain{}, dom(hot), "ua-hp", ""},
+	} {
+		drop, add := definitionDrift(tc.live, tc.def, hp)
+		if names(drop) != tc.drop || names(add) != tc.add {
+			t.Errorf("%s: drop %q add %q, want %q %q", tc.name, names(drop), names(add), tc.drop, tc.add)
+		}
+	}
+}

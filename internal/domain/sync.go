@@ -127,6 +127,9 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
+	if err := m.definitionFollows(ctx, l, d, live); err != nil {
+		return err
+	}
 	plan := planChanges(v, want, live, m.cfg.Layout.HotplugDiskDir)
 	if len(plan.unsupported) > 0 {
 		return fmt.Errorf("sync: not applied to the running domain, nothing changed: %s", strings.Join(plan.unsupported, "; "))
@@ -189,6 +192,38 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 	for _, iface := range plan.links {
 		if err := m.setLink(ctx, l, d, iface); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// definitionFollows brings the domain's definition back to the running
+// domain's hotplugged disks where a daemon that died during a hotplug or
+// an unplug left them apart (definitionDrift), before the Sync plans its
+// changes from the running domain.
+func (m *Manager) definitionFollows(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, live *libvirtxml.Domain) error {
+	def, err := m.liveXML(ctx, l, d, libvirt.DomainXMLInactive)
+	if err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	drop, add := definitionDrift(live, def, m.cfg.Layout.HotplugDiskDir)
+	for _, list := range []struct {
+		disks []libvirtxml.DomainDisk
+		verb  string
+		call  func(libvirt.Domain, string, uint32) error
+	}{{drop, "detach", l.DomainDetachDeviceFlags}, {add, "attach", l.DomainAttachDeviceFlags}} {
+		for _, disk := range list.disks {
+			name, _ := userAlias(disk.Alias)
+			x, err := disk.Marshal()
+			if err != nil {
+				return fmt.Errorf("sync: disk %q: %w", name, err)
+			}
+			m.log.Warn("the definition disagrees with the running domain on a hotplugged disk (a daemon died during a hotplug or unplug): "+list.verb+"ing it in the definition", "disk", name)
+			if err := withContext(ctx, list.verb+" the disk in the definition", func() error {
+				return list.call(d, x, uint32(libvirt.DomainDeviceModifyConfig))
+			}); err != nil {
+				return fmt.Errorf("sync: disk %q: %s it in the definition, as the running domain has it: %w", name, list.verb, err)
+			}
 		}
 	}
 	return nil
