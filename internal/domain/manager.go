@@ -148,7 +148,7 @@ type Manager struct {
 
 	mu        sync.Mutex
 	conn      *libvirt.Libvirt
-	connReady chan struct{} // closed while conn is usable
+	connReady chan struct{} // closed while conn is usable by the calls (publishConn)
 	// firstRead is closed once the domain was first read after the
 	// first connection: a launcher that took over a running guest
 	// must not answer GetDomain with "no domain" before.
@@ -205,6 +205,9 @@ type Manager struct {
 	// was last written (saveState).
 	saveMu     sync.Mutex
 	savedState []byte
+	// stateDropped: the launcher ends for good (DropState); the state
+	// file is not written again.
+	stateDropped bool
 	// timeCancel stops the time sync under way after an unpause (mu).
 	timeCancel context.CancelFunc
 	// credentialsStarted: the access credentials are being propagated
@@ -306,6 +309,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		// (its predecessor died; it takes the guest over). A launcher
 		// starting afresh finds no domain and sends nothing.
 		m.refresh(ctx, EventModified, true)
+		m.publishConn()
 		if first {
 			close(m.firstRead)
 			m.saveState()
@@ -375,10 +379,22 @@ func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt
 	return l, events, agentEvents, nil
 }
 
+// setConn makes l the connection the manager's own reads use (lookupNow);
+// the calls wait for publishConn.
 func (m *Manager) setConn(l *libvirt.Libvirt) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.conn = l
+}
+
+// publishConn lets the calls waiting for a connection (waitConn) have it,
+// once the domain has been read through it. A call let in before that
+// read would see the domain as the last read before the daemon's death
+// had it: a disk attached just before the death, whose read afterwards
+// failed, missing from GetDomain after a Sync that found nothing to do.
+func (m *Manager) publishConn() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	close(m.connReady)
 }
 
@@ -395,7 +411,13 @@ func (m *Manager) waitConn(ctx context.Context) (*libvirt.Libvirt, error) {
 		m.mu.Lock()
 		l, ready := m.conn, m.connReady
 		m.mu.Unlock()
-		if l != nil && l.IsConnected() {
+		published := false
+		select {
+		case <-ready:
+			published = true
+		default:
+		}
+		if l != nil && published && l.IsConnected() {
 			return l, nil
 		}
 		select {
