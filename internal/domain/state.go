@@ -125,6 +125,9 @@ func (m *Manager) saveState() {
 	}
 	m.saveMu.Lock()
 	defer m.saveMu.Unlock()
+	if m.stateDropped {
+		return
+	}
 	m.mu.Lock()
 	s := State{HostUUID: m.cfg.HostUUID, Metadata: m.md, TargetOf: m.targetOf}
 	if !m.thawAt.IsZero() {
@@ -145,6 +148,25 @@ func (m *Manager) saveState() {
 		return
 	}
 	m.savedState = b
+}
+
+// DropState removes the state file when the launcher ends for good: no
+// launcher takes this pod's guest over after an end the monitor believes
+// (only a death by a signal or a hand-over is followed by another
+// launcher, and the launcher calls this in neither case), and a state
+// left behind would outlive the pod's processes as the one file they made
+// that the pod's end does not remove. A refresh still finishing in the
+// background does not write it again.
+func (m *Manager) DropState() {
+	if m.cfg.StateFile == "" {
+		return
+	}
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	m.stateDropped = true
+	if err := safefs.Remove(m.cfg.StateFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		m.log.Warn("remove the launcher state", "reason", err.Error())
+	}
 }
 
 // resumeThaw schedules again the automatic thaw the previous launcher had

@@ -146,3 +146,25 @@ func TestStateFile(t *testing.T) {
 		t.Error("a state file that is a link was read")
 	}
 }
+
+// TestDropState: a launcher that ends by itself removes its state file,
+// and a refresh finishing after that does not write it again.
+func TestDropState(t *testing.T) {
+	path := filepath.Join(t.TempDir(), StateFileName)
+	m := New(Config{StateFile: path, UID: "u1"})
+	m.md.GracePeriodSeconds = 45
+	m.saveState()
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	m.DropState()
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Fatalf("state file after DropState: %v, want it gone", err)
+	}
+	m.md.GracePeriodSeconds = 30
+	m.saveState()
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("state file written again after DropState: %v", err)
+	}
+	m.DropState() // again: nothing to remove, no complaint
+}

@@ -305,6 +305,11 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 		if err := l.mgr.Close(cctx); err != nil {
 			l.log.Warn("stop the network phase", "reason", err.Error())
 		}
+		// A launcher that crashes or hands over leaves the state to the
+		// next one.
+		if !l.leaving {
+			l.mgr.DropState()
+		}
 		// In reverse order of making: the notify sink outlives the manager.
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()

@@ -525,6 +525,18 @@ func WriteFile(path string, data []byte, perm fs.FileMode) error {
 	return d.WriteFile(filepath.Base(path), data, perm)
 }
 
+// Remove removes path like Dir.Remove: path's directory is opened (its
+// last element must not be a link) and its last element removed, a link
+// as a link.
+func Remove(path string) error {
+	d, err := Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Remove(filepath.Base(path))
+}
+
 // ReadFile reads the regular file path; neither it nor its directory may
 // be a link.
 func ReadFile(path string) ([]byte, error) {
