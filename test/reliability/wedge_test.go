@@ -163,17 +163,22 @@ func (p *pod) syncUntilRunning(ctx context.Context, c *cmdclient.Client, v *v1.V
 
 // domainQemu reports whether the domain's QEMU runs (not one the daemon
 // runs to probe its capabilities).
-func domainQemu(p *pod) bool {
+func domainQemu(p *pod) bool { return domainQemuPid(p) != 0 }
+
+// domainQemuPid is the domain's QEMU among the pod's processes (0 if none
+// runs), found without the daemon's pid file, which is elsewhere in system
+// mode.
+func domainQemuPid(p *pod) int {
 	for _, d := range p.Descendants() {
 		if !strings.HasPrefix(d.Comm, "qemu-system") {
 			continue
 		}
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", d.PID))
 		if strings.Contains(string(cmd), "guest="+p.DomainName()) {
-			return true
+			return d.PID
 		}
 	}
-	return false
+	return 0
 }
 
 // TestKillWithDaemonStopped: virt-handler's KillVirtualMachine (as at the
