@@ -1,6 +1,6 @@
 // Package manifest reads what `vlctl run` is given the way `kubectl apply
 // -f` takes it: one or more files, each one JSON object or a stream of
-// `---`-separated YAML documents. It sorts the objects by kind: exactly one
+// `---`-separated YAML documents, a v1 List standing for its items. It sorts the objects by kind: exactly one
 // VirtualMachine or VirtualMachineInstance, the ConfigMaps and Secrets that
 // back its configMap and secret volumes, and the instancetypes and
 // preferences it may name (left to internal/instancetype). Decoding the VM
@@ -142,9 +142,45 @@ func readFile(path string) ([]Doc, error) {
 		if err := d.readMeta(); err != nil {
 			return nil, fmt.Errorf("load %s: %w", d.Origin, err)
 		}
+		if d.Kind == "List" && coreGroup(d.APIVersion) {
+			items, err := listItems(d)
+			if err != nil {
+				return nil, fmt.Errorf("load %s: %w", d.Origin, err)
+			}
+			docs = append(docs, items...)
+			continue
+		}
 		docs = append(docs, d)
 	}
 	return docs, nil
+}
+
+// listItems are the objects of a v1 List, what `kubectl get -o yaml`
+// writes for several objects.
+func listItems(list Doc) ([]Doc, error) {
+	var l struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Metadata   json.RawMessage   `json:"metadata"`
+		Items      []json.RawMessage `json:"items"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(list.JSON))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return nil, fmt.Errorf("List: %w", err)
+	}
+	out := make([]Doc, 0, len(l.Items))
+	for i, js := range l.Items {
+		d := Doc{Origin: fmt.Sprintf("%s items[%d]", list.Origin, i), JSON: js}
+		if err := d.readMeta(); err != nil {
+			return nil, fmt.Errorf("items[%d]: %w", i, err)
+		}
+		if d.Kind == "List" {
+			return nil, fmt.Errorf("items[%d]: a List in a List", i)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // readMeta fills the type and object meta from the JSON. Wrong types are

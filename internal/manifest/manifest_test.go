@@ -146,3 +146,24 @@ func TestReadNotRegular(t *testing.T) {
 		t.Errorf("directory: %v", err)
 	}
 }
+
+// A v1 List (kubectl get -o yaml of several objects) stands for its items.
+func TestReadList(t *testing.T) {
+	list := "apiVersion: v1\nkind: List\nmetadata: {resourceVersion: \"\"}\nitems:\n- " +
+		strings.ReplaceAll(strings.TrimSpace(vmDoc), "\n", "\n  ") + "\n- " + strings.ReplaceAll(strings.TrimSpace(cmDoc), "\n", "\n  ") + "\n"
+	a := write(t, "list.yaml", list)
+	s, err := Read([]string{a}, nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, list)
+	}
+	if s.Main.Name != "vm1" || s.Main.Origin != a+" items[0]" {
+		t.Errorf("main = %s", s.Main)
+	}
+	if _, ok := s.ConfigMap("app", ""); !ok {
+		t.Error("the List's ConfigMap is missing")
+	}
+	_, err = Read([]string{write(t, "bad.yaml", "apiVersion: v1\nkind: List\nitemz: []\n")}, nil)
+	if err == nil || !strings.Contains(err.Error(), `bad.yaml: List: json: unknown field "itemz"`) {
+		t.Errorf("bad List: %v", err)
+	}
+}
