@@ -36,7 +36,9 @@ import (
 //     the dumps an earlier request left in the volume are gone;
 //   - a dump into a directory the launcher cannot write is recorded as
 //     failed, saying why, and the guest runs on;
-//   - a dumpPath outside the hotplug volumes is refused naming dumpPath.
+//   - a dumpPath outside the hotplug volumes is refused naming dumpPath;
+//   - a Kill while a dump runs destroys the guest at once, and the dump
+//     is recorded failed.
 func TestMemoryDump(t *testing.T) {
 	testenv.Programs(t, "readelf", "mkfifo")
 	t.Parallel()
@@ -58,28 +60,7 @@ func TestMemoryDump(t *testing.T) {
 
 	// The dump runs for as long as nobody reads the FIFO.
 	fifo := filepath.Join(volDir, "slow.core")
-	launchertest.Must(t, syscall.Mkfifo(fifo, 0o600))
-	launchertest.Must(t, os.Chown(fifo, int(env.Cred.Uid), int(env.Cred.Gid)))
-	opened := make(chan *os.File, 1)
-	go func() {
-		f, err := os.Open(fifo) // until the daemon opens it to write
-		if err != nil {
-			t.Errorf("open the FIFO: %v", err)
-			close(opened)
-			return
-		}
-		opened <- f
-	}()
-	launchertest.Must(t, c.MemoryDump(ctx, v, fifo))
-	var reader *os.File
-	select {
-	case reader = <-opened:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the daemon did not open the dump file within 30 s")
-	}
-	if reader == nil {
-		t.FailNow()
-	}
+	reader := heldDump(t, ctx, c, v, fifo)
 	defer reader.Close()
 	start := dumpRecord(t, ctx, c)
 	if start == nil || start.FileName != "slow.core" || start.StartTimestamp == nil || start.EndTimestamp != nil || start.Completed {
@@ -165,6 +146,57 @@ func TestMemoryDump(t *testing.T) {
 	}
 	if md := dumpRecord(t, ctx, c); md == nil || md.FileName != "ro.memory.dump" {
 		t.Errorf("a refused call changed the record: %+v", md)
+	}
+
+	// A Kill while a dump runs destroys the guest at once (libvirt lets a
+	// destroy through its dump job; the launcher's last resort, killing
+	// QEMU itself, would wait 8 s first), and the dump is recorded failed.
+	held := heldDump(t, ctx, c, v, filepath.Join(volDir, "killed.core"))
+	defer held.Close()
+	t0 := time.Now()
+	if err := c.Kill(ctx, v); err != nil && !cmdclient.IsDisconnected(err) {
+		t.Fatalf("Kill during a dump: %v", err)
+	}
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Errorf("Kill during a dump took %v", took)
+	}
+	// libvirt writes into a FIFO through its I/O helper, whose dump call
+	// returns only once the helper has written what it holds: let it.
+	go io.Copy(io.Discard, held)
+	if md := waitDumpEnd(t, ctx, c, "killed.core"); !md.Failed {
+		t.Errorf("dump cut by a Kill: %+v, want failed", md)
+	} else {
+		t.Logf("Kill during the dump: %v; dump recorded: %s", time.Since(t0), md.FailureReason)
+	}
+	if strings.Contains(p.Stderr.String(), "killing QEMU") {
+		t.Errorf("the launcher killed QEMU itself: the daemon did not destroy the domain during the dump")
+	}
+}
+
+// heldDump starts a dump into a FIFO at path and returns its reading end
+// once the daemon has opened the other: the dump runs until it is read.
+func heldDump(t *testing.T, ctx context.Context, c *cmdclient.Client, v *v1.VirtualMachineInstance, path string) *os.File {
+	t.Helper()
+	launchertest.Must(t, syscall.Mkfifo(path, 0o600))
+	launchertest.Must(t, os.Chown(path, int(env.Cred.Uid), int(env.Cred.Gid)))
+	opened := make(chan *os.File, 1)
+	go func() {
+		f, err := os.Open(path) // until the daemon opens it to write
+		if err != nil {
+			t.Errorf("open the FIFO: %v", err)
+		}
+		opened <- f
+	}()
+	launchertest.Must(t, c.MemoryDump(ctx, v, path))
+	select {
+	case f := <-opened:
+		if f == nil {
+			t.FailNow()
+		}
+		return f
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not open the dump file within 30 s")
+		return nil
 	}
 }
 
