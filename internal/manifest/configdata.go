@@ -32,7 +32,7 @@ const maxKeyLen = 253
 
 func checkKey(field, k string) error {
 	if len(k) > maxKeyLen || !keyPattern.MatchString(k) || k == "." || k == ".." {
-		return fmt.Errorf("%s: key %q is not a valid key: letters, digits, '-', '_' and '.', at most %d, not . or ..", field, k, maxKeyLen)
+		return fmt.Errorf("%s: key %q is not a valid key: letters, digits, '-', '_' and '.', at most %d, and neither \".\" nor \"..\"", field, k, maxKeyLen)
 	}
 	return nil
 }

@@ -167,6 +167,11 @@ func Start(t testing.TB, m cmdserver.Manager) string {
 	return sock
 }
 
+// MemoryDump records the call.
+func (f *Fake) MemoryDump(_ context.Context, vmi *v1.VirtualMachineInstance, _ string) error {
+	return f.op("MemoryDump", vmi)
+}
+
 func (f *Fake) Migrate(_ context.Context, vmi *v1.VirtualMachineInstance, _ migration.Options) error {
 	return f.op("Migrate", vmi)
 }
