@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"regexp"
 	"syscall"
 	"time"
 
@@ -132,7 +133,16 @@ func (m *Manager) attachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 		return fmt.Errorf("sync: disk %q: %w", name, err)
 	}
 	t0 := time.Now()
-	if err := withContext(ctx, "attach the disk", func() error { return l.DomainAttachDeviceFlags(d, x, uint32(liveAndConfig)) }); err != nil {
+	attach := func() error {
+		return withContext(ctx, "attach the disk", func() error { return l.DomainAttachDeviceFlags(d, x, uint32(liveAndConfig)) })
+	}
+	err = attach()
+	if orphans := orphanNodes(err); orphans != nil {
+		m.log.Warn("QEMU holds block nodes of an attach a dead daemon never finished: removing them and attaching again", "disk", name, "nodes", orphans, "refusal", err.Error())
+		m.dropOrphanNodes(ctx, l, d, orphans)
+		err = attach()
+	}
+	if err != nil {
 		return fmt.Errorf("sync: disk %q (bus %s, target %s): %w", name, diskBus(&disk), disk.Target.Dev, err)
 	}
 	live, err := m.liveXML(ctx, l, d, 0)
@@ -145,6 +155,45 @@ func (m *Manager) attachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 	}
 	m.log.Info("disk attached", "disk", name, "target", got.Target.Dev, "bus", diskBus(&got), "source", diskSourcePath(&got), "took", time.Since(t0).String())
 	return nil
+}
+
+// duplicateNode is QEMU's refusal of a blockdev-add whose node name it
+// has already, with libvirt's node name "libvirt-<n>-<role>".
+var duplicateNode = regexp.MustCompile(`Duplicate nodes with node-name='libvirt-(\d+)-[a-z]+'`)
+
+// orphanNodes names the block nodes to remove when err is QEMU refusing
+// an attach's node name as a duplicate (nil otherwise). A daemon killed
+// in the middle of an attach leaves QEMU with the volume's storage node
+// (and maybe its format node on top) that no status file recorded; its
+// successor picks the same names for the next attach, and QEMU refuses
+// them, the orphans holding the volume's file open meanwhile. The node
+// names are the ones the daemon has just chosen as free, so it tracks no
+// node of them. The format node comes first: it uses the storage node.
+func orphanNodes(err error) []string {
+	if err == nil {
+		return nil
+	}
+	m := duplicateNode.FindStringSubmatch(err.Error())
+	if m == nil {
+		return nil
+	}
+	return []string{"libvirt-" + m[1] + "-format", "libvirt-" + m[1] + "-storage"}
+}
+
+// dropOrphanNodes removes the block nodes orphanNodes named, through
+// QEMU's monitor (libvirt taints the domain as having had a custom
+// monitor command; the daemon has no call of its own for nodes it does
+// not know). A node that is not there is no failure: the attach after
+// decides.
+func (m *Manager) dropOrphanNodes(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, nodes []string) {
+	for _, n := range nodes {
+		cmd := fmt.Sprintf(`{"execute":"blockdev-del","arguments":{"node-name":%q}}`, n)
+		err := withContext(ctx, "remove block node "+n, func() error {
+			_, err := l.QEMUDomainMonitorCommand(d, cmd, 0)
+			return err
+		})
+		m.log.Info("orphaned block node removed", "node", n, "err", fmt.Sprint(err))
+	}
 }
 
 // changeMedium inserts or ejects a CD-ROM's medium (disk is the live drive

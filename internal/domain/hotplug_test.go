@@ -1,7 +1,9 @@
 package domain
 
 import (
+	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -149,5 +151,19 @@ func TestMemoryChange(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOrphanNodes: QEMU's refusal of an attach's node name as a duplicate
+// names the node pair to remove, format node first; other errors none.
+func TestOrphanNodes(t *testing.T) {
+	err := errors.New("internal error: unable to execute QEMU command 'blockdev-add': Duplicate nodes with node-name='libvirt-6-storage'")
+	if got := orphanNodes(err); !slices.Equal(got, []string{"libvirt-6-format", "libvirt-6-storage"}) {
+		t.Errorf("orphanNodes = %q", got)
+	}
+	for _, e := range []error{nil, errors.New("non unique alias detected: ua-hp"), errors.New("Duplicate nodes with node-name='mine'")} {
+		if got := orphanNodes(e); got != nil {
+			t.Errorf("orphanNodes(%v) = %q, want none", e, got)
+		}
 	}
 }
