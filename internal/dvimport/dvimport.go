@@ -194,7 +194,7 @@ func (im *Importer) Import(ctx context.Context, req Request) error {
 		if req.Size <= 0 {
 			return fmt.Errorf("DataVolume %s: a blank volume needs a storage request", req.DataVolume)
 		}
-		return im.write(ctx, req, "", "", req.Size)
+		return im.write(ctx, req, "", "", 0, req.Size)
 	case KindHTTP:
 		from = shownURL(req.Source.HTTP.URL)
 		var done func()
@@ -240,7 +240,7 @@ func (im *Importer) fill(ctx context.Context, req Request, src string) error {
 		}
 		size = req.Size
 	}
-	return im.write(ctx, req, src, format, size)
+	return im.write(ctx, req, src, format, virtual, size)
 }
 
 // convertMemoryLimit bounds qemu-img convert's address space: it reads an
@@ -252,9 +252,9 @@ const convertMemoryLimit = 2 << 30
 const tempMark = ".import-"
 
 // write makes the volume: a temporary file in req.Dir, the image src (of
-// format; "" for none) converted into it as raw, grown to size, then
-// renamed to req.Name, which must not exist.
-func (im *Importer) write(ctx context.Context, req Request, src, format string, size int64) (err error) {
+// format and virtual size; "" for none) converted into it as raw, grown to
+// size, then renamed to req.Name, which must not exist.
+func (im *Importer) write(ctx context.Context, req Request, src, format string, virtual, size int64) (err error) {
 	sweepTemps(req.Dir, req.Name)
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -276,7 +276,7 @@ func (im *Importer) write(ctx context.Context, req Request, src, format string, 
 		return fmt.Errorf("lock %s: %w", req.Dir.Join(tmp), err)
 	}
 	if src != "" {
-		if err := im.convert(ctx, src, format, f); err != nil {
+		if err := im.convert(ctx, src, format, virtual, f); err != nil {
 			return err
 		}
 	}
@@ -293,7 +293,7 @@ func (im *Importer) write(ctx context.Context, req Request, src, format string, 
 // qemu-img (as CDI converts), which leaves zeros as holes. qemu-img gets f
 // as an inherited descriptor: no path is resolved in the volume's
 // directory.
-func (im *Importer) convert(ctx context.Context, src, format string, f *os.File) error {
+func (im *Importer) convert(ctx context.Context, src, format string, virtual int64, f *os.File) error {
 	qemuImg := im.QemuImg
 	if qemuImg == "" {
 		qemuImg = "qemu-img"
@@ -305,11 +305,6 @@ func (im *Importer) convert(ctx context.Context, src, format string, f *os.File)
 	cmd.ExtraFiles = []*os.File{f}
 	cmd.WaitDelay = 5 * time.Second
 	// The target must be at least the image's size for -n.
-	p := &disks.Preparer{QemuImg: im.QemuImg}
-	_, virtual, err := p.ImageInfo(ctx, src)
-	if err != nil {
-		return err
-	}
 	if err := f.Truncate(virtual); err != nil {
 		return err
 	}

@@ -242,6 +242,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if cfg.pulled, err = pullImages(ctx, cfg, v); err != nil {
 			return err
 		}
+		if err := storeInUse(cfg.RecordDir, storedPaths(cfg.Volumes)); err != nil {
+			return err
+		}
 		if err := makeStoreDirs(cfg.VolumeStore, cfg.Volumes); err != nil {
 			return err
 		}

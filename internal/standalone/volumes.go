@@ -17,6 +17,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/dvimport"
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
@@ -111,6 +112,43 @@ func makeStoreDirs(store string, maps []VolumeMap) error {
 	return nil
 }
 
+// storeInUse refuses a volume of the store that a live run of another
+// vlctl uses (its record names the file): the same VM run twice would have
+// two guests write one disk, and a clone would copy a disk a guest is
+// writing. Volumes given with --volume are the user's to share (a
+// migration's two runs do).
+func storeInUse(recordDir string, paths map[string]string) error {
+	if len(paths) == 0 {
+		return nil
+	}
+	entries, err := runrecord.List(recordDir)
+	if err != nil {
+		return fmt.Errorf("the runs using the volume store: %w", err)
+	}
+	for _, e := range entries {
+		if e.Stale {
+			continue
+		}
+		for claim, p := range e.Volumes {
+			if what, ok := paths[filepath.Clean(p)]; ok {
+				return fmt.Errorf("%s %s is in use by the run of %s (pid %d, its volume %s): stop it first", what, p, e.FullName(), e.PID, claim)
+			}
+		}
+	}
+	return nil
+}
+
+// storedPaths are the store's volumes of maps, each with what uses it.
+func storedPaths(maps []VolumeMap) map[string]string {
+	paths := map[string]string{}
+	for _, m := range maps {
+		if m.stored {
+			paths[filepath.Clean(m.Path)] = "DataVolume " + m.Name + ": its volume"
+		}
+	}
+	return paths
+}
+
 // importVolumes fills each DataVolume that has a source and no file yet
 // (dvimport): the file the user mapped with --volume, or the store's.
 // A file that exists is the DataVolume, filled before: used as it is, as
@@ -156,6 +194,10 @@ func importVolume(ctx context.Context, cfg Config, im *dvimport.Importer, s disk
 	if pvc := s.dv.Spec.Source.PVC; pvc != nil {
 		if req.CloneFrom, err = cloneSource(cfg.VolumeStore, vm, pvc.Namespace, pvc.Name); err != nil {
 			return fmt.Errorf("DataVolume %s: %s.pvc: %w", s.dv.Name, s.dvField, err)
+		}
+		what := fmt.Sprintf("DataVolume %s: %s.pvc: the volume to clone,", s.dv.Name, s.dvField)
+		if err := storeInUse(cfg.RecordDir, map[string]string{req.CloneFrom: what}); err != nil {
+			return err
 		}
 	}
 	ictx, cancel := context.WithTimeout(ctx, importTimeout)
