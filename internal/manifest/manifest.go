@@ -261,7 +261,7 @@ func Sort(files []string, docs []Doc, others func(kind string) bool) (*Set, erro
 		for i, d := range mains {
 			names[i] = d.String()
 		}
-		errs = append(errs, fmt.Errorf("%d VMs among the documents: %s; want exactly one %s or %s",
+		errs = append(errs, fmt.Errorf("the documents hold %d objects that are VMs: %s; want exactly one %s or %s",
 			len(mains), strings.Join(names, ", "), KindVM, KindVMI))
 	}
 	if err := s.checkDuplicates(); err != nil {

@@ -76,7 +76,7 @@ func TestReadErrors(t *testing.T) {
 		{name: "no VM", files: map[string]string{"a.yaml": cmDoc, "b.yaml": secretDoc},
 			want: []string{"a.yaml, ", "b.yaml: no VirtualMachine or VirtualMachineInstance among the documents"}},
 		{name: "two VMs", files: map[string]string{"a.yaml": vmDoc, "b.yaml": "---\n" + vmDoc + "---\n" + cmDoc},
-			want: []string{"2 VMs among the documents", "a.yaml (VirtualMachine vm1)", "b.yaml document 1 (VirtualMachine vm1)"}},
+			want: []string{"the documents hold 2 objects that are VMs", "a.yaml (VirtualMachine vm1)", "b.yaml document 1 (VirtualMachine vm1)"}},
 		{name: "other kind", files: map[string]string{"a.yaml": vmDoc + "---\napiVersion: v1\nkind: Service\nmetadata: {name: s}\n"},
 			want: []string{"a.yaml document 2: kind: \"Service\"", "not something vlctl run uses"}},
 		{name: "secret not base64", files: map[string]string{"a.yaml": vmDoc + "---\napiVersion: v1\nkind: Secret\nmetadata: {name: s}\ndata: {k: '!!!'}\n"},

@@ -172,7 +172,7 @@ func TestVlctlRunManifestErrors(t *testing.T) {
 		{"missing ConfigMap", []string{write("c.yaml", base)},
 			[]string{`spec.volumes[2].configMap.name: ConfigMap "app-config" is not among the documents`}},
 		{"two VMs", []string{write("d.yaml", base), "-f", write("e.yaml", base)},
-			[]string{"2 VMs among the documents"}},
+			[]string{"the documents hold 2 objects that are VMs"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := workRoot(t)
