@@ -70,11 +70,14 @@ func Kind(src *cdiv1.DataVolumeSource, field string) (string, error) {
 		}
 		return KindPVC, nil
 	}
-	refused := map[string]bool{"s3": src.S3 != nil, "gcs": src.GCS != nil, "upload": src.Upload != nil,
-		"imageio": src.Imageio != nil, "vddk": src.VDDK != nil, "snapshot": src.Snapshot != nil}
-	for name, set := range refused {
-		if set {
-			return "", fmt.Errorf("%s.%s: vlctl does not import this source (it imports http, registry, pvc and blank)", field, name)
+	refused := []struct {
+		name string
+		set  bool
+	}{{"s3", src.S3 != nil}, {"gcs", src.GCS != nil}, {"upload", src.Upload != nil},
+		{"imageio", src.Imageio != nil}, {"vddk", src.VDDK != nil}, {"snapshot", src.Snapshot != nil}}
+	for _, r := range refused {
+		if r.set {
+			return "", fmt.Errorf("%s.%s: vlctl does not import this source (it imports http, registry, pvc and blank)", field, r.name)
 		}
 	}
 	return "", fmt.Errorf("%s: names no source", field)

@@ -24,8 +24,11 @@ import (
 
 // Standalone storage that keeps data: hostDisk volumes at the user's own
 // path, and PVCs / DataVolumes mapped to local files or block devices with
-// --volume. vlctl never copies or deletes such a file (only one it created
-// for a run that then failed before the guest ran). The launcher finds it
+// --volume (a VM's DataVolumes without one: files of the volume store,
+// volumes.go). vlctl never copies or deletes such a file (only one it
+// created blank for a run that then failed before the guest ran; a
+// DataVolume's source is imported into a missing one before, by
+// dvimport). The launcher finds it
 // where a launcher pod has it (layout.HostDisk, PVCDisk, BlockDevice)
 // through a symlink that root makes in a directory it created itself,
 // before the tree is handed to the launcher's user; root never resolves
