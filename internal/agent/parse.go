@@ -22,6 +22,14 @@ type Info struct {
 	SupportedCommands []v1.GuestAgentCommandInfo `json:"supported_commands,omitempty"`
 }
 
+// Load is guest-get-load's reply: the guest's load averages (the agent
+// has the command from QEMU 10.0; Debian 12's, QEMU 7.2, has not).
+type Load struct {
+	Load1m  float64 `json:"load1m"`
+	Load5m  float64 `json:"load5m"`
+	Load15m float64 `json:"load15m"`
+}
+
 // OSInfo is guest-get-osinfo's reply.
 type OSInfo struct {
 	ID            string `json:"id"`

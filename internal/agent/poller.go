@@ -40,10 +40,12 @@ type group struct {
 	every    time.Duration
 }
 
-// groups are KubeVirt's poller workers. KubeVirt reads the sys and user
-// groups through libvirt's guest-info API, which runs these same agent
-// commands; the load average (libvirt 11.1's guest load) is left out: the
-// daemon here (libvirt 9.0) has no such API.
+// groups are KubeVirt's poller workers. KubeVirt reads the sys, user and
+// load groups through libvirt's guest-info API, which runs these same
+// agent commands; the daemon here (libvirt 9.0) has no guest-info load
+// type, so the load average comes from the agent's guest-get-load
+// directly, at the sys interval as KubeVirt's load worker. An agent
+// without the command fails it every round, as libvirt does there.
 func (iv Intervals) groups() []group {
 	return []group{
 		{[]string{CmdInfo}, iv.Version},
@@ -53,6 +55,7 @@ func (iv Intervals) groups() []group {
 		// and time zone of the same round are in the store already.
 		{[]string{CmdHostName, CmdTimezone, CmdOSInfo, CmdInterfaces}, iv.Sys},
 		{[]string{CmdUsers}, iv.User},
+		{[]string{CmdLoad}, iv.Sys},
 	}
 }
 

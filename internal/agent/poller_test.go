@@ -56,6 +56,7 @@ func TestPollerRunsEveryGroupAtOnce(t *testing.T) {
 	a := &fakeAgent{calls: map[string]int{}, replies: map[string]string{
 		CmdInfo: replyInfo, CmdOSInfo: replyOSInfo, CmdHostName: replyHostName,
 		CmdUsers: replyUsers, CmdFSInfo: replyFSInfo, CmdInterfaces: replyIfaces, CmdFSFreezeState: replyFrozen,
+		CmdLoad: `{"return":{"load1m":0.5,"load5m":0.25,"load15m":0.125}}`,
 		// guest-get-timezone is not answered.
 	}}
 	s := NewStore()
@@ -63,7 +64,7 @@ func TestPollerRunsEveryGroupAtOnce(t *testing.T) {
 	p.Set(context.Background(), true)
 	defer p.Stop()
 	waitFor(t, "every command once", func() bool {
-		for _, c := range []string{CmdInfo, CmdOSInfo, CmdHostName, CmdTimezone, CmdUsers, CmdFSInfo, CmdInterfaces, CmdFSFreezeState} {
+		for _, c := range []string{CmdInfo, CmdOSInfo, CmdHostName, CmdTimezone, CmdUsers, CmdFSInfo, CmdInterfaces, CmdFSFreezeState, CmdLoad} {
 			if a.count(c) == 0 {
 				return false
 			}
@@ -74,6 +75,9 @@ func TestPollerRunsEveryGroupAtOnce(t *testing.T) {
 		g := s.GuestInfo()
 		return g.Hostname == "vm1" && g.FSFreezeStatus == "frozen" && len(g.FSInfo.Filesystems) == 1 && len(g.UserList) == 2
 	})
+	if l, ok := s.Load(); !ok || l != (Load{Load1m: 0.5, Load5m: 0.25, Load15m: 0.125}) {
+		t.Errorf("load %+v %v, want the agent's guest-get-load", l, ok)
+	}
 	if tz := s.GuestInfo().Timezone; tz != ", 0" {
 		t.Errorf("timezone without an answer = %q, want KubeVirt's %q", tz, ", 0")
 	}

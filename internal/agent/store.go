@@ -37,6 +37,7 @@ type Store struct {
 	ifaces   []domainjson.InterfaceStatus
 	ifSet    bool
 	fsfreeze *string
+	load     *Load
 
 	changed chan struct{}
 }
@@ -65,6 +66,7 @@ const (
 	CmdFSInfo        = "guest-get-fsinfo"
 	CmdInterfaces    = "guest-network-get-interfaces"
 	CmdFSFreezeState = "guest-fsfreeze-status"
+	CmdLoad          = "guest-get-load"
 )
 
 // Record decodes the reply of one of the commands above and keeps its
@@ -100,6 +102,8 @@ func (s *Store) Record(command, reply string) error {
 			s.ifaces, s.ifSet = ifaces, true
 			return changed
 		})
+	case CmdLoad:
+		return record(s, command, reply, func(v Load) bool { s.load = &v; return false })
 	case CmdFSFreezeState:
 		st, err := FSFreezeStatus(reply)
 		if err != nil {
@@ -228,6 +232,17 @@ func (s *Store) Filesystems() []v1.VirtualMachineInstanceFileSystem {
 		out = append(out, filesystemV1(f))
 	}
 	return out
+}
+
+// Load is the guest's load average; ok is false while the agent has not
+// reported one (an agent without guest-get-load never does).
+func (s *Store) Load() (l Load, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.load == nil {
+		return Load{}, false
+	}
+	return *s.load, true
 }
 
 // Version is the agent's version ("" before guest-info answered).

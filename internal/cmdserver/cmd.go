@@ -296,8 +296,3 @@ func (c *cmdServer) GuestPing(ctx context.Context, req *cmdv1.GuestPingRequest) 
 	}
 	return &cmdv1.GuestPingResponse{Response: ok()}, nil
 }
-
-// GetVMStats answers like KubeVirt's launcher with the collector off.
-func (c *cmdServer) GetVMStats(context.Context, *cmdv1.VMStatsRequest) (*cmdv1.VMStatsResponse, error) {
-	return nil, status.Error(codes.Unknown, notSupported("GetVMStats"))
-}

@@ -36,6 +36,10 @@ func (nopManager) Reset(context.Context, *v1.VirtualMachineInstance) error      
 func (nopManager) SoftReboot(context.Context, *v1.VirtualMachineInstance) error { return nil }
 func (nopManager) Domain(context.Context) (*domainjson.Domain, error)           { return nil, nil }
 func (nopManager) DomainStats(context.Context) ([]byte, error)                  { return nil, nil }
+func (nopManager) AgentData(context.Context, string) (string, error)            { return "", nil }
+func (nopManager) DirtyRate(context.Context) (domain.StatsDirtyRate, error) {
+	return domain.StatsDirtyRate{}, nil
+}
 func (nopManager) QemuVersion(context.Context) (string, error)                  { return "", nil }
 func (nopManager) SyncVCPUs(context.Context, *v1.VirtualMachineInstance) error  { return nil }
 func (nopManager) SyncMemory(context.Context, *v1.VirtualMachineInstance) error { return nil }

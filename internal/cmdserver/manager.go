@@ -29,6 +29,12 @@ type Manager interface {
 	Domain(ctx context.Context) (*domainjson.Domain, error)
 	// DomainStats returns the stats JSON (KubeVirt's DomainStats keys).
 	DomainStats(ctx context.Context) ([]byte, error)
+	// DirtyRate measures the guest's memory dirty rate (or answers a
+	// measurement of the last few seconds).
+	DirtyRate(ctx context.Context) (domain.StatsDirtyRate, error)
+	// AgentData is the guest agent's raw reply to one of GetVMStats'
+	// agent commands (or a recent one).
+	AgentData(ctx context.Context, command string) (string, error)
 	QemuVersion(ctx context.Context) (string, error)
 	// SyncVCPUs sets the domain's vCPU count to the VMI's; HotplugHostDevices
 	// answers nil when the domain already is what the VMI asks for. Both

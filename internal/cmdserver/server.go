@@ -63,6 +63,8 @@ type Server struct {
 	podName string
 	// agent answers the guest-agent RPCs.
 	agent GuestAgent
+	// vmStats: GetVMStats answers (virt-launcher's --vm-stats-collector).
+	vmStats bool
 	// vmiCalls holds a token per VMI-carrying call in flight; decodeSlot
 	// the one such call reading and decoding its message (admit.go).
 	vmiCalls, decodeSlot chan struct{}

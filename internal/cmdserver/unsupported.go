@@ -23,10 +23,6 @@ func (c *cmdServer) InjectLaunchSecret(context.Context, *cmdv1.InjectLaunchSecre
 	return fail(notSupported("InjectLaunchSecret")), nil
 }
 
-func (c *cmdServer) GetDomainDirtyRateStats(context.Context, *cmdv1.EmptyRequest) (*cmdv1.DirtyRateStatsResponse, error) {
-	return &cmdv1.DirtyRateStatsResponse{Response: fail(notSupported("GetDomainDirtyRateStats")), DirtyRateMbs: -1}, nil
-}
-
 func (c *cmdServer) BackupVirtualMachine(context.Context, *cmdv1.BackupRequest) (*cmdv1.Response, error) {
 	return fail(notSupported("BackupVirtualMachine")), nil
 }

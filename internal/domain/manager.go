@@ -182,7 +182,11 @@ type Manager struct {
 	terminating atomic.Bool // set by BeginTermination: Sync refuses
 
 	// stats is the GetDomainStats answer (statscache.go).
-	stats *statsCache
+	stats *statsCache[[]byte]
+	// dirtyRate is the GetDomainDirtyRateStats answer (dirtyrate.go).
+	dirtyRate *statsCache[StatsDirtyRate]
+	// agentData are GetVMStats' agent answers by command (agentdata.go).
+	agentData map[string]*statsCache[string]
 
 	// agent keeps what the guest agent reports; poller fills it while
 	// the guest runs with its agent connected (refresh switches it).
@@ -263,6 +267,9 @@ func New(cfg Config) *Manager {
 	m.agent = agent.NewStore()
 	m.poller = agent.NewPoller(m.agentCommand, m.agent, cfg.AgentIntervals, log.With("component", "guest-agent"))
 	m.stats = newStatsCache(m.fetchStats)
+	m.dirtyRate = newStatsCache(m.measureDirtyRate)
+	m.dirtyRate.maxAge = dirtyRateMaxAge
+	m.agentData = m.newAgentData()
 	return m
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 
+	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
@@ -36,9 +37,29 @@ type Stats struct {
 	CPUMapSet            bool
 	CPUMap               [][]bool
 	DirtyRate            *StatsDirtyRate
-	// Load is the guest agent's load average: always null, not reported
-	// yet (virt-handler's metrics skip a null one).
-	Load any
+	// Load is the guest agent's load average, never null: KubeVirt's
+	// launcher always sends its agent store's, with the ...Set flags
+	// false until the agent reported one.
+	Load *StatsLoad
+}
+
+// StatsLoad is DomainStatsLoad.
+type StatsLoad struct {
+	Load1mSet  bool
+	Load1m     float64
+	Load5mSet  bool
+	Load5m     float64
+	Load15mSet bool
+	Load15m    float64
+}
+
+// statsLoad is the agent's load average as StatsLoad (all unset when
+// there is none).
+func statsLoad(l agent.Load, ok bool) *StatsLoad {
+	if !ok {
+		return &StatsLoad{}
+	}
+	return &StatsLoad{Load1mSet: true, Load1m: l.Load1m, Load5mSet: true, Load5m: l.Load5m, Load15mSet: true, Load15m: l.Load15m}
 }
 
 // StatsJobInfo is KubeVirt's DomainJobInfo: a migration job's progress
@@ -255,6 +276,7 @@ func (m *Manager) fetchStats(ctx context.Context) ([]byte, error) {
 		m.mu.Unlock()
 		s = statsFromParams(recs[0].Params, deviceAliases(dom), hasBalloon(dom))
 		*s.MigrateDomainJobInfo = job
+		s.Load = statsLoad(m.agent.Load())
 		// KubeVirt's launcher adds the vCPU pinning (libvirt-go's
 		// GetVcpuPinInfo): one row per current vCPU, one column per host
 		// CPU; a failure fails the whole call there too.
@@ -398,9 +420,9 @@ func vcpuCurrent(params []libvirt.TypedParam) int {
 // nothing for being an offline vCPU (StateSet, State 0); Net and Block have
 // net.count and block.count entries. aliases maps target devices to the
 // VMI's names (Net[].Alias, Block[].Alias); balloon says whether the domain
-// has a balloon device. Cpu, Memory and DirtyRate are never nil.
+// has a balloon device. Cpu, Memory, DirtyRate and Load are never nil.
 func statsFromParams(params []libvirt.TypedParam, aliases map[string]string, balloon bool) *Stats {
-	s := &Stats{Cpu: &StatsCPU{}, Memory: &StatsMemory{}, DirtyRate: &StatsDirtyRate{}, MigrateDomainJobInfo: &StatsJobInfo{}}
+	s := &Stats{Cpu: &StatsCPU{}, Memory: &StatsMemory{}, DirtyRate: &StatsDirtyRate{}, MigrateDomainJobInfo: &StatsJobInfo{}, Load: &StatsLoad{}}
 	byField := make(map[string]libvirt.TypedParam, len(params))
 	for _, p := range params {
 		byField[p.Field] = p
@@ -517,20 +539,7 @@ func statsFromParams(params []libvirt.TypedParam, aliases map[string]string, bal
 		}
 	}
 
-	dr := s.DirtyRate
-	var u uint64
-	if num("dirtyrate.calc_status", &u, &dr.CalcStatusSet) {
-		dr.CalcStatus = int(int32(u))
-	}
-	if num("dirtyrate.calc_start_time", &u, &dr.CalcStartTimeSet) {
-		dr.CalcStartTime = int64(u)
-	}
-	if num("dirtyrate.calc_period", &u, &dr.CalcPeriodSet) {
-		dr.CalcPeriod = int(int32(u))
-	}
-	if num("dirtyrate.megabytes_per_second", &u, &dr.MegabytesPerSecondSet) {
-		dr.MegabytesPerSecond = int64(u)
-	}
+	*s.DirtyRate = dirtyRateFromParams(params)
 	return s
 }
 

@@ -155,7 +155,8 @@ func TestStatsJSONShape(t *testing.T) {
 	if !reflect.DeepEqual(keys, want) {
 		t.Errorf("keys %v, want %v", keys, want)
 	}
-	for k, v := range map[string]string{"Vcpu": "[]", "Net": "[]", "Block": "[]", "Load": "null",
+	for k, v := range map[string]string{"Vcpu": "[]", "Net": "[]", "Block": "[]",
+		"Load":   `{"Load1mSet":false,"Load1m":0,"Load5mSet":false,"Load5m":0,"Load15mSet":false,"Load15m":0}`,
 		"CPUMap": "[[true,false,true]]", "CPUMapSet": "true"} {
 		if string(top[k]) != v {
 			t.Errorf("%s = %s, want %s", k, top[k], v)

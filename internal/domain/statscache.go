@@ -24,15 +24,18 @@ const (
 	statsFetchTimeout = 10 * time.Second        // one background fetch
 )
 
-// statsCache is the cached GetDomainStats answer.
-type statsCache struct {
-	fetch func(context.Context) ([]byte, error)
+// statsCache is a cached answer of libvirt's stats: GetDomainStats' JSON,
+// and the dirty rate (dirtyrate.go), which only uses get without a
+// refresher and its own maximum age.
+type statsCache[T any] struct {
+	fetch func(context.Context) (T, error)
 	// The periods, statsMaxAge, statsRefreshEvery and statsIdle outside
 	// tests.
 	maxAge, every, idle time.Duration
 
 	mu       sync.Mutex
-	data     []byte
+	data     T
+	have     bool      // data holds an answer
 	at       time.Time // when data was fetched
 	gen      uint64    // bumped by drop: a fetch begun before is not kept
 	asked    time.Time // the last get
@@ -40,14 +43,14 @@ type statsCache struct {
 	inflight chan struct{}
 }
 
-func newStatsCache(fetch func(context.Context) ([]byte, error)) *statsCache {
-	return &statsCache{fetch: fetch, maxAge: statsMaxAge, every: statsRefreshEvery, idle: statsIdle}
+func newStatsCache[T any](fetch func(context.Context) (T, error)) *statsCache[T] {
+	return &statsCache[T]{fetch: fetch, maxAge: statsMaxAge, every: statsRefreshEvery, idle: statsIdle}
 }
 
 // get answers from the cache when its answer is fresh, else fetches (one
 // fetch at a time: concurrent callers share it). bg, when not nil, is the
 // lifetime of a refresher get starts if none runs.
-func (c *statsCache) get(ctx, bg context.Context) ([]byte, error) {
+func (c *statsCache[T]) get(ctx, bg context.Context) (T, error) {
 	c.mu.Lock()
 	c.asked = time.Now()
 	if bg != nil && !c.running {
@@ -61,10 +64,10 @@ func (c *statsCache) get(ctx, bg context.Context) ([]byte, error) {
 // load is get without the bookkeeping of who asked; with force it fetches
 // even while the answer is fresh (the refresher: callers keep getting the
 // fresh answer meanwhile).
-func (c *statsCache) load(ctx context.Context, force bool) ([]byte, error) {
+func (c *statsCache[T]) load(ctx context.Context, force bool) (T, error) {
 	for {
 		c.mu.Lock()
-		if !force && c.data != nil && time.Since(c.at) < c.maxAge {
+		if !force && c.have && time.Since(c.at) < c.maxAge {
 			data := c.data
 			c.mu.Unlock()
 			return data, nil
@@ -76,7 +79,8 @@ func (c *statsCache) load(ctx context.Context, force bool) ([]byte, error) {
 				force = false // the fetch waited for is as new as ours would be
 				continue      // its answer, or our turn to fetch
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				var zero T
+				return zero, ctx.Err()
 			}
 		}
 		done := make(chan struct{})
@@ -89,7 +93,7 @@ func (c *statsCache) load(ctx context.Context, force bool) ([]byte, error) {
 		c.inflight = nil
 		close(done)
 		if err == nil && gen == c.gen {
-			c.data, c.at = data, time.Now()
+			c.data, c.have, c.at = data, true, time.Now()
 		}
 		c.mu.Unlock()
 		return data, err
@@ -97,7 +101,7 @@ func (c *statsCache) load(ctx context.Context, force bool) ([]byte, error) {
 }
 
 // refresh keeps the answer fresh until nobody asked for idle, or bg ends.
-func (c *statsCache) refresh(bg context.Context) {
+func (c *statsCache[T]) refresh(bg context.Context) {
 	t := time.NewTicker(c.every)
 	defer t.Stop()
 	for {
@@ -122,16 +126,17 @@ func (c *statsCache) refresh(bg context.Context) {
 	}
 }
 
-func (c *statsCache) stop() {
+func (c *statsCache[T]) stop() {
 	c.mu.Lock()
 	c.running = false
 	c.mu.Unlock()
 }
 
 // drop forgets the answer, and any fetch under way will not be kept.
-func (c *statsCache) drop() {
+func (c *statsCache[T]) drop() {
 	c.mu.Lock()
 	c.gen++
-	c.data = nil
+	var zero T
+	c.data, c.have = zero, false
 	c.mu.Unlock()
 }

@@ -30,13 +30,13 @@ func (f *fakeStats) fetch(ctx context.Context) ([]byte, error) {
 	return fmt.Appendf(nil, "%d", n), nil
 }
 
-func testCache(f *fakeStats, maxAge, every, idle time.Duration) *statsCache {
+func testCache(f *fakeStats, maxAge, every, idle time.Duration) *statsCache[[]byte] {
 	c := newStatsCache(f.fetch)
 	c.maxAge, c.every, c.idle = maxAge, every, idle
 	return c
 }
 
-func mustGet(t *testing.T, c *statsCache, bg context.Context) string {
+func mustGet(t *testing.T, c *statsCache[[]byte], bg context.Context) string {
 	t.Helper()
 	b, err := c.get(context.Background(), bg)
 	if err != nil {

@@ -352,7 +352,11 @@ func (l *Launcher) serveCommands(ctx context.Context) (stop func(), err error) {
 	sctx, scancel := context.WithCancel(context.Background())
 	sdone := make(chan struct{})
 	go func() {
-		if err := cmdserver.New(l.mgr, l.log, cmdserver.WithPodName(os.Getenv("POD_NAME")), cmdserver.WithGuestAgent(l.mgr.GuestAgent())).Serve(sctx, lis); err != nil {
+		opts := []cmdserver.Option{cmdserver.WithPodName(os.Getenv("POD_NAME")), cmdserver.WithGuestAgent(l.mgr.GuestAgent())}
+		if l.opts.VMStatsCollector {
+			opts = append(opts, cmdserver.WithVMStatsCollector())
+		}
+		if err := cmdserver.New(l.mgr, l.log, opts...).Serve(sctx, lis); err != nil {
 			l.log.Error("command server stopped", "reason", err.Error())
 		}
 		close(sdone)

@@ -125,7 +125,7 @@ func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.ImageVolume, "image-volume", false, "container disks and the kernelBoot image are Kubernetes image volumes (KubeVirt's ImageVolume feature gate): at Sync, link disk_N.img and kernel-boot/ in --container-disk-dir to their files")
 	fs.BoolVar(&o.UpgradeOrdinalIfaces, "upgrade-ordinal-ifaces", false, "rename ordinal pod interfaces"+ignored)
 	fs.BoolVar(&o.VGPUDedicatedHook, "vgpu-dedicated-hook", false, "vGPU display hook"+ignored)
-	fs.BoolVar(&o.VMStatsCollector, "vm-stats-collector", false, "enable GetVMStats"+ignored)
+	fs.BoolVar(&o.VMStatsCollector, "vm-stats-collector", false, "GetVMStats answers (KubeVirt's VMStatsCollector feature gate); without it, KubeVirt's error")
 	fs.BoolVar(&o.FirmwareAutoSelection, "firmware-auto-selection", false, "let libvirt pick the firmware"+ignored)
 	fs.BoolVar(&o.KeepAfterFailure, "keep-after-failure", false, "monitor flag"+ignored)
 	fs.BoolVar(&o.AllowCrossArchEmulation, "allow-cross-arch-emulation", false, "allow emulating another architecture"+ignored)

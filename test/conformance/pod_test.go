@@ -42,7 +42,18 @@ func startPod(t *testing.T, name string, withNet bool) *pod {
 // starts (to place what virt-handler and the kubelet would have mounted).
 func startPodAfter(t *testing.T, name string, withNet bool, prepare func(*pod)) *pod {
 	t.Helper()
-	p := env.NewDeferred(t, name, launchertest.Options{
+	p := env.NewDeferred(t, name, podOptions(withNet))
+	if prepare != nil {
+		prepare(p)
+	}
+	p.Start()
+	return p
+}
+
+// podOptions are the conformance pods' options: the flags
+// virt-controller's pod template passes.
+func podOptions(withNet bool) launchertest.Options {
+	return launchertest.Options{
 		Namespace:      "conformance",
 		DirPrefix:      "vc",
 		QemuTimeout:    250 * time.Second,
@@ -51,12 +62,7 @@ func startPodAfter(t *testing.T, name string, withNet bool, prepare func(*pod)) 
 		ExtraArgs:      []string{"--hook-sidecars", "0"},
 		SeparateStdout: true,
 		Network:        withNet,
-	})
-	if prepare != nil {
-		prepare(p)
 	}
-	p.Start()
-	return p
 }
 
 // loadVMI parses and defaults the manifest as virt-api would have (the

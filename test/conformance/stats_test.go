@@ -38,7 +38,13 @@ type kvDomainStats struct {
 	CPUMapSet bool
 	CPUMap    [][]bool
 	DirtyRate *json.RawMessage
-	Load      json.RawMessage
+	Load      *kvLoad
+}
+
+// kvLoad is KubeVirt's DomainStatsLoad, the guest agent's load average.
+type kvLoad struct {
+	Load1mSet, Load5mSet, Load15mSet bool
+	Load1m, Load5m, Load15m          float64
 }
 
 // checkDomainStats: GetDomainStats of the running VMI decodes strictly into
@@ -58,8 +64,9 @@ func checkDomainStats(t *testing.T, h *handler, domName string) {
 	if err := dec.Decode(&s); err != nil {
 		t.Fatalf("GetDomainStats JSON is not KubeVirt's DomainStats: %v\n%.400s", err, r.DomainStats)
 	}
-	if s.Name != domName || s.Cpu == nil || !s.Cpu.TimeSet || !s.CPUMapSet || len(s.CPUMap) == 0 || s.DirtyRate == nil {
-		t.Errorf("stats name %q cpu %+v CPUMapSet %v rows %d dirty rate %v", s.Name, s.Cpu, s.CPUMapSet, len(s.CPUMap), s.DirtyRate != nil)
+	// KubeVirt's launcher always sends a DirtyRate and a Load.
+	if s.Name != domName || s.Cpu == nil || !s.Cpu.TimeSet || !s.CPUMapSet || len(s.CPUMap) == 0 || s.DirtyRate == nil || s.Load == nil {
+		t.Errorf("stats name %q cpu %+v CPUMapSet %v rows %d dirty rate %v load %v", s.Name, s.Cpu, s.CPUMapSet, len(s.CPUMap), s.DirtyRate != nil, s.Load != nil)
 	}
 	if len(s.Net) != 1 || !s.Net[0].AliasSet || s.Net[0].Alias != "default" || !s.Net[0].RxBytesSet {
 		t.Errorf("Net %+v, want one interface aliased %q", s.Net, "default")

@@ -31,6 +31,8 @@ type Fake struct {
 	Dom     *domainjson.Domain
 	Stats   []byte
 	Version string
+	// DirtyRateStats is DirtyRate's answer.
+	DirtyRateStats domain.StatsDirtyRate
 	// Agent makes Exec and GuestPing answer as a guest agent would: Exec
 	// returns ExecOut and exits with ExecCode. Without it both fail.
 	Agent    bool
@@ -86,6 +88,16 @@ func (f *Fake) Domain(context.Context) (*domainjson.Domain, error) {
 
 // DomainStats returns Stats.
 func (f *Fake) DomainStats(context.Context) ([]byte, error) { return f.Stats, f.Err }
+
+// DirtyRate returns DirtyRateStats.
+func (f *Fake) DirtyRate(context.Context) (domain.StatsDirtyRate, error) {
+	return f.DirtyRateStats, f.Err
+}
+
+// AgentData fails: the fake has no guest agent data.
+func (f *Fake) AgentData(_ context.Context, command string) (string, error) {
+	return "", errors.New("no agent data for " + command)
+}
 
 // QemuVersion returns Version.
 func (f *Fake) QemuVersion(context.Context) (string, error) { return f.Version, f.Err }
