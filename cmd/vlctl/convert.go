@@ -2,13 +2,13 @@ package main
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/instancetype"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -61,7 +61,7 @@ them under a standalone working directory.`,
 	fl.StringArrayVar(&f.pciAddrs, "pci-address", nil, "NAME=DDDD:BB:SS.F: host PCI address of a GPU, host device or SR-IOV interface (repeatable)")
 	fl.StringArrayVar(&f.macs, "mac", nil, "IFACE=MAC: MAC of the pod-side link of an interface (repeatable)")
 	fl.StringArrayVar(&f.taps, "tap", nil, "IFACE=TAP: tap device name of an interface (repeatable)")
-	fl.StringVar(&f.cpuSet, "cpuset", "", "host CPUs for dedicated CPU placement, e.g. 2,3,4")
+	fl.StringVar(&f.cpuSet, "cpuset", "", "host CPUs for dedicated CPU placement, in the order they are handed out, e.g. 2,3,4 or 2-4")
 	return cmd
 }
 
@@ -155,13 +155,11 @@ func contextFromFlags(f convertFlags) (*facts.Context, error) {
 		c.Interfaces[name] = i
 	}
 	if f.cpuSet != "" {
-		for _, s := range strings.Split(f.cpuSet, ",") {
-			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
-			if err != nil {
-				return nil, fmt.Errorf("--cpuset: %q is not a CPU number", s)
-			}
-			c.CPUSet = append(c.CPUSet, uint(n))
+		cpus, err := hostcpu.ParseList(f.cpuSet)
+		if err != nil {
+			return nil, fmt.Errorf("--cpuset: %w", err)
 		}
+		c.CPUSet = cpus
 	}
 	return c, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virtlauncher/virtlauncher/internal/dvimport"
+	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
@@ -204,6 +205,7 @@ secondary networks (each refused, saying so).`,
 	f.StringArrayVar(&volumes, "volume", nil, "CLAIM=PATH[,size=SIZE]: the local storage (raw image file or block device) of a persistentVolumeClaim or dataVolume; a missing file is created with SIZE or the dataVolumeTemplate's request (repeatable)")
 	f.StringArrayVar(&cfg.AllowHostPaths, "allow-host-path", nil, "DIR: a manifest's hostDisk may use or create files below DIR (resolved; links may not lead out of it); elsewhere it is refused (repeatable)")
 	f.BoolVar(&cfg.ForceStart, "force-start", false, "run a VirtualMachine whose run strategy keeps it stopped (Halted, running: false)")
+	f.Var(cpuSetFlag{&cfg.CPUSet}, "cpuset", "LIST: host CPUs for the VM's pod, as a CPU manager gives them (e.g. 2-3 or 2,5): a VMI with dedicatedCpuPlacement needs it; its vCPUs (and an isolated emulator thread) are pinned there")
 	f.BoolVar(&cfg.Emulation, "emulation", false, "force software emulation (TCG); without it KVM is used when /dev/kvm opens")
 	f.StringVar(&cfg.Binding, "binding", "masquerade", "binding of the auto-attached pod interface: masquerade or bridge (KubeVirt's cluster default)")
 	f.StringVar(&cfg.WorkRoot, "workdir", "/run/vl", "parent of the per-run working directory")
@@ -244,3 +246,27 @@ func (e *escapeReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// cpuSetFlag is --cpuset: a CPU list in the kernel's format.
+type cpuSetFlag struct{ cpus *[]uint }
+
+func (f cpuSetFlag) String() string {
+	if f.cpus == nil {
+		return ""
+	}
+	return hostcpu.FormatList(*f.cpus)
+}
+
+func (f cpuSetFlag) Set(s string) error {
+	cpus, err := hostcpu.ParseList(s)
+	if err != nil {
+		return err
+	}
+	if len(cpus) == 0 {
+		return fmt.Errorf("no CPUs")
+	}
+	*f.cpus = cpus
+	return nil
+}
+
+func (cpuSetFlag) Type() string { return "LIST" }

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
@@ -45,7 +46,24 @@ func (r *runner) startMonitor() error {
 	if root := r.launcherRoot(); root != r.workDir {
 		bind = pod.BindAt(r.workDir, root)
 	}
-	proc, err := pod.Start(cmd, netNS, r.identity.Enter, bind)
+	// With --cpuset the pod runs in a cpuset cgroup of its own, where its
+	// launcher finds its CPUs as under a CPU manager.
+	var inCgroup func() error
+	placed := func() error { return nil }
+	if len(r.cfg.CPUSet) > 0 {
+		cg, err := hostcpu.NewCgroup("vlctl-", r.cfg.CPUSet)
+		if err != nil {
+			return fmt.Errorf("--cpuset: %w", err)
+		}
+		r.cgroup = cg
+		if inCgroup, placed, err = cg.Place(cmd); err != nil {
+			return fmt.Errorf("--cpuset: %w", err)
+		}
+	}
+	proc, err := pod.Start(cmd, netNS, r.identity.Enter, bind, inCgroup)
+	if perr := placed(); perr != nil && err == nil {
+		r.log.Warn("the thread that started the monitor stays in its cpuset cgroup", "error", perr)
+	}
 	// The child has its own copies; root keeps none.
 	logFile.Close()
 	r.logFile = nil

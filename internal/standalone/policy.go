@@ -6,6 +6,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 )
 
 // restartPolicy is what a VirtualMachine's run strategy means for
@@ -109,8 +112,42 @@ func runUnsupported(v *v1.VirtualMachineInstance) error {
 			return fmt.Errorf("spec.domain.devices.interfaces[%d].sriov: vlctl run does not pass host devices through (no device plugin here)", i)
 		}
 	}
-	if d.CPU != nil && d.CPU.DedicatedCPUPlacement {
-		return fmt.Errorf("spec.domain.cpu.dedicatedCpuPlacement: vlctl run has no CPU manager to give dedicated CPUs; remove it")
+	return nil
+}
+
+// runCPUs checks --cpuset against the VMI and the CPUs vlctl itself may
+// use (its own cgroup's), before anything is made. vlctl run plays the CPU
+// manager: the VM's pod runs in a cpuset cgroup of these CPUs, where its
+// launcher reads them as in a cluster. A VMI with dedicatedCpuPlacement
+// needs the flag; one without may still be confined by it.
+func runCPUs(v *v1.VirtualMachineInstance, cpus, mayUse []uint) error {
+	cpu := v.Spec.Domain.CPU
+	dedicated := cpu != nil && cpu.DedicatedCPUPlacement
+	if len(cpus) == 0 {
+		if dedicated {
+			return fmt.Errorf("spec.domain.cpu.dedicatedCpuPlacement: vlctl run has no CPU manager: give the VM its host CPUs with --cpuset LIST (e.g. --cpuset 2-3; this machine lets vlctl use %s)", hostcpu.FormatList(mayUse))
+		}
+		return nil
+	}
+	allowed := map[uint]bool{}
+	for _, c := range mayUse {
+		allowed[c] = true
+	}
+	for _, c := range cpus {
+		if !allowed[c] {
+			return fmt.Errorf("--cpuset: CPU %d is not one vlctl may use (%s)", c, hostcpu.FormatList(mayUse))
+		}
+	}
+	if !dedicated {
+		return nil
+	}
+	s, c, t := facts.Topology(v)
+	need := uint64(s) * uint64(c) * uint64(t)
+	if cpu.IsolateEmulatorThread {
+		need++
+	}
+	if uint64(len(cpus)) < need {
+		return fmt.Errorf("--cpuset: %s is %d CPUs; the VM's dedicated CPUs need %d (one per vCPU, one more for isolateEmulatorThread)", hostcpu.FormatList(cpus), len(cpus), need)
 	}
 	return nil
 }

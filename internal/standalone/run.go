@@ -23,6 +23,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/dvimport"
+	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
@@ -135,6 +136,10 @@ type Config struct {
 	// lists it) whose guest this run takes over by live migration instead
 	// of booting one from File (--migrate-from; migrate.go).
 	MigrateFrom string
+	// CPUSet are the host CPUs the VM's pod may use (--cpuset): its
+	// dedicated CPUs, given as a CPU manager gives them, through a cpuset
+	// cgroup of the pod's own.
+	CPUSet []uint
 	// MigrationBandwidth caps that migration (bytes per second, a quantity
 	// such as 64Mi); "" for no cap, KubeVirt's default.
 	MigrationBandwidth string
@@ -224,6 +229,14 @@ func Run(ctx context.Context, cfg Config) error {
 		err = runUnsupported(v)
 	}
 	var specs []diskSpec
+	if err == nil {
+		var mayUse []uint
+		if mayUse, _, err = (hostcpu.Sys{Root: "/"}).OwnCPUSet("self"); err == nil {
+			err = runCPUs(v, cfg.CPUSet, mayUse)
+		} else {
+			err = fmt.Errorf("the CPUs vlctl may use: %w", err)
+		}
+	}
 	if err == nil {
 		specs, err = planStorage(v, vm, cfg.Volumes, cfg.hostPaths())
 	}
@@ -433,11 +446,12 @@ type runner struct {
 	bins    [2]string
 	logFile *os.File
 	net     *pod.Network
-	monitor *pod.Process // nil until started
-	record  string       // the run's record file, once written
-	pub     *heldPorts   // the published ports, once pointed at this pod
-	egress  *relay.Relay // the guest's way out, once listening
-	dns     *dnsRelay    // the guest's DNS relay, once listening
+	monitor *pod.Process    // nil until started
+	cgroup  *hostcpu.Cgroup // the pod's cpuset cgroup (--cpuset), once made
+	record  string          // the run's record file, once written
+	pub     *heldPorts      // the published ports, once pointed at this pod
+	egress  *relay.Relay    // the guest's way out, once listening
+	dns     *dnsRelay       // the guest's DNS relay, once listening
 	// identity is the VM's passwd and group (pod.Identity), open until
 	// the monitor has started.
 	identity *pod.Identity
@@ -539,6 +553,14 @@ func (r *runner) cleanup() error {
 	if err := r.endVMProcesses(); err != nil {
 		errs = append(errs, err)
 		podGone = false
+	}
+	if r.cgroup != nil && podGone {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := r.cgroup.Remove(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
+		r.cgroup = nil
 	}
 	if r.pub != nil {
 		r.pub.unpoint()

@@ -314,10 +314,35 @@ func TestRunUnsupported(t *testing.T) {
 	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "spec.domain.devices.gpus") || strings.Contains(err.Error(), "--pci-address") {
 		t.Errorf("GPU: %v", err)
 	}
-	v = &v1.VirtualMachineInstance{}
-	v.Spec.Domain.CPU = &v1.CPU{DedicatedCPUPlacement: true}
-	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "dedicatedCpuPlacement") || strings.Contains(err.Error(), "cpuset") {
-		t.Errorf("dedicated CPUs: %v", err)
+}
+
+// TestRunCPUs: --cpuset against the VMI and the CPUs vlctl may use.
+func TestRunCPUs(t *testing.T) {
+	dedicated := func(sockets uint32, isolate bool) *v1.VirtualMachineInstance {
+		return &v1.VirtualMachineInstance{Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{
+			CPU: &v1.CPU{Sockets: sockets, Cores: 1, Threads: 1, DedicatedCPUPlacement: true, IsolateEmulatorThread: isolate}}}}
+	}
+	mayUse := []uint{0, 1, 2, 3}
+	for _, tc := range []struct {
+		name string
+		vmi  *v1.VirtualMachineInstance
+		cpus []uint
+		err  string
+	}{
+		{name: "plain VMI, no flag", vmi: &v1.VirtualMachineInstance{}},
+		{name: "plain VMI confined", vmi: &v1.VirtualMachineInstance{}, cpus: []uint{3}},
+		{name: "dedicated without the flag", vmi: dedicated(1, false),
+			err: "spec.domain.cpu.dedicatedCpuPlacement: vlctl run has no CPU manager: give the VM its host CPUs with --cpuset LIST (e.g. --cpuset 2-3; this machine lets vlctl use 0-3)"},
+		{name: "dedicated", vmi: dedicated(2, false), cpus: []uint{2, 3}},
+		{name: "dedicated, isolated emulator", vmi: dedicated(1, true), cpus: []uint{0, 1}},
+		{name: "too few", vmi: dedicated(2, true), cpus: []uint{2, 3},
+			err: "--cpuset: 2-3 is 2 CPUs; the VM's dedicated CPUs need 3 (one per vCPU, one more for isolateEmulatorThread)"},
+		{name: "not ours", vmi: dedicated(1, false), cpus: []uint{7}, err: "--cpuset: CPU 7 is not one vlctl may use (0-3)"},
+	} {
+		err := runCPUs(tc.vmi, tc.cpus, mayUse)
+		if (tc.err == "") != (err == nil) || (err != nil && err.Error() != tc.err) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.err)
+		}
 	}
 }
 

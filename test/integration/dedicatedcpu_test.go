@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,33 +10,26 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
 var vcpuThread = regexp.MustCompile(`^CPU (\d+)/(KVM|TCG)$`)
 
-// threadAffinity reads each thread of pid: its name and the CPUs the
-// kernel lets it run on (Cpus_allowed_list).
+// threadAffinity is, by "TID name", where each thread of pid may run
+// (Cpus_allowed_list); the process's main thread is named "main".
 func threadAffinity(t *testing.T, pid int) map[string]string {
 	t.Helper()
-	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
-	tasks, err := os.ReadDir(dir)
+	threads, err := procfs.Threads("/proc", pid)
 	launchertest.Must(t, err)
 	out := map[string]string{}
-	for _, task := range tasks {
-		comm, err1 := os.ReadFile(filepath.Join(dir, task.Name(), "comm"))
-		status, err2 := os.ReadFile(filepath.Join(dir, task.Name(), "status"))
-		if err1 != nil || err2 != nil {
-			continue // the thread ended meanwhile
-		}
-		_, allowed, _ := strings.Cut(string(status), "Cpus_allowed_list:\t")
-		allowed, _, _ = strings.Cut(allowed, "\n")
-		name := strings.TrimSpace(string(comm))
-		if task.Name() == strconv.Itoa(pid) {
+	for _, th := range threads {
+		name := th.Comm
+		if th.TID == pid {
 			name = "main"
 		}
-		out[task.Name()+" "+name] = allowed
+		out[strconv.Itoa(th.TID)+" "+name] = th.Allowed
 	}
 	return out
 }
