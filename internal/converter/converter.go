@@ -72,7 +72,7 @@ func Configurators(c *facts.Context) []facts.Configurator {
 		compute.Ignition{Ctx: c},
 		compute.CPU{Ctx: c},
 		compute.Memory{Ctx: c},
-		compute.MemoryBacking{},
+		compute.MemoryBacking{Ctx: c},
 		compute.RebootPolicy{},
 		compute.Hypervisor{Ctx: c},
 		// Last, as KubeVirt adjusts the finished domain for dedicated CPUs.

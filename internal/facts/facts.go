@@ -113,6 +113,9 @@ type Context struct {
 	// host core where they can, and NUMA passthrough mirrors the cells.
 	// Empty: each CPU of CPUSet is a core of its own in cell 0.
 	HostNUMA []NUMACell
+	// FreeHugepages is how many hugepages of each size (in bytes) the host
+	// has free now; nil when unknown (nothing is checked then).
+	FreeHugepages map[uint64]uint64
 
 	// PCIAddresses of host devices by device name (gpus, hostDevices, and
 	// SR-IOV interfaces by interface name), e.g. "0000:81:00.1".

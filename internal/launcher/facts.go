@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
@@ -85,6 +87,33 @@ func baseFacts(l layout.Layout, emulation, nonRoot bool, efi facts.EFI, cpus []u
 		c.EFI = efi
 		c.CPUSet = slices.Clone(cpus)
 		c.HostNUMA = numa
+		c.FreeHugepages = freeHugepages("/sys/kernel/mm/hugepages")
 		return c
 	}
+}
+
+// freeHugepages reads, at each conversion (the pool changes), how many
+// hugepages of each size the host has free: dir holds one
+// hugepages-<size>kB directory per size. Nil when it cannot be read, which
+// leaves the check to QEMU.
+func freeHugepages(dir string) map[uint64]uint64 {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	out := map[uint64]uint64{}
+	for _, e := range ents {
+		kb, ok := strings.CutPrefix(e.Name(), "hugepages-")
+		if !ok {
+			continue
+		}
+		size, err1 := strconv.ParseUint(strings.TrimSuffix(kb, "kB"), 10, 64)
+		b, err2 := os.ReadFile(filepath.Join(dir, e.Name(), "free_hugepages"))
+		free, err3 := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			return nil
+		}
+		out[size<<10] = free
+	}
+	return out
 }

@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -54,5 +56,26 @@ func TestLibvirtDebugFromEnvVerbosity(t *testing.T) {
 	t.Setenv("VIRT_LAUNCHER_LOG_VERBOSITY", "6")
 	if !New(o, nil).libvirtdConfig(false).Debug {
 		t.Error("VIRT_LAUNCHER_LOG_VERBOSITY=6 does not enable libvirt debug logs")
+	}
+}
+
+// TestFreeHugepages reads the per-size pool directories as the kernel lays
+// them out; an unreadable tree gives nil (no check).
+func TestFreeHugepages(t *testing.T) {
+	dir := t.TempDir()
+	for name, free := range map[string]string{"hugepages-2048kB": "17\n", "hugepages-1048576kB": "0\n"} {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "free_hugepages"), []byte(free), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := freeHugepages(dir)
+	if len(got) != 2 || got[2<<20] != 17 || got[1<<30] != 0 {
+		t.Errorf("freeHugepages = %v", got)
+	}
+	if got := freeHugepages(filepath.Join(dir, "none")); got != nil {
+		t.Errorf("missing directory: %v, want nil", got)
 	}
 }

@@ -133,10 +133,12 @@ func useMemfd(vmi *v1.VirtualMachineInstance) bool {
 	return m != nil && m.Hugepages != nil && vmi.Annotations[MemfdAnnotation] != "false"
 }
 
-// MemoryBacking adds hugepages (with the spec's page size) and memfd backing.
-type MemoryBacking struct{}
+// MemoryBacking adds hugepages (with the spec's page size) and memfd
+// backing, refusing a guest the host's free hugepages of that size cannot
+// hold (QEMU would fail later, saying less).
+type MemoryBacking struct{ Ctx *facts.Context }
 
-func (MemoryBacking) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+func (mb MemoryBacking) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
 	m := vmi.Spec.Domain.Memory
 	if m == nil || m.Hugepages == nil {
 		return nil
@@ -145,14 +147,29 @@ func (MemoryBacking) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.D
 	if err != nil || q.Value() < 4096 {
 		return fmt.Errorf("spec.domain.memory.hugepages.pageSize: %q is not a page size such as 2Mi or 1Gi", m.Hugepages.PageSize)
 	}
-	mb := &libvirtxml.DomainMemoryBacking{
+	if free, known := freeHugepages(mb.Ctx, uint64(q.Value())); known {
+		need := (uint64(guestMemoryBytes(vmi)) + uint64(q.Value()) - 1) / uint64(q.Value())
+		if free < need {
+			return fmt.Errorf("spec.domain.memory.hugepages.pageSize: the guest's %s needs %d free %s hugepages, the host has %d (reserve them: vm.nr_hugepages, or /sys/kernel/mm/hugepages)",
+				resource.NewQuantity(guestMemoryBytes(vmi), resource.BinarySI), need, m.Hugepages.PageSize, free)
+		}
+	}
+	backing := &libvirtxml.DomainMemoryBacking{
 		MemoryHugePages: &libvirtxml.DomainMemoryHugepages{Hugepages: []libvirtxml.DomainMemoryHugepage{{
 			Size: uint(q.Value() >> 10), Unit: "KiB",
 		}}},
 	}
 	if useMemfd(vmi) {
-		mb.MemorySource = &libvirtxml.DomainMemorySource{Type: "memfd"}
+		backing.MemorySource = &libvirtxml.DomainMemorySource{Type: "memfd"}
 	}
-	dom.MemoryBacking = mb
+	dom.MemoryBacking = backing
 	return nil
+}
+
+// freeHugepages is the host's free hugepages of size bytes, when known.
+func freeHugepages(c *facts.Context, size uint64) (uint64, bool) {
+	if c == nil || c.FreeHugepages == nil {
+		return 0, false
+	}
+	return c.FreeHugepages[size], true
 }

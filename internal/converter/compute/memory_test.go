@@ -58,5 +58,14 @@ func TestMemory(t *testing.T) {
 		}, Contains: []string{`<page size="1048576" unit="KiB">`}, Absent: []string{"memfd", "<numa>"}},
 		{Name: "bad page size", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "huge"} },
 			Err: "spec.domain.memory.hugepages.pageSize"},
+		{Name: "enough free hugepages", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "2Mi"} },
+			Ctx:      func(c *facts.Context) { c.FreeHugepages = map[uint64]uint64{2 << 20: 512, 1 << 30: 0} },
+			Contains: []string{`<page size="2048" unit="KiB">`}},
+		{Name: "too few free hugepages", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "2Mi"} },
+			Ctx: func(c *facts.Context) { c.FreeHugepages = map[uint64]uint64{2 << 20: 511} },
+			Err: "spec.domain.memory.hugepages.pageSize: the guest's 1Gi needs 512 free 2Mi hugepages, the host has 511"},
+		{Name: "no hugepages of that size", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "1Gi"} },
+			Ctx: func(c *facts.Context) { c.FreeHugepages = map[uint64]uint64{2 << 20: 4096} },
+			Err: "needs 1 free 1Gi hugepages, the host has 0"},
 	})
 }
