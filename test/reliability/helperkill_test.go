@@ -197,6 +197,17 @@ func (r *randomKills) run() {
 	if n := strings.Count(p.Stderr.String(), `"msg":"virt-launcher restarted"`); n != randomLauncherKills {
 		t.Errorf("the monitor restarted the launcher %d times, want %d", n, randomLauncherKills)
 	}
+	// What the deaths left for the Syncs after them to repair, for the
+	// log (which ones come depends on the moments drawn).
+	repairs := map[string]int{}
+	for what, msg := range map[string]string{
+		"detach the daemon had finished":   "already gone from the running domain",
+		"definition brought back":          "the definition disagrees with the running domain",
+		"orphaned block nodes of attaches": "QEMU holds block nodes of an attach",
+	} {
+		repairs[what] = strings.Count(p.Stderr.String(), msg)
+	}
+	t.Logf("repairs by the Syncs after a death: %v", repairs)
 	if ids := hostUUIDs(p.Stderr.String()); len(ids) != 1 {
 		t.Errorf("the launchers' daemons had host UUIDs %v, want one", ids)
 	}
