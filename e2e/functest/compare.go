@@ -46,9 +46,12 @@ func ReadDeviations(path string) ([]Deviation, error) {
 
 // Comparison is the verdict on a run on ours against the control's.
 type Comparison struct {
-	// Regressions passed on the control and did not pass on ours (or
-	// were missing from ours), and are not on the deviation list.
+	// Regressions passed on the control and failed on ours (or were
+	// missing from ours), and are not on the deviation list.
 	Regressions []Spec
+	// NotRun passed on the control and did not run on ours (skipped:
+	// the run's deadline, or a spec's own skip): not compared.
+	NotRun []Spec
 	// Deviated passed on the control, did not pass on ours, and are on
 	// the list.
 	Deviated []Deviation
@@ -73,7 +76,7 @@ type AreaRow struct {
 
 // OK says whether ours did what the control did.
 func (c Comparison) OK() bool {
-	return len(c.Regressions) == 0 && len(c.Stale) == 0 && len(c.Extra) == 0
+	return len(c.Regressions) == 0 && len(c.NotRun) == 0 && len(c.Stale) == 0 && len(c.Extra) == 0
 }
 
 // Compare checks ours against control.
@@ -114,10 +117,14 @@ func Compare(control, ours *Report, devs []Deviation) Comparison {
 			used[name] = true
 			continue
 		}
-		if !inOurs {
-			os = Spec{Name: name, Status: "missing", Area: cs.Area}
+		switch {
+		case !inOurs:
+			c.Regressions = append(c.Regressions, Spec{Name: name, Status: "missing", Area: cs.Area})
+		case !os.Ran():
+			c.NotRun = append(c.NotRun, os)
+		default:
+			c.Regressions = append(c.Regressions, os)
 		}
-		c.Regressions = append(c.Regressions, os)
 	}
 	for _, name := range ours.Names() {
 		if _, ok := control.Specs[name]; !ok {
@@ -150,6 +157,9 @@ func (c Comparison) Write(w io.Writer) {
 	fmt.Fprintf(w, "| all | %d | %d | %d | %d |\n", tot.Selected, tot.Ran, tot.PassedControl, tot.PassedOurs)
 	for _, s := range c.Regressions {
 		fmt.Fprintf(w, "REGRESSION: passed on the control, %s on ours: %s\n", s.Status, s.Name)
+	}
+	for _, s := range c.NotRun {
+		fmt.Fprintf(w, "NOT COMPARED: passed on the control, did not run on ours (%s): %s\n", s.Status, s.Name)
 	}
 	for _, d := range c.Deviated {
 		fmt.Fprintf(w, "deviation (listed): %s: %s\n", d.Spec, d.Reason)

@@ -181,3 +181,17 @@ func TestReadSelectionsRefuses(t *testing.T) {
 		})
 	}
 }
+
+func TestCompareNotRunOnOurs(t *testing.T) {
+	control := report(t, map[string]string{specA: "passed", specB: "passed"})
+	ours := report(t, map[string]string{specA: "passed", specB: "skipped"})
+	c := Compare(control, ours, nil)
+	if c.OK() || len(c.NotRun) != 1 || len(c.Regressions) != 0 {
+		t.Fatalf("comparison %+v: want B not compared, no regression, not OK", c)
+	}
+	var out bytes.Buffer
+	c.Write(&out)
+	if !strings.Contains(out.String(), "NOT COMPARED: passed on the control, did not run on ours (skipped): "+specB) {
+		t.Errorf("output:\n%s", out.String())
+	}
+}

@@ -95,6 +95,7 @@ func compare(control, ours, devs string) (functest.Comparison, error) {
 type options struct {
 	suiteBin, selections, selection, label, focus, shard, launchers, out, deviations string
 	timeout                                                                          time.Duration
+	seed                                                                             int64
 }
 
 func runCmd(ctx context.Context, root string, args []string, logf func(string, ...any)) (int, error) {
@@ -109,7 +110,8 @@ func runCmd(ctx context.Context, root string, args []string, logf func(string, .
 	fs.StringVar(&o.launchers, "launchers", "ours,kubevirt", "the launcher images to run the suite on, in order: ours, kubevirt")
 	fs.StringVar(&o.out, "out", filepath.Join(root, "bin", "e2e", "functest-results"), "where the reports and logs go")
 	fs.StringVar(&o.deviations, "deviations", filepath.Join(root, "e2e", "functest", "deviations.json"), "the deviation list")
-	fs.DurationVar(&o.timeout, "timeout", 45*time.Minute, "the deadline of one run of the suite")
+	fs.DurationVar(&o.timeout, "timeout", 60*time.Minute, "the deadline of one run of the suite")
+	fs.Int64Var(&o.seed, "seed", time.Now().Unix()%100000, "ginkgo's random seed, the same for every launcher's run: both run the specs in one order")
 	fs.Parse(args)
 	r, err := newRunner(root, o, logf)
 	if err != nil {

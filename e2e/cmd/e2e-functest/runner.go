@@ -183,6 +183,7 @@ func (r *runner) suiteArgs(launcher string) []string {
 		"-test.timeout=" + (r.o.timeout + 5*time.Minute).String(),
 		"--ginkgo.timeout=" + r.o.timeout.String(),
 		"--ginkgo.junit-report=" + r.report(launcher),
+		"--ginkgo.seed=" + strconv.FormatInt(r.o.seed, 10),
 		"--ginkgo.no-color",
 		"--ginkgo.v",
 	}
