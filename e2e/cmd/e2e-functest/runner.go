@@ -244,7 +244,7 @@ func exitText(err error) string {
 
 // applyShard narrows the selection to the I-th of N shares of its specs,
 // listed by a dry run of the suite (no cluster needed): every N-th spec in
-// ginkgo's order, as an anchored focus of their texts.
+// ginkgo's order, as a focus of their whole texts.
 func (r *runner) applyShard(ctx context.Context) error {
 	i, n, err := parseShard(r.o.shard)
 	if err != nil {
@@ -264,7 +264,9 @@ func (r *runner) applyShard(ctx context.Context) error {
 		return fmt.Errorf("-shard %s: no spec in this share (%d selected)", r.o.shard, len(texts))
 	}
 	r.logf("shard %d/%d: %d of %d selected specs", i, n, len(mine), len(texts))
-	r.sel.Focus = "^(?:" + strings.Join(mine, "|") + ")$"
+	// ginkgo matches --focus against the suite's description, a space and
+	// the spec's full text.
+	r.sel.Focus = " (?:" + strings.Join(mine, "|") + ")$"
 	return nil
 }
 
