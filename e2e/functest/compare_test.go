@@ -69,7 +69,7 @@ func TestCompareRegression(t *testing.T) {
 	}
 	var out bytes.Buffer
 	c.Write(&out)
-	for _, want := range []string{"| sig-network | 1 | 1 | 1 | 0 |", "| all | 3 | 3 | 2 | 1 |", "REGRESSION: passed on the control, failed on ours: " + specB} {
+	for _, want := range []string{"| sig-network | 1 | 1 | 0 |", "| all | 3 | 2 | 1 |", "REGRESSION: passed on the control, failed on ours: " + specB} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -108,8 +108,8 @@ func TestCompareSkippedOnBoth(t *testing.T) {
 	control := report(t, map[string]string{specA: "skipped"})
 	ours := report(t, map[string]string{specA: "skipped"})
 	c := Compare(control, ours, nil)
-	if !c.OK() || c.Areas[0].Ran != 0 || c.Areas[0].Selected != 1 {
-		t.Fatalf("comparison %+v: want OK, selected 1, ran 0", c)
+	if !c.OK() || len(c.Areas) != 0 {
+		t.Fatalf("comparison %+v: want OK, no area (nothing ran)", c)
 	}
 }
 
