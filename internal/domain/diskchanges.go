@@ -2,11 +2,13 @@ package domain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
@@ -137,9 +139,19 @@ func (m *Manager) attachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 		return withContext(ctx, "attach the disk", func() error { return l.DomainAttachDeviceFlags(d, x, uint32(liveAndConfig)) })
 	}
 	err = attach()
-	if orphans := orphanNodes(err); orphans != nil {
-		m.log.Warn("QEMU holds block nodes of an attach a dead daemon never finished: removing them and attaching again", "disk", name, "nodes", orphans, "refusal", err.Error())
-		m.dropOrphanNodes(ctx, l, d, orphans)
+	// A daemon killed in the middle of an attach can leave QEMU with the
+	// disk's device, its block nodes, or both: each repair clears one and
+	// the attach is tried again.
+	for range 2 {
+		if id := orphanDevice(err, disk.Alias); id != "" {
+			m.log.Warn("QEMU holds the device of an attach a dead daemon never finished: removing it and attaching again", "disk", name, "device", id, "refusal", err.Error())
+			m.dropOrphanDevice(ctx, l, d, id)
+		} else if orphans := orphanNodes(err); orphans != nil {
+			m.log.Warn("QEMU holds block nodes of an attach a dead daemon never finished: removing them and attaching again", "disk", name, "nodes", orphans, "refusal", err.Error())
+			m.dropOrphanNodes(ctx, l, d, orphans)
+		} else {
+			break
+		}
 		err = attach()
 	}
 	if err != nil {
@@ -155,6 +167,82 @@ func (m *Manager) attachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 	}
 	m.log.Info("disk attached", "disk", name, "target", got.Target.Dev, "bus", diskBus(&got), "source", diskSourcePath(&got), "took", time.Since(t0).String())
 	return nil
+}
+
+// duplicateDevice is QEMU's refusal of a device_add whose id it has
+// already.
+var duplicateDevice = regexp.MustCompile(`Duplicate device ID '([^']+)'`)
+
+// orphanDevice names the device to remove when err is QEMU refusing the
+// attach of the disk with alias because a device of the alias's id is
+// there already ("" otherwise). libvirt refuses an alias it knows before
+// it asks QEMU, so a device of that id is one a dead daemon added and
+// never recorded: its successor does not know it, and it holds the
+// volume's block nodes.
+func orphanDevice(err error, alias *libvirtxml.DomainAlias) string {
+	if err == nil || alias == nil || !strings.HasPrefix(alias.Name, "ua-") {
+		return ""
+	}
+	m := duplicateDevice.FindStringSubmatch(err.Error())
+	if m == nil || m[1] != alias.Name {
+		return ""
+	}
+	return m[1]
+}
+
+// orphanDeviceGone bounds the wait for QEMU to finish unplugging an
+// orphaned device (a SCSI disk goes at once; the guest is not asked).
+const orphanDeviceGone = 10 * time.Second
+
+// dropOrphanDevice removes the device orphanDevice named, and then the
+// block nodes under it, through QEMU's monitor (the daemon has no call of
+// its own for a device it does not know). What cannot be removed is left
+// for the attach after to report.
+func (m *Manager) dropOrphanDevice(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, id string) {
+	qmp := func(what, cmd string) (string, error) {
+		var out string
+		err := withContext(ctx, what, func() error {
+			var err error
+			out, err = l.QEMUDomainMonitorCommand(d, cmd, 0)
+			return err
+		})
+		return out, err
+	}
+	path := "/machine/peripheral/" + id
+	drive, err := qmp("read the orphaned device's drive", fmt.Sprintf(`{"execute":"qom-get","arguments":{"path":%q,"property":"drive"}}`, path))
+	node := ""
+	if err == nil {
+		var r struct{ Return string }
+		if json.Unmarshal([]byte(drive), &r) == nil {
+			node = r.Return
+		}
+	}
+	_, err = qmp("remove the orphaned device", fmt.Sprintf(`{"execute":"device_del","arguments":{"id":%q}}`, id))
+	m.log.Info("orphaned device removed", "device", id, "drive", node, "err", fmt.Sprint(err))
+	deadline := time.Now().Add(orphanDeviceGone)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if _, err := qmp("look for the orphaned device", fmt.Sprintf(`{"execute":"qom-get","arguments":{"path":%q,"property":"type"}}`, path)); err != nil {
+			break // gone
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if nodes := nodesUnder(node); nodes != nil {
+		m.dropOrphanNodes(ctx, l, d, nodes)
+	}
+}
+
+// nodesUnder is the pair of libvirt block nodes whose format node is
+// format ("libvirt-<n>-format"), format node first; nil for other names.
+func nodesUnder(format string) []string {
+	n, ok := strings.CutPrefix(format, "libvirt-")
+	if !ok {
+		return nil
+	}
+	n, ok = strings.CutSuffix(n, "-format")
+	if !ok || n == "" || strings.Trim(n, "0123456789") != "" {
+		return nil
+	}
+	return []string{format, "libvirt-" + n + "-storage"}
 }
 
 // duplicateNode is QEMU's refusal of a blockdev-add whose node name it
