@@ -6,8 +6,8 @@ import (
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 )
 
-// The RPCs below are features virtlauncher does not implement (memory
-// dump, SEV, backup, ...). Each answers a failure Response
+// The RPCs below are features virtlauncher does not implement (SEV,
+// backup and its checkpoints). Each answers a failure Response
 // with a non-empty message, which virt-handler reports as a failed
 // operation; none pretends to succeed.
 
