@@ -167,7 +167,7 @@ func listItems(list Doc) ([]Doc, error) {
 	dec := json.NewDecoder(bytes.NewReader(list.JSON))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
-		return nil, fmt.Errorf("List: %w", err)
+		return nil, fmt.Errorf("kind List: %w", err)
 	}
 	out := make([]Doc, 0, len(l.Items))
 	for i, js := range l.Items {

@@ -163,7 +163,7 @@ func TestReadList(t *testing.T) {
 		t.Error("the List's ConfigMap is missing")
 	}
 	_, err = Read([]string{write(t, "bad.yaml", "apiVersion: v1\nkind: List\nitemz: []\n")}, nil)
-	if err == nil || !strings.Contains(err.Error(), `bad.yaml: List: json: unknown field "itemz"`) {
+	if err == nil || !strings.Contains(err.Error(), `bad.yaml: kind List: json: unknown field "itemz"`) {
 		t.Errorf("bad List: %v", err)
 	}
 }
