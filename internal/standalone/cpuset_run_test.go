@@ -3,7 +3,6 @@ package standalone_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -50,31 +49,10 @@ func TestVlctlRunCPUSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	one := hostcpu.FormatList(all[len(all)-1:])
-	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--cpuset", one, "--workdir", root, "--record-dir", workRoot(t), file)
-	var stdout, stderrBuf syncBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderrBuf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if t.Failed() {
-			t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderrBuf.String())
-		}
-	}()
-	ready := time.After(3 * time.Minute)
-	for !strings.Contains(stdout.String(), testguest.MarkerReady) {
-		select {
-		case err := <-exited:
-			t.Fatalf("vlctl ended before the guest was ready: %v", err)
-		case <-ready:
-			cmd.Process.Signal(os.Interrupt)
-			<-exited
-			t.Fatal("guest not ready within 3 min")
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	cmd, stdout, _, exited := startVlctl(t, "run", "--emulation", "--cpuset", one, "--workdir", root, "--record-dir", workRoot(t), file)
+	waitFor(t, "the guest's ready marker", 3*time.Minute, exited, func() bool {
+		return strings.Contains(stdout.String(), testguest.MarkerReady)
+	})
 	qemu := processBelow(root, "qemu-system-x86_64")
 	if qemu == 0 {
 		t.Error("no QEMU below the work root")
