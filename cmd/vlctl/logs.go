@@ -17,17 +17,21 @@ import (
 // guest's serial console log (KubeVirt's guest-console-log container).
 func newLogsCmd() *cobra.Command {
 	var n nameFlags
-	var console, follow bool
+	var console, follow, run bool
 	cmd := &cobra.Command{
 		Use:   "logs NAME",
 		Short: "Print a VM's launcher log (monitor, launcher, libvirt, QEMU), or its serial console log",
 		Long: `logs prints the log of the VM's launcher, as kubectl logs prints a launcher pod's compute
 container: the monitor's, the launcher's, libvirt's and QEMU's lines, JSON as KubeVirt's. With
 --console it prints the guest's serial console log instead (KubeVirt's guest-console-log). With
--f it keeps printing what is added until the run ends or Ctrl-C. NAME is NAMESPACE/NAME, or NAME
+-f it keeps printing what is added until the run ends or Ctrl-C. With --run it prints what a
+background run (vlctl run -d) wrote itself: vlctl's progress lines and how the run ended. NAME is NAMESPACE/NAME, or NAME
 alone when only one namespace has a VM of that name.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if run {
+				return backgroundLog(cmd, &n, args[0], follow)
+			}
 			e, err := n.find(args[0])
 			if err != nil {
 				return err
@@ -73,6 +77,7 @@ alone when only one namespace has a VM of that name.`,
 	}
 	n.register(cmd)
 	cmd.Flags().BoolVar(&console, "console", false, "print the guest's serial console log instead")
+	cmd.Flags().BoolVar(&run, "run", false, "print the output of the VM's background run (vlctl run -d): vlctl's own lines and how it ended, kept after it ended until vlctl rm")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what is added until the run ends")
 	return cmd
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -22,6 +23,9 @@ func main() {
 	root.AddCommand(newHotplugCmds()...)
 	root.AddCommand(newLogsCmd())
 	if err := root.Execute(); err != nil {
+		if code := exitStatus(0); errors.As(err, &code) {
+			os.Exit(int(code))
+		}
 		fmt.Fprintln(os.Stderr, "vlctl:", err)
 		os.Exit(1)
 	}

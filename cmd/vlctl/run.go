@@ -27,6 +27,8 @@ import (
 func newRunCmd() *cobra.Command {
 	var cfg standalone.Config
 	var volumes, publish []string
+	var detach bool
+	var background string
 	cmd := &cobra.Command{
 		Use:   "run FILE | run -f FILE [-f FILE...] | run --migrate-from NAME",
 		Short: "Boot a VMI manifest on this machine and show its serial console",
@@ -81,6 +83,12 @@ detaches the keys; vlctl console NAME types again from any terminal.
 It returns when the guest powers off (status 0). Ctrl-C (or SIGTERM) shuts the guest down
 with ACPI, destroys it when the grace period ends (at once on a second Ctrl-C), and removes
 everything run created.
+
+-d runs the VM in the background: vlctl returns once the guest runs, printing NAMESPACE/NAME
+(until then its progress lines and errors come on stderr as in the foreground, and Ctrl-C stops
+it). A supervisor, vlctl itself in a session of its own, holds the VM: neither the end of this
+vlctl nor the terminal closing reaches it. vlctl console NAME attaches to its console, vlctl
+logs --run NAME shows the supervisor's output, kept after the run ends until vlctl rm NAME.
 
 While it runs, vlctl ps lists the VM and vlctl stop|kill|pause|unpause|console NAME drive it
 from any terminal (stop is Ctrl-C, kill a second Ctrl-C; SIGUSR1 to vlctl run does the same).
@@ -146,32 +154,14 @@ secondary networks (each refused, saying so).`,
 				}
 				cfg.Publish = append(cfg.Publish, pb)
 			}
-			// The first interrupt stops the guest gracefully, the second
-			// at once.
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			force := make(chan struct{})
-			cfg.Force = force
-			sigs, kill := make(chan os.Signal, 2), make(chan os.Signal, 1)
-			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-			signal.Notify(kill, killSignal) // vlctl kill NAME
-			defer signal.Stop(sigs)
-			defer signal.Stop(kill)
-			go func() {
-				select {
-				case <-sigs:
-					cancel()
-				case <-kill:
-					cancel()
-					close(force)
-					return
-				}
-				select {
-				case <-sigs:
-				case <-kill:
-				}
-				close(force)
-			}()
+			if detach && background == "" {
+				return runDetached(cmd, cfg)
+			}
+			ctx, stop := stopSignals(&cfg)
+			defer stop()
+			if background != "" {
+				return supervise(ctx, cfg, background)
+			}
 			cfg.Console = cmd.OutOrStdout()
 			cfg.Status = cmd.ErrOrStderr()
 			if f, ok := cmd.InOrStdin().(*os.File); ok {
@@ -187,15 +177,13 @@ secondary networks (each refused, saying so).`,
 					fmt.Fprint(cfg.Status, "vlctl: keys go to the guest's console (Ctrl-C too); ^] detaches them\n")
 				}
 			}
-			err := standalone.Run(ctx, cfg)
-			if me := (*standalone.ManifestError)(nil); errors.As(err, &me) {
-				// A manifest problem: one line naming the fields.
-				return oneLine(err)
-			}
-			return err
+			return runError(standalone.Run(ctx, cfg))
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVarP(&detach, "detach", "d", false, "run in the background: return once the guest runs, printing the VM's name; a supervisor of its own holds the VM (vlctl stop NAME ends it, vlctl logs --run NAME shows its output, vlctl rm NAME removes what it leaves)")
+	f.StringVar(&background, "background", "", "the directory of the background run this vlctl supervises (set by vlctl run -d)")
+	f.MarkHidden("background")
 	f.StringArrayVarP(&cfg.Files, "filename", "f", nil, "a file of manifests, YAML documents separated by --- (repeatable, as kubectl apply -f): one VirtualMachine or VirtualMachineInstance among them, and the ConfigMaps and Secrets its volumes name")
 	f.StringVar(&cfg.Instancetypes, "instancetypes", "", "DIR: .yaml/.yml/.json files of instancetypes and preferences (instancetype.kubevirt.io/v1beta1) a VM may name; searched after the -f documents, before vlctl's common ones (u1, o1, cx1, m1, n1; fedora, ubuntu, windows.11, ...)")
 	f.BoolVar(&cfg.Quiet, "quiet", false, "leave out the progress lines (what is being done, where the guest is reachable); warnings and errors are still printed")
@@ -221,6 +209,47 @@ secondary networks (each refused, saying so).`,
 	f.StringVar(&cfg.MigrateFrom, "migrate-from", "", "NAME or NAMESPACE/NAME of a running VM (vlctl ps) whose guest this run takes over by live migration, instead of booting FILE")
 	f.StringVar(&cfg.MigrationBandwidth, "migration-bandwidth", "", "with --migrate-from: cap the migration's bandwidth (bytes per second, such as 64Mi; default: no cap)")
 	return cmd
+}
+
+// stopSignals makes the context of a run: the first interrupt (SIGINT,
+// SIGTERM: vlctl stop NAME) stops the guest gracefully, the second (or
+// vlctl kill NAME) at once, through cfg.Force.
+func stopSignals(cfg *standalone.Config) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	force := make(chan struct{})
+	cfg.Force = force
+	sigs, kill := make(chan os.Signal, 2), make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(kill, killSignal)
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-kill:
+			cancel()
+			close(force)
+			return
+		}
+		select {
+		case <-sigs:
+		case <-kill:
+		}
+		close(force)
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		signal.Stop(kill)
+		cancel()
+	}
+}
+
+// runError is how a run's error is told: a manifest problem in one line
+// naming the fields.
+func runError(err error) error {
+	if me := (*standalone.ManifestError)(nil); errors.As(err, &me) {
+		return oneLine(err)
+	}
+	return err
 }
 
 // escapeReader reads r until the escape byte (^]), then calls onEscape

@@ -176,72 +176,21 @@ func (e *ManifestError) Unwrap() error { return e.Err }
 // cfg.ForceStart.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	if os.Geteuid() != 0 {
-		// Told before anything fails half-way with EPERM on /run/vl.
-		return errors.New("vlctl run needs root: it builds network namespaces, grants QEMU access to your disks and runs each VM as a user id of its own; run it with sudo")
+	if err := needRoot(); err != nil {
+		return err
 	}
 	// What runs killed before left (their records say what) goes first.
 	if err := GC(cfg.RecordDir, gcWait, cfg.Status); err != nil {
 		fmt.Fprintf(cfg.Status, "vlctl: warning: %v\n", err)
 	}
-	var v *v1.VirtualMachineInstance
-	var vm *v1.VirtualMachine
-	var err error
 	if cfg.MigrateFrom != "" {
-		// The running guest's VMI, as its launcher was synced with, and
-		// its VirtualMachine: the run strategy goes on here.
-		if cfg.source, err = findSource(cfg); err != nil {
+		if err := cfg.takeOver(); err != nil {
 			return err
 		}
-		if _, err := migrationOptions(cfg.MigrationBandwidth); err != nil {
-			return err
-		}
-		v = cfg.source.VMI.DeepCopy()
-		// The documents behind config volumes stay with the first run.
-		if hasConfigVolumes(v) {
-			return fmt.Errorf("--migrate-from %s: configMap, secret and sysprep volumes and cloud-init Secrets are not carried over yet", cfg.source.FullName())
-		}
-		if cfg.source.VM != nil {
-			vm = cfg.source.VM.DeepCopy()
-		}
-		cfg.Emulation = cfg.Emulation || cfg.source.Emulation
-		if cfg.Publish, err = recordedPublish(cfg.source.Published); err != nil {
-			return fmt.Errorf("--migrate-from %s: %w", cfg.source.FullName(), err)
-		}
-		// The same files: shared, never copied (migrationVMI).
-		for claim, path := range cfg.source.Volumes {
-			cfg.Volumes = append(cfg.Volumes, VolumeMap{Name: claim, Path: path})
-		}
-	} else {
-		if v, vm, cfg.configVols, err = loadManifest(cfg); err != nil {
-			return &ManifestError{Err: err}
-		}
-		stored, err := storeVolumes(cfg.VolumeStore, v, vm, cfg.Volumes)
-		if err != nil {
-			return &ManifestError{Err: fmt.Errorf("%s: %w", cfg.manifestName(), err)}
-		}
-		cfg.Volumes = append(cfg.Volumes, stored...)
 	}
-	// A guest taken over runs already, whatever its strategy says of
-	// starting it (--force-start was the first run's to give).
-	policy, err := runPolicy(vm, cfg.ForceStart || cfg.source != nil)
-	if err == nil {
-		err = runUnsupported(v)
-	}
-	var specs []diskSpec
-	if err == nil {
-		var mayUse []uint
-		if mayUse, _, err = (hostcpu.Sys{Root: "/"}).OwnCPUSet("self"); err == nil {
-			err = runCPUs(v, cfg.CPUSet, mayUse)
-		} else {
-			err = fmt.Errorf("the CPUs vlctl may use: %w", err)
-		}
-	}
-	if err == nil {
-		specs, err = planStorage(v, vm, cfg.Volumes, cfg.hostPaths())
-	}
+	v, vm, policy, specs, err := cfg.check()
 	if err != nil {
-		return &ManifestError{Err: fmt.Errorf("%s: %w", cfg.manifestName(), err)}
+		return err
 	}
 	if w := memoryWarning(v); w != "" {
 		fmt.Fprintln(cfg.Status, w)
@@ -303,6 +252,100 @@ func Run(ctx context.Context, cfg Config) error {
 		case <-time.After(d):
 		}
 	}
+}
+
+// needRoot refuses a run by anyone but root, before anything fails
+// half-way with EPERM on /run/vl.
+func needRoot() error {
+	if os.Geteuid() != 0 {
+		return errors.New("vlctl run needs root: it builds network namespaces, grants QEMU access to your disks and runs each VM as a user id of its own; run it with sudo")
+	}
+	return nil
+}
+
+// Check does what Run does with a manifest before it makes anything (not
+// for --migrate-from): it loads the documents, expands the instancetype,
+// plans the storage and refuses what vlctl cannot run, with the errors
+// Run would give. It returns the VM's namespace and name.
+func Check(cfg Config) (namespace, name string, err error) {
+	cfg.defaults()
+	if err := needRoot(); err != nil {
+		return "", "", err
+	}
+	v, _, _, _, err := cfg.check()
+	if err != nil {
+		return "", "", err
+	}
+	return v.Namespace, v.Name, nil
+}
+
+// takeOver finds the running VM --migrate-from names and takes its
+// manifest, published ports and storage for this run.
+func (cfg *Config) takeOver() error {
+	var err error
+	// The running guest's VMI, as its launcher was synced with, and
+	// its VirtualMachine: the run strategy goes on here.
+	if cfg.source, err = findSource(*cfg); err != nil {
+		return err
+	}
+	if _, err := migrationOptions(cfg.MigrationBandwidth); err != nil {
+		return err
+	}
+	// The documents behind config volumes stay with the first run.
+	if hasConfigVolumes(cfg.source.VMI) {
+		return fmt.Errorf("--migrate-from %s: configMap, secret and sysprep volumes and cloud-init Secrets are not carried over yet", cfg.source.FullName())
+	}
+	cfg.Emulation = cfg.Emulation || cfg.source.Emulation
+	if cfg.Publish, err = recordedPublish(cfg.source.Published); err != nil {
+		return fmt.Errorf("--migrate-from %s: %w", cfg.source.FullName(), err)
+	}
+	// The same files: shared, never copied (migrationVMI).
+	for claim, path := range cfg.source.Volumes {
+		cfg.Volumes = append(cfg.Volumes, VolumeMap{Name: claim, Path: path})
+	}
+	return nil
+}
+
+// check loads the manifest (or, taking a guest over, its source's) and
+// refuses what vlctl does not run; nothing is made. An error is a
+// *ManifestError but for a migration's source.
+func (cfg *Config) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, policy restartPolicy, specs []diskSpec, err error) {
+	if cfg.source != nil {
+		v = cfg.source.VMI.DeepCopy()
+		if cfg.source.VM != nil {
+			vm = cfg.source.VM.DeepCopy()
+		}
+	} else {
+		if v, vm, cfg.configVols, err = loadManifest(*cfg); err != nil {
+			return nil, nil, policy, nil, &ManifestError{Err: err}
+		}
+		stored, err := storeVolumes(cfg.VolumeStore, v, vm, cfg.Volumes)
+		if err != nil {
+			return nil, nil, policy, nil, &ManifestError{Err: fmt.Errorf("%s: %w", cfg.manifestName(), err)}
+		}
+		cfg.Volumes = append(cfg.Volumes, stored...)
+	}
+	// A guest taken over runs already, whatever its strategy says of
+	// starting it (--force-start was the first run's to give).
+	policy, err = runPolicy(vm, cfg.ForceStart || cfg.source != nil)
+	if err == nil {
+		err = runUnsupported(v)
+	}
+	if err == nil {
+		var mayUse []uint
+		if mayUse, _, err = (hostcpu.Sys{Root: "/"}).OwnCPUSet("self"); err == nil {
+			err = runCPUs(v, cfg.CPUSet, mayUse)
+		} else {
+			err = fmt.Errorf("the CPUs vlctl may use: %w", err)
+		}
+	}
+	if err == nil {
+		specs, err = planStorage(v, vm, cfg.Volumes, cfg.hostPaths())
+	}
+	if err != nil {
+		return nil, nil, policy, nil, &ManifestError{Err: fmt.Errorf("%s: %w", cfg.manifestName(), err)}
+	}
+	return v, vm, policy, specs, nil
 }
 
 // runOnce boots the guest once (or takes it over, cfg.source); started

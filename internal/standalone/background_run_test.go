@@ -1,0 +1,185 @@
+package standalone_test
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+)
+
+// testGuestManifest writes the manifest of `vlctl testguest` with args
+// (its guest stays up, without a network unless asked) and returns its
+// path.
+func testGuestManifest(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	code, manifest, stderr := vlctl(t, time.Minute, append([]string{"testguest", "--name", name}, args...)...)
+	if code != 0 {
+		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
+	}
+	file := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// consoleAnswers types command into the serial console of the VM named
+// (vlctl console NAME) until want shows, failing the test after a minute.
+func consoleAnswers(t *testing.T, records, name, command, want string) {
+	t.Helper()
+	c := exec.Command(filepath.Join(binDir, "vlctl"), "console", name, "--record-dir", records)
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Process.Kill(); c.Wait() }()
+	// Typed again every few seconds: the guest's shell may not read yet.
+	answered := func() bool { return strings.Contains(out.String(), want) }
+	for deadline := time.Now().Add(time.Minute); !answered() && time.Now().Before(deadline); {
+		io.WriteString(in, "\n"+command+"\n")
+		for until := time.Now().Add(3 * time.Second); !answered() && time.Now().Before(until); {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if !answered() {
+		t.Fatalf("%s did not answer %q on its console:\n%s", name, command, out.String())
+	}
+}
+
+// TestVlctlRunDetached: vlctl run -d, started from a shell on a terminal,
+// prints the VM's name once the guest runs and returns; the terminal's
+// session then hung up (SIGHUP to its process group, the terminal
+// closed) and the shell gone, the VM runs on (its guest answers on the
+// serial console), held by a supervisor in a session of its own; vlctl
+// stop ends it as it ends a foreground run, leaving nothing but the
+// background run's log, which says how it ended.
+func TestVlctlRunDetached(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	file := testGuestManifest(t, "bgd", "--no-network")
+	root, records := workRoot(t), workRoot(t)
+	ptm, pts := openPTY(t)
+	sh := exec.Command("/bin/sh", "-c", `"$0" "$@"; echo VL-SHELL-ON; exec sleep 600`,
+		filepath.Join(binDir, "vlctl"), "run", "-d", "--emulation", "--workdir", root, "--record-dir", records, file)
+	sh.Stdin = pts
+	// The terminal is the shell's controlling one, as in a login.
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	_, stdout, stderr, exited := startCmd(t, sh)
+	waitFor(t, "vlctl run -d to return", 4*time.Minute, exited, func() bool {
+		return strings.Contains(stdout.String(), "VL-SHELL-ON")
+	})
+	if got := strings.TrimSpace(strings.TrimSuffix(stdout.String(), "VL-SHELL-ON\n")); got != "default/bgd" {
+		t.Errorf("vlctl run -d printed %q, want the VM's name default/bgd", got)
+	}
+	if !strings.Contains(stderr.String(), "vlctl: VM default/bgd is running") {
+		t.Errorf("vlctl run -d did not show the run's progress until the guest ran:\n%s", stderr.String())
+	}
+	// The session hangs up, as when the terminal closes.
+	if err := syscall.Kill(-sh.Process.Pid, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	ptm.Close()
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		t.Fatal("the shell did not end on SIGHUP")
+	}
+	entries, err := runrecord.List(records)
+	if err != nil || len(entries) != 1 || entries[0].Stale {
+		t.Fatalf("after the hang-up, want one live run; records %+v, %v", entries, err)
+	}
+	sup := entries[0].PID
+	sid, err := unix.Getsid(sup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sid == sh.Process.Pid {
+		t.Errorf("the supervisor (pid %d) is in the terminal's session", sup)
+	}
+	consoleAnswers(t, records, "default/bgd", "echo VL-BG-$((6*7))", "VL-BG-42")
+	code, _, errOut := vlctl(t, 3*time.Minute, "stop", "default/bgd", "--record-dir", records)
+	if code != 0 {
+		t.Fatalf("vlctl stop: exit %d: %s", code, errOut)
+	}
+	checkNothingLeft(t, root)
+	if left, err := runrecord.List(records); err != nil || len(left) != 0 {
+		t.Errorf("records left after vlctl stop: %+v, %v", left, err)
+	}
+	checkLeasesGone(t, records)
+	// Ended; its new parent may not have reaped it yet.
+	if st, err := procfs.ReadStat("/proc", sup); err == nil && st.State != 'Z' {
+		t.Errorf("the supervisor (pid %d) runs on after vlctl stop", sup)
+	}
+	code, log, errOut := vlctl(t, time.Minute, "logs", "--run", "bgd", "--record-dir", records)
+	if code != 0 {
+		t.Fatalf("vlctl logs --run: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"vlctl: VM default/bgd is running", "shutting the guest down", "vlctl: the run ended"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the background run's log lacks %q:\n%s", want, log)
+		}
+	}
+}
+
+// TestVlctlRunDetachedFails: vlctl run -d of a manifest that does not
+// load gives exactly the error a foreground run gives; one that fails
+// once the supervisor runs (its kernel directory missing) says why, and
+// both leave nothing: no background run, record, work dir or process.
+func TestVlctlRunDetachedFails(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	file := testGuestManifest(t, "bgf", "--no-network")
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte(strings.Replace(string(good), "memory: 256Mi", "memory: lots", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, records := workRoot(t), workRoot(t)
+	run := func(args ...string) []string {
+		return append([]string{"run", "--emulation", "--workdir", root, "--record-dir", records}, args...)
+	}
+	fgCode, _, fgErr := vlctl(t, time.Minute, run(bad)...)
+	code, stdout, stderr := vlctl(t, time.Minute, run("-d", bad)...)
+	if code != 1 || fgCode != 1 || stderr != fgErr || stdout != "" {
+		t.Errorf("vlctl run -d of a broken manifest: exit %d, stdout %q, stderr %q; want exit 1 and the foreground run's error %q", code, stdout, stderr, fgErr)
+	}
+	oneLineError(t, stderr, bad, "memory", "lots")
+
+	missing := filepath.Join(t.TempDir(), "gone.yaml")
+	kernel := strings.Split(strings.Split(string(good), "image: ")[1], "\n")[0]
+	if err := os.WriteFile(missing, []byte(strings.ReplaceAll(string(good), kernel, "/nonexistent/vl-kernel")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = vlctl(t, 2*time.Minute, run("-d", missing)...)
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "/nonexistent/vl-kernel") {
+		t.Errorf("vlctl run -d of a missing kernel: exit %d, stdout %q, stderr:\n%s", code, stdout, stderr)
+	}
+	t.Logf("vlctl run -d of a missing kernel:\n%s", stderr)
+	checkNothingLeft(t, root)
+	if ents, _ := os.ReadDir(filepath.Join(records, "background")); len(ents) != 0 {
+		t.Errorf("background runs left: %v", ents)
+	}
+	if left, _ := runrecord.List(records); len(left) != 0 {
+		t.Errorf("records left: %+v", left)
+	}
+	if procs, _ := procfs.Under("/proc", records); len(procs) != 0 {
+		t.Errorf("processes left naming %s: %+v", records, procs)
+	}
+}
