@@ -22,6 +22,7 @@ func main() {
 	root.AddCommand(newByNameCmds()...)
 	root.AddCommand(newHotplugCmds()...)
 	root.AddCommand(newLogsCmd())
+	root.AddCommand(newRmCmd())
 	if err := root.Execute(); err != nil {
 		if code := exitStatus(0); errors.As(err, &code) {
 			os.Exit(int(code))

@@ -245,6 +245,32 @@ func MatchBackground(runs []Background, query, namespace string) (*Background, e
 	return nil, fmt.Errorf("%q is ambiguous: background runs %s; give NAMESPACE/NAME or --namespace", query, strings.Join(names, ", "))
 }
 
+// RemoveBackground removes the directory of a background run that has
+// ended; one whose supervisor still holds the lock is refused.
+func RemoveBackground(b *Background) error {
+	d, err := safefs.OpenTrusted(b.Dir, 0o700)
+	if err != nil {
+		return fmt.Errorf("background run of %s: %w", b.FullName(), err)
+	}
+	defer d.Close()
+	lock, err := d.OpenFile(bgLock, os.O_RDONLY, 0)
+	if err == nil {
+		defer lock.Close()
+		// Held while the directory goes: no supervisor can start in it.
+		if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			return fmt.Errorf("background run of %s: its supervisor still runs (%v)", b.FullName(), err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("background run of %s: %w", b.FullName(), err)
+	}
+	// Root's directory below root's record directory; RemoveAll follows
+	// no link.
+	if err := os.RemoveAll(b.Dir); err != nil {
+		return fmt.Errorf("background run of %s: %w", b.FullName(), err)
+	}
+	return nil
+}
+
 // OpenBackgroundLog opens a background run's log for reading.
 func OpenBackgroundLog(b *Background) (*os.File, error) {
 	d, err := safefs.OpenTrusted(b.Dir, 0o700)

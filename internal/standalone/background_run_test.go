@@ -1,7 +1,10 @@
 package standalone_test
 
 import (
+	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,8 +15,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/virtlauncher/virtlauncher/internal/dvimport/dvtest"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
 // testGuestManifest writes the manifest of `vlctl testguest` with args
@@ -181,5 +186,72 @@ func TestVlctlRunDetachedFails(t *testing.T) {
 	}
 	if procs, _ := procfs.Under("/proc", records); len(procs) != 0 {
 		t.Errorf("processes left naming %s: %+v", records, procs)
+	}
+}
+
+// TestVlctlRmVolumes: a VM whose root disk is a DataVolume imported over
+// HTTP into the volume store, and with a second, blank DataVolume in a
+// --volume file of the user's, runs in the background; vlctl rm refuses
+// it while it runs; vlctl rm --force --volumes stops it and removes its
+// store volume, its background run and its records, leaving the user's
+// file as it was and nothing else behind (work dir, processes, uid lease).
+func TestVlctlRmVolumes(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	e := newKeepEnv(t)
+	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
+	if err != nil {
+		t.Fatalf("test guest: %v", err)
+	}
+	rootImg, err := os.ReadFile(g.RootDisk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := dvtest.New(t)
+	url := srv.Put("root.img", rootImg)
+	doc := strings.NewReplacer("NAME", "dvrm", "URL", url, "CMDLINE", testguest.DefaultCmdline+" "+testguest.OptNoDHCP, "KERNELDIR", g.KernelDir,
+		"  template:\n    spec:\n", "  - metadata:\n      name: userdv\n    spec:\n      source:\n        blank: {}\n      storage:\n        resources:\n          requests:\n            storage: 8Mi\n  template:\n    spec:\n",
+		"            disk: {bus: virtio}\n", "            disk: {bus: virtio}\n          - name: userdisk\n            disk: {bus: virtio}\n").Replace(dvVM) +
+		"      - name: userdisk\n        dataVolume:\n          name: userdv\n"
+	store := filepath.Join(e.dir, "store")
+	user := filepath.Join(e.dir, "user.img")
+	code, stdout, stderr := vlctl(t, 4*time.Minute, e.run("-d", "--volume-store", store, "--import-cache", filepath.Join(e.dir, "imports"),
+		"--volume", "userdv="+user, e.write(t, "dvrm", doc))...)
+	if code != 0 || stdout != "default/dvrm\n" {
+		t.Fatalf("vlctl run -d: exit %d, stdout %q; stderr:\n%s", code, stdout, stderr)
+	}
+	vol := filepath.Join(store, "default", "dvrm", "rootdv.img")
+	userBefore, err := os.Stat(user)
+	if err != nil {
+		t.Fatalf("the user's volume: %v", err)
+	}
+	if _, err := os.Stat(vol); err != nil {
+		t.Fatalf("the store volume: %v", err)
+	}
+	rm := func(args ...string) (int, string) {
+		code, _, stderr := vlctl(t, 3*time.Minute, append([]string{"rm", "--record-dir", e.records, "--volume-store", store}, args...)...)
+		return code, stderr
+	}
+	if code, stderr := rm("--volumes", "dvrm"); code != 1 || !strings.Contains(stderr, "default/dvrm is running") {
+		t.Errorf("vlctl rm of a running VM: exit %d, stderr %q; want a refusal", code, stderr)
+	}
+	if _, err := os.Stat(vol); err != nil {
+		t.Errorf("the refused vlctl rm removed the store volume: %v", err)
+	}
+	if code, stderr := rm("--force", "--volumes", "dvrm"); code != 0 {
+		t.Fatalf("vlctl rm --force --volumes: exit %d; stderr:\n%s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(store, "default")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the VM's volumes are still in the store: %v (%s)", err, listDir(t, store))
+	}
+	if st, err := os.Stat(user); err != nil || st.Size() != userBefore.Size() || st.ModTime() != userBefore.ModTime() {
+		t.Errorf("the user's --volume file changed: %v, %v; before %v", st, err, userBefore)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.records, "background")); len(ents) != 0 {
+		t.Errorf("background runs left: %v", ents)
+	}
+	e.checkNothingLeft(t)
+	if code, stderr := rm("dvrm"); code != 1 || !strings.Contains(stderr, "nothing to remove") {
+		t.Errorf("vlctl rm of a removed VM: exit %d, stderr %q", code, stderr)
 	}
 }
