@@ -46,7 +46,7 @@ func (c *cmdServer) FinalizeVirtualMachineMigration(ctx context.Context, req *cm
 }
 
 // CancelVirtualMachineMigration aborts the migration under way; with none
-// it fails, as KubeVirt's launcher does.
+// it succeeds, as KubeVirt v1.9's launcher does.
 func (c *cmdServer) CancelVirtualMachineMigration(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 	return c.vmiOp(ctx, "CancelVirtualMachineMigration", req, func(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
 		return c.s.m.CancelMigration(ctx, vmi)

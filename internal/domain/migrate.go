@@ -75,11 +75,15 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 		if err != nil {
 			return fmt.Errorf("QEMU version: %w", err)
 		}
-		o, why := migration.ForDomain(o, migration.Facts{Paused: st == libvirt.DomainPaused, QEMUVersion: qemu})
+		lib, err := l.ConnectGetLibVersion()
+		if err != nil {
+			return fmt.Errorf("libvirt version: %w", err)
+		}
+		o, why := migration.ForDomain(o, migration.Facts{Paused: st == libvirt.DomainPaused, QEMUVersion: qemu, LibvirtVersion: lib})
 		for _, w := range why {
 			m.log.Info("migration options changed", "domain", d.Name, "reason", w)
 		}
-		req, err = m.migrationRequest(l, d, v, o, qemu)
+		req, err = m.migrationRequest(l, d, v, o, qemu, lib)
 		return err
 	}); err != nil {
 		return err
@@ -99,7 +103,8 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	flags := migration.Flags(o, v.IsBlockMigration(), st == libvirt.DomainPaused)
 	m.log.Info("migration starting", "migration", uid, "disks", req.Disks, "flags", fmt.Sprintf("%#x", uint32(flags)),
 		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.systemDaemon()),
-		"allowPostCopy", o.AllowPostCopy, "allowWorkloadDisruption", o.AllowWorkloadDisruption)
+		"allowPostCopy", o.AllowPostCopy, "allowWorkloadDisruption", o.AllowWorkloadDisruption,
+		"stallDetection", o.StallDetectorOptions != nil, "maxDowntimeMs", o.MaxDowntimeMs)
 	go m.runMigration(bg, l, d, v, o, req, flags)
 	return nil
 }
@@ -107,7 +112,7 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 // migrationRequest builds the call's parameters: the migratable XML, the
 // disks to copy, and the daemon's version (parameters it does not know
 // fail the whole call).
-func (m *Manager) migrationRequest(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, qemu uint64) (migration.Request, error) {
+func (m *Manager) migrationRequest(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, qemu, lib uint64) (migration.Request, error) {
 	xml, err := l.DomainGetXMLDesc(d, libvirt.DomainXMLMigratable)
 	if err != nil {
 		return migration.Request{}, fmt.Errorf("migratable XML of domain %s: %w", d.Name, err)
@@ -123,16 +128,14 @@ func (m *Manager) migrationRequest(l *libvirt.Libvirt, d libvirt.Domain, v *v1.V
 	if dom.Devices != nil && v.IsBlockMigration() {
 		disks = migration.CopyDisks(v, dom.Devices.Disks)
 	}
-	ver, err := l.ConnectGetLibVersion()
-	if err != nil {
-		return migration.Request{}, fmt.Errorf("libvirt version: %w", err)
-	}
 	return migration.Request{Layout: m.cfg.Layout, UID: string(v.UID), XML: xml, Name: d.Name,
-		Disks: disks, Options: o, LibvirtVersion: ver}, nil
+		Disks: disks, Options: o, LibvirtVersion: lib}, nil
 }
 
-// runMigration runs the migration call and its monitor, and records the
-// result. bg is the manager's lifetime: the call outlives the RPC.
+// runMigration runs the migration call and its monitor (the stall
+// detector when the options ask for it, else the progress and completion
+// timeouts), and records the result. bg is the manager's lifetime: the call
+// outlives the RPC.
 func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, req migration.Request, flags libvirt.DomainMigrateFlags) {
 	t0 := time.Now()
 	done := make(chan error, 1)
@@ -142,12 +145,14 @@ func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt
 		done <- err
 	}
 	go perform(req, flags)
+	ctx, stop := context.WithCancel(bg)
+	defer stop()
 	size := migration.DataSize(v, m.ephemeralBytes())
-	mon := migration.NewMonitor(o, size)
+	mon := m.newMigrationMonitor(ctx, l, d, o, size)
 	tick := time.NewTicker(migrationPoll)
 	defer tick.Stop()
-	var throttle int32
 	for {
+		boundary := false
 		select {
 		case err := <-done:
 			if flags&libvirt.MigratePostcopy != 0 && migration.PostCopyUnavailable(err) {
@@ -163,7 +168,7 @@ func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt
 				o = o.WithoutPostCopy()
 				req.Options = o
 				flags = migration.Flags(o, flags&libvirt.MigrateNonSharedInc != 0, flags&libvirt.MigratePaused != 0)
-				mon = migration.NewMonitor(o, size)
+				mon.reset(o, size)
 				go perform(req, flags)
 				continue
 			}
@@ -176,44 +181,172 @@ func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt
 			// The launcher ends: the daemon goes with it, and the
 			// migration with the daemon.
 			return
+		case <-mon.iterations:
+			boundary = true
 		case <-tick.C:
 		}
-		jp, err := jobRemaining(bg, l, d)
+		mon.observe(bg, l, d, time.Since(t0), boundary)
+	}
+}
+
+// migrationMonitor is the source's monitor of one migration: the legacy
+// decisions (migration.Monitor) or the stall detector (migration.Stall),
+// with what it last read.
+type migrationMonitor struct {
+	m          *Manager
+	legacy     *migration.Monitor
+	stall      *migration.Stall
+	iterations <-chan struct{} // the stall detector's pass boundaries
+	throttle   int32
+}
+
+// newMigrationMonitor makes the monitor o asks for. The stall detector
+// learns of QEMU's passes from libvirt's migration iteration events; when
+// it cannot subscribe to them it falls back to the legacy monitor, as
+// KubeVirt's launcher does.
+func (m *Manager) newMigrationMonitor(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, o migration.Options, size int64) *migrationMonitor {
+	mon := &migrationMonitor{m: m}
+	if o.StallDetectorOptions != nil {
+		it, err := m.migrationIterations(ctx, l, d.Name)
 		if err != nil {
-			continue // the job may be ending; the call says how
+			m.log.Error("migration iteration events: falling back to the progress timeout", "domain", d.Name, "reason", err.Error())
+			o.StallDetectorOptions = nil
 		}
+		mon.iterations = it
+	}
+	mon.reset(o, size)
+	return mon
+}
+
+// reset starts the decisions again for options o (a migration run again).
+func (mon *migrationMonitor) reset(o migration.Options, size int64) {
+	mon.legacy, mon.stall = nil, nil
+	if o.StallDetectorOptions != nil && mon.iterations != nil {
+		mon.stall = migration.NewStall(o, size)
+		return
+	}
+	mon.legacy = migration.NewMonitor(o, size)
+}
+
+// migrationIterations subscribes to libvirt's migration iteration events
+// of domain dom until ctx ends: one value per pass QEMU begins, dropped
+// when the monitor has not taken the last 16 (KubeVirt's queue).
+func (m *Manager) migrationIterations(ctx context.Context, l *libvirt.Libvirt, dom string) (<-chan struct{}, error) {
+	var evs <-chan any
+	if err := callWithin(ctx, "subscribe to migration iteration events", func() error {
+		var err error
+		evs, err = l.SubscribeEvents(ctx, libvirt.DomainEventIDMigrationIteration, libvirt.OptDomain{})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	out := make(chan struct{}, 16)
+	go func() {
+		for ev := range evs {
+			e, ok := ev.(*libvirt.DomainEventCallbackMigrationIterationMsg)
+			if !ok || e.Dom.Name != dom {
+				continue
+			}
+			select {
+			case out <- struct{}{}:
+			default:
+				m.log.Info("migration iteration event dropped: the monitor is behind", "domain", dom, "iteration", e.Iteration)
+			}
+		}
+	}()
+	return out, nil
+}
+
+// observe reads the job and acts on the monitor's decisions.
+func (mon *migrationMonitor) observe(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, elapsed time.Duration, boundary bool) {
+	m := mon.m
+	jp, jobErr := readJob(ctx, l, d)
+	running := jobErr == nil && jp.job.Unbounded
+	if running && jp.job.RemainingSet {
 		m.mu.Lock()
 		m.jobInfo = jp.info
 		m.mu.Unlock()
-		if jp.throttle != throttle {
+		if jp.throttle != mon.throttle {
 			// Auto-converge slows the guest down step by step until the
 			// migration converges: worth a line each step.
-			throttle = jp.throttle
-			m.log.Info("migration: auto-converge throttles the guest", "domain", d.Name, "cpuThrottlePercent", throttle)
-		}
-		remaining := jp.info.DataRemaining
-		elapsed := time.Since(t0)
-		dec := mon.Check(elapsed, remaining)
-		switch dec.Action {
-		case migration.Continue:
-		case migration.StartPostCopy, migration.Pause:
-			if err := m.assistMigration(bg, l, d, dec.Action, elapsed, mon.Acceptable()); err != nil {
-				// Asked again at the next reading, as KubeVirt does.
-				m.log.Error("assist the migration to complete", "action", dec.Action.String(), "reason", err.Error())
-				continue
-			}
-			mon.Switched(dec.Action)
-			m.setMigrationMode(bg, mon.Mode())
-		case migration.Abort:
-			m.log.Warn("aborting the migration", "reason", dec.Reason)
-			if err := callWithin(bg, "abort the migration", func() error { return l.DomainAbortJob(d) }); err != nil {
-				m.log.Error("abort the migration", "reason", err.Error())
-				continue
-			}
-			// The call's own failure, which follows, does not overwrite it.
-			m.setMigrationResult(bg, true, dec.Reason, v1.MigrationAbortSucceeded)
+			mon.throttle = jp.throttle
+			m.log.Info("migration: auto-converge throttles the guest", "domain", d.Name, "cpuThrottlePercent", mon.throttle)
 		}
 	}
+	if mon.stall != nil {
+		mon.observeStall(ctx, l, d, elapsed, boundary, jp, jobErr)
+		return
+	}
+	if !running || !jp.job.RemainingSet {
+		return // the job may be ending; the call says how
+	}
+	dec := mon.legacy.Check(elapsed, jp.job.Remaining)
+	if dec.Action == migration.Continue {
+		return
+	}
+	if err := m.migrationAct(ctx, l, d, dec, elapsed, mon.legacy.Acceptable()); err != nil {
+		// Asked again at the next reading, as KubeVirt does.
+		m.log.Error("migration monitor", "action", dec.Action.String(), "reason", err.Error())
+		return
+	}
+	mon.legacy.Switched(dec.Action)
+	if dec.Action == migration.StartPostCopy || dec.Action == migration.Pause {
+		m.setMigrationMode(ctx, mon.legacy.Mode())
+	}
+}
+
+// observeStall gives the stall detector a reading (the job, the domain's
+// state, whether an abort is under way) and makes its decisions.
+func (mon *migrationMonitor) observeStall(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, elapsed time.Duration, boundary bool, jp jobProgress, jobErr error) {
+	m := mon.m
+	r := migration.Reading{Elapsed: elapsed, Boundary: boundary}
+	if jobErr == nil {
+		r.Job = &jp.job
+	}
+	var st, reason int32
+	if err := callWithin(ctx, "domain state", func() error {
+		var err error
+		st, reason, err = l.DomainGetState(d, 0)
+		return err
+	}); err == nil {
+		r.PausedForMigration = libvirt.DomainState(st) == libvirt.DomainPaused && libvirt.DomainPausedReason(reason) == libvirt.DomainPausedMigration
+	}
+	if mig := m.migrationMetadata(); mig != nil {
+		r.Aborting = mig.AbortStatus != "" && mig.AbortStatus != string(v1.MigrationAbortFailed)
+	}
+	before := mon.stall.Mode()
+	for _, dec := range mon.stall.Check(r) {
+		err := m.migrationAct(ctx, l, d, dec, elapsed, 0)
+		if err != nil {
+			m.log.Error("migration stall detector", "action", dec.Action.String(), "reason", err.Error())
+		}
+		mon.stall.Done(dec, err == nil)
+	}
+	if mode := mon.stall.Mode(); mode != before {
+		m.setMigrationMode(ctx, mode)
+	}
+}
+
+// migrationAct makes one of the monitor's decisions.
+func (m *Manager) migrationAct(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, dec migration.Decision, elapsed, limit time.Duration) error {
+	switch dec.Action {
+	case migration.StartPostCopy, migration.Pause:
+		return m.assistMigration(ctx, l, d, dec.Action, elapsed, limit)
+	case migration.Abort:
+		m.log.Warn("aborting the migration", "domain", d.Name, "reason", dec.Reason)
+		return m.abortMigration(ctx, l, d)
+	case migration.SetDowntime:
+		m.log.Info("migration: downtime limit", "domain", d.Name, "downtimeMs", dec.Downtime, "reason", dec.Reason)
+		return callWithin(ctx, "set the migration's downtime limit", func() error { return l.DomainMigrateSetMaxDowntime(d, dec.Downtime, 0) })
+	case migration.MarkPaused:
+		// As after the monitor's own pause: Sync leaves the guest paused.
+		m.mu.Lock()
+		m.userPaused = true
+		m.mu.Unlock()
+		m.log.Info("the guest is paused for its switch-over", "domain", d.Name)
+		return nil
+	}
+	return nil
 }
 
 // migrationCallTimeout bounds each libvirt call the migration's monitor
@@ -277,21 +410,26 @@ func (m *Manager) migrationEnded(ctx context.Context, dom string, err error, too
 		m.log.Info("migration completed", "domain", dom, "took", took.String())
 		m.setMigrationResult(ctx, false, "", "")
 	case mig != nil && mig.AbortStatus == string(v1.MigrationAbortInProgress):
-		// CancelMigration asked for the abort that ended the call.
-		m.log.Warn("migration cancelled", "domain", dom, "took", took.String())
-		m.setMigrationResult(ctx, true, "Live migration aborted ", v1.MigrationAbortSucceeded)
+		// CancelMigration or the monitor asked for the abort that ended
+		// the call.
+		m.log.Warn("migration cancelled", "domain", dom, "reason", err.Error(), "took", took.String())
+		m.setMigrationResult(ctx, true, migrationAborted, v1.MigrationAbortSucceeded)
 	case mig != nil && mig.EndTimestamp != nil:
 		// The monitor's abort, recorded when it was made.
 		m.log.Info("migration call ended after its abort", "domain", dom, "reason", err.Error(), "took", took.String())
+	case strings.Contains(err.Error(), "canceled by client"):
+		m.log.Warn("migration cancelled", "domain", dom, "reason", err.Error(), "took", took.String())
+		m.setMigrationResult(ctx, true, migrationAborted, v1.MigrationAbortSucceeded)
 	default:
-		abort := v1.MigrationAbortStatus("")
-		if strings.Contains(err.Error(), "canceled by client") {
-			abort = v1.MigrationAbortSucceeded
-		}
 		m.log.Error("migration failed", "domain", dom, "reason", err.Error(), "took", took.String())
-		m.setMigrationResult(ctx, true, "Live migration failed "+err.Error(), abort)
+		m.setMigrationResult(ctx, true, "Live migration failed "+err.Error(), "")
 	}
 }
+
+// migrationAborted is KubeVirt v1.9's failure reason for an aborted
+// migration, whoever asked for the abort (CancelVirtualMachineMigration,
+// or the monitor: its own reason is in the log only).
+const migrationAborted = "Live migration has been aborted"
 
 // setMigrationResult moves the migration metadata (migration.Result) and
 // sends the Domain when it changed.
@@ -312,6 +450,8 @@ func (m *Manager) setMigrationResult(ctx context.Context, failed bool, reason st
 // CancelMigration aborts the migration under way
 // (CancelVirtualMachineMigration): the abort is asked for, and the
 // migration's end, when libvirt has aborted it, is recorded as aborted.
+// With no migration under way there is nothing to do, and that is no
+// error (KubeVirt v1.9; v1.8 answered "vmi is not migrating").
 func (m *Manager) CancelMigration(ctx context.Context, v *v1.VirtualMachineInstance) error {
 	if err := m.checkIdentity(v, false); err != nil {
 		return err
@@ -320,41 +460,54 @@ func (m *Manager) CancelMigration(ctx context.Context, v *v1.VirtualMachineInsta
 	mig := m.md.Migration
 	m.mu.Unlock()
 	if mig == nil || mig.EndTimestamp != nil || mig.Failed || mig.StartTimestamp == nil {
-		return errors.New("failed to cancel migration - vmi is not migrating")
-	}
-	if err := m.setMigrationResult(ctx, false, "", v1.MigrationAbortInProgress); err != nil {
-		if errors.Is(err, migration.ErrAbortInProgress) {
-			return nil // asked already
-		}
-		return err
+		m.log.Info("cancel migration ignored: the VMI is not migrating")
+		return nil
 	}
 	l, d, ok, err := m.lookup(ctx)
 	if err == nil && !ok {
 		err = errors.New("no domain")
 	}
 	if err == nil {
-		err = withContext(ctx, "abort the migration", func() error { return l.DomainAbortJob(d) })
+		err = m.abortMigration(ctx, l, d)
 	}
 	if err != nil {
-		m.setMigrationResult(ctx, false, "", v1.MigrationAbortFailed)
 		return fmt.Errorf("cancel migration: %w", err)
+	}
+	return nil
+}
+
+// abortMigration marks the migration's abort in progress and aborts the
+// job; the call's end records the result. An abort already in progress is
+// not asked for again; a failed one is recorded as failed (the migration
+// goes on).
+func (m *Manager) abortMigration(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) error {
+	if err := m.setMigrationResult(ctx, false, "", v1.MigrationAbortInProgress); err != nil {
+		if errors.Is(err, migration.ErrAbortInProgress) {
+			return nil // asked already
+		}
+		return err
+	}
+	if err := callWithin(ctx, "abort the migration", func() error { return l.DomainAbortJob(d) }); err != nil {
+		m.setMigrationResult(ctx, false, "", v1.MigrationAbortFailed)
+		return err
 	}
 	return nil
 }
 
 // jobProgress is what the monitor reads of a running migration job.
 type jobProgress struct {
-	// info is the job's progress as GetDomainStats reports it; its
-	// DataRemaining (bytes) is what the monitor decides by.
+	// info is the job's progress as GetDomainStats reports it.
 	info StatsJobInfo
+	// job is what the monitors decide by.
+	job migration.Job
 	// throttle is auto-converge's slow-down of the guest's vCPUs, in
 	// percent (0: none, or no auto-converge).
 	throttle int32
 }
 
-// jobRemaining reads the migration job's remaining data and auto-converge
-// throttle; an error when no job runs.
-func jobRemaining(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jobProgress, error) {
+// readJob reads the migration job's statistics; an error when they could
+// not be read (job.Unbounded says whether a job runs).
+func readJob(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jobProgress, error) {
 	var typ int32
 	var params []libvirt.TypedParam
 	if err := callWithin(ctx, "migration job statistics", func() error {
@@ -364,19 +517,22 @@ func jobRemaining(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jo
 	}); err != nil {
 		return jobProgress{}, err
 	}
-	if libvirt.DomainJobType(typ) != libvirt.DomainJobUnbounded {
-		return jobProgress{}, errors.New("no migration job")
-	}
 	jp := jobProgress{info: jobInfoFromParams(params)}
+	j := &jp.job
+	j.Unbounded = libvirt.DomainJobType(typ) == libvirt.DomainJobUnbounded
+	j.Remaining, j.RemainingSet = jp.info.DataRemaining, jp.info.DataRemainingSet
+	j.MemoryBps, j.BpsSet = jp.info.MemoryBps, jp.info.MemoryBpsSet
 	for _, p := range params {
-		if p.Field == libvirt.DomainJobAutoConvergeThrottle {
+		switch p.Field {
+		case libvirt.DomainJobAutoConvergeThrottle:
 			if v, ok := p.Value.I.(int32); ok {
 				jp.throttle = v
 			}
+		case libvirt.DomainJobTimeElapsed:
+			j.ElapsedMs, j.ElapsedSet = paramUint(p)
+		case libvirt.DomainJobMemoryIteration:
+			j.Iteration, j.IterationSet = paramUint(p)
 		}
-	}
-	if !jp.info.DataRemainingSet {
-		return jobProgress{}, errors.New("no data_remaining in the job's stats")
 	}
 	return jp, nil
 }

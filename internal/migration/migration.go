@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -26,18 +27,58 @@ import (
 )
 
 // Options is KubeVirt's cmdclient.MigrationOptions, as virt-handler sends
-// it in MigrationRequest.options (JSON with the Go field names; v1.9's
-// added fields are accepted and ignored).
+// it in MigrationRequest.options (JSON with the Go field names).
 type Options struct {
 	Bandwidth               resource.Quantity
 	ProgressTimeout         int64 // seconds without progress before the abort
 	CompletionTimeoutPerGiB int64 // seconds per GiB of data before the abort; 0: none
-	UnsafeMigration         bool
-	AllowAutoConverge       bool
-	AllowPostCopy           bool
+	// MaxDowntimeMs is the longest the guest may be paused at the
+	// switch-over (v1.9; its handler sends 900 unless a policy says
+	// otherwise). Only the stall detector applies it.
+	MaxDowntimeMs     uint64
+	UnsafeMigration   bool
+	AllowAutoConverge bool
+	AllowPostCopy     bool
 	// ParallelMigrationThreads: nil for one connection.
 	ParallelMigrationThreads *uint
 	AllowWorkloadDisruption  bool
+	// StallDetectorOptions, when set, replace the progress-timeout monitor
+	// with v1.9's stall detector (feature gate MigrationStallDetection).
+	StallDetectorOptions *StallDetectorOptions
+	// Compression is the memory stream's compression method: nil, "" or
+	// "none" for none, "zstd" (v1.9's only other value).
+	Compression *string
+}
+
+// StallDetectorOptions are KubeVirt v1.9's cmdclient.StallDetectorOptions,
+// the tuning of the stall detector (Stall).
+type StallDetectorOptions struct {
+	// StallMargin is the fraction by which the remaining data must drop
+	// below the best reading older than StallProgressTimeout not to be a
+	// stall (the handler sends the policy's percent / 100; default 0.04).
+	StallMargin float64
+	// StallProgressTimeout is the window, in seconds of the job's time,
+	// over which progress is judged (default 40).
+	StallProgressTimeout uint64
+	// SwitchoverTimeout is how long, in seconds, a switch-over the
+	// detector asked for may take before the completion deadline applies
+	// again (default 60).
+	SwitchoverTimeout uint64
+	// EwmaAlpha weighs each new bandwidth sample in the moving average
+	// (default 0.4).
+	EwmaAlpha float64
+	// PrecopyPossibleFactor is how far beyond MaxDowntimeMs an estimated
+	// downtime may go and still be accepted (default 1.5).
+	PrecopyPossibleFactor float64
+	// PatienceWindowDecayFactor shrinks the wait before the next
+	// relaxation of the best remaining data (default 0.5).
+	PatienceWindowDecayFactor float64
+	// SearchLocalMinima: act only at a reading near the best one (default
+	// true).
+	SearchLocalMinima bool
+	// CompletionTimeoutFactor scales the completion limit into the
+	// deadline the estimates are held to (default 2).
+	CompletionTimeoutFactor float64
 }
 
 // ErrNoOptions is KubeVirt's answer to a request without options.
@@ -55,7 +96,56 @@ func ParseOptions(b []byte) (Options, error) {
 	if o.Bandwidth.Sign() < 0 {
 		return o, fmt.Errorf("migration options: Bandwidth %s is negative", o.Bandwidth.String())
 	}
+	if err := o.StallDetectorOptions.validate(); err != nil {
+		return o, fmt.Errorf("migration options: StallDetectorOptions.%w", err)
+	}
 	return o, nil
+}
+
+// validate refuses what KubeVirt's policy admission refuses (the factors'
+// ranges) and what would make the detector's arithmetic meaningless.
+func (s *StallDetectorOptions) validate() error {
+	if s == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name     string
+		v        float64
+		min, max float64
+		openMin  bool
+	}{
+		{"StallMargin", s.StallMargin, 0, 1, false},
+		{"EwmaAlpha", s.EwmaAlpha, 0, 1, true},
+		{"PrecopyPossibleFactor", s.PrecopyPossibleFactor, 1, math.MaxFloat64, false},
+		{"PatienceWindowDecayFactor", s.PatienceWindowDecayFactor, 0, 1, false},
+		{"CompletionTimeoutFactor", s.CompletionTimeoutFactor, 1, math.MaxFloat64, false},
+	} {
+		switch {
+		case math.IsNaN(f.v) || math.IsInf(f.v, 0):
+			return fmt.Errorf("%s %v is not a number", f.name, f.v)
+		case f.openMin && f.v <= f.min:
+			return fmt.Errorf("%s %v must be greater than %g", f.name, f.v, f.min)
+		case !f.openMin && f.v < f.min:
+			return fmt.Errorf("%s %v must be at least %g", f.name, f.v, f.min)
+		case f.v > f.max:
+			return fmt.Errorf("%s %v must be at most %g", f.name, f.v, f.max)
+		}
+	}
+	return nil
+}
+
+// compressionMethods are the methods KubeVirt's launcher asks libvirt for,
+// by the name the options give.
+var compressionMethods = map[string]string{"zstd": "zstd"}
+
+// compression is the libvirt compression method the options ask for; ""
+// for none (nil, "", "none", or a method KubeVirt does not know, which it
+// ignores with a warning).
+func (o Options) compression() string {
+	if o.Compression == nil {
+		return ""
+	}
+	return compressionMethods[*o.Compression]
 }
 
 // parallel says whether the migration uses several connections, and how
@@ -103,6 +193,9 @@ func Flags(o Options, block, paused bool) libvirt.DomainMigrateFlags {
 	}
 	if ok, _ := o.parallel(); ok {
 		f |= libvirt.MigrateParallel
+	}
+	if o.compression() != "" {
+		f |= libvirt.MigrateCompressed
 	}
 	return f
 }
@@ -159,6 +252,9 @@ func Params(r Request) []libvirt.TypedParam {
 	}
 	if ok, n := r.Options.parallel(); ok {
 		ps = append(ps, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(n))})
+	}
+	if c := r.Options.compression(); c != "" {
+		ps = append(ps, str(libvirt.MigrateParamCompression, c))
 	}
 	if len(r.Disks) > 0 {
 		for _, d := range r.Disks {
@@ -319,12 +415,14 @@ func (o Options) WithoutPostCopy() Options {
 }
 
 // Facts are what the source knows, when a migration starts, of its
-// domain and of the QEMU both pods run (the same image).
+// domain and of the QEMU and libvirt both pods run (the same image).
 type Facts struct {
 	Paused bool
 	// QEMUVersion is the hypervisor's version as libvirt gives it
 	// (major*1e6+minor*1e3+micro); 0: unknown.
 	QEMUVersion uint64
+	// LibvirtVersion is the daemon's, the same way; 0: unknown.
+	LibvirtVersion uint64
 }
 
 // multifdPeekSince is the first QEMU whose incoming side tells a parallel
@@ -338,6 +436,11 @@ type Facts struct {
 // virt-handler's.
 const multifdPeekSince = 8_000_000
 
+// multifdCompressionSince is the first libvirt that takes zlib or zstd as
+// a migration's compression method (QEMU's multifd-compression); older
+// ones know only "mt" and "xbzrle" and refuse the whole call.
+const multifdCompressionSince = 9_004_000
+
 // ForDomain is the options a migration runs with, given the facts, and why
 // they differ from o (nothing when they do not):
 //   - A paused domain is migrated without post-copy: libvirt refuses the
@@ -348,6 +451,11 @@ const multifdPeekSince = 8_000_000
 //   - With a QEMU older than multifdPeekSince the memory goes over one
 //     connection instead of ParallelMigrationThreads (KubeVirt asks for 8
 //     by default): its channels could be taken for one another.
+//   - Compression is dropped when the method is not one KubeVirt knows (as
+//     KubeVirt drops it), when the daemon is older than
+//     multifdCompressionSince, or when the memory does not go over
+//     parallel connections (zstd compresses multifd channels only): libvirt
+//     would refuse the whole migration.
 func ForDomain(o Options, f Facts) (Options, []string) {
 	var why []string
 	if f.Paused && o.AllowPostCopy {
@@ -357,6 +465,23 @@ func ForDomain(o Options, f Facts) (Options, []string) {
 	if ok, n := o.parallel(); ok && f.QEMUVersion != 0 && f.QEMUVersion < multifdPeekSince {
 		o.ParallelMigrationThreads = nil
 		why = append(why, fmt.Sprintf("one connection instead of %d parallel ones: QEMU %s takes the first connection it accepts for the main stream, and the migration proxies do not keep the order (QEMU 8.0 and later tell the channels apart)", n, versionString(f.QEMUVersion)))
+	}
+	if o.Compression != nil {
+		asked := *o.Compression
+		parallel, _ := o.parallel()
+		switch {
+		case asked == "" || asked == "none":
+			o.Compression = nil
+		case o.compression() == "":
+			o.Compression = nil
+			why = append(why, fmt.Sprintf("no compression: method %q is not one KubeVirt knows (zstd)", asked))
+		case f.LibvirtVersion != 0 && f.LibvirtVersion < multifdCompressionSince:
+			o.Compression = nil
+			why = append(why, fmt.Sprintf("no compression: libvirt %s knows only the mt and xbzrle methods, not %s (9.4 and later)", versionString(f.LibvirtVersion), asked))
+		case !parallel:
+			o.Compression = nil
+			why = append(why, fmt.Sprintf("no compression: %s compresses parallel connections only, and this migration uses one", asked))
+		}
 	}
 	return o, why
 }

@@ -2,6 +2,7 @@ package migration
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +20,8 @@ import (
 
 func uintp(u uint) *uint { return &u }
 
+func strp(s string) *string { return &s }
+
 // TestParseOptions: the JSON virt-handler sends (KubeVirt's
 // cmdclient.MigrationOptions, v1.8.2 defaults, and v1.9 with its added
 // fields), and what is refused.
@@ -31,7 +34,13 @@ func TestParseOptions(t *testing.T) {
 		{"defaults", `{"Bandwidth":"0","ProgressTimeout":150,"CompletionTimeoutPerGiB":150,"UnsafeMigration":false,"AllowAutoConverge":false,"AllowPostCopy":false,"ParallelMigrationThreads":8,"AllowWorkloadDisruption":false}`,
 			Options{Bandwidth: resource.MustParse("0"), ProgressTimeout: 150, CompletionTimeoutPerGiB: 150, ParallelMigrationThreads: uintp(8)}, ""},
 		{"v1.9 fields", `{"Bandwidth":"64Mi","ProgressTimeout":10,"AllowPostCopy":true,"AllowWorkloadDisruption":true,"MaxDowntimeMs":300,"Compression":null}`,
-			Options{Bandwidth: resource.MustParse("64Mi"), ProgressTimeout: 10, AllowPostCopy: true, AllowWorkloadDisruption: true}, ""},
+			Options{Bandwidth: resource.MustParse("64Mi"), ProgressTimeout: 10, AllowPostCopy: true, AllowWorkloadDisruption: true, MaxDowntimeMs: 300}, ""},
+		{"v1.9 stall detector, compression", `{"Bandwidth":"0","MaxDowntimeMs":900,"StallDetectorOptions":{"StallMargin":0.04,"StallProgressTimeout":40,"SwitchoverTimeout":60,"EwmaAlpha":0.4,"PrecopyPossibleFactor":1.5,"PatienceWindowDecayFactor":0.5,"SearchLocalMinima":true,"CompletionTimeoutFactor":2},"Compression":"zstd"}`,
+			Options{Bandwidth: resource.MustParse("0"), MaxDowntimeMs: 900, StallDetectorOptions: &StallDetectorOptions{StallMargin: 0.04, StallProgressTimeout: 40,
+				SwitchoverTimeout: 60, EwmaAlpha: 0.4, PrecopyPossibleFactor: 1.5, PatienceWindowDecayFactor: 0.5, SearchLocalMinima: true, CompletionTimeoutFactor: 2}, Compression: strp("zstd")}, ""},
+		{"EwmaAlpha 0", `{"StallDetectorOptions":{"EwmaAlpha":0,"PrecopyPossibleFactor":1.5,"CompletionTimeoutFactor":2}}`, Options{}, "StallDetectorOptions.EwmaAlpha 0 must be greater than 0"},
+		{"PrecopyPossibleFactor below 1", `{"StallDetectorOptions":{"EwmaAlpha":0.4,"PrecopyPossibleFactor":0.5,"CompletionTimeoutFactor":2}}`, Options{}, "StallDetectorOptions.PrecopyPossibleFactor 0.5 must be at least 1"},
+		{"StallMargin above 1", `{"StallDetectorOptions":{"StallMargin":4,"EwmaAlpha":0.4,"PrecopyPossibleFactor":1.5,"CompletionTimeoutFactor":2}}`, Options{}, "StallDetectorOptions.StallMargin 4 must be at most 1"},
 		{"absent", ``, Options{}, "migration options object not present"},
 		{"not JSON", `{`, Options{}, "migration options"},
 		{"negative bandwidth", `{"Bandwidth":"-1Mi"}`, Options{}, "negative"},
@@ -51,7 +60,9 @@ func TestParseOptions(t *testing.T) {
 			got.CompletionTimeoutPerGiB != c.want.CompletionTimeoutPerGiB || got.AllowPostCopy != c.want.AllowPostCopy ||
 			got.AllowWorkloadDisruption != c.want.AllowWorkloadDisruption ||
 			(got.ParallelMigrationThreads == nil) != (c.want.ParallelMigrationThreads == nil) ||
-			(got.ParallelMigrationThreads != nil && *got.ParallelMigrationThreads != *c.want.ParallelMigrationThreads) {
+			(got.ParallelMigrationThreads != nil && *got.ParallelMigrationThreads != *c.want.ParallelMigrationThreads) ||
+			got.MaxDowntimeMs != c.want.MaxDowntimeMs || !reflect.DeepEqual(got.StallDetectorOptions, c.want.StallDetectorOptions) ||
+			!reflect.DeepEqual(got.Compression, c.want.Compression) {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}
@@ -79,6 +90,8 @@ func TestFlags(t *testing.T) {
 		{"unsafe, auto-converge", Options{UnsafeMigration: true, AllowAutoConverge: true}, false, false, base | libvirt.MigrateUnsafe | libvirt.MigrateAutoConverge},
 		{"parallel", Options{ParallelMigrationThreads: uintp(8)}, false, false, base | libvirt.MigrateParallel},
 		{"post-copy wins over parallel", Options{AllowPostCopy: true, ParallelMigrationThreads: uintp(8)}, false, false, base | libvirt.MigratePostcopy},
+		{"zstd", Options{ParallelMigrationThreads: uintp(8), Compression: strp("zstd")}, false, false, base | libvirt.MigrateParallel | libvirt.MigrateCompressed},
+		{"compression none", Options{Compression: strp("none")}, false, false, base},
 	} {
 		if got := Flags(c.o, c.block, c.paused); got != c.want {
 			t.Errorf("%s: flags %#x, want %#x", c.name, got, c.want)
@@ -125,6 +138,8 @@ func TestParams(t *testing.T) {
 			[]string{"migrate_uri=unix://" + sock + "-49152-source.sock", "destination_xml=<domain/>", "persistent_xml=<domain/>", "destination_name=ns_vm"}},
 		{"bandwidth, parallel", Request{Layout: l, UID: "u-1", XML: "x", Name: "n", Options: Options{Bandwidth: resource.MustParse("64Mi"), ParallelMigrationThreads: uintp(4)}, LibvirtVersion: 9_000_000},
 			[]string{"migrate_uri=unix://" + sock + "-49152-source.sock", "destination_xml=x", "persistent_xml=x", "destination_name=n", "bandwidth=ullong:64", "parallel.connections=int:4"}},
+		{"zstd", Request{Layout: l, UID: "u-1", XML: "x", Name: "n", Options: Options{ParallelMigrationThreads: uintp(8), Compression: strp("zstd")}, LibvirtVersion: 9_004_000},
+			[]string{"migrate_uri=unix://" + sock + "-49152-source.sock", "destination_xml=x", "persistent_xml=x", "destination_name=n", "parallel.connections=int:8", "compression=zstd"}},
 		{"disks on 9.0: no detect_zeroes", Request{Layout: l, UID: "u-1", XML: "x", Name: "n", Disks: []string{"vda", "vdb"}, LibvirtVersion: 9_000_000},
 			[]string{"migrate_uri=unix://" + sock + "-49152-source.sock", "destination_xml=x", "persistent_xml=x", "destination_name=n",
 				"migrate_disks=vda", "migrate_disks=vdb", "disks_uri=unix://" + sock + "-49153-source.sock"}},

@@ -22,8 +22,16 @@ const (
 	// Pause: suspend the source's guest, so that its memory stops
 	// changing and the migration can finish.
 	Pause
-	// Abort: abort the migration job, for Decision.Reason.
+	// Abort: abort the migration job, for Decision.Reason (in KubeVirt
+	// v1.9 the monitor's abort is a cancel: AbortStatus Aborting, then
+	// the job's abort; Reason is for the log).
 	Abort
+	// SetDowntime: set the migration's downtime limit to
+	// Decision.Downtime (virDomainMigrateSetMaxDowntime).
+	SetDowntime
+	// MarkPaused: QEMU paused the guest for its switch-over; record the
+	// Paused mode (no call to make).
+	MarkPaused
 )
 
 func (a Action) String() string {
@@ -36,6 +44,10 @@ func (a Action) String() string {
 		return "pause"
 	case Abort:
 		return "abort"
+	case SetDowntime:
+		return "set the downtime limit"
+	case MarkPaused:
+		return "mark paused"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -46,6 +58,10 @@ type Decision struct {
 	// Reason is the failure reason recorded for an Abort (KubeVirt's
 	// words: virt-handler shows it).
 	Reason string
+	// Downtime is SetDowntime's limit, in ms.
+	Downtime uint64
+	step     stallStep     // the stall detector's: where it came from
+	at       time.Duration // the stall detector's: the reading's time
 }
 
 // Monitor is the source's decision on a running migration, reading by

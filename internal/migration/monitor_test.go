@@ -156,6 +156,9 @@ func TestForDomain(t *testing.T) {
 		if got.AllowPostCopy != c.postCopy || threads != c.threads || len(why) != c.why || got.AllowWorkloadDisruption != c.o.AllowWorkloadDisruption {
 			t.Errorf("%s: %+v (%d connections), %q", c.name, got, threads, why)
 		}
+		if got.Compression != nil {
+			t.Errorf("%s: compression %q without asking", c.name, *got.Compression)
+		}
 		f := Flags(got, false, c.f.Paused)
 		if c.f.Paused && f&libvirt.MigratePostcopy != 0 {
 			t.Errorf("%s: flags %#x ask for post-copy of a paused domain", c.name, f)
@@ -165,6 +168,41 @@ func TestForDomain(t *testing.T) {
 		}
 		if c.o.ParallelMigrationThreads != nil && *c.o.ParallelMigrationThreads != 8 {
 			t.Errorf("%s: the caller's thread count changed", c.name)
+		}
+	}
+}
+
+// TestForDomainCompression: zstd goes to libvirt only where it can
+// compress: a libvirt that knows the method, parallel connections (QEMU
+// 8.0 or later through the proxies); otherwise it is dropped, saying why,
+// and the migration runs uncompressed.
+func TestForDomainCompression(t *testing.T) {
+	eight := uint(8)
+	recent, old := Facts{QEMUVersion: 8_002_000, LibvirtVersion: 9_004_000}, Facts{QEMUVersion: 7_002_019, LibvirtVersion: 9_000_000}
+	for _, c := range []struct {
+		name    string
+		o       Options
+		f       Facts
+		want    bool   // compressed after
+		because string // the reason given; "" for none
+	}{
+		{"zstd, parallel, libvirt 9.4", Options{ParallelMigrationThreads: &eight, Compression: strp("zstd")}, recent, true, ""},
+		{"zstd, libvirt 9.0 (this machine)", Options{ParallelMigrationThreads: &eight, Compression: strp("zstd")}, Facts{QEMUVersion: 8_002_000, LibvirtVersion: 9_000_000}, false, "libvirt 9.0.0 knows only the mt and xbzrle methods"},
+		{"zstd, QEMU 7.2 and libvirt 9.0: both dropped", Options{ParallelMigrationThreads: &eight, Compression: strp("zstd")}, old, false, "not zstd"},
+		{"zstd, one connection", Options{Compression: strp("zstd")}, recent, false, "compresses parallel connections only"},
+		{"zstd with post-copy: one connection", Options{ParallelMigrationThreads: &eight, AllowPostCopy: true, Compression: strp("zstd")}, recent, false, "compresses parallel connections only"},
+		{"none", Options{Compression: strp("none")}, recent, false, ""},
+		{"empty", Options{Compression: strp("")}, recent, false, ""},
+		{"unknown method: dropped as KubeVirt drops it", Options{ParallelMigrationThreads: &eight, Compression: strp("lz4")}, recent, false, `method "lz4" is not one KubeVirt knows`},
+	} {
+		got, why := ForDomain(c.o, c.f)
+		compressed := Flags(got, false, false)&libvirt.MigrateCompressed != 0
+		if compressed != c.want || (got.Compression != nil) != c.want {
+			t.Errorf("%s: compressed %v (%v), want %v", c.name, compressed, got.Compression, c.want)
+		}
+		said := strings.Join(why, "; ")
+		if c.because == "" && strings.Contains(said, "compression") || c.because != "" && !strings.Contains(said, c.because) {
+			t.Errorf("%s: reasons %q, want %q", c.name, said, c.because)
 		}
 	}
 }

@@ -33,8 +33,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
-const dirtier = `(head -c 8388608 /dev/urandom >/seed; while :; do cat /seed >/dirty; done) &`
-
 // TestMigrationPaused (issue 17, stage 3): a migration that does not
 // converge (the guest dirties its memory faster than the capped stream
 // sends it) and may disrupt the workload (AllowWorkloadDisruption, no

@@ -111,8 +111,9 @@ func checkNothingToDo(t *testing.T, ctx context.Context, c *cmdclient.Client, v 
 			t.Errorf("%s with nothing to do: %+v, %v", name, resp, err)
 		}
 	}
-	// With no migration there is nothing to cancel: KubeVirt's error.
-	if resp, err := cc.CancelVirtualMachineMigration(ctx, req(v)); err != nil || resp.GetSuccess() || !strings.Contains(resp.GetMessage(), "vmi is not migrating") {
+	// With no migration there is nothing to cancel, and that is no error
+	// (KubeVirt v1.9; v1.8 answered "vmi is not migrating").
+	if resp, err := cc.CancelVirtualMachineMigration(ctx, req(v)); err != nil || !resp.GetSuccess() {
 		t.Errorf("CancelVirtualMachineMigration with no migration: %+v, %v", resp, err)
 	}
 	// More sockets than maxSockets cannot be (test/conformance TestHotplug
