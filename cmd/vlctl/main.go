@@ -23,6 +23,7 @@ func main() {
 	root.AddCommand(newHotplugCmds()...)
 	root.AddCommand(newLogsCmd())
 	root.AddCommand(newRmCmd())
+	root.AddCommand(newGuestAccessCmds()...)
 	if err := root.Execute(); err != nil {
 		if code := exitStatus(0); errors.As(err, &code) {
 			os.Exit(int(code))
