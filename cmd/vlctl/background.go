@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/virtlauncher/virtlauncher/internal/manifest"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 )
@@ -81,11 +83,16 @@ func runDetached(cmd *cobra.Command, cfg standalone.Config) error {
 			os.RemoveAll(b.Dir)
 		}
 	}()
-	null, err := os.Open(os.DevNull)
+	stdin, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
 	}
-	defer null.Close()
+	defer stdin.Close()
+	if slices.Contains(runFiles(cfg.File, cfg.Files), manifest.Stdin) {
+		// The manifest, read into a sealed file (stdinManifest): no
+		// terminal.
+		stdin = os.Stdin
+	}
 	ready, readyW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -97,7 +104,7 @@ func runDetached(cmd *cobra.Command, cfg standalone.Config) error {
 		// did; --background makes it the supervisor.
 		Args:   append([]string{"vlctl"}, append(os.Args[1:], "--background", b.Dir)...),
 		Env:    supervisorEnv(),
-		Stdin:  null,
+		Stdin:  stdin,
 		Stdout: log,
 		Stderr: log,
 		// The order is the descriptors' (readyFD, statusFD, lockFD, exeFD).

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -123,15 +125,19 @@ func signalRun(e *runrecord.Entry, sig syscall.Signal, timeout time.Duration) er
 
 func newByNameCmds() []*cobra.Command {
 	var ps nameFlags
+	var output string
 	psCmd := &cobra.Command{
 		Use:   "ps",
 		Short: "List the VMs that `vlctl run` runs on this machine",
 		Long: `ps lists every running vlctl run: name, namespace, the domain's state as its launcher
 reports it, uptime, addresses (with the network namespace they are reachable from) and the
 console socket. A record whose vlctl run is gone (killed with SIGKILL, say) is shown as stale:
-vlctl gc cleans up after it.`,
+vlctl gc cleans up after it. -o json prints the same as a JSON array, for scripts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output, "table", "json"); err != nil {
+				return err
+			}
 			if os.Geteuid() != 0 {
 				return errors.New("ps needs root, as vlctl run does: run it with sudo")
 			}
@@ -146,7 +152,14 @@ vlctl gc cleans up after it.`,
 				rows = append(rows, row)
 				errs = append(errs, err)
 			}
-			writePS(cmd.OutOrStdout(), rows, time.Now())
+			switch output {
+			case "json":
+				if err := writePSJSON(cmd.OutOrStdout(), rows); err != nil {
+					return err
+				}
+			default:
+				writePS(cmd.OutOrStdout(), rows, time.Now())
+			}
 			// Why a state is unknown, after the table.
 			if err := errors.Join(append(errs, lerr)...); err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), "vlctl:", err)
@@ -155,6 +168,7 @@ vlctl gc cleans up after it.`,
 		},
 	}
 	ps.register(psCmd)
+	psCmd.Flags().StringVarP(&output, "output", "o", "table", "table, or json: an array of objects with name, namespace, pid, state, started, restarts, addresses (ip, netns), published, guestAddresses and console")
 
 	var st nameFlags
 	var stopTimeout time.Duration
@@ -228,31 +242,38 @@ func killByName(cmd *cobra.Command, n *nameFlags, query string) error {
 	return nil
 }
 
-// psRow is one line of `vlctl ps`.
+// psRow is one line of `vlctl ps`, and with -o json one object: its
+// field names are part of vlctl's interface (docs/standalone.md).
 type psRow struct {
-	Name, Namespace string
-	State           string
-	Started         time.Time // zero: no uptime shown
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// PID is the vlctl run (a background run's supervisor) holding the
+	// VM.
+	PID int `json:"pid"`
+	// State is the domain's state as the launcher reports it (Running,
+	// Paused, Shutoff, ...), or starting, stale, NoDomain or unknown.
+	State   string    `json:"state"`
+	Started time.Time `json:"started,omitzero"` // zero: no uptime shown
 	// Restarts is how often the run's monitor started a new launcher
 	// after one died, the guest running on.
-	Restarts  int
-	Addresses []string
-	Console   string
+	Restarts int `json:"restarts"`
+	// Addresses are the pod's, each with the network namespace it is
+	// reachable from; Published the host ports forwarded to the guest;
+	// GuestAddresses what the guest reports.
+	Addresses      []runrecord.Address `json:"addresses"`
+	Published      []string            `json:"published"`
+	GuestAddresses []string            `json:"guestAddresses"`
+	Console        string              `json:"console"`
 }
 
 // psRowOf asks the run's launcher for the domain's state; a stale record
 // is removed and shown as such. The error says why a state is unknown.
 func psRowOf(ctx context.Context, e *runrecord.Entry) (psRow, error) {
-	row := psRow{Name: e.Name, Namespace: e.Namespace, Console: e.Console}
-	for _, a := range e.Addresses {
-		row.Addresses = append(row.Addresses, a.String())
-	}
-	for _, p := range e.Published {
-		row.Addresses = append(row.Addresses, p+" (published)")
-	}
+	row := psRow{Name: e.Name, Namespace: e.Namespace, PID: e.PID, Console: e.Console,
+		Addresses: slices.Clone(e.Addresses), Published: slices.Clone(e.Published)}
 	if e.Stale {
 		// Kept: it says what vlctl gc has to clean up.
-		row.State = "stale (vlctl gc cleans up)"
+		row.State = psStale
 		return row, nil
 	}
 	if e.Started.IsZero() {
@@ -284,32 +305,75 @@ func psRowOf(ctx context.Context, e *runrecord.Entry) (psRow, error) {
 	default:
 		row.State = d.Status.Status
 		for _, i := range d.Status.Interfaces {
-			for _, ip := range i.IPs {
-				row.Addresses = append(row.Addresses, ip+" (guest)")
-			}
+			row.GuestAddresses = append(row.GuestAddresses, i.IPs...)
 		}
 	}
 	return row, nil
 }
+
+// psStale is the state of a run whose vlctl is gone.
+const psStale = "stale"
 
 // writePS prints the rows as a table.
 func writePS(w io.Writer, rows []psRow, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tNAMESPACE\tSTATE\tUPTIME\tRESTARTS\tADDRESSES\tCONSOLE")
 	for _, r := range rows {
-		up, addrs, console := "-", "-", r.Console
+		up, addrs, console, state := "-", "-", r.Console, r.State
 		if console == "" {
 			console = "-"
+		}
+		if state == psStale {
+			state = "stale (vlctl gc cleans up)"
 		}
 		if !r.Started.IsZero() {
 			up = uptime(now.Sub(r.Started))
 		}
-		if len(r.Addresses) > 0 {
-			addrs = strings.Join(r.Addresses, ", ")
+		var all []string
+		for _, a := range r.Addresses {
+			all = append(all, a.String())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Name, r.Namespace, r.State, up, r.Restarts, addrs, console)
+		for _, p := range r.Published {
+			all = append(all, p+" (published)")
+		}
+		for _, ip := range r.GuestAddresses {
+			all = append(all, ip+" (guest)")
+		}
+		if len(all) > 0 {
+			addrs = strings.Join(all, ", ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Name, r.Namespace, state, up, r.Restarts, addrs, console)
 	}
 	tw.Flush()
+}
+
+// writePSJSON prints the rows as a JSON array (empty lists as []).
+func writePSJSON(w io.Writer, rows []psRow) error {
+	for i := range rows {
+		r := &rows[i]
+		r.Addresses, r.Published, r.GuestAddresses = nonNil(r.Addresses), nonNil(r.Published), nonNil(r.GuestAddresses)
+	}
+	b, err := json.MarshalIndent(nonNil(rows), "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+// checkOutput refuses an -o value that is not among the formats.
+func checkOutput(output string, formats ...string) error {
+	if !slices.Contains(formats, output) {
+		return fmt.Errorf("-o %q: want %s", output, strings.Join(formats, " or "))
+	}
+	return nil
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // uptime is d in the two largest units: 45s, 3m12s, 2h05m, 3d04h.

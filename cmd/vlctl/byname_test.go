@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 )
 
 func TestUptime(t *testing.T) {
@@ -32,9 +35,10 @@ func TestWritePS(t *testing.T) {
 		{name: "none", want: "NAME  NAMESPACE  STATE  UPTIME  RESTARTS  ADDRESSES  CONSOLE\n"},
 		{name: "running, paused and stale", rows: []psRow{
 			{Name: "web", Namespace: "default", State: "Running", Started: now.Add(-90 * time.Second), Restarts: 2,
-				Addresses: []string{"192.168.67.2 (netns vlout-ab)", "10.0.2.2 (guest)"}, Console: "/run/vl/ab12/s/virt-serial0"},
+				Addresses:      []runrecord.Address{{IP: "192.168.67.2", NetNS: "vlout-ab"}},
+				GuestAddresses: []string{"10.0.2.2"}, Console: "/run/vl/ab12/s/virt-serial0"},
 			{Name: "database", Namespace: "prod", State: "Paused", Started: now.Add(-2 * time.Hour), Console: "/run/vl/cd34/s/virt-serial0"},
-			{Name: "old", Namespace: "default", State: "stale (vlctl gc cleans up)", Console: "/run/vl/ef56/s/virt-serial0"},
+			{Name: "old", Namespace: "default", State: psStale, Console: "/run/vl/ef56/s/virt-serial0"},
 		}, want: "" +
 			"NAME      NAMESPACE  STATE                       UPTIME  RESTARTS  ADDRESSES                                        CONSOLE\n" +
 			"web       default    Running                     1m30s   2         192.168.67.2 (netns vlout-ab), 10.0.2.2 (guest)  /run/vl/ab12/s/virt-serial0\n" +
@@ -49,6 +53,43 @@ func TestWritePS(t *testing.T) {
 				t.Errorf("got:\n%s\nwant:\n%s", got, c.want)
 			}
 		})
+	}
+}
+
+// TestWritePSJSON: vlctl ps -o json is an array of objects with the
+// documented field names; empty lists are [], never null, and no
+// started time is left out.
+func TestWritePSJSON(t *testing.T) {
+	started := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	var b bytes.Buffer
+	if err := writePSJSON(&b, nil); err != nil || b.String() != "[]\n" {
+		t.Errorf("no rows: %q, %v", b.String(), err)
+	}
+	b.Reset()
+	rows := []psRow{
+		{Name: "web", Namespace: "default", PID: 42, State: "Running", Started: started, Restarts: 1,
+			Addresses: []runrecord.Address{{IP: "192.168.67.2", NetNS: "vlout-ab"}}, Published: []string{"127.0.0.1:2222->22/tcp"},
+			GuestAddresses: []string{"10.0.2.2"}, Console: "/run/vl/ab12/console.sock"},
+		{Name: "new", Namespace: "default", PID: 43, State: "starting"},
+	}
+	if err := writePSJSON(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, b.String())
+	}
+	want := []map[string]any{
+		{"name": "web", "namespace": "default", "pid": 42.0, "state": "Running", "started": "2026-12-02T03:00:00Z", "restarts": 1.0,
+			"addresses": []any{map[string]any{"ip": "192.168.67.2", "netns": "vlout-ab"}}, "published": []any{"127.0.0.1:2222->22/tcp"},
+			"guestAddresses": []any{"10.0.2.2"}, "console": "/run/vl/ab12/console.sock"},
+		{"name": "new", "namespace": "default", "pid": 43.0, "state": "starting", "restarts": 0.0,
+			"addresses": []any{}, "published": []any{}, "guestAddresses": []any{}, "console": ""},
+	}
+	gb, _ := json.Marshal(got)
+	wb, _ := json.Marshal(want)
+	if string(gb) != string(wb) {
+		t.Errorf("got:\n%s\nwant:\n%s", gb, wb)
 	}
 }
 

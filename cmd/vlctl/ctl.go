@@ -146,17 +146,22 @@ func newCtlCmds() []*cobra.Command {
 	// guestinfo, by name or socket: what `virtctl guestosinfo` shows.
 	var gis socketFlags
 	var gin nameFlags
+	var giOutput string
 	guestinfo := &cobra.Command{
 		Use:   "guestinfo NAME | guestinfo --socket PATH",
 		Short: "Print what the guest agent reports (OS, host name, users, file systems, interfaces)",
 		Long: `guestinfo prints the guest agent's report as KubeVirt gives it (virtctl guestosinfo):
 KubeVirt's VirtualMachineInstanceGuestAgentInfo JSON. Its fields stay empty while the guest
-runs no agent (qemu-guest-agent) or the agent has not answered yet.
+runs no agent (qemu-guest-agent) or the agent has not answered yet. -o json says so
+explicitly, for scripts: the field names are KubeVirt's.
 
 NAME is a VM that vlctl run runs on this machine (vlctl ps lists them); --socket is a
 launcher's command socket instead.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(giOutput, "json"); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
 			var c *cmdclient.Client
@@ -193,6 +198,7 @@ launcher's command socket instead.`,
 	}
 	guestinfo.Flags().StringVar(&gis.socket, "socket", "", "the launcher's command socket (…/sockets/launcher-sock)")
 	gin.register(guestinfo)
+	guestinfo.Flags().StringVarP(&giOutput, "output", "o", "json", "json, the one format: KubeVirt's VirtualMachineInstanceGuestAgentInfo (guestOSInfo, hostname, timezone, userList, fsInfo, interfaces, ...)")
 
 	var ps socketFlags
 	ping := &cobra.Command{

@@ -154,6 +154,12 @@ secondary networks (each refused, saying so).`,
 				}
 				cfg.Publish = append(cfg.Publish, pb)
 			}
+			if background == "" {
+				// The supervisor's standard input is that file already.
+				if err := stdinManifest(runFiles(cfg.File, cfg.Files)); err != nil {
+					return err
+				}
+			}
 			if detach && background == "" {
 				return runDetached(cmd, cfg)
 			}
@@ -184,7 +190,7 @@ secondary networks (each refused, saying so).`,
 	f.BoolVarP(&detach, "detach", "d", false, "run in the background: return once the guest runs, printing the VM's name; a supervisor of its own holds the VM (vlctl stop NAME ends it, vlctl logs --run NAME shows its output, vlctl rm NAME removes what it leaves)")
 	f.StringVar(&background, "background", "", "the directory of the background run this vlctl supervises (set by vlctl run -d)")
 	f.MarkHidden("background")
-	f.StringArrayVarP(&cfg.Files, "filename", "f", nil, "a file of manifests, YAML documents separated by --- (repeatable, as kubectl apply -f): one VirtualMachine or VirtualMachineInstance among them, and the ConfigMaps and Secrets its volumes name")
+	f.StringArrayVarP(&cfg.Files, "filename", "f", nil, "a file of manifests, YAML documents separated by --- (repeatable, as kubectl apply -f; - for the standard input): one VirtualMachine or VirtualMachineInstance among them, and the ConfigMaps and Secrets its volumes name")
 	f.StringVar(&cfg.Instancetypes, "instancetypes", "", "DIR: .yaml/.yml/.json files of instancetypes and preferences (instancetype.kubevirt.io/v1beta1) a VM may name; searched after the -f documents, before vlctl's common ones (u1, o1, cx1, m1, n1; fedora, ubuntu, windows.11, ...)")
 	f.BoolVar(&cfg.Quiet, "quiet", false, "leave out the progress lines (what is being done, where the guest is reachable); warnings and errors are still printed")
 	f.StringArrayVar(&cfg.DNS, "dns", nil, "HOST:PORT of a resolver the guest's DNS queries are relayed to (repeatable; default: the host's, from /etc/resolv.conf)")

@@ -108,10 +108,20 @@ func ReadFiles(paths []string) ([]Doc, error) {
 	return out, nil
 }
 
+// Stdin is the file name that stands for the standard input (-f -, as
+// kubectl apply takes it). The caller makes its standard input a regular
+// file first (vlctl: a sealed memfd of what it read), so that it reads the
+// same bytes each time the manifest is loaded.
+const Stdin = "-"
+
 func readFile(path string) ([]Doc, error) {
+	open := path
+	if path == Stdin {
+		open, path = "/proc/self/fd/0", "stdin"
+	}
 	// Non-blocking, so that a FIFO given by mistake is refused below
 	// instead of waiting for a writer.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(open, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", path, err)
 	}

@@ -2,6 +2,7 @@ package standalone_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -65,12 +66,13 @@ func consoleAnswers(t *testing.T, records, name, command, want string) {
 	}
 }
 
-// TestVlctlRunDetached: vlctl run -d, started from a shell on a terminal,
-// prints the VM's name once the guest runs and returns; the terminal's
+// TestVlctlRunDetached: vlctl run -d -f - (the manifest on its standard
+// input), started from a shell on a terminal, prints the VM's name once
+// the guest runs and returns; the terminal's
 // session then hung up (SIGHUP to its process group, the terminal
 // closed) and the shell gone, the VM runs on (its guest answers on the
-// serial console), held by a supervisor in a session of its own; vlctl
-// stop ends it as it ends a foreground run, leaving nothing but the
+// serial console; vlctl ps -o json and guestinfo -o json say so), held by
+// a supervisor in a session of its own; vlctl stop ends it as it ends a foreground run, leaving nothing but the
 // background run's log, which says how it ended.
 func TestVlctlRunDetached(t *testing.T) {
 	needRoot(t)
@@ -78,8 +80,10 @@ func TestVlctlRunDetached(t *testing.T) {
 	file := testGuestManifest(t, "bgd", "--no-network")
 	root, records := workRoot(t), workRoot(t)
 	ptm, pts := openPTY(t)
-	sh := exec.Command("/bin/sh", "-c", `"$0" "$@"; echo VL-SHELL-ON; exec sleep 600`,
-		filepath.Join(binDir, "vlctl"), "run", "-d", "--emulation", "--workdir", root, "--record-dir", records, file)
+	// The manifest on vlctl's standard input (-f -), the terminal being
+	// the shell's.
+	sh := exec.Command("/bin/sh", "-c", `"$0" "$@" <`+file+`; echo VL-SHELL-ON; exec sleep 600`,
+		filepath.Join(binDir, "vlctl"), "run", "-d", "--emulation", "--workdir", root, "--record-dir", records, "-f", "-")
 	sh.Stdin = pts
 	// The terminal is the shell's controlling one, as in a login.
 	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
@@ -116,7 +120,23 @@ func TestVlctlRunDetached(t *testing.T) {
 		t.Errorf("the supervisor (pid %d) is in the terminal's session", sup)
 	}
 	consoleAnswers(t, records, "default/bgd", "echo VL-BG-$((6*7))", "VL-BG-42")
-	code, _, errOut := vlctl(t, 3*time.Minute, "stop", "default/bgd", "--record-dir", records)
+	code, out, errOut := vlctl(t, time.Minute, "ps", "-o", "json", "--record-dir", records)
+	var ps []struct {
+		Name, Namespace, State string
+		PID                    int
+		Started                time.Time
+		Addresses              []runrecord.Address
+	}
+	if err := json.Unmarshal([]byte(out), &ps); code != 0 || err != nil || len(ps) != 1 {
+		t.Errorf("vlctl ps -o json: exit %d, %v: %s%s", code, err, out, errOut)
+	} else if p := ps[0]; p.Name != "bgd" || p.Namespace != "default" || p.State != "Running" || p.PID != sup || p.Started.IsZero() {
+		t.Errorf("vlctl ps -o json: %+v; want default/bgd Running, pid %d, a start time", p, sup)
+	}
+	code, out, errOut = vlctl(t, time.Minute, "guestinfo", "-o", "json", "default/bgd", "--record-dir", records)
+	if code != 0 || !json.Valid([]byte(out)) {
+		t.Errorf("vlctl guestinfo -o json: exit %d: %s%s", code, out, errOut)
+	}
+	code, _, errOut = vlctl(t, 3*time.Minute, "stop", "default/bgd", "--record-dir", records)
 	if code != 0 {
 		t.Fatalf("vlctl stop: exit %d: %s", code, errOut)
 	}

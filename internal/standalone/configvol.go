@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -203,7 +204,13 @@ func (c *Config) manifestName() string {
 	if c.source != nil {
 		return c.source.FullName()
 	}
-	return strings.Join(c.files(), ", ")
+	names := slices.Clone(c.files())
+	for i, f := range names {
+		if f == manifest.Stdin {
+			names[i] = "stdin"
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // loadManifest reads the run's documents: the VMI to run (defaulted and
