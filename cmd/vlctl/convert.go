@@ -2,11 +2,14 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
+	"github.com/virtlauncher/virtlauncher/internal/converter/hostdev"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/instancetype"
@@ -23,6 +26,7 @@ type convertFlags struct {
 	diskFormats []string
 	blockVols   []string
 	pciAddrs    []string
+	devEnv      []string
 	macs        []string
 	taps        []string
 	cpuSet      string
@@ -59,6 +63,7 @@ them under a standalone working directory.`,
 	fl.StringArrayVar(&f.diskFormats, "disk-format", nil, "VOL=raw|qcow2: image format under a containerDisk volume (repeatable; default raw)")
 	fl.StringArrayVar(&f.blockVols, "block", nil, "VOL: the volume is a block device, not a file (repeatable)")
 	fl.StringArrayVar(&f.pciAddrs, "pci-address", nil, "NAME=DDDD:BB:SS.F: host PCI address of a GPU, host device or SR-IOV interface (repeatable)")
+	fl.StringArrayVar(&f.devEnv, "device-env", nil, "VAR=VALUE: a device plugin's variable, e.g. MDEV_PCI_RESOURCE_NVIDIA_COM_GRID_T4_1Q=UUID or USB_RESOURCE_KUBEVIRT_IO_STORAGE=1:5 (repeatable)")
 	fl.StringArrayVar(&f.macs, "mac", nil, "IFACE=MAC: MAC of the pod-side link of an interface (repeatable)")
 	fl.StringArrayVar(&f.taps, "tap", nil, "IFACE=TAP: tap device name of an interface (repeatable)")
 	fl.StringVar(&f.cpuSet, "cpuset", "", "host CPUs for dedicated CPU placement, in the order they are handed out, e.g. 2,3,4 or 2-4")
@@ -79,6 +84,9 @@ func runConvert(path string, f convertFlags) (string, error) {
 	}
 	l, err := instancetype.Load([]string{path}, "", vmi.Options{DefaultBinding: f.binding, Arch: f.arch})
 	if err != nil {
+		return "", err
+	}
+	if err := pciFacts(l.VMI, c, f.pciAddrs); err != nil {
 		return "", err
 	}
 	dom, err := converter.Convert(l.VMI, c)
@@ -102,7 +110,7 @@ func contextFromFlags(f convertFlags) (*facts.Context, error) {
 	c.Arch = f.arch
 	c.Volumes = map[string]facts.Volume{}
 	c.Interfaces = map[string]facts.Interface{}
-	c.PCIAddresses = map[string]string{}
+	c.Devices.Env = map[string]string{}
 	for _, kv := range f.diskFormats {
 		vol, format, err := pair("--disk-format", kv)
 		if err != nil {
@@ -123,15 +131,15 @@ func contextFromFlags(f convertFlags) (*facts.Context, error) {
 		v.Block = true
 		c.Volumes[vol] = v
 	}
-	for _, kv := range f.pciAddrs {
-		name, addr, err := pair("--pci-address", kv)
+	for _, kv := range f.devEnv {
+		name, val, err := pair("--device-env", kv)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := facts.PCIAddress(addr); err != nil {
-			return nil, fmt.Errorf("--pci-address %s: %w", kv, err)
+		if !slices.ContainsFunc(hostdev.Prefixes, func(p string) bool { return strings.HasPrefix(name, p+"_") }) {
+			return nil, fmt.Errorf("--device-env %s: %q is not a device plugin's variable (%s_<RESOURCE>)", kv, name, strings.Join(hostdev.Prefixes, "_, "))
 		}
-		c.PCIAddresses[name] = addr
+		c.Devices.Env[name] = val
 	}
 	for _, kv := range f.macs {
 		name, mac, err := pair("--mac", kv)
@@ -162,6 +170,25 @@ func contextFromFlags(f convertFlags) (*facts.Context, error) {
 		c.CPUSet = cpus
 	}
 	return c, nil
+}
+
+// pciFacts gives the VMI's devices the --pci-address flags' addresses, as
+// the device plugins or Multus would have; an SR-IOV interface named so is
+// reported attached by Multus, as virt-handler reports it.
+func pciFacts(v *v1.VirtualMachineInstance, c *facts.Context, kvs []string) error {
+	for _, kv := range kvs {
+		name, addr, err := pair("--pci-address", kv)
+		if err != nil {
+			return err
+		}
+		if err := hostdev.AddPCI(v, &c.Devices, name, addr); err != nil {
+			return fmt.Errorf("--pci-address %s: %w", kv, err)
+		}
+		if _, ok := c.Devices.NetworkPCI[name]; ok && !hostdev.MultusReported(v, name) {
+			v.Status.Interfaces = append(v.Status.Interfaces, v1.VirtualMachineInstanceNetworkInterface{Name: name, InfoSource: "multus-status"})
+		}
+	}
+	return nil
 }
 
 // pair splits KEY=VALUE, both non-empty.

@@ -40,20 +40,22 @@ var corpusFailures = map[string]string{
 	"vm-pool-cirros.yaml":            `kind: "VirtualMachinePool"`,
 	"vmi-preset-small.yaml":          `kind: "VirtualMachineInstancePreset"`,
 	"vmi-replicaset-cirros.yaml":     `kind: "VirtualMachineInstanceReplicaSet"`,
-	"vmi-gpu.yaml":                   `spec.domain.devices.gpus[0]: no PCI address known for GPU "gpu1"`,
-	"vmi-dra-pgpu.yaml":              `spec.domain.devices.gpus[0]: no PCI address known for GPU "example-gpu"`,
-	"vmi-sriov.yaml":                 `spec.domain.devices.interfaces[1]: no PCI address known for SR-IOV interface "sriov-net"`,
-	"vmi-usb.yaml":                   `spec.domain.devices.hostDevices[0]: no PCI address known for host device "node-usb-to-vmi-storage"`,
+	"vmi-gpu.yaml":                   `spec.domain.devices.gpus[0]: no device for GPU "gpu1" of resource "nvidia.com/GP102GL_Tesla_P40": PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40 is unset`,
+	"vmi-dra-pgpu.yaml":              `spec.domain.devices.gpus[0]: GPU "example-gpu": no DRA metadata read for claim "pgpu-resource-claim" request "pgpu"`,
+	"vmi-usb.yaml":                   `spec.domain.devices.hostDevices[0]: no device for host device "node-usb-to-vmi-storage" of resource "kubevirt.io/storage"`,
 	"vmi-fedora-isolated.yaml":       "spec.domain.cpu.dedicatedCpuPlacement: 1 vCPUs do not fit the pod's CPU set (empty, 0 CPUs",
 }
 
 // corpusWithDevices gives the device manifests the facts a launcher would
 // have, to show they then convert.
 var corpusWithDevices = map[string]func(*facts.Context){
-	"vmi-gpu.yaml":             func(c *facts.Context) { c.PCIAddresses = map[string]string{"gpu1": "0000:81:00.0"} },
-	"vmi-dra-pgpu.yaml":        func(c *facts.Context) { c.PCIAddresses = map[string]string{"example-gpu": "0000:81:00.0"} },
-	"vmi-sriov.yaml":           func(c *facts.Context) { c.PCIAddresses = map[string]string{"sriov-net": "0000:3b:02.1"} },
-	"vmi-usb.yaml":             func(c *facts.Context) { c.PCIAddresses = map[string]string{"node-usb-to-vmi-storage": "0000:00:14.0"} },
+	"vmi-gpu.yaml": func(c *facts.Context) {
+		c.Devices.Env = map[string]string{"PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40": "0000:81:00.0"}
+	},
+	"vmi-dra-pgpu.yaml": func(c *facts.Context) {
+		c.Devices.DRA = map[facts.DRARequest]facts.DRADevice{{Claim: "pgpu-resource-claim", Request: "pgpu"}: {PCIBusID: "0000:81:00.0"}}
+	},
+	"vmi-usb.yaml":             func(c *facts.Context) { c.Devices.Env = map[string]string{"USB_RESOURCE_KUBEVIRT_IO_STORAGE": "1:5"} },
 	"vmi-fedora-isolated.yaml": func(c *facts.Context) { c.CPUSet = []uint{2, 3} },
 }
 

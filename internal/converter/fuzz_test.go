@@ -20,7 +20,8 @@ func FuzzConvert(f *testing.F) {
 	f.Add([]byte("apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata:\n  name: x\nspec:\n  domain:\n    devices: {}\n    memory:\n      guest: 64Mi\n"))
 	ctxs := []*facts.Context{facts.Default(layout.Default()), facts.Default(layout.Under("/tmp/vl"))}
 	ctxs[1].Emulation = true
-	ctxs[1].PCIAddresses = map[string]string{"gpu1": "0000:81:00.0", "sriov-net": "bad"}
+	ctxs[1].Devices = facts.Devices{Env: map[string]string{"PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40": "0000:81:00.0,bad", "MDEV_PCI_RESOURCE_NVIDIA_COM_GRID_T4_1Q": "5d4a4b2e-8c5f-4b3c-9a43-8f4d2b1c0e11"},
+		NetworkPCI: map[string]string{"sriov-net": "bad"}}
 	ctxs[1].Volumes = map[string]facts.Volume{"containerdisk": {BackingFormat: "qcow2", Block: true, NoDirectIO: true}}
 	ctxs[1].CPUSet = []uint{0, 1}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -42,7 +42,24 @@ var goldenFacts = map[string]func(*facts.Context){
 	},
 	"network-mix.yaml": func(c *facts.Context) {
 		c.Interfaces = map[string]facts.Interface{"default": {MAC: "0a:58:0a:f4:00:07", MTU: 1400}, "red": {Tap: "tap2"}}
-		c.PCIAddresses = map[string]string{"fast": "0000:3b:02.1", "gpu1": "0000:81:00.0", "nvme": "0000:c1:00.0"}
+		c.Devices = facts.Devices{
+			Env:        map[string]string{"PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40": "0000:81:00.0", "PCI_RESOURCE_VENDOR_COM_NVME": "0000:c1:00.0,"},
+			NetworkPCI: map[string]string{"fast": "0000:3b:02.1"},
+		}
+	},
+	"host-devices.yaml": func(c *facts.Context) {
+		c.Devices = facts.Devices{
+			Env: map[string]string{
+				"PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40": "0000:81:00.0",
+				"MDEV_PCI_RESOURCE_NVIDIA_COM_GRID_T4-1Q":   "5d4a4b2e-8c5f-4b3c-9a43-8f4d2b1c0e11,0b4c3a1e-6f2d-4e8a-b1c9-7d3e5f6a8b20",
+				"PCI_RESOURCE_INTEL_COM_QAT":                "0000:3d:01.2",
+				"USB_RESOURCE_KUBEVIRT_IO_STORAGE":          "3:7",
+			},
+			NetworkPCI: map[string]string{"fast": "0000:3b:02.4"},
+			DRA: map[facts.DRARequest]facts.DRADevice{
+				{Claim: "vgpu", Request: "gpu"}: {MDevUUID: "11111111-2222-3333-4444-555555555555", PCIBusID: "0000:82:00.0"},
+			},
+		}
 	},
 	"hotplug-hugepages.yaml": func(c *facts.Context) { c.SerialConsoleLogDisabled = true },
 	"dedicated-numa.yaml": func(c *facts.Context) {

@@ -79,8 +79,9 @@ var keptByLibvirt = map[string]string{
 }
 
 var (
-	tpmRE = regexp.MustCompile(`(?s)\s*<tpm .*?</tpm>`)
-	tscRE = regexp.MustCompile(`<timer name="tsc" frequency="(\d+)">`)
+	tpmRE          = regexp.MustCompile(`(?s)\s*<tpm .*?</tpm>`)
+	tscRE          = regexp.MustCompile(`<timer name="tsc" frequency="(\d+)">`)
+	hostdevAliasRE = regexp.MustCompile(`<alias name="(ua-(?:hostdevice|gpu|usb-host|dra-gpu|dra-hostdevice|sriov)-[^"]+)">`)
 	// A PCI address the converter wrote (a pciAddress of the spec).
 	pciAddrRE = regexp.MustCompile(`<address type="pci" domain="(\w+)" bus="(\w+)" slot="(\w+)" function="(\w+)">`)
 )
@@ -169,6 +170,19 @@ func TestDefineInLibvirtd(t *testing.T) {
 				if want := fmt.Sprintf("<address type='pci' domain='%s' bus='%s' slot='%s' function='%s'", m[1], m[2], m[3], m[4]); !strings.Contains(back, want) {
 					t.Errorf("libvirt moved a device placed at %s:\n%s", m[0], back)
 				}
+			}
+			// Every host device kept, with its alias (the hotplug of SR-IOV
+			// interfaces finds them by it) and a mediated device's display.
+			if a, b := strings.Count(xml, "<hostdev "), strings.Count(back, "<hostdev "); a != b {
+				t.Errorf("%d host devices written, %d defined:\n%s", a, b, back)
+			}
+			for _, m := range hostdevAliasRE.FindAllStringSubmatch(xml, -1) {
+				if !strings.Contains(back, "<alias name='"+m[1]+"'/>") {
+					t.Errorf("libvirt dropped the alias %s:\n%s", m[1], back)
+				}
+			}
+			if a, b := strings.Count(xml, `display="on"`), strings.Count(back, "display='on'"); a != b {
+				t.Errorf("%d displays on host devices written, %d defined:\n%s", a, b, back)
 			}
 			for written, kept := range keptByLibvirt {
 				if strings.Contains(xml, written) && !strings.Contains(back, kept) {

@@ -13,7 +13,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/compute"
-	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/converter/hostdev"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
@@ -101,61 +101,86 @@ func vcpuChange(want, live, maximum uint64) (bool, error) {
 	return true, nil
 }
 
-// HotplugHostDevices is HotplugHostDevices. KubeVirt's launcher
-// (manager.go hotPlugHostDevices, sriov.GetHostDevicesToAttach) attaches
-// the SR-IOV interfaces of the VMI whose network Multus reported and that
-// the domain lacks (host devices aliased "sriov-<name>"); here there must
-// be none.
+// HotplugHostDevices attaches, as KubeVirt's launcher does (manager.go
+// hotPlugHostDevices, sriov.GetHostDevicesToAttach), the SR-IOV interfaces
+// of the VMI that Multus reported attached to the pod and the domain lacks
+// (by alias, ua-sriov-<name>): their virtual functions from the
+// network-info file, live and in the definition. Only SR-IOV interfaces
+// are hotplugged; GPUs and host devices never are (nor in KubeVirt).
+// KubeVirt answers at once and attaches in the background, logging a
+// failure; this answers when the attach is done, with its error.
 func (m *Manager) HotplugHostDevices(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	_, _, unlock, err := m.hotplugDomain(ctx, v, "hot-plug host devices")
+	l, d, unlock, err := m.hotplugDomain(ctx, v, "hot-plug host devices")
 	if err != nil {
 		return err
 	}
-	unlock()
-	m.mu.Lock()
-	dom := m.cache
-	m.mu.Unlock()
-	if missing := hostDevicesToHotplug(v, dom); len(missing) > 0 {
-		return fmt.Errorf("hot-plug host devices: SR-IOV interface(s) %s of the VMI are not in the domain: host device hotplug is not supported by virtlauncher", strings.Join(missing, ", "))
+	defer unlock()
+	live, err := m.liveXML(ctx, l, d, 0)
+	if err != nil {
+		return fmt.Errorf("hot-plug host devices: %w", err)
+	}
+	var devs facts.Devices
+	if m.cfg.Devices != nil && len(sriovMissing(v, live)) > 0 {
+		devs = m.cfg.Devices(ctx, v)
+	}
+	attach, err := sriovToAttach(v, &devs, live)
+	if err != nil {
+		return fmt.Errorf("hot-plug host devices: %w", err)
+	}
+	for _, hd := range attach {
+		x, err := hd.Marshal()
+		if err != nil {
+			return fmt.Errorf("hot-plug host devices: %s: %w", hd.Alias.Name, err)
+		}
+		if err := withContext(ctx, "attach the host device", func() error { return l.DomainAttachDeviceFlags(d, x, uint32(liveAndConfig)) }); err != nil {
+			return fmt.Errorf("hot-plug host devices: %s: %w", hd.Alias.Name, err)
+		}
+		m.log.Info("hot-plugged host device", "alias", hd.Alias.Name)
+	}
+	if len(attach) > 0 {
+		m.refresh(ctx, EventModified, true)
 	}
 	return nil
 }
 
-// infoSourceMultusStatus is KubeVirt's vmispec.InfoSourceMultusStatus: an
-// interface status with it has a network Multus attached to the pod.
-const infoSourceMultusStatus = "multus-status"
-
-// sriovAliasPrefix is KubeVirt's deviceinfo.SRIOVAliasPrefix, the alias of
-// an SR-IOV host device after the "ua-" prefix.
-const sriovAliasPrefix = "sriov-"
-
-// hostDevicesToHotplug lists the SR-IOV interfaces KubeVirt's launcher
-// would attach: in the VMI spec, reported by Multus in the VMI status, and
-// without a host device in the domain.
-func hostDevicesToHotplug(v *v1.VirtualMachineInstance, dom *domainjson.Domain) []string {
+// sriovMissing lists the SR-IOV interfaces KubeVirt's launcher would
+// attach: reported by Multus in the VMI status, without a host device of
+// their alias in the domain.
+func sriovMissing(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) []string {
 	attached := map[string]bool{}
-	if dom != nil {
-		for _, h := range dom.Spec.Devices.HostDevices {
+	if live != nil && live.Devices != nil {
+		for _, h := range live.Devices.Hostdevs {
 			if h.Alias != nil {
-				if name, ok := strings.CutPrefix(h.Alias.Name, sriovAliasPrefix); ok {
-					attached[name] = true
-				}
+				attached[strings.TrimPrefix(h.Alias.Name, "ua-")] = true
 			}
 		}
 	}
 	var missing []string
 	for _, iface := range v.Spec.Domain.Devices.Interfaces {
-		if iface.SRIOV == nil || attached[iface.Name] {
-			continue
-		}
-		for _, st := range v.Status.Interfaces {
-			if st.Name == iface.Name && slices.Contains(strings.Split(st.InfoSource, ","), infoSourceMultusStatus) {
-				missing = append(missing, iface.Name)
-				break
-			}
+		if iface.SRIOV != nil && !attached[hostdev.SRIOVAlias+iface.Name] && hostdev.MultusReported(v, iface.Name) {
+			missing = append(missing, iface.Name)
 		}
 	}
 	return missing
+}
+
+// sriovToAttach is the host devices of the missing SR-IOV interfaces.
+func sriovToAttach(v *v1.VirtualMachineInstance, devs *facts.Devices, live *libvirtxml.Domain) ([]libvirtxml.DomainHostdev, error) {
+	missing := sriovMissing(v, live)
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	all, err := hostdev.SRIOV(v, devs)
+	if err != nil {
+		return nil, err
+	}
+	var out []libvirtxml.DomainHostdev
+	for _, hd := range all {
+		if slices.Contains(missing, strings.TrimPrefix(hd.Alias.Name, "ua-"+hostdev.SRIOVAlias)) {
+			out = append(out, hd)
+		}
+	}
+	return out, nil
 }
 
 // hotplugDomain checks the VMI is ours, takes the domain operation lock

@@ -103,6 +103,10 @@ type Config struct {
 	// (emulation, firmware paths, non-root, defaults of the cluster
 	// settings); nil means facts.Default(Layout).
 	BaseFacts func() *facts.Context
+	// Devices reads what the pod was given for a VMI's host devices (the
+	// device plugins' environment, network-info, DRA metadata); nil means
+	// nothing was given.
+	Devices func(ctx context.Context, v *v1.VirtualMachineInstance) facts.Devices
 	// Network is the unprivileged network phase (the DHCP servers of
 	// masquerade and bridge interfaces); nil means none.
 	Network Network

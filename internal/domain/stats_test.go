@@ -41,13 +41,6 @@ func liveDomain(t *testing.T, xml string) *domainjson.Domain {
 	return domainjson.Build("vm", "ns", &spec, libvirt.DomainRunning, 1, domainjson.Metadata{})
 }
 
-func liveDomainOrNil(t *testing.T, xml string) *domainjson.Domain {
-	if xml == "" {
-		return nil
-	}
-	return liveDomain(t, xml)
-}
-
 func TestDeviceAliases(t *testing.T) {
 	got := deviceAliases(liveDomain(t, liveXML))
 	want := map[string]string{"vda": "root", "vdb": "scratch", "sda": "sata0-0-0", "tap0": "default"}

@@ -348,6 +348,9 @@ func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opt
 	if m.netIfaces != nil {
 		c.Interfaces = m.netIfaces
 	}
+	if m.cfg.Devices != nil {
+		c.Devices = m.cfg.Devices(ctx, v)
+	}
 	if opts.MemBalloonStatsPeriod != nil {
 		c.MemBalloonStatsPeriod = *opts.MemBalloonStatsPeriod
 	}

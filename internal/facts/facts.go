@@ -117,9 +117,43 @@ type Context struct {
 	// has free now; nil when unknown (nothing is checked then).
 	FreeHugepages map[uint64]uint64
 
-	// PCIAddresses of host devices by device name (gpus, hostDevices, and
-	// SR-IOV interfaces by interface name), e.g. "0000:81:00.1".
-	PCIAddresses map[string]string
+	// Devices is what the pod tells the launcher about the host devices
+	// given to it.
+	Devices Devices
+}
+
+// Devices is what a KubeVirt pod tells its launcher about the host devices
+// its device plugins, Multus and DRA drivers gave it (kubevirt-conversion.md
+// B.12). The converter hands them out to the VMI's GPUs, host devices and
+// SR-IOV interfaces as KubeVirt's launcher does.
+type Devices struct {
+	// Env is the device plugins' part of the launcher's environment: the
+	// variables PCI_RESOURCE_<R>, MDEV_PCI_RESOURCE_<R> and
+	// USB_RESOURCE_<R> (R the resource name upper-cased, '/' and '.' made
+	// '_'), each a comma-separated list of host PCI addresses, mediated
+	// device UUIDs or USB bus:device numbers.
+	Env map[string]string
+	// NetworkPCI is the host PCI address of each SR-IOV network by the
+	// VMI's network name, from the network-info file (Multus's network
+	// status through the downward API). Nil when the file could not be
+	// read; NetworkInfoErr then says why.
+	NetworkPCI     map[string]string
+	NetworkInfoErr string
+	// DRA is the device each DRA claim request got, from the DRA drivers'
+	// metadata files, by the VMI's claim name and request name.
+	DRA map[DRARequest]DRADevice
+}
+
+// DRARequest names one request of a resource claim of the VMI
+// (spec.resourceClaims[].name and the request's name).
+type DRARequest struct{ Claim, Request string }
+
+// DRADevice is the device a DRA driver allocated for one request: a PCI
+// device, a mediated device (a vGPU), or why it could not be read.
+type DRADevice struct {
+	PCIBusID string
+	MDevUUID string
+	Err      string
 }
 
 // Default returns the facts of a stock KubeVirt amd64 node with default

@@ -20,6 +20,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/devinfo"
 	"github.com/virtlauncher/virtlauncher/internal/disks"
 	"github.com/virtlauncher/virtlauncher/internal/domain"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
@@ -279,6 +280,7 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm, ImageVolume: l.opts.ImageVolume},
 		Hooks:         hm,
 		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath), cpus, numa),
+		Devices:       devinfo.PodReader(os.Environ()).Read,
 		HypervisorErr: hvErr,
 		Network:       dhcp.New(dhcp.Config{CacheDir: l.layout.PrivateDir, ResolvConf: l.opts.ResolvConf}, l.log),
 		AgentIntervals: agent.Intervals{

@@ -14,6 +14,15 @@ import (
 	"strings"
 )
 
+// Files the pod gives its launcher about host devices, at fixed paths no
+// flag moves: Multus's network status of the pod's networks through the
+// downward API (an SR-IOV network's virtual function), and the DRA
+// drivers' device metadata (KEP-5304), one directory per claim request.
+const (
+	NetworkInfoFile = "/etc/podinfo/network-info"
+	DRAMetadataDir  = "/var/run/kubernetes.io/dra-device-attributes"
+)
+
 // Layout holds the root directories. Every path a launcher builds is derived
 // from these by the methods below; nothing else in the tree joins paths from
 // user input.

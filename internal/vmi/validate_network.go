@@ -2,6 +2,7 @@ package vmi
 
 import (
 	"net"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -33,8 +34,10 @@ func (v *validator) networks() {
 			v.fail(np+".name", "%q has no interface of the same name in spec.domain.devices.interfaces", n.Name)
 		}
 		switch {
+		case n.ResourceClaim != nil:
+			v.draNetwork(np, n)
 		case n.Pod == nil && n.Multus == nil:
-			v.fail(np, "no network source: set pod or multus")
+			v.fail(np, "no network source: set pod, multus or resourceClaim")
 		case n.Pod != nil && n.Multus != nil:
 			v.fail(np, "set only one of pod and multus")
 		case n.Pod != nil:
@@ -191,8 +194,8 @@ func (v *validator) binding(ip string, iface v1.Interface, net v1.Network, hasNe
 			v.fail(ip+".passtBinding", "passt is only possible on the pod network")
 		}
 	case "sriov":
-		if net.Multus == nil {
-			v.fail(ip+".sriov", "sriov needs a multus network")
+		if net.Multus == nil && net.ResourceClaim == nil {
+			v.fail(ip+".sriov", "sriov needs a multus or resourceClaim network")
 		}
 	case "bridge":
 		if net.Pod == nil && net.Multus == nil {
@@ -236,5 +239,28 @@ func (v *validator) ports(ip string, iface v1.Interface) {
 				v.fail(pp+".name", "%q is not a valid port name: %s", truncate(port.Name, 40), msgs[0])
 			}
 		}
+	}
+}
+
+// draNetwork checks a network whose device a DRA driver allocates (an
+// SR-IOV virtual function) as KubeVirt's admission does: a claim request
+// naming one of spec.resourceClaims, no other source, and no Multus
+// network beside it in the VMI.
+func (v *validator) draNetwork(np string, n v1.Network) {
+	rc := n.ResourceClaim
+	if n.Pod != nil || n.Multus != nil {
+		v.fail(np, "set only one of pod, multus and resourceClaim")
+	}
+	if rc.ClaimName == "" {
+		v.fail(np+".resourceClaim.claimName", "required")
+	}
+	if rc.RequestName == "" {
+		v.fail(np+".resourceClaim.requestName", "required")
+	}
+	if rc.ClaimName != "" && !slices.ContainsFunc(v.spec.ResourceClaims, func(c v1.VirtualMachineInstanceResourceClaim) bool { return c.Name == rc.ClaimName }) {
+		v.fail(np+".resourceClaim.claimName", "%q is not in spec.resourceClaims", rc.ClaimName)
+	}
+	if slices.ContainsFunc(v.spec.Networks, func(o v1.Network) bool { return o.Multus != nil }) {
+		v.fail(np, "Multus and resourceClaim networks cannot be mixed in one VMI")
 	}
 }

@@ -161,7 +161,7 @@ func TestValidate(t *testing.T) {
 		}, "spec.domain.devices.interfaces[1].masquerade: masquerade is only possible on the pod network"},
 		{"sriov on the pod network", func(v *v1.VirtualMachineInstance) {
 			iface(v, 0).Masquerade, iface(v, 0).SRIOV, iface(v, 0).Ports = nil, &v1.InterfaceSRIOV{}, nil
-		}, "spec.domain.devices.interfaces[0].sriov: sriov needs a multus network"},
+		}, "spec.domain.devices.interfaces[0].sriov: sriov needs a multus or resourceClaim network"},
 		{"removed slirp binding", func(v *v1.VirtualMachineInstance) {
 			iface(v, 0).Masquerade, iface(v, 0).DeprecatedSlirp = nil, &v1.DeprecatedInterfaceSlirp{}
 		}, "spec.domain.devices.interfaces[0].slirp: this binding was removed"},
@@ -186,6 +186,14 @@ func TestValidate(t *testing.T) {
 			v.Spec.Networks[1].Multus, v.Spec.Networks[1].Pod = nil, &v1.PodNetwork{}
 		}, "spec.networks: 2 pod networks; at most one allowed"},
 		{"network without source", func(v *v1.VirtualMachineInstance) { v.Spec.Networks[1].Multus = nil }, "spec.networks[1]: no network source"},
+		{"resource claim network beside a multus one", func(v *v1.VirtualMachineInstance) {
+			v.Spec.Networks = append(v.Spec.Networks, v1.Network{Name: "vf", NetworkSource: v1.NetworkSource{ResourceClaim: &v1.ClaimRequest{ClaimName: "c", RequestName: "r"}}})
+			v.Spec.Domain.Devices.Interfaces = append(v.Spec.Domain.Devices.Interfaces, v1.Interface{Name: "vf", InterfaceBindingMethod: v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}})
+		}, `spec.networks[2]: Multus and resourceClaim networks cannot be mixed in one VMI`},
+		{"resource claim network naming no claim", func(v *v1.VirtualMachineInstance) {
+			v.Spec.Networks = append(v.Spec.Networks, v1.Network{Name: "vf", NetworkSource: v1.NetworkSource{ResourceClaim: &v1.ClaimRequest{ClaimName: "c", RequestName: "r"}}})
+			v.Spec.Domain.Devices.Interfaces = append(v.Spec.Domain.Devices.Interfaces, v1.Interface{Name: "vf", InterfaceBindingMethod: v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}})
+		}, `spec.networks[2].resourceClaim.claimName: "c" is not in spec.resourceClaims`},
 		{"memory missing", func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Guest = nil }, "spec.domain.memory.guest: required"},
 		{"memory zero", func(v *v1.VirtualMachineInstance) { q := resource.MustParse("0"); v.Spec.Domain.Memory.Guest = &q }, "spec.domain.memory.guest: must be positive"},
 		{"memory absurd", func(v *v1.VirtualMachineInstance) {

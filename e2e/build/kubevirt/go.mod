@@ -161,6 +161,7 @@ require (
 	kubevirt.io/virt-template-api v0.1.7 // indirect
 	kubevirt.io/virt-template-client-go v0.1.7 // indirect
 	kubevirt.io/virt-template-engine v0.1.7 // indirect
+	libvirt.org/go/libvirt v1.11005.0 // indirect
 	libvirt.org/go/libvirtxml v1.11000.1 // indirect
 	sigs.k8s.io/controller-runtime v0.22.4 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect

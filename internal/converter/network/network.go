@@ -86,6 +86,9 @@ func binding(iface v1.Interface, netw *v1.Network, field string) error {
 	default:
 		return fmt.Errorf("%s: no binding method (bridge, masquerade or sriov) set", field)
 	}
+	if netw.ResourceClaim != nil && iface.SRIOV != nil {
+		return nil // a DRA driver's virtual function
+	}
 	if netw.Pod == nil && netw.Multus == nil {
 		return fmt.Errorf("spec.networks[%s]: neither pod nor multus is set", netw.Name)
 	}
