@@ -63,6 +63,9 @@ type DiskPreparer interface {
 	// ConfigDriveDevices writes the tagged devices' addresses into the
 	// ConfigDrive Prepare made; defined reads the defined domain.
 	ConfigDriveDevices(vmi *v1.VirtualMachineInstance, defined func() (*libvirtxml.Domain, error)) error
+	// GrowRaw grows a raw image file to size bytes (never shrinks it),
+	// allocating the new space when preallocated.
+	GrowRaw(ctx context.Context, path string, size int64, preallocated bool) error
 }
 
 // DomainHook may change the domain XML just before it is defined (the hook

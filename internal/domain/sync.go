@@ -396,6 +396,7 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	if err != nil {
 		return fmt.Errorf("prepare disks: %w", err)
 	}
+	m.growOffline(ctx, v, dom, c.Volumes)
 	t1 := time.Now()
 	if m.cfg.Hooks != nil {
 		if xml, err = m.applyHooks(ctx, v, xml, dom.Name); err != nil {
