@@ -90,12 +90,16 @@ SOURCE_DATE_EPOCH ?= 1735689600
 IMAGE_NAME ?= docker.io/virtlauncher/virt-launcher:dev
 IMAGE := bin/virtlauncher-launcher.oci.tar
 IMAGE_BINS := virt-launcher virt-launcher-monitor container-disk virt-tail virt-probe virt-freezer
+# /usr/libexec/virtiofsd: what virt-controller runs in a VMI's virtiofs
+# containers (cmd/virtiofsd, over Debian's QEMU 7.2 virtiofsd).
+IMAGE_LIBEXEC := virtiofsd
 
 image: deps bin/image/rootfs.tar
 	@mkdir -p bin/image/bin
-	$(GO) build -trimpath -ldflags='-s -w' -o bin/image/bin/ $(addprefix ./cmd/,$(IMAGE_BINS))
+	$(GO) build -trimpath -ldflags='-s -w' -o bin/image/bin/ $(addprefix ./cmd/,$(IMAGE_BINS) $(IMAGE_LIBEXEC))
 	$(GO) run ./deploy/mkimage -rootfs bin/image/rootfs.tar -o $(IMAGE) -name $(IMAGE_NAME) \
 		-epoch $(SOURCE_DATE_EPOCH) $(foreach b,$(IMAGE_BINS),-add /usr/bin/$(b)=bin/image/bin/$(b)) \
+		$(foreach b,$(IMAGE_LIBEXEC),-add /usr/libexec/$(b)=bin/image/bin/$(b)) \
 		-add /usr/bin/node-labeller.sh=deploy/node-labeller.sh \
 		-cap /usr/bin/virt-launcher-monitor=net_bind_service
 	@ls -l $(IMAGE)

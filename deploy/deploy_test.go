@@ -53,6 +53,7 @@ func TestContainerfileBinaries(t *testing.T) {
 		"qemu-system-x86", "qemu-utils", "libvirt-daemon", "libvirt-daemon-driver-qemu", "libvirt-clients", "ovmf", "bash",
 		"CGO_ENABLED=0",
 		"/usr/bin/node-labeller.sh",
+		"/out/virtiofsd /usr/libexec/virtiofsd", "./cmd/virtiofsd",
 	} {
 		if !strings.Contains(cf, want) {
 			t.Errorf("Containerfile lacks %q", want)
@@ -65,11 +66,12 @@ func TestContainerfileBinaries(t *testing.T) {
 // FROM-scratch disk images, and the rest must not depend on the image's libc.
 func TestStaticBinaries(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds six binaries")
+		t.Skip("builds seven binaries")
 	}
 	out := t.TempDir()
 	args := []string{"build", "-o", out + "/"}
-	for _, r := range required {
+	static := append(slices.Clone(required), "virtiofsd")
+	for _, r := range static {
 		args = append(args, "./cmd/"+r)
 	}
 	cmd := exec.Command("go", args...)
@@ -78,7 +80,7 @@ func TestStaticBinaries(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, b)
 	}
-	for _, r := range required {
+	for _, r := range static {
 		f, err := elf.Open(filepath.Join(out, r))
 		if err != nil {
 			t.Errorf("%s: %v", r, err)

@@ -251,6 +251,13 @@ func (p *pod) checkImage() {
 			t.Errorf("/usr/bin/%s: not an executable in the image (%v)", b, err)
 		}
 	}
+	// virtiofs: the wrapper virt-controller's virtiofs containers run,
+	// and the QEMU 7.2 daemon it runs.
+	for _, f := range []string{"usr/libexec/virtiofsd", "usr/lib/qemu/virtiofsd"} {
+		if st, err := os.Stat(filepath.Join(p.root, f)); err != nil || st.Mode()&0o111 == 0 {
+			t.Errorf("/%s: not an executable in the image (%v)", f, err)
+		}
+	}
 	for _, f := range []string{"usr/sbin/libvirtd", "usr/bin/swtpm_setup", "usr/share/OVMF/OVMF_CODE_4M.fd", "usr/share/edk2/ovmf/OVMF_VARS.secboot.fd", "bin/bash", "bin/sh"} {
 		if _, err := os.Stat(filepath.Join(p.root, f)); err != nil {
 			t.Errorf("/%s missing: %v", f, err)

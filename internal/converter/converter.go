@@ -24,8 +24,8 @@
 //     KubeVirt's rule) instead of defining with placeholder NICs first.
 //   - What libvirt 9.0 lacks is refused with a "not supported" error
 //     (Hyper-V tlbflush direct/extended, discard_granularity, MSDM table),
-//     as are passt, slirp, macvtap, binding plugins, virtiofs, launch
-//     security and the supplementalPool I/O thread policy.
+//     as are passt, slirp, macvtap, binding plugins, launch security and
+//     the supplementalPool I/O thread policy.
 //   - Root-complex placement skips the slots the spec gave devices.
 //   - Not converted (not part of this launcher): the SeaBIOS debug log and
 //     IOMMUFD; KubeVirt's functional-test annotations are refused.
@@ -66,6 +66,7 @@ func Configurators(c *facts.Context) []facts.Configurator {
 		compute.Features{Ctx: c},
 		compute.SysInfo{Ctx: c},
 		compute.OS{Ctx: c},
+		storage.NewVirtiofs(c),
 		storage.New(c),
 		compute.USBRedir{Ctx: c},
 		compute.Controllers{Ctx: c},

@@ -502,3 +502,31 @@ func TestPrepareIgnition(t *testing.T) {
 		t.Errorf("ignition file without the annotation: %v", err)
 	}
 }
+
+// TestVirtiofsVolumesAreNoDisks: a configMap and a PVC shared by virtiofs
+// filesystems are served by their virtiofsd, not read or imaged by the
+// launcher: Gather gives them no facts and Prepare makes no ISO, even when
+// the pod has no source directory or image for them (it has none in
+// KubeVirt's pod: only the virtiofsd container mounts them).
+func TestVirtiofsVolumesAreNoDisks(t *testing.T) {
+	p, _ := newPreparer(t)
+	ctx := context.Background()
+	vmi := vmiWith(
+		v1.Volume{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: k8sv1.LocalObjectReference{Name: "app"}}}},
+		v1.Volume{Name: "shared", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: k8sv1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}}},
+	)
+	vmi.Spec.Domain.Devices.Filesystems = []v1.Filesystem{{Name: "config", Virtiofs: &v1.FilesystemVirtiofs{}}, {Name: "shared", Virtiofs: &v1.FilesystemVirtiofs{}}}
+	vols, err := p.Gather(ctx, vmi)
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	if len(vols) != 0 {
+		t.Errorf("Gather gave facts for filesystem volumes: %+v", vols)
+	}
+	if _, err := p.Prepare(ctx, vmi, vols); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if _, err := os.Stat(p.Layout.ConfigMapISO("config")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("an ISO for a virtiofs configMap: %v", err)
+	}
+}

@@ -51,6 +51,9 @@ func (p *Preparer) Gather(ctx context.Context, vmi *v1.VirtualMachineInstance) (
 		if err := layout.CheckName(vol.Name); err != nil {
 			return nil, fmt.Errorf("volume %d: %w", i, err)
 		}
+		if facts.VirtiofsVolume(vmi, vol.Name) {
+			continue
+		}
 		fv, ok, err := p.gatherVolume(ctx, vmi, i, vol)
 		if err != nil {
 			return nil, fmt.Errorf("volume %s: %w", vol.Name, err)

@@ -65,6 +65,9 @@ func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if facts.VirtiofsVolume(vmi, vol.Name) {
+			continue
+		}
 		if file, dirs, ok := p.madeFor(vmi, vol); ok {
 			if _, serr := os.Lstat(file); errors.Is(serr, fs.ErrNotExist) {
 				fresh = append(fresh, made{file, dirs})

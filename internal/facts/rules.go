@@ -88,3 +88,16 @@ func HotplugVolume(vmi *v1.VirtualMachineInstance, name string) (hotplug, mounte
 	}
 	return false, false
 }
+
+// VirtiofsVolume reports whether volume name is shared with the guest by
+// a virtiofs filesystem. Such a volume is no disk: the launcher neither
+// reads it nor builds an image of it (a configMap gets no ISO); its
+// virtiofsd serves it.
+func VirtiofsVolume(vmi *v1.VirtualMachineInstance, name string) bool {
+	for _, fs := range vmi.Spec.Domain.Devices.Filesystems {
+		if fs.Name == name && fs.Virtiofs != nil {
+			return true
+		}
+	}
+	return false
+}

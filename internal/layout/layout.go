@@ -171,6 +171,18 @@ func (l Layout) MigrationSocket(uid string, port int) string {
 	return filepath.Join(l.MigrationProxyDir(), key+"-source.sock")
 }
 
+// VirtiofsDir holds the vhost-user sockets of the VMI's virtiofs
+// filesystems (<share dir>/virtiofs-containers: in a pod, the emptyDir
+// virt-controller shares between the compute container and each
+// filesystem's virtiofsd container).
+func (l Layout) VirtiofsDir() string { return filepath.Join(l.ShareDir, "virtiofs-containers") }
+
+// VirtiofsSocket is where the virtiofsd of filesystem name listens and
+// QEMU connects: <name>.sock in VirtiofsDir.
+func (l Layout) VirtiofsSocket(name string) string {
+	return filepath.Join(l.VirtiofsDir(), name+".sock")
+}
+
 // VMIPrivateDir holds the serial console, its log and the VNC socket.
 func (l Layout) VMIPrivateDir(uid string) string { return filepath.Join(l.PrivateDir, uid) }
 

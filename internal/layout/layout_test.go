@@ -96,3 +96,12 @@ func TestMigrationSockets(t *testing.T) {
 		t.Errorf("%s: %d bytes, too long for a unix socket", p, len(p))
 	}
 }
+
+func TestVirtiofsSockets(t *testing.T) {
+	if got, want := Default().VirtiofsSocket("myfs"), "/var/run/kubevirt/virtiofs-containers/myfs.sock"; got != want {
+		t.Errorf("pod: %s, want %s (virt-controller's --socket-path)", got, want)
+	}
+	if got, want := Under("/w").VirtiofsSocket("myfs"), "/w/share/virtiofs-containers/myfs.sock"; got != want {
+		t.Errorf("standalone: %s, want %s", got, want)
+	}
+}

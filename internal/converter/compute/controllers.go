@@ -226,6 +226,9 @@ func rootPortDevices(devs *libvirtxml.DomainDeviceList) int {
 	for _, r := range devs.RNGs {
 		add(r.Model, r.Address)
 	}
+	for _, f := range devs.Filesystems {
+		add(f.Model, f.Address) // vhost-user-fs-pci, a PCIe endpoint
+	}
 	if b := devs.MemBalloon; b != nil && b.Model != "none" {
 		add(b.Model, b.Address)
 	}

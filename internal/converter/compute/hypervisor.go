@@ -17,9 +17,6 @@ func (h Hypervisor) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Do
 	if vmi.Spec.Domain.LaunchSecurity != nil {
 		return fmt.Errorf("spec.domain.launchSecurity: not supported (SEV, SNP and TDX need confidential-computing firmware and hosts)")
 	}
-	if len(vmi.Spec.Domain.Devices.Filesystems) > 0 {
-		return fmt.Errorf("spec.domain.devices.filesystems: virtiofs is not supported")
-	}
 	dom.Type = "kvm"
 	if h.Ctx.Emulation {
 		dom.Type = "qemu"

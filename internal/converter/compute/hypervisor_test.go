@@ -14,8 +14,5 @@ func TestHypervisor(t *testing.T) {
 		{Name: "emulation", Emulation: true, Contains: []string{`<domain type="qemu">`}},
 		{Name: "launch security refused", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.LaunchSecurity = &v1.LaunchSecurity{SEV: &v1.SEV{}} },
 			Err: "spec.domain.launchSecurity: not supported"},
-		{Name: "virtiofs refused", VMI: func(v *v1.VirtualMachineInstance) {
-			v.Spec.Domain.Devices.Filesystems = []v1.Filesystem{{Name: "fs", Virtiofs: &v1.FilesystemVirtiofs{}}}
-		}, Err: "spec.domain.devices.filesystems: virtiofs is not supported"},
 	})
 }

@@ -127,18 +127,50 @@ func guestMemoryBytes(vmi *v1.VirtualMachineInstance) int64 {
 	return 0
 }
 
-// useMemfd: hugepages are backed by memfd unless the annotation says not to.
+// useMemfd: memory shared with a vhost-user backend is backed by memfd,
+// and so are hugepages unless the annotation says not to.
 func useMemfd(vmi *v1.VirtualMachineInstance) bool {
 	m := vmi.Spec.Domain.Memory
-	return m != nil && m.Hugepages != nil && vmi.Annotations[MemfdAnnotation] != "false"
+	return sharedMemory(vmi) || m != nil && m.Hugepages != nil && vmi.Annotations[MemfdAnnotation] != "false"
 }
 
-// MemoryBacking adds hugepages (with the spec's page size) and memfd
-// backing, refusing a guest the host's free hugepages of that size cannot
-// hold (QEMU would fail later, saying less).
+// sharedMemory: a vhost-user backend outside QEMU (each virtiofs
+// filesystem's virtiofsd) maps the guest's memory, so the memory must be
+// shared.
+func sharedMemory(vmi *v1.VirtualMachineInstance) bool {
+	for _, fs := range vmi.Spec.Domain.Devices.Filesystems {
+		if fs.Virtiofs != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// MemoryBacking adds hugepages (with the spec's page size), shared access
+// for vhost-user backends and memfd backing, refusing a guest the host's
+// free hugepages of that size cannot hold (QEMU would fail later, saying
+// less).
 type MemoryBacking struct{ Ctx *facts.Context }
 
 func (mb MemoryBacking) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+	backing := &libvirtxml.DomainMemoryBacking{}
+	if err := mb.hugepages(vmi, backing); err != nil {
+		return err
+	}
+	if sharedMemory(vmi) {
+		backing.MemoryAccess = &libvirtxml.DomainMemoryAccess{Mode: "shared"}
+	}
+	if useMemfd(vmi) {
+		backing.MemorySource = &libvirtxml.DomainMemorySource{Type: "memfd"}
+	}
+	if *backing != (libvirtxml.DomainMemoryBacking{}) {
+		dom.MemoryBacking = backing
+	}
+	return nil
+}
+
+// hugepages puts the spec's hugepages, if any, on backing.
+func (mb MemoryBacking) hugepages(vmi *v1.VirtualMachineInstance, backing *libvirtxml.DomainMemoryBacking) error {
 	m := vmi.Spec.Domain.Memory
 	if m == nil || m.Hugepages == nil {
 		return nil
@@ -154,15 +186,9 @@ func (mb MemoryBacking) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxm
 				resource.NewQuantity(guestMemoryBytes(vmi), resource.BinarySI), need, m.Hugepages.PageSize, free)
 		}
 	}
-	backing := &libvirtxml.DomainMemoryBacking{
-		MemoryHugePages: &libvirtxml.DomainMemoryHugepages{Hugepages: []libvirtxml.DomainMemoryHugepage{{
-			Size: uint(q.Value() >> 10), Unit: "KiB",
-		}}},
-	}
-	if useMemfd(vmi) {
-		backing.MemorySource = &libvirtxml.DomainMemorySource{Type: "memfd"}
-	}
-	dom.MemoryBacking = backing
+	backing.MemoryHugePages = &libvirtxml.DomainMemoryHugepages{Hugepages: []libvirtxml.DomainMemoryHugepage{{
+		Size: uint(q.Value() >> 10), Unit: "KiB",
+	}}}
 	return nil
 }
 

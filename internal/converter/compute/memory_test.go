@@ -56,6 +56,14 @@ func TestMemory(t *testing.T) {
 			v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "1Gi"}
 			v.Annotations = map[string]string{"kubevirt.io/memfd": "false"}
 		}, Contains: []string{`<page size="1048576" unit="KiB">`}, Absent: []string{"memfd", "<numa>"}},
+		{Name: "virtiofs: shared memory on memfd, with KubeVirt's synthetic NUMA cell", VMI: withVirtiofs,
+			Contains: []string{"<memoryBacking>", `<source type="memfd">`, `<access mode="shared">`, `<cell id="0" cpus="0-0" memory="1048576" unit="KiB">`},
+			Absent:   []string{"<hugepages>"}},
+		{Name: "virtiofs with hugepages: both, memfd even against the annotation", VMI: func(v *v1.VirtualMachineInstance) {
+			withVirtiofs(v)
+			v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "2Mi"}
+			v.Annotations = map[string]string{"kubevirt.io/memfd": "false"}
+		}, Contains: []string{`<page size="2048" unit="KiB">`, `<source type="memfd">`, `<access mode="shared">`, "<numa>"}},
 		{Name: "bad page size", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "huge"} },
 			Err: "spec.domain.memory.hugepages.pageSize"},
 		{Name: "enough free hugepages", VMI: func(v *v1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "2Mi"} },
@@ -68,4 +76,11 @@ func TestMemory(t *testing.T) {
 			Ctx: func(c *facts.Context) { c.FreeHugepages = map[uint64]uint64{2 << 20: 4096} },
 			Err: "needs 1 free 1Gi hugepages, the host has 0"},
 	})
+}
+
+func withVirtiofs(v *v1.VirtualMachineInstance) {
+	v.Spec.Domain.Devices.Filesystems = []v1.Filesystem{{Name: "fs", Virtiofs: &v1.FilesystemVirtiofs{}}}
+	v.Spec.Volumes = append(v.Spec.Volumes, v1.Volume{Name: "fs", VolumeSource: v1.VolumeSource{
+		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: k8sv1.LocalObjectReference{Name: "app-config"}},
+	}})
 }
