@@ -48,7 +48,7 @@ ssh; without -l, the first user the VM's accessCredentials give keys to through 
 agent (propagationMethod.qemuGuestAgent.users), else ssh's default. -o OPTION (repeatable) goes
 to ssh before vlctl's own options, so yours win (ssh takes the first value of an option).
 The guest's host key is checked against a known_hosts file of this VM's own, in your vlctl
-state (~/.local/state/vlctl/ssh/NAMESPACE_NAME.known_hosts): the first key is recorded
+state (~/.local/state/vlctl/ssh/NAMESPACE_NAME.known_hosts, or below $XDG_STATE_HOME): the first key is recorded
 (StrictHostKeyChecking=accept-new), a different one later is refused by ssh, naming the file
 (a VM made again under the same name has new keys: remove the file). COMMAND runs in the
 guest instead of a login shell; vlctl exits with ssh's status. The vlctl binary must be one
@@ -182,8 +182,10 @@ func runSSH(cmd *cobra.Command, e *runrecord.Entry, r sshRequest) error {
 		return standalone.DialGuest(e, r.port)
 	})
 
+	// sudo passes XDG_STATE_HOME on only when told to: then it is the
+	// user's.
 	state := filepath.Join(u.home, ".local", "state", "vlctl", "ssh")
-	if x := os.Getenv("XDG_STATE_HOME"); x != "" && !u.drop {
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
 		state = filepath.Join(x, "vlctl", "ssh")
 	}
 	// Made as ssh's user: root makes nothing in a user's home.

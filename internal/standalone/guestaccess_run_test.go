@@ -14,10 +14,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
@@ -32,7 +35,9 @@ import (
 // vlctl screenshot writes a PNG of the size the VNC server reports; vlctl
 // ssh logs in with a key the VM's accessCredentials put in through the
 // agent, as the user they name, recording the guest's host key in a
-// known_hosts file of the VM's own.
+// known_hosts file of the VM's own, and under sudo runs ssh as the user who
+// ran it. The VM runs in the background (vlctl run -d); vlctl stop and rm
+// leave nothing of it.
 func TestVlctlGuestAccess(t *testing.T) {
 	needRoot(t)
 	testenv.Programs(t, "ssh", "ssh-keygen")
@@ -62,12 +67,29 @@ func TestVlctlGuestAccess(t *testing.T) {
 	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// In the background, as a VM one gets into usually runs.
 	records, root := workRoot(t), workRoot(t)
-	run, stdout, runErr, exited := startVlctl(t, "run", "--emulation", "--workdir", root, "--record-dir", records, file)
-	waitFor(t, "the guest agent's report", 4*time.Minute, exited, func() bool {
-		return strings.Contains(stdout.String(), testguest.MarkerReady) && strings.Contains(runErr.String(), "vlctl: guest agent: ")
-	})
 	rd := "--record-dir=" + records
+	if code, out, errOut := vlctl(t, 4*time.Minute, "run", "-d", "--emulation", "--workdir", root, rd, file); code != 0 || out != "default/ga\n" {
+		t.Fatalf("vlctl run -d: exit %d, %q: %s", code, out, errOut)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			_, log, _ := vlctl(t, time.Minute, "logs", "--run", rd, "ga")
+			t.Logf("the background run's log:\n%s", log)
+		}
+		vlctl(t, 3*time.Minute, "rm", "--force", rd, "ga")
+	})
+	// The guest agent answers once the guest has booted.
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		_, errOut, code := vlctlIO(t, "", "exec", rd, "ga", "--timeout", "10s", "--", "true")
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("vlctl exec ga -- true still fails 3 min after the run started: %s", errOut)
+		}
+	}
 
 	// exec: output, error output and status come back; -i gives input.
 	out, errOut, code := vlctlIO(t, "", "exec", rd, "ga", "--", "sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3")
@@ -169,9 +191,47 @@ func TestVlctlGuestAccess(t *testing.T) {
 		t.Errorf("vlctl ssh ga -- exit 7: exit %d: %s", code, errOut)
 	}
 
-	run.Process.Signal(os.Interrupt)
-	if c := exitCode(t, "vlctl run", run, exited, 2*time.Minute); c != 0 {
-		t.Errorf("vlctl run: exit %d", c)
+	// Under sudo, ssh runs as the user who ran it: their key, their
+	// known_hosts.
+	uid, gid, err := pod.LookupUser(pod.TestUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Theirs to reach: t.TempDir's parent is root's alone.
+	theirs, err := os.MkdirTemp("", "vlctl-ssh-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(theirs) })
+	keyData, err := os.ReadFile(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirKey := filepath.Join(theirs, "id")
+	if err := os.WriteFile(theirKey, keyData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{theirs, theirKey} {
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sudoEnv := []string{"SUDO_UID=" + strconv.Itoa(uid), "SUDO_GID=" + strconv.Itoa(gid), "SUDO_USER=" + pod.TestUser, "XDG_STATE_HOME=" + theirs}
+	sudoArgs := []string{"ssh", rd, "ga", "-i", theirKey, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "--", "echo", "VL-AS-SUDO-USER"}
+	if out, errOut, code := vlctlIOEnv(t, sudoEnv, "", sudoArgs...); code != 0 || strings.TrimSpace(out) != "VL-AS-SUDO-USER" {
+		t.Errorf("vlctl ssh under sudo as %s: exit %d, %q: %s", pod.TestUser, code, out, errOut)
+	}
+	var st syscall.Stat_t
+	theirHosts := filepath.Join(theirs, "vlctl", "ssh", "default_ga.known_hosts")
+	if err := syscall.Stat(theirHosts, &st); err != nil || st.Uid != uint32(uid) {
+		t.Errorf("%s: %v, owner %d; want one of %s's (%d)", theirHosts, err, st.Uid, pod.TestUser, uid)
+	}
+
+	if code, _, errOut := vlctl(t, 3*time.Minute, "stop", rd, "ga"); code != 0 {
+		t.Errorf("vlctl stop ga: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := vlctl(t, time.Minute, "rm", rd, "ga"); code != 0 {
+		t.Errorf("vlctl rm ga: exit %d: %s", code, errOut)
 	}
 	checkNothingLeft(t, root)
 }
