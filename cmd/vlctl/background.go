@@ -166,11 +166,17 @@ func waitReady(sup *exec.Cmd, ready *os.File) bool {
 
 // supervisorEnv is the supervisor's whole environment: nothing of the
 // caller's but what a foreground run reads (HOME and DOCKER_CONFIG, where
-// registry credentials are; SUDO_UID, whose files a hostDisk may use).
+// registry credentials are; the proxy settings imports and pulls honour;
+// SUDO_UID, whose files a hostDisk may use).
 func supervisorEnv() []string {
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
 	for _, k := range []string{"HOME", "DOCKER_CONFIG"} {
 		if v := os.Getenv(k); filepath.IsAbs(v) {
+			env = append(env, k+"="+v)
+		}
+	}
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"} {
+		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}

@@ -126,13 +126,16 @@ func signalRun(e *runrecord.Entry, sig syscall.Signal, timeout time.Duration) er
 func newByNameCmds() []*cobra.Command {
 	var ps nameFlags
 	var output string
+	var all bool
 	psCmd := &cobra.Command{
 		Use:   "ps",
 		Short: "List the VMs that `vlctl run` runs on this machine",
 		Long: `ps lists every running vlctl run: name, namespace, the domain's state as its launcher
 reports it, uptime, addresses (with the network namespace they are reachable from) and the
 console socket. A record whose vlctl run is gone (killed with SIGKILL, say) is shown as stale:
-vlctl gc cleans up after it. -o json prints the same as a JSON array, for scripts.`,
+vlctl gc cleans up after it. A background run (vlctl run -d) between two boots of its guest is
+shown as starting; with -a, one that ended and is not removed yet (vlctl rm) as exited or failed
+(vlctl logs --run NAME says why). -o json prints the same as a JSON array, for scripts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "json"); err != nil {
@@ -152,6 +155,9 @@ vlctl gc cleans up after it. -o json prints the same as a JSON array, for script
 				rows = append(rows, row)
 				errs = append(errs, err)
 			}
+			bgs, berr := runrecord.ListBackground(ps.recordDir)
+			rows = withBackground(rows, bgs, all)
+			errs = append(errs, berr)
 			switch output {
 			case "json":
 				if err := writePSJSON(cmd.OutOrStdout(), rows); err != nil {
@@ -168,7 +174,8 @@ vlctl gc cleans up after it. -o json prints the same as a JSON array, for script
 		},
 	}
 	ps.register(psCmd)
-	psCmd.Flags().StringVarP(&output, "output", "o", "table", "table, or json: an array of objects with name, namespace, pid, state, started, restarts, addresses (ip, netns), published, guestAddresses and console")
+	psCmd.Flags().BoolVarP(&all, "all", "a", false, "also the background runs that ended and are not removed yet (vlctl rm)")
+	psCmd.Flags().StringVarP(&output, "output", "o", "table", "table, or json: an array of objects with name, namespace, pid, state, started, restarts, addresses (ip, netns), published, guestAddresses, console, and for an ended background run ended and error")
 
 	var st nameFlags
 	var stopTimeout time.Duration
@@ -264,6 +271,37 @@ type psRow struct {
 	Published      []string            `json:"published"`
 	GuestAddresses []string            `json:"guestAddresses"`
 	Console        string              `json:"console"`
+	// Ended and Error: when a background run ended, and why it failed.
+	Ended time.Time `json:"ended,omitzero"`
+	Error string    `json:"error,omitempty"`
+}
+
+// withBackground adds to rows the background runs they lack: one whose
+// supervisor runs with no run recorded (starting, or waiting to boot the
+// guest again) as starting, and with all, one that ended as exited or
+// failed.
+func withBackground(rows []psRow, bgs []runrecord.Background, all bool) []psRow {
+	for _, b := range bgs {
+		if slices.ContainsFunc(rows, func(r psRow) bool { return r.Name == b.Name && r.Namespace == b.Namespace }) {
+			continue
+		}
+		row := psRow{Name: b.Name, Namespace: b.Namespace, PID: b.PID, Ended: b.Ended, Error: b.Error}
+		switch {
+		case b.Running:
+			row.State = "starting"
+		case !all:
+			continue
+		case b.Error != "":
+			row.State = "failed"
+		default:
+			row.State = "exited"
+		}
+		rows = append(rows, row)
+	}
+	slices.SortStableFunc(rows, func(a, b psRow) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	return rows
 }
 
 // psRowOf asks the run's launcher for the domain's state; a stale record

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +91,32 @@ func TestWritePSJSON(t *testing.T) {
 	wb, _ := json.Marshal(want)
 	if string(gb) != string(wb) {
 		t.Errorf("got:\n%s\nwant:\n%s", gb, wb)
+	}
+}
+
+// TestWithBackground: vlctl ps adds a background run with no run
+// recorded as starting while its supervisor runs, and with -a one that
+// ended as exited or failed; one with a run recorded is that run's row.
+func TestWithBackground(t *testing.T) {
+	rows := []psRow{{Name: "web", Namespace: "default", State: "Running"}}
+	bgs := []runrecord.Background{
+		{BackgroundState: runrecord.BackgroundState{Name: "web", Namespace: "default"}, Running: true},
+		{BackgroundState: runrecord.BackgroundState{Name: "again", Namespace: "default", PID: 7}, Running: true},
+		{BackgroundState: runrecord.BackgroundState{Name: "done", Namespace: "default"}},
+		{BackgroundState: runrecord.BackgroundState{Name: "bad", Namespace: "default", Error: "boom"}},
+	}
+	state := func(rows []psRow) string {
+		var s []string
+		for _, r := range rows {
+			s = append(s, r.Name+"="+r.State)
+		}
+		return strings.Join(s, " ")
+	}
+	if got, want := state(withBackground(slices.Clone(rows), bgs, false)), "again=starting web=Running"; got != want {
+		t.Errorf("ps: %s, want %s", got, want)
+	}
+	if got, want := state(withBackground(slices.Clone(rows), bgs, true)), "again=starting bad=failed done=exited web=Running"; got != want {
+		t.Errorf("ps -a: %s, want %s", got, want)
 	}
 }
 

@@ -73,7 +73,8 @@ func consoleAnswers(t *testing.T, records, name, command, want string) {
 // closed) and the shell gone, the VM runs on (its guest answers on the
 // serial console; vlctl ps -o json and guestinfo -o json say so), held by
 // a supervisor in a session of its own; vlctl stop ends it as it ends a foreground run, leaving nothing but the
-// background run's log, which says how it ended.
+// background run's log, which says how it ended, and which vlctl ps -a
+// lists as exited until vlctl rm removes it.
 func TestVlctlRunDetached(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
@@ -157,6 +158,23 @@ func TestVlctlRunDetached(t *testing.T) {
 		if !strings.Contains(log, want) {
 			t.Errorf("the background run's log lacks %q:\n%s", want, log)
 		}
+	}
+	// Ended, it is listed by ps -a until vlctl rm.
+	if code, out, _ := vlctl(t, time.Minute, "ps", "-o", "json", "--record-dir", records); code != 0 || out != "[]\n" {
+		t.Errorf("vlctl ps -o json after the end: exit %d: %q", code, out)
+	}
+	code, out, errOut = vlctl(t, time.Minute, "ps", "-a", "-o", "json", "--record-dir", records)
+	if err := json.Unmarshal([]byte(out), &ps); code != 0 || err != nil || len(ps) != 1 || ps[0].Name != "bgd" || ps[0].State != "exited" {
+		t.Errorf("vlctl ps -a -o json after the end: exit %d, %v: %s%s", code, err, out, errOut)
+	}
+	if code, _, errOut := vlctl(t, time.Minute, "rm", "bgd", "--record-dir", records); code != 0 {
+		t.Errorf("vlctl rm: exit %d: %s", code, errOut)
+	}
+	if code, out, _ := vlctl(t, time.Minute, "ps", "-a", "-o", "json", "--record-dir", records); code != 0 || out != "[]\n" {
+		t.Errorf("vlctl ps -a -o json after vlctl rm: exit %d: %q", code, out)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(records, "background")); len(ents) != 0 {
+		t.Errorf("background runs left after vlctl rm: %v", ents)
 	}
 }
 
