@@ -107,9 +107,6 @@ func runUnsupported(v *v1.VirtualMachineInstance) error {
 	if len(d.Devices.HostDevices) > 0 {
 		return fmt.Errorf("spec.domain.devices.hostDevices: vlctl run does not pass host devices through (no device plugin here)")
 	}
-	if len(d.Devices.Filesystems) > 0 {
-		return fmt.Errorf("spec.domain.devices.filesystems: vlctl run does not start virtiofsd for its filesystems yet")
-	}
 	for i, ifc := range d.Devices.Interfaces {
 		if ifc.SRIOV != nil {
 			return fmt.Errorf("spec.domain.devices.interfaces[%d].sriov: vlctl run does not pass host devices through (no device plugin here)", i)

@@ -124,6 +124,9 @@ type Config struct {
 	// configVols are the config volumes' files from the documents (Run
 	// fills it; configvol.go).
 	configVols []configVolume
+	// shares are the VMI's virtiofs filesystems and what each serves
+	// (virtiofs.go), worked out by check.
+	shares []virtiofsShare
 	// keys carries Input, read by one goroutine for the whole run.
 	keys <-chan []byte
 	// ports are the --publish listeners, held for the whole run (Run
@@ -332,6 +335,9 @@ func (cfg *Config) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine,
 		err = runUnsupported(v)
 	}
 	if err == nil {
+		cfg.shares, err = virtiofsShares(v)
+	}
+	if err == nil {
 		var mayUse []uint
 		if mayUse, _, err = (hostcpu.Sys{Root: "/"}).OwnCPUSet("self"); err == nil {
 			err = runCPUs(v, cfg.CPUSet, mayUse)
@@ -400,7 +406,13 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	if err := run.stageLauncher(); err != nil {
 		return false, false, err
 	}
+	if err := run.stageVirtiofs(); err != nil {
+		return false, false, err
+	}
 	if err := run.handOver(); err != nil {
+		return false, false, err
+	}
+	if err := run.startVirtiofs(ctx); err != nil {
 		return false, false, err
 	}
 	if err := run.startMonitor(); err != nil {
@@ -510,6 +522,11 @@ type runner struct {
 	// going away or the launcher ending then is the guest leaving.
 	migratedTo string
 	migrating  atomic.Bool
+
+	// virtiofsBin is the staged virtiofsd wrapper, virtiofs the daemons
+	// started for the VMI's filesystems (virtiofs.go).
+	virtiofsBin string
+	virtiofs    []*virtiofsd
 }
 
 // writeRecord records the run for `vlctl ps`, the verbs by name and vlctl
@@ -588,6 +605,9 @@ func (r *runner) cleanup() error {
 			}
 		}
 	}
+	// The virtiofs daemons end when QEMU lets go of them; those still
+	// there (QEMU never started) are ended as a pod's containers are.
+	r.stopVirtiofs()
 	// The pod is gone only when nothing runs as the VM's id any more: a
 	// monitor killed outright leaves its launcher (told by its parent-death
 	// signal) shutting the guest down, and QEMU. Nothing is removed while

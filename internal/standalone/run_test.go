@@ -21,8 +21,9 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
-// binDir holds vlctl, virt-launcher-monitor and virt-launcher built for this
-// run: vlctl finds the other two next to itself, as after `make build`.
+// binDir holds vlctl, virt-launcher-monitor, virt-launcher and virtiofsd
+// built for this run: vlctl finds the others next to itself, as after
+// `make build`.
 var binDir string
 
 func TestMain(m *testing.M) {
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		const mod = "github.com/virtlauncher/virtlauncher/cmd/"
-		build := exec.Command("go", "build", "-o", dir+"/", mod+"vlctl", mod+"virt-launcher", mod+"virt-launcher-monitor")
+		build := exec.Command("go", "build", "-o", dir+"/", mod+"vlctl", mod+"virt-launcher", mod+"virt-launcher-monitor", mod+"virtiofsd")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)

@@ -314,11 +314,6 @@ func TestRunUnsupported(t *testing.T) {
 	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "spec.domain.devices.gpus") || strings.Contains(err.Error(), "--pci-address") {
 		t.Errorf("GPU: %v", err)
 	}
-	v = &v1.VirtualMachineInstance{}
-	v.Spec.Domain.Devices.Filesystems = []v1.Filesystem{{Name: "fs", Virtiofs: &v1.FilesystemVirtiofs{}}}
-	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "spec.domain.devices.filesystems") {
-		t.Errorf("virtiofs: %v", err)
-	}
 }
 
 // TestRunCPUs: --cpuset against the VMI and the CPUs vlctl may use.

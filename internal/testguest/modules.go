@@ -22,10 +22,11 @@ var requiredModules = []string{
 // builds the TPM drivers in; efivarfs, for the EFI variables, and
 // virtio_mem, for memory hotplug, are modules; pvpanic_mmio drives the ISA
 // panic device, pvpanic_pci the PCI one, qemu_fw_cfg shows QEMU's fw_cfg
-// entries in /sys/firmware/qemu_fw_cfg).
+// entries in /sys/firmware/qemu_fw_cfg, virtiofs mounts the VMI's
+// virtiofs filesystems: mount -t virtiofs <filesystem name> DIR).
 var optionalModules = []string{
 	"ata_piix", "e1000", "e1000e", "virtio_rng", "virtio_balloon", "virtio_input",
-	"tpm_tis", "tpm_crb", "efivarfs", "virtio_mem", "pvpanic_mmio", "pvpanic_pci", "qemu_fw_cfg",
+	"tpm_tis", "tpm_crb", "efivarfs", "virtio_mem", "pvpanic_mmio", "pvpanic_pci", "qemu_fw_cfg", "virtiofs",
 }
 
 // modName is a module's name as modprobe spells it.

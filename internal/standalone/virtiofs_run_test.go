@@ -1,0 +1,100 @@
+package standalone_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// vfsVMI shares the ConfigMap app-config with the guest by virtiofs; its
+// user data mounts the share by the filesystem's name and prints a key.
+const vfsVMI = `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  name: vfs
+spec:
+  terminationGracePeriodSeconds: 10
+  domain:
+    memory:
+      guest: 256Mi
+    firmware:
+      kernelBoot:
+        kernelArgs: "console=ttyS0 quiet panic=-1 no_timer_check vl.poweroff=1 vl.nodhcp=1"
+        container:
+          image: KERNELDIR
+          kernelPath: /vmlinuz
+          initrdPath: /initrd.img
+    devices:
+      autoattachPodInterface: false
+      disks:
+      - name: rootdisk
+        disk: {bus: virtio}
+      - name: cloudinit
+        disk: {bus: virtio}
+      filesystems:
+      - name: app
+        virtiofs: {}
+  volumes:
+  - name: rootdisk
+    containerDisk:
+      image: ROOTDISK
+  - name: cloudinit
+    cloudInitNoCloud:
+      userData: |
+        #!/bin/sh
+        mkdir -p /mnt/app
+        mount -t virtiofs app /mnt/app 2>&1
+        echo "VL-""VIRTIOFS $(cat /mnt/app/mode 2>&1) owner=$(stat -c %u:%g /mnt/app/mode 2>&1) mounts=$(grep -c ' virtiofs ' /proc/mounts)"
+  - name: app
+    configMap:
+      name: app-config
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: app-config
+data:
+  mode: "shared-by-virtiofs"
+`
+
+// TestVlctlRunVirtiofs: a VMI with a ConfigMap shared by virtiofs. vlctl
+// run starts the filesystem's virtiofsd (the wrapper, as KubeVirt's
+// virtiofs container runs it) as the VM's user with its socket where the
+// domain expects it; the guest mounts the share by the filesystem's name
+// and reads the key's value, owned by root (the daemon's user is root in
+// its user namespace). When the guest has powered off, nothing of the run
+// is left, the daemon included.
+func TestVlctlRunVirtiofs(t *testing.T) {
+	needRoot(t)
+	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
+	if err != nil {
+		t.Fatalf("test guest: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "vfs.yaml")
+	body := strings.NewReplacer("KERNELDIR", g.KernelDir, "ROOTDISK", g.RootDisk).Replace(vfsVMI)
+	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := workRoot(t)
+	start := time.Now()
+	code, stdout, stderr := vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
+	t.Logf("vlctl run took %s", time.Since(start).Round(time.Millisecond))
+	console := strings.ReplaceAll(stdout, "\r\n", "\n")
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0; stderr:\n%s\nconsole:\n%s", code, stderr, console)
+	}
+	got, ok := testguest.FindMarker(console, "VL-VIRTIOFS")
+	if !ok {
+		t.Fatalf("the guest did not report the share; console:\n%s", console)
+	}
+	t.Logf("guest: VL-VIRTIOFS %s", strings.TrimSpace(got))
+	if want := "shared-by-virtiofs owner=0:0 mounts=1"; strings.TrimSpace(got) != want {
+		t.Errorf("the guest read %q from the virtiofs share, want %q", strings.TrimSpace(got), want)
+	}
+	checkNothingLeft(t, root)
+}
