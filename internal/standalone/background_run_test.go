@@ -293,3 +293,40 @@ func TestVlctlRmVolumes(t *testing.T) {
 		t.Errorf("vlctl rm of a removed VM: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestVlctlRunDetachedInterrupted: Ctrl-C on vlctl run -d while its guest
+// is starting stops the start, as on a foreground run: vlctl ends with
+// status 1, saying so, and nothing is left (background run, record, work
+// dir, process).
+func TestVlctlRunDetachedInterrupted(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	file := testGuestManifest(t, "bgi", "--no-network")
+	root, records := workRoot(t), workRoot(t)
+	cmd, stdout, stderr, exited := startVlctl(t, "run", "-d", "--emulation", "--workdir", root, "--record-dir", records, file)
+	waitFor(t, "the run's start", 2*time.Minute, exited, func() bool {
+		return strings.Contains(stderr.String(), "vlctl: prepared ")
+	})
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("vlctl run -d did not end within 2 min of SIGINT")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 || stdout.String() != "" || !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("vlctl run -d interrupted: exit %d, stdout %q, stderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	t.Logf("vlctl run -d interrupted:\n%s", stderr.String())
+	checkNothingLeft(t, root)
+	if ents, _ := os.ReadDir(filepath.Join(records, "background")); len(ents) != 0 {
+		t.Errorf("background runs left: %v", ents)
+	}
+	if left, _ := runrecord.List(records); len(left) != 0 {
+		t.Errorf("records left: %+v", left)
+	}
+	if procs, _ := procfs.Under("/proc", records); len(procs) != 0 {
+		t.Errorf("processes left naming %s: %+v", records, procs)
+	}
+}
