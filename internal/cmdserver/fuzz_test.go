@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	backupv1 "kubevirt.io/api/backup/v1alpha1"
 	v1 "kubevirt.io/api/core/v1"
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
@@ -45,6 +46,12 @@ func (nopManager) SyncVCPUs(context.Context, *v1.VirtualMachineInstance) error  
 func (nopManager) SyncMemory(context.Context, *v1.VirtualMachineInstance) error { return nil }
 func (nopManager) MemoryDump(context.Context, *v1.VirtualMachineInstance, string) error {
 	return nil
+}
+func (nopManager) Backup(context.Context, *v1.VirtualMachineInstance, *backupv1.BackupOptions) error {
+	return nil
+}
+func (nopManager) RedefineCheckpoint(context.Context, *v1.VirtualMachineInstance, *backupv1.BackupCheckpoint) (bool, error) {
+	return false, nil
 }
 func (nopManager) HotplugHostDevices(context.Context, *v1.VirtualMachineInstance) error {
 	return nil

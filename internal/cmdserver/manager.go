@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	backupv1 "kubevirt.io/api/backup/v1alpha1"
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/domain"
@@ -66,6 +67,12 @@ type Manager interface {
 	// MemoryDump starts a memory dump of the domain to dumpPath and
 	// returns once it runs; its end is in the Domain's metadata.
 	MemoryDump(ctx context.Context, vmi *v1.VirtualMachineInstance, dumpPath string) error
+	// Backup runs a backup command (start or abort); a started backup's
+	// end is in the Domain's metadata.
+	Backup(ctx context.Context, vmi *v1.VirtualMachineInstance, o *backupv1.BackupOptions) error
+	// RedefineCheckpoint defines a checkpoint again from the bitmaps the
+	// disks hold; invalid: they do not hold it (a full backup is due).
+	RedefineCheckpoint(ctx context.Context, vmi *v1.VirtualMachineInstance, cp *backupv1.BackupCheckpoint) (invalid bool, err error)
 	// AbandonTarget tells a migration target whose domain has not
 	// arrived to stop waiting for it (SignalTargetPodCleanup).
 	AbandonTarget()

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	backupv1 "kubevirt.io/api/backup/v1alpha1"
 	v1 "kubevirt.io/api/core/v1"
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
@@ -58,6 +59,10 @@ type fakeManager struct {
 	pingErr  error
 	execArgs []string
 	dumpPath string
+	// Backup's options, RedefineCheckpoint's checkpoint and verdict
+	backupOpts *backupv1.BackupOptions
+	checkpoint *backupv1.BackupCheckpoint
+	invalid    bool
 	// DirtyRate's answer
 	dirtyRate domain.StatsDirtyRate
 	// AgentData's answers by command; others fail
@@ -147,6 +152,21 @@ func (f *fakeManager) MemoryDump(_ context.Context, v *v1.VirtualMachineInstance
 	f.dumpPath = path
 	f.mu.Unlock()
 	return f.record("MemoryDump", v, domain.SyncOptions{})
+}
+
+func (f *fakeManager) Backup(_ context.Context, v *v1.VirtualMachineInstance, o *backupv1.BackupOptions) error {
+	f.mu.Lock()
+	f.backupOpts = o
+	f.mu.Unlock()
+	return f.record("Backup", v, domain.SyncOptions{})
+}
+
+func (f *fakeManager) RedefineCheckpoint(_ context.Context, v *v1.VirtualMachineInstance, cp *backupv1.BackupCheckpoint) (bool, error) {
+	f.mu.Lock()
+	f.checkpoint = cp
+	invalid := f.invalid
+	f.mu.Unlock()
+	return invalid, f.record("RedefineCheckpoint", v, domain.SyncOptions{})
 }
 
 func (f *fakeManager) SyncMemory(_ context.Context, v *v1.VirtualMachineInstance) error {
@@ -392,7 +412,8 @@ func TestUnsupportedRPCs(t *testing.T) {
 		// the guest agent's (guestagent_test.go)
 		"GetGuestInfo": true, "GetUsers": true, "GetFilesystems": true, "Exec": true, "GuestPing": true,
 		"FreezeVirtualMachine": true, "UnfreezeVirtualMachine": true,
-		"VirtualMachineMemoryDump": true, // memorydump_test.go
+		"VirtualMachineMemoryDump": true,                             // memorydump_test.go
+		"BackupVirtualMachine":     true, "RedefineCheckpoint": true, // backup_test.go
 	}
 	grpcErr := map[string]codes.Code{}
 	svc := cmdv1.File_cmd_v1_cmd_proto.Services().ByName("Cmd")
@@ -436,8 +457,8 @@ func TestUnsupportedRPCs(t *testing.T) {
 			t.Errorf("%s: success=%v message=%q", name, success, msg)
 		}
 	}
-	if checked != 5 {
-		t.Errorf("checked %d unsupported RPCs, want 5", checked)
+	if checked != 3 {
+		t.Errorf("checked %d unsupported RPCs, want 3", checked)
 	}
 	if len(m.calls) != 0 {
 		t.Errorf("unsupported RPCs reached the manager: %+v", m.calls)

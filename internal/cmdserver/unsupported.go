@@ -6,10 +6,9 @@ import (
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 )
 
-// The RPCs below are features virtlauncher does not implement (SEV,
-// backup and its checkpoints). Each answers a failure Response
-// with a non-empty message, which virt-handler reports as a failed
-// operation; none pretends to succeed.
+// The RPCs below are features virtlauncher does not implement (SEV).
+// Each answers a failure Response with a non-empty message, which
+// virt-handler reports as a failed operation; none pretends to succeed.
 
 func (c *cmdServer) GetSEVInfo(context.Context, *cmdv1.EmptyRequest) (*cmdv1.SEVInfoResponse, error) {
 	return &cmdv1.SEVInfoResponse{Response: fail(notSupported("GetSEVInfo"))}, nil
@@ -21,12 +20,4 @@ func (c *cmdServer) GetLaunchMeasurement(context.Context, *cmdv1.VMIRequest) (*c
 
 func (c *cmdServer) InjectLaunchSecret(context.Context, *cmdv1.InjectLaunchSecretRequest) (*cmdv1.Response, error) {
 	return fail(notSupported("InjectLaunchSecret")), nil
-}
-
-func (c *cmdServer) BackupVirtualMachine(context.Context, *cmdv1.BackupRequest) (*cmdv1.Response, error) {
-	return fail(notSupported("BackupVirtualMachine")), nil
-}
-
-func (c *cmdServer) RedefineCheckpoint(context.Context, *cmdv1.RedefineCheckpointRequest) (*cmdv1.RedefineCheckpointResponse, error) {
-	return &cmdv1.RedefineCheckpointResponse{Response: fail(notSupported("RedefineCheckpoint"))}, nil
 }

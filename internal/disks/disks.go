@@ -46,6 +46,9 @@ type Preparer struct {
 	// image are image volumes; Gather first links their files into the
 	// classic paths (LinkImageVolumes).
 	ImageVolume bool
+	// Root: the launcher runs as root (a root pod), which places the
+	// changed block tracking overlays (layout.CBTDir).
+	Root bool
 
 	mu sync.Mutex
 	// configDrive is the ConfigDrive data the last Prepare wrote (after

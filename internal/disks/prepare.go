@@ -76,6 +76,13 @@ func (p *Preparer) Prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		if err := p.prepareVolume(ctx, vmi, i, vol, vols); err != nil {
 			return nil, fmt.Errorf("prepare volume %s: %w", vol.Name, err)
 		}
+		overlay, madeNow, err := p.cbtOverlay(ctx, vmi, vol)
+		if madeNow {
+			fresh = append(fresh, made{overlay, p.cbtOverlayDirs()})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("prepare volume %s: %w", vol.Name, err)
+		}
 	}
 	if data := vmi.Annotations[v1.IgnitionAnnotation]; data != "" {
 		file := p.Layout.IgnitionFile(vmi.Namespace, vmi.Name)

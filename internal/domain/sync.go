@@ -14,6 +14,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
+	"github.com/virtlauncher/virtlauncher/internal/converter/storage"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -430,6 +431,9 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 		return fmt.Errorf("define domain %s: %w", dom.Name, err)
 	}
 	t2 := time.Now()
+	m.mu.Lock()
+	m.md.DataFiles = storage.CBTDataFiles(c.Layout, !c.NonRoot, v)
+	m.mu.Unlock()
 	m.log.Info("domain defined", "domain", dom.Name, "prepareDisks", t1.Sub(t0).String(), "define", t2.Sub(t1).String())
 	// The tagged devices' addresses are libvirt's, known from the define
 	// on: the ConfigDrive gets them before the guest can read it.

@@ -1,6 +1,7 @@
 package domainjson
 
 import (
+	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"strconv"
@@ -18,6 +19,7 @@ func Build(name, namespace string, spec *libvirtxml.Domain, state libvirt.Domain
 	d := newDomain(name, namespace, meta)
 	if spec != nil {
 		d.Spec = convertSpec(spec)
+		addDataStores(d.Spec.Devices.Disks, meta.DataFiles)
 	}
 	d.Spec.Metadata = kubeVirtMetadata(meta)
 	d.Status.Status, d.Status.Reason = StateAndReason(state, reason)
@@ -75,7 +77,39 @@ func kubeVirtMetadata(meta Metadata) DomainMetadata {
 		d := *meta.MemoryDump
 		dump = &d
 	}
-	return DomainMetadata{KubeVirt: KubeVirtMetadata{UID: meta.UID, GracePeriod: gp, AccessCredential: ac, Migration: mig, MemoryDump: dump}}
+	var backup *BackupMetadata
+	if meta.Backup != nil {
+		b := *meta.Backup
+		backup = &b
+	}
+	return DomainMetadata{KubeVirt: KubeVirtMetadata{UID: meta.UID, GracePeriod: gp, AccessCredential: ac, Migration: mig,
+		MemoryDump: dump, Backup: backup}}
+}
+
+// dataStore is KubeVirt's api.DataStore as JSON (its source a DiskSource).
+type dataStore struct {
+	Type   string
+	Format struct{ Type string }
+	Source DiskSource
+}
+
+// addDataStores gives each disk on a changed-block-tracking overlay its
+// Source.DataStore: a file data store in raw format, the volume's image.
+func addDataStores(disks []Disk, dataFiles map[string]string) {
+	for i := range disks {
+		src := &disks[i].Source
+		data, ok := dataFiles[src.File]
+		if src.File == "" || !ok {
+			continue
+		}
+		ds := dataStore{Type: "file", Source: DiskSource{File: data}}
+		ds.Format.Type = "raw"
+		b, err := json.Marshal(ds)
+		if err != nil {
+			continue
+		}
+		src.DataStore = b
+	}
 }
 
 func convertSpec(x *libvirtxml.Domain) DomainSpec {

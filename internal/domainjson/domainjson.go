@@ -43,6 +43,13 @@ type Metadata struct {
 	Migration *MigrationMetadata
 	// MemoryDump is the last memory dump asked for (nil: none).
 	MemoryDump *MemoryDumpMetadata
+	// Backup is the last backup asked for (nil: none).
+	Backup *BackupMetadata
+	// DataFiles maps each changed-block-tracking overlay the domain's
+	// disks use to the raw image that is its data file: libvirt 9.0
+	// does not show the data file, and virt-handler reads it as the
+	// disk's Source.DataStore.
+	DataFiles map[string]string `json:",omitempty"`
 }
 
 // Domain is KubeVirt's api.Domain as JSON.

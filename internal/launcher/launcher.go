@@ -277,7 +277,7 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 		Socket:        l.daemon.Socket(),
 		URI:           l.daemon.URI(),
 		Events:        events,
-		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm, ImageVolume: l.opts.ImageVolume},
+		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm, ImageVolume: l.opts.ImageVolume, Root: root},
 		Hooks:         hm,
 		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath), cpus, numa),
 		Devices:       devinfo.PodReader(os.Environ()).Read,

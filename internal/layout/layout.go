@@ -330,6 +330,24 @@ func (l Layout) NVRAMDir(root bool) string {
 	return filepath.Join(l.LibvirtDir(), "qemu", "nvram")
 }
 
+// CBTDir holds the qcow2 overlays of changed block tracking (one
+// <volume>.qcow2 per tracked volume, its raw image the overlay's external
+// data file), where KubeVirt's launcher and pod template agree on: in a
+// root pod /var/lib/libvirt/qemu/cbt, in a non-root one below the private
+// dir. virt-controller mounts the backend-storage volume's "cbt"
+// subdirectory here, so the overlays and their bitmaps outlive the pod.
+func (l Layout) CBTDir(root bool) string {
+	if root {
+		return filepath.Join(systemLibDir, "libvirt", "qemu", "cbt")
+	}
+	return filepath.Join(l.LibvirtDir(), "qemu", "cbt")
+}
+
+// CBTOverlay is the changed-block-tracking overlay of volume vol.
+func (l Layout) CBTOverlay(vol string, root bool) string {
+	return filepath.Join(l.CBTDir(root), vol+".qcow2")
+}
+
 // SwtpmDir is where libvirt keeps an emulated TPM's state (swtpm's
 // <domain uuid>/tpm2 below it; the domain UUID is the firmware UUID, from
 // the SMBIOS entry). libvirt 9.0 has no setting for it: the session daemon

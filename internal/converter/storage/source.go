@@ -7,6 +7,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	vmipkg "github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
 func fileSource(path string) *libvirtxml.DomainDiskSource {
@@ -126,9 +127,31 @@ func (s configurator) source(vmi *v1.VirtualMachineInstance, vol *v1.Volume, vol
 	default:
 		return fmt.Errorf("%s: only one volume source may be set, found %d", field, n)
 	}
+	if vmipkg.CBTEnabled(vmi) && vmipkg.CBTVolume(vol) && !vmipkg.CBTHotplugged(vol) {
+		if src.Block != nil {
+			return fmt.Errorf("%s: changed block tracking needs a filesystem volume: libvirt 9.0 cannot give a block device's overlay its data file", field)
+		}
+		// The overlay carries the raw image as its external data file (in
+		// its header: libvirt 9.0 has no <dataStore>), so the guest's
+		// writes still land in the image and QEMU keeps the backup
+		// bitmaps in the overlay.
+		src, format = fileSource(l.CBTOverlay(vol.Name, !s.ctx.NonRoot)), "qcow2"
+	}
 	out.Source = src
 	out.Driver.Type = format
 	return nil
+}
+
+// CBTDataFile is the raw image a tracked volume's overlay keeps its data
+// in: where the volume's image is reached without tracking.
+func CBTDataFile(l layout.Layout, vol *v1.Volume) (string, error) {
+	switch {
+	case vol.HostDisk != nil:
+		return l.HostDisk(vol.Name, vol.HostDisk.Path)
+	case vol.PersistentVolumeClaim != nil, vol.DataVolume != nil:
+		return l.PVCDisk(vol.Name), nil
+	}
+	return "", fmt.Errorf("volume %s is not tracked by changed block tracking", vol.Name)
 }
 
 func backingFormat(f, field string) (string, error) {
@@ -146,4 +169,24 @@ func namespace(vmi *v1.VirtualMachineInstance) string {
 		return "default"
 	}
 	return vmi.Namespace
+}
+
+// CBTDataFiles maps the overlay of each volume the VMI tracks to the
+// volume's raw image, the overlay's data file (nil when nothing is
+// tracked).
+func CBTDataFiles(l layout.Layout, root bool, vmi *v1.VirtualMachineInstance) map[string]string {
+	if !vmipkg.CBTEnabled(vmi) {
+		return nil
+	}
+	out := map[string]string{}
+	for i := range vmi.Spec.Volumes {
+		vol := &vmi.Spec.Volumes[i]
+		if !vmipkg.CBTVolume(vol) || vmipkg.CBTHotplugged(vol) {
+			continue
+		}
+		if data, err := CBTDataFile(l, vol); err == nil {
+			out[l.CBTOverlay(vol.Name, root)] = data
+		}
+	}
+	return out
 }
