@@ -33,14 +33,9 @@ import (
 // starts the job and answers; its end and outcome go into the Domain's
 // backup metadata, which virt-handler reads, as the memory dump's do.
 
-// refusal is an error whose text is KubeVirt's, word for word (its
-// capital letter included), for virt-handler's log and events.
-type refusal string
-
-func (r refusal) Error() string { return string(r) }
-
-// errBackupNotEnabled is KubeVirt's refusal of a backup without CBT.
-const errBackupNotEnabled = refusal("Backup failed ChangedBlockTracking is not enabled")
+// errBackupNotEnabled is KubeVirt's refusal of a backup without CBT, word
+// for word.
+var errBackupNotEnabled = errors.New("Backup failed ChangedBlockTracking is not enabled")
 
 // backupTimeFormat is how KubeVirt writes the start time in the
 // checkpoint's and the backup directory's names.
@@ -221,8 +216,8 @@ func backupXML(disks []backupDisk, o *backupv1.BackupOptions, dir, socket string
 	return b, c, vols
 }
 
-// backupDir is where a backup's files go: <targetPath>/<vmi name>/
-// <backupName>-<start time>, below the hotplug volume's directory.
+// backupDir is where a backup's files go below the target volume's
+// directory: <vmi name>/<backupName>-<start time>.
 func backupDir(o *backupv1.BackupOptions, vmiName string) (rel []string) {
 	return []string{vmiName, checkpointName(o)}
 }
@@ -379,7 +374,7 @@ func (m *Manager) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance,
 	bg := m.runContextLocked()
 	m.mu.Unlock()
 	m.log.Info("backup starting", "backup", o.BackupName, "mode", o.Mode, "checkpoint", c.Name,
-		"incremental", rec.CheckpointName != "" && o.Incremental != nil && *o.Incremental != "", "dir", dir)
+		"incrementalFrom", b.Incremental, "dir", dir)
 	cctx2, cancel2 := context.WithTimeout(ctx, backupCallTimeout)
 	defer cancel2()
 	err = withContext(cctx2, "begin the backup job", func() error {

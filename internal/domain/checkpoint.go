@@ -25,8 +25,10 @@ import (
 // KubeVirt v1.9's launcher does it: from the bitmaps QEMU has opened.
 
 // errCheckpointNotEnabled is KubeVirt's refusal of a redefinition
-// without CBT.
-const errCheckpointNotEnabled = refusal("Redefine checkpoint failed: ChangedBlockTracking is not enabled")
+// without CBT, word for word.
+//
+//lint:ignore ST1005 KubeVirt's message, shown to virt-handler.
+var errCheckpointNotEnabled = errors.New("Redefine checkpoint failed: ChangedBlockTracking is not enabled")
 
 // blockNode is the part of QEMU's query-named-block-nodes answer read:
 // a node's file and its dirty bitmaps.

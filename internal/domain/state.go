@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/digitalocean/go-libvirt"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
@@ -89,6 +90,11 @@ func restoreState(s State, uid string, now time.Time) (domainjson.Metadata, *tim
 		// It ended with the daemon that made it; the file it left may
 		// be cut short.
 		md.MemoryDump = endDump(d, d.FileName, errors.New("the launcher running it ended"), now)
+	}
+	if b := md.Backup; b != nil {
+		// libvirt cancels a backup job it finds when its daemon starts
+		// again; the record says so, not "aborted" on request.
+		md.Backup = endBackup(b, jobEnd{typ: libvirt.DomainJobFailed, errmsg: "the launcher running the backup ended"}, now)
 	}
 	return md, s.ThawAt, nil
 }

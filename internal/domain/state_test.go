@@ -72,6 +72,21 @@ func TestRestoreState(t *testing.T) {
 					t.Errorf("memory dump %+v, want the completed one as it was", d)
 				}
 			}},
+		{name: "a backup under way is over: completed, failed, saying why", uid: "u1",
+			state: State{Metadata: domainjson.Metadata{UID: "u1", Backup: &domainjson.BackupMetadata{Name: "b", Mode: "Pull", StartTimestamp: &started}}},
+			check: func(t *testing.T, md domainjson.Metadata, _ *time.Time) {
+				b := md.Backup
+				if b == nil || !b.Completed || !b.Failed || b.EndTimestamp == nil || !strings.Contains(b.BackupMsg, "launcher") {
+					t.Errorf("backup %+v, want completed, failed and ended", b)
+				}
+			}},
+		{name: "a backup that ended keeps its outcome", uid: "u1",
+			state: State{Metadata: domainjson.Metadata{UID: "u1", Backup: &domainjson.BackupMetadata{Name: "b", StartTimestamp: &started, EndTimestamp: &ended, Completed: true}}},
+			check: func(t *testing.T, md domainjson.Metadata, _ *time.Time) {
+				if b := md.Backup; b == nil || b.Failed || !b.Completed || !b.EndTimestamp.Equal(&ended) {
+					t.Errorf("backup %+v, want the completed one as it was", b)
+				}
+			}},
 		{name: "the state of another VMI is refused", uid: "u2",
 			state:   State{Metadata: domainjson.Metadata{UID: "u1"}},
 			wantErr: "uid u1"},

@@ -364,3 +364,51 @@ func TestDecodesKubeVirtOutput(t *testing.T) {
 		t.Errorf("decoded %+v", d)
 	}
 }
+
+// TestBackupAndDataStore: the backup record is Spec.Metadata.KubeVirt.Backup
+// with KubeVirt's keys, and a disk on a changed block tracking overlay
+// shows its image as Source.DataStore in api.DataStore's shape (what
+// virt-handler reads to move CBT to Enabled); other disks have none.
+func TestBackupAndDataStore(t *testing.T) {
+	start := metav1.NewTime(time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC))
+	const overlay = "/var/run/kubevirt-ephemeral-disks/disk-data/rootdisk/disk.qcow2"
+	md := Metadata{UID: "U", DataFiles: map[string]string{overlay: "/pvc/disk.img", "/elsewhere.qcow2": "/x"},
+		Backup: &BackupMetadata{Name: "b", Mode: "Push", StartTimestamp: &start, CheckpointName: "b-2026-12-07_10-00-00",
+			Volumes: `[{"volumeName":"rootdisk","diskTarget":"vda"}]`, QuiesceStatus: "Succeeded"}}
+	data, err := json.Marshal(Build("vm1", "ns1", parse(t), libvirt.DomainRunning, int32(libvirt.DomainRunningBooted), md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := decodeKubeVirt(t, data)
+	b := kv.Spec.Metadata.KubeVirt.Backup
+	if b == nil || b.Name != "b" || b.Mode != "Push" || b.CheckpointName != "b-2026-12-07_10-00-00" || b.QuiesceStatus != "Succeeded" ||
+		b.StartTimestamp == nil || !b.StartTimestamp.Equal(start.Time) || b.EndTimestamp != nil || b.Volumes != md.Backup.Volumes {
+		t.Errorf("Backup = %+v", b)
+	}
+	var withStore int
+	for _, d := range kv.Spec.Devices.Disks {
+		if len(d.Source.DataStore) == 0 || string(d.Source.DataStore) == "null" {
+			continue
+		}
+		withStore++
+		var ds struct {
+			Type   string
+			Format *struct{ Type string }
+			Source *struct {
+				Dev, File, StartupPolicy, Protocol, Name string
+				Host, Reservations, Slices, DataStore    json.RawMessage
+			}
+		}
+		dec := json.NewDecoder(strings.NewReader(string(d.Source.DataStore)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&ds); err != nil {
+			t.Fatalf("DataStore %s: %v", d.Source.DataStore, err)
+		}
+		if d.Source.File != overlay || ds.Type != "file" || ds.Format == nil || ds.Format.Type != "raw" || ds.Source == nil || ds.Source.File != "/pvc/disk.img" {
+			t.Errorf("disk %s: DataStore %s", d.Source.File, d.Source.DataStore)
+		}
+	}
+	if withStore != 1 {
+		t.Errorf("%d disks with a DataStore, want 1 (the overlay's)", withStore)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	backupv1 "kubevirt.io/api/backup/v1alpha1"
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/agent"
@@ -182,6 +183,16 @@ func Start(t testing.TB, m cmdserver.Manager) string {
 // MemoryDump records the call.
 func (f *Fake) MemoryDump(_ context.Context, vmi *v1.VirtualMachineInstance, _ string) error {
 	return f.op("MemoryDump", vmi)
+}
+
+// Backup records the call.
+func (f *Fake) Backup(_ context.Context, vmi *v1.VirtualMachineInstance, _ *backupv1.BackupOptions) error {
+	return f.op("Backup", vmi)
+}
+
+// RedefineCheckpoint records the call.
+func (f *Fake) RedefineCheckpoint(_ context.Context, vmi *v1.VirtualMachineInstance, _ *backupv1.BackupCheckpoint) (bool, error) {
+	return false, f.op("RedefineCheckpoint", vmi)
 }
 
 func (f *Fake) Migrate(_ context.Context, vmi *v1.VirtualMachineInstance, _ migration.Options) error {

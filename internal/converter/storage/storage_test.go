@@ -297,3 +297,46 @@ func TestDiskPCIAddress(t *testing.T) {
 			Err: `spec.domain.devices.disks[0].disk.pciAddress: "0000:00:2a.0": slot 0x2a is above 0x1f`},
 	})
 }
+
+// cbt sets the VMI's changed block tracking state, as virt-controller does.
+func cbt(state v1.ChangedBlockTrackingState, then func(*v1.VirtualMachineInstance)) func(*v1.VirtualMachineInstance) {
+	return func(v *v1.VirtualMachineInstance) {
+		then(v)
+		v.Status.ChangedBlockTracking = &v1.ChangedBlockTrackingStatus{State: state}
+	}
+}
+
+// TestCBTSources: with changed block tracking Initializing or Enabled, a
+// PVC, DataVolume or host disk on a file is the qcow2 overlay in the CBT
+// directory (its data file the image, in the overlay's header); other
+// states, other volume kinds and hotplugged volumes are as without; a
+// block volume is refused naming the volume.
+func TestCBTSources(t *testing.T) {
+	pvc := v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{}}
+	overlay := `<source file="/var/run/kubevirt-private/libvirt/qemu/cbt/vol.qcow2">`
+	convtest.Run(t, []convtest.Case{
+		{Name: "initializing: the overlay", VMI: cbt(v1.ChangedBlockTrackingInitializing, withDisk(disk(v1.DiskBusVirtio), pvc)),
+			Contains: []string{`<disk type="file"`, overlay, `type="qcow2"`}, Absent: []string{"vmi-disks", "backingStore"}},
+		{Name: "enabled: the overlay", VMI: cbt(v1.ChangedBlockTrackingEnabled, withDisk(disk(v1.DiskBusVirtio), pvc)),
+			Contains: []string{overlay}},
+		{Name: "root: libvirt's own directory", VMI: cbt(v1.ChangedBlockTrackingEnabled, withDisk(disk(v1.DiskBusVirtio), pvc)),
+			Ctx: func(c *facts.Context) { c.NonRoot = false }, Contains: []string{`<source file="/var/lib/libvirt/qemu/cbt/vol.qcow2">`}},
+		{Name: "dataVolume", VMI: cbt(v1.ChangedBlockTrackingEnabled, withDisk(disk(v1.DiskBusVirtio), v1.VolumeSource{DataVolume: &v1.DataVolumeSource{Name: "dv"}})),
+			Contains: []string{overlay}},
+		{Name: "hostDisk", VMI: cbt(v1.ChangedBlockTrackingEnabled, withDisk(disk(v1.DiskBusVirtio), v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/h/d.img", Type: v1.HostDiskExists}})),
+			Contains: []string{overlay, `type="qcow2"`}},
+		{Name: "pending restart: not yet", VMI: cbt(v1.ChangedBlockTrackingPendingRestart, withDisk(disk(v1.DiskBusVirtio), pvc)),
+			Contains: []string{`vmi-disks/vol/disk.img`, `type="raw"`}, Absent: []string{"cbt"}},
+		{Name: "disabled", VMI: cbt(v1.ChangedBlockTrackingDisabled, withDisk(disk(v1.DiskBusVirtio), pvc)),
+			Absent: []string{"cbt"}},
+		{Name: "emptyDisk is not tracked", VMI: cbt(v1.ChangedBlockTrackingEnabled, withDisk(disk(v1.DiskBusVirtio), v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}})),
+			Absent: []string{"cbt"}},
+		{Name: "containerDisk is not tracked", VMI: cbt(v1.ChangedBlockTrackingEnabled, func(*v1.VirtualMachineInstance) {}),
+			Absent: []string{"cbt"}},
+		{Name: "hotplugged is not tracked", VMI: cbt(v1.ChangedBlockTrackingEnabled, withDisk(disk(v1.DiskBusSCSI), v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{Hotpluggable: true}})),
+			Contains: []string{`hotplug-disks/vol.img`}, Absent: []string{"cbt"}},
+		{Name: "block is refused", VMI: cbt(v1.ChangedBlockTrackingEnabled, withDisk(disk(v1.DiskBusVirtio), pvc)),
+			Ctx: vols(map[string]facts.Volume{"vol": {Block: true}}),
+			Err: "spec.volumes[0]: changed block tracking needs a filesystem volume"},
+	})
+}
