@@ -15,12 +15,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/relay"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 )
@@ -42,9 +44,11 @@ func newVNCCmd() *cobra.Command {
 run dir) on a TCP port, as virtctl vnc --proxy-only does, and prints the address to give a VNC
 viewer (vncviewer 127.0.0.1:PORT, remmina, ...). It runs until Ctrl-C or the VM's run ends.
 --listen is 127.0.0.1 with a free port unless given. VNC carries no password and no
-encryption here: anyone who reaches the port has the guest's screen and keyboard. Other users
-of this machine reach a loopback port too; an address other than loopback is refused unless
---allow-remote is given as well. NAME is NAMESPACE/NAME, or NAME alone when only one
+encryption here: anyone who reaches the port has the guest's screen and keyboard. So on
+loopback a viewer that is another user's process than root's or that of the user who ran sudo
+is refused (the owner of its socket, as /proc/net/tcp lists it); an address other than
+loopback is refused unless --allow-remote is given as well, and then whoever reaches the port
+gets the display. NAME is NAMESPACE/NAME, or NAME alone when only one
 namespace has a VM of that name.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -71,7 +75,12 @@ namespace has a VM of that name.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "vlctl: %s: %v\n", what, err)
 			})
 			defer r.Close()
-			r.Serve(l, "vnc of "+e.FullName(), func(net.Conn) (net.Conn, error) {
+			r.Serve(l, "vnc of "+e.FullName(), func(c net.Conn) (net.Conn, error) {
+				if !allowRemote {
+					if err := localViewer(c); err != nil {
+						return nil, err
+					}
+				}
 				return dialVNC(e, sock)
 			})
 			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", l.Addr())
@@ -85,6 +94,25 @@ namespace has a VM of that name.`,
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "where viewers connect (ADDR:PORT; port 0: a free one)")
 	cmd.Flags().BoolVar(&allowRemote, "allow-remote", false, "allow a --listen address other than loopback")
 	return cmd
+}
+
+// localViewer refuses a viewer that is a process of another user than
+// root or the one who ran sudo: anyone on this machine reaches a loopback
+// port, and the display is the guest's screen and keyboard.
+func localViewer(c net.Conn) error {
+	peer, ok1 := c.RemoteAddr().(*net.TCPAddr)
+	self, ok2 := c.LocalAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("a viewer at %s refused: not a TCP connection", c.RemoteAddr())
+	}
+	uid, err := procfs.TCPOwner("/proc", peer.AddrPort(), self.AddrPort())
+	if err != nil {
+		return fmt.Errorf("a viewer at %s refused: its owner: %w", peer, err)
+	}
+	if uid == 0 || strconv.FormatUint(uint64(uid), 10) == os.Getenv("SUDO_UID") {
+		return nil
+	}
+	return fmt.Errorf("a viewer at %s refused: a process of uid %d, neither root nor the user who ran vlctl", peer, uid)
 }
 
 // vncSocket is the VNC socket of the run's guest.

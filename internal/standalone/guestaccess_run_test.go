@@ -31,7 +31,8 @@ import (
 // copies a file in and out (the guest's own sha256sum agrees); vlctl vnc
 // serves QEMU's VNC display on a loopback port, where a VNC client's
 // handshake (RFB 3.8, security None, ClientInit/ServerInit) and a
-// FramebufferUpdateRequest get a FramebufferUpdate of the whole screen;
+// FramebufferUpdateRequest get a FramebufferUpdate of the whole screen,
+// and another user's process gets nothing;
 // vlctl screenshot writes a PNG of the size the VNC server reports; vlctl
 // ssh logs in with a key the VM's accessCredentials put in through the
 // agent, as the user they name, recording the guest's host key in a
@@ -143,6 +144,27 @@ func TestVlctlGuestAccess(t *testing.T) {
 	}
 	w, h := rfbSession(t, addr)
 	t.Logf("VNC at %s: a %dx%d display", addr, w, h)
+	// Another user's process on this machine gets no display; the same
+	// client as root gets the server's version.
+	uid, gid, err := pod.LookupUser(pod.TestUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer := func(as *syscall.Credential) string {
+		c := exec.Command("bash", "-c", `exec 3<>"/dev/tcp/${0%:*}/${0##*:}" && timeout 10 head -c 12 <&3`, addr)
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: as}
+		out, _ := c.Output()
+		return string(out)
+	}
+	if got := viewer(&syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}); got != "" {
+		t.Errorf("a viewer of uid %d got %q from vlctl vnc", uid, got)
+	}
+	if got := viewer(nil); got != "RFB 003.008\n" {
+		t.Errorf("a viewer of root's got %q from vlctl vnc, want the RFB version", got)
+	}
+	waitFor(t, "vlctl vnc's refusal", 10*time.Second, vncExited, func() bool {
+		return strings.Contains(vncErr.String(), fmt.Sprintf("a process of uid %d, neither root nor the user who ran vlctl", uid))
+	})
 	vnc.Process.Signal(os.Interrupt)
 	if c := exitCode(t, "vlctl vnc", vnc, vncExited, 30*time.Second); c != 0 {
 		t.Errorf("vlctl vnc after Ctrl-C: exit %d: %s", c, vncErr.String())
@@ -193,10 +215,6 @@ func TestVlctlGuestAccess(t *testing.T) {
 
 	// Under sudo, ssh runs as the user who ran it: their key, their
 	// known_hosts.
-	uid, gid, err := pod.LookupUser(pod.TestUser)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Theirs to reach: t.TempDir's parent is root's alone.
 	theirs, err := os.MkdirTemp("", "vlctl-ssh-test-")
 	if err != nil {
