@@ -74,6 +74,8 @@ func (p *Preparer) madeFor(vmi *v1.VirtualMachineInstance, vol *v1.Volume) (file
 		return file, []string{filepath.Dir(file)}, true
 	case vol.EmptyDisk != nil:
 		return l.EmptyDisk(vol.Name), nil, true
+	case vol.DownwardMetrics != nil:
+		return l.DownwardMetricsDisk(), nil, true
 	}
 	iso, ok := p.isoPath(vmi, vol)
 	if !ok {

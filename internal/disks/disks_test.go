@@ -332,7 +332,6 @@ func TestPrepareErrors(t *testing.T) {
 		{"no user data", v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{}}}, nil, "is required"},
 		{"missing secret", v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserDataSecretRef: &k8sv1.LocalObjectReference{Name: "s"}}}}, nil, "cloudInitNoCloud.secretRef s: none of userdata, userData found"},
 		{"missing configmap dir", v1.Volume{Name: "cm", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}}, nil, "configMap: source directory"},
-		{"downward metrics", v1.Volume{Name: "dm", VolumeSource: v1.VolumeSource{DownwardMetrics: &v1.DownwardMetricsVolumeSource{}}}, nil, "not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := p.Prepare(ctx, vmiWith(tc.vol), tc.vols)

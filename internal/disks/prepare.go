@@ -20,9 +20,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
 
-// ErrNotSupported is returned for volume kinds this package cannot prepare.
-var ErrNotSupported = errors.New("not supported")
-
 // Prepare creates every file vmi's disks need, using the facts Gather
 // returned. It is idempotent: images that already exist (overlays, empty
 // disks, host disks) are kept as they are, because recreating them would lose
@@ -151,7 +148,7 @@ func (p *Preparer) prepareVolume(ctx context.Context, vmi *v1.VirtualMachineInst
 		return p.configISO(vol)
 
 	case vol.DownwardMetrics != nil:
-		return fmt.Errorf("downwardMetrics volume: %w", ErrNotSupported)
+		return p.vhostmdDisk()
 	}
 	// PVCs, DataVolumes, hotplug and memory-dump volumes are provided by
 	// the handler; container paths are file systems, not disks.

@@ -461,6 +461,9 @@ func (l *Launcher) makeDirs() error {
 		{l.layout.LibvirtRunDir, 0o700},
 		{filepath.Dir(l.layout.EmptyDisk("x")), 0o700},
 		{l.layout.LibvirtDir(), 0o700},
+		// QEMU listens there for the downwardMetrics device; virt-handler
+		// (root) connects.
+		{filepath.Dir(l.layout.DownwardMetricsSocket()), 0o700},
 	} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return fatal("create %s: %w", d.path, err)

@@ -297,6 +297,13 @@ func (l Layout) DownwardMetricsDisk() string {
 	return filepath.Join(l.PrivateDir, "downwardapi-disks", "vhostmd0")
 }
 
+// DownwardMetricsSocket is where QEMU listens for the downwardMetrics
+// device's virtio-serial port, which virt-handler connects to; the launcher
+// makes its directory at start.
+func (l Layout) DownwardMetricsSocket() string {
+	return filepath.Join(l.PrivateDir, "downwardmetrics-channel", "downwardmetrics.sock")
+}
+
 // Source directories of config volumes, as the pod mounts them.
 func (l Layout) ConfigMapSource(vol string) string {
 	return filepath.Join(l.PrivateDir, "config-map", vol)

@@ -1,8 +1,6 @@
 package compute
 
 import (
-	"path/filepath"
-
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
@@ -32,7 +30,7 @@ func (c Channels) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Doma
 		devs.Channels = append(devs.Channels, libvirtxml.DomainChannel{
 			Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{
 				Mode: "bind",
-				Path: filepath.Join(c.Ctx.Layout.PrivateDir, "downwardmetrics-channel", "downwardmetrics.sock"),
+				Path: c.Ctx.Layout.DownwardMetricsSocket(),
 			}},
 			Target: &libvirtxml.DomainChannelTarget{
 				VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: DownwardMetricsChannel},
