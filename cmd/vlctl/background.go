@@ -121,7 +121,9 @@ func runDetached(cmd *cobra.Command, cfg standalone.Config) error {
 		return fmt.Errorf("-d: start the supervisor: %w", err)
 	}
 	started = true
-	fmt.Fprintf(cmd.ErrOrStderr(), "vlctl: %s/%s starting in the background (supervisor pid %d; its log: vlctl logs --run %s/%s)\n", ns, name, sup.Process.Pid, ns, name)
+	if !cfg.Quiet {
+		fmt.Fprintf(cmd.ErrOrStderr(), "vlctl: %s/%s starting in the background (supervisor pid %d; its log: vlctl logs --run %s/%s)\n", ns, name, sup.Process.Pid, ns, name)
+	}
 	if waitReady(sup, ready) {
 		sup.Process.Release()
 		fmt.Fprintf(cmd.OutOrStdout(), "%s/%s\n", ns, name)
