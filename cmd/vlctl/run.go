@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -200,6 +201,7 @@ secondary networks (each refused, saying so).`,
 	f.StringArrayVar(&cfg.AllowHostPaths, "allow-host-path", nil, "DIR: a manifest's hostDisk may use or create files below DIR (resolved; links may not lead out of it); elsewhere it is refused (repeatable)")
 	f.BoolVar(&cfg.ForceStart, "force-start", false, "run a VirtualMachine whose run strategy keeps it stopped (Halted, running: false)")
 	f.Var(cpuSetFlag{&cfg.CPUSet}, "cpuset", "LIST: host CPUs for the VM's pod, as a CPU manager gives them (e.g. 2-3 or 2,5): a VMI with dedicatedCpuPlacement needs it; its vCPUs (and an isolated emulator thread) are pinned there")
+	f.Var(deviceFlag{&cfg.Devices}, "device", "NAME=DDDD:BB:SS.F: the host PCI device (bound to vfio-pci, on a host with an IOMMU) for the VMI's GPU or host device NAME, as its device plugin would give it (repeatable; several for one resource are handed out in order)")
 	f.BoolVar(&cfg.Emulation, "emulation", false, "force software emulation (TCG); without it KVM is used when /dev/kvm opens")
 	f.StringVar(&cfg.Binding, "binding", "masquerade", "binding of the auto-attached pod interface: masquerade or bridge (KubeVirt's cluster default)")
 	f.StringVar(&cfg.WorkRoot, "workdir", "/run/vl", "parent of the per-run working directory")
@@ -281,6 +283,31 @@ func (e *escapeReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// deviceFlag is --device NAME=PCI-ADDRESS, repeatable.
+type deviceFlag struct{ devs *[]standalone.Device }
+
+func (f deviceFlag) String() string {
+	if f.devs == nil {
+		return ""
+	}
+	var out []string
+	for _, d := range *f.devs {
+		out = append(out, d.Name+"="+d.Addr)
+	}
+	return strings.Join(out, ",")
+}
+
+func (f deviceFlag) Set(s string) error {
+	name, addr, ok := strings.Cut(s, "=")
+	if !ok || name == "" || addr == "" {
+		return fmt.Errorf("%q is not NAME=DDDD:BB:SS.F", s)
+	}
+	*f.devs = append(*f.devs, standalone.Device{Name: name, Addr: addr})
+	return nil
+}
+
+func (deviceFlag) Type() string { return "NAME=ADDRESS" }
 
 // cpuSetFlag is --cpuset: a CPU list in the kernel's format.
 type cpuSetFlag struct{ cpus *[]uint }

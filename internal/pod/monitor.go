@@ -29,6 +29,9 @@ type Monitor struct {
 	// CAP_NET_BIND_SERVICE, the one capability a KubeVirt launcher pod
 	// keeps (the compute container's capabilities.add).
 	Network bool
+	// Env are more variables for the monitor and its launcher (a device
+	// plugin's, e.g. PCI_RESOURCE_<R>=<address>).
+	Env []string
 	// Dir is the working directory, the pod's directory.
 	Dir string
 	// Stdout and Stderr take the monitor's output (both the launcher's log
@@ -50,7 +53,7 @@ const waitDelay = 10 * time.Second
 // for the child's lifetime).
 func (m Monitor) Command() *exec.Cmd {
 	cmd := exec.Command(m.Bin, append(m.Flags.Args(), m.Extra...)...)
-	cmd.Env = monitor.Env(m.Launcher)
+	cmd.Env = append(monitor.Env(m.Launcher), m.Env...)
 	cmd.Dir = m.Dir
 	cmd.Stdout, cmd.Stderr = m.Stdout, m.Stderr
 	cmd.WaitDelay = waitDelay

@@ -143,7 +143,7 @@ func grantAccess(f *os.File, uid uint32, perm uint16) (*grant, error) {
 	if bytes.Equal(after, before) {
 		return nil, nil
 	}
-	if err := unix.Fsetxattr(int(f.Fd()), aclXattr, after, 0); err != nil {
+	if err := unix.Setxattr(fdPath(f), aclXattr, after, 0); err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			return nil, fmt.Errorf("the file system has no POSIX ACLs to grant access with: %w", err)
 		}
@@ -186,12 +186,12 @@ func (g *grant) undo() (bool, error) {
 	if mode, ok := minimalMode(es); ok {
 		// No named entry is left: back to permission bits alone, no
 		// ACL, and the group bits the mask had taken.
-		if err := unix.Fremovexattr(int(g.f.Fd()), aclXattr); err != nil {
+		if err := unix.Removexattr(fdPath(g.f), aclXattr); err != nil {
 			return false, err
 		}
-		return true, g.f.Chmod(mode | modeSpecial(g.f))
+		return true, os.Chmod(fdPath(g.f), mode|modeSpecial(g.f))
 	}
-	return true, unix.Fsetxattr(int(g.f.Fd()), aclXattr, encodeACL(es), 0)
+	return true, unix.Setxattr(fdPath(g.f), aclXattr, encodeACL(es), 0)
 }
 
 // withoutGrant is the ACL now with the one named user entry that after
@@ -294,11 +294,17 @@ func modeSpecial(f *os.File) os.FileMode {
 	return st.Mode() & (os.ModeSetuid | os.ModeSetgid | os.ModeSticky)
 }
 
+// fdPath names the file f is open on through its descriptor, so that its
+// attributes are read and set on that very file even when f is an O_PATH
+// descriptor (a VFIO group's node, which a real open would claim), where
+// the f*xattr calls fail.
+func fdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
+
 // getACL reads the ACL xattr of f; nil when there is none.
 func getACL(f *os.File) ([]byte, error) {
 	buf := make([]byte, 1024)
 	for {
-		n, err := unix.Fgetxattr(int(f.Fd()), aclXattr, buf)
+		n, err := unix.Getxattr(fdPath(f), aclXattr, buf)
 		switch {
 		case errors.Is(err, unix.ENODATA), errors.Is(err, unix.EOPNOTSUPP):
 			return nil, nil

@@ -32,8 +32,12 @@ func (r *runner) startMonitor() error {
 		Bin: monitorBin, Launcher: launcherBin, Flags: o,
 		User:    r.owner.credential(),
 		Network: r.net != nil,
+		Env:     r.cfg.deviceEnv,
 		Dir:     r.workDir, Stdout: logFile, Stderr: logFile,
 	}.Command()
+	if err := r.grantVFIO(); err != nil {
+		return err
+	}
 	// Started from a thread in the pod's namespaces: network, and the
 	// mount namespace with the VM's passwd.
 	var netNS func() error

@@ -101,15 +101,9 @@ func memoryWarning(v *v1.VirtualMachineInstance) string {
 // cluster or of `vlctl convert`).
 func runUnsupported(v *v1.VirtualMachineInstance) error {
 	d := v.Spec.Domain
-	if len(d.Devices.GPUs) > 0 {
-		return fmt.Errorf("spec.domain.devices.gpus: vlctl run does not pass host devices through (no device plugin here)")
-	}
-	if len(d.Devices.HostDevices) > 0 {
-		return fmt.Errorf("spec.domain.devices.hostDevices: vlctl run does not pass host devices through (no device plugin here)")
-	}
 	for i, ifc := range d.Devices.Interfaces {
 		if ifc.SRIOV != nil {
-			return fmt.Errorf("spec.domain.devices.interfaces[%d].sriov: vlctl run does not pass host devices through (no device plugin here)", i)
+			return fmt.Errorf("spec.domain.devices.interfaces[%d].sriov: vlctl run does not pass SR-IOV virtual functions through (no Multus or SR-IOV CNI here; a GPU or host device takes --device)", i)
 		}
 	}
 	return nil

@@ -146,8 +146,15 @@ type Config struct {
 	// MigrationBandwidth caps that migration (bytes per second, a quantity
 	// such as 64Mi); "" for no cap, KubeVirt's default.
 	MigrationBandwidth string
+	// Devices are the host PCI devices for the VMI's GPUs and host
+	// devices (--device), bound to vfio-pci.
+	Devices []Device
 	// source is MigrateFrom's run (Run finds it).
 	source *runrecord.Entry
+	// deviceEnv and vfioGroups are what check found for Devices: the
+	// device plugin's variables for the launcher, the IOMMU groups' nodes
+	// the VM's user must open.
+	deviceEnv, vfioGroups []string
 }
 
 // Started describes a running `vlctl run`.
@@ -338,6 +345,9 @@ func (cfg *Config) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine,
 		cfg.shares, err = virtiofsShares(v)
 	}
 	if err == nil {
+		cfg.deviceEnv, cfg.vfioGroups, err = runDevices(v, cfg.Devices, vfioSys{Root: "/"})
+	}
+	if err == nil {
 		var mayUse []uint
 		if mayUse, _, err = (hostcpu.Sys{Root: "/"}).OwnCPUSet("self"); err == nil {
 			err = runCPUs(v, cfg.CPUSet, mayUse)
@@ -503,6 +513,7 @@ type runner struct {
 	net     *pod.Network
 	monitor *pod.Process    // nil until started
 	cgroup  *hostcpu.Cgroup // the pod's cpuset cgroup (--cpuset), once made
+	vfio    []*grant        // the VM's access to its IOMMU groups (--device)
 	record  string          // the run's record file, once written
 	pub     *heldPorts      // the published ports, once pointed at this pod
 	egress  *relay.Relay    // the guest's way out, once listening
@@ -616,6 +627,15 @@ func (r *runner) cleanup() error {
 	if err := r.endVMProcesses(); err != nil {
 		errs = append(errs, err)
 		podGone = false
+	}
+	if podGone {
+		for _, g := range r.vfio {
+			if _, err := g.undo(); err != nil {
+				errs = append(errs, fmt.Errorf("take back the VM's access to %s: %w", g.f.Name(), err))
+			}
+			g.f.Close()
+		}
+		r.vfio = nil
 	}
 	if r.cgroup != nil && podGone {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

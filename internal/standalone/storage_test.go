@@ -310,9 +310,9 @@ func TestRunUnsupported(t *testing.T) {
 	if err := runUnsupported(v); err != nil {
 		t.Errorf("plain VMI: %v", err)
 	}
-	v.Spec.Domain.Devices.GPUs = []v1.GPU{{Name: "g", DeviceName: "nvidia.com/x"}}
-	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "spec.domain.devices.gpus") || strings.Contains(err.Error(), "--pci-address") {
-		t.Errorf("GPU: %v", err)
+	v.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "vf", InterfaceBindingMethod: v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}}}
+	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].sriov: vlctl run does not pass SR-IOV virtual functions through") {
+		t.Errorf("SR-IOV: %v", err)
 	}
 }
 
