@@ -50,7 +50,7 @@ func TestContainerfileBinaries(t *testing.T) {
 	for _, want := range []string{
 		"ln -s ../run /var/run", // relative, as the handler needs
 		"--uid 107", "--gid 107",
-		"qemu-system-x86", "qemu-utils", "libvirt-daemon", "libvirt-daemon-driver-qemu", "libvirt-clients", "ovmf", "bash",
+		"qemu-system-x86", "qemu-utils", "libvirt-daemon", "libvirt-daemon-driver-qemu", "libvirt-clients", "ovmf", "bash", "passt",
 		"CGO_ENABLED=0",
 		"/usr/bin/node-labeller.sh",
 		"/out/virtiofsd /usr/libexec/virtiofsd", "./cmd/virtiofsd",

@@ -30,6 +30,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/logging"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/dhcp"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -282,7 +283,8 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath), cpus, numa),
 		Devices:       devinfo.PodReader(os.Environ()).Read,
 		HypervisorErr: hvErr,
-		Network:       dhcp.New(dhcp.Config{CacheDir: l.layout.PrivateDir, ResolvConf: l.opts.ResolvConf}, l.log),
+		Network: dhcp.New(dhcp.Config{CacheDir: l.layout.PrivateDir, ResolvConf: l.opts.ResolvConf,
+			PasstLog: filepath.Join(l.layout.ShareDir, plan.PasstLogName)}, l.log),
 		AgentIntervals: agent.Intervals{
 			Sys: l.opts.AgentSysInterval, File: l.opts.AgentFileInterval, User: l.opts.AgentUserInterval,
 			Version: l.opts.AgentVersionInterval, FSFreezeStatus: l.opts.FSFreezeStatusInterval,

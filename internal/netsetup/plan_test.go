@@ -95,6 +95,38 @@ func TestPlanFor(t *testing.T) {
 	}
 }
 
+// passtVMI is masqVMI with the pod interface on KubeVirt's core passt
+// binding.
+func passtVMI(ports ...v1.Port) *v1.VirtualMachineInstance {
+	vmi := masqVMI("vm", ports...)
+	vmi.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{PasstBinding: &v1.InterfacePasstBinding{}}
+	return vmi
+}
+
+// TestPlanForPasst: the pod interface stays eth0, with no bridge, tap or
+// renamed NIC (nothing is wired for passt), its declared ports kept for
+// the forwards, and no tap queues.
+func TestPlanForPasst(t *testing.T) {
+	vmi := passtVMI(v1.Port{Port: 80}, v1.Port{Port: 53, Protocol: "udp"})
+	yes := true
+	vmi.Spec.Domain.Devices.NetworkInterfaceMultiQueue = &yes
+	vmi.Spec.Domain.CPU = &v1.CPU{Sockets: 1, Cores: 2, Threads: 1}
+	ifaces, err := plan.PlanFor(vmi, plan.PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ifaces) != 1 {
+		t.Fatalf("plan has %d interfaces, want 1", len(ifaces))
+	}
+	p := ifaces[0]
+	if p.Binding != plan.BindingPasst || p.PodIface != "eth0" || p.Tap != "" || p.Bridge != "" || p.NIC != "" || p.Queues != 0 {
+		t.Errorf("passt interface = %+v", p)
+	}
+	if len(p.Ports) != 2 || p.Ports[0] != (plan.Port{Protocol: "TCP", Port: 80}) || p.Ports[1] != (plan.Port{Protocol: "UDP", Port: 53}) {
+		t.Errorf("passt ports = %+v", p.Ports)
+	}
+}
+
 func TestPlanForErrors(t *testing.T) {
 	mod := func(f func(*v1.VirtualMachineInstance)) *v1.VirtualMachineInstance {
 		vmi := masqVMI("vm")
@@ -135,10 +167,15 @@ func TestPlanForErrors(t *testing.T) {
 			v.Spec.Domain.Devices.Interfaces[0].MacAddress = "01:00:5e:00:00:01"
 		}), "multicast"},
 		{"masquerade on multus", withMultusMasq(), "masquerade: allowed only on the pod network"},
+		{"passt on multus", withMultusPasst(), "interfaces[1].passtBinding: allowed only on the pod network"},
+		{"passt bad port", passtVMI(v1.Port{Port: 70000}), "interfaces[0].ports[0].port: 70000 out of range"},
+		{"discontinued passt", mod(func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{DeprecatedPasst: &v1.DeprecatedInterfacePasst{}}
+		}), "interfaces[0].passt: binding removed in KubeVirt v1.3"},
 		{"ports on bridge", mod(func(v *v1.VirtualMachineInstance) {
 			v.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
 			v.Spec.Domain.Devices.Interfaces[0].Ports = []v1.Port{{Port: 80}}
-		}), "interfaces[0].ports: only the masquerade binding"},
+		}), "interfaces[0].ports: only the masquerade and passt bindings"},
 	} {
 		_, err := plan.PlanFor(tc.vmi, plan.PlanOptions{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -150,5 +187,11 @@ func TestPlanForErrors(t *testing.T) {
 func withMultusMasq() *v1.VirtualMachineInstance {
 	vmi := withMultus(masqVMI("vm"), "blue")
 	vmi.Spec.Domain.Devices.Interfaces[1].InterfaceBindingMethod = v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}
+	return vmi
+}
+
+func withMultusPasst() *v1.VirtualMachineInstance {
+	vmi := withMultus(masqVMI("vm"), "blue")
+	vmi.Spec.Domain.Devices.Interfaces[1].InterfaceBindingMethod = v1.InterfaceBindingMethod{PasstBinding: &v1.InterfacePasstBinding{}}
 	return vmi
 }

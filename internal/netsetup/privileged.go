@@ -54,7 +54,7 @@ func (u undo) run() error {
 	return errors.Join(errs...)
 }
 
-// SetupPrivileged wires every masquerade/bridge interface of the VMI inside
+// SetupPrivileged wires every masquerade/bridge/passt interface of the VMI inside
 // the pod network namespace podNS (0: the current one). It is idempotent:
 // a second run finds everything in place and changes nothing. On error
 // every link, address, rule and file this call created is removed again.
@@ -81,6 +81,8 @@ func SetupPrivileged(ctx context.Context, podNS netns.NsHandle, vmi *v1.VirtualM
 				err = setupMasquerade(it, cfg, &u)
 			case plan.BindingBridge:
 				err = setupBridge(it, cfg, &u)
+			case plan.BindingPasst:
+				err = setupPasst(cfg)
 			}
 			if err != nil {
 				if uerr := u.run(); uerr != nil {
@@ -160,6 +162,9 @@ func TeardownInterface(ctx context.Context, podNS netns.NsHandle, vmi *v1.Virtua
 }
 
 func teardownIface(it plan.Iface, cfg PrivilegedConfig) error {
+	if it.Binding == plan.BindingPasst {
+		return nil // nothing of the interface's own was made (setupPasst)
+	}
 	var errs []error
 	if err := delLink(it.Tap, "tuntap"); err != nil {
 		errs = append(errs, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"time"
 
 	v1 "kubevirt.io/api/core/v1"
@@ -52,6 +53,14 @@ type Network struct {
 	extra int
 }
 
+func hasPasst(ifaces []plan.Iface) bool {
+	return slices.ContainsFunc(ifaces, func(it plan.Iface) bool { return it.Binding == plan.BindingPasst })
+}
+
+// PasstResolver is the pod's resolver address when the VMI has a passt
+// interface: Kubernetes' usual cluster DNS service address.
+var PasstResolver = netip.MustParseAddr("10.96.0.10")
+
 // SecondaryNet is the pod's and the outside's address of the i-th
 // secondary pod interface: 192.168.67+i.2 and .1, /24.
 func SecondaryNet(i int) (pod4, outside4 netip.Prefix) {
@@ -70,7 +79,15 @@ func NewNetwork(ctx context.Context, cfg NetworkConfig) (*Network, error) {
 	if len(ifaces) == 0 {
 		return nil, nil
 	}
-	p, err := podnet.New(podnet.Config{Dir: cfg.Dir, Name: cfg.Name, NoIPv6: cfg.NoIPv6})
+	pc := podnet.Config{Dir: cfg.Dir, Name: cfg.Name, NoIPv6: cfg.NoIPv6}
+	if hasPasst(ifaces) {
+		// passt takes the guest's traffic to the gateway to the pod's own
+		// loopback, so a resolver at the gateway would be out of the
+		// guest's reach: it gets an address of its own, as a cluster's
+		// DNS service has.
+		pc.Resolver = PasstResolver
+	}
+	p, err := podnet.New(pc)
 	if err != nil {
 		return nil, fmt.Errorf("pod network: %w", err)
 	}

@@ -32,9 +32,14 @@ type Config struct {
 	// NoIPv6; defaults fd00:66::1/64, fd00:66::2/64.
 	Outside6, Pod6 netip.Prefix
 	NoIPv6         bool
-	MTU            int      // 1500
-	DNS            []string // nameservers written to the resolv.conf
-	Search         []string // search domains
+	MTU            int // 1500
+	// Resolver is where the pod's resolver answers in the outside
+	// namespace: Outside4's address by default. Any other address is put
+	// on the outside namespace's loopback, reached through the pod's
+	// default route, as a cluster's DNS service is.
+	Resolver netip.Addr
+	DNS      []string // nameservers written to the resolv.conf; default Resolver
+	Search   []string // search domains
 	// Dir is where resolv.conf is written (required): a directory only
 	// root can change when root runs this, since the pod's user must not
 	// be able to swap it (its last element may not be a link).
@@ -83,6 +88,7 @@ type Pod struct {
 	Pod4, Outside4 netip.Prefix
 	Pod6, Outside6 netip.Prefix // invalid when IPv6 is off
 	MTU            int
+	Resolver       netip.Addr // Config.Resolver
 	ResolvConf     string
 	// OutsideIface is the outside end of the pod's veth.
 	OutsideIface string
@@ -106,8 +112,11 @@ func (c *Config) defaults() {
 	if c.MTU == 0 {
 		c.MTU = 1500
 	}
+	if !c.Resolver.IsValid() {
+		c.Resolver = c.Outside4.Addr()
+	}
 	if c.DNS == nil {
-		c.DNS = []string{c.Outside4.Addr().String()}
+		c.DNS = []string{c.Resolver.String()}
 	}
 	if c.Search == nil {
 		c.Search = []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local"}
@@ -135,7 +144,7 @@ func New(cfg Config) (p *Pod, err error) {
 	podNS, outsideNS := NamespaceNames(suffix)
 	p = &Pod{
 		Name: suffix, NSName: podNS, OutsideName: outsideNS,
-		Pod4: cfg.Pod4, Outside4: cfg.Outside4, MTU: cfg.MTU, OutsideIface: "ext0",
+		Pod4: cfg.Pod4, Outside4: cfg.Outside4, MTU: cfg.MTU, OutsideIface: "ext0", Resolver: cfg.Resolver,
 	}
 	if !cfg.NoIPv6 {
 		p.Pod6, p.Outside6 = cfg.Pod6, cfg.Outside6
@@ -164,7 +173,13 @@ func New(cfg Config) (p *Pod, err error) {
 		if err := netlink.LinkAdd(veth); err != nil {
 			return fmt.Errorf("create veth: %w", err)
 		}
-		return configure(p.OutsideIface, cfg.Outside4, cfg.Outside6, netip.Addr{}, netip.Addr{})
+		if err := configure(p.OutsideIface, cfg.Outside4, cfg.Outside6, netip.Addr{}, netip.Addr{}); err != nil {
+			return err
+		}
+		if cfg.Resolver == cfg.Outside4.Addr() {
+			return nil
+		}
+		return addResolver(cfg.Resolver)
 	})
 	if err != nil {
 		return p, fmt.Errorf("podnet outside: %w", err)
@@ -194,6 +209,19 @@ func New(cfg Config) (p *Pod, err error) {
 	}
 	p.ResolvConf = rcPath
 	return p, nil
+}
+
+// addResolver (inside the outside namespace) puts the resolver's address on
+// its loopback.
+func addResolver(a netip.Addr) error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("lo: %w", err)
+	}
+	if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: plan.IPNet(netip.PrefixFrom(a, a.BitLen()))}); err != nil {
+		return fmt.Errorf("resolver address %s: %w", a, err)
+	}
+	return nil
 }
 
 // configure (inside the namespace) brings lo and the link up with its
@@ -265,13 +293,13 @@ type Forward struct {
 	Address  string // host:port on the pod address, e.g. 192.168.66.2:80
 }
 
-// Forwards lists the declared ports of masquerade interfaces at the pod
-// address. A masquerade interface without ports forwards every port; it is
-// reported once with Port 0 and Address "<pod address>:*".
+// Forwards lists the declared ports of masquerade and passt interfaces at
+// the pod address. One without ports forwards every port; it is reported
+// once with Port 0 and Address "<pod address>:*".
 func (p *Pod) Forwards(ifaces []plan.Iface) []Forward {
 	var out []Forward
 	for _, it := range ifaces {
-		if it.Binding != plan.BindingMasquerade {
+		if it.Binding != plan.BindingMasquerade && it.Binding != plan.BindingPasst {
 			continue
 		}
 		if len(it.Ports) == 0 {

@@ -133,3 +133,52 @@ func TestNewRejectsSplitSubnet(t *testing.T) {
 }
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// TestResolverAddress: a resolver address other than the outside's is on
+// the outside namespace's loopback, named by the pod's resolv.conf, and
+// the pod reaches it (UDP) through its default route.
+func TestResolverAddress(t *testing.T) {
+	testenv.Root(t, "creates network namespaces")
+	p, err := podnet.New(podnet.Config{Dir: t.TempDir(), NoIPv6: true, Resolver: netip.MustParseAddr("10.96.0.10")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Remove()
+	rc, err := os.ReadFile(p.ResolvConf)
+	if err != nil || !strings.Contains(string(rc), "nameserver 10.96.0.10\n") || strings.Contains(string(rc), "192.168.66.1") {
+		t.Errorf("resolv.conf %q, %v", rc, err)
+	}
+	if p.Resolver.String() != "10.96.0.10" {
+		t.Errorf("Resolver = %s", p.Resolver)
+	}
+	var srv net.PacketConn
+	if err := plan.InNS(p.Outside, func() (err error) { srv, err = net.ListenPacket("udp", "10.96.0.10:5353"); return }); err != nil {
+		t.Fatalf("listen at the resolver address in the outside namespace: %v", err)
+	}
+	defer srv.Close()
+	go func() {
+		buf := make([]byte, 64)
+		if n, from, err := srv.ReadFrom(buf); err == nil {
+			srv.WriteTo(buf[:n], from)
+		}
+	}()
+	var got string
+	err = plan.InNS(p.NS, func() error {
+		c, err := net.Dial("udp", "10.96.0.10:5353")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return err
+		}
+		buf := make([]byte, 64)
+		n, err := c.Read(buf)
+		got = string(buf[:n])
+		return err
+	})
+	if err != nil || got != "ping" {
+		t.Errorf("pod -> resolver address: %q, %v", got, err)
+	}
+}

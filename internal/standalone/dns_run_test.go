@@ -3,7 +3,6 @@ package standalone_test
 import (
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,58 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
-
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/testnet"
 )
-
-// serveDNS runs a resolver on the host's loopback that stands in for the
-// host's resolvers (no query leaves this machine): vl-dns.test. is
-// 192.0.2.42 (and has no IPv6 address), every other name does not exist. It returns its address.
-func serveDNS(t *testing.T) string {
-	t.Helper()
-	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := conn.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			var p dnsmessage.Parser
-			h, err := p.Start(buf[:n])
-			if err != nil {
-				continue
-			}
-			q, err := p.Question()
-			if err != nil {
-				continue
-			}
-			rh := dnsmessage.Header{ID: h.ID, Response: true, RecursionAvailable: true, RCode: dnsmessage.RCodeNameError}
-			// The name exists (no AAAA: an empty answer); others do not.
-			known := strings.EqualFold(q.Name.String(), "vl-dns.test.")
-			if known {
-				rh.RCode = dnsmessage.RCodeSuccess
-			}
-			b := dnsmessage.NewBuilder(nil, rh)
-			b.StartQuestions()
-			b.Question(q)
-			if known && q.Type == dnsmessage.TypeA {
-				b.StartAnswers()
-				b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60}, dnsmessage.AResource{A: [4]byte{192, 0, 2, 42}})
-			}
-			if out, err := b.Finish(); err == nil {
-				conn.WriteTo(out, from)
-			}
-		}
-	}()
-	return conn.LocalAddr().String()
-}
 
 // TestVlctlRunDNS: the guest resolves a name through the resolver DHCP
 // gave it (the pod's, in the outside namespace), which vlctl relays to the
@@ -73,7 +23,7 @@ func serveDNS(t *testing.T) string {
 func TestVlctlRunDNS(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
-	dns := serveDNS(t)
+	dns := testnet.ServeDNS(t)
 	web := testnet.FarHost(t, "VL-EGRESS-PAGE")
 	hostSvc := testnet.HostService(t, "VL-HOST-PAGE")
 

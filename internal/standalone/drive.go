@@ -230,7 +230,7 @@ func (r *runner) relayDNS() {
 			return
 		}
 	}
-	d, err := startDNSRelay(r.net.Outside, r.net.Outside4.Addr(), upstream, r.cfg.Status)
+	d, err := startDNSRelay(r.net.Outside, r.net.Resolver, upstream, r.cfg.Status)
 	if err != nil {
 		fmt.Fprintf(r.cfg.Status, "vlctl: warning: the guest gets no DNS: %v\n", err)
 		return

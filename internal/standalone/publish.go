@@ -376,12 +376,12 @@ func dialIn(ns netns.NsHandle, to netip.AddrPort) (net.Conn, error) {
 	return g, err
 }
 
-// checkPublished refuses a guest port the pod interface's masquerade
-// binding does not forward: with ports declared, only those reach the
+// checkPublished refuses a guest port the pod interface's masquerade or
+// passt binding does not forward: with ports declared, only those reach the
 // guest, and a published port would only ever refuse connections.
 func checkPublished(n *pod.Network, pubs []Publish) error {
 	for _, it := range n.Plan {
-		if it.PodIface != "eth0" || it.Binding != plan.BindingMasquerade || len(it.Ports) == 0 {
+		if it.PodIface != "eth0" || (it.Binding != plan.BindingMasquerade && it.Binding != plan.BindingPasst) || len(it.Ports) == 0 {
 			continue
 		}
 		var declared []string

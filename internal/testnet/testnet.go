@@ -1,6 +1,7 @@
 // Package testnet gives tests stand-ins for the network around a host:
-// a host of the internet in a namespace of its own, and a service of the
-// host itself on an address of the host's namespace. Everything goes with
+// a host of the internet in a namespace of its own, a service of the
+// host itself on an address of the host's namespace, and a resolver on
+// the host's loopback. Everything goes with
 // the test that made it. They need root.
 package testnet
 
@@ -18,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
@@ -133,4 +135,52 @@ func TCPOwners(remote netip.AddrPort) ([]int, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// ServeDNS runs a resolver on the host's loopback that stands in for the
+// host's resolvers (no query leaves this machine): vl-dns.test. is
+// 192.0.2.42 (and has no IPv6 address), every other name does not exist.
+// It returns its address.
+func ServeDNS(t testing.TB) string {
+	t.Helper()
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var p dnsmessage.Parser
+			h, err := p.Start(buf[:n])
+			if err != nil {
+				continue
+			}
+			q, err := p.Question()
+			if err != nil {
+				continue
+			}
+			rh := dnsmessage.Header{ID: h.ID, Response: true, RecursionAvailable: true, RCode: dnsmessage.RCodeNameError}
+			// The name exists (no AAAA: an empty answer); others do not.
+			known := strings.EqualFold(q.Name.String(), "vl-dns.test.")
+			if known {
+				rh.RCode = dnsmessage.RCodeSuccess
+			}
+			b := dnsmessage.NewBuilder(nil, rh)
+			b.StartQuestions()
+			b.Question(q)
+			if known && q.Type == dnsmessage.TypeA {
+				b.StartAnswers()
+				b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60}, dnsmessage.AResource{A: [4]byte{192, 0, 2, 42}})
+			}
+			if out, err := b.Finish(); err == nil {
+				conn.WriteTo(out, from)
+			}
+		}
+	}()
+	return conn.LocalAddr().String()
 }

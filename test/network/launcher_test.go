@@ -18,8 +18,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
+	"github.com/virtlauncher/virtlauncher/internal/testnet"
 )
 
 // Where the test's HTTP server listens in the outside namespace: podnet's
@@ -57,7 +59,17 @@ type netCase struct {
 	// ipv6: the guest also takes the IPv6 VM address (fd10:0:2::2/120) and
 	// crosses the IPv6 NAT both ways with the pod's fd00:66::2.
 	ipv6 bool
+	// passt: passt serves the guest (its DHCP gives the pod's own address,
+	// no hostname, and passt's MTU). passt takes the gateway's address to
+	// the pod's loopback, so the guest's outside page is a far host
+	// (testnet.FarHost) reached through the run's egress, and it resolves
+	// a name through the pod's resolver (pod.PasstResolver), which the
+	// run relays to a resolver of the test.
+	passt bool
 }
+
+// passtMTU is the MTU passt's DHCP gives the guest (passt's default).
+const passtMTU = 65520
 
 // TestLauncherNetwork boots one guest per binding through standalone.Run,
 // checks its lease, NAT/DNAT both ways and the undeclared port, then
@@ -78,6 +90,11 @@ func TestLauncherNetwork(t *testing.T) {
 		// The auto-attached pod interface with vlctl run --binding bridge.
 		{name: "bridge", binding: "bridge",
 			wantAddr: "192.168.66.2/24", wantRouter: outsideAddr},
+		// KubeVirt's core passt binding: passt, which libvirt starts as
+		// the VM's user in the pod, leases the pod's address to the guest
+		// and forwards the declared port only.
+		{name: "passt", binding: "passtBinding", explicit: true, ports: []int{declared},
+			wantAddr: "192.168.66.2/24", wantRouter: outsideAddr, checkUndeclared: true, passt: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -98,6 +115,13 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 	}
 	if tc.ipv6 {
 		params["Guest6"], params["Gateway6"], params["Outside6"] = "fd10:0:2::2/120", "fd10:0:2::1", outsideAddr6
+	}
+	var resolver string
+	if tc.passt {
+		far := testnet.FarHost(t, "outside-"+token)
+		params["Outside"], params["OutsidePort"] = far.Addr().String(), far.Port()
+		params["Resolver"], params["Passt"] = pod.PasstResolver.String(), true
+		resolver = testnet.ServeDNS(t)
 	}
 	if err := userData.Execute(&ud, params); err != nil {
 		t.Fatal(err)
@@ -123,11 +147,18 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 
 	console, status, logs := &consoleBuf{}, &consoleBuf{}, &consoleBuf{}
 	startedc := make(chan standalone.Started, 1)
+	autoBinding := tc.binding
+	if tc.passt {
+		autoBinding = "" // declared in the manifest; vlctl run --binding has no passt
+	}
 	cfg := standalone.Config{
-		File: file, Emulation: true, Binding: tc.binding, WorkRoot: root, BinDir: binDir,
+		File: file, Emulation: true, Binding: autoBinding, WorkRoot: root, BinDir: binDir,
 		QemuTimeout: 3 * time.Minute, Console: console, Status: status,
 		Log:     slog.New(slog.NewTextHandler(logs, nil)),
 		Started: func(s standalone.Started) { startedc <- s },
+	}
+	if resolver != "" {
+		cfg.DNS = []string{resolver}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -212,11 +243,20 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 	if got, want := strings.Join(lease.Search, ","), strings.Join(search, ","); got != want {
 		t.Errorf("search domains %s, want the pod's %s", got, want)
 	}
-	if lease.MTU != mtu {
-		t.Errorf("MTU %d, want the pod's %d", lease.MTU, mtu)
-	}
-	if lease.Hostname != name {
-		t.Errorf("hostname %q, want %q", lease.Hostname, name)
+	if tc.passt {
+		if lease.MTU != passtMTU {
+			t.Errorf("MTU %d, want passt's %d", lease.MTU, passtMTU)
+		}
+		if got := strings.Join(dns, ","); got != pod.PasstResolver.String() {
+			t.Errorf("pod resolver %s, want %s (a resolver at the gateway is the pod's loopback to passt)", got, pod.PasstResolver)
+		}
+	} else {
+		if lease.MTU != mtu {
+			t.Errorf("MTU %d, want the pod's %d", lease.MTU, mtu)
+		}
+		if lease.Hostname != name {
+			t.Errorf("hostname %q, want %q", lease.Hostname, name)
+		}
 	}
 	if err := console.waitFor("VL-T-DONE", 2*time.Minute, done); err != nil {
 		t.Fatal(err)
@@ -225,6 +265,12 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 	page, ok := testguest.Between(console.String(), "VL-T-PAGE-BEGIN", "VL-T-PAGE-END")
 	if !ok || !strings.Contains(page, "outside-"+token) {
 		t.Errorf("guest did not fetch the outside page (NAT): got %q", page)
+	}
+	if tc.passt {
+		ns, ok := testguest.Between(console.String(), "VL-T-NS-BEGIN", "VL-T-NS-END")
+		if !ok || !strings.Contains(ns, "192.0.2.42") {
+			t.Errorf("guest did not resolve vl-dns.test through %s: got %q", pod.PasstResolver, ns)
+		}
 	}
 
 	if tc.secondary {
@@ -289,8 +335,14 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 	if tc.checkUndeclared {
 		// The guest does listen there (seen from the pod, on its own
 		// address), so only the missing forward can stop the outside.
+		// Under passt the guest has the pod's address: its listening is
+		// on the console (VL-T-LISTENING) instead.
 		inPod := fmt.Sprintf("http://%s:%d/", strings.Split(tc.wantAddr, "/")[0], undeclared)
-		if body, err := getIn(podNS, inPod); err != nil || strings.TrimSpace(body) != fmt.Sprintf("guest-%d-%s", undeclared, token) {
+		if tc.passt {
+			if !strings.Contains(console.String(), "VL-T-LISTENING") {
+				t.Errorf("the guest did not start its web servers")
+			}
+		} else if body, err := getIn(podNS, inPod); err != nil || strings.TrimSpace(body) != fmt.Sprintf("guest-%d-%s", undeclared, token) {
 			t.Errorf("pod -> %s: %q, %v (the guest should listen there)", inPod, body, err)
 		}
 		addr := fmt.Sprintf("%s:%d", st.PodAddress, undeclared)

@@ -1,6 +1,7 @@
 // Package network converts the VMI's tap-attached interfaces (masquerade and
 // bridge bindings) into <interface type="ethernet"> elements whose tap device
-// the network setup phase has already created. SR-IOV interfaces are host
+// the network setup phase has already created, and passt interfaces into a
+// QEMU NIC on the launcher's passt (passt.go). SR-IOV interfaces are host
 // devices (package hostdev); other bindings are refused.
 package network
 
@@ -56,6 +57,12 @@ func (n configurator) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.
 		if iface.SRIOV != nil {
 			continue // a host device
 		}
+		if iface.PasstBinding != nil {
+			if err := n.passt(vmi, iface, field, dom); err != nil {
+				return err
+			}
+			continue
+		}
 		out, err := n.iface(vmi, iface, netw, field)
 		if err != nil {
 			return err
@@ -71,9 +78,11 @@ func binding(iface v1.Interface, netw *v1.Network, field string) error {
 	case iface.Binding != nil:
 		return fmt.Errorf("%s.binding: network binding plugin %q is not supported", field, iface.Binding.Name)
 	case iface.PasstBinding != nil:
-		return fmt.Errorf("%s.passtBinding: the passt binding is not supported", field)
+		if netw.Pod == nil {
+			return fmt.Errorf("%s.passtBinding: only works on the pod network, not network %q", field, netw.Name)
+		}
 	case iface.DeprecatedPasst != nil:
-		return fmt.Errorf("%s.passt: the passt binding is not supported", field)
+		return fmt.Errorf("%s.passt: discontinued since KubeVirt v1.3 (passtBinding replaces it)", field)
 	case iface.DeprecatedSlirp != nil:
 		return fmt.Errorf("%s.slirp: the slirp binding is not supported", field)
 	case iface.DeprecatedMacvtap != nil:
@@ -84,7 +93,7 @@ func binding(iface v1.Interface, netw *v1.Network, field string) error {
 		}
 	case iface.Bridge != nil, iface.SRIOV != nil:
 	default:
-		return fmt.Errorf("%s: no binding method (bridge, masquerade or sriov) set", field)
+		return fmt.Errorf("%s: no binding method (bridge, masquerade, passtBinding or sriov) set", field)
 	}
 	if netw.ResourceClaim != nil && iface.SRIOV != nil {
 		return nil // a DRA driver's virtual function
@@ -102,13 +111,9 @@ func (n configurator) iface(vmi *v1.VirtualMachineInstance, iface v1.Interface, 
 		Target: &libvirtxml.DomainInterfaceTarget{Dev: TapName(netw, known.Tap), Managed: "no"},
 		Alias:  &libvirtxml.DomainAlias{Name: "ua-" + iface.Name},
 	}
-	model := iface.Model
-	switch {
-	case model == "" || model == v1.VirtIO:
-		model = facts.VirtioModel(vmi, n.ctx)
-	case passThroughModels[model]:
-	default:
-		return nil, fmt.Errorf("%s.model: %q is not supported", field, model)
+	model, err := n.model(vmi, iface, field)
+	if err != nil {
+		return nil, err
 	}
 	out.Model = &libvirtxml.DomainInterfaceModel{Type: model}
 	mac := iface.MacAddress
@@ -116,12 +121,9 @@ func (n configurator) iface(vmi *v1.VirtualMachineInstance, iface v1.Interface, 
 		mac = known.MAC
 	}
 	if mac != "" {
-		hw, err := net.ParseMAC(mac)
-		if err != nil || len(hw) != 6 {
-			return nil, fmt.Errorf("%s.macAddress: %q is not a MAC address", field, mac)
-		}
-		if hw[0]&1 != 0 {
-			return nil, fmt.Errorf("%s.macAddress: %q is a multicast address", field, mac)
+		hw, err := parseMAC(mac, field)
+		if err != nil {
+			return nil, err
 		}
 		out.MAC = &libvirtxml.DomainInterfaceMAC{Address: hw.String()}
 	}
@@ -169,6 +171,31 @@ func (n configurator) iface(vmi *v1.VirtualMachineInstance, iface v1.Interface, 
 		out.Address = &libvirtxml.DomainAddress{PCI: a}
 	}
 	return out, nil
+}
+
+// model is the interface's libvirt model: virtio as the VMI's virtio
+// flavour, or one of the models passed through.
+func (n configurator) model(vmi *v1.VirtualMachineInstance, iface v1.Interface, field string) (string, error) {
+	switch model := iface.Model; {
+	case model == "" || model == v1.VirtIO:
+		return facts.VirtioModel(vmi, n.ctx), nil
+	case passThroughModels[model]:
+		return model, nil
+	default:
+		return "", fmt.Errorf("%s.model: %q is not supported", field, model)
+	}
+}
+
+// parseMAC checks a MAC address for the interface at field.
+func parseMAC(mac, field string) (net.HardwareAddr, error) {
+	hw, err := net.ParseMAC(mac)
+	if err != nil || len(hw) != 6 {
+		return nil, fmt.Errorf("%s.macAddress: %q is not a MAC address", field, mac)
+	}
+	if hw[0]&1 != 0 {
+		return nil, fmt.Errorf("%s.macAddress: %q is a multicast address", field, mac)
+	}
+	return hw, nil
 }
 
 // TapName is the tap device KubeVirt's network setup creates for a network:

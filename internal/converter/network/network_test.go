@@ -1,13 +1,18 @@
 package network_test
 
 import (
+	"crypto/sha256"
+	"net"
+	"slices"
 	"testing"
 
 	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
 	"github.com/virtlauncher/virtlauncher/internal/converter/network"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
 
 func pod(iface v1.Interface) func(*v1.VirtualMachineInstance) {
@@ -23,6 +28,7 @@ func pod(iface v1.Interface) func(*v1.VirtualMachineInstance) {
 var (
 	masq   = v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}
 	bridge = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
+	passt  = v1.InterfaceBindingMethod{PasstBinding: &v1.InterfacePasstBinding{}}
 )
 
 func TestInterfaces(t *testing.T) {
@@ -72,8 +78,45 @@ func TestInterfaces(t *testing.T) {
 			multus(v)
 			v.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = masq
 		}, Err: "masquerade: only works on the pod network"},
-		{Name: "passt refused", VMI: pod(v1.Interface{InterfaceBindingMethod: v1.InterfaceBindingMethod{PasstBinding: &v1.InterfacePasstBinding{}}}),
-			Err: "spec.domain.devices.interfaces[0].passtBinding: the passt binding is not supported"},
+		// passt: no libvirt interface; QEMU's NIC on a stream netdev to the
+		// launcher's passt socket for the pod interface. No MTU or tap from
+		// the pod, and (as KubeVirt's passt interface) no boot order, link
+		// state or queues.
+		{Name: "passt", VMI: func(v *v1.VirtualMachineInstance) {
+			pod(v1.Interface{InterfaceBindingMethod: passt, BootOrder: convtest.Ptr(uint(1)), State: v1.InterfaceStateLinkDown})(v)
+			v.Spec.Domain.Devices.NetworkInterfaceMultiQueue = convtest.Ptr(true)
+			v.Spec.Domain.CPU.Cores = 4
+		}, Ctx: func(c *facts.Context) {
+			c.Interfaces = map[string]facts.Interface{"default": {MAC: "02:00:00:aa:bb:cc", MTU: 1400, Tap: "tapx"}}
+		}, Check: passtArgs("stream,id=hostpasst-default,server=off,addr.type=unix,addr.path=/var/run/kubevirt-private/passt-eth0.sock",
+			"virtio-net-pci-non-transitional,netdev=hostpasst-default,id=passt-default,mac="+passtMAC+",bus=pcie.0,addr=0x1d")},
+		{Name: "passt mac, model, acpi index, pod interface from status", VMI: func(v *v1.VirtualMachineInstance) {
+			pod(v1.Interface{InterfaceBindingMethod: passt, MacAddress: "02:11:22:33:44:55", Model: "e1000e", ACPIIndex: 2,
+				Ports: []v1.Port{{Port: 80}}})(v)
+			v.Status.Interfaces = []v1.VirtualMachineInstanceNetworkInterface{{Name: "default", PodInterfaceName: "eth7"}}
+		}, Ctx: func(c *facts.Context) { c.Layout = layout.Under("/w,x") },
+			Check: passtArgs("stream,id=hostpasst-default,server=off,addr.type=unix,addr.path=/w,,x/private/passt-eth7.sock",
+				"e1000e,netdev=hostpasst-default,id=passt-default,mac=02:11:22:33:44:55,bus=pcie.0,addr=0x1d,acpi-index=2")},
+		{Name: "passt on i440fx", VMI: func(v *v1.VirtualMachineInstance) {
+			pod(v1.Interface{InterfaceBindingMethod: passt})(v)
+			v.Spec.Domain.Machine = &v1.Machine{Type: "pc-i440fx-7.2"}
+		}, Check: passtArgs("stream,id=hostpasst-default,server=off,addr.type=unix,addr.path=/var/run/kubevirt-private/passt-eth0.sock",
+			"virtio-net-pci-non-transitional,netdev=hostpasst-default,id=passt-default,mac="+passtMAC+",bus=pci.0,addr=0x1d")},
+		{Name: "passt on arm64", VMI: func(v *v1.VirtualMachineInstance) {
+			pod(v1.Interface{InterfaceBindingMethod: passt})(v)
+			v.Spec.Architecture = "arm64"
+			v.Spec.Domain.Machine = &v1.Machine{Type: "virt"}
+		}, Err: `spec.domain.devices.interfaces[0].passtBinding: not on machine type "virt"`},
+		{Name: "passt pci address", VMI: pod(v1.Interface{InterfaceBindingMethod: passt, PciAddress: "0000:00:05.0"}),
+			Err: "spec.domain.devices.interfaces[0].pciAddress: not with passtBinding"},
+		{Name: "passt bad port", VMI: pod(v1.Interface{InterfaceBindingMethod: passt, Ports: []v1.Port{{Port: 80, Protocol: "SCTP"}}}),
+			Err: `spec.domain.devices.interfaces[0].ports[0].protocol: "SCTP" is not TCP or UDP`},
+		{Name: "passt on multus", VMI: func(v *v1.VirtualMachineInstance) {
+			multus(v)
+			v.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = passt
+		}, Err: `spec.domain.devices.interfaces[0].passtBinding: only works on the pod network, not network "blue"`},
+		{Name: "discontinued passt", VMI: pod(v1.Interface{InterfaceBindingMethod: v1.InterfaceBindingMethod{DeprecatedPasst: &v1.DeprecatedInterfacePasst{}}}),
+			Err: "spec.domain.devices.interfaces[0].passt: discontinued since KubeVirt v1.3"},
 		{Name: "plugin refused", VMI: pod(v1.Interface{Binding: &v1.PluginBinding{Name: "l2bridge"}}),
 			Err: `spec.domain.devices.interfaces[0].binding: network binding plugin "l2bridge" is not supported`},
 		{Name: "slirp refused", VMI: pod(v1.Interface{InterfaceBindingMethod: v1.InterfaceBindingMethod{DeprecatedSlirp: &v1.DeprecatedInterfaceSlirp{}}}),
@@ -83,6 +126,35 @@ func TestInterfaces(t *testing.T) {
 			v.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "x", InterfaceBindingMethod: masq}}
 		}, Err: `spec.domain.devices.interfaces[0]: no network named "x"`},
 	})
+}
+
+// passtMAC is the MAC convtest's VMI gets on its passt interface named
+// default: 52:54:00 and the first bytes of sha256("<uid>/default").
+var passtMAC = func() string {
+	sum := sha256.Sum256([]byte(string(convtest.VMI().UID) + "/default"))
+	return net.HardwareAddr{0x52, 0x54, 0x00, sum[0], sum[1], sum[2]}.String()
+}()
+
+// passtArgs checks that the domain has no libvirt interface and that the
+// QEMU command line ends with the passt netdev and device.
+func passtArgs(netdev, device string) func(*testing.T, *libvirtxml.Domain) {
+	return func(t *testing.T, dom *libvirtxml.Domain) {
+		t.Helper()
+		if n := len(dom.Devices.Interfaces); n != 0 {
+			t.Errorf("%d libvirt interfaces, want none", n)
+		}
+		if dom.QEMUCommandline == nil {
+			t.Fatal("no QEMU command line")
+		}
+		var got []string
+		for _, a := range dom.QEMUCommandline.Args {
+			got = append(got, a.Value)
+		}
+		want := []string{"-netdev", netdev, "-device", device}
+		if !slices.Equal(got, want) {
+			t.Errorf("QEMU arguments:\n got %q\nwant %q", got, want)
+		}
+	}
 }
 
 func TestTapName(t *testing.T) {

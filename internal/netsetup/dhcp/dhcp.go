@@ -1,7 +1,8 @@
 // Package dhcp is the unprivileged phase of the network setup (the
 // launcher's part): it reads the vif caches the privileged phase
 // (internal/netsetup) wrote and serves DHCPv4/DHCPv6 on each bridge, so the
-// guest learns its address, routes and DNS. It is its own package so that
+// guest learns its address, routes and DNS; a passt interface gets its
+// passt instead (passt.go). It is its own package so that
 // the launcher links none of the privileged phase's nftables code.
 package dhcp
 
@@ -48,6 +49,10 @@ type Config struct {
 	// opened in; zero means the current one (the launcher runs in the pod).
 	NetNS netns.NsHandle
 	Plan  plan.PlanOptions
+	// Passt is the passt binary ("" = passt on the PATH); PasstLog the
+	// file passt logs to (the share dir's passt.log, where virt-handler
+	// reads it; "" = no log).
+	Passt, PasstLog string
 }
 
 // DNSConfig is what the guest learns about name resolution.
@@ -388,6 +393,7 @@ func New(cfg Config, log *slog.Logger) *Servers {
 }
 
 // Serve starts the servers of the VMI's masquerade and bridge interfaces
+// (DHCP) and passt interfaces (a passt each, passt.go)
 // named in names (every one when names is empty) that have none yet, and
 // returns the facts of each interface it serves, old and new. On error it
 // stops what this call started, and only that.
@@ -432,7 +438,13 @@ func (s *Servers) Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, nam
 		if err := ctx.Err(); err != nil {
 			return nil, undo(err)
 		}
-		sv, err := s.start(vmi, it, resolvers)
+		var sv served
+		var err error
+		if it.Binding == plan.BindingPasst {
+			sv, err = s.startPasst(ctx, vmi, it, resolvers)
+		} else {
+			sv, err = s.start(vmi, it, resolvers)
+		}
 		if err != nil {
 			return nil, undo(fmt.Errorf("interface %s: %w", it.Name, err))
 		}

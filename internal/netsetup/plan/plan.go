@@ -1,5 +1,5 @@
 // Package plan is what both phases of the network setup share: the plan of a
-// VMI's masquerade and bridge interfaces (pod interface, bridge and tap names,
+// VMI's masquerade, bridge and passt interfaces (pod interface, bridge and tap names,
 // VM subnets, as KubeVirt derives them), the vif cache the privileged phase
 // writes for the unprivileged one, and InNS. It links no nftables code, so
 // the launcher (which only runs the unprivileged phase, internal/netsetup/dhcp)
@@ -21,6 +21,10 @@ import (
 const (
 	BindingMasquerade = "masquerade"
 	BindingBridge     = "bridge"
+	// BindingPasst is KubeVirt's core passt binding: the pod interface
+	// stays as it is (no bridge, no tap); passt, which libvirt starts for
+	// the domain, serves the guest from the pod's own sockets.
+	BindingPasst = "passt"
 )
 
 // Default VM subnets of the masquerade binding (KubeVirt's defaults).
@@ -41,16 +45,16 @@ type Iface struct {
 	Name     string // VMI interface name (spec.domain.devices.interfaces[].name)
 	Network  string // VMI network name
 	Index    int    // position in spec.domain.devices.interfaces
-	Binding  string // BindingMasquerade or BindingBridge
+	Binding  string // BindingMasquerade, BindingBridge or BindingPasst
 	PodIface string // eth0 for the pod network; pod<hash> or netN for Multus
-	Bridge   string // k6t-<podIface without "pod">
-	Tap      string // tap0, tap<hash>, tapN
+	Bridge   string // k6t-<podIface without "pod">; empty for passt
+	Tap      string // tap0, tap<hash>, tapN; empty for passt
 	// NIC is the name the pod interface is renamed to when the bridge
 	// binding enslaves it (eth0-nic); a dummy keeps the original name.
 	NIC string
 	// MAC is the spec's macAddress, nil when it gives none.
 	MAC   net.HardwareAddr
-	Ports []Port // masquerade only; empty means every port
+	Ports []Port // masquerade and passt; empty means every port
 	// VMNetwork4/6 are the masquerade VM subnets (gateway .1, guest .2).
 	VMNetwork4, VMNetwork6 netip.Prefix
 	// Queues > 1 makes the tap multi-queue (networkInterfaceMultiqueue).
@@ -89,7 +93,7 @@ func BridgeName(podIface string) string { return "k6t-" + strings.TrimPrefix(pod
 func NICName(podIface string) string { return strings.TrimPrefix(podIface, "pod") + "-nic" }
 
 // PlanFor validates the VMI's interfaces and returns one Iface per
-// masquerade or bridge interface, in spec order. Interfaces with state
+// masquerade, bridge or passt interface, in spec order. Interfaces with state
 // absent are skipped. Any other binding is refused with an error naming the
 // field: nothing in this package can wire it.
 func PlanFor(vmi *v1.VirtualMachineInstance, opts PlanOptions) ([]Iface, error) {
@@ -132,8 +136,10 @@ func PlanFor(vmi *v1.VirtualMachineInstance, opts PlanOptions) ([]Iface, error) 
 			return nil, fmt.Errorf("%s.sriov: binding not supported by this launcher", field)
 		case in.Binding != nil:
 			return nil, fmt.Errorf("%s.binding: plugin %q not supported by this launcher", field, in.Binding.Name)
-		case in.PasstBinding != nil, in.DeprecatedPasst != nil:
-			return nil, fmt.Errorf("%s: passt binding not supported by this launcher", field)
+		case in.PasstBinding != nil:
+			it.Binding = BindingPasst
+		case in.DeprecatedPasst != nil:
+			return nil, fmt.Errorf("%s.passt: binding removed in KubeVirt v1.3 and not supported (passtBinding is its successor)", field)
 		case in.DeprecatedSlirp != nil:
 			return nil, fmt.Errorf("%s.slirp: binding removed in KubeVirt v1.3 and not supported", field)
 		case in.DeprecatedMacvtap != nil:
@@ -155,11 +161,20 @@ func PlanFor(vmi *v1.VirtualMachineInstance, opts PlanOptions) ([]Iface, error) 
 		default:
 			return nil, fmt.Errorf("spec.networks[%q]: neither pod nor multus network", nw.Name)
 		}
+		if it.Binding == BindingPasst {
+			// KubeVirt's webhook refuses passt on any other network.
+			if nw.Pod == nil {
+				return nil, fmt.Errorf("%s.passtBinding: allowed only on the pod network, network %q is not", field, nw.Name)
+			}
+			it.PodIface = PasstPodIface(vmi, it.Name)
+		}
 		if other, dup := seenPod[it.PodIface]; dup {
 			return nil, fmt.Errorf("%s: pod interface %s already used by interface %q", field, it.PodIface, other)
 		}
 		seenPod[it.PodIface] = it.Name
-		it.Bridge, it.Tap, it.NIC = BridgeName(it.PodIface), TapName(it.PodIface), NICName(it.PodIface)
+		if it.Binding != BindingPasst {
+			it.Bridge, it.Tap, it.NIC = BridgeName(it.PodIface), TapName(it.PodIface), NICName(it.PodIface)
+		}
 
 		if in.MacAddress != "" {
 			mac, err := net.ParseMAC(in.MacAddress)
@@ -171,7 +186,8 @@ func PlanFor(vmi *v1.VirtualMachineInstance, opts PlanOptions) ([]Iface, error) 
 			}
 			it.MAC = mac
 		}
-		if it.Binding == BindingMasquerade {
+		switch it.Binding {
+		case BindingMasquerade:
 			if nw.Pod == nil {
 				return nil, fmt.Errorf("%s.masquerade: allowed only on the pod network, network %q is not", field, nw.Name)
 			}
@@ -179,13 +195,20 @@ func PlanFor(vmi *v1.VirtualMachineInstance, opts PlanOptions) ([]Iface, error) 
 			if it.VMNetwork4, it.VMNetwork6, err = vmNetworks(nw); err != nil {
 				return nil, err
 			}
-			if it.Ports, err = ports(field, in.Ports); err != nil {
+			if it.Ports, err = ParsePorts(field, in.Ports); err != nil {
 				return nil, err
 			}
-		} else if len(in.Ports) > 0 {
-			return nil, fmt.Errorf("%s.ports: only the masquerade binding forwards ports", field)
+		case BindingPasst:
+			var err error
+			if it.Ports, err = ParsePorts(field, in.Ports); err != nil {
+				return nil, err
+			}
+		default:
+			if len(in.Ports) > 0 {
+				return nil, fmt.Errorf("%s.ports: only the masquerade and passt bindings forward ports", field)
+			}
 		}
-		if queues > 1 && (in.Model == "" || in.Model == "virtio") {
+		if queues > 1 && it.Binding != BindingPasst && (in.Model == "" || in.Model == "virtio") {
 			it.Queues = queues
 		}
 		out = append(out, it)
@@ -193,7 +216,9 @@ func PlanFor(vmi *v1.VirtualMachineInstance, opts PlanOptions) ([]Iface, error) 
 	return out, nil
 }
 
-func ports(field string, in []v1.Port) ([]Port, error) {
+// ParsePorts checks an interface's declared ports (field names it in errors):
+// TCP (the default) or UDP, 1-65535, none twice.
+func ParsePorts(field string, in []v1.Port) ([]Port, error) {
 	var out []Port
 	seen := map[Port]int{}
 	for j, p := range in {
