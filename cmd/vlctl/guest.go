@@ -32,7 +32,7 @@ func dialAgent(ctx context.Context, e *runrecord.Entry) (*agent.Daemon, error) {
 	// run dir, under KubeVirt's name (virtqemud-sock: the socket, or a
 	// link to libvirtd's).
 	sock := filepath.Join(layout.Under(e.WorkDir).LibvirtRunDir, "libvirt", "virtqemud-sock")
-	d, err := agent.DialDaemon(ctx, sock, "qemu:///session", domain.DomainName(e.Namespace, e.Name), e.PeerOwnedBy)
+	d, err := agent.DialDaemon(ctx, sock, "qemu:///session", domain.DomainName(e.VMI.Namespace, e.VMI.Name), e.PeerOwnedBy)
 	if err != nil {
 		return nil, fmt.Errorf("%s: guest agent: %w", e.FullName(), err)
 	}

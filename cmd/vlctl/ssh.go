@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -131,9 +132,10 @@ func currentSSHUser() (sshUser, error) {
 	return su, nil
 }
 
-// command runs name with args as u (its own environment: home, user).
-func (u sshUser) command(name string, args ...string) *exec.Cmd {
-	c := exec.Command(name, args...)
+// command runs name with args as u (its own environment: home, user),
+// killed when ctx ends.
+func (u sshUser) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, name, args...)
 	if u.drop {
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}}
 		env := []string{"HOME=" + u.home, "USER=" + u.name, "LOGNAME=" + u.name}
@@ -189,11 +191,14 @@ func runSSH(cmd *cobra.Command, e *runrecord.Entry, r sshRequest) error {
 		state = filepath.Join(x, "vlctl", "ssh")
 	}
 	// Made as ssh's user: root makes nothing in a user's home.
-	if out, err := u.command("mkdir", "-p", "-m", "0700", state).CombinedOutput(); err != nil {
+	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+	defer cancel()
+	if out, err := u.command(ctx, "mkdir", "-p", "-m", "0700", state).CombinedOutput(); err != nil {
 		return fmt.Errorf("ssh: make %s: %v: %s", state, err, strings.TrimSpace(string(out)))
 	}
 	args := sshArgs(r, e, self, sock, filepath.Join(state, e.Namespace+"_"+e.Name+".known_hosts"))
-	ssh := u.command("ssh", args...)
+	// A session lasts as long as its user wants.
+	ssh := u.command(context.Background(), "ssh", args...)
 	ssh.Stdin, ssh.Stdout, ssh.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	// Ctrl-C is ssh's to act on (it reaches both): vlctl, which carries
 	// the connection, stays until ssh ends.
