@@ -143,7 +143,10 @@ func SpareRootPorts(vmi *v1.VirtualMachineInstance, c *facts.Context, dom *libvi
 func pciDevices(devs *libvirtxml.DomainDeviceList) int {
 	n := len(devs.Interfaces) + len(devs.Watchdogs) + len(devs.RNGs)
 	for _, h := range devs.Hostdevs {
-		if h.SubsysPCI != nil || h.SubsysMDev != nil {
+		// KubeVirt counts PCI host devices only (CountPCIDevices), though
+		// a mediated one takes a root port of libvirt's too
+		// (rootPortDevices counts it for that).
+		if h.SubsysPCI != nil {
 			n++
 		}
 	}

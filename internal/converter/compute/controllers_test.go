@@ -7,6 +7,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
 func rootPorts(d *libvirtxml.Domain) int {
@@ -67,6 +68,21 @@ func TestControllers(t *testing.T) {
 			v.Spec.Domain.Devices.Interfaces[0].Model = "e1000"
 			v.Spec.Domain.Devices.Watchdog = &v1.Watchdog{Name: "w", WatchdogDevice: v1.WatchdogDevice{I6300ESB: &v1.I6300ESBWatchdog{}}}
 		}, Check: wantRootPorts(5 + 3)},
+		// A PCI host device counts in pciDevices (6: E = max(8-6, 3) = 3)
+		// and takes a port; a mediated one takes a port (libvirt puts its
+		// vfio-pci device on one) but KubeVirt does not count it: E stays 3.
+		{Name: "pci and mediated host devices", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.GPUs = []v1.GPU{{Name: "p", DeviceName: "x.io/p"}, {Name: "m", DeviceName: "x.io/m"}}
+		}, Ctx: func(c *facts.Context) {
+			c.Devices.Env = map[string]string{"PCI_RESOURCE_X_IO_P": "0000:81:00.0", "MDEV_PCI_RESOURCE_X_IO_M": "5d4a4b2e-8c5f-4b3c-9a43-8f4d2b1c0e11"}
+		}, Check: wantRootPorts(6 + 3)},
+		// Two mediated devices: pciDevices stays 5, E = 3, two more ports.
+		{Name: "mediated host devices do not lower the spare ports", VMI: func(v *v1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.GPUs = []v1.GPU{{Name: "m", DeviceName: "x.io/m"}, {Name: "n", DeviceName: "x.io/m"}}
+			v.Spec.Domain.Memory.Guest = q("4Gi")
+		}, Ctx: func(c *facts.Context) {
+			c.Devices.Env = map[string]string{"MDEV_PCI_RESOURCE_X_IO_M": "5d4a4b2e-8c5f-4b3c-9a43-8f4d2b1c0e11,0b4c3a1e-6f2d-4e8a-b1c9-7d3e5f6a8b20"}
+		}, Check: wantRootPorts(6 + 11)},
 		{Name: "at most 31", VMI: func(v *v1.VirtualMachineInstance) {
 			nics(26)(v)
 			v.Spec.Domain.Memory.Guest = q("4Gi")
