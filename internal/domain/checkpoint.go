@@ -124,6 +124,22 @@ func (m *Manager) RedefineCheckpoint(ctx context.Context, v *v1.VirtualMachineIn
 	if err != nil {
 		return false, fmt.Errorf("failed to get domain disks: %w", err)
 	}
+	// A daemon that outlived a launcher restart (or was restarted with
+	// its state) knows the checkpoint still: nothing to redefine
+	// (libvirt refuses a redefinition of a known checkpoint without its
+	// creation time).
+	var known bool
+	if err := withContext(ctx, "look the checkpoint up", func() error {
+		_, lerr := l.DomainCheckpointLookupByName(d, cp.Name, 0)
+		known = lerr == nil
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	if known {
+		m.log.Info("checkpoint known to libvirt already: nothing to redefine", "checkpoint", cp.Name)
+		return false, nil
+	}
 	var out string
 	if err := withContext(ctx, "query the block nodes' bitmaps", func() (err error) {
 		out, err = l.QEMUDomainMonitorCommand(d, `{"execute":"query-named-block-nodes"}`, 0)

@@ -11,6 +11,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
+	"github.com/virtlauncher/virtlauncher/internal/converter/storage"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -91,6 +92,7 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 	m.targetOf = uid
 	m.md.Migration, _, _ = migration.Start(nil, uid, now)
 	m.md.GracePeriodSeconds = vmi.GracePeriodSeconds(v)
+	m.md.DataFiles = storage.CBTDataFiles(c.Layout, !c.NonRoot, v)
 	m.mu.Unlock()
 	m.saveState()
 	m.log.Info("migration target prepared", "migration", uid)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +42,11 @@ const cbtSerial = "cbtdata"
 //   - a new pod on the same overlay and image (the VM restarted): the
 //     incremental is refused until the checkpoint is redefined
 //     (RedefineCheckpoint), then works and restores to the guest's disk;
-//     a checkpoint whose bitmap is not there is answered checkpointInvalid.
+//     a checkpoint whose bitmap is not there is answered checkpointInvalid;
+//   - a pull backup serves the disk over NBD until it is aborted;
+//   - after the launcher dies and its successor takes the guest over, the
+//     checkpoint is redefined and the next incremental backup restores
+//     to the guest's disk.
 func TestBackupCBT(t *testing.T) {
 	testenv.Programs(t, "qemu-img", "qemu-storage-daemon")
 	t.Parallel()
@@ -164,7 +169,95 @@ func TestBackupCBT(t *testing.T) {
 		t.Errorf("full+incremental+incremental restores to %s, the guest's disk is %s", got, want)
 	}
 	launchertest.Must(t, c2.Unpause(ctx, v2))
-	killAndDelete(t, p2, c2, ctx, v2)
+	pullBackup(t, ctx, c2, p2, v2, pushBackup("pull", t0.Add(4*time.Hour), target2, ""), want)
+
+	// The launcher dies and its successor takes the guest over: the
+	// Domain still shows the DataStore and the last backup's record, the
+	// daemon still knows the checkpoints (a redefinition, which
+	// virt-handler asks for only after a restart of the VM, succeeds
+	// with nothing to do) and the next incremental backup works.
+	c3 := restartLauncher(t, ctx, p2)
+	checkDataStore(t, ctx, c3, overlay2, p2.Layout.PVCDisk("data"))
+	if r := waitBackupEnd(t, ctx, c3, "pull"); r.Failed {
+		t.Errorf("the last backup's record after the launcher's restart: %+v", r)
+	}
+	inc2Checkpoint := "inc2-2026-12-07_13-00-00"
+	if invalid, err := c3.RedefineCheckpoint(ctx, v2, &backupv1.BackupCheckpoint{Name: inc2Checkpoint}); err != nil || invalid {
+		t.Fatalf("redefine %s after the launcher's restart: invalid %v, %v", inc2Checkpoint, invalid, err)
+	}
+	waitAgent(t, ctx, c3, p2)
+	guestWrite(t, ctx, c3, p2, 5)
+	inc3 := pushBackup("inc3", t0.Add(5*time.Hour), target2, inc2Checkpoint)
+	launchertest.Must(t, c3.Backup(ctx, v2, inc3))
+	if r := waitBackupEnd(t, ctx, c3, "inc3"); r.Failed {
+		t.Fatalf("incremental backup after the launcher's restart: %+v", r)
+	}
+	inc3File := filepath.Join(target2, v2.Name, "inc3-2026-12-07_15-00-00", "inc3-data.qcow2")
+	launchertest.Must(t, c3.Pause(ctx, v2))
+	want = launchertest.SHA256File(t, p2.Layout.PVCDisk("data"))
+	if got := restore(t, fullFile, incFile, inc2File, inc3File); got != want {
+		t.Errorf("the chain to the backup after the launcher's restart restores to %s, the guest's disk is %s", got, want)
+	}
+	launchertest.Must(t, c3.Unpause(ctx, v2))
+	killAndDelete(t, p2, c3, ctx, v2)
+}
+
+// restartLauncher kills the pod's launcher, as an accident would, and
+// returns a client of the one the monitor starts in its place.
+func restartLauncher(t *testing.T, ctx context.Context, p *pod) *cmdclient.Client {
+	t.Helper()
+	old := childNamed(t, p.Cmd.Process.Pid, "virt-launcher")
+	launchertest.Must(t, syscall.Kill(old, syscall.SIGKILL))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if pid := childNamedOrZero(p.Cmd.Process.Pid, "virt-launcher"); pid != 0 && pid != old {
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			c, err := cmdclient.Dial(dctx, p.Layout.ReadySocket())
+			cancel()
+			if err == nil {
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new launcher answering 30 s after the kill:\n%s", launchertest.Tail(p.Stderr.String(), 6000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// pullBackup: a pull backup serves the tracked disk over NBD on
+// KubeVirt's socket until it is aborted (the disk read there is the
+// guest's, want); an Abort of another backup is refused; the Abort ends
+// it, recorded completed and not failed (a pull backup ends so).
+func pullBackup(t *testing.T, ctx context.Context, c *cmdclient.Client, p *pod, v *v1.VirtualMachineInstance, o *backupv1.BackupOptions, want string) {
+	t.Helper()
+	o.Mode = backupv1.PullMode
+	launchertest.Must(t, c.Backup(ctx, v, o))
+	sock := filepath.Join(p.Layout.SocketsDir(), "backup-nbd-sock")
+	raw := filepath.Join(t.TempDir(), "pulled.raw")
+	if out, err := exec.Command("qemu-img", "convert", "-f", "raw", "-O", "raw", "nbd+unix:///data?socket="+sock, raw).CombinedOutput(); err != nil {
+		t.Fatalf("read the pull backup's export: %v\n%s", err, out)
+	}
+	if got := launchertest.SHA256File(t, raw); got != want {
+		t.Errorf("the pull backup's export reads as %s, the guest's disk is %s", got, want)
+	}
+	d, _, err := c.GetDomain(ctx)
+	launchertest.Must(t, err)
+	if b := d.Spec.Metadata.KubeVirt.Backup; b == nil || b.Name != "pull" || b.EndTimestamp != nil || b.Mode != "Pull" {
+		t.Fatalf("the pull backup's record while it serves: %+v", b)
+	}
+	other := *o
+	other.Cmd, other.BackupName = backupv1.Abort, "other"
+	if err := c.Backup(ctx, v, &other); err == nil || !strings.Contains(err.Error(), "differs from ongoing") {
+		t.Errorf("abort of another backup: %v", err)
+	}
+	abort := *o
+	abort.Cmd = backupv1.Abort
+	launchertest.Must(t, c.Backup(ctx, v, &abort))
+	if r := waitBackupEnd(t, ctx, c, "pull"); r.Failed || r.BackupMsg != "" {
+		t.Errorf("the aborted pull backup's record: %+v, want completed without failure", r)
+	}
 }
 
 // cbtVMI is the pod's test VMI with a filesystem PVC "data" and CBT in
