@@ -129,7 +129,8 @@ func newCpCmd() *cobra.Command {
 		Short: "Copy a file into or out of the guest through its guest agent",
 		Long: `cp copies one file between this machine and the guest: vlctl cp FILE NAME:PATH puts FILE
 into the guest at PATH, vlctl cp NAME:PATH FILE brings PATH back into FILE; "-" as FILE is
-standard input or output. PATH must be absolute. It goes through the guest agent
+standard input or output. PATH must be absolute; ending in /, it is a directory the file goes
+into under its own name. It goes through the guest agent
 (qemu-guest-agent's guest-file-open, -read, -write and -close), as KubeVirt propagates SSH keys
 to a guest, so it needs neither a network, nor an SSH server, nor scp or sftp in the guest,
 and no key: only the agent. A file written in the guest is created (or emptied first) with the
@@ -205,6 +206,9 @@ func cpIn(ctx context.Context, cmd *cobra.Command, d *agent.Daemon, e *runrecord
 			return fmt.Errorf("cp: %s is not a regular file", local)
 		}
 		r = f
+	}
+	if strings.HasSuffix(guest, "/") && local != "-" {
+		guest += filepath.Base(local) // into that directory, as cp does
 	}
 	if _, err := agent.WriteFile(ctx, d.Run, guest, r); err != nil {
 		return fmt.Errorf("cp into %s: %w", e.FullName(), err)

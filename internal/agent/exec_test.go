@@ -106,3 +106,23 @@ func TestExecPollsTenTimesPerTimeout(t *testing.T) {
 		t.Errorf("%d status polls in the timeout, want about 10", a.polls)
 	}
 }
+
+// TestWait: Wait asks until the command has exited, and gives up, saying
+// so, when its context ends first.
+func TestWait(t *testing.T) {
+	a := &execAgent{pid: 9, running: 3, code: 4, out: "done"}
+	st, err := Wait(context.Background(), a.run, 9)
+	if err != nil || !st.Exited || st.ExitCode != 4 || string(st.Stdout) != "done" || a.polls != 4 {
+		t.Errorf("Wait: %+v, %v after %d polls; want exit 4, %q after 4", st, err, a.polls, "done")
+	}
+	forever := &execAgent{pid: 9, running: 1 << 30}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := Wait(ctx, forever.run, 9); err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "guest pid 9 has not exited") {
+		t.Errorf("Wait past its deadline: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Wait took %s past a 300 ms deadline", d)
+	}
+}

@@ -112,7 +112,7 @@ func TestVlctlGuestAccess(t *testing.T) {
 	if err := os.WriteFile(local, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, code := vlctlIO(t, "", "cp", rd, local, "ga:/tmp/data.bin"); code != 0 {
+	if _, errOut, code := vlctlIO(t, "", "cp", rd, local, "ga:/tmp/"); code != 0 { // into a directory: by its name
 		t.Fatalf("vlctl cp into the guest: exit %d: %s", code, errOut)
 	}
 	if out, errOut, code := vlctlIO(t, "", "exec", rd, "ga", "--", "sha256sum", "/tmp/data.bin"); code != 0 || !strings.HasPrefix(out, hex.EncodeToString(sum[:])+" ") {
