@@ -15,15 +15,24 @@ import (
 // escapeByte (^]) ends a console session, as in virsh and telnet.
 const escapeByte = 0x1d
 
-func newConsoleCmd() *cobra.Command {
+// newConsoleCmd makes vlctl console, and under the name attach the same
+// command: docker attach is where users of containers look for it.
+func newConsoleCmd(name string) *cobra.Command {
 	var n nameFlags
+	short := "Attach to a guest's serial console; ^] detaches"
+	long := name + ` attaches to the serial console of NAME, a VM that vlctl run runs on this
+machine (NAMESPACE/NAME, or NAME when unique; vlctl ps lists them), a background one (vlctl run
+-d) too, or to the console socket at the absolute path SOCKET (…/<uid>/virt-serial0). ^]
+detaches; the VM runs on.`
+	if name != "console" {
+		short = "Attach to a VM's serial console, as docker attach does (the same as vlctl console); ^] detaches"
+		long += "\n\n" + name + " is vlctl console under the name docker attach has."
+	}
 	cmd := &cobra.Command{
-		Use:   "console NAME|SOCKET",
-		Short: "Attach to a guest's serial console; ^] detaches",
-		Long: `console attaches to the serial console of NAME, a VM that vlctl run runs on this machine
-(NAMESPACE/NAME, or NAME when unique; vlctl ps lists them), or to the console socket at the
-absolute path SOCKET (…/<uid>/virt-serial0). ^] detaches.`,
-		Args: cobra.ExactArgs(1),
+		Use:   name + " NAME|SOCKET",
+		Short: short,
+		Long:  long,
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var conn net.Conn
 			var err error

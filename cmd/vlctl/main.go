@@ -11,24 +11,28 @@ import (
 )
 
 func main() {
-	root := &cobra.Command{
-		Use:           "vlctl",
-		Short:         "Run and drive virtlauncher VMs on one machine",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.AddCommand(newConvertCmd(), newRunCmd(), newConsoleCmd(), newTestGuestCmd())
-	root.AddCommand(newCtlCmds()...)
-	root.AddCommand(newByNameCmds()...)
-	root.AddCommand(newHotplugCmds()...)
-	root.AddCommand(newLogsCmd())
-	root.AddCommand(newRmCmd())
-	root.AddCommand(newGuestAccessCmds()...)
-	if err := root.Execute(); err != nil {
+	if err := newRootCmd().Execute(); err != nil {
 		if code := exitStatus(0); errors.As(err, &code) {
 			os.Exit(int(code))
 		}
 		fmt.Fprintln(os.Stderr, "vlctl:", err)
 		os.Exit(1)
 	}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "vlctl",
+		Short:         "Run and drive virtlauncher VMs on one machine",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newConvertCmd(), newRunCmd(), newConsoleCmd("console"), newConsoleCmd("attach"), newTestGuestCmd())
+	root.AddCommand(newCtlCmds()...)
+	root.AddCommand(newByNameCmds()...)
+	root.AddCommand(newHotplugCmds()...)
+	root.AddCommand(newLogsCmd())
+	root.AddCommand(newRmCmd())
+	root.AddCommand(newGuestAccessCmds()...)
+	return root
 }
