@@ -133,6 +133,9 @@ func TestVerbArgs(t *testing.T) {
 		{[]string{"kill", "vm", "-f", "/x.yaml"}, "not both"},
 		{[]string{"pause", "a", "b"}, "accepts at most 1 arg"},
 		{[]string{"stop"}, "accepts 1 arg"},
+		{[]string{"get"}, "give a VM's NAME, or --socket"},
+		{[]string{"get", "vm", "--socket", "/x"}, "not both"},
+		{[]string{"get", "vm", "-o", "yaml"}, `-o "yaml": want table or json`},
 	} {
 		cmds := append(newCtlCmds(), newByNameCmds()...)
 		var cmd = cmds[0]

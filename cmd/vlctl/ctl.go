@@ -113,35 +113,7 @@ func newCtlCmds() []*cobra.Command {
 		vmiVerb("delete", "Undefine the (stopped) domain; the launcher then exits", (*cmdclient.Client).Delete, nil),
 	}
 
-	var gs socketFlags
-	get := &cobra.Command{
-		Use:   "get --socket PATH",
-		Short: "Print the launcher's Domain object (KubeVirt's JSON)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			c, err := gs.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			d, exists, err := c.GetDomain(ctx)
-			if err != nil {
-				return fmt.Errorf("get: %w", err)
-			}
-			if !exists {
-				return fmt.Errorf("get: no domain is defined")
-			}
-			b, err := json.MarshalIndent(d, "", "  ")
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), string(b))
-			return nil
-		},
-	}
-	gs.register(get, false)
+	get := newGetCmd()
 
 	// guestinfo, by name or socket: what `virtctl guestosinfo` shows.
 	var gis socketFlags

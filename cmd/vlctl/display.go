@@ -155,11 +155,11 @@ func newScreenshotCmd() *cobra.Command {
 	var n nameFlags
 	var out string
 	cmd := &cobra.Command{
-		Use:   "screenshot NAME -o FILE.png",
+		Use:   "screenshot NAME FILE.png | screenshot NAME -o FILE.png",
 		Short: "Save the guest's screen as a PNG image",
 		Long: `screenshot saves what the guest's primary display shows as a PNG file, as virtctl
-vnc screenshot does: the launcher takes it through libvirt (GetScreenshot). -o - writes it to
-standard output; an existing FILE is replaced once the whole image has come. NAME is
+vnc screenshot does: the launcher takes it through libvirt (GetScreenshot). The file is the
+second argument or -o FILE; - writes it to standard output; an existing FILE is replaced once the whole image has come. NAME is
 NAMESPACE/NAME, or NAME alone when only one namespace has a VM of that name.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {

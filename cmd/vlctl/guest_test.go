@@ -47,7 +47,7 @@ func TestSSHArgs(t *testing.T) {
 			{SSHPublicKey: &v1.SSHPublicKeyAccessCredential{PropagationMethod: v1.SSHPublicKeyAccessCredentialPropagationMethod{
 				QemuGuestAgent: &v1.QemuGuestAgentSSHPublicKeyAccessCredentialPropagation{Users: []string{"fedora", "other"}}}}},
 		}}}}}
-	got := sshArgs(sshRequest{options: []string{"StrictHostKeyChecking=yes"}, identity: "/k", command: []string{"uname", "-a"}},
+	got := sshArgs(sshRequest{login: "fedora", options: []string{"StrictHostKeyChecking=yes"}, identity: "/k", command: []string{"uname", "-a"}},
 		e, "/usr/bin/vl'ctl%", "/tmp/vlctl-ssh-1/guest", "/home/a/.local/state/vlctl/ssh/prod_web.known_hosts")
 	want := []string{
 		"-o", "StrictHostKeyChecking=yes", // the user's first: ssh keeps an option's first value
@@ -65,6 +65,56 @@ func TestSSHArgs(t *testing.T) {
 	}
 	if got := sshArgs(sshRequest{login: "root"}, e, "/v", "/s", "/k"); !slices.Contains(got, "root") || slices.Contains(got, "fedora") {
 		t.Errorf("-l root: %q", got)
+	}
+	if got := sshArgs(sshRequest{}, e, "/v", "/s", "/k"); slices.Contains(got, "-l") {
+		t.Errorf("no login: %q", got)
+	}
+}
+
+// TestSSHLogin: without -l, vlctl ssh logs in as the user the manifest
+// names: the accessCredentials' guest agent users first, then the
+// cloud-init user-data's user: or first named users: entry; -o User=
+// leaves it to ssh; a manifest naming none is an error asking for -l.
+func TestSSHLogin(t *testing.T) {
+	agent := v1.AccessCredential{SSHPublicKey: &v1.SSHPublicKeyAccessCredential{PropagationMethod: v1.SSHPublicKeyAccessCredentialPropagationMethod{
+		QemuGuestAgent: &v1.QemuGuestAgentSSHPublicKeyAccessCredentialPropagation{Users: []string{"fedora"}}}}}
+	noCloud := func(userData string) v1.Volume {
+		return v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: userData}}}
+	}
+	for _, c := range []struct {
+		name    string
+		r       sshRequest
+		creds   []v1.AccessCredential
+		volumes []v1.Volume
+		want    string
+		err     string
+	}{
+		{name: "-l", r: sshRequest{login: "root"}, creds: []v1.AccessCredential{agent}, want: "root"},
+		{name: "agent users", creds: []v1.AccessCredential{agent}, volumes: []v1.Volume{noCloud("#cloud-config\nuser: debian\n")}, want: "fedora"},
+		{name: "user:", volumes: []v1.Volume{noCloud("#cloud-config\nuser: debian\nssh_authorized_keys:\n- ssh-ed25519 AAAA k\n")}, want: "debian"},
+		{name: "user: as a map", volumes: []v1.Volume{noCloud("#cloud-config\nuser:\n  name: alma\n")}, want: "alma"},
+		{name: "users:", volumes: []v1.Volume{noCloud("#cloud-config\nusers:\n- default\n- name: ops\n  ssh_authorized_keys: [ssh-ed25519 AAAA k]\n- name: other\n")}, want: "ops"},
+		{name: "config drive, base64", volumes: []v1.Volume{{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitConfigDrive: &v1.CloudInitConfigDriveSource{
+			UserDataBase64: "I2Nsb3VkLWNvbmZpZwp1c2VyOiBjZW50b3MK"}}}}, want: "centos"},
+		{name: "-o User=", r: sshRequest{options: []string{"User=admin"}}, want: ""},
+		{name: "-o user", r: sshRequest{options: []string{"user admin"}}, want: ""},
+		{name: "default user only", volumes: []v1.Volume{noCloud("#cloud-config\nusers: [default]\nssh_authorized_keys: [k]\n")}, err: "give -l USER"},
+		{name: "a script", volumes: []v1.Volume{noCloud("#!/bin/sh\nuseradd x\n")}, err: "give -l USER"},
+		{name: "nothing", err: "default/web names none"},
+		{name: "bad yaml", volumes: []v1.Volume{noCloud("#cloud-config\nuser: [\n")}, err: "the user-data of volume ci"},
+	} {
+		e := &runrecord.Entry{Record: runrecord.Record{Name: "web", Namespace: "default", VMI: &v1.VirtualMachineInstance{
+			Spec: v1.VirtualMachineInstanceSpec{AccessCredentials: c.creds, Volumes: c.volumes}}}}
+		got, err := sshLogin(c.r, e)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: %q, %v; want an error with %q", c.name, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.name, got, err, c.want)
+		}
 	}
 }
 

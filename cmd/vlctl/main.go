@@ -34,5 +34,6 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newLogsCmd())
 	root.AddCommand(newRmCmd())
 	root.AddCommand(newGuestAccessCmds()...)
+	addCompletions(root)
 	return root
 }

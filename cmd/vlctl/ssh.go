@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +19,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	v1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/virtlauncher/virtlauncher/internal/relay"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
@@ -45,8 +49,10 @@ a --publish port does, through the VM's masquerade binding (a port the interface
 ports leave out is refused, naming it), and hands the connection to ssh as its ProxyCommand.
 Run with sudo, ssh runs as you: your keys (~/.ssh/id_*), your ssh-agent when sudo keeps
 SSH_AUTH_SOCK (sudo --preserve-env=SSH_AUTH_SOCK), your ~/.ssh/config. -i KEY and -l USER go to
-ssh; without -l, the first user the VM's accessCredentials give keys to through the guest
-agent (propagationMethod.qemuGuestAgent.users), else ssh's default. -o OPTION (repeatable) goes
+ssh; without -l (or -o User=...), the user the manifest names: the first user the VM's
+accessCredentials give keys to through the guest agent (propagationMethod.qemuGuestAgent.users),
+else the one its cloud-init #cloud-config user-data makes (user:, else the first named entry of
+users:); a manifest naming none is refused, asking for -l. -o OPTION (repeatable) goes
 to ssh before vlctl's own options, so yours win (ssh takes the first value of an option).
 The guest's host key is checked against a known_hosts file of this VM's own, in your vlctl
 state (~/.local/state/vlctl/ssh/NAMESPACE_NAME.known_hosts, or below $XDG_STATE_HOME): the first key is recorded
@@ -67,7 +73,11 @@ namespace has a VM of that name.`,
 			if err != nil {
 				return err
 			}
-			return runSSH(cmd, e, sshRequest{login: login, identity: identity, port: port, options: options, command: args[1:]})
+			r := sshRequest{login: login, identity: identity, port: port, options: options, command: args[1:]}
+			if r.login, err = sshLogin(r, e); err != nil {
+				return err
+			}
+			return runSSH(cmd, e, r)
 		},
 	}
 	n.register(cmd)
@@ -230,12 +240,8 @@ func sshArgs(r sshRequest, e *runrecord.Entry, self, sock, knownHosts string) []
 		"-o", "StrictHostKeyChecking=accept-new",
 		"-o", "CheckHostIP=no",
 	)
-	login := r.login
-	if login == "" {
-		login = agentUser(e)
-	}
-	if login != "" {
-		args = append(args, "-l", login)
+	if r.login != "" {
+		args = append(args, "-l", r.login)
 	}
 	if r.identity != "" {
 		args = append(args, "-i", r.identity)
@@ -245,6 +251,31 @@ func sshArgs(r sshRequest, e *runrecord.Entry, self, sock, knownHosts string) []
 		args = append(append(args, "--"), r.command...)
 	}
 	return args
+}
+
+// sshLogin is the user vlctl ssh logs in as when -l is not given: the
+// first user the VM's accessCredentials give keys to through the guest
+// agent, else the user its cloud-init user-data makes (user:, else the
+// first named entry of users:). "" when ssh is told one by -o User=...;
+// an error with a hint when the manifest names none: ssh's default, the
+// local user's name, is seldom a guest's.
+func sshLogin(r sshRequest, e *runrecord.Entry) (string, error) {
+	if r.login != "" {
+		return r.login, nil
+	}
+	for _, o := range r.options {
+		if k, _, _ := strings.Cut(strings.TrimSpace(strings.ReplaceAll(o, "=", " ")), " "); strings.EqualFold(k, "User") {
+			return "", nil
+		}
+	}
+	if u := agentUser(e); u != "" {
+		return u, nil
+	}
+	u, err := cloudInitUser(e.VMI)
+	if u != "" || err != nil {
+		return u, err
+	}
+	return "", fmt.Errorf("ssh: which user to log in as? %s names none (no accessCredentials qemuGuestAgent users, no user: or users: in its cloud-init #cloud-config user-data): give -l USER", e.FullName())
 }
 
 // agentUser is the first guest user the VM's accessCredentials give SSH
@@ -257,6 +288,70 @@ func agentUser(e *runrecord.Entry) string {
 		if k := c.SSHPublicKey; k != nil && k.PropagationMethod.QemuGuestAgent != nil && len(k.PropagationMethod.QemuGuestAgent.Users) > 0 {
 			return k.PropagationMethod.QemuGuestAgent.Users[0]
 		}
+	}
+	return ""
+}
+
+// cloudInitUser is the user the VM's cloud-init #cloud-config user-data
+// makes: user: (a name, or a map with name:), else the first entry of
+// users: that names one ("default", the image's own user, names none);
+// "" when there is none or the user-data is not #cloud-config.
+func cloudInitUser(v *v1.VirtualMachineInstance) (string, error) {
+	if v == nil {
+		return "", nil
+	}
+	for _, vol := range v.Spec.Volumes {
+		var data, b64 string
+		switch {
+		case vol.CloudInitNoCloud != nil:
+			data, b64 = vol.CloudInitNoCloud.UserData, vol.CloudInitNoCloud.UserDataBase64
+		case vol.CloudInitConfigDrive != nil:
+			data, b64 = vol.CloudInitConfigDrive.UserData, vol.CloudInitConfigDrive.UserDataBase64
+		default:
+			continue
+		}
+		if data == "" && b64 != "" {
+			b, err := base64.StdEncoding.DecodeString(b64)
+			if err != nil {
+				return "", fmt.Errorf("ssh: volume %s: userDataBase64: %w", vol.Name, err)
+			}
+			data = string(b)
+		}
+		if !strings.HasPrefix(data, "#cloud-config") {
+			return "", nil
+		}
+		var cc struct {
+			User  json.RawMessage   `json:"user"`
+			Users []json.RawMessage `json:"users"`
+		}
+		if err := yaml.Unmarshal([]byte(data), &cc); err != nil {
+			return "", fmt.Errorf("ssh: the user-data of volume %s: %w", vol.Name, err)
+		}
+		if u := cloudConfigName(cc.User); u != "" {
+			return u, nil
+		}
+		for _, u := range cc.Users {
+			if n := cloudConfigName(u); n != "" && n != "default" {
+				return n, nil
+			}
+		}
+		return "", nil
+	}
+	return "", nil
+}
+
+// cloudConfigName is the name in a user entry of cloud-config: a string,
+// or a map's name.
+func cloudConfigName(raw json.RawMessage) string {
+	var name string
+	if json.Unmarshal(raw, &name) == nil {
+		return name
+	}
+	var m struct {
+		Name string `json:"name"`
+	}
+	if json.Unmarshal(raw, &m) == nil {
+		return m.Name
 	}
 	return ""
 }

@@ -39,10 +39,11 @@ func testGuestManifest(t *testing.T, name string, args ...string) string {
 }
 
 // consoleAnswers types command into the serial console of the VM named
-// (vlctl console NAME) until want shows, failing the test after a minute.
+// (vlctl attach NAME, which is vlctl console NAME) until want shows,
+// failing the test after a minute.
 func consoleAnswers(t *testing.T, records, name, command, want string) {
 	t.Helper()
-	c := exec.Command(filepath.Join(binDir, "vlctl"), "console", name, "--record-dir", records)
+	c := exec.Command(filepath.Join(binDir, "vlctl"), "attach", name, "--record-dir", records)
 	in, err := c.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +72,9 @@ func consoleAnswers(t *testing.T, records, name, command, want string) {
 // the guest runs and returns; the terminal's
 // session then hung up (SIGHUP to its process group, the terminal
 // closed) and the shell gone, the VM runs on (its guest answers on the
-// serial console; vlctl ps -o json and guestinfo -o json say so), held by
-// a supervisor in a session of its own; vlctl stop ends it as it ends a foreground run, leaving nothing but the
+// serial console through vlctl attach; vlctl ps -o json, get -o json and
+// guestinfo -o json say so, and its name completes for vlctl stop), held
+// by a supervisor in a session of its own; vlctl stop ends it as it ends a foreground run, leaving nothing but the
 // background run's log, which says how it ended, and which vlctl ps -a
 // lists as exited until vlctl rm removes it.
 func TestVlctlRunDetached(t *testing.T) {
@@ -132,6 +134,19 @@ func TestVlctlRunDetached(t *testing.T) {
 		t.Errorf("vlctl ps -o json: exit %d, %v: %s%s", code, err, out, errOut)
 	} else if p := ps[0]; p.Name != "bgd" || p.Namespace != "default" || p.State != "Running" || p.PID != sup || p.Started.IsZero() {
 		t.Errorf("vlctl ps -o json: %+v; want default/bgd Running, pid %d, a start time", p, sup)
+	}
+	code, out, errOut = vlctl(t, time.Minute, "get", "bgd", "-o", "json", "--record-dir", records)
+	var dom struct {
+		ObjectMeta struct{ Name, Namespace string }
+		Status     struct{ Status string }
+	}
+	if err := json.Unmarshal([]byte(out), &dom); code != 0 || err != nil || dom.ObjectMeta.Name != "bgd" || dom.Status.Status != "Running" {
+		t.Errorf("vlctl get bgd -o json: exit %d, %v, %+v: %s%s", code, err, dom, out, errOut)
+	}
+	// What a shell's completion script asks (vlctl completion bash).
+	code, out, errOut = vlctl(t, time.Minute, "__complete", "stop", "--record-dir", records, "")
+	if code != 0 || !strings.HasPrefix(out, "bgd\t") {
+		t.Errorf("vlctl __complete stop '': exit %d: %q%s; want bgd offered", code, out, errOut)
 	}
 	code, out, errOut = vlctl(t, time.Minute, "guestinfo", "-o", "json", "default/bgd", "--record-dir", records)
 	if code != 0 || !json.Valid([]byte(out)) {

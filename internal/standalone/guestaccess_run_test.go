@@ -174,18 +174,22 @@ func TestVlctlGuestAccess(t *testing.T) {
 		t.Errorf("%s still answers after vlctl vnc ended", addr)
 	}
 
-	// screenshot: a PNG of the display's size.
-	shot := filepath.Join(tmp, "screen.png")
-	if _, errOut, code := vlctlIO(t, "", "screenshot", rd, "ga", "-o", shot); code != 0 {
-		t.Fatalf("vlctl screenshot: exit %d: %s", code, errOut)
-	}
-	if f, err := os.Open(shot); err != nil {
-		t.Error(err)
-	} else {
-		cfg, err := png.DecodeConfig(f)
-		f.Close()
-		if err != nil || cfg.Width != w || cfg.Height != h {
-			t.Errorf("screenshot: %dx%d, %v; want a PNG of %dx%d", cfg.Width, cfg.Height, err, w, h)
+	// screenshot: a PNG of the display's size, the file given as
+	// vlctl screenshot NAME FILE.png or with -o.
+	for i, form := range [][]string{{"ga"}, {"ga", "-o"}} {
+		shot := filepath.Join(tmp, fmt.Sprintf("screen%d.png", i))
+		args := append(append([]string{"screenshot", rd}, form...), shot)
+		if _, errOut, code := vlctlIO(t, "", args...); code != 0 {
+			t.Fatalf("vlctl %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+		}
+		if f, err := os.Open(shot); err != nil {
+			t.Error(err)
+		} else {
+			cfg, err := png.DecodeConfig(f)
+			f.Close()
+			if err != nil || cfg.Width != w || cfg.Height != h {
+				t.Errorf("vlctl %s: %dx%d, %v; want a PNG of %dx%d", strings.Join(args, " "), cfg.Width, cfg.Height, err, w, h)
+			}
 		}
 	}
 
