@@ -89,7 +89,7 @@ bench: deps build image $(if $(filter true,$(BENCH_KUBEVIRT)),kubevirt-launcher)
 SOURCE_DATE_EPOCH ?= 1735689600
 IMAGE_NAME ?= docker.io/virtlauncher/virt-launcher:dev
 IMAGE := bin/virtlauncher-launcher.oci.tar
-IMAGE_BINS := virt-launcher virt-launcher-monitor container-disk virt-tail virt-probe virt-freezer
+IMAGE_BINS := virt-launcher virt-launcher-monitor container-disk virt-tail virt-probe virt-freezer libvirt-hook-client
 # /usr/libexec/virtiofsd: what virt-controller runs in a VMI's virtiofs
 # containers (cmd/virtiofsd, over Debian's QEMU 7.2 virtiofsd).
 IMAGE_LIBEXEC := virtiofsd
@@ -101,6 +101,7 @@ image: deps bin/image/rootfs.tar
 		-epoch $(SOURCE_DATE_EPOCH) $(foreach b,$(IMAGE_BINS),-add /usr/bin/$(b)=bin/image/bin/$(b)) \
 		$(foreach b,$(IMAGE_LIBEXEC),-add /usr/libexec/$(b)=bin/image/bin/$(b)) \
 		-add /usr/bin/node-labeller.sh=deploy/node-labeller.sh \
+		-add /etc/libvirt/hooks/qemu=bin/image/bin/libvirt-hook-client \
 		-cap /usr/bin/virt-launcher-monitor=net_bind_service
 	@ls -l $(IMAGE)
 

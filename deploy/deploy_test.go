@@ -25,7 +25,7 @@ func containerfile(t *testing.T) string {
 }
 
 // The binaries KubeVirt's pod contract needs in /usr/bin (kubevirt-wire.md 5.1).
-var required = []string{"virt-launcher", "virt-launcher-monitor", "container-disk", "virt-tail", "virt-probe", "virt-freezer"}
+var required = []string{"virt-launcher", "virt-launcher-monitor", "container-disk", "virt-tail", "virt-probe", "virt-freezer", "libvirt-hook-client"}
 
 func TestContainerfileBinaries(t *testing.T) {
 	cf := containerfile(t)
@@ -54,6 +54,7 @@ func TestContainerfileBinaries(t *testing.T) {
 		"CGO_ENABLED=0",
 		"/usr/bin/node-labeller.sh",
 		"/out/virtiofsd /usr/libexec/virtiofsd", "./cmd/virtiofsd",
+		"/out/libvirt-hook-client /etc/libvirt/hooks/qemu",
 	} {
 		if !strings.Contains(cf, want) {
 			t.Errorf("Containerfile lacks %q", want)

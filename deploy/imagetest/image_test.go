@@ -246,10 +246,14 @@ func (p *pod) checkImage() {
 	if l, err := os.Readlink(filepath.Join(p.root, "var/run")); err != nil || l != "../run" {
 		t.Errorf("/var/run -> %q (%v), want the relative ../run", l, err)
 	}
-	for _, b := range []string{"virt-launcher", "virt-launcher-monitor", "container-disk", "virt-tail", "virt-probe", "virt-freezer", "node-labeller.sh", "qemu-system-x86_64", "qemu-img", "swtpm", "virsh", "cp"} {
+	for _, b := range []string{"virt-launcher", "virt-launcher-monitor", "container-disk", "virt-tail", "virt-probe", "virt-freezer", "libvirt-hook-client", "node-labeller.sh", "qemu-system-x86_64", "qemu-img", "swtpm", "virsh", "cp"} {
 		if st, err := os.Stat(filepath.Join(p.root, "usr/bin", b)); err != nil || st.Mode()&0o111 == 0 {
 			t.Errorf("/usr/bin/%s: not an executable in the image (%v)", b, err)
 		}
+	}
+	// libvirt's qemu hook, the pre-migration hook server's client.
+	if st, err := os.Stat(filepath.Join(p.root, "etc/libvirt/hooks/qemu")); err != nil || st.Mode()&0o111 == 0 {
+		t.Errorf("/etc/libvirt/hooks/qemu: not an executable in the image (%v)", err)
 	}
 	// virtiofs: the wrapper virt-controller's virtiofs containers run,
 	// and the QEMU 7.2 daemon it runs.

@@ -29,6 +29,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
+	"github.com/virtlauncher/virtlauncher/internal/premigration"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -116,6 +117,14 @@ type Config struct {
 	// HypervisorErr, when set, makes Sync refuse to define a domain: KVM
 	// is unusable and emulation is not allowed.
 	HypervisorErr error
+	// PreMigrationHooks: a migration target runs the pre-migration hook
+	// server (--libvirt-hook-server-and-client), which gives the incoming
+	// domain this pod's dedicated CPUs; without it a VMI with dedicated
+	// CPUs is not migrated (KubeVirt's source rewrites the pins then).
+	PreMigrationHooks bool
+	// UpgradeOrdinalIfaces adds the hook that renames ordinal taps to
+	// hashed ones (--upgrade-ordinal-ifaces).
+	UpgradeOrdinalIfaces bool
 
 	// AgentIntervals are the guest agent poller's periods; zero ones are
 	// KubeVirt's defaults.
@@ -230,6 +239,9 @@ type Manager struct {
 	// targetOf is the migration this pod was prepared to receive
 	// (PrepareMigrationTarget), "" when it is none's target (mu).
 	targetOf string
+	// hookServer is the pre-migration hook server, once a preparation
+	// started it (PreMigrationHooks).
+	hookServer *premigration.Server
 	// abandonCh is closed by AbandonTarget.
 	abandonCh chan struct{}
 

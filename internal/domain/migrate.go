@@ -15,6 +15,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
+	"github.com/virtlauncher/virtlauncher/internal/premigration"
 )
 
 // The source side of a live migration (docs/migration.md §2):
@@ -49,6 +50,12 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	if ts := v.Status.MigrationState.TargetState; ts != nil && ts.VirtualMachineInstanceUID != nil && *ts.VirtualMachineInstanceUID != v.UID {
 		// KubeVirt rewrites the VMI uid in the XML for it; not done here.
 		return fmt.Errorf("migrate: decentralized migration to VMI uid %s is not supported", *ts.VirtualMachineInstanceUID)
+	}
+	if v.IsCPUDedicated() && !m.cfg.PreMigrationHooks {
+		// KubeVirt's source then pins the vCPUs to the CPUs of
+		// status.migrationState.targetCPUSet itself; not done here: the
+		// target's pre-migration hook does it.
+		return errors.New("migrate: a VMI with spec.domain.cpu.dedicatedCpuPlacement migrates only with --libvirt-hook-server-and-client (the target's pre-migration hook gives the domain its CPUs); the source's rewrite for the target's CPU set is not implemented")
 	}
 	// A migration running or ended is answered first, whatever the
 	// domain's state (an ended one left it shut off).
@@ -408,6 +415,11 @@ func (m *Manager) migrationEnded(ctx context.Context, dom string, err error, too
 	switch {
 	case err == nil:
 		m.log.Info("migration completed", "domain", dom, "took", took.String())
+		// What KubeVirt's qemu hook does at "release end migrated":
+		// libvirt 9.0 calls the release hook without the reason.
+		if err := premigration.MarkMigrated(m.cfg.Layout.MigratedMarker()); err != nil {
+			m.log.Error("the domain migrated away, but the backend storage does not say so", "reason", err.Error())
+		}
 		m.setMigrationResult(ctx, false, "", "")
 	case mig != nil && mig.AbortStatus == string(v1.MigrationAbortInProgress):
 		// CancelMigration or the monitor asked for the abort that ended

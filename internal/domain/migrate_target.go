@@ -9,10 +9,12 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
 	"github.com/virtlauncher/virtlauncher/internal/converter/storage"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
+	"github.com/virtlauncher/virtlauncher/internal/premigration"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -68,8 +70,10 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 		return err
 	}
 	// Converted as for a define, which checks the VMI; the XML that
-	// counts is the source's, which the migration brings.
-	if _, err := converter.Convert(v, c); err != nil {
+	// counts is the source's, which the migration brings (edited by the
+	// pre-migration hook with what this pod has).
+	dom, err := converter.Convert(v, c)
+	if err != nil {
 		return err
 	}
 	undo, err := m.cfg.Disks.Prepare(ctx, v, c.Volumes)
@@ -86,6 +90,12 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 		undo()
 		return fmt.Errorf("migration proxy directory: %w", err)
 	}
+	if m.cfg.PreMigrationHooks {
+		if err := m.serveMigrationHook(v, dom); err != nil {
+			undo()
+			return err
+		}
+	}
 	m.warmHostCapabilities(ctx, l)
 	now := time.Now()
 	m.mu.Lock()
@@ -96,6 +106,30 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 	m.mu.Unlock()
 	m.saveState()
 	m.log.Info("migration target prepared", "migration", uid)
+	return nil
+}
+
+// serveMigrationHook starts the pre-migration hook server for the
+// incoming domain, once per pod (KubeVirt v1.9 starts it at the target's
+// preparation); a later preparation only gives it that preparation's
+// hooks. dom is this pod's conversion of v. The server ends with its one
+// call, or with the launcher.
+func (m *Manager) serveMigrationHook(v *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+	hooks := []premigration.Hook{premigration.DedicatedCPUs(v, dom), premigration.DiskSourcePaths(v)}
+	if m.cfg.UpgradeOrdinalIfaces {
+		hooks = append(hooks, premigration.OrdinalTapNames(v))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hookServer != nil {
+		m.hookServer.SetHooks(hooks...)
+		return nil
+	}
+	s, err := premigration.Serve(m.runContextLocked(), m.cfg.Layout.MigrationHookSocket(), m.log, hooks...)
+	if err != nil {
+		return err
+	}
+	m.hookServer = s
 	return nil
 }
 

@@ -113,11 +113,6 @@ func (l *Launcher) run(ctx context.Context) (int, error) {
 	if l.opts.SimulateCrash {
 		return ExitFatal, errors.New("--simulate-crash: exiting as asked")
 	}
-	if l.opts.LibvirtHookServerAndClient {
-		// Said once, so that a cluster with the feature gate on can see
-		// the flag reached a launcher that does not act on it.
-		l.log.Info("--libvirt-hook-server-and-client is accepted and ignored: this launcher cannot be a migration target yet (issue 17), so no incoming domain XML exists for a pre-migration hook to change")
-	}
 	sigs, handOver := l.Signals, l.HandOver
 	if sigs == nil {
 		ch := make(chan os.Signal, 2)
@@ -273,16 +268,18 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 		events = ns
 	}
 	l.mgr = domain.New(domain.Config{
-		Layout:        l.layout,
-		Log:           l.log,
-		Socket:        l.daemon.Socket(),
-		URI:           l.daemon.URI(),
-		Events:        events,
-		Disks:         &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm, ImageVolume: l.opts.ImageVolume, Root: root},
-		Hooks:         hm,
-		BaseFacts:     baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath), cpus, numa),
-		Devices:       devinfo.PodReader(os.Environ()).Read,
-		HypervisorErr: hvErr,
+		Layout:               l.layout,
+		Log:                  l.log,
+		Socket:               l.daemon.Socket(),
+		URI:                  l.daemon.URI(),
+		Events:               events,
+		Disks:                &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm, ImageVolume: l.opts.ImageVolume, Root: root},
+		Hooks:                hm,
+		BaseFacts:            baseFacts(l.layout, emulation, !root, efiFiles(l.opts.OVMFPath), cpus, numa),
+		Devices:              devinfo.PodReader(os.Environ()).Read,
+		HypervisorErr:        hvErr,
+		PreMigrationHooks:    l.opts.LibvirtHookServerAndClient,
+		UpgradeOrdinalIfaces: l.opts.UpgradeOrdinalIfaces,
 		Network: dhcp.New(dhcp.Config{CacheDir: l.layout.PrivateDir, ResolvConf: l.opts.ResolvConf,
 			PasstLog: filepath.Join(l.layout.ShareDir, plan.PasstLogName)}, l.log),
 		AgentIntervals: agent.Intervals{

@@ -50,7 +50,14 @@ type Options struct {
 	LibvirtLogFilters  string
 	Verbosity          int
 
-	// Accepted for compatibility; they change nothing.
+	// UpgradeOrdinalIfaces is KubeVirt's --upgrade-ordinal-ifaces (the
+	// PodSecondaryInterfaceNamingUpgrade gate): with
+	// LibvirtHookServerAndClient the pre-migration hook renames an
+	// incoming domain's ordinal taps (tap1, ...) to the hashed names this
+	// pod's network has; without it, it changes nothing, as in KubeVirt.
+	// VGPUDedicatedHook (--vgpu-dedicated-hook, the VGPULiveMigration
+	// gate; v1.9.0 gives the incoming vGPU the target's mdev UUID) and the
+	// flags after it are accepted for compatibility and change nothing.
 	UpgradeOrdinalIfaces, VGPUDedicatedHook, VMStatsCollector        bool
 	FirmwareAutoSelection, KeepAfterFailure, AllowCrossArchEmulation bool
 	AgentSysInterval, AgentFileInterval, AgentUserInterval           time.Duration
@@ -58,13 +65,15 @@ type Options struct {
 	// LibvirtHookServerAndClient is KubeVirt's
 	// --libvirt-hook-server-and-client (a pflag bool, default false),
 	// which virt-controller passes with the LibvirtHooksServerAndClient
-	// feature gate (alpha in v1.8). KubeVirt's launcher then runs a
-	// pre-migration hook server when it prepares a migration target and
-	// makes libvirt's qemu hook its client, so the incoming domain XML
-	// gets the target's dedicated CPUs (and ordinal interface names).
-	// This launcher is no migration target yet (docs/migration.md, issue
-	// 17): the flag is accepted so such pods start, and the launcher logs
-	// that it does nothing with it.
+	// feature gate: alpha (off) in v1.8, Beta and on by default in v1.9.0,
+	// which still has the flag. A migration target then runs the
+	// pre-migration hook server (internal/premigration) at
+	// <share>/migration-hook-socket, which libvirt's qemu hook (the
+	// image's /etc/libvirt/hooks/qemu) calls as the migration begins:
+	// the incoming domain XML gets the target's dedicated CPUs and, for a
+	// migration into another domain namespace, its disk paths. Without
+	// it a VMI with dedicated CPUs is not migrated (KubeVirt's source
+	// rewrites the pins itself then; not implemented here).
 	LibvirtHookServerAndClient bool
 }
 
@@ -123,13 +132,13 @@ func (o *Options) FlagSet(out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.Verbosity, "v", 2, "log verbosity (VIRT_LAUNCHER_LOG_VERBOSITY overrides it)")
 
 	fs.BoolVar(&o.ImageVolume, "image-volume", false, "container disks and the kernelBoot image are Kubernetes image volumes (KubeVirt's ImageVolume feature gate): at Sync, link disk_N.img and kernel-boot/ in --container-disk-dir to their files")
-	fs.BoolVar(&o.UpgradeOrdinalIfaces, "upgrade-ordinal-ifaces", false, "rename ordinal pod interfaces"+ignored)
-	fs.BoolVar(&o.VGPUDedicatedHook, "vgpu-dedicated-hook", false, "vGPU display hook"+ignored)
+	fs.BoolVar(&o.UpgradeOrdinalIfaces, "upgrade-ordinal-ifaces", false, "with --libvirt-hook-server-and-client, a migration target renames the incoming domain's ordinal taps (tap1, ...) to hashed ones")
+	fs.BoolVar(&o.VGPUDedicatedHook, "vgpu-dedicated-hook", false, "give an incoming vGPU the target's mdev UUID (KubeVirt's VGPULiveMigration gate)"+ignored)
 	fs.BoolVar(&o.VMStatsCollector, "vm-stats-collector", false, "GetVMStats answers (KubeVirt's VMStatsCollector feature gate); without it, KubeVirt's error")
 	fs.BoolVar(&o.FirmwareAutoSelection, "firmware-auto-selection", false, "let libvirt pick the firmware"+ignored)
 	fs.BoolVar(&o.KeepAfterFailure, "keep-after-failure", false, "monitor flag"+ignored)
 	fs.BoolVar(&o.AllowCrossArchEmulation, "allow-cross-arch-emulation", false, "allow emulating another architecture"+ignored)
-	fs.BoolVar(&o.LibvirtHookServerAndClient, "libvirt-hook-server-and-client", false, "run the pre-migration hook server on a migration target (KubeVirt's LibvirtHooksServerAndClient feature gate); no migration target support yet"+ignored)
+	fs.BoolVar(&o.LibvirtHookServerAndClient, "libvirt-hook-server-and-client", false, "run the pre-migration hook server on a migration target (KubeVirt's LibvirtHooksServerAndClient feature gate)")
 	fs.DurationVar(&o.AgentSysInterval, "qemu-agent-sys-interval", 120*time.Second, "guest agent poll period of interfaces, OS, host name and time zone")
 	fs.DurationVar(&o.AgentFileInterval, "qemu-agent-file-interval", 300*time.Second, "guest agent poll period of the file systems")
 	fs.DurationVar(&o.AgentUserInterval, "qemu-agent-user-interval", 10*time.Second, "guest agent poll period of the logged-in users")

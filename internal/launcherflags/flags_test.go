@@ -98,13 +98,13 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			t.Errorf("--help does not list %s", a)
 		}
 	}
-	for _, f := range []string{"upgrade-ordinal-ifaces", "libvirt-hook-server-and-client"} {
+	for _, f := range []string{"vgpu-dedicated-hook"} {
 		i := strings.Index(help, "-"+f)
 		if i < 0 || !strings.Contains(help[i:min(len(help), i+200)], "(accepted, ignored)") {
 			t.Errorf("--help does not mark %s as ignored", f)
 		}
 	}
-	for _, f := range []string{"-image-volume\n", "-vm-stats-collector\n", "-qemu-agent-sys-interval duration", "-qemu-fsfreeze-status-interval duration"} {
+	for _, f := range []string{"-image-volume\n", "-vm-stats-collector\n", "-libvirt-hook-server-and-client\n", "-upgrade-ordinal-ifaces\n", "-qemu-agent-sys-interval duration", "-qemu-fsfreeze-status-interval duration"} {
 		if i := strings.Index(help, f); i < 0 || strings.Contains(help[i:min(len(help), i+250)], "(accepted, ignored)") {
 			t.Errorf("--help does not list %s as honoured", strings.TrimSpace(f))
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
@@ -68,6 +69,13 @@ type Options struct {
 	// two nodes do: what a live migration between them needs. The test
 	// keeps reaching the pod through Dir and Layout.
 	FixedRoot string
+	// EtcLibvirt, with FixedRoot, is a directory bound at /etc/libvirt in
+	// the pod's mount namespace: where the launcher image has libvirt's
+	// hooks (hooks/qemu), which the daemon looks for there whatever its
+	// mode.
+	EtcLibvirt string
+	// PreMigrationHooks passes --libvirt-hook-server-and-client.
+	PreMigrationHooks bool
 	// ImageVolume lays the pod out as virt-controller renders it with
 	// KubeVirt's ImageVolume feature gate (on by default since v1.9) and
 	// passes --image-volume; nil is the classic layout, where virt-handler
@@ -236,6 +244,7 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 		lo.QemuCapsCache = e.CapsDir
 	}
 	lo.ImageVolume = o.ImageVolume != nil
+	lo.LibvirtHookServerAndClient = o.PreMigrationHooks
 	if p.net != nil {
 		lo.ResolvConf = p.net.ResolvConf
 	}
@@ -365,6 +374,15 @@ func (p *Pod) Start() {
 	var bind func() error
 	if p.opts.FixedRoot != "" {
 		bind = pod.BindAt(p.Dir, p.opts.FixedRoot)
+		if etc := p.opts.EtcLibvirt; etc != "" {
+			root := bind
+			bind = func() error {
+				if err := root(); err != nil {
+					return err
+				}
+				return unix.Mount(etc, "/etc/libvirt", "", unix.MS_BIND, "")
+			}
+		}
 	}
 	var inCgroup func() error
 	placed := func() error { return nil }

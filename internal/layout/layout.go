@@ -297,6 +297,19 @@ func (l Layout) DownwardMetricsDisk() string {
 	return filepath.Join(l.PrivateDir, "downwardapi-disks", "vhostmd0")
 }
 
+// MigrationHookSocket is where a migration target's pre-migration hook
+// server listens for the libvirt hook client.
+func (l Layout) MigrationHookSocket() string {
+	return filepath.Join(l.ShareDir, "migration-hook-socket")
+}
+
+// MigratedMarker is the file a migration source leaves in the backend
+// storage volume (mounted at backend-storage-meta when the VMI has one)
+// once its domain has migrated away.
+func (l Layout) MigratedMarker() string {
+	return filepath.Join(l.PrivateDir, "backend-storage-meta", "migrated")
+}
+
 // DownwardMetricsSocket is where QEMU listens for the downwardMetrics
 // device's virtio-serial port, which virt-handler connects to; the launcher
 // makes its directory at start.

@@ -20,4 +20,6 @@ type (
 	podOpts = launchertest.Options
 )
 
-func TestMain(m *testing.M) { os.Exit(launchertest.Main(m, &env, "vl-bin-")) }
+func TestMain(m *testing.M) {
+	os.Exit(launchertest.Main(m, &env, "vl-bin-", "./cmd/libvirt-hook-client"))
+}

@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,9 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
 // v19StallDetector is what KubeVirt v1.9's handler sends with the
@@ -104,4 +111,96 @@ func TestMigrationStallDetector(t *testing.T) {
 	}
 	t.Logf("aborted after %v: %s", took.Round(time.Second), why[1])
 	mp.stillCounting(t)
+}
+
+// TestPreMigrationHook: a VMI with dedicated CPUs migrates between pods
+// run with --libvirt-hook-server-and-client (KubeVirt v1.9's default),
+// the source pod on the host's second CPU, the target on its first, both
+// with the image's libvirt qemu hook (the hook client, here told the
+// sockets below the pods' fixed root). The target starts the pre-migration
+// hook server when it is prepared; its daemon runs the hook as the
+// migration begins, and the domain arrives pinned to the target's CPU,
+// where QEMU's vCPU thread then runs, and the guest counts on. The server
+// is gone after its one call. The source leaves the migrated marker in
+// the backend storage volume (the launcher: libvirt 9.0's release hook is
+// not told the domain migrated).
+func TestPreMigrationHook(t *testing.T) {
+	testenv.Root(t, "cpuset cgroups for the pods")
+	all, _, err := hostcpu.Sys{Root: "/"}.OwnCPUSet("self")
+	launchertest.Must(t, err)
+	if len(all) < 2 {
+		t.Fatalf("needs 2 CPUs, this process may use %v", all)
+	}
+	srcCPU, dstCPU := hostcpu.FormatList(all[1:2]), hostcpu.FormatList(all[:1])
+	etc, err := os.MkdirTemp("", "vletc")
+	launchertest.Must(t, err)
+	t.Cleanup(func() { os.RemoveAll(etc) })
+	launchertest.Must(t, os.MkdirAll(filepath.Join(etc, "hooks"), 0o755))
+	launchertest.Must(t, os.Chmod(etc, 0o755))
+	var socket, marker string
+	mp := newMigrationPairWith(t, false, pairSetup{
+		pods: func(o *podOpts) {
+			o.EtcLibvirt, o.PreMigrationHooks, o.CPUSet = etc, true, all[1:2]
+			l := layout.Under(o.FixedRoot)
+			socket = l.MigrationHookSocket()
+			marker = filepath.Join(l.PrivateDir, "backend-storage-meta", "migrated")
+			script := fmt.Sprintf("#!/bin/sh\nexec %s --socket=%s --migrated-marker=%s \"$@\"\n",
+				filepath.Join(env.BinDir, "libvirt-hook-client"), socket, marker)
+			launchertest.Must(t, os.WriteFile(filepath.Join(etc, "hooks", "qemu"), []byte(script), 0o755))
+		},
+		target: func(o *podOpts) { o.CPUSet = all[:1] },
+		vmi: func(v *v1.VirtualMachineInstance) {
+			cpu := v.Spec.Domain.CPU
+			cpu.Sockets, cpu.Cores, cpu.Threads, cpu.MaxSockets = 1, 1, 1, 0
+			cpu.DedicatedCPUPlacement = true
+		},
+	})
+	inPod := func(p *pod, path string) string {
+		return filepath.Join(p.Dir, strings.TrimPrefix(path, p.Options().FixedRoot))
+	}
+	if d, _, err := mp.ca.GetDomain(mp.ctx); err != nil || d.Spec.CPUTune == nil || len(d.Spec.CPUTune.VCPUPin) != 1 || d.Spec.CPUTune.VCPUPin[0].CPUSet != srcCPU {
+		t.Fatalf("the source's domain: %+v (%v), want vCPU 0 on %s", d.Spec.CPUTune, err, srcCPU)
+	}
+	// KubeVirt's backend storage volume, where the source's hook leaves
+	// its marker.
+	meta := filepath.Dir(inPod(mp.a, marker))
+	launchertest.Must(t, os.Mkdir(meta, 0o755))
+	launchertest.Must(t, os.Chown(meta, int(env.Cred.Uid), int(env.Cred.Gid)))
+	mp.prepareTarget(t)
+	if !strings.Contains(mp.b.Stderr.String(), `"msg":"pre-migration hook server listening"`) {
+		t.Fatalf("the target did not start the pre-migration hook server:\n%s", launchertest.Tail(mp.b.Stderr.String(), 3000))
+	}
+	launchertest.Must(t, mp.ca.Migrate(mp.ctx, mp.vm, migration.Options{ProgressTimeout: 150, CompletionTimeoutPerGiB: 150}))
+	if m := waitMigrationOf(t, mp.ctx, mp.ca, "mig-1", 3*time.Minute); m.Failed {
+		t.Fatalf("the migration failed: %+v\ntarget:\n%s", m, launchertest.Tail(mp.b.Stderr.String(), 3000))
+	}
+	if !strings.Contains(mp.b.Stderr.String(), `"msg":"pre-migration hook: the incoming domain XML edited"`) {
+		t.Errorf("the target's hook server was not called:\n%s", launchertest.Tail(mp.b.Stderr.String(), 3000))
+	}
+	if _, err := os.Stat(inPod(mp.b, socket)); !os.IsNotExist(err) {
+		t.Errorf("the hook server's socket is still there after its call: %v", err)
+	}
+	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm))
+	last := testguest.Counts(mp.a.Console())
+	mp.b.WaitConsole("VL-COUNT-"+strconv.Itoa(last[len(last)-1]+5), time.Minute)
+	d, _, err := mp.cb.GetDomain(mp.ctx)
+	launchertest.Must(t, err)
+	if d.Spec.CPUTune == nil || len(d.Spec.CPUTune.VCPUPin) != 1 || d.Spec.CPUTune.VCPUPin[0].CPUSet != dstCPU {
+		t.Errorf("the target's domain cputune %+v, want vCPU 0 on %s", d.Spec.CPUTune, dstCPU)
+	}
+	vcpus := 0
+	for thread, allowed := range threadAffinity(t, mp.b.QemuPid()) {
+		if _, name, _ := strings.Cut(thread, " "); vcpuThread.MatchString(name) {
+			vcpus++
+			if allowed != dstCPU {
+				t.Errorf("the target's vCPU thread %s may run on %q, want %q", thread, allowed, dstCPU)
+			}
+		}
+	}
+	if vcpus != 1 {
+		t.Errorf("%d vCPU threads in the target's QEMU, want 1", vcpus)
+	}
+	if _, err := os.Stat(filepath.Join(meta, "migrated")); err != nil {
+		t.Errorf("the source left no migrated marker: %v", err)
+	}
 }

@@ -177,10 +177,30 @@ type migrationPair struct {
 // (with the pod network) and counting.
 func newMigrationPair(t *testing.T, network bool, userData ...string) *migrationPair {
 	t.Helper()
+	return newMigrationPairWith(t, network, pairSetup{}, userData...)
+}
+
+// pairSetup changes what newMigrationPairWith makes: both pods' options
+// (pods), then the target's alone (target), and the VMI before it starts
+// (vmi); nil ones change nothing.
+type pairSetup struct {
+	pods, target func(*podOpts)
+	vmi          func(*v1.VirtualMachineInstance)
+}
+
+// newMigrationPairWith is newMigrationPair as setup changes it.
+func newMigrationPairWith(t *testing.T, network bool, setup pairSetup, userData ...string) *migrationPair {
+	t.Helper()
 	fixed := fixedRoot(t)
 	uid := uuid.NewString()
 	opts := podOpts{SharedCaps: true, FixedRoot: fixed, UID: uid, TrackDescendants: true, Network: network}
+	if setup.pods != nil {
+		setup.pods(&opts)
+	}
 	a := env.New(t, "migrant", opts)
+	if setup.target != nil {
+		setup.target(&opts)
+	}
 	b := env.NewDeferred(t, "migrant", opts)
 	// The pod's name, which SignalTargetPodCleanup compares with the
 	// migration's target pod.
@@ -198,6 +218,9 @@ func newMigrationPair(t *testing.T, network bool, userData ...string) *migration
 	startNotify(t, a)
 	startNotify(t, b)
 	v := a.VMI("migrant-1")
+	if setup.vmi != nil {
+		setup.vmi(v)
+	}
 	launchertest.Must(t, ca.Sync(ctx, v, cmdclient.HandlerSyncOptions()))
 	a.WaitConsole(testguest.MarkerReady, bootTimeout)
 	if network {
