@@ -7,7 +7,7 @@ export CGO_ENABLED := 0
 export GOFLAGS := -tags=grpcnotrace
 
 
-.PHONY: all deps build test demo bench fuzz-long vet clean proto image image-test test-migration-stress test-hugepages
+.PHONY: all deps build test demo bench fuzz-long vet clean proto image image-test test-migration-stress test-hugepages test-kubevirt-compare
 
 all: build
 
@@ -27,11 +27,11 @@ build:
 # must not pass as "no output".
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEADCODE := golang.org/x/tools/cmd/deadcode@v0.52.0
-LINT_TAGS := grpcnotrace,imagetest,e2e,migrationstress,hugepages
+LINT_TAGS := grpcnotrace,imagetest,e2e,migrationstress,hugepages,kubevirtcompare
 
 vet:
 	gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$') | (! grep .)
-	$(GO) vet -tags=grpcnotrace,imagetest,migrationstress,hugepages ./...
+	$(GO) vet -tags=grpcnotrace,imagetest,migrationstress,hugepages,kubevirtcompare ./...
 	$(GO) run $(STATICCHECK) -tags=$(LINT_TAGS) ./...
 	@out=$$($(GO) run $(DEADCODE) -test -tags=$(LINT_TAGS) ./...) || exit 1; \
 	if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: unreachable functions (remove them)"; exit 1; fi
@@ -63,6 +63,15 @@ test-migration-stress: deps build
 # QEMU's 2 MiB-page mappings. Measured 10.5 s here (2026-12-07).
 test-hugepages: deps build
 	VIRTLAUNCHER_TEST_SET_HUGEPAGES=1 $(GO) test -count=1 -timeout 10m -tags=grpcnotrace,hugepages -v -run '^TestHugepages$$' ./test/integration/
+
+# KubeVirt's own host device code (v1.8.2's, from the e2e build module) run
+# on the table of device-plugin environments that our converter is checked
+# against (internal/converter/hostdev TestAgainstKubeVirt), kept out of make
+# test: it is a cgo build of KubeVirt's converter against Debian's
+# libvirt-dev, which install-bench-deps adds, and takes minutes cold.
+test-kubevirt-compare: deps
+	@./scripts/install-bench-deps
+	$(GO) test -count=1 -timeout 30m -tags=grpcnotrace,kubevirtcompare -v -run '^TestAgainstKubeVirt$$' ./internal/converter/hostdev/
 
 # The README's main job: boot an example VM and show its console.
 demo: deps build

@@ -24,11 +24,13 @@
 //     KubeVirt's rule) instead of defining with placeholder NICs first.
 //   - What libvirt 9.0 lacks is refused with a "not supported" error
 //     (Hyper-V tlbflush direct/extended, discard_granularity, MSDM table),
-//     as are passt, slirp, macvtap, binding plugins, launch security and
-//     the supplementalPool I/O thread policy.
+//     as are slirp, macvtap, binding plugins, launch security,
+//     the supplementalPool I/O thread policy and IOMMUFD (a pod given the
+//     IOMMUFD device plugin's socket).
 //   - Root-complex placement skips the slots the spec gave devices.
-//   - Not converted (not part of this launcher): the SeaBIOS debug log and
-//     IOMMUFD; KubeVirt's functional-test annotations are refused.
+//   - Not converted: the SeaBIOS debug log (a developer's switch, launcher
+//     verbosity above 5); KubeVirt's functional-test annotations are
+//     refused.
 package converter
 
 import (
@@ -75,6 +77,7 @@ func Configurators(c *facts.Context) []facts.Configurator {
 		compute.Memory{Ctx: c},
 		compute.MemoryBacking{Ctx: c},
 		compute.RebootPolicy{},
+		compute.IOMMUFD{Ctx: c},
 		compute.Hypervisor{Ctx: c},
 		// Last, as KubeVirt adjusts the finished domain for dedicated CPUs.
 		compute.CPUPinning{Ctx: c},

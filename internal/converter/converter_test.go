@@ -48,14 +48,14 @@ func TestConvertIsPure(t *testing.T) {
 
 // TestConfiguratorOrder pins KubeVirt's order (B.1), minus the steps this
 // launcher does not have (launchSecurity, virtiofs, iothreads as a step of
-// its own, IOMMUFD), plus the refused annotations right after the metadata;
+// its own), plus the refused annotations right after the metadata;
 // the qemu command line is Ignition.
 func TestConfiguratorOrder(t *testing.T) {
 	var got []string
 	for _, s := range converter.Configurators(convtest.Context()) {
 		got = append(got, strings.TrimPrefix(fmt.Sprintf("%T", s), "compute."))
 	}
-	want := "Metadata Annotations network.configurator TPM VSOCK Channels Clock RNG Input Balloon Graphics Sound hostdev.configurator Watchdog Console Panic Features SysInfo OS storage.virtiofs storage.configurator USBRedir Controllers Ignition CPU Memory MemoryBacking RebootPolicy Hypervisor CPUPinning"
+	want := "Metadata Annotations network.configurator TPM VSOCK Channels Clock RNG Input Balloon Graphics Sound hostdev.configurator Watchdog Console Panic Features SysInfo OS storage.virtiofs storage.configurator USBRedir Controllers Ignition CPU Memory MemoryBacking RebootPolicy IOMMUFD Hypervisor CPUPinning"
 	if g := strings.Join(got, " "); g != want {
 		t.Errorf("order:\n got %s\nwant %s", g, want)
 	}

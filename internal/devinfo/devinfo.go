@@ -32,6 +32,8 @@ type Reader struct {
 	// NetworkInfo and DRADir are layout.NetworkInfoFile and
 	// layout.DRAMetadataDir in a pod.
 	NetworkInfo, DRADir string
+	// IOMMUFDSocket is layout.IOMMUFDSocket in a pod; empty: not looked for.
+	IOMMUFDSocket string
 	// NetworkInfoWait bounds the wait for an empty network-info file to
 	// be filled (the kubelet writes it after the pod's start): KubeVirt
 	// waits 1 s, reading every 100 ms. Zero means that.
@@ -40,7 +42,7 @@ type Reader struct {
 
 // PodReader is the reader of a launcher in a KubeVirt pod.
 func PodReader(environ []string) Reader {
-	return Reader{Environ: environ, NetworkInfo: layout.NetworkInfoFile, DRADir: layout.DRAMetadataDir}
+	return Reader{Environ: environ, NetworkInfo: layout.NetworkInfoFile, DRADir: layout.DRAMetadataDir, IOMMUFDSocket: layout.IOMMUFDSocket}
 }
 
 // Read gathers the facts the VMI's devices need: the device plugins'
@@ -50,6 +52,12 @@ func PodReader(environ []string) Reader {
 // device it concerns.
 func (r Reader) Read(ctx context.Context, v *v1.VirtualMachineInstance) facts.Devices {
 	d := facts.Devices{Env: Env(r.Environ)}
+	if r.IOMMUFDSocket != "" {
+		// KubeVirt's launcher looks only at whether the path exists.
+		if _, err := os.Lstat(r.IOMMUFDSocket); err == nil {
+			d.IOMMUFD = true
+		}
+	}
 	for _, iface := range v.Spec.Domain.Devices.Interfaces {
 		if iface.SRIOV != nil && hostdev.MultusReported(v, iface.Name) {
 			d.NetworkPCI, d.NetworkInfoErr = r.networkPCI(ctx)

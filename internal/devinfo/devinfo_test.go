@@ -2,6 +2,7 @@ package devinfo
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,5 +119,27 @@ func TestDRA(t *testing.T) {
 		if got := dev.PCIBusID + "|" + dev.MDevUUID + "|" + dev.Err; got != w {
 			t.Errorf("%v: %q, want %q", k, got, w)
 		}
+	}
+}
+
+// TestIOMMUFDSocket: the socket's presence alone marks the pod, as
+// KubeVirt's launcher decides (it then connects to take the descriptor).
+func TestIOMMUFDSocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "iommufd.sock")
+	r := Reader{IOMMUFDSocket: sock}
+	if r.Read(context.Background(), &v1.VirtualMachineInstance{}).IOMMUFD {
+		t.Error("IOMMUFD set without the socket")
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if !r.Read(context.Background(), &v1.VirtualMachineInstance{}).IOMMUFD {
+		t.Error("IOMMUFD not set with the device plugin's socket there")
+	}
+	if (Reader{}).Read(context.Background(), &v1.VirtualMachineInstance{}).IOMMUFD {
+		t.Error("a reader with no socket path set IOMMUFD")
 	}
 }

@@ -142,6 +142,10 @@ type Devices struct {
 	// DRA is the device each DRA claim request got, from the DRA drivers'
 	// metadata files, by the VMI's claim name and request name.
 	DRA map[DRARequest]DRADevice
+	// IOMMUFD is set when the pod holds the IOMMUFD device plugin's socket
+	// (layout.IOMMUFDSocket): KubeVirt's launcher then takes an IOMMUFD
+	// descriptor from it for the domain's <iommufd>.
+	IOMMUFD bool
 }
 
 // DRARequest names one request of a resource claim of the VMI

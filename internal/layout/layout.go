@@ -16,11 +16,14 @@ import (
 
 // Files the pod gives its launcher about host devices, at fixed paths no
 // flag moves: Multus's network status of the pod's networks through the
-// downward API (an SR-IOV network's virtual function), and the DRA
-// drivers' device metadata (KEP-5304), one directory per claim request.
+// downward API (an SR-IOV network's virtual function), the DRA drivers'
+// device metadata (KEP-5304), one directory per claim request, and the
+// socket through which KubeVirt's IOMMUFD device plugin hands over an
+// opened /dev/iommu (its IOMMUFD feature gate puts one in every pod).
 const (
 	NetworkInfoFile = "/etc/podinfo/network-info"
 	DRAMetadataDir  = "/var/run/kubernetes.io/dra-device-attributes"
+	IOMMUFDSocket   = "/var/run/kubevirt/iommufd.sock"
 )
 
 // Layout holds the root directories. Every path a launcher builds is derived

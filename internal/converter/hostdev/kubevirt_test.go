@@ -1,3 +1,5 @@
+//go:build kubevirtcompare
+
 package hostdev_test
 
 import (
