@@ -24,9 +24,9 @@
 //     KubeVirt's rule) instead of defining with placeholder NICs first.
 //   - What libvirt 9.0 lacks is refused with a "not supported" error
 //     (Hyper-V tlbflush direct/extended, discard_granularity, MSDM table),
-//     as are slirp, macvtap, binding plugins, launch security,
-//     the supplementalPool I/O thread policy and IOMMUFD (a pod given the
-//     IOMMUFD device plugin's socket).
+//     as are slirp, macvtap, launch security, the supplementalPool I/O
+//     thread policy and IOMMUFD (a pod given the IOMMUFD device plugin's
+//     socket).
 //   - Root-complex placement skips the slots the spec gave devices.
 //   - Not converted: the SeaBIOS debug log (a developer's switch, launcher
 //     verbosity above 5); KubeVirt's functional-test annotations are

@@ -81,9 +81,11 @@ type DomainHook interface {
 // (internal/netsetup/dhcp.Servers).
 type Network interface {
 	// Serve starts serving the named interfaces of the VMI (every
-	// masquerade and bridge interface when none is named) that are not
-	// served yet, and returns the facts of every interface served.
-	Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, names ...string) (map[string]facts.Interface, error)
+	// interface it wires when none is named) that are not served yet, and
+	// returns the facts of every interface served. attach is
+	// virt-handler's InterfaceDomainAttachment (binding plugins with a
+	// tap attachment).
+	Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, attach map[string]string, names ...string) (map[string]facts.Interface, error)
 	// Stop stops serving one interface (an unplugged one).
 	Stop(name string) error
 	// Close stops serving every interface.
@@ -247,6 +249,9 @@ type Manager struct {
 
 	netStarted bool                       // op
 	netIfaces  map[string]facts.Interface // op
+	// attach is virt-handler's InterfaceDomainAttachment as at the
+	// network's start, for interfaces plugged later.
+	attach map[string]string // op
 }
 
 type outEvent struct {

@@ -62,7 +62,7 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 	if exists {
 		return errors.New("prepare migration target: a domain exists in this pod already")
 	}
-	if err := m.startNetwork(ctx, v); err != nil {
+	if err := m.startNetwork(ctx, v, opts.InterfaceDomainAttachment); err != nil {
 		return err
 	}
 	c, err := m.Context(ctx, v, opts)

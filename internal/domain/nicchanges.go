@@ -58,7 +58,7 @@ func (m *Manager) plugInterfaces(ctx context.Context, l *libvirt.Libvirt, d libv
 	// One at a time, as KubeVirt does: a failure names its interface
 	// and leaves the ones before it plugged.
 	for _, name := range names {
-		ifs, err := m.cfg.Network.Serve(ctx, v, name)
+		ifs, err := m.cfg.Network.Serve(ctx, v, m.attach, name)
 		if err != nil {
 			return fmt.Errorf("sync: interface %q: %w", name, err)
 		}
@@ -81,7 +81,7 @@ func (m *Manager) attachInterface(ctx context.Context, l *libvirt.Libvirt, d lib
 	if err != nil {
 		return fmt.Errorf("sync: interface %q: %w", name, err)
 	}
-	c.Interfaces = m.netIfaces
+	c.Interfaces, c.DomainAttachments = m.netIfaces, m.attach
 	all, err := converter.Interfaces(v, c)
 	if err != nil {
 		return fmt.Errorf("sync: interface %q: %w", name, err)

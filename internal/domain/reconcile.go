@@ -55,11 +55,12 @@ func (p changePlan) empty() bool {
 // planChanges diffs the VMI against the live domain. want are the VMI's
 // disks as the converter makes them (converter.Disks, with the live targets
 // pinned: pinLiveTargets), live the domain's XML as libvirt has it now,
-// hotplugDir the directory virt-handler mounts hotplugged volumes into.
-// Disks and interfaces are matched by their alias ("ua-<name>").
+// hotplugDir the directory virt-handler mounts hotplugged volumes into,
+// attach virt-handler's InterfaceDomainAttachment (a binding plugin's
+// interface with "tap" is plugged as a bridge one is). Disks and interfaces are matched by their alias ("ua-<name>").
 //
 // It is pure, and leaves live as it was.
-func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, live *libvirtxml.Domain, hotplugDir string) changePlan {
+func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, live *libvirtxml.Domain, hotplugDir string, attach map[string]string) changePlan {
 	var plan changePlan
 	var liveDisks []libvirtxml.DomainDisk
 	var liveIfaces []libvirtxml.DomainInterface
@@ -130,7 +131,7 @@ func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, liv
 
 	plan.grow = growCandidates(v, liveDisks, plan.detach)
 
-	planInterfaces(&plan, v, liveIfaces)
+	planInterfaces(&plan, v, liveIfaces, attach)
 	planPorts(&plan, live)
 	return plan
 }
@@ -217,9 +218,11 @@ func freeRootPorts(live *libvirtxml.Domain) (free, ports int) {
 // when its tap is the hashed one of a Multus network (the only kind
 // KubeVirt plugs); an interface the domain lacks is plugged once the VMI
 // status reports its pod interface (info source multus-status), and only
-// with the bridge binding; until then there is nothing to do, as for a
-// volume not mounted yet. A link state that differs is set.
-func planInterfaces(plan *changePlan, v *v1.VirtualMachineInstance, liveIfaces []libvirtxml.DomainInterface) {
+// with the bridge binding or a binding plugin attached as a tap; until
+// then there is nothing to do, as for a volume not mounted yet. A link
+// state that differs is set, except on a binding plugin's interface its
+// sidecar made (the launcher's domain has none to compare with).
+func planInterfaces(plan *changePlan, v *v1.VirtualMachineInstance, liveIfaces []libvirtxml.DomainInterface, attach map[string]string) {
 	haveIface := byAlias(liveIfaces, func(i libvirtxml.DomainInterface) *libvirtxml.DomainAlias { return i.Alias })
 	networks := map[string]*v1.Network{}
 	for i := range v.Spec.Networks {
@@ -240,6 +243,7 @@ func planInterfaces(plan *changePlan, v *v1.VirtualMachineInstance, liveIfaces [
 		have, defined := haveIface[iface.Name]
 		netw := networks[iface.Name]
 		hotpluggable := netw != nil && netw.Multus != nil && !netw.Multus.Default
+		tapAttached := iface.Bridge != nil || (iface.Binding != nil && attach[iface.Name] == "tap")
 		switch {
 		case iface.State == v1.InterfaceStateAbsent && defined:
 			tap := ""
@@ -255,10 +259,12 @@ func planInterfaces(plan *changePlan, v *v1.VirtualMachineInstance, liveIfaces [
 		case !defined && !inPod[iface.Name]:
 			// Its pod interface is not there yet: virt-handler syncs again
 			// once Multus has added it.
-		case !defined && (iface.Bridge == nil || !hotpluggable):
-			plan.unsupported = append(plan.unsupported, fmt.Sprintf("interface %q: hotplug is possible only with the bridge binding on a secondary (Multus) network", iface.Name))
+		case !defined && (!tapAttached || !hotpluggable):
+			plan.unsupported = append(plan.unsupported, fmt.Sprintf("interface %q: hotplug is possible only with the bridge binding or a binding plugin attached as a tap, on a secondary (Multus) network", iface.Name))
 		case !defined:
 			plan.plug = append(plan.plug, iface.Name)
+		case iface.Binding != nil && !tapAttached:
+			// Its sidecar's interface: KubeVirt leaves its link alone.
 		default:
 			wantDown := iface.State == v1.InterfaceStateLinkDown
 			haveDown := have.Link != nil && have.Link.State == "down"

@@ -127,7 +127,7 @@ func TestPlanChanges(t *testing.T) {
 				t.Fatalf("converter.Disks: %v", err)
 			}
 			before, _ := tc.live.Marshal()
-			plan := planChanges(tc.vmi, want, tc.live, hp)
+			plan := planChanges(tc.vmi, want, tc.live, hp, nil)
 			if after, _ := tc.live.Marshal(); after != before {
 				t.Errorf("planChanges changed the live domain")
 			}
@@ -185,7 +185,8 @@ func TestPlanChanges(t *testing.T) {
 
 // TestPlanInterfaces: KubeVirt's rules for NIC hotplug and unplug
 // (virtwrap/network/nichotplug.go): plugged once Multus reports the pod
-// interface, only the bridge binding on a secondary network; unplugged
+// interface, only the bridge binding or a binding plugin attached as a
+// tap on a secondary network; unplugged
 // when absent and on a hashed tap; everything else refused by name.
 func TestPlanInterfaces(t *testing.T) {
 	blueTap := network.TapName(&v1.Network{Name: "blue", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "blue-net"}}}, "")
@@ -197,6 +198,9 @@ func TestPlanInterfaces(t *testing.T) {
 	}
 	multus := func(name string) v1.Network {
 		return v1.Network{Name: name, NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: name + "-net"}}}
+	}
+	plugin := func(name string, state v1.InterfaceState) v1.Interface {
+		return v1.Interface{Name: name, State: state, Binding: &v1.PluginBinding{Name: "mybind"}}
 	}
 	pod := v1.Network{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}
 	live := func(name, tap string) libvirtxml.DomainInterface {
@@ -211,6 +215,7 @@ func TestPlanInterfaces(t *testing.T) {
 		nets        []v1.Network
 		status      []v1.VirtualMachineInstanceNetworkInterface
 		live        []libvirtxml.DomainInterface
+		attach      map[string]string // virt-handler's InterfaceDomainAttachment
 		plug        []string
 		unplug      []string
 		unsupported string // substring of the one message; "" none
@@ -233,6 +238,17 @@ func TestPlanInterfaces(t *testing.T) {
 		{name: "masquerade cannot be plugged", ifaces: []v1.Interface{masq("blue")},
 			nets: []v1.Network{multus("blue")}, status: []v1.VirtualMachineInstanceNetworkInterface{status("blue", "multus-status")},
 			unsupported: `interface "blue": hotplug is possible only with the bridge binding`},
+		{name: "binding plugin attached as a tap: plugged", ifaces: []v1.Interface{plugin("blue", "")},
+			nets: []v1.Network{multus("blue")}, status: []v1.VirtualMachineInstanceNetworkInterface{status("blue", "multus-status")},
+			attach: map[string]string{"blue": "tap"}, plug: []string{"blue"}},
+		{name: "binding plugin left to its sidecar cannot be plugged", ifaces: []v1.Interface{plugin("blue", "")},
+			nets: []v1.Network{multus("blue")}, status: []v1.VirtualMachineInstanceNetworkInterface{status("blue", "multus-status")},
+			unsupported: `interface "blue": hotplug is possible only with the bridge binding or a binding plugin attached as a tap`},
+		{name: "binding plugin's sidecar interface: its link is left alone", ifaces: []v1.Interface{plugin("blue", v1.InterfaceStateLinkDown)},
+			nets: []v1.Network{multus("blue")}, live: []libvirtxml.DomainInterface{live("blue", "")}},
+		{name: "binding plugin attached as a tap, absent: unplugged", ifaces: []v1.Interface{plugin("blue", v1.InterfaceStateAbsent)},
+			nets: []v1.Network{multus("blue")}, live: []libvirtxml.DomainInterface{live("blue", blueTap)},
+			attach: map[string]string{"blue": "tap"}, unplug: []string{"blue"}},
 		{name: "the pod network cannot be plugged", ifaces: []v1.Interface{bridge("default", "")},
 			nets: []v1.Network{pod}, status: []v1.VirtualMachineInstanceNetworkInterface{status("default", "multus-status")},
 			unsupported: `interface "default": hotplug`},
@@ -252,7 +268,7 @@ func TestPlanInterfaces(t *testing.T) {
 			v := &v1.VirtualMachineInstance{}
 			v.Spec.Domain.Devices.Interfaces, v.Spec.Networks, v.Status.Interfaces = tc.ifaces, tc.nets, tc.status
 			dom := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Interfaces: tc.live}}
-			plan := planChanges(v, nil, dom, layout.Default().HotplugDiskDir)
+			plan := planChanges(v, nil, dom, layout.Default().HotplugDiskDir, tc.attach)
 			var unplug []string
 			for _, i := range plan.unplug {
 				n, _ := userAlias(i.Alias)
@@ -303,7 +319,7 @@ func TestPlanLinkState(t *testing.T) {
 			v := &v1.VirtualMachineInstance{}
 			v.Spec.Domain.Devices.Interfaces = []v1.Interface{masq("default", tc.state)}
 			live := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Interfaces: []libvirtxml.DomainInterface{iface("default", tc.live)}}}
-			plan := planChanges(v, nil, live, "/hp")
+			plan := planChanges(v, nil, live, "/hp", nil)
 			if len(plan.unsupported) != 0 {
 				t.Errorf("unsupported %q", plan.unsupported)
 			}
@@ -321,7 +337,7 @@ func TestPlanLinkState(t *testing.T) {
 	live := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Interfaces: []libvirtxml.DomainInterface{iface("default", "")}}}
 	v := &v1.VirtualMachineInstance{}
 	v.Spec.Domain.Devices.Interfaces = []v1.Interface{masq("default", v1.InterfaceStateLinkDown)}
-	planChanges(v, nil, live, "/hp")
+	planChanges(v, nil, live, "/hp", nil)
 	if live.Devices.Interfaces[0].Link != nil {
 		t.Errorf("planChanges changed the live domain: %+v", live.Devices.Interfaces[0].Link)
 	}

@@ -66,7 +66,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		return m.cfg.HypervisorErr
 	}
 	m.refreshGracePeriod(ctx, v)
-	if err := m.startNetwork(ctx, v); err != nil {
+	if err := m.startNetwork(ctx, v, opts.InterfaceDomainAttachment); err != nil {
 		return err
 	}
 
@@ -131,7 +131,7 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 	if err := m.definitionFollows(ctx, l, d, live); err != nil {
 		return err
 	}
-	plan := planChanges(v, want, live, m.cfg.Layout.HotplugDiskDir)
+	plan := planChanges(v, want, live, m.cfg.Layout.HotplugDiskDir, m.attach)
 	if len(plan.unsupported) > 0 {
 		return fmt.Errorf("sync: not applied to the running domain, nothing changed: %s", strings.Join(plan.unsupported, "; "))
 	}
@@ -358,6 +358,7 @@ func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opt
 	if len(opts.HostNUMA) > 0 {
 		c.HostNUMA = opts.HostNUMA
 	}
+	c.DomainAttachments = opts.InterfaceDomainAttachment
 	// The cluster settings arrive with the SMBIOS in every handler Sync; a
 	// client that sends no options (vlctl, STANDALONE_VMI) keeps the
 	// launcher's defaults for all of them.
@@ -488,15 +489,23 @@ func (m *Manager) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineIn
 // startNetwork runs the network phase once per launcher: the DHCP servers
 // live in this process, so a restarted launcher starts them again even
 // when the domain already exists.
-func (m *Manager) startNetwork(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	if m.netStarted || m.cfg.Network == nil {
+func (m *Manager) startNetwork(ctx context.Context, v *v1.VirtualMachineInstance, attach map[string]string) error {
+	if m.netStarted {
+		// virt-handler computes the attachments from the VMI's interfaces
+		// at every Sync: a plugged interface's is in the newest.
+		if attach != nil {
+			m.attach = attach
+		}
 		return nil
 	}
-	ifs, err := m.cfg.Network.Serve(ctx, v)
+	if m.cfg.Network == nil {
+		return nil
+	}
+	ifs, err := m.cfg.Network.Serve(ctx, v, attach)
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
-	m.netStarted, m.netIfaces = true, ifs
+	m.netStarted, m.netIfaces, m.attach = true, ifs, attach
 	return nil
 }
 

@@ -102,6 +102,11 @@ type Context struct {
 	Volumes map[string]Volume
 	// Interfaces by VMI interface name.
 	Interfaces map[string]Interface
+	// DomainAttachments is virt-handler's InterfaceDomainAttachment: "tap"
+	// for a binding plugin's interface the domain gets as a tap (the
+	// plugin's domainAttachmentType tap or managedTap), by interface name.
+	// A plugin's interface without one is left to its sidecar.
+	DomainAttachments map[string]string
 	// CPUSet is the pod's host CPUs, in order: the CPU set of the
 	// launcher's cgroup, which a CPU manager narrows to the dedicated CPUs
 	// of a VMI with dedicatedCpuPlacement. vCPUs, an isolated emulator

@@ -34,9 +34,12 @@ func (p *Pod) network() *pod.Network {
 	cred := p.Env.Cred
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n, err := pod.NewNetwork(ctx, pod.NetworkConfig{Dir: p.Dir, NoIPv6: true, VMI: v,
-		Privileged: netsetup.PrivilegedConfig{QemuUID: int(cred.Uid), QemuGID: int(cred.Gid),
-			CacheDir: p.Layout.PrivateDir, StateDir: p.Dir}})
+	priv := netsetup.PrivilegedConfig{QemuUID: int(cred.Uid), QemuGID: int(cred.Gid),
+		CacheDir: p.Layout.PrivateDir, StateDir: p.Dir}
+	if p.opts.NetworkPlugin != "" {
+		priv.Plan.DomainAttachments = p.DomainAttachments()
+	}
+	n, err := pod.NewNetwork(ctx, pod.NetworkConfig{Dir: p.Dir, NoIPv6: true, VMI: v, Privileged: priv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +47,25 @@ func (p *Pod) network() *pod.Network {
 		t.Fatal("Options.Network: the pod's VMI has no masquerade or bridge interface")
 	}
 	return n
+}
+
+// DomainAttachments is what virt-handler sends as the Sync's
+// InterfaceDomainAttachment for the pod's VMI: the pod network's
+// interface attached as a tap with Options.NetworkPlugin, else nothing.
+func (p *Pod) DomainAttachments() map[string]string {
+	if p.opts.NetworkPlugin == "" {
+		return nil
+	}
+	return map[string]string{"default": "tap"}
+}
+
+// InPodNetwork runs fn with the calling thread in the pod's network
+// namespace (Options.Network), as a CNI plugin runs.
+func (p *Pod) InPodNetwork(fn func() error) error {
+	if p.net == nil {
+		return fmt.Errorf("the pod has no network (Options.Network)")
+	}
+	return plan.InNS(p.net.NS, fn)
 }
 
 // PlugNetwork does for a NIC hotplug what Multus and virt-handler do

@@ -49,6 +49,11 @@ type Options struct {
 	// virt-handler's privileged phase (netsetup.SetupPrivileged, as vlctl
 	// run uses it) prepared beforehand.
 	Network bool
+	// NetworkPlugin, with Network, binds that interface to this network
+	// binding plugin instead, attached as a tap (domainAttachmentType tap,
+	// InterfaceDomainAttachment "tap"): the privileged phase makes nothing
+	// for it, the test plays the plugin's CNI (InPodNetwork).
+	NetworkPlugin string
 	// TrackDescendants records the monitor's process tree as it grows, so
 	// that AssertNothingLeft also covers processes re-parented away from
 	// the monitor, and cleanup kills them.

@@ -16,6 +16,9 @@ type VMISpec struct {
 	// PodNetwork adds a masquerade interface on the pod network; without
 	// it the VMI has no interface (autoattachPodInterface: false).
 	PodNetwork bool
+	// Plugin, with PodNetwork, binds the pod network's interface to this
+	// network binding plugin instead of masquerade.
+	Plugin string
 	// ExtraUserData lines are appended to the user-data script.
 	ExtraUserData []string
 	// KernelArgs are appended to the test guest's default command line
@@ -41,6 +44,9 @@ func VMIYAML(s VMISpec) string {
 	ifaces, networks := "      autoattachPodInterface: false\n", ""
 	if s.PodNetwork {
 		ifaces = "      interfaces:\n      - name: default\n        masquerade: {}\n"
+		if s.Plugin != "" {
+			ifaces = fmt.Sprintf("      interfaces:\n      - name: default\n        binding: {name: %q}\n", s.Plugin)
+		}
 		networks = "  networks:\n  - name: default\n    pod: {}\n"
 	}
 	kernelDefault, bootloader, memory := "/vmlinuz", "", "128Mi"
@@ -115,7 +121,7 @@ spec:
 // extra user data) printing token.
 func (p *Pod) VMIYAML(token string, kernelArgs ...string) string {
 	s := VMISpec{Name: p.Name, Namespace: p.NS, UID: p.UID, Token: token,
-		PodNetwork: p.opts.Network, ExtraUserData: p.ExtraUserData, KernelArgs: kernelArgs}
+		PodNetwork: p.opts.Network, Plugin: p.opts.NetworkPlugin, ExtraUserData: p.ExtraUserData, KernelArgs: kernelArgs}
 	if iv := p.opts.ImageVolume; iv != nil {
 		s.DiskPath, s.KernelPath, s.InitrdPath = iv.DiskPath, iv.KernelPath, iv.InitrdPath
 	}
@@ -137,7 +143,7 @@ func (p *Pod) VMI(token string, kernelArgs ...string) *v1.VirtualMachineInstance
 func (p *Pod) VMIWith(s VMISpec) *v1.VirtualMachineInstance {
 	p.T.Helper()
 	s.Name, s.Namespace, s.UID = p.Name, p.NS, p.UID
-	s.PodNetwork, s.ExtraUserData = p.opts.Network, p.ExtraUserData
+	s.PodNetwork, s.Plugin, s.ExtraUserData = p.opts.Network, p.opts.NetworkPlugin, p.ExtraUserData
 	v, err := vmiLoad(VMIYAML(s))
 	if err != nil {
 		p.T.Fatal(err)

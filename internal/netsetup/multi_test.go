@@ -109,7 +109,7 @@ func TestServersPerInterface(t *testing.T) {
 	}
 	s := dhcp.New(dhcp.Config{CacheDir: priv.CacheDir, ResolvConf: pod.ResolvConf, NetNS: pod.NS}, testLog(t))
 	t.Cleanup(func() { s.Close() })
-	ifs, err := s.Serve(ctx, first)
+	ifs, err := s.Serve(ctx, first, nil)
 	if err != nil || len(ifs) != 1 {
 		t.Fatalf("serve the first interface: %v, %+v", err, ifs)
 	}
@@ -123,16 +123,16 @@ func TestServersPerInterface(t *testing.T) {
 	}
 	both := withMultus(masqVMI("vm"), "blue")
 	t.Cleanup(func() { netsetup.TeardownPrivileged(ctx, pod.NS, both, priv, testLog(t)) })
-	if _, err := s.Serve(ctx, both, "blue"); err == nil {
+	if _, err := s.Serve(ctx, both, nil, "blue"); err == nil {
 		t.Errorf("Serve of blue before the privileged phase wired it succeeded")
 	}
 	if err := netsetup.SetupPrivileged(ctx, pod.NS, both, priv, testLog(t)); err != nil {
 		t.Fatalf("setup of the hotplugged interface: %v", err)
 	}
-	if _, err := s.Serve(ctx, both, "nosuch"); err == nil || !strings.Contains(err.Error(), "nosuch") {
+	if _, err := s.Serve(ctx, both, nil, "nosuch"); err == nil || !strings.Contains(err.Error(), "nosuch") {
 		t.Errorf("Serve of an interface the VMI lacks: %v, want an error naming it", err)
 	}
-	ifs, err = s.Serve(ctx, both, "blue")
+	ifs, err = s.Serve(ctx, both, nil, "blue")
 	if err != nil {
 		t.Fatalf("serve blue: %v", err)
 	}
@@ -169,7 +169,7 @@ func TestServersPerInterface(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
-	if _, err := s.Serve(ctx, both); err == nil {
+	if _, err := s.Serve(ctx, both, nil); err == nil {
 		t.Errorf("Serve after Close succeeded")
 	}
 }

@@ -127,6 +127,30 @@ func TestPlanForPasst(t *testing.T) {
 	}
 }
 
+// TestPlanForBindingPlugin: a binding plugin's interface is planned only
+// when virt-handler says its domain attachment is a tap (the tap named as
+// KubeVirt names it, no bridge); otherwise its sidecar makes the domain's
+// interface and nothing is planned.
+func TestPlanForBindingPlugin(t *testing.T) {
+	vmi := withMultus(masqVMI("vm"), "blue")
+	for i := range vmi.Spec.Domain.Devices.Interfaces {
+		vmi.Spec.Domain.Devices.Interfaces[i].InterfaceBindingMethod = v1.InterfaceBindingMethod{}
+		vmi.Spec.Domain.Devices.Interfaces[i].Binding = &v1.PluginBinding{Name: "mybind"}
+	}
+	ifaces, err := plan.PlanFor(vmi, plan.PlanOptions{})
+	if err != nil || len(ifaces) != 0 {
+		t.Errorf("without attachments: %v %+v, want nothing planned", err, ifaces)
+	}
+	ifaces, err = plan.PlanFor(vmi, plan.PlanOptions{DomainAttachments: map[string]string{"blue": "tap"}})
+	if err != nil || len(ifaces) != 1 {
+		t.Fatalf("blue attached as tap: %v %+v", err, ifaces)
+	}
+	if p := ifaces[0]; p.Binding != plan.BindingPluginTap || p.Name != "blue" || p.PodIface != plan.HashedPodIfaceName("blue") ||
+		p.Tap != plan.TapName(plan.HashedPodIfaceName("blue")) || p.Bridge != "" || p.NIC != "" {
+		t.Errorf("blue = %+v", p)
+	}
+}
+
 func TestPlanForErrors(t *testing.T) {
 	mod := func(f func(*v1.VirtualMachineInstance)) *v1.VirtualMachineInstance {
 		vmi := masqVMI("vm")
@@ -142,10 +166,6 @@ func TestPlanForErrors(t *testing.T) {
 		{"port too big", masqVMI("vm", v1.Port{Port: 65536}), "ports[0].port: 65536 out of range"},
 		{"repeated port", masqVMI("vm", v1.Port{Port: 22}, v1.Port{Port: 22, Protocol: "TCP"}), "ports[1]: TCP/22 repeats ports[0]"},
 		{"bad protocol", masqVMI("vm", v1.Port{Port: 22, Protocol: "SCTP"}), "ports[0].protocol"},
-		{"unknown binding", mod(func(v *v1.VirtualMachineInstance) {
-			v.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{}
-			v.Spec.Domain.Devices.Interfaces[0].Binding = &v1.PluginBinding{Name: "mybind"}
-		}), `interfaces[0].binding: plugin "mybind" not supported`},
 		{"no binding", mod(func(v *v1.VirtualMachineInstance) {
 			v.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{}
 		}), "interfaces[0]: no binding method"},

@@ -83,6 +83,9 @@ func SetupPrivileged(ctx context.Context, podNS netns.NsHandle, vmi *v1.VirtualM
 				err = setupBridge(it, cfg, &u)
 			case plan.BindingPasst:
 				err = setupPasst(cfg)
+			case plan.BindingPluginTap:
+				// The plugin's CNI (managedTap: virt-handler) makes its tap.
+				continue
 			}
 			if err != nil {
 				if uerr := u.run(); uerr != nil {
@@ -162,7 +165,7 @@ func TeardownInterface(ctx context.Context, podNS netns.NsHandle, vmi *v1.Virtua
 }
 
 func teardownIface(it plan.Iface, cfg PrivilegedConfig) error {
-	if it.Binding == plan.BindingPasst {
+	if it.Binding == plan.BindingPasst || it.Binding == plan.BindingPluginTap {
 		return nil // nothing of the interface's own was made (setupPasst)
 	}
 	var errs []error

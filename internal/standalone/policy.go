@@ -105,6 +105,9 @@ func runUnsupported(v *v1.VirtualMachineInstance) error {
 		if ifc.SRIOV != nil {
 			return fmt.Errorf("spec.domain.devices.interfaces[%d].sriov: vlctl run does not pass SR-IOV virtual functions through (no Multus or SR-IOV CNI here; a GPU or host device takes --device)", i)
 		}
+		if ifc.Binding != nil {
+			return fmt.Errorf("spec.domain.devices.interfaces[%d].binding: vlctl run has no network binding plugins (the KubeVirt CR's network.binding, the plugins' sidecar images and CNI plugins are a cluster's)", i)
+		}
 	}
 	return nil
 }

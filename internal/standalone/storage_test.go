@@ -314,6 +314,10 @@ func TestRunUnsupported(t *testing.T) {
 	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].sriov: vlctl run does not pass SR-IOV virtual functions through") {
 		t.Errorf("SR-IOV: %v", err)
 	}
+	v.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", Binding: &v1.PluginBinding{Name: "mybind"}}}
+	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].binding: vlctl run has no network binding plugins") {
+		t.Errorf("binding plugin: %v", err)
+	}
 }
 
 // TestRunCPUs: --cpuset against the VMI and the CPUs vlctl may use.

@@ -315,3 +315,63 @@ func TestSidecarErrorFailsSync(t *testing.T) {
 		})
 	}
 }
+
+// TestBindingPluginSidecar: an interface bound to a network binding plugin
+// without a domain attachment type is left out of the domain the launcher
+// converts, and the plugin's sidecar (the test sidecar playing KubeVirt's
+// slirp plugin: a user-mode interface with the spec's MAC) adds it in
+// OnDefineDomain, as in KubeVirt v1.9. The running domain has the
+// sidecar's interface and the guest has the NIC and leases an address
+// from it (QEMU's user network's DHCP).
+func TestBindingPluginSidecar(t *testing.T) {
+	t.Parallel()
+	const mac = "02:00:00:12:34:56"
+	p := env.NewDeferred(t, "plugin", launchertest.Options{ExtraArgs: []string{"--hook-sidecars", "1"}})
+	p.ExtraUserData = []string{
+		`echo "PLUG""-MAC $(cat /sys/class/net/eth0/address)"`,
+		`ip link set eth0 up; echo "PLUG""-LEASE $(udhcpc -i eth0 -n -q -t 10 -T 2 -s /bin/true 2>&1 | grep -o 'lease of [0-9.]*')"`,
+	}
+	makeHooksDir(t, p)
+	p.Start()
+	s := startSidecar(t, p, "hook-sidecar-0", "--version", "v1alpha3", "--plugin", "slirp")
+	p.WaitReady(30 * time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	v, err := vmi.Load([]byte(p.VMIYAML("plug-7a1c")), vmi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "plug", MacAddress: mac, Binding: &v1.PluginBinding{Name: "slirp"}}}
+	v.Spec.Networks = []v1.Network{{Name: "plug", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}}
+	if err := c.Sync(ctx, v, nil); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	d, exists, err := c.GetDomain(ctx)
+	if err != nil || !exists {
+		t.Fatalf("GetDomain: exists=%v err=%v", exists, err)
+	}
+	if ifs := d.Spec.Devices.Interfaces; len(ifs) != 1 || ifs[0].Type != "user" || ifs[0].Alias == nil || ifs[0].Alias.Name != "plug" || !ifs[0].Alias.UserDefined ||
+		ifs[0].MAC == nil || ifs[0].MAC.MAC != mac {
+		t.Errorf("domain interfaces %+v, want the sidecar's user-mode interface with user alias plug and MAC %s", ifs, mac)
+	}
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+	p.WaitConsole("PLUG-LEASE", 60*time.Second)
+	out := p.Console()
+	if got, _ := testguest.FindMarker(out, "PLUG-MAC"); got != mac {
+		t.Errorf("guest's eth0 MAC %q, want %s; console:\n%s", got, mac, out)
+	}
+	if got, _ := testguest.FindMarker(out, "PLUG-LEASE"); got != "lease of 10.0.2.15" {
+		t.Errorf("guest's lease on the plugin's interface: %q, want lease of 10.0.2.15; console:\n%s", got, out)
+	}
+	if !strings.Contains(s.log.String(), "hooksidecar: added interface plug of plugin slirp") {
+		t.Errorf("sidecar did not add the interface:\n%s", s.log.String())
+	}
+	p.Signal(syscall.SIGTERM)
+	p.WaitConsole(testguest.MarkerPowerOff, 60*time.Second)
+	if code := p.ExitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
+	}
+	p.AssertNothingLeft()
+}

@@ -5,6 +5,11 @@
 //     annotation smbios.vm.kubevirt.io/baseBoardManufacturer, as KubeVirt's
 //     smbios example sidecar does (no annotation: the XML is returned as
 //     it came);
+//   - OnDefineDomain (with --plugin NAME): plays a network binding
+//     plugin's sidecar, as KubeVirt's slirp plugin does: every interface
+//     of the VMI bound to plugin NAME becomes a user-mode (QEMU's own
+//     network) interface of the domain, with the spec's MAC and model and
+//     KubeVirt's alias;
 //   - PreCloudInitIso (with --user-data-append): appends a line to the
 //     user data;
 //   - Shutdown (v1alpha3): exits.
@@ -43,10 +48,10 @@ import (
 const AnnotationBaseBoardManufacturer = "smbios.vm.kubevirt.io/baseBoardManufacturer"
 
 type sidecar struct {
-	name, appendLine, fail string
-	versions               []string
-	done                   chan struct{}
-	once                   sync.Once
+	name, appendLine, fail, plugin string
+	versions                       []string
+	done                           chan struct{}
+	once                           sync.Once
 }
 
 func main() {
@@ -55,6 +60,7 @@ func main() {
 	versions := flag.String("version", "v1alpha3", "comma-separated Callbacks versions to offer")
 	flag.StringVar(&s.name, "name", "vl-hook", "sidecar name (Info) and socket name (<name>.sock)")
 	flag.StringVar(&s.appendLine, "user-data-append", "", "subscribe to PreCloudInitIso and append this line to the user data")
+	flag.StringVar(&s.plugin, "plugin", "", "play the sidecar of this network binding plugin: add its interfaces to the domain")
 	flag.StringVar(&s.fail, "fail", "", "answer an error from this hook point (OnDefineDomain, PreCloudInitIso, Shutdown)")
 	flag.Parse()
 	s.versions = strings.Split(*versions, ",")
@@ -125,12 +131,21 @@ func (s *sidecar) onDefineDomain(version string, domainXML, vmiJSON []byte) ([]b
 		return nil, fmt.Errorf("VMI: %w", err)
 	}
 	maker, ok := vmi.Annotations[AnnotationBaseBoardManufacturer]
-	if !ok {
+	if !ok && s.plugin == "" {
 		return domainXML, nil
 	}
 	var dom libvirtxml.Domain
 	if err := dom.Unmarshal(string(domainXML)); err != nil {
 		return nil, fmt.Errorf("domain XML: %w", err)
+	}
+	if s.plugin != "" {
+		if err := s.addPluginInterfaces(&vmi, &dom); err != nil {
+			return nil, err
+		}
+	}
+	if !ok {
+		out, err := dom.Marshal()
+		return []byte(out), err
 	}
 	if dom.OS == nil {
 		dom.OS = &libvirtxml.DomainOS{}
@@ -147,6 +162,41 @@ func (s *sidecar) onDefineDomain(version string, domainXML, vmiJSON []byte) ([]b
 	}}
 	out, err := dom.Marshal()
 	return []byte(out), err
+}
+
+// addPluginInterfaces adds a user-mode interface for each interface of
+// the VMI bound to the plugin, unless the domain has it already (its
+// alias ua-<name>).
+func (s *sidecar) addPluginInterfaces(vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+	if dom.Devices == nil {
+		dom.Devices = &libvirtxml.DomainDeviceList{}
+	}
+	for _, iface := range vmi.Spec.Domain.Devices.Interfaces {
+		if iface.Binding == nil || iface.Binding.Name != s.plugin {
+			continue
+		}
+		alias := "ua-" + iface.Name
+		if slices.ContainsFunc(dom.Devices.Interfaces, func(d libvirtxml.DomainInterface) bool {
+			return d.Alias != nil && d.Alias.Name == alias
+		}) {
+			return fmt.Errorf("interface %s: the launcher defined it already", iface.Name)
+		}
+		model := iface.Model
+		if model == "" || model == v1.VirtIO {
+			model = "virtio-non-transitional"
+		}
+		d := libvirtxml.DomainInterface{
+			Source: &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}},
+			Model:  &libvirtxml.DomainInterfaceModel{Type: model},
+			Alias:  &libvirtxml.DomainAlias{Name: alias},
+		}
+		if iface.MacAddress != "" {
+			d.MAC = &libvirtxml.DomainInterfaceMAC{Address: iface.MacAddress}
+		}
+		dom.Devices.Interfaces = append(dom.Devices.Interfaces, d)
+		fmt.Fprintf(os.Stderr, "hooksidecar: added interface %s of plugin %s\n", iface.Name, s.plugin)
+	}
+	return nil
 }
 
 // preCloudInitIso appends a line to the user data of KubeVirt's

@@ -1,6 +1,7 @@
 // Package network converts the VMI's tap-attached interfaces (masquerade and
 // bridge bindings) into <interface type="ethernet"> elements whose tap device
-// the network setup phase has already created, and passt interfaces into a
+// the network setup phase (or a binding plugin with a tap domain
+// attachment) has already created, and passt interfaces into a
 // QEMU NIC on the launcher's passt (passt.go). SR-IOV interfaces are host
 // devices (package hostdev); other bindings are refused.
 package network
@@ -57,6 +58,11 @@ func (n configurator) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.
 		if iface.SRIOV != nil {
 			continue // a host device
 		}
+		if iface.Binding != nil && n.ctx.DomainAttachments[iface.Name] != "tap" {
+			// A binding plugin without a tap attachment: its sidecar
+			// adds the interface to the domain (OnDefineDomain).
+			continue
+		}
 		if iface.PasstBinding != nil {
 			if err := n.passt(vmi, iface, field, dom); err != nil {
 				return err
@@ -76,7 +82,9 @@ func (n configurator) Configure(vmi *v1.VirtualMachineInstance, dom *libvirtxml.
 func binding(iface v1.Interface, netw *v1.Network, field string) error {
 	switch {
 	case iface.Binding != nil:
-		return fmt.Errorf("%s.binding: network binding plugin %q is not supported", field, iface.Binding.Name)
+		if iface.Binding.Name == "" {
+			return fmt.Errorf("%s.binding.name: empty", field)
+		}
 	case iface.PasstBinding != nil:
 		if netw.Pod == nil {
 			return fmt.Errorf("%s.passtBinding: only works on the pod network, not network %q", field, netw.Name)

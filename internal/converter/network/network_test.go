@@ -117,8 +117,20 @@ func TestInterfaces(t *testing.T) {
 		}, Err: `spec.domain.devices.interfaces[0].passtBinding: only works on the pod network, not network "blue"`},
 		{Name: "discontinued passt", VMI: pod(v1.Interface{InterfaceBindingMethod: v1.InterfaceBindingMethod{DeprecatedPasst: &v1.DeprecatedInterfacePasst{}}}),
 			Err: "spec.domain.devices.interfaces[0].passt: discontinued since KubeVirt v1.3"},
-		{Name: "plugin refused", VMI: pod(v1.Interface{Binding: &v1.PluginBinding{Name: "l2bridge"}}),
-			Err: `spec.domain.devices.interfaces[0].binding: network binding plugin "l2bridge" is not supported`},
+		// Binding plugins: without a tap attachment the plugin's sidecar adds
+		// the interface; with one (tap or managedTap, which virt-handler
+		// sends as tap) it is a tap interface like bridge's, on the tap or
+		// pod interface the network phase found.
+		{Name: "plugin left to its sidecar", VMI: pod(v1.Interface{Binding: &v1.PluginBinding{Name: "l2bridge"}}),
+			Absent: []string{"<interface"}},
+		{Name: "plugin with a tap attachment", VMI: pod(v1.Interface{Binding: &v1.PluginBinding{Name: "l2bridge"}}),
+			Ctx: func(c *facts.Context) {
+				c.DomainAttachments = map[string]string{"default": "tap"}
+				c.Interfaces = map[string]facts.Interface{"default": {MAC: "02:00:00:aa:bb:cc", MTU: 1400, Tap: "eth0"}}
+			}, Contains: []string{`<interface type="ethernet">`, `<target dev="eth0" managed="no">`,
+				`<mac address="02:00:00:aa:bb:cc">`, `<mtu size="1400">`, `<alias name="ua-default">`}},
+		{Name: "plugin without a name", VMI: pod(v1.Interface{Binding: &v1.PluginBinding{}}),
+			Err: "spec.domain.devices.interfaces[0].binding.name: empty"},
 		{Name: "slirp refused", VMI: pod(v1.Interface{InterfaceBindingMethod: v1.InterfaceBindingMethod{DeprecatedSlirp: &v1.DeprecatedInterfaceSlirp{}}}),
 			Err: "slirp binding is not supported"},
 		{Name: "no binding", VMI: pod(v1.Interface{}), Err: "spec.domain.devices.interfaces[0]: no binding method"},

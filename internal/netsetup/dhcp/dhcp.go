@@ -357,7 +357,7 @@ func (l Lease6) Reply6(msg *dhcpv6.Message) (*dhcpv6.Message, error) {
 // name, the facts the converter needs, and stop, which closes every server.
 func Start(ctx context.Context, vmi *v1.VirtualMachineInstance, cfg Config, log *slog.Logger) (map[string]facts.Interface, func() error, error) {
 	s := New(cfg, log)
-	out, err := s.Serve(ctx, vmi)
+	out, err := s.Serve(ctx, vmi, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -393,12 +393,16 @@ func New(cfg Config, log *slog.Logger) *Servers {
 }
 
 // Serve starts the servers of the VMI's masquerade and bridge interfaces
-// (DHCP) and passt interfaces (a passt each, passt.go)
+// (DHCP), passt interfaces (a passt each, passt.go) and binding plugins'
+// tap interfaces (their facts only, plugin.go); attach is virt-handler's
+// InterfaceDomainAttachment
 // named in names (every one when names is empty) that have none yet, and
 // returns the facts of each interface it serves, old and new. On error it
 // stops what this call started, and only that.
-func (s *Servers) Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, names ...string) (map[string]facts.Interface, error) {
-	ifaces, err := plan.PlanFor(vmi, s.cfg.Plan)
+func (s *Servers) Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, attach map[string]string, names ...string) (map[string]facts.Interface, error) {
+	opts := s.cfg.Plan
+	opts.DomainAttachments = attach
+	ifaces, err := plan.PlanFor(vmi, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -440,9 +444,12 @@ func (s *Servers) Serve(ctx context.Context, vmi *v1.VirtualMachineInstance, nam
 		}
 		var sv served
 		var err error
-		if it.Binding == plan.BindingPasst {
+		switch it.Binding {
+		case plan.BindingPasst:
 			sv, err = s.startPasst(ctx, vmi, it, resolvers)
-		} else {
+		case plan.BindingPluginTap:
+			sv, err = s.pluginTap(it)
+		default:
 			sv, err = s.start(vmi, it, resolvers)
 		}
 		if err != nil {

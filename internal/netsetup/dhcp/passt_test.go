@@ -43,7 +43,7 @@ func TestPasstRefusedAsRoot(t *testing.T) {
 		InterfaceBindingMethod: v1.InterfaceBindingMethod{PasstBinding: &v1.InterfacePasstBinding{}}}}
 	s := New(Config{CacheDir: t.TempDir()}, nil)
 	defer s.Close()
-	_, err := s.Serve(context.Background(), vmi)
+	_, err := s.Serve(context.Background(), vmi, nil)
 	if err == nil || !strings.Contains(err.Error(), "passtBinding: passt does not run as root") {
 		t.Errorf("Serve as root: %v, want the root refusal", err)
 	}

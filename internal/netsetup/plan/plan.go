@@ -25,6 +25,13 @@ const (
 	// stays as it is (no bridge, no tap); passt, which libvirt starts for
 	// the domain, serves the guest from the pod's own sockets.
 	BindingPasst = "passt"
+	// BindingPluginTap is a network binding plugin interface whose
+	// plugin's domainAttachmentType is tap (managedTap reaches the
+	// launcher as tap): the domain gets a tap interface on the tap the
+	// plugin's CNI (or, for managedTap, virt-handler) made, or on the pod
+	// interface when there is none. A plugin without an attachment type
+	// is not planned: its sidecar adds the interface to the domain.
+	BindingPluginTap = "plugin-tap"
 )
 
 // Default VM subnets of the masquerade binding (KubeVirt's defaults).
@@ -73,6 +80,9 @@ type PlanOptions struct {
 	// OrdinalNames names secondary pod interfaces net1, net2, ... (KubeVirt's
 	// legacy scheme) instead of pod<hash>.
 	OrdinalNames bool
+	// DomainAttachments is virt-handler's InterfaceDomainAttachment: the
+	// domain attachment type ("tap") by VMI interface name.
+	DomainAttachments map[string]string
 }
 
 // HashedPodIfaceName is KubeVirt's pod interface name for a secondary
@@ -93,9 +103,11 @@ func BridgeName(podIface string) string { return "k6t-" + strings.TrimPrefix(pod
 func NICName(podIface string) string { return strings.TrimPrefix(podIface, "pod") + "-nic" }
 
 // PlanFor validates the VMI's interfaces and returns one Iface per
-// masquerade, bridge or passt interface, in spec order. Interfaces with state
-// absent are skipped. Any other binding is refused with an error naming the
-// field: nothing in this package can wire it.
+// masquerade, bridge or passt interface and per binding plugin interface
+// attached as a tap (opts.DomainAttachments), in spec order. Interfaces
+// with state absent, and plugin interfaces left to their sidecars, are
+// skipped. Any other binding is refused with an error naming the field:
+// nothing in this package can wire it.
 func PlanFor(vmi *v1.VirtualMachineInstance, opts PlanOptions) ([]Iface, error) {
 	if vmi == nil {
 		return nil, fmt.Errorf("vmi: missing")
@@ -135,7 +147,12 @@ func PlanFor(vmi *v1.VirtualMachineInstance, opts PlanOptions) ([]Iface, error) 
 		case in.SRIOV != nil:
 			return nil, fmt.Errorf("%s.sriov: binding not supported by this launcher", field)
 		case in.Binding != nil:
-			return nil, fmt.Errorf("%s.binding: plugin %q not supported by this launcher", field, in.Binding.Name)
+			// Without a tap attachment the plugin's sidecar makes the
+			// domain's interface: left unplanned below, once the secondary
+			// networks' ordinal has counted it.
+			if opts.DomainAttachments[in.Name] == "tap" {
+				it.Binding = BindingPluginTap
+			}
 		case in.PasstBinding != nil:
 			it.Binding = BindingPasst
 		case in.DeprecatedPasst != nil:
@@ -160,6 +177,9 @@ func PlanFor(vmi *v1.VirtualMachineInstance, opts PlanOptions) ([]Iface, error) 
 			}
 		default:
 			return nil, fmt.Errorf("spec.networks[%q]: neither pod nor multus network", nw.Name)
+		}
+		if it.Binding == "" {
+			continue
 		}
 		if it.Binding == BindingPasst {
 			// KubeVirt's webhook refuses passt on any other network.
@@ -187,6 +207,8 @@ func PlanFor(vmi *v1.VirtualMachineInstance, opts PlanOptions) ([]Iface, error) 
 			it.MAC = mac
 		}
 		switch it.Binding {
+		case BindingPluginTap:
+			it.Bridge, it.NIC = "", ""
 		case BindingMasquerade:
 			if nw.Pod == nil {
 				return nil, fmt.Errorf("%s.masquerade: allowed only on the pod network, network %q is not", field, nw.Name)

@@ -1,0 +1,117 @@
+package hooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
+)
+
+// TestBindingPluginTap: an interface bound to a network binding plugin
+// whose domainAttachmentType is tap (virt-handler's
+// InterfaceDomainAttachment says "tap") becomes the launcher's own
+// <interface type="ethernet"> on the tap the plugin's CNI made in the pod,
+// as KubeVirt v1.9's launcher makes it: the spec's MAC, the pod
+// interface's MTU, the tap with KubeVirt's name (tap0 on the pod network),
+// managed="no", and no DHCP from the launcher (KubeVirt serves none to a
+// plugin's interface). The test plays the CNI: it makes tap0 for QEMU's
+// user with an address of its own in the pod namespace; the guest, with a
+// static address, pings it.
+func TestBindingPluginTap(t *testing.T) {
+	t.Parallel()
+	const (
+		mac       = "02:00:00:5a:7e:01"
+		mtu       = 1400
+		tapAddr   = "10.201.0.1/24"
+		guestCIDR = "10.201.0.2/24"
+	)
+	p := env.NewDeferred(t, "pltap", launchertest.Options{Network: true, NetworkPlugin: "tapplug"})
+	p.ExtraUserData = []string{
+		`echo "PLUG""-NIC $(cat /sys/class/net/eth0/address) $(cat /sys/class/net/eth0/mtu)"`,
+		`ip link set eth0 up; echo "PLUG""-DHCP $(udhcpc -i eth0 -n -q -t 3 -T 1 -s /bin/true >/dev/null 2>&1 && echo lease || echo none)"`,
+		`ip addr add ` + guestCIDR + ` dev eth0; echo "PLUG""-PING $(ping -c 3 -W 2 10.201.0.1 >/dev/null 2>&1; echo $?)"`,
+	}
+	// The plugin's CNI: the tap in the pod, QEMU's, on the pod
+	// interface's MTU (which the test lowers so that the domain's can be
+	// told from a default).
+	launchertest.Must(t, p.InPodNetwork(func() error {
+		eth0, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMTU(eth0, mtu); err != nil {
+			return fmt.Errorf("eth0 MTU: %w", err)
+		}
+		tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: "tap0", MTU: mtu}, Mode: netlink.TUNTAP_MODE_TAP,
+			Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | netlink.TUNTAP_ONE_QUEUE,
+			Owner: env.Cred.Uid, Group: env.Cred.Gid}
+		if err := netlink.LinkAdd(tap); err != nil {
+			return fmt.Errorf("tap0: %w", err)
+		}
+		l, err := netlink.LinkByName("tap0")
+		if err != nil {
+			return err
+		}
+		addr, err := netlink.ParseAddr(tapAddr)
+		if err != nil {
+			return err
+		}
+		return errors.Join(netlink.LinkSetMTU(l, mtu), netlink.AddrAdd(l, addr), netlink.LinkSetUp(l))
+	}))
+	p.Start()
+	p.WaitReady(30 * time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	v := p.VMI("pltap-3c9d")
+	v.Spec.Domain.Devices.Interfaces[0].MacAddress = mac
+	if err := c.Sync(ctx, v, &cmdv1.VirtualMachineOptions{InterfaceDomainAttachment: p.DomainAttachments()}); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	d, exists, err := c.GetDomain(ctx)
+	if err != nil || !exists {
+		t.Fatalf("GetDomain: exists=%v err=%v", exists, err)
+	}
+	ifs := d.Spec.Devices.Interfaces
+	if len(ifs) != 1 {
+		t.Fatalf("domain interfaces %+v, want one", ifs)
+	}
+	i := ifs[0]
+	if i.Type != "ethernet" || i.Target == nil || i.Target.Device != "tap0" || i.Target.Managed != "no" ||
+		i.MAC == nil || i.MAC.MAC != mac || i.MTU == nil || i.MTU.Size != fmt.Sprint(mtu) ||
+		i.Alias == nil || i.Alias.Name != "default" || !i.Alias.UserDefined {
+		t.Errorf("domain interface %+v (target %+v, MAC %+v, MTU %+v), want ethernet on tap0 managed=no, MAC %s, MTU %d, user alias default",
+			i, i.Target, i.MAC, i.MTU, mac, mtu)
+	}
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+	p.WaitConsole("PLUG-PING", 90*time.Second)
+	out := p.Console()
+	if got, _ := testguest.FindMarker(out, "PLUG-NIC"); got != fmt.Sprintf("%s %d", mac, mtu) {
+		t.Errorf("guest's eth0 (MAC MTU) %q, want %s %d; console:\n%s", got, mac, mtu, out)
+	}
+	if got, _ := testguest.FindMarker(out, "PLUG-DHCP"); got != "none" {
+		t.Errorf("guest's DHCP on the plugin's interface: %q, want none (the launcher serves no DHCP to a plugin); console:\n%s", got, out)
+	}
+	if got, _ := testguest.FindMarker(out, "PLUG-PING"); got != "0" {
+		t.Errorf("guest's ping of the CNI's end of the tap: exit %q, want 0; console:\n%s", got, out)
+	}
+	p.Signal(syscall.SIGTERM)
+	p.WaitConsole(testguest.MarkerPowerOff, 60*time.Second)
+	if code := p.ExitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
+	}
+	if !strings.Contains(p.Stderr.String(), "binding plugin tap interface") {
+		t.Errorf("the launcher did not log the plugin's interface:\n%s", p.Stderr.String())
+	}
+	p.AssertNothingLeft()
+}
