@@ -1,13 +1,8 @@
 package instancetype
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -18,7 +13,7 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/virtlauncher/virtlauncher/internal/repo"
+	"github.com/virtlauncher/virtlauncher/internal/kubevirttool"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
@@ -39,46 +34,11 @@ type kvResult struct {
 	Panic       string                         `json:"panic,omitempty"`
 }
 
-// kubevirtApply builds KubeVirt's expansion (instancetypeapply, in the
-// e2e/build/kubevirt module at kubevirt.io/kubevirt v1.8.2) and runs the
-// cases through it.
+// kubevirtApply runs the cases through KubeVirt's expansion
+// (instancetypeapply, in the e2e/build/kubevirt module at kubevirt.io/kubevirt
+// v1.8.2).
 func kubevirtApply(t *testing.T, cases []kvCase) []kvResult {
-	t.Helper()
-	root, err := repo.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "instancetypeapply")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./instancetypeapply")
-	build.Dir = filepath.Join(root, "e2e", "build", "kubevirt")
-	// As the Makefile builds that module: KubeVirt's own dependencies
-	// some of which the checksum database lacks (go.sum pins them).
-	build.Env = append(os.Environ(), "GONOSUMDB=kubevirt.io/virt-template*,github.com/rhobs/operator-observability-toolkit", "CGO_ENABLED=0", "GOFLAGS=")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build KubeVirt's expansion: %v\n%s", err, out)
-	}
-	in, err := json.Marshal(cases)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := exec.CommandContext(ctx, bin)
-	run.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	run.Stderr = &stderr
-	out, err := run.Output()
-	if err != nil {
-		t.Fatalf("instancetypeapply: %v\n%s", err, stderr.String())
-	}
-	var res []kvResult
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatal(err)
-	}
-	if len(res) != len(cases) {
-		t.Fatalf("%d results for %d cases", len(res), len(cases))
-	}
-	return res
+	return kubevirttool.Run[kvCase, kvResult](t, kubevirttool.Tool{Dir: "instancetypeapply", Timeout: 10 * time.Minute}, cases)
 }
 
 func mustYAML[T any](t *testing.T, s string) *T {

@@ -3,12 +3,9 @@
 package hostdev_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,8 +18,8 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/converter"
 	"github.com/virtlauncher/virtlauncher/internal/devinfo"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/kubevirttool"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
-	"github.com/virtlauncher/virtlauncher/internal/repo"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -44,44 +41,11 @@ type kvResult struct {
 	Panic    string   `json:"panic,omitempty"`
 }
 
-// kubevirtConvert builds KubeVirt's host device code (hostdevconvert, in
-// the e2e/build/kubevirt module at kubevirt.io/kubevirt v1.8.2; it links
-// libvirt's C library, as KubeVirt's launcher does) and runs the cases.
+// kubevirtConvert runs the cases through KubeVirt's host device code
+// (hostdevconvert, in the e2e/build/kubevirt module at kubevirt.io/kubevirt
+// v1.8.2; it links libvirt's C library, as KubeVirt's launcher does).
 func kubevirtConvert(t *testing.T, cases []kvCase) []kvResult {
-	t.Helper()
-	root, err := repo.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "hostdevconvert")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./hostdevconvert")
-	build.Dir = filepath.Join(root, "e2e", "build", "kubevirt")
-	build.Env = append(os.Environ(), "GONOSUMDB=kubevirt.io/virt-template*,github.com/rhobs/operator-observability-toolkit", "CGO_ENABLED=1", "GOFLAGS=")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build KubeVirt's host device code: %v\n%s", err, out)
-	}
-	in, err := json.Marshal(cases)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := exec.CommandContext(ctx, bin)
-	run.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	run.Stderr = &stderr
-	out, err := run.Output()
-	if err != nil {
-		t.Fatalf("hostdevconvert: %v\n%s", err, stderr.String())
-	}
-	var res []kvResult
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatal(err)
-	}
-	if len(res) != len(cases) {
-		t.Fatalf("%d results for %d cases", len(res), len(cases))
-	}
-	return res
+	return kubevirttool.Run[kvCase, kvResult](t, kubevirttool.Tool{Dir: "hostdevconvert", Cgo: true, Timeout: 20 * time.Minute}, cases)
 }
 
 // draRequest is one DRA claim request's device as a driver describes it,
