@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Must fails t on err.
@@ -15,6 +16,24 @@ func Must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Eventually calls try every period until it reports done, and fails t
+// when timeout has passed first, saying what was awaited and what the last
+// try saw.
+func Eventually(t testing.TB, what string, timeout, period time.Duration, try func() (done bool, saw any)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		done, saw := try()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; last seen: %+v", what, timeout, saw)
+		}
+		time.Sleep(period)
 	}
 }
 

@@ -372,39 +372,27 @@ func guestWrite(t *testing.T, ctx context.Context, c *cmdclient.Client, p *pod, 
 // seen it connect).
 func waitAgent(t *testing.T, ctx context.Context, c *cmdclient.Client, p *pod) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	launchertest.Eventually(t, "the guest agent's answer to a ping", time.Minute, 500*time.Millisecond, func() (bool, any) {
 		err := c.GuestPing(ctx, p.DomainName(), 5)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the guest agent did not answer within a minute: %v", err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return err == nil, err
+	})
 }
 
 // waitBackupEnd polls the Domain, as virt-handler reads it, until backup
 // name has ended.
 func waitBackupEnd(t *testing.T, ctx context.Context, c *cmdclient.Client, name string) *domainjson.BackupMetadata {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	var b *domainjson.BackupMetadata
+	launchertest.Eventually(t, "the end of backup "+name, 2*time.Minute, 100*time.Millisecond, func() (bool, any) {
 		d, _, err := c.GetDomain(ctx)
 		launchertest.Must(t, err)
-		b := d.Spec.Metadata.KubeVirt.Backup
-		if b != nil && b.Name == name && b.EndTimestamp != nil {
-			if !b.Completed {
-				t.Errorf("backup %s ended without Completed: %+v", name, b)
-			}
-			return b
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("backup %s: no end after 2 minutes: %+v", name, b)
-		}
-		time.Sleep(100 * time.Millisecond)
+		b = d.Spec.Metadata.KubeVirt.Backup
+		return b != nil && b.Name == name && b.EndTimestamp != nil, b
+	})
+	if !b.Completed {
+		t.Errorf("backup %s ended without Completed: %+v", name, b)
 	}
+	return b
 }
 
 // restore chains the backups (each incremental on the one before, as a

@@ -246,20 +246,15 @@ func dumpRecord(t *testing.T, ctx context.Context, c *cmdclient.Client) *domainj
 // to file has ended.
 func waitDumpEnd(t *testing.T, ctx context.Context, c *cmdclient.Client, file string) *domainjson.MemoryDumpMetadata {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		md := dumpRecord(t, ctx, c)
-		if md != nil && md.FileName == file && md.EndTimestamp != nil {
-			if !md.Completed {
-				t.Errorf("dump %s ended without Completed: %+v", file, md)
-			}
-			return md
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dump %s: no end after 2 minutes: %+v", file, md)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var md *domainjson.MemoryDumpMetadata
+	launchertest.Eventually(t, "the end of the dump to "+file, 2*time.Minute, 100*time.Millisecond, func() (bool, any) {
+		md = dumpRecord(t, ctx, c)
+		return md != nil && md.FileName == file && md.EndTimestamp != nil, md
+	})
+	if !md.Completed {
+		t.Errorf("dump %s ended without Completed: %+v", file, md)
 	}
+	return md
 }
 
 // checkELFCore: readelf reads the file as an ELF core with the notes a
