@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"image/png"
+	"io"
+	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "kubevirt.io/api/core/v1"
 
@@ -179,5 +183,45 @@ func TestGuestAccessArgs(t *testing.T) {
 		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), c.err) {
 			t.Errorf("vlctl %s: %v, want an error with %q", strings.Join(c.args, " "), err, c.err)
 		}
+	}
+}
+
+// TestRelayStdioEnds: ssh's ProxyCommand ends when vlctl closes the
+// connection (the guest's port did not answer) though ssh's input stays
+// open, and carries the guest's answer after ssh's input ended.
+func TestRelayStdioEnds(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "guest")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept() // closed at once: the guest did not answer
+		if err == nil {
+			c.Close()
+		}
+		c, err = l.Accept() // an echo of what came, after its end
+		if err == nil {
+			b, _ := io.ReadAll(c)
+			c.Write(append([]byte("got "), b...))
+			c.Close()
+		}
+	}()
+	in, w := io.Pipe() // ssh's input, never ended
+	defer w.Close()
+	done := make(chan error, 1)
+	go func() { done <- relayStdio(sock, in, io.Discard) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("relayStdio: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("relayStdio still runs 10 s after the connection was closed")
+	}
+	var out bytes.Buffer
+	if err := relayStdio(sock, strings.NewReader("hello"), &out); err != nil || out.String() != "got hello" {
+		t.Errorf("relayStdio: %q, %v; want got hello", out.String(), err)
 	}
 }
