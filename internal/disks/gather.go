@@ -294,6 +294,17 @@ func (p *Preparer) ImageInfo(ctx context.Context, path string) (format string, v
 	return info.Format, info.VirtualSize, nil
 }
 
+// VirtualSize is the virtual size (bytes) qemu-img reports for the image
+// or device at path, whatever its format: the size of a disk in use (a
+// volume a migration copies), not an untrusted image.
+func (p *Preparer) VirtualSize(ctx context.Context, path string) (int64, error) {
+	info, err := p.qemuImgInfo(ctx, path)
+	if err != nil {
+		return 0, err
+	}
+	return info.VirtualSize, nil
+}
+
 func (p *Preparer) qemuImgInfo(ctx context.Context, path string) (*imageInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()

@@ -67,6 +67,9 @@ type DiskPreparer interface {
 	// GrowRaw grows a raw image file to size bytes (never shrinks it),
 	// allocating the new space when preallocated.
 	GrowRaw(ctx context.Context, path string, size int64, preallocated bool) error
+	// VirtualSize is the virtual size (bytes) of the disk image or device
+	// at path.
+	VirtualSize(ctx context.Context, path string) (int64, error)
 }
 
 // DomainHook may change the domain XML just before it is defined (the hook

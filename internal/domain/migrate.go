@@ -90,7 +90,7 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 		for _, w := range why {
 			m.log.Info("migration options changed", "domain", d.Name, "reason", w)
 		}
-		req, err = m.migrationRequest(l, d, v, o, qemu, lib)
+		req, err = m.migrationRequest(ctx, l, d, v, o, qemu, lib)
 		return err
 	}); err != nil {
 		return err
@@ -116,10 +116,11 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	return nil
 }
 
-// migrationRequest builds the call's parameters: the migratable XML, the
-// disks to copy, and the daemon's version (parameters it does not know
-// fail the whole call).
-func (m *Manager) migrationRequest(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, qemu, lib uint64) (migration.Request, error) {
+// migrationRequest builds the call's parameters: the migratable XML
+// (with the volume migration's slices and device kinds,
+// migration.MigratedVolumes), the disks to copy, and the daemon's version
+// (parameters it does not know fail the whole call).
+func (m *Manager) migrationRequest(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, qemu, lib uint64) (migration.Request, error) {
 	xml, err := l.DomainGetXMLDesc(d, libvirt.DomainXMLMigratable)
 	if err != nil {
 		return migration.Request{}, fmt.Errorf("migratable XML of domain %s: %w", d.Name, err)
@@ -134,6 +135,19 @@ func (m *Manager) migrationRequest(l *libvirt.Libvirt, d libvirt.Domain, v *v1.V
 	var disks []string
 	if dom.Devices != nil && v.IsBlockMigration() {
 		disks = migration.CopyDisks(v, dom.Devices.Disks)
+	}
+	changed, err := migration.MigratedVolumes(&dom, v, m.cfg.Layout, func(path string) (int64, error) {
+		return m.cfg.Disks.VirtualSize(ctx, path)
+	})
+	if err != nil {
+		return migration.Request{}, fmt.Errorf("migrate domain %s: %w", d.Name, err)
+	}
+	if changed {
+		// Only then: the XML as libvirt wrote it is what goes otherwise.
+		if xml, err = dom.Marshal(); err != nil {
+			return migration.Request{}, fmt.Errorf("migratable XML of domain %s: %w", d.Name, err)
+		}
+		m.log.Info("volume migration: the destination's disks", "domain", d.Name, "volumes", migratedVolumeNames(v))
 	}
 	return migration.Request{Layout: m.cfg.Layout, UID: string(v.UID), XML: xml, Name: d.Name,
 		Disks: disks, Options: o, LibvirtVersion: lib}, nil
@@ -607,4 +621,13 @@ func (m *Manager) logCompletedJob(ctx context.Context, l *libvirt.Libvirt, d lib
 		}
 	}
 	m.log.Info("migration statistics", attrs...)
+}
+
+// migratedVolumeNames are the volumes status.migratedVolumes lists.
+func migratedVolumeNames(v *v1.VirtualMachineInstance) []string {
+	var out []string
+	for _, mv := range v.Status.MigratedVolumes {
+		out = append(out, mv.VolumeName)
+	}
+	return out
 }

@@ -149,7 +149,7 @@ func TestPreMigrationHook(t *testing.T) {
 			launchertest.Must(t, os.WriteFile(filepath.Join(etc, "hooks", "qemu"), []byte(script), 0o755))
 		},
 		target: func(o *podOpts) { o.CPUSet = all[:1] },
-		vmi: func(v *v1.VirtualMachineInstance) {
+		vmi: func(v *v1.VirtualMachineInstance, _, _ *pod) {
 			cpu := v.Spec.Domain.CPU
 			cpu.Sockets, cpu.Cores, cpu.Threads, cpu.MaxSockets = 1, 1, 1, 0
 			cpu.DedicatedCPUPlacement = true

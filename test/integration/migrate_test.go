@@ -182,10 +182,10 @@ func newMigrationPair(t *testing.T, network bool, userData ...string) *migration
 
 // pairSetup changes what newMigrationPairWith makes: both pods' options
 // (pods), then the target's alone (target), and the VMI before it starts
-// (vmi); nil ones change nothing.
+// in a, the pods made (vmi); nil ones change nothing.
 type pairSetup struct {
 	pods, target func(*podOpts)
-	vmi          func(*v1.VirtualMachineInstance)
+	vmi          func(v *v1.VirtualMachineInstance, a, b *pod)
 }
 
 // newMigrationPairWith is newMigrationPair as setup changes it.
@@ -219,7 +219,7 @@ func newMigrationPairWith(t *testing.T, network bool, setup pairSetup, userData 
 	startNotify(t, b)
 	v := a.VMI("migrant-1")
 	if setup.vmi != nil {
-		setup.vmi(v)
+		setup.vmi(v, a, b)
 	}
 	launchertest.Must(t, ca.Sync(ctx, v, cmdclient.HandlerSyncOptions()))
 	a.WaitConsole(testguest.MarkerReady, bootTimeout)
