@@ -164,7 +164,9 @@ func syncOptions(o *cmdv1.VirtualMachineOptions) (domain.SyncOptions, error) {
 		so.FreePageReportingDisabled = cc.FreePageReportingDisabled
 		so.BochsDisplayForEFIGuests = cc.BochsDisplayForEFIGuests
 		so.SerialConsoleLogDisabled = cc.SerialConsoleLogDisabled
+		so.PCIPlacement.NUMAAware = cc.PCINUMAAwareTopologyEnabled
 	}
+	so.PCIPlacement.GraceAliases = o.GetGraceHostDeviceAliases()
 	so.InterfaceDomainAttachment = o.GetInterfaceDomainAttachment()
 	for _, cell := range o.GetTopology().GetNumaCells() {
 		fc := facts.NUMACell{ID: uint(cell.GetId())}

@@ -272,9 +272,10 @@ func TestSyncConvertsOptions(t *testing.T) {
 		VirtualMachineSMBios:      &cmdv1.SMBios{Manufacturer: "KubeVirt", Product: "None", Family: "KubeVirt", Sku: "s", Version: "v"},
 		MemBalloonStatsPeriod:     0,
 		PreallocatedVolumes:       []string{"pvc1"},
-		ClusterConfig:             &cmdv1.ClusterConfig{FreePageReportingDisabled: true, BochsDisplayForEFIGuests: true, SerialConsoleLogDisabled: true},
+		ClusterConfig:             &cmdv1.ClusterConfig{FreePageReportingDisabled: true, BochsDisplayForEFIGuests: true, SerialConsoleLogDisabled: true, PCINUMAAwareTopologyEnabled: true},
 		InterfaceDomainAttachment: map[string]string{"default": "tap"},
 		PluginsJson:               []byte("[]"),
+		GraceHostDeviceAliases:    []string{"ua-gpu-g"},
 	}
 	if err := c.Sync(context.Background(), testVMI(), opts); err != nil {
 		t.Fatalf("Sync: %v", err)
@@ -295,6 +296,9 @@ func TestSyncConvertsOptions(t *testing.T) {
 	}
 	if len(o.PreallocatedVolumes) != 1 || o.InterfaceDomainAttachment["default"] != "tap" {
 		t.Errorf("volumes/attachments lost: %+v", o)
+	}
+	if !o.PCIPlacement.NUMAAware || len(o.PCIPlacement.GraceAliases) != 1 || o.PCIPlacement.GraceAliases[0] != "ua-gpu-g" {
+		t.Errorf("PCI placement options lost: %+v", o.PCIPlacement)
 	}
 }
 

@@ -81,6 +81,7 @@ func Configurators(c *facts.Context) []facts.Configurator {
 		compute.Hypervisor{Ctx: c},
 		// Last, as KubeVirt adjusts the finished domain for dedicated CPUs.
 		compute.CPUPinning{Ctx: c},
+		compute.PCIPlacement{Ctx: c},
 	}
 }
 

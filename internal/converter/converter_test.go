@@ -55,7 +55,7 @@ func TestConfiguratorOrder(t *testing.T) {
 	for _, s := range converter.Configurators(convtest.Context()) {
 		got = append(got, strings.TrimPrefix(fmt.Sprintf("%T", s), "compute."))
 	}
-	want := "Metadata Annotations network.configurator TPM VSOCK Channels Clock RNG Input Balloon Graphics Sound hostdev.configurator Watchdog Console Panic Features SysInfo OS storage.virtiofs storage.configurator USBRedir Controllers Ignition CPU Memory MemoryBacking RebootPolicy IOMMUFD Hypervisor CPUPinning"
+	want := "Metadata Annotations network.configurator TPM VSOCK Channels Clock RNG Input Balloon Graphics Sound hostdev.configurator Watchdog Console Panic Features SysInfo OS storage.virtiofs storage.configurator USBRedir Controllers Ignition CPU Memory MemoryBacking RebootPolicy IOMMUFD Hypervisor CPUPinning PCIPlacement"
 	if g := strings.Join(got, " "); g != want {
 		t.Errorf("order:\n got %s\nwant %s", g, want)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -74,6 +75,9 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 	// pre-migration hook with what this pod has).
 	dom, err := converter.Convert(v, c)
 	if err != nil {
+		return err
+	}
+	if err := refuseMediatedDevices(dom); err != nil {
 		return err
 	}
 	undo, err := m.cfg.Disks.Prepare(ctx, v, c.Volumes)
@@ -220,4 +224,27 @@ func (m *Manager) awaitingMigration() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.targetOf != ""
+}
+
+// refuseMediatedDevices refuses an incoming domain with mediated devices
+// (vGPUs): KubeVirt migrates them only under its VGPULiveMigration gate,
+// whose pre-migration hook gives the incoming XML the target pod's own
+// mediated devices; this launcher has no such hook, and the source's
+// devices are not this pod's.
+func refuseMediatedDevices(dom *libvirtxml.Domain) error {
+	var names []string
+	for _, h := range dom.Devices.Hostdevs {
+		if h.SubsysMDev == nil {
+			continue
+		}
+		name := "?"
+		if h.Alias != nil {
+			name = h.Alias.Name
+		}
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("prepare migration target: mediated devices (%s): vGPU live migration is not supported by this launcher (the incoming domain would keep the source's devices)", strings.Join(names, ", "))
 }

@@ -35,6 +35,9 @@ type SyncOptions struct {
 	// HostNUMA is the host topology virt-handler sends (from libvirt's
 	// capabilities); empty keeps the launcher's own reading.
 	HostNUMA []facts.NUMACell
+	// PCIPlacement: the PCINUMAAwareTopology gate and the Grace host
+	// devices.
+	PCIPlacement facts.PCIPlacement
 }
 
 // Sync converges the domain to the VMI (kubevirt-wire.md section 4, end):
@@ -359,6 +362,7 @@ func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opt
 		c.HostNUMA = opts.HostNUMA
 	}
 	c.DomainAttachments = opts.InterfaceDomainAttachment
+	c.PCIPlacement = opts.PCIPlacement
 	// The cluster settings arrive with the SMBIOS in every handler Sync; a
 	// client that sends no options (vlctl, STANDALONE_VMI) keeps the
 	// launcher's defaults for all of them.

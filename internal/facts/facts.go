@@ -95,6 +95,9 @@ type Context struct {
 	SerialConsoleLogDisabled  bool
 	BochsForEFIGuests         bool
 	UseLaunchSecurity         bool
+	// PCIPlacement is what virt-handler asks of the host devices'
+	// placement beyond the spec.
+	PCIPlacement PCIPlacement
 
 	EFI EFI
 
@@ -125,6 +128,17 @@ type Context struct {
 	// Devices is what the pod tells the launcher about the host devices
 	// given to it.
 	Devices Devices
+}
+
+// PCIPlacement carries two of virt-handler's Sync options (KubeVirt v1.9):
+// NUMAAware is ClusterConfig.PCINUMAAwareTopologyEnabled (the
+// PCINUMAAwareTopology gate: a VMI with dedicated CPUs gets its PCI host
+// devices behind a pcie-expander-bus per host NUMA node), GraceAliases the
+// host devices to set up for NVIDIA Grace I/O virtualization
+// (graceHostDeviceAliases).
+type PCIPlacement struct {
+	NUMAAware    bool
+	GraceAliases []string
 }
 
 // Devices is what a KubeVirt pod tells its launcher about the host devices
