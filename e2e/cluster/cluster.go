@@ -69,7 +69,12 @@ type Config struct {
 	SharedDirs []string
 	// Nodes is how many nodes: 1 (also when 0) or 2 (node.go).
 	Nodes int
-	Logf  func(format string, args ...any)
+	// StaticCPUManager runs node 2's kubelet with the static CPU manager
+	// policy (node.go: staticCPUManager), so a Guaranteed pod's
+	// integer-CPU container gets CPUs of its own there. Node 1 keeps the
+	// default policy: the control plane's pods share both CPUs.
+	StaticCPUManager bool
+	Logf             func(format string, args ...any)
 }
 
 // Cluster is a running cluster.

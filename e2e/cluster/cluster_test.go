@@ -189,7 +189,7 @@ func TestHelperLiveRun(t *testing.T) {
 // network its own bridge and range; node 1's stays as a one-node
 // cluster's was; the one kube-proxy covers both nodes' pods.
 func TestNodeConfigs(t *testing.T) {
-	ns := nodes(Config{Nodes: 2})
+	ns := nodes(Config{Nodes: 2, StaticCPUManager: true})
 	if len(ns) != 2 || ns[0].name != NodeName || ns[1].name != Node2Name {
 		t.Fatalf("nodes: %+v", ns)
 	}
@@ -240,6 +240,9 @@ func TestNodeConfigs(t *testing.T) {
 		}
 		if hasRoot := strings.Contains(kubelet, "cgroupRoot: /"+node2Cgroup); hasRoot != (n.name == Node2Name) {
 			t.Errorf("node %s: cgroupRoot %s in its kubelet configuration: %v", n.name, node2Cgroup, hasRoot)
+		}
+		if static := strings.Contains(kubelet, "cpuManagerPolicy: static"); static != (n.name == Node2Name) {
+			t.Errorf("node %s: the static CPU manager policy in its kubelet configuration: %v (only node 2 has it)", n.name, static)
 		}
 	}
 	if ns[0].containerdSock() == ns[1].containerdSock() || ns[0].ipamDir() == ns[1].ipamDir() {

@@ -116,9 +116,12 @@ func (c *Cluster) writeCNIConfig(n *node) error {
 
 func (c *Cluster) writeKubeletConfig(n *node) (string, error) {
 	path := filepath.Join(n.dir, "kubelet.yaml")
-	cgroupRoot := ""
+	extra := "" // node 2's own settings
 	if n.cgroupRoot != "" {
-		cgroupRoot = "cgroupRoot: " + n.cgroupRoot + "\n"
+		extra = "cgroupRoot: " + n.cgroupRoot + "\n"
+	}
+	if n.staticCPUs {
+		extra += staticCPUManager
 	}
 	data := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -145,12 +148,28 @@ featureGates: {%[6]s}
 evictionHard: {memory.available: "200Mi", nodefs.available: "2%%", imagefs.available: "2%%", nodefs.inodesFree: "2%%"}
 imageGCHighThresholdPercent: 98
 imageGCLowThresholdPercent: 95
-%[8]s`, n.ip, c.pkiDir, n.containerdSock(), n.podCIDR, filepath.Join(c.stateDir, "resolv.conf"), c.featureGatesYAML(), n.healthzPort, cgroupRoot)
+%[8]s`, n.ip, c.pkiDir, n.containerdSock(), n.podCIDR, filepath.Join(c.stateDir, "resolv.conf"), c.featureGatesYAML(), n.healthzPort, extra)
 	if err := os.WriteFile(filepath.Join(c.stateDir, "resolv.conf"), []byte("nameserver "+NodeIP+"\n"), 0o644); err != nil {
 		return "", err
 	}
 	return path, os.WriteFile(path, []byte(data), 0o600)
 }
+
+// staticCPUManager is the kubelet setting of a node whose Guaranteed
+// pods' integer-CPU containers get CPUs of their own (KubeVirt's
+// dedicatedCpuPlacement needs it: its virt-handler labels such a node
+// cpumanager=true from the policy in the kubelet's cpu_manager_state).
+// The static policy needs CPUs reserved for the system; it reserves
+// whole CPUs, ceil(kube- plus system-reserved), the lowest-numbered
+// first. A 100m reservation keeps CPU 0 out of exclusive use, so on a
+// 2-CPU machine CPU 1 is the one a pod can have, while the node's
+// allocatable CPU drops by only 100m (1900m). reservedSystemCPUs: "0"
+// would reserve the same CPU but take the whole of it from allocatable,
+// and a launcher pod with one dedicated CPU asks for more than the 1000m
+// left: its compute container's 1 CPU plus its other containers' share.
+const staticCPUManager = `cpuManagerPolicy: static
+kubeReserved: {cpu: 100m}
+`
 
 func (c *Cluster) writeKubeProxyConfig(kubeconfig string) (string, error) {
 	path := filepath.Join(c.stateDir, "kube-proxy.yaml")

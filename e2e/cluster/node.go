@@ -48,6 +48,7 @@ type node struct {
 	healthzPort               int
 	suffix                    string // of its daemons' log names: "" for node 1
 	initPid                   int    // PID 1 of its namespaces (node 1's hold the control plane too); 0 before startInit
+	staticCPUs                bool   // its kubelet runs the static CPU manager policy (Config.StaticCPUManager)
 }
 
 func (n *node) containerdSock() string {
@@ -63,7 +64,7 @@ func nodes(cfg Config) []*node {
 	if cfg.Nodes == 2 {
 		ns = append(ns, &node{name: Node2Name, bridge: node2Bridge, podCIDR: node2CIDR, ip: Node2IP,
 			dir: filepath.Join(StateDir, "nodes", Node2Name), runDir: filepath.Join(RunDir, "nodes", Node2Name),
-			cgroupRoot: "/" + node2Cgroup, healthzPort: node2Healthz, suffix: "-" + Node2Name})
+			cgroupRoot: "/" + node2Cgroup, healthzPort: node2Healthz, suffix: "-" + Node2Name, staticCPUs: cfg.StaticCPUManager})
 	}
 	return ns
 }
@@ -97,6 +98,19 @@ func nodeHostPaths(cfg Config) []string {
 	return append(append([]string{KubeletDir, "/run/containerd", "/var/log/pods", "/var/log/containers"}, cfg.SharedDirs...), cfg.HostPaths...)
 }
 
+// ownPath is the directory of the node's own that ownPaths mounts over
+// host path p.
+func (n *node) ownPath(p string) string {
+	return filepath.Join(n.dir, "host", strings.ReplaceAll(strings.Trim(p, "/"), "/", "_"))
+}
+
+// Node2HostPath is where, on the machine, node 2 keeps its own copy of
+// host path p (one of the paths it has to itself, such as KubeletDir):
+// what its daemons and pods see at p.
+func Node2HostPath(p string) string {
+	return nodes(Config{Nodes: 2})[1].ownPath(p)
+}
+
 // ownPaths bind-mounts a directory of the node's own over each of
 // nodeHostPaths in its mount namespace (the host keeps an empty mount
 // point, recorded in CreatedDirs when Up made it), shared where node 1's
@@ -110,7 +124,7 @@ func (c *Cluster) ownPaths(ctx context.Context, n *node) error {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return err
 		}
-		own := filepath.Join(n.dir, "host", strings.ReplaceAll(strings.Trim(p, "/"), "/", "_"))
+		own := n.ownPath(p)
 		if err := os.MkdirAll(own, 0o755); err != nil {
 			return err
 		}

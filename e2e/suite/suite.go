@@ -36,7 +36,9 @@ func config(logf func(string, ...any)) (cluster.Config, string, error) {
 		// Two nodes: a live migration's target pod must be on another
 		// node than its source (cluster/node.go).
 		Nodes: 2,
-		Logf:  logf,
+		// Node 2 gives dedicated CPUs (TestDedicatedCPU).
+		StaticCPUManager: true,
+		Logf:             logf,
 	}, root, nil
 }
 
