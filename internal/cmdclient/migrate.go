@@ -40,9 +40,11 @@ func (c *Client) SyncMigrationTarget(ctx context.Context, vmi *v1.VirtualMachine
 	return c.vmiRequest(ctx, "SyncMigrationTarget", c.cmd.SyncMigrationTarget, vmi, opts, false)
 }
 
-// FinalizeMigration sends FinalizeVirtualMachineMigration to the target.
-func (c *Client) FinalizeMigration(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
-	return c.vmiRequest(ctx, "FinalizeVirtualMachineMigration", c.cmd.FinalizeVirtualMachineMigration, vmi, nil, false)
+// FinalizeMigration sends FinalizeVirtualMachineMigration to the target;
+// opts carries the interfaces' migration methods (InterfaceMigration), as
+// virt-handler sends them, or is nil.
+func (c *Client) FinalizeMigration(ctx context.Context, vmi *v1.VirtualMachineInstance, opts *cmdv1.VirtualMachineOptions) error {
+	return c.vmiRequest(ctx, "FinalizeVirtualMachineMigration", c.cmd.FinalizeVirtualMachineMigration, vmi, opts, false)
 }
 
 // CancelMigration sends CancelVirtualMachineMigration to the source.

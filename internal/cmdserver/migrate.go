@@ -30,12 +30,13 @@ func (c *cmdServer) SyncMigrationTarget(ctx context.Context, req *cmdv1.VMIReque
 }
 
 // FinalizeVirtualMachineMigration: the options carry, per interface, the
-// migration method its binding asks for; "LinkRefresh" is the one KubeVirt
-// acts on.
+// migration method its binding plugin asks for; "link-refresh" (the
+// plugin's migration.method linkRefresh, KubeVirt v1.9's v1.LinkRefresh)
+// is the one KubeVirt acts on.
 func (c *cmdServer) FinalizeVirtualMachineMigration(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 	var refresh []string
 	for iface, m := range req.GetOptions().GetInterfaceMigration() {
-		if m.GetMethod() == "LinkRefresh" {
+		if m.GetMethod() == "link-refresh" {
 			refresh = append(refresh, iface)
 		}
 	}

@@ -172,25 +172,83 @@ func (m *Manager) migrationArrived(ctx context.Context, ev libvirt.DomainEventLi
 }
 
 // FinalizeMigration ends the target's part once virt-handler has seen the
-// migration end (FinalizeVirtualMachineMigration): the guest's clock,
-// behind by the switch-over, is set again through the agent. Interfaces
-// whose binding asks for a link refresh are refused: no binding of this
-// launcher asks for one.
+// migration end (FinalizeVirtualMachineMigration): the interfaces whose
+// binding plugin asks for a link refresh (migration method linkRefresh,
+// so that the guest asks for a new lease in the new pod) have their link
+// set down and up again, as KubeVirt v1.9's launcher does, and the
+// guest's clock, behind by the switch-over, is set again through the
+// agent.
 func (m *Manager) FinalizeMigration(ctx context.Context, v *v1.VirtualMachineInstance, linkRefresh []string) error {
 	if err := m.checkIdentity(v, false); err != nil {
 		return err
 	}
 	if len(linkRefresh) > 0 {
-		return fmt.Errorf("finalize migration: link refresh of interfaces %v is not supported (no binding plugin of this launcher needs it)", linkRefresh)
+		// The domain changes: one operation at a time, as for a hotplug.
+		if err := m.op.lock(ctx); err != nil {
+			return fmt.Errorf("finalize migration: %w", err)
+		}
+		defer m.op.unlock()
 	}
-	_, _, ok, err := m.lookup(ctx)
+	l, d, ok, err := m.lookup(ctx)
 	if err != nil {
 		return fmt.Errorf("finalize migration: %w", err)
 	}
 	if !ok {
 		return errors.New("finalize migration: no domain arrived in this pod")
 	}
+	if err := m.refreshLinks(ctx, l, d, linkRefresh); err != nil {
+		return err
+	}
 	m.syncGuestTime("after the migration")
+	return nil
+}
+
+// linkRefreshPause is how long a refreshed link stays down: KubeVirt's
+// launcher waits as long, since some guests ignore a down and up that
+// come at once.
+const linkRefreshPause = 100 * time.Millisecond
+
+// refreshLinks sets each named interface's link down and then back to the
+// state it had (live and in the definition), as KubeVirt's
+// reconnectGuestNics. A name the domain has no interface for is skipped,
+// as there.
+func (m *Manager) refreshLinks(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	live, err := m.liveXML(ctx, l, d, 0)
+	if err != nil {
+		return fmt.Errorf("finalize migration: %w", err)
+	}
+	for _, name := range names {
+		iface, ok := findInterface(live.Devices.Interfaces, name)
+		if !ok {
+			m.log.Info("link refresh: no such interface in the domain", "interface", name)
+			continue
+		}
+		up, err := iface.Marshal()
+		if err != nil {
+			return fmt.Errorf("finalize migration: interface %q: %w", name, err)
+		}
+		downIface := iface
+		downIface.Link = &libvirtxml.DomainInterfaceLink{State: "down"}
+		down, err := downIface.Marshal()
+		if err != nil {
+			return fmt.Errorf("finalize migration: interface %q: %w", name, err)
+		}
+		if err := withContext(ctx, "set the link down", func() error { return l.DomainUpdateDeviceFlags(d, down, liveAndConfig) }); err != nil {
+			return fmt.Errorf("finalize migration: interface %q: link refresh: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("finalize migration: interface %q: link left down: %w", name, ctx.Err())
+		case <-time.After(linkRefreshPause):
+		}
+		if err := withContext(ctx, "set the link up", func() error { return l.DomainUpdateDeviceFlags(d, up, liveAndConfig) }); err != nil {
+			return fmt.Errorf("finalize migration: interface %q: link refresh: %w", name, err)
+		}
+		m.log.Info("interface link refreshed", "interface", name)
+	}
 	return nil
 }
 

@@ -259,7 +259,7 @@ func (r *runner) migrateIn(ctx context.Context, c *cmdclient.Client) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	fctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	err = c.FinalizeMigration(fctx, mv)
+	err = c.FinalizeMigration(fctx, mv, nil)
 	cancel()
 	if err != nil {
 		// What it does (the guest's clock, its links) is worth less

@@ -40,33 +40,7 @@ func TestBindingPluginTap(t *testing.T) {
 		`ip link set eth0 up; echo "PLUG""-DHCP $(udhcpc -i eth0 -n -q -t 3 -T 1 -s /bin/true >/dev/null 2>&1 && echo lease || echo none)"`,
 		`ip addr add ` + guestCIDR + ` dev eth0; echo "PLUG""-PING $(ping -c 3 -W 2 10.201.0.1 >/dev/null 2>&1; echo $?)"`,
 	}
-	// The plugin's CNI: the tap in the pod, QEMU's, on the pod
-	// interface's MTU (which the test lowers so that the domain's can be
-	// told from a default).
-	launchertest.Must(t, p.InPodNetwork(func() error {
-		eth0, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetMTU(eth0, mtu); err != nil {
-			return fmt.Errorf("eth0 MTU: %w", err)
-		}
-		tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: "tap0", MTU: mtu}, Mode: netlink.TUNTAP_MODE_TAP,
-			Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | netlink.TUNTAP_ONE_QUEUE,
-			Owner: env.Cred.Uid, Group: env.Cred.Gid}
-		if err := netlink.LinkAdd(tap); err != nil {
-			return fmt.Errorf("tap0: %w", err)
-		}
-		l, err := netlink.LinkByName("tap0")
-		if err != nil {
-			return err
-		}
-		addr, err := netlink.ParseAddr(tapAddr)
-		if err != nil {
-			return err
-		}
-		return errors.Join(netlink.LinkSetMTU(l, mtu), netlink.AddrAdd(l, addr), netlink.LinkSetUp(l))
-	}))
+	playTapCNI(t, p, mtu, tapAddr)
 	p.Start()
 	p.WaitReady(30 * time.Second)
 
@@ -112,6 +86,99 @@ func TestBindingPluginTap(t *testing.T) {
 	}
 	if !strings.Contains(p.Stderr.String(), "binding plugin tap interface") {
 		t.Errorf("the launcher did not log the plugin's interface:\n%s", p.Stderr.String())
+	}
+	p.AssertNothingLeft()
+}
+
+// playTapCNI does in the pod what a tap binding plugin's CNI does: the tap
+// KubeVirt names for the pod network (tap0), QEMU's user's, on the pod
+// interface's MTU, here with an address of its own (addr) for the guest
+// to reach. The pod interface's MTU is set to mtu first, so that the
+// domain's can be told from a default.
+func playTapCNI(t *testing.T, p *launchertest.Pod, mtu int, addr string) {
+	t.Helper()
+	launchertest.Must(t, p.InPodNetwork(func() error {
+		eth0, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMTU(eth0, mtu); err != nil {
+			return fmt.Errorf("eth0 MTU: %w", err)
+		}
+		tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: "tap0", MTU: mtu}, Mode: netlink.TUNTAP_MODE_TAP,
+			Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | netlink.TUNTAP_ONE_QUEUE,
+			Owner: env.Cred.Uid, Group: env.Cred.Gid}
+		if err := netlink.LinkAdd(tap); err != nil {
+			return fmt.Errorf("tap0: %w", err)
+		}
+		l, err := netlink.LinkByName("tap0")
+		if err != nil {
+			return err
+		}
+		a, err := netlink.ParseAddr(addr)
+		if err != nil {
+			return err
+		}
+		return errors.Join(netlink.LinkSetMTU(l, mtu), netlink.AddrAdd(l, a), netlink.LinkSetUp(l))
+	}))
+}
+
+// TestBindingPluginLinkRefresh: a binding plugin whose migration method
+// is linkRefresh (virt-handler sends InterfaceMigration {Method:
+// "link-refresh"} in FinalizeVirtualMachineMigration) has its interface's
+// link set down and up again when the migration is finalized, as KubeVirt
+// v1.9's launcher does, so that the guest renews its lease in the new pod.
+// The guest counts its NIC's carrier changes: none after a Finalize
+// without the method, two (down, up) after one with it; the link ends up.
+func TestBindingPluginLinkRefresh(t *testing.T) {
+	t.Parallel()
+	p := env.NewDeferred(t, "plref", launchertest.Options{Network: true, NetworkPlugin: "tapplug"})
+	p.ExtraUserData = []string{
+		`ip link set eth0 up; sleep 2; c0=$(cat /sys/class/net/eth0/carrier_changes); echo "LINK""-WATCH $c0"`,
+		`(while [ "$(cat /sys/class/net/eth0/carrier_changes)" -lt $((c0+2)) ]; do sleep 1; done; echo "LINK""-REFRESHED $c0 $(cat /sys/class/net/eth0/carrier_changes) $(cat /sys/class/net/eth0/carrier)") &`,
+	}
+	playTapCNI(t, p, 1500, "10.202.0.1/24")
+	p.Start()
+	p.WaitReady(30 * time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	v := p.VMI("plref-51e0")
+	if err := c.Sync(ctx, v, &cmdv1.VirtualMachineOptions{InterfaceDomainAttachment: p.DomainAttachments()}); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+	p.WaitConsole("LINK-WATCH", 30*time.Second)
+
+	if err := c.FinalizeMigration(ctx, v, nil); err != nil {
+		t.Fatalf("Finalize without a link refresh: %v", err)
+	}
+	time.Sleep(3 * time.Second) // the guest looks every second
+	if _, seen := testguest.FindMarker(p.Console(), "LINK-REFRESHED"); seen {
+		t.Fatalf("the guest's link changed after a Finalize that asked no refresh:\n%s", p.Console())
+	}
+	refresh := &cmdv1.VirtualMachineOptions{InterfaceMigration: map[string]*cmdv1.InterfaceBindingMigration{"default": {Method: "link-refresh"}}}
+	if err := c.FinalizeMigration(ctx, v, refresh); err != nil {
+		t.Fatalf("Finalize with a link refresh: %v", err)
+	}
+	p.WaitConsole("LINK-REFRESHED", 30*time.Second)
+	got, _ := testguest.FindMarker(p.Console(), "LINK-REFRESHED")
+	var c0, c1, carrier int
+	if _, err := fmt.Sscan(got, &c0, &c1, &carrier); err != nil || c1 != c0+2 || carrier != 1 {
+		t.Errorf("guest's carrier changes before, after, and carrier: %q, want two changes and the carrier up", got)
+	}
+	d, exists, err := c.GetDomain(ctx)
+	if err != nil || !exists || len(d.Spec.Devices.Interfaces) != 1 {
+		t.Fatalf("GetDomain: exists=%v err=%v", exists, err)
+	}
+	if ls := d.Spec.Devices.Interfaces[0].LinkState; ls != nil && ls.State != "up" {
+		t.Errorf("link state after the refresh %+v, want up", ls)
+	}
+	p.Signal(syscall.SIGTERM)
+	p.WaitConsole(testguest.MarkerPowerOff, 60*time.Second)
+	if code := p.ExitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
 	}
 	p.AssertNothingLeft()
 }

@@ -180,7 +180,7 @@ func TestPreMigrationHook(t *testing.T) {
 	if _, err := os.Stat(inPod(mp.b, socket)); !os.IsNotExist(err) {
 		t.Errorf("the hook server's socket is still there after its call: %v", err)
 	}
-	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm))
+	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm, nil))
 	last := testguest.Counts(mp.a.Console())
 	mp.b.WaitConsole("VL-COUNT-"+strconv.Itoa(last[len(last)-1]+5), time.Minute)
 	d, _, err := mp.cb.GetDomain(mp.ctx)

@@ -78,7 +78,7 @@ func TestMigrationAutoConverge(t *testing.T) {
 	t.Logf("%d throttle steps", steps)
 	waitStatus(t, mp.ctx, mp.ca, "Shutoff", "Migrated")
 	waitStatus(t, mp.ctx, mp.cb, "Running", "Unknown")
-	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm))
+	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm, nil))
 	last := testguest.Counts(mp.a.Console())
 	mp.b.WaitConsole("VL-COUNT-"+strconv.Itoa(last[len(last)-1]+10), time.Minute)
 	launchertest.Must(t, mp.ca.Delete(mp.ctx, mp.vm))
@@ -214,7 +214,7 @@ func disruptiveMigration(t *testing.T, o migration.Options, wantMode v1.Migratio
 	d, exists, err := mp.cb.GetDomain(mp.ctx)
 	t.Logf("the target's domain right after the migration: %+v (exists %v, %v)", d.Status, exists, err)
 	waitStatus(t, mp.ctx, mp.cb, "Running", "Unknown")
-	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm))
+	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm, nil))
 
 	last := testguest.Counts(mp.a.Console())
 	mp.b.WaitConsole("VL-COUNT-"+strconv.Itoa(last[len(last)-1]+20), time.Minute)
@@ -261,7 +261,7 @@ func TestMigrationMemoryIntegrity(t *testing.T) {
 		t.Fatalf("source migration metadata %+v, want it completed", src)
 	}
 	waitStatus(t, mp.ctx, mp.cb, "Running", "Unknown")
-	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm))
+	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm, nil))
 	passes := regexp.MustCompile(`VL-MEMCHECK pass (\d+) stale (\d+)`)
 	before := passes.FindAllStringSubmatch(mp.a.Console(), -1)
 	last := before[len(before)-1]

@@ -302,7 +302,7 @@ func liveMigration(t *testing.T, network bool, threads *uint) {
 	if err := ca.Migrate(ctx, vm, migration.Options{}); err == nil || !strings.Contains(err.Error(), "already executed") {
 		t.Errorf("the same migration again: %v, want it refused as executed", err)
 	}
-	launchertest.Must(t, cb.FinalizeMigration(ctx, vm))
+	launchertest.Must(t, cb.FinalizeMigration(ctx, vm, nil))
 
 	// The guest goes on counting in the target pod, from where it was.
 	last := testguest.Counts(a.Console())

@@ -99,7 +99,7 @@ func TestMigrateVolumeFsToBlock(t *testing.T) {
 	if m := waitMigrationOf(t, mp.ctx, mp.ca, "mig-1", 3*time.Minute); m.Failed {
 		t.Fatalf("the migration failed: %+v\ntarget:\n%s", m, launchertest.Tail(mp.b.Stderr.String(), 3000))
 	}
-	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm))
+	launchertest.Must(t, mp.cb.FinalizeMigration(mp.ctx, mp.vm, nil))
 	last := testguest.Counts(mp.a.Console())
 	mp.b.WaitConsole("VL-COUNT-"+strconv.Itoa(last[len(last)-1]+10), time.Minute)
 	// The target's QEMU: the block PVC's node, sliced to the source's size.
