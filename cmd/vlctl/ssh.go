@@ -379,7 +379,9 @@ func relayStdio(sock string, in io.Reader, out io.Writer) error {
 			c.(*net.UnixConn).CloseWrite()
 		}
 	}()
-	if _, err := io.Copy(out, c); err != nil {
+	// A reset is vlctl closing a connection ssh had written to: vlctl
+	// said why, ssh says it was closed.
+	if _, err := io.Copy(out, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
 		return fmt.Errorf("ssh-relay: %w", err)
 	}
 	return nil

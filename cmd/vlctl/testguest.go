@@ -70,28 +70,39 @@ spec:
 
 func newTestGuestCmd() *cobra.Command {
 	var (
-		cacheDir, name  string
-		poweroff, noNet bool
+		cacheDir, name, efiDisk string
+		poweroff, noNet         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "testguest",
 		Short: "Build the tiny test guest (Debian kernel + busybox) and print a VMI manifest that boots it",
 		Long: `testguest builds (once, then cached) a small guest from Debian's kernel and busybox-static
 and prints a VirtualMachineInstance manifest for it on stdout, ready for 'vlctl run'. The guest
-prints VL-* markers on its serial console: boot, root disk, user-data, DHCP lease.`,
+prints VL-* markers on its serial console: boot, root disk, user-data, DHCP lease.
+
+With --efi-disk FILE it writes the guest as a disk image instead (qcow2), booted by EFI firmware
+alone as a cloud image is (a FAT file system with the kernel, its initramfs and a startup.nsh
+that OVMF's UEFI shell runs): a stand-in for a cloud image where nothing may be downloaded,
+served over HTTP to a DataVolume, say. Its guest has no root disk; it makes the user a
+#cloud-config user-data names (user:, users:) with its ssh_authorized_keys, and runs an SSH
+server and qemu-guest-agent. Needs qemu-img.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			g, err := testguest.Build(cmd.Context(), cacheDir)
 			if err != nil {
 				return fmt.Errorf("build test guest: %w", err)
 			}
-			args := []string{testguest.DefaultCmdline}
+			var opts []string
 			if poweroff {
-				args = append(args, testguest.OptPowerOff)
+				opts = append(opts, testguest.OptPowerOff)
 			}
 			if noNet {
-				args = append(args, testguest.OptNoDHCP)
+				opts = append(opts, testguest.OptNoDHCP)
 			}
+			if efiDisk != "" {
+				return g.EFIDisk(cmd.Context(), efiDisk, opts...)
+			}
+			args := append([]string{testguest.DefaultCmdline}, opts...)
 			return guestManifest.Execute(cmd.OutOrStdout(), map[string]any{
 				"Name": name, "Guest": g, "Cmdline": strings.Join(args, " "), "Network": !noNet,
 			})
@@ -101,5 +112,6 @@ prints VL-* markers on its serial console: boot, root disk, user-data, DHCP leas
 	cmd.Flags().StringVar(&name, "name", "testguest", "VMI name")
 	cmd.Flags().BoolVar(&poweroff, "poweroff", false, "the guest powers itself off once booted")
 	cmd.Flags().BoolVar(&noNet, "no-network", false, "no pod network interface")
+	cmd.Flags().StringVar(&efiDisk, "efi-disk", "", "write the guest as a qcow2 disk image booted by EFI firmware (a cloud image's stand-in) to this file, instead of printing a manifest")
 	return cmd
 }

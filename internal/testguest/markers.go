@@ -37,6 +37,9 @@ const (
 	MarkerUserDataEnd   = "VL-USERDATA-END"
 	// "VL-USERDATA-RAN rc=<exit code>": user-data starting with "#!" was run.
 	MarkerUserDataRan = "VL-USERDATA-RAN"
+	// MarkerCloudConfigUser: a #cloud-config user-data named a user, made
+	// with its ssh_authorized_keys: "NAME keys N".
+	MarkerCloudConfigUser = "VL-CLOUDCONFIG-USER"
 	// "VL-NETIF <name> mac <mac> mtu <mtu>": one line per network interface.
 	MarkerNetIf = "VL-NETIF"
 	// "VL-DHCP <ip>/<prefix> router <gw,...> dns <ns,...> search <dom,...>
