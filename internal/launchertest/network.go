@@ -87,6 +87,22 @@ func (p *Pod) PlugNetwork(v *v1.VirtualMachineInstance, name string) (podIface s
 	return podIface, pod4, outside4
 }
 
+// PlugPodInterface does Multus's part of a NIC hotplug alone
+// (Options.Network): the secondary pod interface, KubeVirt's hashed name
+// for network name, which it returns; a binding plugin's CNI (the test)
+// does the rest. The pod network's close removes it.
+func (p *Pod) PlugPodInterface(name string) string {
+	p.T.Helper()
+	if p.net == nil {
+		p.T.Fatal("the pod has no network (Options.Network)")
+	}
+	podIface := plan.HashedPodIfaceName(name)
+	if _, _, err := p.net.AddSecondary(podIface); err != nil {
+		p.T.Fatal(err)
+	}
+	return podIface
+}
+
 // vmiLoad parses and defaults the manifest as virt-api would have.
 func vmiLoad(yaml string) (*v1.VirtualMachineInstance, error) {
 	v, err := vmi.Load([]byte(yaml), vmi.Options{})

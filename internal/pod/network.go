@@ -128,16 +128,27 @@ func (n *Network) Plug(ctx context.Context, next *v1.VirtualMachineInstance, nam
 	if podIface == "" {
 		return "", netip.Prefix{}, netip.Prefix{}, fmt.Errorf("interface %s: not a bridge or masquerade interface of the VM", name)
 	}
-	pod4, outside4 = SecondaryNet(n.extra)
-	if err := n.AddInterface(podIface, pod4, outside4); err != nil {
-		return "", netip.Prefix{}, netip.Prefix{}, fmt.Errorf("pod interface %s: %w", podIface, err)
+	if pod4, outside4, err = n.AddSecondary(podIface); err != nil {
+		return "", netip.Prefix{}, netip.Prefix{}, err
 	}
-	n.extra++
 	if err := netsetup.SetupPrivileged(ctx, n.NS, next, n.cfg.Privileged, n.cfg.Log); err != nil {
 		return "", netip.Prefix{}, netip.Prefix{}, errors.Join(fmt.Errorf("network privileged phase: %w", err), n.RemoveInterface(podIface))
 	}
 	n.vmi = next
 	return podIface, pod4, outside4, nil
+}
+
+// AddSecondary does Multus's part of a plug alone: a new secondary pod
+// interface podIface on a /24 of its own (SecondaryNet), whose addresses
+// it returns. Plug adds the privileged phase; a binding plugin's CNI does
+// its own.
+func (n *Network) AddSecondary(podIface string) (pod4, outside4 netip.Prefix, err error) {
+	pod4, outside4 = SecondaryNet(n.extra)
+	if err := n.AddInterface(podIface, pod4, outside4); err != nil {
+		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("pod interface %s: %w", podIface, err)
+	}
+	n.extra++
+	return pod4, outside4, nil
 }
 
 // Unplug undoes Plug for interface name: prev is the VMI before the

@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	v1 "kubevirt.io/api/core/v1"
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
+	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -40,7 +43,7 @@ func TestBindingPluginTap(t *testing.T) {
 		`ip link set eth0 up; echo "PLUG""-DHCP $(udhcpc -i eth0 -n -q -t 3 -T 1 -s /bin/true >/dev/null 2>&1 && echo lease || echo none)"`,
 		`ip addr add ` + guestCIDR + ` dev eth0; echo "PLUG""-PING $(ping -c 3 -W 2 10.201.0.1 >/dev/null 2>&1; echo $?)"`,
 	}
-	playTapCNI(t, p, mtu, tapAddr)
+	playTapCNI(t, p, "eth0", "tap0", mtu, tapAddr)
 	p.Start()
 	p.WaitReady(30 * time.Second)
 
@@ -91,27 +94,27 @@ func TestBindingPluginTap(t *testing.T) {
 }
 
 // playTapCNI does in the pod what a tap binding plugin's CNI does: the tap
-// KubeVirt names for the pod network (tap0), QEMU's user's, on the pod
-// interface's MTU, here with an address of its own (addr) for the guest
-// to reach. The pod interface's MTU is set to mtu first, so that the
-// domain's can be told from a default.
-func playTapCNI(t *testing.T, p *launchertest.Pod, mtu int, addr string) {
+// KubeVirt names for the pod interface (tap0 on the pod network), QEMU's
+// user's, on the pod interface's MTU, here with an address of its own
+// (addr) for the guest to reach. The pod interface's MTU is set to mtu
+// first, so that the domain's can be told from a default.
+func playTapCNI(t *testing.T, p *launchertest.Pod, podIface, tapName string, mtu int, addr string) {
 	t.Helper()
 	launchertest.Must(t, p.InPodNetwork(func() error {
-		eth0, err := netlink.LinkByName("eth0")
+		pl, err := netlink.LinkByName(podIface)
 		if err != nil {
 			return err
 		}
-		if err := netlink.LinkSetMTU(eth0, mtu); err != nil {
-			return fmt.Errorf("eth0 MTU: %w", err)
+		if err := netlink.LinkSetMTU(pl, mtu); err != nil {
+			return fmt.Errorf("%s MTU: %w", podIface, err)
 		}
-		tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: "tap0", MTU: mtu}, Mode: netlink.TUNTAP_MODE_TAP,
+		tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: tapName, MTU: mtu}, Mode: netlink.TUNTAP_MODE_TAP,
 			Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | netlink.TUNTAP_ONE_QUEUE,
 			Owner: env.Cred.Uid, Group: env.Cred.Gid}
 		if err := netlink.LinkAdd(tap); err != nil {
-			return fmt.Errorf("tap0: %w", err)
+			return fmt.Errorf("%s: %w", tapName, err)
 		}
-		l, err := netlink.LinkByName("tap0")
+		l, err := netlink.LinkByName(tapName)
 		if err != nil {
 			return err
 		}
@@ -137,7 +140,7 @@ func TestBindingPluginLinkRefresh(t *testing.T) {
 		`ip link set eth0 up; sleep 2; c0=$(cat /sys/class/net/eth0/carrier_changes); echo "LINK""-WATCH $c0"`,
 		`(while [ "$(cat /sys/class/net/eth0/carrier_changes)" -lt $((c0+2)) ]; do sleep 1; done; echo "LINK""-REFRESHED $c0 $(cat /sys/class/net/eth0/carrier_changes) $(cat /sys/class/net/eth0/carrier)") &`,
 	}
-	playTapCNI(t, p, 1500, "10.202.0.1/24")
+	playTapCNI(t, p, "eth0", "tap0", 1500, "10.202.0.1/24")
 	p.Start()
 	p.WaitReady(30 * time.Second)
 
@@ -181,4 +184,97 @@ func TestBindingPluginLinkRefresh(t *testing.T) {
 		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
 	}
 	p.AssertNothingLeft()
+}
+
+// TestBindingPluginHotplug: a NIC bound to a tap-attached binding plugin on
+// a Multus network is plugged into the running VM and unplugged again, as
+// KubeVirt v1.9's launcher plugs a bridge one: once Multus reports the
+// pod interface (the test adds it, and plays the plugin's CNI with its
+// tap<hash>), the Sync with the interface and its "tap" attachment
+// attaches <interface type="ethernet"> on that tap with the spec's MAC;
+// the guest finds the NIC and pings the tap's pod end. With the interface
+// absent the Sync detaches it and the guest loses it. The VM's own NIC is
+// masquerade, which virt-handler also reports as "tap".
+func TestBindingPluginHotplug(t *testing.T) {
+	t.Parallel()
+	const name, mac = "blue", "02:00:00:b1:0e:77"
+	p := env.NewDeferred(t, "plhot", launchertest.Options{Network: true})
+	findNIC := fmt.Sprintf(`n=; for i in /sys/class/net/*; do [ "$(cat $i/address)" = %s ] && n=${i##*/}; done`, mac)
+	p.ExtraUserData = []string{
+		`(while :; do ` + findNIC + `; [ -n "$n" ] && break; sleep 1; done; ip link set $n up; ip addr add 10.203.0.2/24 dev $n; ` +
+			`echo "HOT""-PING $n $(ping -c 3 -W 2 10.203.0.1 >/dev/null 2>&1; echo $?)"; ` +
+			`while [ -e /sys/class/net/$n ]; do sleep 1; done; echo "HOT""-GONE $n") &`,
+	}
+	p.Start()
+	p.WaitReady(30 * time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := p.Client(ctx)
+	v := p.VMI("plhot-9a20")
+	if err := c.Sync(ctx, v, &cmdv1.VirtualMachineOptions{InterfaceDomainAttachment: map[string]string{"default": "tap"}}); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	p.WaitConsole(testguest.MarkerReady, bootTimeout)
+
+	podIface := p.PlugPodInterface(name)
+	tap := plan.TapName(podIface)
+	playTapCNI(t, p, podIface, tap, 1500, "10.203.0.1/24")
+	v.Spec.Domain.Devices.Interfaces = append(v.Spec.Domain.Devices.Interfaces, v1.Interface{Name: name, MacAddress: mac,
+		Binding: &v1.PluginBinding{Name: "tapplug"}})
+	v.Spec.Networks = append(v.Spec.Networks, v1.Network{Name: name,
+		NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "blue-net"}}})
+	v.Status.Interfaces = append(v.Status.Interfaces, v1.VirtualMachineInstanceNetworkInterface{Name: name, InfoSource: "multus-status", InterfaceName: podIface})
+	both := &cmdv1.VirtualMachineOptions{InterfaceDomainAttachment: map[string]string{"default": "tap", name: "tap"}}
+	if err := c.Sync(ctx, v, both); err != nil {
+		t.Fatalf("Sync with the plugged interface: %v", err)
+	}
+	if got := pluginIface(t, ctx, c, name); got != tap+" "+mac {
+		t.Errorf("domain interface %s after the plug: %q, want %s %s", name, got, tap, mac)
+	}
+	p.WaitConsole("HOT-PING", 90*time.Second)
+	got, _ := testguest.FindMarker(p.Console(), "HOT-PING")
+	if f := strings.Fields(got); len(f) != 2 || f[1] != "0" {
+		t.Fatalf("guest's ping over the plugged NIC: %q, want the NIC and exit 0; console:\n%s", got, p.Console())
+	}
+
+	v.Spec.Domain.Devices.Interfaces[len(v.Spec.Domain.Devices.Interfaces)-1].State = v1.InterfaceStateAbsent
+	if err := c.Sync(ctx, v, both); err != nil {
+		t.Fatalf("Sync with the interface absent: %v", err)
+	}
+	if got := pluginIface(t, ctx, c, name); got != "" {
+		t.Errorf("domain interface %s after the unplug: %q, want none", name, got)
+	}
+	p.WaitConsole("HOT-GONE", 60*time.Second)
+
+	p.Signal(syscall.SIGTERM)
+	p.WaitConsole(testguest.MarkerPowerOff, 60*time.Second)
+	if code := p.ExitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
+	}
+	p.AssertNothingLeft()
+}
+
+// pluginIface is the tap and MAC of the domain's interface with user
+// alias name, "" when it has none.
+func pluginIface(t *testing.T, ctx context.Context, c *cmdclient.Client, name string) string {
+	t.Helper()
+	d, exists, err := c.GetDomain(ctx)
+	if err != nil || !exists {
+		t.Fatalf("GetDomain: exists=%v err=%v", exists, err)
+	}
+	for _, i := range d.Spec.Devices.Interfaces {
+		if i.Alias == nil || i.Alias.Name != name || !i.Alias.UserDefined {
+			continue
+		}
+		var tap, mac string
+		if i.Target != nil {
+			tap = i.Target.Device
+		}
+		if i.MAC != nil {
+			mac = i.MAC.MAC
+		}
+		return tap + " " + mac
+	}
+	return ""
 }
