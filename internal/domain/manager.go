@@ -124,8 +124,8 @@ type Config struct {
 	HypervisorErr error
 	// PreMigrationHooks: a migration target runs the pre-migration hook
 	// server (--libvirt-hook-server-and-client), which gives the incoming
-	// domain this pod's dedicated CPUs; without it a VMI with dedicated
-	// CPUs is not migrated (KubeVirt's source rewrites the pins then).
+	// domain this pod's dedicated CPUs; without it the source places them
+	// on the CPUs the target's handler reported (targetCPUs).
 	PreMigrationHooks bool
 	// UpgradeOrdinalIfaces adds the hook that renames ordinal taps to
 	// hashed ones (--upgrade-ordinal-ifaces).

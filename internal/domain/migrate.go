@@ -51,12 +51,6 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 		// KubeVirt rewrites the VMI uid in the XML for it; not done here.
 		return fmt.Errorf("migrate: decentralized migration to VMI uid %s is not supported", *ts.VirtualMachineInstanceUID)
 	}
-	if v.IsCPUDedicated() && !m.cfg.PreMigrationHooks {
-		// KubeVirt's source then pins the vCPUs to the CPUs of
-		// status.migrationState.targetCPUSet itself; not done here: the
-		// target's pre-migration hook does it.
-		return errors.New("migrate: a VMI with spec.domain.cpu.dedicatedCpuPlacement migrates only with --libvirt-hook-server-and-client (the target's pre-migration hook gives the domain its CPUs); the source's rewrite for the target's CPU set is not implemented")
-	}
 	// A migration running or ended is answered first, whatever the
 	// domain's state (an ended one left it shut off).
 	if _, running, err := migration.Start(m.migrationMetadata(), uid, time.Now()); err != nil || running {
@@ -143,11 +137,20 @@ func (m *Manager) migrationRequest(ctx context.Context, l *libvirt.Libvirt, d li
 		return migration.Request{}, fmt.Errorf("migrate domain %s: %w", d.Name, err)
 	}
 	if changed {
+		m.log.Info("volume migration: the destination's disks", "domain", d.Name, "volumes", migratedVolumeNames(v))
+	}
+	if v.IsCPUDedicated() && !m.cfg.PreMigrationHooks {
+		if err := m.targetCPUs(ctx, v, &dom); err != nil {
+			return migration.Request{}, fmt.Errorf("migrate domain %s: %w", d.Name, err)
+		}
+		m.log.Info("dedicated CPUs: the destination's placement on the target's CPU set", "domain", d.Name, "cpus", v.Status.MigrationState.TargetCPUSet)
+		changed = true
+	}
+	if changed {
 		// Only then: the XML as libvirt wrote it is what goes otherwise.
 		if xml, err = dom.Marshal(); err != nil {
 			return migration.Request{}, fmt.Errorf("migratable XML of domain %s: %w", d.Name, err)
 		}
-		m.log.Info("volume migration: the destination's disks", "domain", d.Name, "volumes", migratedVolumeNames(v))
 	}
 	return migration.Request{Layout: m.cfg.Layout, UID: string(v.UID), XML: xml, Name: d.Name,
 		Disks: disks, Options: o, LibvirtVersion: lib}, nil

@@ -72,8 +72,8 @@ type Options struct {
 	// image's /etc/libvirt/hooks/qemu) calls as the migration begins:
 	// the incoming domain XML gets the target's dedicated CPUs and, for a
 	// migration into another domain namespace, its disk paths. Without
-	// it a VMI with dedicated CPUs is not migrated (KubeVirt's source
-	// rewrites the pins itself then; not implemented here).
+	// it the source places a VMI with dedicated CPUs on the target's CPUs
+	// (status.migrationState.targetCPUSet), as KubeVirt's source does.
 	LibvirtHookServerAndClient bool
 }
 

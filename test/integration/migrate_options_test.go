@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 
+	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
@@ -115,16 +117,25 @@ func TestMigrationStallDetector(t *testing.T) {
 
 // TestPreMigrationHook: a VMI with dedicated CPUs migrates between pods
 // run with --libvirt-hook-server-and-client (KubeVirt v1.9's default),
-// the source pod on the host's second CPU, the target on its first, both
-// with the image's libvirt qemu hook (the hook client, here told the
+// both with the image's libvirt qemu hook (the hook client, here told the
 // sockets below the pods' fixed root). The target starts the pre-migration
 // hook server when it is prepared; its daemon runs the hook as the
-// migration begins, and the domain arrives pinned to the target's CPU,
-// where QEMU's vCPU thread then runs, and the guest counts on. The server
-// is gone after its one call. The source leaves the migrated marker in
-// the backend storage volume (the launcher: libvirt 9.0's release hook is
-// not told the domain migrated).
-func TestPreMigrationHook(t *testing.T) {
+// migration begins, and the domain arrives pinned to the target's CPU
+// (dedicatedCPUMigration). The server is gone after its one call.
+func TestPreMigrationHook(t *testing.T) { dedicatedCPUMigration(t, true) }
+
+// TestMigrationDedicatedCPUs: the same without the hook server (v1.8.2's
+// default): the source sends the domain pinned to the CPUs of
+// status.migrationState.targetCPUSet, placed on targetNodeTopology.
+func TestMigrationDedicatedCPUs(t *testing.T) { dedicatedCPUMigration(t, false) }
+
+// dedicatedCPUMigration migrates a VMI with dedicated CPUs from a pod on
+// the host's second CPU to one on its first, with the pre-migration hook
+// server or without: the domain arrives pinned to the target's CPU, where
+// QEMU's vCPU thread then runs, and the guest counts on. The source
+// leaves the migrated marker in the backend storage volume (the launcher:
+// libvirt 9.0's release hook is not told the domain migrated).
+func dedicatedCPUMigration(t *testing.T, hooks bool) {
 	testenv.Root(t, "cpuset cgroups for the pods")
 	all, _, err := hostcpu.Sys{Root: "/"}.OwnCPUSet("self")
 	launchertest.Must(t, err)
@@ -140,10 +151,14 @@ func TestPreMigrationHook(t *testing.T) {
 	var socket, marker string
 	mp := newMigrationPairWith(t, false, pairSetup{
 		pods: func(o *podOpts) {
-			o.EtcLibvirt, o.PreMigrationHooks, o.CPUSet = etc, true, all[1:2]
+			o.CPUSet = all[1:2]
 			l := layout.Under(o.FixedRoot)
 			socket = l.MigrationHookSocket()
-			marker = filepath.Join(l.PrivateDir, "backend-storage-meta", "migrated")
+			marker = l.MigratedMarker()
+			if !hooks {
+				return
+			}
+			o.EtcLibvirt, o.PreMigrationHooks = etc, true
 			script := fmt.Sprintf("#!/bin/sh\nexec %s --socket=%s --migrated-marker=%s \"$@\"\n",
 				filepath.Join(env.BinDir, "libvirt-hook-client"), socket, marker)
 			launchertest.Must(t, os.WriteFile(filepath.Join(etc, "hooks", "qemu"), []byte(script), 0o755))
@@ -155,27 +170,52 @@ func TestPreMigrationHook(t *testing.T) {
 			cpu.DedicatedCPUPlacement = true
 		},
 	})
+	if !hooks {
+		// What the target's handler reports (reportDedicatedCPUSetForMigratingVMI,
+		// reportTargetTopologyForMigratingVMI).
+		cells, err := hostcpu.Sys{Root: "/"}.NUMA()
+		launchertest.Must(t, err)
+		topo := &cmdv1.Topology{}
+		for _, c := range cells {
+			cell := &cmdv1.Cell{Id: uint32(c.ID)}
+			for _, cpu := range c.CPUs {
+				hc := &cmdv1.CPU{Id: uint32(cpu.ID)}
+				for _, s := range cpu.Siblings {
+					hc.Siblings = append(hc.Siblings, uint32(s))
+				}
+				cell.Cpus = append(cell.Cpus, hc)
+			}
+			topo.NumaCells = append(topo.NumaCells, cell)
+		}
+		b, err := json.Marshal(topo)
+		launchertest.Must(t, err)
+		mp.vm.Status.MigrationState.TargetCPUSet = []int{int(all[0])}
+		mp.vm.Status.MigrationState.TargetNodeTopology = string(b)
+	}
 	inPod := func(p *pod, path string) string {
 		return filepath.Join(p.Dir, strings.TrimPrefix(path, p.Options().FixedRoot))
 	}
 	if d, _, err := mp.ca.GetDomain(mp.ctx); err != nil || d.Spec.CPUTune == nil || len(d.Spec.CPUTune.VCPUPin) != 1 || d.Spec.CPUTune.VCPUPin[0].CPUSet != srcCPU {
 		t.Fatalf("the source's domain: %+v (%v), want vCPU 0 on %s", d.Spec.CPUTune, err, srcCPU)
 	}
-	// KubeVirt's backend storage volume, where the source's hook leaves
-	// its marker.
+	// KubeVirt's backend storage volume, where the source leaves its
+	// marker.
 	meta := filepath.Dir(inPod(mp.a, marker))
 	launchertest.Must(t, os.Mkdir(meta, 0o755))
 	launchertest.Must(t, os.Chown(meta, int(env.Cred.Uid), int(env.Cred.Gid)))
 	mp.prepareTarget(t)
-	if !strings.Contains(mp.b.Stderr.String(), `"msg":"pre-migration hook server listening"`) {
-		t.Fatalf("the target did not start the pre-migration hook server:\n%s", launchertest.Tail(mp.b.Stderr.String(), 3000))
+	if hooks != strings.Contains(mp.b.Stderr.String(), `"msg":"pre-migration hook server listening"`) {
+		t.Fatalf("with hooks %v, the target's hook server:\n%s", hooks, launchertest.Tail(mp.b.Stderr.String(), 3000))
 	}
 	launchertest.Must(t, mp.ca.Migrate(mp.ctx, mp.vm, migration.Options{ProgressTimeout: 150, CompletionTimeoutPerGiB: 150}))
 	if m := waitMigrationOf(t, mp.ctx, mp.ca, "mig-1", 3*time.Minute); m.Failed {
 		t.Fatalf("the migration failed: %+v\ntarget:\n%s", m, launchertest.Tail(mp.b.Stderr.String(), 3000))
 	}
-	if !strings.Contains(mp.b.Stderr.String(), `"msg":"pre-migration hook: the incoming domain XML edited"`) {
-		t.Errorf("the target's hook server was not called:\n%s", launchertest.Tail(mp.b.Stderr.String(), 3000))
+	if hooks != strings.Contains(mp.b.Stderr.String(), `"msg":"pre-migration hook: the incoming domain XML edited"`) {
+		t.Errorf("with hooks %v, the target's hook server:\n%s", hooks, launchertest.Tail(mp.b.Stderr.String(), 3000))
+	}
+	if !hooks && !strings.Contains(mp.a.Stderr.String(), `"msg":"dedicated CPUs: the destination's placement on the target's CPU set"`) {
+		t.Errorf("the source did not place the CPUs for the target:\n%s", launchertest.Tail(mp.a.Stderr.String(), 3000))
 	}
 	if _, err := os.Stat(inPod(mp.b, socket)); !os.IsNotExist(err) {
 		t.Errorf("the hook server's socket is still there after its call: %v", err)
