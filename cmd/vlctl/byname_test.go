@@ -136,6 +136,8 @@ func TestVerbArgs(t *testing.T) {
 		{[]string{"get"}, "give a VM's NAME, or --socket"},
 		{[]string{"get", "vm", "--socket", "/x"}, "not both"},
 		{[]string{"get", "vm", "-o", "yaml"}, `-o "yaml": want table or json`},
+		{[]string{"guestinfo"}, "guestinfo: give a VM's NAME, or --socket"},
+		{[]string{"guestinfo", "vm", "--socket", "/x"}, "guestinfo: give NAME or --socket, not both"},
 	} {
 		cmds := append(newCtlCmds(), newByNameCmds()...)
 		var cmd = cmds[0]

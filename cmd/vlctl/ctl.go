@@ -38,6 +38,31 @@ func (s *socketFlags) dial(ctx context.Context) (*cmdclient.Client, error) {
 	return cmdclient.Dial(ctx, s.socket)
 }
 
+// registerNameOrSocket adds the flags of a verb that reaches a launcher by
+// a VM's NAME or by --socket alone (no manifest).
+func registerNameOrSocket(cmd *cobra.Command, s *socketFlags, n *nameFlags) {
+	cmd.Flags().StringVar(&s.socket, "socket", "", "the launcher's command socket (…/sockets/launcher-sock)")
+	n.register(cmd)
+}
+
+// dialNameOrSocket connects to the launcher of the VM that args names, or
+// to the one at --socket: exactly one of the two must be given.
+func dialNameOrSocket(ctx context.Context, verb string, args []string, s *socketFlags, n *nameFlags) (*cmdclient.Client, error) {
+	switch {
+	case len(args) == 1 && s.socket != "":
+		return nil, fmt.Errorf("%s: give NAME or --socket, not both", verb)
+	case len(args) == 1:
+		e, err := n.find(args[0])
+		if err != nil {
+			return nil, err
+		}
+		return dialLauncher(ctx, e)
+	case s.socket == "":
+		return nil, fmt.Errorf("%s: give a VM's NAME, or --socket", verb)
+	}
+	return s.dial(ctx)
+}
+
 // load reads the manifest as vlctl run does (its documents, the
 // instancetype and preference expanded), so the launcher gets the same VMI.
 func (s *socketFlags) load() (*v1.VirtualMachineInstance, error) {
@@ -136,22 +161,7 @@ launcher's command socket instead.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			var c *cmdclient.Client
-			var err error
-			switch {
-			case len(args) == 1 && gis.socket != "":
-				return fmt.Errorf("guestinfo: give NAME or --socket, not both")
-			case len(args) == 1:
-				e, ferr := gin.find(args[0])
-				if ferr != nil {
-					return ferr
-				}
-				c, err = dialLauncher(ctx, e)
-			case gis.socket == "":
-				return fmt.Errorf("guestinfo: give a VM's NAME, or --socket")
-			default:
-				c, err = gis.dial(ctx)
-			}
+			c, err := dialNameOrSocket(ctx, "guestinfo", args, &gis, &gin)
 			if err != nil {
 				return err
 			}
@@ -168,8 +178,7 @@ launcher's command socket instead.`,
 			return nil
 		},
 	}
-	guestinfo.Flags().StringVar(&gis.socket, "socket", "", "the launcher's command socket (…/sockets/launcher-sock)")
-	gin.register(guestinfo)
+	registerNameOrSocket(guestinfo, &gis, &gin)
 	guestinfo.Flags().StringVarP(&giOutput, "output", "o", "json", "json, the one format: KubeVirt's VirtualMachineInstanceGuestAgentInfo (guestOSInfo, hostname, timezone, userList, fsInfo, interfaces, ...)")
 
 	var ps socketFlags

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
@@ -39,22 +38,7 @@ socket instead.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			var c *cmdclient.Client
-			var err error
-			switch {
-			case len(args) == 1 && s.socket != "":
-				return errors.New("get: give NAME or --socket, not both")
-			case len(args) == 1:
-				e, ferr := n.find(args[0])
-				if ferr != nil {
-					return ferr
-				}
-				c, err = dialLauncher(ctx, e)
-			case s.socket == "":
-				return errors.New("get: give a VM's NAME, or --socket")
-			default:
-				c, err = s.dial(ctx)
-			}
+			c, err := dialNameOrSocket(ctx, "get", args, &s, &n)
 			if err != nil {
 				return err
 			}
@@ -73,8 +57,7 @@ socket instead.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&s.socket, "socket", "", "the launcher's command socket (…/sockets/launcher-sock)")
-	n.register(cmd)
+	registerNameOrSocket(cmd, &s, &n)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, or json: KubeVirt's Domain object (ObjectMeta, Spec, Status)")
 	return cmd
 }
