@@ -39,6 +39,23 @@ func dialAgent(ctx context.Context, e *runrecord.Entry) (*agent.Daemon, error) {
 	return d, nil
 }
 
+// withAgent calls f with the guest agent of the VM that query names, all
+// of it within timeout.
+func withAgent(ctx context.Context, n *nameFlags, query string, timeout time.Duration, f func(context.Context, *runrecord.Entry, *agent.Daemon) error) error {
+	e, err := n.find(query)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	d, err := dialAgent(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return f(ctx, e, d)
+}
+
 // newGuestAccessCmds are the ways into a running guest.
 func newGuestAccessCmds() []*cobra.Command {
 	return append([]*cobra.Command{newExecCmd(), newCpCmd(), newVNCCmd(), newScreenshotCmd()}, newSSHCmds()...)
@@ -79,24 +96,19 @@ of that name.`,
 					return fmt.Errorf("exec: -i: standard input is more than %d bytes", maxExecInput)
 				}
 			}
-			e, err := n.find(args[0])
+			var res agent.Result
+			err := withAgent(cmd.Context(), &n, args[0], timeout, func(ctx context.Context, e *runrecord.Entry, d *agent.Daemon) error {
+				pid, err := agent.Start(ctx, d.Run, args[1], args[2:], input)
+				if err != nil {
+					return fmt.Errorf("exec in %s: %w", e.FullName(), err)
+				}
+				if res, err = agent.Wait(ctx, d.Run, pid); err != nil {
+					return fmt.Errorf("exec in %s: %s: %w", e.FullName(), args[1], err)
+				}
+				return nil
+			})
 			if err != nil {
 				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			d, err := dialAgent(ctx, e)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			pid, err := agent.Start(ctx, d.Run, args[1], args[2:], input)
-			if err != nil {
-				return fmt.Errorf("exec in %s: %w", e.FullName(), err)
-			}
-			res, err := agent.Wait(ctx, d.Run, pid)
-			if err != nil {
-				return fmt.Errorf("exec in %s: %s: %w", e.FullName(), args[1], err)
 			}
 			cmd.OutOrStdout().Write(res.Stdout)
 			cmd.ErrOrStderr().Write(res.Stderr)
@@ -145,22 +157,12 @@ NAME is NAMESPACE/NAME, or NAME alone when only one namespace has a VM of that n
 			if err != nil {
 				return err
 			}
-			vm := src.vm + dst.vm
-			e, err := n.find(vm)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			d, err := dialAgent(ctx, e)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			if dst.vm != "" {
-				return cpIn(ctx, cmd, d, e, src.path, dst.path)
-			}
-			return cpOut(ctx, cmd, d, e, src.path, dst.path)
+			return withAgent(cmd.Context(), &n, src.vm+dst.vm, timeout, func(ctx context.Context, e *runrecord.Entry, d *agent.Daemon) error {
+				if dst.vm != "" {
+					return cpIn(ctx, cmd, d, e, src.path, dst.path)
+				}
+				return cpOut(ctx, cmd, d, e, src.path, dst.path)
+			})
 		},
 	}
 	n.register(cmd)
