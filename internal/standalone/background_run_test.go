@@ -38,32 +38,55 @@ func testGuestManifest(t *testing.T, name string, args ...string) string {
 	return file
 }
 
+// guestConsole is a vlctl console (or attach) session on a VM's serial
+// console, for a test to type into the guest's shell.
+type guestConsole struct {
+	c   *exec.Cmd
+	in  io.WriteCloser
+	out syncBuffer
+}
+
+// openConsole starts `vlctl VERB NAME` (console, or its alias attach) on
+// the VM named; close ends it.
+func openConsole(t *testing.T, verb, records, name string) *guestConsole {
+	t.Helper()
+	g := &guestConsole{c: exec.Command(filepath.Join(binDir, "vlctl"), verb, name, "--record-dir", records)}
+	in, err := g.c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.in = in
+	g.c.Stdout, g.c.Stderr = &g.out, &g.out
+	if err := g.c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func (g *guestConsole) close() { g.c.Process.Kill(); g.c.Wait() }
+
+// typeUntil types command (on a line of its own) every period until done
+// holds, for a minute at the most, and says whether it does: the guest's
+// shell may not read yet.
+func (g *guestConsole) typeUntil(command string, period time.Duration, done func() bool) bool {
+	for deadline := time.Now().Add(time.Minute); !done() && time.Now().Before(deadline); {
+		io.WriteString(g.in, "\n"+command+"\n")
+		for until := time.Now().Add(period); !done() && time.Now().Before(until); {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return done()
+}
+
 // consoleAnswers types command into the serial console of the VM named
 // (vlctl attach NAME, which is vlctl console NAME) until want shows,
 // failing the test after a minute.
 func consoleAnswers(t *testing.T, records, name, command, want string) {
 	t.Helper()
-	c := exec.Command(filepath.Join(binDir, "vlctl"), "attach", name, "--record-dir", records)
-	in, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out syncBuffer
-	c.Stdout, c.Stderr = &out, &out
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { c.Process.Kill(); c.Wait() }()
-	// Typed again every few seconds: the guest's shell may not read yet.
-	answered := func() bool { return strings.Contains(out.String(), want) }
-	for deadline := time.Now().Add(time.Minute); !answered() && time.Now().Before(deadline); {
-		io.WriteString(in, "\n"+command+"\n")
-		for until := time.Now().Add(3 * time.Second); !answered() && time.Now().Before(until); {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	if !answered() {
-		t.Fatalf("%s did not answer %q on its console:\n%s", name, command, out.String())
+	c := openConsole(t, "attach", records, name)
+	defer c.close()
+	if !c.typeUntil(command, 3*time.Second, func() bool { return strings.Contains(c.out.String(), want) }) {
+		t.Fatalf("%s did not answer %q on its console:\n%s", name, command, c.out.String())
 	}
 }
 

@@ -2,9 +2,7 @@ package standalone_test
 
 import (
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -53,26 +51,11 @@ func TestVlctlRunDNS(t *testing.T) {
 	if server == "" {
 		t.Fatalf("no DHCP line with a DNS server on the console")
 	}
-	c := exec.Command(filepath.Join(binDir, "vlctl"), "console", "default/dns", "--record-dir", records)
-	in, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out syncBuffer
-	c.Stdout, c.Stderr = &out, &out
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-	// Typed again every few seconds: the guest's shell may not read yet.
+	c := openConsole(t, "console", records, "default/dns")
+	t.Cleanup(c.close)
+	out := &c.out
 	answered := func() bool { return strings.Contains(out.String(), "VL-RESOLVED-42") }
-	for deadline := time.Now().Add(time.Minute); !answered() && time.Now().Before(deadline); {
-		io.WriteString(in, "\nnslookup vl-dns.test "+server+" && echo VL-RESOLVED-$((6*7))\n")
-		for until := time.Now().Add(5 * time.Second); !answered() && time.Now().Before(until); {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	if !answered() {
+	if !c.typeUntil("nslookup vl-dns.test "+server+" && echo VL-RESOLVED-$((6*7))", 5*time.Second, answered) {
 		t.Fatalf("the guest did not resolve vl-dns.test through %s:\n%s", server, out.String())
 	}
 	if !strings.Contains(out.String(), "192.0.2.42") {
@@ -81,13 +64,7 @@ func TestVlctlRunDNS(t *testing.T) {
 	// Egress: the test host's page; a link-local address (where cloud
 	// metadata services are) is refused.
 	fetched := func() bool { return strings.Contains(out.String(), "VL-EGRESS-PAGE") }
-	for deadline := time.Now().Add(time.Minute); !fetched() && time.Now().Before(deadline); {
-		fmt.Fprintf(in, "\nprintf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 %s %d\n", web.Addr(), web.Port())
-		for until := time.Now().Add(5 * time.Second); !fetched() && time.Now().Before(until); {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	if !fetched() {
+	if !c.typeUntil(fmt.Sprintf("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 %s %d", web.Addr(), web.Port()), 5*time.Second, fetched) {
 		t.Errorf("the guest did not fetch the test host's page at %s:\n%s", web, out.String())
 	}
 	if !strings.Contains(errOut.String(), "vlctl: guest egress: TCP to the addresses this host reaches") {
@@ -95,7 +72,7 @@ func TestVlctlRunDNS(t *testing.T) {
 	}
 	// Refused: a service of the host (on an address of the host's
 	// namespace), link-local and cloud metadata addresses.
-	fmt.Fprintf(in, "\nprintf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 %s %d; printf 'x' | nc -w 5 169.254.169.254 80; printf 'x' | nc -w 5 168.63.129.16 80; echo VL-METADATA-TRIED-$((6*7))\n",
+	fmt.Fprintf(c.in, "\nprintf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 %s %d; printf 'x' | nc -w 5 169.254.169.254 80; printf 'x' | nc -w 5 168.63.129.16 80; echo VL-METADATA-TRIED-$((6*7))\n",
 		hostSvc.Addr(), hostSvc.Port())
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "VL-METADATA-TRIED-42") && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
@@ -112,7 +89,7 @@ func TestVlctlRunDNS(t *testing.T) {
 	if strings.Contains(out.String(), "VL-HOST-PAGE") {
 		t.Errorf("the guest reached a service of the host:\n%s", out.String())
 	}
-	in.Close()
+	c.in.Close()
 	cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case err := <-exited:

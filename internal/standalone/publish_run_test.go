@@ -1,7 +1,6 @@
 package standalone_test
 
 import (
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -121,26 +120,10 @@ func TestVlctlRunPublishKeptAcrossRestart(t *testing.T) {
 	// Another local user's try at the port, from now until the guest
 	// answers again.
 	stopTaking := takePort(port)
-	c := exec.Command(filepath.Join(binDir, "vlctl"), "console", "default/pubr", "--record-dir", records)
-	in, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out syncBuffer
-	c.Stdout, c.Stderr = &out, &out
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { c.Process.Kill(); c.Wait() }()
-	// Typed again every few seconds: the guest's shell may not read yet.
+	c := openConsole(t, "console", records, "default/pubr")
+	defer c.close()
 	restarted := func() bool { return strings.Contains(errOut.String(), "run strategy: starting the guest again") }
-	for deadline := time.Now().Add(time.Minute); !restarted() && time.Now().Before(deadline); {
-		io.WriteString(in, "\npoweroff -f\n")
-		for until := time.Now().Add(5 * time.Second); !restarted() && time.Now().Before(until); {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	if !restarted() {
+	if !c.typeUntil("poweroff -f", 5*time.Second, restarted) {
 		t.Fatalf("the guest did not power off, or vlctl did not start it again:\n%s", errOut.String())
 	}
 	waitFor(t, "the second boot's SSH server", 4*time.Minute, exited, func() bool {
