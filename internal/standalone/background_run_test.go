@@ -348,12 +348,7 @@ func TestVlctlRunDetachedInterrupted(t *testing.T) {
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exited:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("vlctl run -d did not end within 2 min of SIGINT")
-	}
-	if code := cmd.ProcessState.ExitCode(); code != 1 || stdout.String() != "" || !strings.Contains(stderr.String(), "interrupted") {
+	if code := exitCode(t, "vlctl run -d after SIGINT", cmd, exited, 2*time.Minute); code != 1 || stdout.String() != "" || !strings.Contains(stderr.String(), "interrupted") {
 		t.Errorf("vlctl run -d interrupted: exit %d, stdout %q, stderr:\n%s", code, stdout.String(), stderr.String())
 	}
 	t.Logf("vlctl run -d interrupted:\n%s", stderr.String())

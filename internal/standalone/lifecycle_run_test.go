@@ -90,12 +90,7 @@ func TestVlctlRunStrategyAlways(t *testing.T) {
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exited:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("vlctl did not end within 2 min of SIGINT")
-	}
-	if code := cmd.ProcessState.ExitCode(); code != 0 {
+	if code := exitCode(t, "vlctl after SIGINT", cmd, exited, 2*time.Minute); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
 	}
 	e.checkNothingLeft(t)
