@@ -38,6 +38,22 @@ func testGuestManifest(t *testing.T, name string, args ...string) string {
 	return file
 }
 
+// checkNoRunLeft: of the runs with this work root and record dir nothing
+// is left: work dir, background run, record, or process naming either.
+func checkNoRunLeft(t *testing.T, root, records string) {
+	t.Helper()
+	checkNothingLeft(t, root)
+	if ents, _ := os.ReadDir(filepath.Join(records, "background")); len(ents) != 0 {
+		t.Errorf("background runs left: %v", ents)
+	}
+	if left, _ := runrecord.List(records); len(left) != 0 {
+		t.Errorf("records left: %+v", left)
+	}
+	if procs, _ := procfs.Under("/proc", records); len(procs) != 0 {
+		t.Errorf("processes left naming %s: %+v", records, procs)
+	}
+}
+
 // guestConsole is a vlctl console (or attach) session on a VM's serial
 // console, for a test to type into the guest's shell.
 type guestConsole struct {
@@ -253,16 +269,7 @@ func TestVlctlRunDetachedFails(t *testing.T) {
 		t.Errorf("vlctl run -d of a missing kernel: exit %d, stdout %q, stderr:\n%s", code, stdout, stderr)
 	}
 	t.Logf("vlctl run -d of a missing kernel:\n%s", stderr)
-	checkNothingLeft(t, root)
-	if ents, _ := os.ReadDir(filepath.Join(records, "background")); len(ents) != 0 {
-		t.Errorf("background runs left: %v", ents)
-	}
-	if left, _ := runrecord.List(records); len(left) != 0 {
-		t.Errorf("records left: %+v", left)
-	}
-	if procs, _ := procfs.Under("/proc", records); len(procs) != 0 {
-		t.Errorf("processes left naming %s: %+v", records, procs)
-	}
+	checkNoRunLeft(t, root, records)
 }
 
 // TestVlctlRmVolumes: a VM whose root disk is a DataVolume imported over
@@ -352,14 +359,5 @@ func TestVlctlRunDetachedInterrupted(t *testing.T) {
 		t.Errorf("vlctl run -d interrupted: exit %d, stdout %q, stderr:\n%s", code, stdout.String(), stderr.String())
 	}
 	t.Logf("vlctl run -d interrupted:\n%s", stderr.String())
-	checkNothingLeft(t, root)
-	if ents, _ := os.ReadDir(filepath.Join(records, "background")); len(ents) != 0 {
-		t.Errorf("background runs left: %v", ents)
-	}
-	if left, _ := runrecord.List(records); len(left) != 0 {
-		t.Errorf("records left: %+v", left)
-	}
-	if procs, _ := procfs.Under("/proc", records); len(procs) != 0 {
-		t.Errorf("processes left naming %s: %+v", records, procs)
-	}
+	checkNoRunLeft(t, root, records)
 }
