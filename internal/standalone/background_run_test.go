@@ -1,7 +1,6 @@
 package standalone_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -282,10 +281,7 @@ func TestVlctlRmVolumes(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	e := newKeepEnv(t)
-	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
-	if err != nil {
-		t.Fatalf("test guest: %v", err)
-	}
+	g := e.guest
 	rootImg, err := os.ReadFile(g.RootDisk)
 	if err != nil {
 		t.Fatal(err)

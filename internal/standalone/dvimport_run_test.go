@@ -2,7 +2,6 @@ package standalone_test
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,10 +73,7 @@ func TestVlctlRunImportsDataVolume(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	e := newKeepEnv(t)
-	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
-	if err != nil {
-		t.Fatalf("test guest: %v", err)
-	}
+	g := e.guest
 	qcow2 := filepath.Join(t.TempDir(), "root.qcow2")
 	if out, err := exec.Command("qemu-img", "convert", "-f", "raw", "-O", "qcow2", g.RootDisk, qcow2).CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img convert: %v: %s", err, out)

@@ -116,6 +116,7 @@ spec:
 // storage test's one-line error preceded by gc lines about another run).
 type keepEnv struct {
 	dir, root, records string
+	guest              *testguest.Guest
 	doc                func(strategy, token string) string
 }
 
@@ -135,7 +136,7 @@ func newKeepEnv(t *testing.T) keepEnv {
 		t.Fatal(err)
 	}
 	cmdline := testguest.DefaultCmdline + " " + testguest.OptPowerOff + " " + testguest.OptNoDHCP
-	return keepEnv{dir: dir, root: workRoot(t), records: workRoot(t), doc: func(strategy, token string) string {
+	return keepEnv{dir: dir, root: workRoot(t), records: workRoot(t), guest: g, doc: func(strategy, token string) string {
 		return strings.NewReplacer("STRATEGY", strategy, "TOKEN", token, "CMDLINE", cmdline, "KERNELDIR", g.KernelDir,
 			"ROOTDISK", g.RootDisk, "DIR", dir).Replace(keepVM)
 	}}
