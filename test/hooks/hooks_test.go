@@ -74,6 +74,17 @@ func (s *sidecar) stop(t *testing.T) {
 	}
 }
 
+// stopGracefully ends the launcher as the kubelet does (SIGTERM): the
+// guest powers off and the launcher exits 0.
+func stopGracefully(t *testing.T, p *launchertest.Pod) {
+	t.Helper()
+	p.Signal(syscall.SIGTERM)
+	p.WaitConsole(testguest.MarkerPowerOff, 60*time.Second)
+	if code := p.ExitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
+	}
+}
+
 // makeHooksDir creates the pod's hooks volume (root's, as kubelet makes
 // an emptyDir).
 func makeHooksDir(t *testing.T, p *launchertest.Pod) {
@@ -177,11 +188,7 @@ func sidecarChangesDomain(t *testing.T, offer, want string) {
 		}
 	}
 
-	p.Signal(syscall.SIGTERM)
-	p.WaitConsole(testguest.MarkerPowerOff, 60*time.Second)
-	if code := p.ExitCode(60 * time.Second); code != 0 {
-		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
-	}
+	stopGracefully(t, p)
 	if want == "v1alpha3" {
 		select {
 		case <-s.exited:
@@ -368,10 +375,6 @@ func TestBindingPluginSidecar(t *testing.T) {
 	if !strings.Contains(s.log.String(), "hooksidecar: added interface plug of plugin slirp") {
 		t.Errorf("sidecar did not add the interface:\n%s", s.log.String())
 	}
-	p.Signal(syscall.SIGTERM)
-	p.WaitConsole(testguest.MarkerPowerOff, 60*time.Second)
-	if code := p.ExitCode(60 * time.Second); code != 0 {
-		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
-	}
+	stopGracefully(t, p)
 	p.AssertNothingLeft()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -82,11 +81,7 @@ func TestBindingPluginTap(t *testing.T) {
 	if got, _ := testguest.FindMarker(out, "PLUG-PING"); got != "0" {
 		t.Errorf("guest's ping of the CNI's end of the tap: exit %q, want 0; console:\n%s", got, out)
 	}
-	p.Signal(syscall.SIGTERM)
-	p.WaitConsole(testguest.MarkerPowerOff, 60*time.Second)
-	if code := p.ExitCode(60 * time.Second); code != 0 {
-		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
-	}
+	stopGracefully(t, p)
 	if !strings.Contains(p.Stderr.String(), "binding plugin tap interface") {
 		t.Errorf("the launcher did not log the plugin's interface:\n%s", p.Stderr.String())
 	}
@@ -178,11 +173,7 @@ func TestBindingPluginLinkRefresh(t *testing.T) {
 	if ls := d.Spec.Devices.Interfaces[0].LinkState; ls != nil && ls.State != "up" {
 		t.Errorf("link state after the refresh %+v, want up", ls)
 	}
-	p.Signal(syscall.SIGTERM)
-	p.WaitConsole(testguest.MarkerPowerOff, 60*time.Second)
-	if code := p.ExitCode(60 * time.Second); code != 0 {
-		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
-	}
+	stopGracefully(t, p)
 	p.AssertNothingLeft()
 }
 
@@ -247,11 +238,7 @@ func TestBindingPluginHotplug(t *testing.T) {
 	}
 	p.WaitConsole("HOT-GONE", 60*time.Second)
 
-	p.Signal(syscall.SIGTERM)
-	p.WaitConsole(testguest.MarkerPowerOff, 60*time.Second)
-	if code := p.ExitCode(60 * time.Second); code != 0 {
-		t.Fatalf("exit status %d, want 0:\n%s", code, p.Stderr.String())
-	}
+	stopGracefully(t, p)
 	p.AssertNothingLeft()
 }
 
