@@ -151,17 +151,9 @@ func TestVlctlRunSecondInterrupt(t *testing.T) {
 func TestRunForcedWhileStarting(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
-	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
-	if err != nil {
-		t.Fatalf("test guest: %v", err)
-	}
-	doc := strings.NewReplacer("KERNELDIR", g.KernelDir, "ROOTDISK", g.RootDisk,
+	file := guestManifest(t, "forced", goodVMI,
 		"spec:\n", "spec:\n  terminationGracePeriodSeconds: 120\n",
-		"        container:\n", "        kernelArgs: \""+testguest.DefaultCmdline+" "+testguest.OptNoACPI+"\"\n        container:\n").Replace(goodVMI)
-	file := filepath.Join(t.TempDir(), "forced.yaml")
-	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
+		"        container:\n", "        kernelArgs: \""+testguest.DefaultCmdline+" "+testguest.OptNoACPI+"\"\n        container:\n")
 	root := workRoot(t)
 	var status syncBuffer
 	force := make(chan struct{})
@@ -171,16 +163,7 @@ func TestRunForcedWhileStarting(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- standalone.Run(ctx, cfg) }()
-	for deadline := time.Now().Add(time.Minute); processBelow(root, "qemu-system-x86_64") == 0; {
-		select {
-		case err := <-done:
-			t.Fatalf("run ended before QEMU started: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no QEMU within a minute")
-		}
-	}
+	waitQEMU(t, root, done)
 	cancel()
 	close(force)
 	forced := time.Now()

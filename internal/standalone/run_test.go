@@ -218,6 +218,40 @@ func TestVlctlRunPowerOff(t *testing.T) {
 	}
 }
 
+// guestManifest writes doc as name.yaml in a directory of the test's,
+// with the test guest's kernel directory and root disk for KERNELDIR and
+// ROOTDISK and each further old, new pair replaced, and returns its path.
+func guestManifest(t *testing.T, name, doc string, oldnew ...string) string {
+	t.Helper()
+	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
+	if err != nil {
+		t.Fatalf("test guest: %v", err)
+	}
+	doc = strings.NewReplacer(append([]string{"KERNELDIR", g.KernelDir, "ROOTDISK", g.RootDisk}, oldnew...)...).Replace(doc)
+	file := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// waitQEMU waits up to a minute for a QEMU below root, of the
+// standalone.Run that will send its end to done, failing the test if the
+// run ends first.
+func waitQEMU(t *testing.T, root string, done <-chan error) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); processBelow(root, "qemu-system-x86_64") == 0; {
+		select {
+		case err := <-done:
+			t.Fatalf("run ended before QEMU started: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no QEMU within a minute")
+		}
+	}
+}
+
 // goodVMI is a manifest that passes validation, for the bad-input rows to
 // break in one place each.
 const goodVMI = `apiVersion: kubevirt.io/v1
@@ -534,20 +568,12 @@ func TestVlctlRunInterrupt(t *testing.T) {
 func TestRunInterruptedWhileStarting(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
-	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
-	if err != nil {
-		t.Fatalf("test guest: %v", err)
-	}
 	// With the pod network (auto-attached masquerade): its teardown must
 	// run on this path too.
-	doc := strings.NewReplacer("KERNELDIR", g.KernelDir, "ROOTDISK", g.RootDisk,
+	file := guestManifest(t, "early", goodVMI,
 		"      autoattachPodInterface: false\n", "",
 		"spec:\n", "spec:\n  terminationGracePeriodSeconds: 10\n",
-		"        container:\n", "        kernelArgs: \""+testguest.DefaultCmdline+"\"\n        container:\n").Replace(goodVMI)
-	file := filepath.Join(t.TempDir(), "early.yaml")
-	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
+		"        container:\n", "        kernelArgs: \""+testguest.DefaultCmdline+"\"\n        container:\n")
 	root := workRoot(t)
 	var status syncBuffer
 	started := make(chan struct{}, 1)
@@ -560,19 +586,7 @@ func TestRunInterruptedWhileStarting(t *testing.T) {
 
 	// QEMU starts (Sync is under way): note the namespaces, interrupt.
 	nsInodes := map[string]string{} // "net:[inode]" -> pin name
-	for deadline := time.Now().Add(time.Minute); ; {
-		if processBelow(root, "qemu-system-x86_64") != 0 {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("run ended before the launcher was ready: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no QEMU within a minute")
-		}
-	}
+	waitQEMU(t, root, done)
 	pod := launcherNetNS(t, root)
 	podName := pinOf(pod)
 	if podName == "" || !strings.HasPrefix(podName, "vlpod-") {

@@ -1,9 +1,6 @@
 package standalone_test
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -71,15 +68,7 @@ data:
 // is left, the daemon included.
 func TestVlctlRunVirtiofs(t *testing.T) {
 	needRoot(t)
-	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
-	if err != nil {
-		t.Fatalf("test guest: %v", err)
-	}
-	file := filepath.Join(t.TempDir(), "vfs.yaml")
-	body := strings.NewReplacer("KERNELDIR", g.KernelDir, "ROOTDISK", g.RootDisk).Replace(vfsVMI)
-	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := guestManifest(t, "vfs", vfsVMI)
 	root := workRoot(t)
 	start := time.Now()
 	code, stdout, stderr := vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
