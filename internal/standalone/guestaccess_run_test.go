@@ -44,14 +44,7 @@ func TestVlctlGuestAccess(t *testing.T) {
 	testenv.Programs(t, "ssh", "ssh-keygen")
 	t.Parallel()
 	tmp := t.TempDir()
-	key := filepath.Join(tmp, "id_ed25519")
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vlctl-test", "-f", key).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v: %s", err, out)
-	}
-	pub, err := os.ReadFile(key + ".pub")
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, pub := sshKeyPair(t, tmp, "vlctl-test")
 	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "ga")
 	if code != 0 {
 		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
@@ -256,6 +249,22 @@ func TestVlctlGuestAccess(t *testing.T) {
 		t.Errorf("vlctl rm ga: exit %d: %s", code, errOut)
 	}
 	checkNothingLeft(t, root)
+}
+
+// sshKeyPair makes an ed25519 key pair without a passphrase in dir,
+// commented comment, and returns the private key's path and the public
+// key.
+func sshKeyPair(t *testing.T, dir, comment string) (key string, pub []byte) {
+	t.Helper()
+	key = filepath.Join(dir, "id_ed25519")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
+	}
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, pub
 }
 
 // vlctlIO runs the built vlctl with input on its standard input and

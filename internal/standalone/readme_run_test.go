@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -70,14 +69,7 @@ func TestVlctlReadmeCloudImage(t *testing.T) {
 		}
 	}
 	tmp := t.TempDir()
-	key := filepath.Join(tmp, "id_ed25519")
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vlctl-readme", "-f", key).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v: %s", err, out)
-	}
-	pub, err := os.ReadFile(key + ".pub")
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, pub := sshKeyPair(t, tmp, "vlctl-readme")
 	g, err := testguest.Build(context.Background(), testguest.DefaultCacheDir())
 	if err != nil {
 		t.Fatalf("test guest: %v", err)
