@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,14 +89,5 @@ func TestVlctlRunDNS(t *testing.T) {
 		t.Errorf("the guest reached a service of the host:\n%s", out.String())
 	}
 	c.in.Close()
-	cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("vlctl run after Ctrl-C: %v", err)
-		}
-	case <-time.After(3 * time.Minute):
-		t.Fatal("vlctl run did not end after Ctrl-C")
-	}
-	checkNothingLeft(t, root)
+	interruptEnds(t, cmd, exited, root)
 }

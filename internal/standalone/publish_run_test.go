@@ -162,10 +162,9 @@ func takePort(port string) (stop func() int) {
 	}
 }
 
-// interruptReleases ends a publishing `vlctl run` with Ctrl-C and checks
-// that it ends cleanly, its published port on 127.0.0.1 no longer
-// accepts, and nothing is left under root.
-func interruptReleases(t *testing.T, cmd *exec.Cmd, exited chan error, port, root string) {
+// interruptEnds ends a `vlctl run` that startVlctl started with Ctrl-C
+// and checks that it ends cleanly, leaving nothing under root.
+func interruptEnds(t *testing.T, cmd *exec.Cmd, exited chan error, root string) {
 	t.Helper()
 	cmd.Process.Signal(syscall.SIGINT)
 	select {
@@ -176,9 +175,16 @@ func interruptReleases(t *testing.T, cmd *exec.Cmd, exited chan error, port, roo
 	case <-time.After(3 * time.Minute):
 		t.Fatal("vlctl run did not end after Ctrl-C")
 	}
+	checkNothingLeft(t, root)
+}
+
+// interruptReleases is interruptEnds for a publishing `vlctl run`, whose
+// published port on 127.0.0.1 must no longer accept once it ended.
+func interruptReleases(t *testing.T, cmd *exec.Cmd, exited chan error, port, root string) {
+	t.Helper()
+	interruptEnds(t, cmd, exited, root)
 	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second); err == nil {
 		c.Close()
 		t.Errorf("127.0.0.1:%s still accepts after the run ended", port)
 	}
-	checkNothingLeft(t, root)
 }
