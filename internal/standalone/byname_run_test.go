@@ -167,24 +167,10 @@ func TestVlctlVerbsByName(t *testing.T) {
 	// (its listener checked to be that run) while the run keeps showing
 	// it: two consoles, the first types, both and the run see the answer,
 	// the second is told it only watches. With no input it detaches.
-	type attached struct {
-		cmd *exec.Cmd
-		in  io.WriteCloser
-		out *syncBuffer
-	}
-	attach := func() attached {
-		cmd := exec.Command(filepath.Join(binDir, "vlctl"), "console", "default/alpha", "--record-dir", records)
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out syncBuffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		return attached{cmd, in, &out}
+	attach := func() *guestConsole {
+		c := openConsole(t, "console", records, "default/alpha")
+		t.Cleanup(c.close)
+		return c
 	}
 	first := attach()
 	time.Sleep(500 * time.Millisecond) // attached in this order
@@ -194,15 +180,15 @@ func TestVlctlVerbsByName(t *testing.T) {
 	})
 	io.WriteString(first.in, "\necho VL-HUB-$((6*7))\n")
 	io.WriteString(second.in, "echo VL-NOT-TYPED-$((6*7))\n")
-	for what, b := range map[string]*syncBuffer{"the first console": first.out, "the second console": second.out, "vlctl run": vms[0].stdout} {
+	for what, b := range map[string]*syncBuffer{"the first console": &first.out, "the second console": &second.out, "vlctl run": vms[0].stdout} {
 		waitFor(t, "VL-HUB-42 on "+what, time.Minute, vms[0].exited, func() bool { return strings.Contains(b.String(), "VL-HUB-42") })
 	}
 	if strings.Contains(vms[0].stdout.String(), "VL-NOT-TYPED-42") {
 		t.Error("the watching console's input reached the guest")
 	}
-	for _, a := range []attached{first, second} {
+	for _, a := range []*guestConsole{first, second} {
 		a.in.Close()
-		if err := a.cmd.Wait(); err != nil {
+		if err := a.c.Wait(); err != nil {
 			t.Errorf("vlctl console after its input ended: %v\n%s", err, a.out.String())
 		}
 	}
