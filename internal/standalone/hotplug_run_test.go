@@ -38,14 +38,7 @@ func TestVlctlAddRemoveVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The user's disk: root's, 0600, in a directory QEMU's user may enter.
-	dir, err := os.MkdirTemp("", "vlhot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := userDir(t, "vlhot")
 	const size = 24 << 20
 	disk := filepath.Join(dir, "data.img")
 	if err := os.WriteFile(disk, nil, 0o600); err != nil {

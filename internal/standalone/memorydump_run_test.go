@@ -37,14 +37,7 @@ func TestVlctlMemoryDump(t *testing.T) {
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "vldump")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := userDir(t, "vldump")
 	closed := filepath.Join(dir, "closed")
 	if err := os.Mkdir(closed, 0o700); err != nil {
 		t.Fatal(err)

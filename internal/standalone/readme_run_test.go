@@ -98,14 +98,7 @@ func TestVlctlReadmeCloudImage(t *testing.T) {
 	records, root := workRoot(t), workRoot(t)
 	// The store's volumes are opened by QEMU's user: a directory it can
 	// enter, as the default one is.
-	open, err := os.MkdirTemp("", "vlreadme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(open) })
-	if err := os.Chmod(open, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	open := userDir(t, "vlreadme")
 	store, cache := filepath.Join(open, "store"), filepath.Join(open, "imports")
 	rd := "--record-dir=" + records
 	if code, out, errOut := vlctl(t, 4*time.Minute, "run", "-d", "--emulation", "-f", file,

@@ -13,14 +13,7 @@ import (
 func TestBinaryReach(t *testing.T) {
 	o := launcherUser(t)
 	// Not t.TempDir: its parent is 0700.
-	root, err := os.MkdirTemp("", "vlreach")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	if err := os.Chmod(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root := openDir(t)
 	private := filepath.Join(root, "private")
 	open := filepath.Join(root, "open")
 	for dir, mode := range map[string]os.FileMode{private: 0o700, open: 0o755} {

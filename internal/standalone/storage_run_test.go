@@ -127,7 +127,20 @@ func newKeepEnv(t *testing.T) keepEnv {
 		t.Fatalf("test guest: %v", err)
 	}
 	// The user's own directory: root's, open for QEMU's user to enter.
-	dir, err := os.MkdirTemp("", "vlkeep")
+	dir := userDir(t, "vlkeep")
+	cmdline := testguest.DefaultCmdline + " " + testguest.OptPowerOff + " " + testguest.OptNoDHCP
+	return keepEnv{dir: dir, root: workRoot(t), records: workRoot(t), guest: g, doc: func(strategy, token string) string {
+		return strings.NewReplacer("STRATEGY", strategy, "TOKEN", token, "CMDLINE", cmdline, "KERNELDIR", g.KernelDir,
+			"ROOTDISK", g.RootDisk, "DIR", dir).Replace(keepVM)
+	}}
+}
+
+// userDir makes a directory of root's that QEMU's user can enter, as a
+// user's own is (t.TempDir's parent is 0700), named prefix and a suffix;
+// it is removed at the test's end.
+func userDir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,11 +148,7 @@ func newKeepEnv(t *testing.T) keepEnv {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmdline := testguest.DefaultCmdline + " " + testguest.OptPowerOff + " " + testguest.OptNoDHCP
-	return keepEnv{dir: dir, root: workRoot(t), records: workRoot(t), guest: g, doc: func(strategy, token string) string {
-		return strings.NewReplacer("STRATEGY", strategy, "TOKEN", token, "CMDLINE", cmdline, "KERNELDIR", g.KernelDir,
-			"ROOTDISK", g.RootDisk, "DIR", dir).Replace(keepVM)
-	}}
+	return dir
 }
 
 // run is the start of a `vlctl run` command line in this environment,
