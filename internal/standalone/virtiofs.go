@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -155,15 +154,9 @@ func (r *runner) stageVirtiofs() error {
 	if len(r.cfg.shares) == 0 {
 		return nil
 	}
-	b := filepath.Join(r.cfg.BinDir, virtiofsBinary)
-	if _, err := os.Stat(b); err != nil {
-		return fmt.Errorf("virtiofsd wrapper for the VMI's filesystems (build it with `make build`): %w", err)
-	}
-	if !reachable(b, r.owner) {
-		var err error
-		if b, err = copyBinary(b, r.dir, "bin"); err != nil {
-			return err
-		}
+	b, err := r.stageBinary(virtiofsBinary, "virtiofsd wrapper for the VMI's filesystems (build it with `make build`)")
+	if err != nil {
+		return err
 	}
 	r.virtiofsBin = b
 	// The sockets' directory, the pod's virtiofs-containers emptyDir,

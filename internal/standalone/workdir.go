@@ -241,18 +241,9 @@ func (r *runner) localImages(l layout.Layout) ([]link, error) {
 // link: the fd is handed to QEMU).
 func (r *runner) stageLauncher() error {
 	for i, name := range []string{"virt-launcher-monitor", "virt-launcher"} {
-		b := filepath.Join(r.cfg.BinDir, name)
-		if _, err := os.Stat(b); err != nil {
-			return fmt.Errorf("launcher binaries (build them with `make build`): %w", err)
-		}
-		if !reachable(b, r.owner) {
-			// The build's bin/ sits where the user cannot reach it (a clone
-			// under /root, or in a mktemp -d directory): run a copy from
-			// the work dir, which goes away with the run.
-			var err error
-			if b, err = copyBinary(b, r.dir, "bin"); err != nil {
-				return err
-			}
+		b, err := r.stageBinary(name, "launcher binaries (build them with `make build`)")
+		if err != nil {
+			return err
 		}
 		r.bins[i] = b
 	}
@@ -302,6 +293,22 @@ func reachable(path string, o ids) bool {
 			return true
 		}
 	}
+}
+
+// stageBinary is the path of the build's binary name for the VM's user to
+// run: the build's own, or a copy in the work dir when the build's bin/
+// sits where the user cannot reach it (a clone under /root, or in a
+// mktemp -d directory); the copy goes away with the run. what says in the
+// error which binary is missing.
+func (r *runner) stageBinary(name, what string) (string, error) {
+	b := filepath.Join(r.cfg.BinDir, name)
+	if _, err := os.Stat(b); err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	if reachable(b, r.owner) {
+		return b, nil
+	}
+	return copyBinary(b, r.dir, "bin")
 }
 
 // copyBinary copies the executable src into the directory sub of d
