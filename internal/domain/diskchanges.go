@@ -317,52 +317,6 @@ func (m *Manager) changeMedium(ctx context.Context, l *libvirt.Libvirt, d libvir
 	return nil
 }
 
-// growDisk grows a disk on a PVC when its volume has grown (growSize), in
-// the running guest too (virDomainBlockResize), and confirms the new size.
-// It reports whether it changed the disk.
-func (m *Manager) growDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, c growCandidate) (bool, error) {
-	var alloc, capacity, physical uint64
-	if err := withContext(ctx, "read the disk's size", func() (err error) {
-		alloc, capacity, physical, err = l.DomainGetBlockInfo(d, c.target, 0)
-		return err
-	}); err != nil {
-		return false, fmt.Errorf("sync: disk %q: %w", c.name, err)
-	}
-	var usable int64
-	if !c.block {
-		var st syscall.Statfs_t
-		// The file's own file system: a PVC's disk.img is bind-mounted
-		// into a directory of another one (hotplug-disks, an emptyDir).
-		if err := syscall.Statfs(c.path, &st); err != nil {
-			return false, fmt.Errorf("sync: disk %q: free space of the file system of %s: %w", c.name, c.path, err)
-		}
-		usable = int64(alloc) + int64(st.Bavail)*st.Bsize
-	}
-	size, err := c.growSize(capacity, physical, usable)
-	if err != nil || size == 0 {
-		if err != nil {
-			err = fmt.Errorf("sync: %w", err)
-		}
-		return false, err
-	}
-	m.log.Info("growing disk", "disk", c.name, "from", capacity, "to", size)
-	if err := withContext(ctx, "resize the disk", func() error {
-		return l.DomainBlockResize(d, c.target, size, libvirt.DomainBlockResizeBytes)
-	}); err != nil {
-		return false, fmt.Errorf("sync: disk %q: grow from %d to %d bytes: %w", c.name, capacity, size, err)
-	}
-	if err := withContext(ctx, "read the disk's size", func() (err error) {
-		_, capacity, _, err = l.DomainGetBlockInfo(d, c.target, 0)
-		return err
-	}); err != nil {
-		return true, fmt.Errorf("sync: disk %q: %w", c.name, err)
-	}
-	if capacity != size {
-		return true, fmt.Errorf("sync: disk %q: grown to %d bytes, libvirt reports %d", c.name, size, capacity)
-	}
-	return true, nil
-}
-
 // openable checks that the launcher (QEMU's user) can open a volume's file
 // or block device as QEMU will: read-write unless read-only. A volume
 // virt-handler has not finished mounting or handing over fails here with

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	k8sv1 "k8s.io/api/core/v1"
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
@@ -280,90 +279,6 @@ func planInterfaces(plan *changePlan, v *v1.VirtualMachineInstance, liveIfaces [
 // infoSourceMultus is the info source of a VMI status interface that
 // Multus reports in the pod (KubeVirt's vmispec.InfoSourceMultusStatus).
 const infoSourceMultus = "multus-status"
-
-// growCandidate is a live disk on a PVC or DataVolume (the raw file or
-// block device itself, not an overlay over it) whose size may have to grow
-// with its volume, as KubeVirt's launcher grows it on every Sync.
-type growCandidate struct {
-	name   string // the disk's VMI name
-	target string // its target (libvirt's name for it)
-	path   string // its source
-	block  bool
-	// pvcSize is the smaller of the PVC's request and capacity (KubeVirt's
-	// GetDiskCapacity), 0 when the status does not say; overhead the
-	// share of a file system volume its file system keeps, nil when not
-	// known (KubeVirt then leaves a file alone).
-	pvcSize  int64
-	overhead *float64
-}
-
-// growCandidates lists the live disks that growSize must look at: disks or
-// LUNs whose volume status carries the PVC's figures, on their raw source.
-func growCandidates(v *v1.VirtualMachineInstance, live []libvirtxml.DomainDisk, detaching []libvirtxml.DomainDisk) []growCandidate {
-	status := map[string]*v1.PersistentVolumeClaimInfo{}
-	for _, st := range v.Status.VolumeStatus {
-		if st.PersistentVolumeClaimInfo != nil {
-			status[st.Name] = st.PersistentVolumeClaimInfo
-		}
-	}
-	gone := byAlias(detaching, diskAlias)
-	var out []growCandidate
-	for _, d := range live {
-		name, ok := userAlias(d.Alias)
-		info := status[name]
-		// libvirt writes an empty <backingStore/> for a disk with none.
-		overlay := d.BackingStore != nil && pathOf(d.BackingStore.Source) != ""
-		if _, leaving := gone[name]; !ok || leaving || info == nil || d.Device == "cdrom" || overlay ||
-			diskSourcePath(&d) == "" || d.Target == nil || d.Target.Dev == "" {
-			continue
-		}
-		c := growCandidate{name: name, target: d.Target.Dev, path: diskSourcePath(&d), block: d.Source.Block != nil}
-		capacity, okC := info.Capacity[k8sv1.ResourceStorage]
-		request, okR := info.Requests[k8sv1.ResourceStorage]
-		if okC && okR {
-			c.pvcSize = min(capacity.Value(), request.Value())
-		}
-		if info.FilesystemOverhead != nil {
-			if f, err := strconv.ParseFloat(string(*info.FilesystemOverhead), 64); err == nil && f >= 0 && f <= 1 {
-				c.overhead = &f
-			}
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
-// growSize decides the size disk c must grow to (0: none), from what
-// libvirt reports of it (capacity: the size the guest sees; physical: its
-// source's size) and, for a file, the bytes its file could use (usable:
-// its allocation plus the file system's free space). As KubeVirt: a block
-// device is grown to the device's size; a file to the PVC's size less the
-// file system overhead, bounded by what is usable, rounded down to 1 MiB,
-// and only ever grown. A disk never shrinks: a block device smaller than
-// the guest's disk is an error.
-func (c growCandidate) growSize(capacity, physical uint64, usable int64) (uint64, error) {
-	if capacity == 0 {
-		return 0, nil // libvirt does not know the size: leave it
-	}
-	if c.block {
-		if physical < capacity {
-			return 0, fmt.Errorf("disk %q: its block device shrank to %d bytes, below the %d the guest has; a disk cannot shrink", c.name, physical, capacity)
-		}
-		if physical > capacity {
-			return physical, nil
-		}
-		return 0, nil
-	}
-	if c.pvcSize <= 0 || c.overhead == nil {
-		return 0, nil
-	}
-	size := int64((1 - *c.overhead) * float64(min(c.pvcSize, usable)))
-	size -= size % (1 << 20)
-	if size <= 0 || uint64(size) <= capacity {
-		return 0, nil
-	}
-	return uint64(size), nil
-}
 
 // pinLiveTargets returns a copy of v whose volume status names the target
 // each of its disks has in the live domain, so that the converter keeps

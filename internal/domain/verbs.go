@@ -417,22 +417,3 @@ func (m *Manager) Destroy(ctx context.Context) error { return m.Kill(ctx, nil) }
 // Undefine removes the domain definition without identity checks (the
 // launcher's own clean-up when no handler will call Delete).
 func (m *Manager) Undefine(ctx context.Context) error { return m.Delete(ctx, nil) }
-
-// WarmCapabilities asks the daemon for the domain capabilities of arch
-// (libvirt spelling: x86_64) and virtType (kvm or qemu), which makes it
-// probe that QEMU binary now, while nothing else runs, instead of in the
-// first Sync's define: with a cold capability cache that probe is about
-// 0.4 s here, with a warm one a few milliseconds. A define arriving during
-// the probe waits for it inside libvirt (the capability cache is locked
-// per binary), so the probe never runs twice. Errors only cost the head
-// start.
-func (m *Manager) WarmCapabilities(ctx context.Context, arch, virtType string) error {
-	l, err := m.waitConn(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := l.ConnectGetDomainCapabilities(nil, libvirt.OptString{arch}, nil, libvirt.OptString{virtType}, 0); err != nil {
-		return fmt.Errorf("domain capabilities of %s/%s: %w", arch, virtType, err)
-	}
-	return nil
-}
