@@ -23,11 +23,12 @@ type Figure struct {
 	P95     float64   `json:"p95"`
 	Min     float64   `json:"min"`
 	Max     float64   `json:"max"`
-	// KubeVirt is KubeVirt's launcher's figure from issue 6 (text, since
-	// some are ranges); empty when it gave none.
+	// KubeVirt is KubeVirt's own launcher's figure, measured once on this
+	// kind of machine (text, since some are ranges); empty when there is
+	// none.
 	KubeVirt string `json:"kubevirt,omitempty"`
-	// Target is the issue's target, e.g. "<= 200"; On says whether the
-	// median or the p95 is held against it; Met is the verdict.
+	// Target is the bound ours must keep, e.g. "<= 200"; On says whether
+	// the median or the p95 is held against it; Met is the verdict.
 	Target string   `json:"target,omitempty"`
 	On     string   `json:"on,omitempty"`
 	Met    *bool    `json:"met,omitempty"`
@@ -192,8 +193,9 @@ var catalog, rank = func() (map[string]spec, map[string]int) {
 	return c, r
 }()
 
-// catalogList describes every figure: label, unit, KubeVirt's number from
-// issue 6 (its own launcher on this kind of machine) and the issue's target.
+// catalogList describes every figure: label, unit, KubeVirt's number (its
+// own launcher, measured on this kind of machine) and the bound ours must
+// keep (bench/README.md, "The figures").
 var catalogList = []spec{
 	// fixed overhead
 	{key: "mem.monitor.rss", group: "fixed overhead, 1 guest, steady state", label: "monitor RSS", unit: "MiB", kubevirt: "9.2", target: "<= 3", limit: 3},

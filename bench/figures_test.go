@@ -163,7 +163,7 @@ func TestPrintPairs(t *testing.T) {
 }
 
 // TestPrintPairsDensity: the density figures get a table of their own, the
-// issue's bound on ours' PSS per VMI is judged on ours alone, and a figure
+// bound on ours' PSS per VMI is judged on ours alone, and a figure
 // only one launcher has shows "-" for the other.
 func TestPrintPairsDensity(t *testing.T) {
 	r := newResults()

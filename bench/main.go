@@ -1,4 +1,4 @@
-// Command bench is virtlauncher's benchmark suite (issue 6): it boots the
+// Command bench is virtlauncher's benchmark suite: it boots the
 // test guest through the real monitor, launcher, private libvirt daemon and
 // QEMU, the way virt-handler drives a launcher, and measures the helpers'
 // fixed memory, the time to ready and to a running guest (with the libvirt

@@ -240,7 +240,7 @@ func (in *instance) killPod() {
 }
 
 // pairFigures are the figures of the side-by-side part, each recorded as
-// pair.<kind>.<name>; the issue's target is a ratio of medians, ours over
+// pair.<kind>.<name>; the target is a ratio of medians, ours over
 // KubeVirt's (0: none), or for some a bound on ours alone (oursMax). group
 // is the table they are printed in (pairGroups).
 type pairFigure struct {
@@ -305,7 +305,8 @@ var pairFigures = []pairFigure{
 	{"density_booted", "guests booted", "count", 0, 0, groupDensity},
 	{"density_helpers_rss", "helper RSS, all VMIs", "MiB", 0, 0, groupDensity},
 	{"density_helpers_pss", "helper PSS, all VMIs", "MiB", 0, 0, groupDensity},
-	// Issue 19: ours at most 10 MiB PSS per VMI at 10 VMIs.
+	// The density target: ours at most 10 MiB PSS per VMI at 10 VMIs, so
+	// that a node's VMs pay little for their helpers.
 	{"density_pss_per_vmi", "helper PSS per VMI", "MiB", 0, 10, groupDensity},
 }
 
@@ -451,7 +452,7 @@ func (b *bench) pairRun(ctx context.Context, img *podImage, i int) error {
 }
 
 // printPairs writes the side-by-side tables: both medians and their
-// ratio, against the issue's ratio targets (or its bound on ours).
+// ratio, against the ratio targets (or the bound on ours).
 func printPairs(w io.Writer, r *results) {
 	med := func(k string) (float64, bool) {
 		f, ok := r.figs[k]

@@ -59,11 +59,11 @@ func TestSecondNode(t *testing.T) {
 	ok(env.KubectlTimeout(ctx, 2*time.Minute, "delete", "vmi", name, "--wait=true", "--timeout=90s"))
 }
 
-// TestLiveMigration (issue 17, stage 4): `virtctl migrate` moves a running
-// VM's VMI (containerDisk, kernelBoot container, cloud-init, masquerade: a
-// block migration) to the other node through KubeVirt's own machinery:
-// virt-controller's migration and target pod, both virt-handlers and
-// their TLS proxies, our launcher on both ends. The migration succeeds,
+// TestLiveMigration (docs/migration.md §7, stage 4): `virtctl migrate`
+// moves a running VM's VMI (containerDisk, kernelBoot container,
+// cloud-init, masquerade: a block migration) to the other node through
+// KubeVirt's own machinery: virt-controller's migration and target pod,
+// both virt-handlers and their TLS proxies, our launcher on both ends. The migration succeeds,
 // the VMI is on the other node, its guest counts on from where it was (no
 // reboot), its Service still answers, and the source pod completes. Then
 // it moves back.
@@ -306,7 +306,7 @@ func waitMigrationPhase(t *testing.T, ctx context.Context, vmi, phase string, wi
 	return ""
 }
 
-// TestSharedDiskMigration (issue 17, stage D of docs/two-node-e2e.md): a VM
+// TestSharedDiskMigration (stage D of docs/two-node-e2e.md): a VM
 // whose root disk is a ReadWriteMany PVC (a hostPath PV: both nodes are
 // this machine, so it is truly shared) migrates without copying any disk
 // (KubeVirt's LiveMigration method, not BlockMigration): the guest counts

@@ -34,10 +34,9 @@ import (
 // fails on a timing; it fails when a VMI does not come up, runs on the
 // wrong image or does not go away.
 //
-// It is issue 19's "kubectl create → Running for both launcher images",
-// run by `make e2e-bench` (which also builds KubeVirt's launcher); `make
-// e2e` skips it. E2E_BENCH_PAIRS (2) and E2E_BENCH_VMIS (4, the warm-up
-// included) set its size, E2E_BENCH_OUT where its JSON goes.
+// It runs under `make e2e-bench` (which also builds KubeVirt's launcher);
+// `make e2e` skips it. E2E_BENCH_PAIRS (2) and E2E_BENCH_VMIS (4, the
+// warm-up included) set its size, E2E_BENCH_OUT where its JSON goes.
 func TestLaunchersSideBySide(t *testing.T) {
 	ctx := context.Background()
 	pairs, vmis := envInt(t, "E2E_BENCH_PAIRS", 2), envInt(t, "E2E_BENCH_VMIS", 4)

@@ -590,7 +590,7 @@ func TestServeStopsOnCancel(t *testing.T) {
 	}
 }
 
-// TestVMICallsBounded (issue 14, class 7): with MaxVMICalls Syncs in
+// TestVMICallsBounded: with MaxVMICalls Syncs in
 // flight one more is refused at once (ResourceExhausted) instead of
 // holding another decoded VMI; Ping still answers, and once the Syncs end
 // a Sync is accepted again.

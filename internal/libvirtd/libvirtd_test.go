@@ -376,7 +376,7 @@ func TestCapsSeed(t *testing.T) {
 	l2.DomainUndefine(dom2)
 }
 
-// TestRootModeRefusedOutsideContainer (issue 14, class 3): a launcher run
+// TestRootModeRefusedOutsideContainer: a launcher run
 // as root on a machine that is no container must not start a system-mode
 // daemon, which would share /run/libvirt and /var/lib/libvirt with the
 // machine's and write /etc/libvirt/qemu.conf: Start refuses before writing

@@ -1,7 +1,8 @@
 // Package safefs is where root creates, writes, links, reads, chowns and
 // removes files below a directory without ever following a symbolic link
-// (issue 14, class 1: root must never act through a path a less privileged
-// user can change; docs/standalone.md, "What root does").
+// (root must never act through a path a less privileged user can change:
+// that user could swap a component for a link to a file root would then
+// overwrite or chown; docs/standalone.md, "What root does").
 //
 // Everything goes through a Dir: a directory opened once, with O_NOFOLLOW,
 // by the caller, who vouches for the path up to it (a directory only root

@@ -19,7 +19,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 )
 
-// TestVlctlGCAfterSIGKILL (issue 14, class 6): `vlctl run` killed with
+// TestVlctlGCAfterSIGKILL (a kill must not leak): `vlctl run` killed with
 // SIGKILL while its guest runs leaves its processes, its two network
 // namespaces, the ACL entry on the user's disk and its work dir; its record
 // stays, shown as stale by vlctl ps, and `vlctl gc` removes all of it.
@@ -104,7 +104,7 @@ func TestVlctlGCAfterSIGKILL(t *testing.T) {
 	}
 }
 
-// TestVlctlRunMonitorKilled (issue 14, class 6): the monitor of a running
+// TestVlctlRunMonitorKilled (a kill must not leak): the monitor of a running
 // guest killed with SIGKILL takes the launcher and QEMU with it; `vlctl
 // run` reports the failure (never a clean end), waits until nothing runs
 // as the VM's id any more before it removes anything, and leaves nothing:

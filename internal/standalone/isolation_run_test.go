@@ -17,8 +17,8 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 )
 
-// checkIsolated checks issue 14's second class on running VMs, each
-// recorded in records: every VM runs as an id of its own, leased, with
+// checkIsolated checks that running VMs, each recorded in records, cannot
+// reach one another (docs/standalone.md, "One id per VM"): every VM runs as an id of its own, leased, with
 // its processes (monitor, launcher, daemon, QEMU) all running as it and
 // seeing a passwd that names it while the host's does not; one VM's id
 // can neither reach another VM's launcher socket nor write the shared

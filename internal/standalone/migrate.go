@@ -1,16 +1,16 @@
 package standalone
 
 // Live migration between two `vlctl run` pods on one machine (vlctl run
-// --migrate-from NAME, issue 17). The new run plays the target's
+// --migrate-from NAME; docs/migration.md §8). The new run plays the target's
 // virt-handler: it builds a pod of its own (work dir, user id, network),
 // starts its launcher as a migration target and asks the running VM's run,
-// over that run's control socket, to migrate there. The source run plays
-// the source's virt-handler: it opens the migration proxies in its pod
-// (libvirt's connection, QEMU's memory stream and the block migration's
-// NBD stream, each to the target pod's socket of the same name), starts the
-// migration and answers when it has ended. Once it has completed, the
-// target finalizes it and goes on as any run does; the source sees its
-// guest Shutoff/Migrated, says where it went and ends with status 0.
+// over that run's control socket, to migrate there. The source run plays the
+// source's virt-handler: it opens the migration proxies in its pod
+// (libvirt's connection, QEMU's memory stream and the block migration's NBD
+// stream, each to the target pod's socket of the same name), starts the
+// migration and answers when it has ended. Once it has completed, the target
+// finalizes it and goes on as any run does; the source sees its guest
+// Shutoff/Migrated, says where it went and ends with status 0.
 //
 // The guest's domain names its disks, sockets and logs by path, so both
 // launchers must see their pod at one path, as pods on two nodes do: the

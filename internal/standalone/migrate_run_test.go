@@ -20,7 +20,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
-// TestVlctlRunMigrate (issue 17): `vlctl run --migrate-from NAME` takes a
+// TestVlctlRunMigrate: `vlctl run --migrate-from NAME` takes a
 // running guest over by live migration into a pod of its own, twice in a
 // row (the second hop's launcher sees its pod at the first run's path as
 // well). At each hop the guest goes on counting on its serial console in

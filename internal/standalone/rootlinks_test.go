@@ -18,9 +18,10 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
-// Issue 14, class 1: what root writes into a run's work dir, checked with
-// links planted where root writes (tests as root; the launcher's user is
-// virtlauncher, or nobody where it does not exist).
+// Root must never act through a path a less privileged user can change:
+// what root writes into a run's work dir, checked with links planted where
+// root writes (tests as root; the launcher's user is virtlauncher, or
+// nobody where it does not exist).
 
 // stageFixture is a runner ready for prepare, with a short work root, a
 // containerDisk image, fake launcher binaries root alone can reach (so

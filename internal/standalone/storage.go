@@ -635,9 +635,10 @@ func openNoFollow(path string) (*os.File, error) {
 
 // resolveTrusted resolves the symlinks in path, refusing any directory on
 // the way (its own entries included) that user o can change: root must not
-// act on a path the launcher's user could swap (issue 14's first class). In
-// a sticky directory (/tmp) o may add names but not replace root's, so
-// only an entry owned by o is refused there. The last element may be
+// act on a path the launcher's user could swap, or it would write or chown
+// whatever that user pointed it at. In a sticky directory (/tmp) o may add
+// names but not replace root's, so only an entry owned by o is refused
+// there. The last element may be
 // missing; a symlink as the last element is followed like the others.
 func resolveTrusted(path string, o ids) (string, error) {
 	if !filepath.IsAbs(path) {

@@ -1,7 +1,8 @@
 package conformance
 
-// The conformance spec (issue 5, "Done when"; kubevirt-wire.md 1-3, 5.7
-// and 6). Each test is one pod driven the way virt-handler drives it.
+// The conformance spec: the wire contract with virt-handler
+// (docs/kubevirt-wire.md §1-3, 5.7 and 6). Each test is one pod driven the
+// way virt-handler drives it.
 //
 // Not here, because it exists elsewhere:
 //   - STANDALONE_VMI boots the test guest with no client at all:

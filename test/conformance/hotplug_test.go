@@ -144,7 +144,7 @@ func qemuHasOpen(t *testing.T, p *pod, path string) bool {
 }
 
 // TestHotplug plays `virtctl addvolume` / `removevolume` as
-// virt-handler drives them (issue 16): a hotplugged PVC's disk appears in
+// virt-handler drives them: a hotplugged PVC's disk appears in
 // the running guest with its size and serial, data the guest writes
 // survives an unplug (made while the guest writes to it: the Sync answers
 // only after QEMU has let go of the file) and a replug; the disk grows in

@@ -43,7 +43,7 @@ func domainInterfaces(t *testing.T, h *handler) string {
 }
 
 // checkNICHotplug plays a NIC hotplug and unplug as KubeVirt drives them
-// (issue 16) on a guest with the pod network: Multus adds a secondary pod
+// on a guest with the pod network: Multus adds a secondary pod
 // interface and virt-handler's privileged phase wires a bridge and tap for
 // it (launchertest.PlugNetwork); the Sync with the interface in the spec
 // and its pod interface in the status plugs it. The guest sees a new NIC

@@ -3,7 +3,8 @@
 package integration
 
 // The migrations of a guest that rewrites its memory (the monitor's
-// workload-disruption assist and auto-converge, issue 17 stage 3) are not
+// workload-disruption assist and auto-converge, docs/migration.md §7
+// stage 3) are not
 // in make test: with QEMU older than 9.0 under TCG (Debian 12's 7.2, this
 // machine), a migration can leave the guest's last memory writes behind
 // when the machine is busy (a QEMU bug, fixed upstream by commit
@@ -33,7 +34,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
-// TestMigrationPaused (issue 17, stage 3): a migration that does not
+// TestMigrationPaused (docs/migration.md §7, stage 3): a migration that does not
 // converge (the guest dirties its memory faster than the capped stream
 // sends it) and may disrupt the workload (AllowWorkloadDisruption, no
 // post-copy) is not aborted at its completion limit: the source's guest is
@@ -50,7 +51,7 @@ func TestMigrationPaused(t *testing.T) {
 	}
 }
 
-// TestMigrationAutoConverge (issue 17, stage 3): the migration that does
+// TestMigrationAutoConverge (docs/migration.md §7, stage 3): the migration that does
 // not converge in TestMigrationPaused (aborted at 8 s without an assist),
 // with AllowAutoConverge and a limit it can meet: QEMU slows the guest's
 // vCPUs down step by step (the source says so at each step), and the
@@ -87,7 +88,7 @@ func TestMigrationAutoConverge(t *testing.T) {
 	}
 }
 
-// TestMigrationPostCopy (issue 17): AllowPostCopy where the target's QEMU
+// TestMigrationPostCopy: AllowPostCopy where the target's QEMU
 // may use userfaultfd. The migration that does not converge is switched to
 // post-copy at its completion limit: the source's guest stops
 // (Paused/Postcopy), the target's runs and fetches the pages it lacks, the
@@ -105,7 +106,7 @@ func TestMigrationPostCopy(t *testing.T) {
 	}
 }
 
-// TestMigrationPostCopyUnavailable (issue 17, stage 3): AllowPostCopy on a
+// TestMigrationPostCopyUnavailable (docs/migration.md §7, stage 3): AllowPostCopy on a
 // machine whose QEMU may not use userfaultfd (vm.unprivileged_userfaultfd=0,
 // QEMU unprivileged, Debian 12's default): the target's QEMU refuses
 // post-copy ("Postcopy is not supported") before anything is sent, and the

@@ -103,7 +103,7 @@ func waitMigration(t *testing.T, ctx context.Context, c *cmdclient.Client, who s
 	}
 }
 
-// TestLiveMigration (issue 17): a running guest moves from one launcher
+// TestLiveMigration: a running guest moves from one launcher
 // pod to another on this machine, as between two nodes: each pod sees its
 // own files at the same paths (FixedRoot), virt-handler's proxies carry
 // the libvirt connection, the memory and the disks (unix socket ↔ TCP ↔
@@ -117,13 +117,13 @@ func waitMigration(t *testing.T, ctx context.Context, c *cmdclient.Client, who s
 // nothing behind.
 func TestLiveMigration(t *testing.T) { liveMigration(t, false, nil) }
 
-// TestLiveMigrationNetwork (issue 17): the same with the pod network
+// TestLiveMigrationNetwork: the same with the pod network
 // (masquerade): the target's DHCP server and pod network are ready before
 // the switch-over, and the guest keeps its MAC and address and reaches
 // its gateway, now the target pod's, with no new lease.
 func TestLiveMigrationNetwork(t *testing.T) { liveMigration(t, true, nil) }
 
-// TestLiveMigrationParallel (issue 17): KubeVirt's default asks for a
+// TestLiveMigrationParallel: KubeVirt's default asks for a
 // parallel migration (ParallelMigrationThreads 8 unless post-copy is
 // allowed or the VMI has a CPU limit), with block migration. With QEMU 8.0
 // or later the memory stream opens one connection per channel besides its
@@ -386,7 +386,7 @@ func (mp *migrationPair) waitMigrating(t *testing.T) {
 	time.Sleep(time.Second)
 }
 
-// TestMigrationCancel (issue 17): a migration cancelled midway
+// TestMigrationCancel: a migration cancelled midway
 // (CancelVirtualMachineMigration) ends aborted, as KubeVirt v1.9 reports
 // it, and the guest runs on in the source pod; a second cancel finds
 // nothing to cancel and succeeds; the target pod's launcher ends with its
@@ -413,7 +413,7 @@ func TestMigrationCancel(t *testing.T) {
 	mp.stillCounting(t)
 }
 
-// TestMigrationTargetAbandoned (issue 17): a target prepared for a
+// TestMigrationTargetAbandoned: a target prepared for a
 // migration that does not come is told to clean up
 // (SignalTargetPodCleanup, to the pod named as the target): its launcher
 // stops waiting for the domain and exits, non-zero as KubeVirt's does,
@@ -430,7 +430,7 @@ func TestMigrationTargetAbandoned(t *testing.T) {
 	mp.stillCounting(t)
 }
 
-// TestMigrationTimeout (issue 17): a migration that cannot end in its
+// TestMigrationTimeout: a migration that cannot end in its
 // completion time (1 s per GiB here, at 1 MiB/s) is aborted by the
 // launcher's monitor and reported aborted as KubeVirt v1.9 reports it (the
 // monitor's own reason is in the log); the guest runs on in the source pod.
@@ -450,7 +450,7 @@ func TestMigrationTimeout(t *testing.T) {
 	mp.stillCounting(t)
 }
 
-// TestMigrationTargetDies (issue 17): the target pod dies midway; the
+// TestMigrationTargetDies: the target pod dies midway; the
 // migration fails and says so, and the guest runs on in the source pod.
 func TestMigrationTargetDies(t *testing.T) {
 	mp := newMigrationPair(t, false)
@@ -469,7 +469,7 @@ func TestMigrationTargetDies(t *testing.T) {
 	mp.stillCounting(t)
 }
 
-// TestMigrationStuck (issue 17): a migration that stops making progress
+// TestMigrationStuck: a migration that stops making progress
 // (the target's QEMU stopped, so nothing more is taken in) is aborted
 // after the progress timeout, the reason in the log and the abort in the
 // metadata at once; as in KubeVirt v1.9 its end comes with the migration

@@ -147,7 +147,8 @@ var badCases = []badCase{
 	{name: "interface without a network", doc: replace("      autoattachPodInterface: false\n",
 		"      autoattachPodInterface: false\n      interfaces:\n      - name: nic0\n        masquerade: {}\n"), want: "spec.domain.devices.interfaces[0]"},
 	// Identity and DNS: names that reach paths, the guest's DHCP and
-	// cloud-init (issue 14, class 7).
+	// cloud-init, where a "../" or a line break would escape a directory
+	// or inject a line.
 	{name: "metadata.uid with ../", doc: func(s string) string {
 		return regexp.MustCompile(`(?m)^  uid: .*$`).ReplaceAllString(s, "  uid: ../../escape")
 	}, want: "metadata.uid", grpc: "uid"},

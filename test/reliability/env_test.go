@@ -15,7 +15,7 @@ env >'@OUT@/env'
 exit 3
 `
 
-// TestCleanEnvironment (issue 14, class 3): vlctl run starts the monitor
+// TestCleanEnvironment: vlctl run starts the monitor
 // (run as the launcher's user, which every QEMU runs as) with an
 // allow-listed environment, not root's: a secret and a STANDALONE_VMI in
 // the caller's environment do not reach it. Not parallel: it sets the

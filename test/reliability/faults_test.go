@@ -69,9 +69,10 @@ func TestOneGuestUnderFire(t *testing.T) {
 	})
 	killsOK = t.Run("kill virtlogd", func(t *testing.T) {
 		if p.Child("virtlogd") == 0 {
-			// virtlogd is off by default (issue 6): QEMU writes the serial
-			// log itself, so it must keep recording across the daemon
-			// kill above (with virtlogd that was only measured).
+			// virtlogd is off by default (a whole libvirt process, about
+			// 17 MiB RSS, only to write two log files): QEMU writes the
+			// serial log itself, so it must keep recording across the
+			// daemon kill above (with virtlogd that was only measured).
 			tag := "no-virtlogd"
 			consoleAnswers(t, p, tag)
 			logged := false
@@ -85,7 +86,7 @@ func TestOneGuestUnderFire(t *testing.T) {
 			// kill -9 of virtlogd needs a launcher started with virtlogd
 			// on, which newPod cannot ask for yet; internal/libvirtd's
 			// TestLogs/with_virtlogd covers it under a booted guest.
-			t.Skip("virtlogd is off by default (issue 6): no virtlogd to kill in this pod; the serial log kept recording without it; kill -9 of virtlogd is tested in internal/libvirtd TestLogs/with_virtlogd")
+			t.Skip("virtlogd is off by default (QEMU writes its logs itself): no virtlogd to kill in this pod; the serial log kept recording without it; kill -9 of virtlogd is tested in internal/libvirtd TestLogs/with_virtlogd")
 		}
 		for r := 0; r < rounds; r++ {
 			logd := p.MustChild("virtlogd")

@@ -1,6 +1,7 @@
 package reliability
 
-// Issue 14, class 1: root acting on paths the launcher's user controls.
+// Root acting on paths the launcher's user controls: root must never act
+// through a path a less privileged user can change.
 // `vlctl run` (internal/standalone) runs as root and hands a work dir to the
 // launcher's user, the one every QEMU runs as. These tests plant symbolic
 // links where root writes, as that user (a fake monitor, and a swapper
@@ -409,7 +410,7 @@ done
 exit 3
 `
 
-// TestRootLinksChownRace: the issue's race, bounded. A swapper replaces
+// TestRootLinksChownRace: the chown race, bounded. A swapper replaces
 // directories of every work dir with links to a root-owned directory,
 // running as an id the way a guest that escaped into its QEMU would. The
 // old recursive chown walked paths and could be steered to chown the

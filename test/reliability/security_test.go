@@ -25,7 +25,8 @@ func checkSecurity(t *testing.T, p *pod, qpid int) {
 	for _, d := range procs {
 		names[d.Comm] = true
 	}
-	// virtlogd runs only with --virtlogd (off by default since issue 6).
+	// virtlogd runs only with --virtlogd (off by default: QEMU writes its
+	// logs itself, one libvirt process fewer per pod).
 	if !names["virt-launcher"] {
 		t.Errorf("no virt-launcher under the monitor: %v", procs)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 )
 
-// TestStaleRPCNotCarriedOut (issue 14, class 5): an Unpause whose client
+// TestStaleRPCNotCarriedOut: an Unpause whose client
 // gave up while an earlier Pause held the launcher (its libvirt daemon
 // stopped with SIGSTOP, so the Pause hangs inside its libvirt call) is
 // never carried out afterwards: run late, it would resume a guest the
