@@ -17,6 +17,7 @@ import (
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver/cmdservertest"
 )
 
 // heldConn is a client's socket that counts what it writes and, once
@@ -118,14 +119,14 @@ func bigVMIRequest(t *testing.T, size int) *cmdv1.VMIRequest {
 // call's flow-control window, not the 4 MiB (which the server would
 // otherwise receive, copy and decode before refusing).
 func TestVMICallRefusedUnread(t *testing.T) {
-	m := &fakeManager{syncGate: make(chan struct{}), syncIn: make(chan struct{}, cmdserver.MaxVMICalls)}
+	m := &cmdservertest.Fake{SyncGate: make(chan struct{}), SyncIn: make(chan struct{}, cmdserver.MaxVMICalls)}
 	c, sock := start(t, m)
 	done := make(chan error, cmdserver.MaxVMICalls)
 	for range cmdserver.MaxVMICalls {
 		go func() { done <- c.Sync(context.Background(), testVMI(), nil) }()
 	}
 	for range cmdserver.MaxVMICalls {
-		<-m.syncIn
+		<-m.SyncIn
 	}
 	raw, hc := dialHeld(t, sock)
 	req := bigVMIRequest(t, cmdserver.MaxMessageSize-1024)
@@ -141,7 +142,7 @@ func TestVMICallRefusedUnread(t *testing.T) {
 		t.Errorf("the refused call sent %d bytes of its %d-byte message: the server read it", sent, len(req.Vmi.VmiJson))
 	}
 	t.Logf("refused call: %d bytes sent of a %d-byte message", sent, len(req.Vmi.VmiJson))
-	close(m.syncGate)
+	close(m.SyncGate)
 	for range cmdserver.MaxVMICalls {
 		if err := <-done; err != nil {
 			t.Errorf("a Sync within the bound: %v", err)
@@ -155,7 +156,7 @@ func TestVMICallRefusedUnread(t *testing.T) {
 // Ping is not held up. Once the first message has arrived both kinds of
 // call go through.
 func TestOneDecodeAtATime(t *testing.T) {
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{}
 	c, sock := start(t, m)
 	slow, hc := dialHeld(t, sock)
 	hc.holdAfter(256 << 10)
@@ -184,11 +185,9 @@ func TestOneDecodeAtATime(t *testing.T) {
 	if err := c.Ping(pctx); err != nil {
 		t.Errorf("Ping while a message is read: %v", err)
 	}
-	m.mu.Lock()
-	calls := len(m.calls)
-	m.mu.Unlock()
+	calls := len(m.Calls())
 	if calls != 0 {
-		t.Errorf("the Manager was called while the first message was still arriving: %+v", m.calls)
+		t.Errorf("the Manager was called while the first message was still arriving: %+v", m.Ops)
 	}
 	close(hc.release)
 	if err := <-slowDone; err != nil {
@@ -204,7 +203,7 @@ func TestOneDecodeAtATime(t *testing.T) {
 // client is still stalled), and gives the decode slot back: the next Sync
 // goes through at once.
 func TestMessageArrivalBound(t *testing.T) {
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{}
 	const bound = 500 * time.Millisecond
 	c, sock := startWith(t, m, cmdserver.WithoutSyncValidation(), cmdserver.WithMessageArrival(bound))
 	slow, hc := dialHeld(t, sock)

@@ -13,6 +13,7 @@ import (
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/agent"
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver/cmdservertest"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
 )
 
@@ -21,7 +22,7 @@ import (
 // agent store (virtwrap/manager.go, cmd-server/server.go): success, with
 // KubeVirt's empty JSON, decoded strictly into KubeVirt's own types.
 func TestGuestAgentRPCsWithoutData(t *testing.T) {
-	c, _ := start(t, &fakeManager{})
+	c, _ := start(t, &cmdservertest.Fake{})
 	cmd := cmdv1.NewCmdClient(c.Conn())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -104,7 +105,7 @@ func TestExecAndGuestPing(t *testing.T) {
 		{name: "exit 3", out: "half", err: fmt.Errorf("wrapped: %w", agent.ExitError{Code: 3}), wantCode: 3},
 		{name: "no agent", err: errors.New("Guest agent is not responding: QEMU guest agent is not connected"), wantErr: "not connected"},
 	} {
-		m := &fakeManager{execOut: tc.out, execErr: tc.err}
+		m := &cmdservertest.Fake{Agent: true, ExecOut: tc.out, ExecErr: tc.err}
 		c, _ := start(t, m)
 		cmd := cmdv1.NewCmdClient(c.Conn())
 		r, err := cmd.Exec(ctx, &cmdv1.ExecRequest{DomainName: "ns1_vm1", Command: "/bin/echo", Args: []string{"a", "b"}, TimeoutSeconds: 2})
@@ -117,18 +118,18 @@ func TestExecAndGuestPing(t *testing.T) {
 		if err != nil || !r.GetResponse().GetSuccess() || r.ExitCode != tc.wantCode || r.StdOut != tc.out {
 			t.Errorf("%s: Exec = %+v, %v; want success, exit code %d, output %q", tc.name, r, err, tc.wantCode, tc.out)
 		}
-		if got := strings.Join(m.execArgs, " "); got != "ns1_vm1 /bin/echo 2s a b" {
+		if got := strings.Join(m.ExecArgs, " "); got != "ns1_vm1 /bin/echo 2s a b" {
 			t.Errorf("%s: the manager got %q", tc.name, got)
 		}
 	}
 
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{Agent: true}
 	c, _ := start(t, m)
 	cmd := cmdv1.NewCmdClient(c.Conn())
 	if r, err := cmd.GuestPing(ctx, &cmdv1.GuestPingRequest{DomainName: "ns1_vm1", TimeoutSeconds: 1}); err != nil || !r.GetResponse().GetSuccess() {
 		t.Errorf("GuestPing = %+v, %v; want success", r, err)
 	}
-	m.pingErr = errors.New("guest agent ping: agent gone")
+	m.PingErr = errors.New("guest agent ping: agent gone")
 	if _, err := cmd.GuestPing(ctx, &cmdv1.GuestPingRequest{DomainName: "ns1_vm1", TimeoutSeconds: 1}); status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "agent gone") {
 		t.Errorf("failing GuestPing: %v, want gRPC Unknown with the reason", err)
 	}

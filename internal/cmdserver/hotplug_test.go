@@ -11,6 +11,7 @@ import (
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver/cmdservertest"
 )
 
 func vmiRequest(t *testing.T, v *v1.VirtualMachineInstance) *cmdv1.VMIRequest {
@@ -42,15 +43,15 @@ func TestSignalTargetPodCleanup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := &fakeManager{}
+			m := &cmdservertest.Fake{}
 			c, _ := startWith(t, m, cmdserver.WithPodName(tt.pod))
 			resp, err := cmdv1.NewCmdClient(c.Conn()).SignalTargetPodCleanup(context.Background(), vmiRequest(t, tt.vmi))
 			if err != nil || !resp.Success {
 				t.Fatalf("%+v, %v; want success", resp, err)
 			}
-			abandoned := len(m.calls) > 0 && m.last().op == "AbandonTarget"
+			abandoned := len(m.Ops) > 0 && m.Last().Op == "AbandonTarget"
 			if abandoned != tt.abandon {
-				t.Errorf("target abandoned: %v, want %v (calls %+v)", abandoned, tt.abandon, m.calls)
+				t.Errorf("target abandoned: %v, want %v (calls %+v)", abandoned, tt.abandon, m.Ops)
 			}
 		})
 	}
@@ -91,17 +92,17 @@ func TestNothingToDoRPCs(t *testing.T) {
 	for name, r := range rpcs {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			m := &fakeManager{}
+			m := &cmdservertest.Fake{}
 			c, _ := start(t, m)
 			cc := cmdv1.NewCmdClient(c.Conn())
 			resp, err := r.call(ctx, cc, vmiRequest(t, testVMI()))
 			if err != nil || !resp.GetSuccess() {
 				t.Fatalf("nothing to do: %+v, %v", resp, err)
 			}
-			if r.op != "" && m.last().op != r.op {
-				t.Errorf("manager call %+v, want %s", m.last(), r.op)
+			if r.op != "" && m.Last().Op != r.op {
+				t.Errorf("manager call %+v, want %s", m.Last(), r.op)
 			}
-			m.err = errors.New("the VMI asks for 4 vCPUs")
+			m.Err = errors.New("the VMI asks for 4 vCPUs")
 			resp, err = r.call(ctx, cc, vmiRequest(t, testVMI()))
 			switch {
 			case err != nil:
@@ -111,12 +112,12 @@ func TestNothingToDoRPCs(t *testing.T) {
 			case r.op != "" && (resp.GetSuccess() || resp.GetMessage() != "the VMI asks for 4 vCPUs"):
 				t.Errorf("manager failure answered %+v", resp)
 			}
-			before := len(m.calls)
+			before := len(m.Ops)
 			resp, err = r.call(ctx, cc, &cmdv1.VMIRequest{Vmi: &cmdv1.VMI{VmiJson: []byte("{bad")}})
 			if err != nil || resp.GetSuccess() || !strings.HasPrefix(resp.GetMessage(), cmdserver.InvalidVMIMessage) {
 				t.Errorf("bad VMI: %+v, %v", resp, err)
 			}
-			if len(m.calls) != before {
+			if len(m.Ops) != before {
 				t.Errorf("bad VMI reached the manager")
 			}
 		})
@@ -124,7 +125,7 @@ func TestNothingToDoRPCs(t *testing.T) {
 }
 
 func TestGetScreenshotData(t *testing.T) {
-	c, _ := start(t, &fakeManager{})
+	c, _ := start(t, &cmdservertest.Fake{})
 	resp, err := cmdv1.NewCmdClient(c.Conn()).GetScreenshot(context.Background(), vmiRequest(t, testVMI()))
 	if err != nil || !resp.GetResponse().GetSuccess() {
 		t.Fatalf("%+v %v", resp, err)

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,194 +23,15 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	backupv1 "kubevirt.io/api/backup/v1alpha1"
 	v1 "kubevirt.io/api/core/v1"
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/api/cmdinfo"
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
-	"github.com/virtlauncher/virtlauncher/internal/domain"
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver/cmdservertest"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
-	"github.com/virtlauncher/virtlauncher/internal/migration"
 )
-
-type call struct {
-	op   string
-	name string
-	opts domain.SyncOptions
-}
-
-// fakeManager records calls; syncGate, when set, makes Sync block until
-// it is closed.
-type fakeManager struct {
-	mu       sync.Mutex
-	calls    []call
-	err      error
-	syncGate chan struct{}
-	syncIn   chan struct{}
-	domain   *domainjson.Domain
-	version  string
-	panicOn  string
-	// Exec and GuestPing answers
-	execOut  string
-	execErr  error
-	pingErr  error
-	execArgs []string
-	dumpPath string
-	// Backup's options, RedefineCheckpoint's checkpoint and verdict
-	backupOpts *backupv1.BackupOptions
-	checkpoint *backupv1.BackupCheckpoint
-	invalid    bool
-	// DirtyRate's answer
-	dirtyRate domain.StatsDirtyRate
-	// AgentData's answers by command; others fail
-	agentData map[string]string
-}
-
-func (f *fakeManager) record(op string, vmi *v1.VirtualMachineInstance, opts domain.SyncOptions) error {
-	f.mu.Lock()
-	f.calls = append(f.calls, call{op, vmi.Name, opts})
-	err := f.err
-	f.mu.Unlock()
-	if f.panicOn == op {
-		panic("boom in " + op)
-	}
-	return err
-}
-
-func (f *fakeManager) last() call {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.calls) == 0 {
-		return call{}
-	}
-	return f.calls[len(f.calls)-1]
-}
-
-func (f *fakeManager) Sync(ctx context.Context, vmi *v1.VirtualMachineInstance, o domain.SyncOptions) error {
-	if f.syncGate != nil {
-		f.syncIn <- struct{}{}
-		select {
-		case <-f.syncGate:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return f.record("Sync", vmi, o)
-}
-func (f *fakeManager) Pause(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Pause", v, domain.SyncOptions{})
-}
-func (f *fakeManager) Unpause(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Unpause", v, domain.SyncOptions{})
-}
-func (f *fakeManager) Shutdown(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Shutdown", v, domain.SyncOptions{})
-}
-func (f *fakeManager) Kill(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Kill", v, domain.SyncOptions{})
-}
-func (f *fakeManager) Delete(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Delete", v, domain.SyncOptions{})
-}
-func (f *fakeManager) Reset(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Reset", v, domain.SyncOptions{})
-}
-func (f *fakeManager) SoftReboot(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("SoftReboot", v, domain.SyncOptions{})
-}
-func (f *fakeManager) Domain(context.Context) (*domainjson.Domain, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.domain, f.err
-}
-func (f *fakeManager) DomainStats(context.Context) ([]byte, error) {
-	return []byte(`{"Name":"ns1_vm1"}`), f.err
-}
-func (f *fakeManager) DirtyRate(context.Context) (domain.StatsDirtyRate, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.dirtyRate, f.err
-}
-func (f *fakeManager) AgentData(_ context.Context, command string) (string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if d, ok := f.agentData[command]; ok {
-		return d, nil
-	}
-	return "", errors.New("The command " + command + " has not been found")
-}
-func (f *fakeManager) QemuVersion(context.Context) (string, error) { return f.version, f.err }
-func (f *fakeManager) SyncVCPUs(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("SyncVCPUs", v, domain.SyncOptions{})
-}
-
-func (f *fakeManager) MemoryDump(_ context.Context, v *v1.VirtualMachineInstance, path string) error {
-	f.mu.Lock()
-	f.dumpPath = path
-	f.mu.Unlock()
-	return f.record("MemoryDump", v, domain.SyncOptions{})
-}
-
-func (f *fakeManager) Backup(_ context.Context, v *v1.VirtualMachineInstance, o *backupv1.BackupOptions) error {
-	f.mu.Lock()
-	f.backupOpts = o
-	f.mu.Unlock()
-	return f.record("Backup", v, domain.SyncOptions{})
-}
-
-func (f *fakeManager) RedefineCheckpoint(_ context.Context, v *v1.VirtualMachineInstance, cp *backupv1.BackupCheckpoint) (bool, error) {
-	f.mu.Lock()
-	f.checkpoint = cp
-	invalid := f.invalid
-	f.mu.Unlock()
-	return invalid, f.record("RedefineCheckpoint", v, domain.SyncOptions{})
-}
-
-func (f *fakeManager) SyncMemory(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("SyncMemory", v, domain.SyncOptions{})
-}
-func (f *fakeManager) HotplugHostDevices(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("HotplugHostDevices", v, domain.SyncOptions{})
-}
-func (f *fakeManager) Screenshot(_ context.Context, v *v1.VirtualMachineInstance) (string, []byte, error) {
-	return "image/x-portable-pixmap", []byte("P6\n1 1\n255\n\x00\x00\x00"), f.record("Screenshot", v, domain.SyncOptions{})
-}
-func (f *fakeManager) Migrate(_ context.Context, v *v1.VirtualMachineInstance, _ migration.Options) error {
-	return f.record("Migrate", v, domain.SyncOptions{})
-}
-func (f *fakeManager) CancelMigration(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("CancelMigration", v, domain.SyncOptions{})
-}
-func (f *fakeManager) PrepareMigrationTarget(_ context.Context, v *v1.VirtualMachineInstance, o domain.SyncOptions) error {
-	return f.record("PrepareMigrationTarget", v, o)
-}
-func (f *fakeManager) FinalizeMigration(_ context.Context, v *v1.VirtualMachineInstance, _ []string) error {
-	return f.record("FinalizeMigration", v, domain.SyncOptions{})
-}
-func (f *fakeManager) AbandonTarget() {
-	f.record("AbandonTarget", &v1.VirtualMachineInstance{}, domain.SyncOptions{})
-}
-
-func (f *fakeManager) Exec(_ context.Context, domainName, command string, args []string, timeout time.Duration) (string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.execArgs = append([]string{domainName, command, timeout.String()}, args...)
-	return f.execOut, f.execErr
-}
-func (f *fakeManager) Freeze(_ context.Context, v *v1.VirtualMachineInstance, timeout time.Duration) error {
-	return f.record("Freeze "+timeout.String(), v, domain.SyncOptions{})
-}
-func (f *fakeManager) Unfreeze(_ context.Context, v *v1.VirtualMachineInstance) error {
-	return f.record("Unfreeze", v, domain.SyncOptions{})
-}
-func (f *fakeManager) GuestPing(_ context.Context, domainName string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.execArgs = []string{domainName}
-	return f.pingErr
-}
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -252,7 +72,7 @@ func testVMI() *v1.VirtualMachineInstance {
 }
 
 func TestInfoAndPing(t *testing.T) {
-	c, _ := start(t, &fakeManager{})
+	c, _ := start(t, &cmdservertest.Fake{})
 	if c.Version != 1 {
 		t.Errorf("negotiated version %d, want 1", c.Version)
 	}
@@ -266,7 +86,7 @@ func TestInfoAndPing(t *testing.T) {
 }
 
 func TestSyncConvertsOptions(t *testing.T) {
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{}
 	c, _ := start(t, m)
 	opts := &cmdv1.VirtualMachineOptions{
 		VirtualMachineSMBios:      &cmdv1.SMBios{Manufacturer: "KubeVirt", Product: "None", Family: "KubeVirt", Sku: "s", Version: "v"},
@@ -280,11 +100,11 @@ func TestSyncConvertsOptions(t *testing.T) {
 	if err := c.Sync(context.Background(), testVMI(), opts); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
-	got := m.last()
-	if got.op != "Sync" || got.name != "vm1" {
+	got := m.Last()
+	if got.Op != "Sync" || got.Name != "vm1" {
 		t.Fatalf("manager saw %+v", got)
 	}
-	o := got.opts
+	o := got.Opts
 	if o.SMBIOS == nil || o.SMBIOS.Manufacturer != "KubeVirt" || o.SMBIOS.SKU != "s" || o.SMBIOS.Version != "v" {
 		t.Errorf("SMBIOS = %+v", o.SMBIOS)
 	}
@@ -303,7 +123,7 @@ func TestSyncConvertsOptions(t *testing.T) {
 }
 
 func TestSyncFailures(t *testing.T) {
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{}
 	c, _ := start(t, m)
 	raw := cmdv1.NewCmdClient(c.Conn())
 	cases := []struct {
@@ -328,13 +148,13 @@ func TestSyncFailures(t *testing.T) {
 			t.Errorf("%s: Response %+v, want failure containing %q", tc.name, resp, tc.want)
 		}
 	}
-	if len(m.calls) != 0 {
-		t.Errorf("manager called on bad input: %+v", m.calls)
+	if len(m.Ops) != 0 {
+		t.Errorf("manager called on bad input: %+v", m.Ops)
 	}
 }
 
 func TestLifecycleOps(t *testing.T) {
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{}
 	c, _ := start(t, m)
 	ctx := context.Background()
 	ops := []struct {
@@ -345,20 +165,20 @@ func TestLifecycleOps(t *testing.T) {
 		{"Delete", c.Delete}, {"Reset", c.Reset}, {"SoftReboot", c.SoftReboot},
 	}
 	for _, o := range ops {
-		m.err = nil
+		m.Err = nil
 		if err := o.fn(ctx, testVMI()); err != nil {
 			t.Errorf("%s: %v", o.op, err)
 		}
-		if got := m.last(); got.op != o.op || got.name != "vm1" {
+		if got := m.Last(); got.Op != o.op || got.Name != "vm1" {
 			t.Errorf("%s: manager saw %+v", o.op, got)
 		}
-		m.err = errors.New("domain is gone: " + o.op)
+		m.Err = errors.New("domain is gone: " + o.op)
 		if err := o.fn(ctx, testVMI()); err == nil || !strings.Contains(err.Error(), "domain is gone: "+o.op) {
 			t.Errorf("%s with failing manager: err = %v", o.op, err)
 		}
 		// An error with an empty text must still reach the handler as a
 		// failure (empty message would read as success).
-		m.err = errors.New("")
+		m.Err = errors.New("")
 		if err := o.fn(ctx, testVMI()); err == nil {
 			t.Errorf("%s with empty error text: reported success", o.op)
 		}
@@ -366,13 +186,13 @@ func TestLifecycleOps(t *testing.T) {
 }
 
 func TestGetDomainStatsVersion(t *testing.T) {
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{Stats: []byte(`{"Name":"ns1_vm1"}`)}
 	c, _ := start(t, m)
 	ctx := context.Background()
 	if d, exists, err := c.GetDomain(ctx); err != nil || exists || d != nil {
 		t.Errorf("no domain: got %v %v %v", d, exists, err)
 	}
-	m.domain = domainjson.Gone("vm1", "ns1", domainjson.Metadata{UID: "U"}, time.Now())
+	m.Dom = domainjson.Gone("vm1", "ns1", domainjson.Metadata{UID: "U"}, time.Now())
 	d, exists, err := c.GetDomain(ctx)
 	if err != nil || !exists || d.Name != "vm1" || d.Spec.Metadata.KubeVirt.UID != "U" || d.DeletionTimestamp == nil {
 		t.Errorf("GetDomain = %+v %v %v", d, exists, err)
@@ -387,11 +207,11 @@ func TestGetDomainStatsVersion(t *testing.T) {
 	if err != nil || resp.Response.Success || resp.Response.Message == "" {
 		t.Errorf("raw GetQemuVersion without version = %+v, %v", resp, err)
 	}
-	m.version = "7.2.0"
+	m.Version = "7.2.0"
 	if v, err := c.GetQemuVersion(ctx); err != nil || v != "7.2.0" {
 		t.Errorf("GetQemuVersion = %q, %v", v, err)
 	}
-	m.err = errors.New("libvirt down")
+	m.Err = errors.New("libvirt down")
 	if _, _, err := c.GetDomain(ctx); err == nil || !strings.Contains(err.Error(), "libvirt down") {
 		t.Errorf("GetDomain with failing manager: %v", err)
 	}
@@ -401,7 +221,7 @@ func TestGetDomainStatsVersion(t *testing.T) {
 // each one not implemented must answer a failure with a non-empty message
 // (or, where grpcErr says, the gRPC error KubeVirt uses).
 func TestUnsupportedRPCs(t *testing.T) {
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{}
 	c, _ := start(t, m)
 	implemented := map[string]bool{
 		"SyncVirtualMachine": true, "PauseVirtualMachine": true, "UnpauseVirtualMachine": true,
@@ -464,18 +284,18 @@ func TestUnsupportedRPCs(t *testing.T) {
 	if checked != 3 {
 		t.Errorf("checked %d unsupported RPCs, want 3", checked)
 	}
-	if len(m.calls) != 0 {
-		t.Errorf("unsupported RPCs reached the manager: %+v", m.calls)
+	if len(m.Ops) != 0 {
+		t.Errorf("unsupported RPCs reached the manager: %+v", m.Ops)
 	}
 }
 
 // TestNoGlobalLock: Ping and GetDomain answer while a Sync is blocked.
 func TestNoGlobalLock(t *testing.T) {
-	m := &fakeManager{syncGate: make(chan struct{}), syncIn: make(chan struct{}, 1)}
+	m := &cmdservertest.Fake{SyncGate: make(chan struct{}), SyncIn: make(chan struct{}, 1)}
 	c, _ := start(t, m)
 	syncDone := make(chan error, 1)
 	go func() { syncDone <- c.Sync(context.Background(), testVMI(), nil) }()
-	<-m.syncIn
+	<-m.SyncIn
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx); err != nil {
@@ -489,14 +309,14 @@ func TestNoGlobalLock(t *testing.T) {
 		t.Fatalf("Sync returned early: %v", err)
 	default:
 	}
-	close(m.syncGate)
+	close(m.SyncGate)
 	if err := <-syncDone; err != nil {
 		t.Errorf("Sync: %v", err)
 	}
 }
 
 func TestOversizedMessageRejected(t *testing.T) {
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{}
 	c, _ := start(t, m)
 	big := make([]byte, cmdserver.MaxMessageSize+1024)
 	_, err := cmdv1.NewCmdClient(c.Conn()).SyncVirtualMachine(context.Background(),
@@ -507,13 +327,13 @@ func TestOversizedMessageRejected(t *testing.T) {
 	if err := c.Ping(context.Background()); err != nil {
 		t.Errorf("Ping after oversized message: %v", err)
 	}
-	if len(m.calls) != 0 {
+	if len(m.Ops) != 0 {
 		t.Errorf("oversized message reached the manager")
 	}
 }
 
 func TestPanicIsContained(t *testing.T) {
-	m := &fakeManager{panicOn: "Pause"}
+	m := &cmdservertest.Fake{PanicOn: "Pause"}
 	c, _ := start(t, m)
 	err := c.Pause(context.Background(), testVMI())
 	if err == nil || !strings.Contains(err.Error(), "Internal") {
@@ -569,7 +389,7 @@ func TestServeStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- cmdserver.New(&fakeManager{}, quietLog(), cmdserver.WithoutSyncValidation()).Serve(ctx, lis)
+		done <- cmdserver.New(&cmdservertest.Fake{}, quietLog(), cmdserver.WithoutSyncValidation()).Serve(ctx, lis)
 	}()
 	c, err := cmdclient.Dial(context.Background(), sock)
 	if err != nil {
@@ -595,14 +415,14 @@ func TestServeStopsOnCancel(t *testing.T) {
 // holding another decoded VMI; Ping still answers, and once the Syncs end
 // a Sync is accepted again.
 func TestVMICallsBounded(t *testing.T) {
-	m := &fakeManager{syncGate: make(chan struct{}), syncIn: make(chan struct{}, cmdserver.MaxVMICalls)}
+	m := &cmdservertest.Fake{SyncGate: make(chan struct{}), SyncIn: make(chan struct{}, cmdserver.MaxVMICalls)}
 	c, _ := start(t, m)
 	done := make(chan error, cmdserver.MaxVMICalls)
 	for range cmdserver.MaxVMICalls {
 		go func() { done <- c.Sync(context.Background(), testVMI(), nil) }()
 	}
 	for range cmdserver.MaxVMICalls {
-		<-m.syncIn
+		<-m.SyncIn
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -614,7 +434,7 @@ func TestVMICallsBounded(t *testing.T) {
 	if err := c.Ping(ctx); err != nil {
 		t.Errorf("Ping with the bound reached: %v", err)
 	}
-	close(m.syncGate)
+	close(m.SyncGate)
 	for range cmdserver.MaxVMICalls {
 		if err := <-done; err != nil {
 			t.Errorf("a Sync within the bound: %v", err)
@@ -629,7 +449,7 @@ func TestVMICallsBounded(t *testing.T) {
 // message without them), passes them decoded to the Manager, and answers
 // the Manager's verdict.
 func TestMigrateRPC(t *testing.T) {
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{}
 	c, _ := start(t, m)
 	cc := cmdv1.NewCmdClient(c.Conn())
 	ctx := context.Background()
@@ -638,17 +458,17 @@ func TestMigrateRPC(t *testing.T) {
 	if err != nil || resp.GetSuccess() || resp.GetMessage() != "migration options object not present in command server request" {
 		t.Errorf("no options: %+v, %v", resp, err)
 	}
-	if len(m.calls) != 0 {
-		t.Errorf("the Manager was asked without options: %+v", m.calls)
+	if len(m.Ops) != 0 {
+		t.Errorf("the Manager was asked without options: %+v", m.Ops)
 	}
 	opts := []byte(`{"Bandwidth":"0","ProgressTimeout":150,"CompletionTimeoutPerGiB":150}`)
 	resp, err = cc.MigrateVirtualMachine(ctx, &cmdv1.MigrationRequest{Vmi: vr.Vmi, Options: opts})
-	if err != nil || !resp.GetSuccess() || m.last().op != "Migrate" {
-		t.Errorf("with options: %+v, %v, calls %+v", resp, err, m.calls)
+	if err != nil || !resp.GetSuccess() || m.Last().Op != "Migrate" {
+		t.Errorf("with options: %+v, %v, calls %+v", resp, err, m.Ops)
 	}
-	m.err = errors.New("cannot migrate VMI until migrationState is ready")
+	m.Err = errors.New("cannot migrate VMI until migrationState is ready")
 	resp, _ = cc.MigrateVirtualMachine(ctx, &cmdv1.MigrationRequest{Vmi: vr.Vmi, Options: opts})
-	if resp.GetSuccess() || resp.GetMessage() != m.err.Error() {
+	if resp.GetSuccess() || resp.GetMessage() != m.Err.Error() {
 		t.Errorf("a Manager failure answered %+v", resp)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver/cmdservertest"
 )
 
 // validVMI is the smallest VMI that validates once defaulted.
@@ -25,7 +27,7 @@ func validVMI() *v1.VirtualMachineInstance {
 // the Manager sees it, naming the field; a valid one goes through, and
 // the VMI the Manager gets is not the defaulted copy.
 func TestSyncValidation(t *testing.T) {
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{}
 	c, _ := startWith(t, m)
 	ctx := context.Background()
 	bad := validVMI()
@@ -35,13 +37,13 @@ func TestSyncValidation(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "spec.volumes[1].name") || !strings.Contains(err.Error(), "spec.volumes[1].emptyDisk.capacity") {
 		t.Errorf("Sync of an invalid VMI: %v, want both fields named", err)
 	}
-	if len(m.calls) != 0 {
-		t.Fatalf("manager called with an invalid VMI: %+v", m.calls)
+	if len(m.Ops) != 0 {
+		t.Fatalf("manager called with an invalid VMI: %+v", m.Ops)
 	}
 	if err := c.Sync(ctx, validVMI(), nil); err != nil {
 		t.Fatalf("Sync of a valid VMI: %v", err)
 	}
-	if got := m.last(); got.op != "Sync" || got.name != "vm1" {
+	if got := m.Last(); got.Op != "Sync" || got.Name != "vm1" {
 		t.Errorf("manager got %+v", got)
 	}
 	// Pause and the other verbs are not validated: they must reach a

@@ -11,6 +11,7 @@ import (
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
 	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver/cmdservertest"
 	"github.com/virtlauncher/virtlauncher/internal/domain"
 )
 
@@ -18,7 +19,7 @@ import (
 // figure with success; a failure Response (never a gRPC error) naming why
 // when the manager has none or QEMU gave no figure.
 func TestDirtyRateReply(t *testing.T) {
-	m := &fakeManager{}
+	m := &cmdservertest.Fake{}
 	c, _ := start(t, m)
 	cmd := cmdv1.NewCmdClient(c.Conn())
 	ask := func() *cmdv1.DirtyRateStatsResponse {
@@ -29,16 +30,16 @@ func TestDirtyRateReply(t *testing.T) {
 		}
 		return r
 	}
-	m.dirtyRate = domain.StatsDirtyRate{CalcStatusSet: true, CalcStatus: 2, MegabytesPerSecondSet: true, MegabytesPerSecond: 42}
+	m.DirtyRateStats = domain.StatsDirtyRate{CalcStatusSet: true, CalcStatus: 2, MegabytesPerSecondSet: true, MegabytesPerSecond: 42}
 	if r := ask(); !r.GetResponse().GetSuccess() || r.DirtyRateMbs != 42 {
 		t.Errorf("measured 42 MB/s: %+v", r)
 	}
-	m.dirtyRate = domain.StatsDirtyRate{CalcStatusSet: true, CalcStatus: 2}
+	m.DirtyRateStats = domain.StatsDirtyRate{CalcStatusSet: true, CalcStatus: 2}
 	if r := ask(); r.GetResponse().GetSuccess() || r.GetResponse().GetMessage() != "Dirty rate MegabytesPerSecondSet is false" || r.DirtyRateMbs != 0 {
 		t.Errorf("no figure: %+v, want KubeVirt's failure", r)
 	}
-	m.err = errors.New("dirty rate calculation status is DomainDirtyrateMeasuring")
-	if r := ask(); r.GetResponse().GetSuccess() || r.GetResponse().GetMessage() != m.err.Error() {
+	m.Err = errors.New("dirty rate calculation status is DomainDirtyrateMeasuring")
+	if r := ask(); r.GetResponse().GetSuccess() || r.GetResponse().GetMessage() != m.Err.Error() {
 		t.Errorf("manager error: %+v, want a failure naming it", r)
 	}
 }
@@ -49,7 +50,7 @@ func TestDirtyRateReply(t *testing.T) {
 // parts not asked for stay out, and the whole is a failure joining the
 // parts' failures.
 func TestGetVMStats(t *testing.T) {
-	m := &fakeManager{agentData: map[string]string{"guest-get-time": `{"return":1765000000000000000}`}}
+	m := &cmdservertest.Fake{Stats: []byte(`{"Name":"ns1_vm1"}`), AgentAnswers: map[string]string{"guest-get-time": `{"return":1765000000000000000}`}}
 	off, _ := start(t, m)
 	_, err := cmdv1.NewCmdClient(off.Conn()).GetVMStats(context.Background(), &cmdv1.VMStatsRequest{})
 	if status.Code(err) != codes.Unknown || status.Convert(err).Message() != "VMStatsCollector feature gate is not enabled" {
@@ -58,7 +59,7 @@ func TestGetVMStats(t *testing.T) {
 
 	on, _ := startWith(t, m, cmdserver.WithoutSyncValidation(), cmdserver.WithVMStatsCollector())
 	cmd := cmdv1.NewCmdClient(on.Conn())
-	m.dirtyRate = domain.StatsDirtyRate{CalcStatusSet: true, CalcStatus: 2, MegabytesPerSecondSet: true, MegabytesPerSecond: 7}
+	m.DirtyRateStats = domain.StatsDirtyRate{CalcStatusSet: true, CalcStatus: 2, MegabytesPerSecondSet: true, MegabytesPerSecond: 7}
 	r, err := cmd.GetVMStats(context.Background(), &cmdv1.VMStatsRequest{
 		DomainStats: &cmdv1.DomainStatsRequest{}, DirtyRate: &cmdv1.DirtyRateRequest{},
 		GuestGetTime: &cmdv1.AgentTimeRequest{}, GuestGetLoad: &cmdv1.AgentLoadRequest{},
