@@ -58,16 +58,9 @@ func TestDedicatedCPU(t *testing.T) {
 	}
 
 	const name = "vmi-dedicated"
-	vmi := vmiYAML(name)
-	for _, r := range []struct{ old, new string }{
-		{"  domain:\n", "  domain:\n    cpu: {cores: 1, dedicatedCpuPlacement: true}\n"},
-		{"      requests:\n        memory: 256Mi\n", "      requests:\n        memory: 256Mi\n      limits:\n        memory: 256Mi\n"},
-	} {
-		if !strings.Contains(vmi, r.old) {
-			t.Fatalf("the VMI manifest has no %q", r.old)
-		}
-		vmi = strings.Replace(vmi, r.old, r.new, 1)
-	}
+	vmi := editManifest(t, vmiYAML(name),
+		[2]string{"  domain:\n", "  domain:\n    cpu: {cores: 1, dedicatedCpuPlacement: true}\n"},
+		[2]string{"      requests:\n        memory: 256Mi\n", "      requests:\n        memory: 256Mi\n      limits:\n        memory: 256Mi\n"})
 	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
 	env.WaitReady(t, ctx, name)

@@ -242,6 +242,53 @@ func vmYAMLOf(name, vmi string) string {
 	return b.String()
 }
 
+// editManifest replaces, once each and in order, the old text of each edit
+// with its new text, failing the test when a manifest lacks one.
+func editManifest(t *testing.T, manifest string, edits ...[2]string) string {
+	t.Helper()
+	for _, e := range edits {
+		if !strings.Contains(manifest, e[0]) {
+			t.Fatalf("the manifest has no %q:\n%s", e[0], manifest)
+		}
+		manifest = strings.Replace(manifest, e[0], e[1], 1)
+	}
+	return manifest
+}
+
+// pvDir makes the host directory behind a static hostPath PV, owned by
+// 107, the uid non-root launcher pods and QEMU run as.
+func pvDir(t *testing.T, name string) string {
+	t.Helper()
+	dir := filepath.Join(cluster.StateDir, "pv", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 107, 107); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// staticPV is a filesystem-mode hostPath PV of dir; a claim name binds it
+// to that PVC only, a class other than "manual" leaves it to that class.
+func staticPV(name, dir, size, accessMode, class, claim string) string {
+	ref := ""
+	if claim != "" {
+		ref = fmt.Sprintf("\n  claimRef: {namespace: default, name: %s}", claim)
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolume
+metadata: {name: %s}
+spec:
+  capacity: {storage: %s}
+  accessModes: [%s]
+  volumeMode: Filesystem
+  storageClassName: %s
+  persistentVolumeReclaimPolicy: Retain%s
+  hostPath: {path: %s, type: Directory}
+`, name, size, accessMode, class, ref, dir)
+}
+
 // TestVMLifecycle drives a VirtualMachine with virtctl through start,
 // pause, unpause, soft-reboot, restart and stop, checking the status
 // KubeVirt reports at each step.
@@ -411,42 +458,26 @@ func TestRootAndNonRootPods(t *testing.T) {
 // registers later, such as the VM using it).
 func createPVC(t *testing.T, ctx context.Context, claim, accessMode string, fill func(img string) error) string {
 	t.Helper()
-	dir := filepath.Join(cluster.StateDir, "pv", claim)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := pvDir(t, claim)
 	img := filepath.Join(dir, "disk.img")
 	if err := fill(img); err != nil {
 		t.Fatal(err)
 	}
 	// Non-root pods (107) write it.
-	for _, p := range []string{dir, img} {
-		if err := os.Chown(p, 107, 107); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.Chown(img, 107, 107); err != nil {
+		t.Fatal(err)
 	}
-	pv := fmt.Sprintf(`apiVersion: v1
-kind: PersistentVolume
-metadata: {name: %[1]s}
-spec:
-  capacity: {storage: 64Mi}
-  accessModes: [%[3]s]
-  volumeMode: Filesystem
-  storageClassName: manual
-  persistentVolumeReclaimPolicy: Retain
-  claimRef: {namespace: default, name: %[1]s}
-  hostPath: {path: %[2]s, type: Directory}
----
+	pv := staticPV(claim, dir, "64Mi", accessMode, "manual", claim) + fmt.Sprintf(`---
 apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {name: %[1]s}
 spec:
-  accessModes: [%[3]s]
+  accessModes: [%[2]s]
   volumeMode: Filesystem
   storageClassName: manual
   volumeName: %[1]s
   resources: {requests: {storage: 64Mi}}
-`, claim, dir, accessMode)
+`, claim, accessMode)
 	must(t)(env.KubectlStdin(ctx, pv, "create", "-f", "-"))
 	t.Cleanup(func() {
 		env.Kubectl(context.Background(), "delete", "pvc", claim, "--ignore-not-found")
@@ -536,17 +567,10 @@ func TestEFIAndTPM(t *testing.T) {
 	ok := must(t)
 	ctx := context.Background()
 	const name = "vmi-efi"
-	vmi := vmiYAML(name)
-	for _, r := range []struct{ old, new string }{
-		{"    firmware:\n", "    firmware:\n      bootloader:\n        efi: {secureBoot: false}\n"},
-		{"kernelPath: /boot/vmlinuz\n", "kernelPath: /boot/vmlinuz.efi\n"},
-		{"    devices:\n", "    devices:\n      tpm: {}\n"},
-	} {
-		if !strings.Contains(vmi, r.old) {
-			t.Fatalf("the VMI manifest has no %q", r.old)
-		}
-		vmi = strings.Replace(vmi, r.old, r.new, 1)
-	}
+	vmi := editManifest(t, vmiYAML(name),
+		[2]string{"    firmware:\n", "    firmware:\n      bootloader:\n        efi: {secureBoot: false}\n"},
+		[2]string{"kernelPath: /boot/vmlinuz\n", "kernelPath: /boot/vmlinuz.efi\n"},
+		[2]string{"    devices:\n", "    devices:\n      tpm: {}\n"})
 	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
 	env.WaitReady(t, ctx, name)
@@ -575,20 +599,14 @@ func TestPersistentEFIAndTPM(t *testing.T) {
 	ok := must(t)
 	ctx := context.Background()
 	const name = "vm-pefi"
-	dir := filepath.Join(cluster.StateDir, "pv", "backend-"+name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// What a provisioner with fsGroup support gives a non-root pod: group
 	// 107, group-writable, setgid. kubelet makes the pod's subPath
 	// directories (nvram, swtpm...) with the volume root's mode, as root.
-	if err := os.Chown(dir, 107, 107); err != nil {
-		t.Fatal(err)
-	}
+	dir := pvDir(t, "backend-"+name)
 	if err := os.Chmod(dir, 0o775|os.ModeSetgid); err != nil {
 		t.Fatal(err)
 	}
-	storage := fmt.Sprintf(`apiVersion: storage.k8s.io/v1
+	storage := `apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata:
   name: vl-e2e-local
@@ -596,17 +614,7 @@ metadata:
 provisioner: kubernetes.io/no-provisioner
 volumeBindingMode: WaitForFirstConsumer
 ---
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: backend-%[1]s}
-spec:
-  capacity: {storage: 64Mi}
-  accessModes: [ReadWriteOnce]
-  volumeMode: Filesystem
-  storageClassName: vl-e2e-local
-  persistentVolumeReclaimPolicy: Retain
-  hostPath: {path: %[2]s, type: Directory}
-`, name, dir)
+` + staticPV("backend-"+name, dir, "64Mi", "ReadWriteOnce", "vl-e2e-local", "")
 	ok(env.KubectlStdin(ctx, storage, "apply", "-f", "-"))
 	t.Cleanup(func() {
 		bg := context.Background()
@@ -616,18 +624,11 @@ spec:
 		env.Kubectl(bg, "delete", "storageclass", "vl-e2e-local", "--ignore-not-found")
 	})
 	token := fmt.Sprintf("kept%d", time.Now().UnixNano()%1e9)
-	vm := vmYAMLOf(name, vmiYAML(name))
-	for _, r := range []struct{ old, new string }{
-		{"        firmware:\n", "        firmware:\n          bootloader:\n            efi: {secureBoot: false, persistent: true}\n"},
-		{"kernelPath: /boot/vmlinuz\n", "kernelPath: /boot/vmlinuz.efi\n"},
-		{"        devices:\n", "        devices:\n          tpm: {persistent: true}\n"},
-		{"kernelArgs: \"" + guestCmdline + "\"", "kernelArgs: \"" + guestCmdline + " " + testguest.OptEFIVar("VlKeep", token) + "\""},
-	} {
-		if !strings.Contains(vm, r.old) {
-			t.Fatalf("the VM manifest has no %q:\n%s", r.old, vm)
-		}
-		vm = strings.Replace(vm, r.old, r.new, 1)
-	}
+	vm := editManifest(t, vmYAMLOf(name, vmiYAML(name)),
+		[2]string{"        firmware:\n", "        firmware:\n          bootloader:\n            efi: {secureBoot: false, persistent: true}\n"},
+		[2]string{"kernelPath: /boot/vmlinuz\n", "kernelPath: /boot/vmlinuz.efi\n"},
+		[2]string{"        devices:\n", "        devices:\n          tpm: {persistent: true}\n"},
+		[2]string{"kernelArgs: \"" + guestCmdline + "\"", "kernelArgs: \"" + guestCmdline + " " + testguest.OptEFIVar("VlKeep", token) + "\""})
 	ok(env.KubectlStdin(ctx, vm, "create", "-f", "-"))
 
 	boot := func(n int) (efivar bool, ek string) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +14,6 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtlauncher/virtlauncher/e2e/cluster"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -47,30 +45,13 @@ func TestMemoryDump(t *testing.T) {
 		env.Kubectl(context.Background(), "delete", "clusterrolebinding,clusterrole", "cdi.kubevirt.io:config-reader", "--ignore-not-found")
 	})
 
-	dir := filepath.Join(cluster.StateDir, "pv", claim)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Non-root pods (107) write the dump (createPVC says the same).
-	if err := os.Chown(dir, 107, 107); err != nil {
-		t.Fatal(err)
-	}
+	// Non-root pods (107) write the dump, as they write a PVC's disk.
+	dir := pvDir(t, claim)
 	// Bound to the claim virtctl will make (its class: "manual", no
 	// StorageClass object, so it binds at once). 1Gi holds the 256Mi
 	// guest plus KubeVirt's 100Mi dump overhead and 5.5 % file system
 	// overhead (virtctl asks for about 376Mi).
-	pv := fmt.Sprintf(`apiVersion: v1
-kind: PersistentVolume
-metadata: {name: %[1]s}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadWriteOnce]
-  volumeMode: Filesystem
-  storageClassName: manual
-  persistentVolumeReclaimPolicy: Retain
-  claimRef: {namespace: default, name: %[1]s}
-  hostPath: {path: %[2]s, type: Directory}
-`, claim, dir)
+	pv := staticPV(claim, dir, "1Gi", "ReadWriteOnce", "manual", claim)
 	ok(env.KubectlStdin(ctx, pv, "create", "-f", "-"))
 	t.Cleanup(func() {
 		bg := context.Background()
