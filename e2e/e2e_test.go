@@ -242,6 +242,17 @@ func vmYAMLOf(name, vmi string) string {
 	return b.String()
 }
 
+// getObject reads one object of kind with kubectl get -o json into a T,
+// failing the test when kubectl or the decoding fails.
+func getObject[T any](t *testing.T, ctx context.Context, kind, name string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(must(t)(env.Kubectl(ctx, "get", kind, name, "-o", "json"))), &v); err != nil {
+		t.Fatalf("kubectl get %s %s: %v", kind, name, err)
+	}
+	return v
+}
+
 // editManifest replaces, once each and in order, the old text of each edit
 // with its new text, failing the test when a manifest lacks one.
 func editManifest(t *testing.T, manifest string, edits ...[2]string) string {
@@ -742,11 +753,7 @@ func TestGuestAgent(t *testing.T) {
 		t.Helper()
 		// A fresh value each time: a field the VMI no longer has (a
 		// cleared fsFreezeStatus) must not keep the last one's value.
-		var v vmiStatus
-		if err := json.Unmarshal([]byte(ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "json"))), &v); err != nil {
-			t.Fatal(err)
-		}
-		vmi = v
+		vmi = getObject[vmiStatus](t, ctx, "vmi", name)
 	}
 	waitStatus := func(what string, cond func() bool) {
 		t.Helper()
@@ -871,14 +878,7 @@ func waitVolumePhase(t *testing.T, ctx context.Context, vmi, vol, want string) {
 	deadline := time.Now().Add(3 * time.Minute)
 	var last string
 	for {
-		out, err := env.Kubectl(ctx, "get", "vmi", vmi, "-o", "json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v v1.VirtualMachineInstance
-		if err := json.Unmarshal([]byte(out), &v); err != nil {
-			t.Fatal(err)
-		}
+		v := getObject[v1.VirtualMachineInstance](t, ctx, "vmi", vmi)
 		phase, found := "", false
 		for _, st := range v.Status.VolumeStatus {
 			if st.Name == vol {

@@ -5,7 +5,6 @@ package e2e_test
 import (
 	"context"
 	"debug/elf"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,14 +120,7 @@ func waitMemoryDump(t *testing.T, ctx context.Context, vm string, done func(*v1.
 	deadline := time.Now().Add(5 * time.Minute)
 	var phases []string
 	for {
-		out, err := env.Kubectl(ctx, "get", "vm", vm, "-o", "json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v v1.VirtualMachine
-		if err := json.Unmarshal([]byte(out), &v); err != nil {
-			t.Fatal(err)
-		}
+		v := getObject[v1.VirtualMachine](t, ctx, "vm", vm)
 		r := v.Status.MemoryDumpRequest
 		phase := "none"
 		if r != nil {

@@ -4,7 +4,6 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -102,10 +101,7 @@ func TestLiveMigration(t *testing.T) {
 		from, src, vmim, took := migrateCounting(t, ctx, name)
 		t.Logf("round %d: virtctl migrate -> %s Succeeded in %v", round, vmim, took)
 
-		var st v1.VirtualMachineInstance
-		if err := json.Unmarshal([]byte(ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "json"))), &st); err != nil {
-			t.Fatal(err)
-		}
+		st := getObject[v1.VirtualMachineInstance](t, ctx, "vmi", name)
 		if st.Status.MigrationState == nil {
 			t.Fatalf("round %d: the VMI has no migration state", round)
 		}
@@ -183,10 +179,7 @@ func migrationCancelled(t *testing.T, ctx context.Context, name string) {
 	deadline := time.Now().Add(3 * time.Minute)
 	var ms *v1.VirtualMachineInstanceMigrationState
 	for {
-		var st v1.VirtualMachineInstance
-		if err := json.Unmarshal([]byte(ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "json"))), &st); err != nil {
-			t.Fatal(err)
-		}
+		st := getObject[v1.VirtualMachineInstance](t, ctx, "vmi", name)
 		ms = st.Status.MigrationState
 		if ms != nil && string(ms.MigrationUID) != "" && ms.AbortStatus == v1.MigrationAbortSucceeded && ms.EndTimestamp != nil {
 			if st.Status.NodeName != from || ms.Completed {
