@@ -220,11 +220,12 @@ func ListBackground(recordDir string) ([]Background, error) {
 
 // MatchBackground finds the background run that query names, as Match
 // finds a live run: "namespace/name", or "name" with namespace or alone
-// when only one namespace has one of that name. nil when none.
+// when only one namespace has one of that name. nil when none; a query
+// whose namespace --namespace contradicts is refused, as by Match.
 func MatchBackground(runs []Background, query, namespace string) (*Background, error) {
-	name := query
-	if ns, n, ok := strings.Cut(query, "/"); ok {
-		namespace, name = ns, n
+	namespace, name, err := splitQuery(query, namespace)
+	if err != nil {
+		return nil, err
 	}
 	var found []*Background
 	for i := range runs {

@@ -279,19 +279,30 @@ func Remove(path string) error {
 	return nil
 }
 
-// Match finds the one live run that query names: "namespace/name", or
-// "name" with namespace (--namespace) or alone when only one namespace has
-// a VM of that name. Stale records are never returned.
-func Match(entries []Entry, query, namespace string) (*Entry, error) {
+// splitQuery reads a VM named on the command line, "namespace/name" or
+// "name", beside the --namespace given (empty: none): the namespace to
+// look in (empty: any) and the name.
+func splitQuery(query, namespace string) (string, string, error) {
 	name := query
 	if ns, n, ok := strings.Cut(query, "/"); ok {
 		if namespace != "" && namespace != ns {
-			return nil, fmt.Errorf("%q names namespace %s, --namespace says %s", query, ns, namespace)
+			return "", "", fmt.Errorf("%q names namespace %s, --namespace says %s", query, ns, namespace)
 		}
 		namespace, name = ns, n
 	}
 	if name == "" || strings.Contains(name, "/") {
-		return nil, fmt.Errorf("%q: give NAME or NAMESPACE/NAME", query)
+		return "", "", fmt.Errorf("%q: give NAME or NAMESPACE/NAME", query)
+	}
+	return namespace, name, nil
+}
+
+// Match finds the one live run that query names: "namespace/name", or
+// "name" with namespace (--namespace) or alone when only one namespace has
+// a VM of that name. Stale records are never returned.
+func Match(entries []Entry, query, namespace string) (*Entry, error) {
+	namespace, name, err := splitQuery(query, namespace)
+	if err != nil {
+		return nil, err
 	}
 	var live, stale []*Entry
 	for i := range entries {

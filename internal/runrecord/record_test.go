@@ -210,3 +210,22 @@ func TestRecordsPrivate(t *testing.T) {
 		}
 	})
 }
+
+// TestMatchBackgroundQuery: a background run is named as a live run is,
+// and a namespace in the query that --namespace contradicts is refused
+// (before, the query's namespace silently won).
+func TestMatchBackgroundQuery(t *testing.T) {
+	runs := []Background{{BackgroundState: BackgroundState{Namespace: "default", Name: "vm"}}}
+	if b, err := MatchBackground(runs, "default/vm", ""); err != nil || b == nil {
+		t.Errorf("default/vm: %v, %v", b, err)
+	}
+	if b, err := MatchBackground(runs, "vm", "other"); err != nil || b != nil {
+		t.Errorf("vm in other: %v, %v; want none", b, err)
+	}
+	if _, err := MatchBackground(runs, "default/vm", "other"); err == nil || !strings.Contains(err.Error(), "--namespace says other") {
+		t.Errorf("contradicting --namespace: %v", err)
+	}
+	if _, err := MatchBackground(runs, "default/", ""); err == nil {
+		t.Error("an empty name was taken")
+	}
+}
