@@ -31,13 +31,13 @@ var agentDataTTLs = map[string]time.Duration{
 const agentDataTimeout = 10 * time.Second
 
 // newAgentData makes the caches of AgentData, one per command.
-func (m *Manager) newAgentData() map[string]*statsCache[string] {
+func (src *statsSource) newAgentData() map[string]*statsCache[string] {
 	caches := make(map[string]*statsCache[string], len(agentDataTTLs))
 	for cmd, ttl := range agentDataTTLs {
 		c := newStatsCache(func(ctx context.Context) (string, error) {
 			ctx, cancel := context.WithTimeout(ctx, agentDataTimeout)
 			defer cancel()
-			return m.agentCommand(ctx, `{"execute":"`+cmd+`"}`)
+			return src.agentCommand(ctx, `{"execute":"`+cmd+`"}`)
 		})
 		c.maxAge = ttl
 		caches[cmd] = c
@@ -48,7 +48,7 @@ func (m *Manager) newAgentData() map[string]*statsCache[string] {
 // AgentData is the guest agent's raw JSON reply to command (one of
 // KubeVirt's VMStats commands), at most its period old.
 func (m *Manager) AgentData(ctx context.Context, command string) (string, error) {
-	c, ok := m.agentData[command]
+	c, ok := m.stats.agentData[command]
 	if !ok {
 		return "", fmt.Errorf("cache not found for data key: %s", command)
 	}

@@ -34,7 +34,7 @@ var ErrNoDomain = errors.New("no running or paused domain")
 // dirtyRateMaxAge old. MegabytesPerSecondSet is false when QEMU gave no
 // figure.
 func (m *Manager) DirtyRate(ctx context.Context) (StatsDirtyRate, error) {
-	return m.dirtyRate.get(ctx, nil)
+	return m.stats.dirtyRate.get(ctx, nil)
 }
 
 // measureDirtyRate starts a measurement, waits for its period and reads
@@ -45,10 +45,10 @@ func (m *Manager) DirtyRate(ctx context.Context) (StatsDirtyRate, error) {
 // KubeVirt reads the stats it took before starting the measurement, so
 // it answers the previous measurement (and fails the first); this reads
 // the one it started.
-func (m *Manager) measureDirtyRate(ctx context.Context) (StatsDirtyRate, error) {
+func (src *statsSource) measureDirtyRate(ctx context.Context) (StatsDirtyRate, error) {
 	ctx, cancel := context.WithTimeout(ctx, dirtyRateTimeout)
 	defer cancel()
-	l, d, ok, err := m.lookup(ctx)
+	l, d, ok, err := src.lookup(ctx)
 	if err != nil {
 		return StatsDirtyRate{}, err
 	}
@@ -62,7 +62,7 @@ func (m *Manager) measureDirtyRate(ctx context.Context) (StatsDirtyRate, error) 
 		if ctx.Err() != nil {
 			return StatsDirtyRate{}, startErr
 		}
-		m.log.Warn("dirty rate calculation did not start", "err", startErr)
+		src.log.Warn("dirty rate calculation did not start", "err", startErr)
 	}
 	select {
 	case <-time.After(dirtyRatePeriod):

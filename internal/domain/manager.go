@@ -184,13 +184,7 @@ type Manager struct {
 	// capsWarmed is the connection whose daemon was asked to build its
 	// host capabilities (warmHostCapabilities).
 	capsWarmed *libvirt.Libvirt
-	// hostCPUs is the daemon's host CPU count, read on hostCPUsConn.
-	hostCPUsConn *libvirt.Libvirt
-	hostCPUs     int
-	userPaused   bool
-	// jobInfo is the running migration's progress as the monitor last
-	// read it, for GetDomainStats (zero when no migration runs).
-	jobInfo    StatsJobInfo
+	userPaused bool
 	definedCh  chan struct{}
 	stoppedCh  chan struct{}
 	stopState  libvirt.DomainState
@@ -202,12 +196,8 @@ type Manager struct {
 
 	terminating atomic.Bool // set by BeginTermination: Sync refuses
 
-	// stats is the GetDomainStats answer (statscache.go).
-	stats *statsCache[[]byte]
-	// dirtyRate is the GetDomainDirtyRateStats answer (dirtyrate.go).
-	dirtyRate *statsCache[StatsDirtyRate]
-	// agentData are GetVMStats' agent answers by command (agentdata.go).
-	agentData map[string]*statsCache[string]
+	// stats answers the stats calls (statssource.go).
+	stats *statsSource
 
 	// agent keeps what the guest agent reports; poller fills it while
 	// the guest runs with its agent connected (refresh switches it).
@@ -293,10 +283,23 @@ func New(cfg Config) *Manager {
 	m.takeOverState()
 	m.agent = agent.NewStore()
 	m.poller = agent.NewPoller(m.agentCommand, m.agent, cfg.AgentIntervals, log.With("component", "guest-agent"))
-	m.stats = newStatsCache(m.fetchStats)
-	m.dirtyRate = newStatsCache(m.measureDirtyRate)
-	m.dirtyRate.maxAge = dirtyRateMaxAge
-	m.agentData = m.newAgentData()
+	m.stats = newStatsSource(&statsSource{
+		log:    log,
+		lookup: m.lookup,
+		cached: func() *domainjson.Domain {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return m.cache
+		},
+		// Before Run, nil: no refresher.
+		runCtx: func() context.Context {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return m.runCtx
+		},
+		agent:        m.agent,
+		agentCommand: m.agentCommand,
+	})
 	return m
 }
 

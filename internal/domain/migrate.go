@@ -287,9 +287,7 @@ func (mon *migrationMonitor) observe(ctx context.Context, l *libvirt.Libvirt, d 
 	jp, jobErr := readJob(ctx, l, d)
 	running := jobErr == nil && jp.job.Unbounded
 	if running && jp.job.RemainingSet {
-		m.mu.Lock()
-		m.jobInfo = jp.info
-		m.mu.Unlock()
+		m.stats.setJobInfo(jp.info)
 		if jp.throttle != mon.throttle {
 			// Auto-converge slows the guest down step by step until the
 			// migration converges: worth a line each step.
@@ -425,9 +423,7 @@ func (m *Manager) setMigrationMode(ctx context.Context, mode v1.MigrationMode) {
 
 // migrationEnded records the call's outcome.
 func (m *Manager) migrationEnded(ctx context.Context, dom string, err error, took time.Duration) {
-	m.mu.Lock()
-	m.jobInfo = StatsJobInfo{}
-	m.mu.Unlock()
+	m.stats.setJobInfo(StatsJobInfo{})
 	mig := m.migrationMetadata()
 	switch {
 	case err == nil:

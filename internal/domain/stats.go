@@ -1,8 +1,6 @@
 package domain
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -241,85 +239,6 @@ const (
 // ErrNoStats is DomainStats' error when no domain is running or paused:
 // KubeVirt's launcher then fails the call too ("empty DomainStats").
 var ErrNoStats = errors.New("empty DomainStats: no running or paused domain")
-
-// DomainStats returns the stats JSON of the running (or paused) domain,
-// at most statsMaxAge old (statscache.go).
-func (m *Manager) DomainStats(ctx context.Context) ([]byte, error) {
-	m.mu.Lock()
-	bg := m.runCtx
-	m.mu.Unlock()
-	return m.stats.get(ctx, bg)
-}
-
-// fetchStats reads the stats of the running (or paused) domain from
-// libvirt.
-func (m *Manager) fetchStats(ctx context.Context) ([]byte, error) {
-	l, d, ok, err := m.lookup(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, ErrNoStats
-	}
-	var s *Stats
-	err = withContext(ctx, "stats of domain "+d.Name, func() error {
-		recs, err := l.ConnectGetAllDomainStats([]libvirt.Domain{d}, uint32(statsTypes), uint32(statsFlags))
-		if err != nil {
-			return err
-		}
-		if len(recs) == 0 {
-			return ErrNoStats
-		}
-		m.mu.Lock()
-		dom, job := m.cache, m.jobInfo
-		m.mu.Unlock()
-		s = statsFromParams(recs[0].Params, deviceAliases(dom), hasBalloon(dom))
-		*s.MigrateDomainJobInfo = job
-		s.Load = statsLoad(m.agent.Load())
-		// KubeVirt's launcher adds the vCPU pinning (libvirt-go's
-		// GetVcpuPinInfo): one row per current vCPU, one column per host
-		// CPU; a failure fails the whole call there too.
-		hostCPUs, err := m.hostCPUCount(l)
-		if err != nil {
-			return err
-		}
-		s.CPUMap, err = vcpuPinning(l, d, vcpuCurrent(recs[0].Params), hostCPUs)
-		if err != nil {
-			return fmt.Errorf("vCPU pinning: %w", err)
-		}
-		s.CPUMapSet = true
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.Name = d.Name
-	s.UUID = formatUUID(d.UUID)
-	return json.Marshal(s)
-}
-
-// hostCPUCount is libvirt-go's host CPU count for GetVcpuPinInfo: nodes x
-// sockets x cores x threads of virNodeGetInfo. It is read once per
-// connection (a daemon restart may come with a CPU hotplug): it does not
-// change, and asking costs half a millisecond of each stats call.
-func (m *Manager) hostCPUCount(l *libvirt.Libvirt) (int, error) {
-	m.mu.Lock()
-	if m.hostCPUsConn == l {
-		n := m.hostCPUs
-		m.mu.Unlock()
-		return n, nil
-	}
-	m.mu.Unlock()
-	_, _, _, _, nodes, sockets, cores, threads, err := l.NodeGetInfo()
-	if err != nil {
-		return 0, fmt.Errorf("host CPU topology: %w", err)
-	}
-	n := int(nodes * sockets * cores * threads)
-	m.mu.Lock()
-	m.hostCPUsConn, m.hostCPUs = l, n
-	m.mu.Unlock()
-	return n, nil
-}
 
 // vcpuPinning reads the affinity of the first n vCPUs over hostCPUs host
 // CPUs, as libvirt-go's Domain.GetVcpuPinInfo(DOMAIN_AFFECT_CURRENT) does.
