@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virtlauncher/virtlauncher/internal/dvimport"
+	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
@@ -149,7 +150,7 @@ secondary networks (each refused, saying so).`,
 				}
 			}
 			for _, p := range publish {
-				pb, err := standalone.ParsePublish(p)
+				pb, err := guestnet.ParsePublish(p)
 				if err != nil {
 					return err
 				}

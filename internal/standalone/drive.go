@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
+	"github.com/virtlauncher/virtlauncher/internal/consolehub"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
@@ -204,33 +206,33 @@ func (r *runner) streamConsole(ctx context.Context, wait time.Duration) <-chan s
 		}
 		defer conn.Close()
 		go func() { <-ctx.Done(); conn.Close() }()
-		hub, err := newConsoleHub(conn, r.cfg.Console, r.cfg.Status, r.consoleSocket())
+		hub, err := consolehub.New(conn, r.cfg.Console, r.cfg.Status, r.consoleSocket())
 		if err != nil {
 			fmt.Fprintf(r.cfg.Status, "vlctl: %v (vlctl console by name will not attach)\n", err)
 			io.Copy(r.cfg.Console, conn)
 			return
 		}
-		defer hub.close()
+		defer hub.Close()
 		if r.cfg.keys != nil {
-			hub.attachKeys(r.cfg.keys)
+			hub.AttachKeys(r.cfg.keys)
 		}
-		hub.run()
+		hub.Run()
 	}()
 	return done
 }
 
-// relayDNS starts the guest's DNS relay (dnsRelay). Without it the guest
+// relayDNS starts the guest's DNS relay (guestnet.DNSRelay). Without it the guest
 // has no resolver, which is worth a warning, not a failed run.
 func (r *runner) relayDNS() {
 	upstream := r.cfg.DNS
 	if len(upstream) == 0 {
 		var err error
-		if upstream, err = hostResolvers("/etc/resolv.conf"); err != nil {
+		if upstream, err = guestnet.HostResolvers("/etc/resolv.conf"); err != nil {
 			fmt.Fprintf(r.cfg.Status, "vlctl: warning: the guest gets no DNS: host resolvers: %v\n", err)
 			return
 		}
 	}
-	d, err := startDNSRelay(r.net.Outside, r.net.Resolver, upstream, r.cfg.Status)
+	d, err := guestnet.StartDNSRelay(r.net.Outside, r.net.Resolver, upstream, r.cfg.Status)
 	if err != nil {
 		fmt.Fprintf(r.cfg.Status, "vlctl: warning: the guest gets no DNS: %v\n", err)
 		return
@@ -268,7 +270,7 @@ func pumpKeys(in io.Reader) <-chan []byte {
 }
 
 // consoleSocket is where vlctl run shares the guest's serial console
-// (consoleHub): in the work dir, which stays root's.
+// (consolehub): in the work dir, which stays root's.
 func (r *runner) consoleSocket() string { return filepath.Join(r.workDir, "console.sock") }
 
 // waitStopped polls the domain until it is off. It returns false when ctx

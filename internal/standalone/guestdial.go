@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netns"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 )
@@ -47,7 +48,7 @@ func DialGuest(e *runrecord.Entry, port uint16) (net.Conn, error) {
 	}
 	defer ns.Close()
 	to := netip.AddrPortFrom(ip, port)
-	c, err := dialIn(ns, to)
+	c, err := guestnet.DialIn(ns, to)
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect to the guest at %s (from namespace %s): %w", e.FullName(), to, addr.NetNS, err)
 	}
@@ -56,7 +57,7 @@ func DialGuest(e *runrecord.Entry, port uint16) (net.Conn, error) {
 
 // guestPortForwarded refuses a port the pod interface's masquerade
 // binding does not forward: with ports declared, only those reach the
-// guest (checkPublished says the same of --publish).
+// guest (guestnet.CheckPublished says the same of --publish).
 func guestPortForwarded(vmi *v1.VirtualMachineInstance, port uint16) error {
 	if vmi == nil {
 		return nil

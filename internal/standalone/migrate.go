@@ -42,6 +42,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
 	"github.com/virtlauncher/virtlauncher/internal/migrationproxy"
@@ -153,20 +154,6 @@ func hasUserStorage(v *v1.VirtualMachineInstance) bool {
 		}
 	}
 	return false
-}
-
-// recordedPublish are the ports a run published, from its record
-// ("HOSTIP:HOSTPORT->GUESTPORT/tcp").
-func recordedPublish(recorded []string) ([]Publish, error) {
-	var out []Publish
-	for _, s := range recorded {
-		pb, err := ParsePublish(strings.Replace(s, "->", ":", 1))
-		if err != nil {
-			return nil, fmt.Errorf("its published port %q: %w", s, err)
-		}
-		out = append(out, pb)
-	}
-	return out, nil
 }
 
 // launcherRoot is the path this run's launcher sees its work dir at.
@@ -285,8 +272,8 @@ func (r *runner) adoptPorts(ports []string, files []*os.File) {
 		}
 		return
 	}
-	r.cfg.ports.point(&podTarget{outside: r.net.Outside, addr: r.net.Pod4.Addr()})
-	if err := r.cfg.ports.adopt(r.cfg.Publish, ports, files); err != nil {
+	r.cfg.ports.Point(&guestnet.PodTarget{Outside: r.net.Outside, Addr: r.net.Pod4.Addr()})
+	if err := r.cfg.ports.Adopt(r.cfg.Publish, ports, files); err != nil {
 		fmt.Fprintf(r.cfg.Status, "vlctl: warning: published ports handed over: %v\n", err)
 	}
 }
@@ -413,12 +400,12 @@ func (r *runner) replyMigrated(conn net.Conn, rep controlReply) error {
 	if h := r.cfg.ports; h != nil {
 		// The guest left this pod: what connects before the listeners
 		// are closed here is closed at once.
-		h.unpoint()
+		h.Unpoint()
 		var err error
-		if fds, rep.Ports, err = h.dupListeners(r.cfg.Publish); err != nil {
+		if fds, rep.Ports, err = h.DupListeners(r.cfg.Publish); err != nil {
 			fmt.Fprintf(r.cfg.Status, "vlctl: warning: hand the published ports over: %v (the new run binds them when this one ends)\n", err)
 		}
-		defer closeFDs(fds)
+		defer guestnet.CloseFDs(fds)
 	}
 	b, err := json.Marshal(rep)
 	if err != nil {
@@ -436,7 +423,7 @@ func (r *runner) replyMigrated(conn net.Conn, rep controlReply) error {
 	n, _, err := uc.WriteMsgUnix(b, oob, nil)
 	if n > 0 && len(rep.Ports) > 0 {
 		// Sent with the answer's first byte.
-		r.cfg.ports.release(r.cfg.Publish, rep.Ports)
+		r.cfg.ports.Release(r.cfg.Publish, rep.Ports)
 		fmt.Fprintf(r.cfg.Status, "vlctl: published ports handed over to the new run: %s\n", strings.Join(rep.Ports, ", "))
 	}
 	if err == nil && n < len(b) {

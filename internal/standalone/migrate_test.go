@@ -86,25 +86,6 @@ func TestMigrationOptions(t *testing.T) {
 	}
 }
 
-// TestRecordedPublish: the ports a record lists are the ones the run was
-// given (the record's form is written from them).
-func TestRecordedPublish(t *testing.T) {
-	for _, flag := range []string{"8080:80", "0.0.0.0:2222:22/tcp", "[::1]:8443:443"} {
-		pb, err := ParsePublish(flag)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recorded := pb.recorded()
-		got, err := recordedPublish([]string{recorded})
-		if err != nil || len(got) != 1 || got[0] != pb {
-			t.Errorf("%s recorded as %q: %+v, %v; want %+v", flag, recorded, got, err, pb)
-		}
-	}
-	if _, err := recordedPublish([]string{"8080=>80"}); err == nil {
-		t.Errorf("a malformed record was taken")
-	}
-}
-
 // TestSourceImages: the run taking a guest over gets the files the
 // source's images were pulled to, and a clear error when one is gone.
 func TestSourceImages(t *testing.T) {

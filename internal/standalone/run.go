@@ -23,6 +23,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/dvimport"
+	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
@@ -108,7 +109,7 @@ type Config struct {
 	// guest is reachable); warnings and errors are still written.
 	Quiet bool
 	// Publish forwards host TCP ports to the guest (--publish).
-	Publish []Publish
+	Publish []guestnet.Publish
 	// NoEgress leaves the guest without a way out beyond DNS
 	// (--no-egress; see egress.go).
 	NoEgress bool
@@ -131,7 +132,7 @@ type Config struct {
 	keys <-chan []byte
 	// ports are the --publish listeners, held for the whole run (Run
 	// makes them; each boot points them at its pod: publish.go).
-	ports *heldPorts
+	ports *guestnet.HeldPorts
 	// Started, when set, is called once the guest's domain runs, with where
 	// things are; tests use it to reach the guest from the outside.
 	Started func(Started)
@@ -228,8 +229,8 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.keys = pumpKeys(cfg.Input)
 	}
 	if len(cfg.Publish) > 0 {
-		cfg.ports = newHeldPorts(cfg.Status)
-		defer cfg.ports.close()
+		cfg.ports = guestnet.NewHeldPorts(cfg.Status)
+		defer cfg.ports.Close()
 	}
 	for failures := 0; ; {
 		started, migrated, err := runOnce(ctx, cfg, v.DeepCopy(), vm)
@@ -306,7 +307,7 @@ func (cfg *Config) takeOver() error {
 		return fmt.Errorf("--migrate-from %s: configMap, secret and sysprep volumes and cloud-init Secrets are not carried over yet", cfg.source.FullName())
 	}
 	cfg.Emulation = cfg.Emulation || cfg.source.Emulation
-	if cfg.Publish, err = recordedPublish(cfg.source.Published); err != nil {
+	if cfg.Publish, err = guestnet.ParseRecorded(cfg.source.Published); err != nil {
 		return fmt.Errorf("--migrate-from %s: %w", cfg.source.FullName(), err)
 	}
 	// The same files: shared, never copied (migrationVMI).
@@ -511,13 +512,13 @@ type runner struct {
 	bins    [2]string
 	logFile *os.File
 	net     *pod.Network
-	monitor *pod.Process    // nil until started
-	cgroup  *hostcpu.Cgroup // the pod's cpuset cgroup (--cpuset), once made
-	vfio    []*grant        // the VM's access to its IOMMU groups (--device)
-	record  string          // the run's record file, once written
-	pub     *heldPorts      // the published ports, once pointed at this pod
-	egress  *relay.Relay    // the guest's way out, once listening
-	dns     *dnsRelay       // the guest's DNS relay, once listening
+	monitor *pod.Process        // nil until started
+	cgroup  *hostcpu.Cgroup     // the pod's cpuset cgroup (--cpuset), once made
+	vfio    []*grant            // the VM's access to its IOMMU groups (--device)
+	record  string              // the run's record file, once written
+	pub     *guestnet.HeldPorts // the published ports, once pointed at this pod
+	egress  *relay.Relay        // the guest's way out, once listening
+	dns     *guestnet.DNSRelay  // the guest's DNS relay, once listening
 	// identity is the VM's passwd and group (pod.Identity), open until
 	// the monitor has started.
 	identity *pod.Identity
@@ -564,7 +565,7 @@ func (r *runner) writeRecord(st *Started) error {
 		rec.UID = r.lease.ID
 	}
 	for _, pb := range r.cfg.Publish {
-		rec.Published = append(rec.Published, pb.recorded())
+		rec.Published = append(rec.Published, pb.Recorded())
 	}
 	for _, d := range slices.Concat(r.disks, r.hot, r.images) {
 		if g, ok := d.recordedGrant(); ok {
@@ -646,13 +647,13 @@ func (r *runner) cleanup() error {
 		r.cgroup = nil
 	}
 	if r.pub != nil {
-		r.pub.unpoint()
+		r.pub.Unpoint()
 	}
 	if err := r.stopEgress(); err != nil {
 		errs = append(errs, err)
 	}
 	if r.dns != nil {
-		r.dns.close()
+		r.dns.Close()
 	}
 	if r.net != nil {
 		if err := r.net.Close(); err != nil {

@@ -1,4 +1,4 @@
-package standalone
+package guestnet
 
 import (
 	"context"
@@ -41,13 +41,16 @@ import (
 // nftables meta skuid) and lets root alone through does not let guests
 // through.
 
+// IDs are the VM's user and group, which own the relay's sockets.
+type IDs struct{ UID, GID int }
+
 // egressDialTimeout bounds the relay's connect to the guest's destination.
 const egressDialTimeout = 10 * time.Second
 
-// egressLimits bound one VM's egress: at most 256 connections at once (a
+// EgressLimits bound one VM's egress: at most 256 connections at once (a
 // guest holding more would drive vlctl, root's, to its file limit), each
 // closed after an hour without a byte either way.
-var egressLimits = relay.Limits{MaxConns: 256, Idle: time.Hour}
+var EgressLimits = relay.Limits{MaxConns: 256, Idle: time.Hour}
 
 // metadataEndpoints are cloud metadata services outside the link-local
 // range (169.254.169.254, the address most clouds use, is link-local and
@@ -112,25 +115,10 @@ func hostAddrs(dst netip.Addr) ([]netip.Addr, error) {
 	return out, nil
 }
 
-// startEgress sets up the guest's way out (see above); without a pod
-// network, or with --no-egress, there is none.
-func (r *runner) startEgress() error {
-	if r.net == nil || r.cfg.NoEgress {
-		return nil
-	}
-	rl, err := serveEgress(r.net.Pod, r.owner, r.cfg.Status)
-	if err != nil {
-		return err
-	}
-	r.egress = rl
-	r.progress("guest egress: TCP to the addresses this host reaches, relayed as %s (not the host's own addresses, loopback, link-local or cloud metadata services)", r.owner.name)
-	return nil
-}
-
-// serveEgress listens in p's outside namespace, turns the guest's TCP
+// ServeEgress listens in p's outside namespace, turns the guest's TCP
 // connections there and relays each, connecting as the VM's ids (id);
 // each refused or failed connection is a line on status.
-func serveEgress(p *podnet.Pod, id ids, status io.Writer) (*relay.Relay, error) {
+func ServeEgress(p *podnet.Pod, id IDs, status io.Writer) (*relay.Relay, error) {
 	local := p.Outside4.Addr()
 	var l net.Listener
 	if err := plan.InNS(p.Outside, func() (err error) {
@@ -144,7 +132,7 @@ func serveEgress(p *podnet.Pod, id ids, status io.Writer) (*relay.Relay, error) 
 		l.Close()
 		return nil, fmt.Errorf("guest egress: %w", err)
 	}
-	rl := relay.NewLimited(egressLimits, func(what string, err error) { fmt.Fprintf(status, "vlctl: %s: %v\n", what, err) })
+	rl := relay.NewLimited(EgressLimits, func(what string, err error) { fmt.Fprintf(status, "vlctl: %s: %v\n", what, err) })
 	rl.Serve(l, "guest egress", func(c net.Conn) (net.Conn, error) {
 		dst, err := originalDst(c)
 		if err != nil {
@@ -164,7 +152,7 @@ func serveEgress(p *podnet.Pod, id ids, status io.Writer) (*relay.Relay, error) 
 // dialEgress connects to dst for the guest, unless egressRefused refuses
 // it: checked before the connect and again after it (an address the host
 // took meanwhile), before a byte goes.
-func dialEgress(ctx context.Context, dst netip.AddrPort, id ids) (net.Conn, error) {
+func dialEgress(ctx context.Context, dst netip.AddrPort, id IDs) (net.Conn, error) {
 	check := func() error {
 		host, err := hostAddrs(dst.Addr())
 		if err != nil {
@@ -192,7 +180,7 @@ func dialEgress(ctx context.Context, dst netip.AddrPort, id ids) (net.Conn, erro
 // are root's again before the connect, made through Go's poller with
 // ctx's deadline. A thread whose fs ids could not be put back is never
 // used again: its goroutine ends locked to it, and the runtime ends it.
-func dialAs(ctx context.Context, dst netip.AddrPort, id ids) (net.Conn, error) {
+func dialAs(ctx context.Context, dst netip.AddrPort, id IDs) (net.Conn, error) {
 	type dialed struct {
 		c   net.Conn
 		err error
@@ -210,8 +198,8 @@ func dialAs(ctx context.Context, dst netip.AddrPort, id ids) (net.Conn, error) {
 			runtime.UnlockOSThread()
 			return nil
 		}
-		if u, g := setfs(id.uid, id.gid); u != id.uid || g != id.gid {
-			err := fmt.Errorf("take the fs ids %d:%d for the guest's socket: have %d:%d", id.uid, id.gid, u, g)
+		if u, g := setfs(id.UID, id.GID); u != id.UID || g != id.GID {
+			err := fmt.Errorf("take the fs ids %d:%d for the guest's socket: have %d:%d", id.UID, id.GID, u, g)
 			if rerr := restore(); rerr != nil {
 				err = errors.Join(err, rerr)
 			}
@@ -242,16 +230,6 @@ func setfs(uid, gid int) (int, int) {
 	u, _ := unix.SetfsuidRetUid(-1)
 	g, _ := unix.SetfsgidRetGid(-1)
 	return u, g
-}
-
-// stopEgress ends the relay and its redirect.
-func (r *runner) stopEgress() error {
-	if r.egress == nil {
-		return nil
-	}
-	r.egress.Close()
-	r.egress = nil
-	return netsetup.RemoveEgress(r.net.Outside)
 }
 
 // originalDst is where a redirected connection was going

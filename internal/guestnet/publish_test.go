@@ -1,4 +1,4 @@
-package standalone
+package guestnet
 
 import (
 	"net/netip"
@@ -34,5 +34,24 @@ func TestParsePublish(t *testing.T) {
 	}
 	if p, _ := ParsePublish("2222:22"); p.Host.Addr() != netip.MustParseAddr("127.0.0.1") {
 		t.Errorf("default host address %s, want loopback", p.Host.Addr())
+	}
+}
+
+// TestRecordedPublish: the ports a record lists are the ones the run was
+// given (the record's form is written from them).
+func TestRecordedPublish(t *testing.T) {
+	for _, flag := range []string{"8080:80", "0.0.0.0:2222:22/tcp", "[::1]:8443:443"} {
+		pb, err := ParsePublish(flag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recorded := pb.Recorded()
+		got, err := ParseRecorded([]string{recorded})
+		if err != nil || len(got) != 1 || got[0] != pb {
+			t.Errorf("%s recorded as %q: %+v, %v; want %+v", flag, recorded, got, err, pb)
+		}
+	}
+	if _, err := ParseRecorded([]string{"8080=>80"}); err == nil {
+		t.Errorf("a malformed record was taken")
 	}
 }

@@ -12,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
+	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/relay"
@@ -39,7 +38,7 @@ func egressPod(t *testing.T) (*podnet.Pod, *relay.Relay, *lockedBuffer) {
 		}
 	})
 	status := &lockedBuffer{}
-	rl, err := serveEgress(p, ids{uid: egressTestID, gid: egressTestID, name: "vl-test"}, status)
+	rl, err := guestnet.ServeEgress(p, guestnet.IDs{UID: egressTestID, GID: egressTestID}, status)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,72 +70,6 @@ func fetch(p *podnet.Pod, to netip.AddrPort) (string, error) {
 	return string(b), err
 }
 
-// TestEgressRefusesHost: the guest's egress reaches a host of the
-// internet, with a socket owned by the VM's id, not root; it does not
-// reach the host: a service on an address the host took after the relay
-// started, one on 0.0.0.0 reached at the host's own address, link-local
-// and cloud metadata addresses are refused at once, each with a line.
-func TestEgressRefusesHost(t *testing.T) {
-	p, _, status := egressPod(t)
-	far := testnet.FarHost(t, "VL-FAR-PAGE")
-	if got, err := fetch(p, far); err != nil || !strings.Contains(got, "VL-FAR-PAGE") {
-		t.Fatalf("a host of the internet through egress: %q, %v\nrelay: %s", got, err, status.String())
-	}
-
-	// The socket that reaches the far host is the VM's.
-	c, err := dialFromPod(p, far)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	var owners []int
-	for deadline := time.Now().Add(5 * time.Second); len(owners) == 0 && time.Now().Before(deadline); {
-		if owners, err = testnet.TCPOwners(far); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if len(owners) != 1 || owners[0] != egressTestID {
-		t.Errorf("the relay's sockets to %s are owned by %v, want [%d] (the VM's id)", far, owners, egressTestID)
-	}
-	c.Close()
-
-	// A service the host has on an address it took after the relay
-	// started, and one listening on every address, reached at an
-	// address of the host's (one added to its loopback device now).
-	later := testnet.HostService(t, "VL-HOST-PAGE")
-	any := testnet.ServeHTTP(t, netip.MustParseAddrPort("0.0.0.0:0"), "VL-HOST-PAGE")
-	hostAddr := netip.AddrFrom4([4]byte{198, 19, 255, byte(time.Now().UnixNano()%200) + 1})
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &netlink.Addr{IPNet: plan.IPNet(netip.PrefixFrom(hostAddr, 32))}
-	if err := netlink.AddrAdd(lo, a); err != nil {
-		t.Fatal(err)
-	}
-	defer netlink.AddrDel(lo, a)
-	for _, c := range []struct {
-		to   netip.AddrPort
-		says string
-	}{
-		{later, "the host's own addresses"},
-		{netip.AddrPortFrom(hostAddr, any.Port()), "the host's own addresses"},
-		{netip.MustParseAddrPort("169.254.169.254:80"), "link-local"},
-		{netip.MustParseAddrPort("168.63.129.16:80"), "a cloud metadata service"},
-		{netip.MustParseAddrPort("100.100.100.200:80"), "a cloud metadata service"},
-	} {
-		start := time.Now()
-		got, err := fetch(p, c.to)
-		if strings.Contains(got, "VL-HOST-PAGE") || time.Since(start) > 3*time.Second {
-			t.Errorf("egress to %s: %q, %v after %v: want it refused at once", c.to, got, err, time.Since(start))
-		}
-		if want := fmt.Sprintf("vlctl: guest egress: to %s: %s", c.to, c.says); !strings.Contains(status.String(), want) {
-			t.Errorf("no line %q from the relay:\n%s", want, status.String())
-		}
-	}
-}
-
 // TestEgressLimit: a guest holding as many egress connections as a VM may
 // have gets the next ones closed at once (said on a few lines, not one a
 // connection), while the control socket still answers; once one ends, a
@@ -157,7 +90,7 @@ func TestEgressLimit(t *testing.T) {
 			c.Close()
 		}
 	}()
-	for i := range egressLimits.MaxConns {
+	for i := range guestnet.EgressLimits.MaxConns {
 		c, err := dialFromPod(p, far)
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
@@ -170,11 +103,11 @@ func TestEgressLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(owners) == egressLimits.MaxConns {
+		if len(owners) == guestnet.EgressLimits.MaxConns {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d connections relayed", len(owners), egressLimits.MaxConns)
+			t.Fatalf("%d of %d connections relayed", len(owners), guestnet.EgressLimits.MaxConns)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -1,10 +1,11 @@
-package standalone
+package consolehub
 
 import (
 	"io"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -18,12 +19,12 @@ func TestConsoleHubLimit(t *testing.T) {
 	go io.Copy(io.Discard, qemu) // what the consoles type
 	var status lockedBuffer
 	sock := filepath.Join(t.TempDir(), "console.sock")
-	h, err := newConsoleHub(guest, io.Discard, &status, sock)
+	h, err := New(guest, io.Discard, &status, sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.close()
-	go h.run()
+	defer h.Close()
+	go h.Run()
 	attach := func() net.Conn {
 		c, err := net.Dial("unix", sock)
 		if err != nil {
@@ -78,4 +79,23 @@ func TestConsoleHubLimit(t *testing.T) {
 			t.Fatal("a console detached and still no other attaches")
 		}
 	}
+}
+
+// lockedBuffer is a buffer safe for the hub's concurrent writers and the
+// test's reader.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *lockedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *lockedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -1,4 +1,6 @@
-package standalone
+// Package consolehub shares a guest's serial console between vlctl run
+// and the `vlctl console` commands attached to its socket.
+package consolehub
 
 import (
 	"errors"
@@ -12,13 +14,13 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/relay"
 )
 
-// consoleHub shares the guest's serial console, which QEMU serves to one
+// Hub shares the guest's serial console, which QEMU serves to one
 // client at a time: vlctl run holds that connection, shows the output on
 // its own console, and fans it out to every `vlctl console` attached to
 // the hub's socket. Input comes from one of them at a time (the first;
 // when it detaches, the longest attached of the rest); the others only
 // watch and are told so.
-type consoleHub struct {
+type Hub struct {
 	guest net.Conn
 	out   io.Writer
 	// status hears of consoles refused and accept errors.
@@ -48,9 +50,9 @@ func (c *hubClient) notify(msg string) {
 // does not read is dropped rather than stalling the guest's output.
 const hubWriteTimeout = 2 * time.Second
 
-// newConsoleHub listens at path, a socket only root may connect to (it is
+// New listens at path, a socket only root may connect to (it is
 // in the work dir, which the launcher's user cannot write, and mode 0600).
-func newConsoleHub(guest net.Conn, out, status io.Writer, path string) (*consoleHub, error) {
+func New(guest net.Conn, out, status io.Writer, path string) (*Hub, error) {
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("console socket: %w", err)
@@ -59,17 +61,17 @@ func newConsoleHub(guest net.Conn, out, status io.Writer, path string) (*console
 		lis.Close()
 		return nil, fmt.Errorf("console socket: %w", err)
 	}
-	h := &consoleHub{guest: guest, out: out, status: status, lis: lis, path: path, quit: make(chan struct{})}
+	h := &Hub{guest: guest, out: out, status: status, lis: lis, path: path, quit: make(chan struct{})}
 	h.wg.Add(1)
 	go h.accept()
 	return h, nil
 }
 
-func (h *consoleHub) statusf(format string, a ...any) { fmt.Fprintf(h.status, format, a...) }
+func (h *Hub) statusf(format string, a ...any) { fmt.Fprintf(h.status, format, a...) }
 
-// run copies the guest's output to out and to every client until the
+// Run copies the guest's output to out and to every client until the
 // guest's connection ends.
-func (h *consoleHub) run() {
+func (h *Hub) Run() {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := h.guest.Read(buf)
@@ -83,7 +85,7 @@ func (h *consoleHub) run() {
 	}
 }
 
-func (h *consoleHub) broadcast(b []byte) {
+func (h *Hub) broadcast(b []byte) {
 	h.mu.Lock()
 	clients := append([]*hubClient(nil), h.clients...)
 	h.mu.Unlock()
@@ -100,7 +102,7 @@ func (h *consoleHub) broadcast(b []byte) {
 
 // attach adds a client; an error when the hub is closed or has
 // maxConsoles attached.
-func (h *consoleHub) attach(c *hubClient) error {
+func (h *Hub) attach(c *hubClient) error {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -119,11 +121,11 @@ func (h *consoleHub) attach(c *hubClient) error {
 	return nil
 }
 
-// attachKeys makes keys (vlctl run's terminal, read by one goroutine for
+// AttachKeys makes keys (vlctl run's terminal, read by one goroutine for
 // the whole run: see Run) a client whose output is out already; the end of
 // keys (^]) detaches it. Closing the hub stops it without taking a key, so
 // a guest started again by the run strategy gets every key.
-func (h *consoleHub) attachKeys(keys <-chan []byte) {
+func (h *Hub) AttachKeys(keys <-chan []byte) {
 	c := &hubClient{}
 	if h.attach(c) != nil {
 		return
@@ -158,7 +160,7 @@ const maxConsoles = 16
 
 // accept attaches every console that connects, until the hub is closed;
 // it outlives transient errors (a vlctl out of descriptors).
-func (h *consoleHub) accept() {
+func (h *Hub) accept() {
 	defer h.wg.Done()
 	var rep relay.Reporter
 	relay.AcceptLoop(h.lis, func(err error) {
@@ -181,7 +183,7 @@ func (h *consoleHub) accept() {
 
 // forward sends what c types (in) to the guest while c has the input, and
 // removes c when its input ends.
-func (h *consoleHub) forward(c *hubClient, in io.Reader) {
+func (h *Hub) forward(c *hubClient, in io.Reader) {
 	defer h.remove(c)
 	buf := make([]byte, 4096)
 	for {
@@ -197,13 +199,13 @@ func (h *consoleHub) forward(c *hubClient, in io.Reader) {
 	}
 }
 
-func (h *consoleHub) hasInput(c *hubClient) bool {
+func (h *Hub) hasInput(c *hubClient) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.clients) > 0 && h.clients[0] == c
 }
 
-func (h *consoleHub) remove(c *hubClient) {
+func (h *Hub) remove(c *hubClient) {
 	if c.conn != nil {
 		c.conn.Close()
 	}
@@ -220,9 +222,9 @@ func (h *consoleHub) remove(c *hubClient) {
 	}
 }
 
-// close detaches every client, stops listening, removes the socket and
+// Close detaches every client, stops listening, removes the socket and
 // waits for the hub's goroutines.
-func (h *consoleHub) close() {
+func (h *Hub) Close() {
 	h.mu.Lock()
 	h.closed = true
 	close(h.quit)

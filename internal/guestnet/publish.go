@@ -1,4 +1,8 @@
-package standalone
+// Package guestnet is the guest's network services that vlctl run serves
+// from the host: --publish (host ports relayed into the pod), the DNS
+// relay, and the guest's egress relay. None changes a route, rule or
+// sysctl of the host.
+package guestnet
 
 import (
 	"errors"
@@ -33,8 +37,8 @@ func (p Publish) String() string {
 	return fmt.Sprintf("%s -> guest port %d/tcp", p.Host, p.GuestPort)
 }
 
-// recorded is p as the run's record lists it (recordedPublish reads it).
-func (p Publish) recorded() string { return fmt.Sprintf("%s->%d/tcp", p.Host, p.GuestPort) }
+// Recorded is p as the run's record lists it (ParseRecorded reads it).
+func (p Publish) Recorded() string { return fmt.Sprintf("%s->%d/tcp", p.Host, p.GuestPort) }
 
 // ParsePublish parses [HOSTIP:]HOSTPORT:GUESTPORT[/tcp] (an IPv6 host
 // address in brackets). Without HOSTIP the port is published on 127.0.0.1
@@ -84,12 +88,12 @@ func port(s string) (uint16, error) {
 // with ServerAliveInterval set stays).
 var publishLimits = relay.Limits{MaxConns: 64, Idle: time.Hour}
 
-// heldPorts are the --publish listeners of a whole `vlctl run`: bound
+// HeldPorts are the --publish listeners of a whole `vlctl run`: bound
 // for its first boot and kept across the restarts of its run strategy,
 // so that no other local user can take a port while the guest starts
 // again. Each boot points them at its own pod (point); a connection that
 // comes between two boots is closed at once.
-type heldPorts struct {
+type HeldPorts struct {
 	relay *relay.Relay
 	// lmu guards bound: the control socket's migrate request hands the
 	// listeners over from a goroutine of its own.
@@ -100,28 +104,28 @@ type heldPorts struct {
 	// waits for them, so no dial uses the pod's namespace once its
 	// network is torn down.
 	mu  sync.RWMutex
-	pod *podTarget // nil between boots
+	pod *PodTarget // nil between boots
 }
 
-// podTarget is where published connections go: the pod's address,
+// PodTarget is where published connections go: the pod's address,
 // reached from its outside namespace.
-type podTarget struct {
-	outside netns.NsHandle
-	addr    netip.Addr
+type PodTarget struct {
+	Outside netns.NsHandle
+	Addr    netip.Addr
 }
 
-func newHeldPorts(status io.Writer) *heldPorts {
-	return &heldPorts{
+func NewHeldPorts(status io.Writer) *HeldPorts {
+	return &HeldPorts{
 		relay: relay.NewLimited(publishLimits, func(what string, err error) { fmt.Fprintf(status, "vlctl: %s: %v\n", what, err) }),
 		bound: map[netip.AddrPort]net.Listener{},
 	}
 }
 
-// bind listens on every published host port not listened on yet,
+// Bind listens on every published host port not listened on yet,
 // waiting up to wait for one still in use.
-func (h *heldPorts) bind(pubs []Publish, wait time.Duration) error {
+func (h *HeldPorts) Bind(pubs []Publish, wait time.Duration) error {
 	for _, pb := range pubs {
-		if h.listener(pb) != nil {
+		if h.Listener(pb) != nil {
 			continue
 		}
 		l, err := listenFreed(pb.Host.String(), wait)
@@ -133,15 +137,15 @@ func (h *heldPorts) bind(pubs []Publish, wait time.Duration) error {
 	return nil
 }
 
-// listener is pb's listener, nil when it is not listened on.
-func (h *heldPorts) listener(pb Publish) net.Listener {
+// Listener is pb's listener, nil when it is not listened on.
+func (h *HeldPorts) Listener(pb Publish) net.Listener {
 	h.lmu.Lock()
 	defer h.lmu.Unlock()
 	return h.bound[pb.Host]
 }
 
 // serve relays what l, pb's listener, accepts to the guest's port.
-func (h *heldPorts) serve(pb Publish, l net.Listener) {
+func (h *HeldPorts) serve(pb Publish, l net.Listener) {
 	h.lmu.Lock()
 	h.bound[pb.Host] = l
 	h.lmu.Unlock()
@@ -152,8 +156,8 @@ func (h *heldPorts) serve(pb Publish, l net.Listener) {
 		if h.pod == nil {
 			return nil, errors.New("the guest is not running (it starts again)")
 		}
-		to := netip.AddrPortFrom(h.pod.addr, guest)
-		g, err := dialIn(h.pod.outside, to)
+		to := netip.AddrPortFrom(h.pod.Addr, guest)
+		g, err := DialIn(h.pod.Outside, to)
 		if err != nil {
 			return nil, fmt.Errorf("connect to the guest at %s: %w", to, err)
 		}
@@ -161,33 +165,33 @@ func (h *heldPorts) serve(pb Publish, l net.Listener) {
 	})
 }
 
-// point sends the published connections to pod from now on.
-func (h *heldPorts) point(pod *podTarget) {
+// Point sends the published connections to pod from now on.
+func (h *HeldPorts) Point(pod *PodTarget) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.pod = pod
 }
 
-// unpoint ends the connections to the pod, which is going away, and
+// Unpoint ends the connections to the pod, which is going away, and
 // closes those that come until the next point; the ports stay bound.
-func (h *heldPorts) unpoint() {
-	h.point(nil)
+func (h *HeldPorts) Unpoint() {
+	h.Point(nil)
 	h.relay.EndConns()
 }
 
-// close releases the ports, at the end of the `vlctl run`.
-func (h *heldPorts) close() { h.relay.Close() }
+// Close releases the ports, at the end of the `vlctl run`.
+func (h *HeldPorts) Close() { h.relay.Close() }
 
 // A run whose guest migrated to another run hands its published listeners
 // over with the migration's answer (migrate.go): the listening sockets
 // themselves move, so a port is never free for another local user to bind
 // (and answer in the guest's place) while the guest changes runs.
 
-// dupListeners duplicates the held listeners of pubs, to hand to another
-// run; ports names each (Publish.recorded). The caller closes fds.
-func (h *heldPorts) dupListeners(pubs []Publish) (fds []int, ports []string, err error) {
+// DupListeners duplicates the held listeners of pubs, to hand to another
+// run; ports names each (Publish.Recorded). The caller closes fds.
+func (h *HeldPorts) DupListeners(pubs []Publish) (fds []int, ports []string, err error) {
 	for _, pb := range pubs {
-		sc, ok := h.listener(pb).(syscall.Conn)
+		sc, ok := h.Listener(pb).(syscall.Conn)
 		if !ok {
 			continue
 		}
@@ -198,39 +202,39 @@ func (h *heldPorts) dupListeners(pubs []Publish) (fds []int, ports []string, err
 			err = rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) })
 		}
 		if err = errors.Join(err, derr); err != nil {
-			closeFDs(fds)
+			CloseFDs(fds)
 			return nil, nil, fmt.Errorf("--publish %s: %w", pb, err)
 		}
-		fds, ports = append(fds, fd), append(ports, pb.recorded())
+		fds, ports = append(fds, fd), append(ports, pb.Recorded())
 	}
 	return fds, ports, nil
 }
 
-func closeFDs(fds []int) {
+func CloseFDs(fds []int) {
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
 }
 
-// release closes this run's listeners of ports (Publish.recorded), which
+// Release closes this run's listeners of ports (Publish.Recorded), which
 // another run serves now.
-func (h *heldPorts) release(pubs []Publish, ports []string) {
+func (h *HeldPorts) Release(pubs []Publish, ports []string) {
 	h.lmu.Lock()
 	defer h.lmu.Unlock()
 	for _, pb := range pubs {
-		if l := h.bound[pb.Host]; l != nil && slices.Contains(ports, pb.recorded()) {
+		if l := h.bound[pb.Host]; l != nil && slices.Contains(ports, pb.Recorded()) {
 			delete(h.bound, pb.Host)
 			l.Close()
 		}
 	}
 }
 
-// adopt serves the listening sockets files that the run the guest came
-// from handed over, ports naming each (Publish.recorded). Each must be a
+// Adopt serves the listening sockets files that the run the guest came
+// from handed over, ports naming each (Publish.Recorded). Each must be a
 // listening TCP socket bound to the host address of one of pubs, which
 // is not listened on here yet; one that is not is refused (and its port
 // bound afresh by bind). Every file is closed.
-func (h *heldPorts) adopt(pubs []Publish, ports []string, files []*os.File) error {
+func (h *HeldPorts) Adopt(pubs []Publish, ports []string, files []*os.File) error {
 	var errs []error
 	for i, f := range files {
 		name := ""
@@ -248,13 +252,13 @@ func (h *heldPorts) adopt(pubs []Publish, ports []string, files []*os.File) erro
 	return errors.Join(errs...)
 }
 
-func (h *heldPorts) adoptOne(pubs []Publish, name string, f *os.File) error {
-	i := slices.IndexFunc(pubs, func(pb Publish) bool { return pb.recorded() == name })
+func (h *HeldPorts) adoptOne(pubs []Publish, name string, f *os.File) error {
+	i := slices.IndexFunc(pubs, func(pb Publish) bool { return pb.Recorded() == name })
 	if i < 0 {
 		return fmt.Errorf("a socket handed over for %q, which is not a port this run publishes: refused", name)
 	}
 	pb := pubs[i]
-	if h.listener(pb) != nil {
+	if h.Listener(pb) != nil {
 		return fmt.Errorf("--publish %s: a second socket handed over for it: refused", pb)
 	}
 	if err := checkListening(f, pb.Host); err != nil {
@@ -325,33 +329,6 @@ func checkListeningFD(fd int, want netip.AddrPort) error {
 	return nil
 }
 
-// publish points the published host ports at this run's pod, binding
-// those not bound yet (the first boot): a port that cannot be bound fails
-// the run before the guest boots. A run that took its guest over by
-// migration got the old run's listeners with it (adopt) and only points
-// them; a port the old run did not hand over (an older vlctl) is bound
-// once the old run lets go of it, waited for up to wait.
-func (r *runner) publish(wait time.Duration) error {
-	if len(r.cfg.Publish) == 0 {
-		return nil
-	}
-	if r.net == nil {
-		return errors.New("--publish: the VMI has no pod network interface to publish ports of")
-	}
-	if err := checkPublished(r.net, r.cfg.Publish); err != nil {
-		return err
-	}
-	if err := r.cfg.ports.bind(r.cfg.Publish, wait); err != nil {
-		return err
-	}
-	r.cfg.ports.point(&podTarget{outside: r.net.Outside, addr: r.net.Pod4.Addr()})
-	r.pub = r.cfg.ports
-	for _, pb := range r.cfg.Publish {
-		r.progress("published %s", pb)
-	}
-	return nil
-}
-
 // listenFreed listens on addr, waiting up to wait for it to be freed.
 func listenFreed(addr string, wait time.Duration) (net.Listener, error) {
 	deadline := time.Now().Add(wait)
@@ -364,9 +341,9 @@ func listenFreed(addr string, wait time.Duration) (net.Listener, error) {
 	}
 }
 
-// dialIn connects to addr from the namespace ns: the socket is made on
+// DialIn connects to addr from the namespace ns: the socket is made on
 // this thread, in ns; connecting it may finish on any thread.
-func dialIn(ns netns.NsHandle, to netip.AddrPort) (net.Conn, error) {
+func DialIn(ns netns.NsHandle, to netip.AddrPort) (net.Conn, error) {
 	var g net.Conn
 	err := plan.InNS(ns, func() error {
 		var err error
@@ -376,10 +353,10 @@ func dialIn(ns netns.NsHandle, to netip.AddrPort) (net.Conn, error) {
 	return g, err
 }
 
-// checkPublished refuses a guest port the pod interface's masquerade or
+// CheckPublished refuses a guest port the pod interface's masquerade or
 // passt binding does not forward: with ports declared, only those reach the
 // guest, and a published port would only ever refuse connections.
-func checkPublished(n *pod.Network, pubs []Publish) error {
+func CheckPublished(n *pod.Network, pubs []Publish) error {
 	for _, it := range n.Plan {
 		if it.PodIface != "eth0" || (it.Binding != plan.BindingMasquerade && it.Binding != plan.BindingPasst) || len(it.Ports) == 0 {
 			continue
@@ -400,4 +377,18 @@ func checkPublished(n *pod.Network, pubs []Publish) error {
 		}
 	}
 	return nil
+}
+
+// ParseRecorded are the ports a run published, from its record
+// ("HOSTIP:HOSTPORT->GUESTPORT/tcp", Publish.Recorded).
+func ParseRecorded(recorded []string) ([]Publish, error) {
+	var out []Publish
+	for _, s := range recorded {
+		pb, err := ParsePublish(strings.Replace(s, "->", ":", 1))
+		if err != nil {
+			return nil, fmt.Errorf("its published port %q: %w", s, err)
+		}
+		out = append(out, pb)
+	}
+	return out, nil
 }

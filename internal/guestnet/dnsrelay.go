@@ -1,4 +1,4 @@
-package standalone
+package guestnet
 
 import (
 	"bufio"
@@ -21,12 +21,12 @@ import (
 // dnsTimeout bounds one upstream exchange.
 const dnsTimeout = 3 * time.Second
 
-// dnsRelay answers the guest's DNS queries where its resolver is (the
+// DNSRelay answers the guest's DNS queries where its resolver is (the
 // pod's nameserver: the outside address, port 53/udp, in the run's
 // outside namespace) by asking the host's resolvers from vlctl's own
 // namespace, so the guest resolves names as the host does without any
 // route, rule or sysctl of the host changing. UDP only.
-type dnsRelay struct {
+type DNSRelay struct {
 	conn     net.PacketConn
 	status   io.Writer // hears of read errors
 	upstream []string
@@ -34,9 +34,9 @@ type dnsRelay struct {
 	wg       sync.WaitGroup
 }
 
-// hostResolvers reads the nameservers of the host's resolv.conf, as
+// HostResolvers reads the nameservers of the host's resolv.conf, as
 // host:53.
-func hostResolvers(path string) ([]string, error) {
+func HostResolvers(path string) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -55,8 +55,8 @@ func hostResolvers(path string) ([]string, error) {
 	return out, sc.Err()
 }
 
-// startDNSRelay listens at addr:53/udp in the namespace outside.
-func startDNSRelay(outside netns.NsHandle, addr netip.Addr, upstream []string, status io.Writer) (*dnsRelay, error) {
+// StartDNSRelay listens at addr:53/udp in the namespace outside.
+func StartDNSRelay(outside netns.NsHandle, addr netip.Addr, upstream []string, status io.Writer) (*DNSRelay, error) {
 	if len(upstream) == 0 {
 		return nil, errors.New("no upstream resolver")
 	}
@@ -68,7 +68,7 @@ func startDNSRelay(outside netns.NsHandle, addr netip.Addr, upstream []string, s
 	}); err != nil {
 		return nil, fmt.Errorf("DNS relay: %w", err)
 	}
-	d := &dnsRelay{conn: conn, status: status, upstream: upstream, sem: make(chan struct{}, 64)}
+	d := &DNSRelay{conn: conn, status: status, upstream: upstream, sem: make(chan struct{}, 64)}
 	d.wg.Add(1)
 	go d.serve()
 	return d, nil
@@ -77,7 +77,7 @@ func startDNSRelay(outside netns.NsHandle, addr netip.Addr, upstream []string, s
 // serve answers queries until the socket is closed; a read error
 // otherwise (a vlctl short of memory or buffers) is retried with
 // relay.Backoff, as an accept loop's.
-func (d *dnsRelay) serve() {
+func (d *DNSRelay) serve() {
 	defer d.wg.Done()
 	var b relay.Backoff
 	var rep relay.Reporter
@@ -109,10 +109,10 @@ func (d *dnsRelay) serve() {
 	}
 }
 
-func (d *dnsRelay) statusf(format string, a ...any) { fmt.Fprintf(d.status, format, a...) }
+func (d *DNSRelay) statusf(format string, a ...any) { fmt.Fprintf(d.status, format, a...) }
 
 // exchange asks the upstream resolvers in turn; nil when none answers.
-func (d *dnsRelay) exchange(q []byte) []byte {
+func (d *DNSRelay) exchange(q []byte) []byte {
 	for _, up := range d.upstream {
 		c, err := net.DialTimeout("udp", up, dnsTimeout)
 		if err != nil {
@@ -132,9 +132,9 @@ func (d *dnsRelay) exchange(q []byte) []byte {
 	return nil
 }
 
-// close stops the relay and waits for the exchanges under way (bounded by
+// Close stops the relay and waits for the exchanges under way (bounded by
 // dnsTimeout each).
-func (d *dnsRelay) close() {
+func (d *DNSRelay) Close() {
 	d.conn.Close()
 	d.wg.Wait()
 }
