@@ -14,15 +14,17 @@ import (
 // standInGuests are the containerDisk images KubeVirt's functional suite
 // boots its VMIs from (tests/containerdisk: <prefix>/<name>-container-disk-demo:<tag>)
 // that the e2e cluster stands in for: their real images cannot be pulled here.
-var standInGuests = []string{"alpine", "cirros"}
+var standInGuests = []string{testguest.LoginAlpine, testguest.LoginCirros}
 
 // PushStandInGuests pushes, under the names KubeVirt's functional suite
 // gives its guests' containerDisks (prefix <registry>/kubevirt, tag
-// KubeVirtVersion), the test guest's root disk in KubeVirt's containerDisk
-// layout. It is a disk, not a system a BIOS boots: the VMIs run (QEMU,
-// their pods, KubeVirt's view of them are all real) but the guest finds
-// nothing to boot, so specs that log in to it cannot pass on either
-// launcher.
+// KubeVirtVersion), a disk the VMI's BIOS boots: the test guest on
+// testguest.BIOSDisk with the login of the image it stands in for
+// (testguest.OptLogin: the issue line, "<host> login: ", the user and
+// password, a root prompt) and, as those images, no guest agent. It is a
+// test fixture, not alpine or cirros: no package manager, busybox's tools
+// only, and whatever a spec runs beyond the login and the commands the
+// login helpers run may answer differently (e2e/README.md).
 func (e *Env) PushStandInGuests(ctx context.Context) error {
 	g, err := testguest.Build(ctx, testguest.DefaultCacheDir())
 	if err != nil {
@@ -33,15 +35,15 @@ func (e *Env) PushStandInGuests(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	qcow := filepath.Join(work, "disk.qcow2")
-	if _, err := e.command(ctx, time.Minute, "", "/usr/bin/qemu-img", "convert", "-f", "raw", "-O", "qcow2", g.RootDisk, qcow); err != nil {
-		return err
-	}
 	for _, name := range standInGuests {
+		qcow := filepath.Join(work, name+".qcow2")
+		if err := g.BIOSDisk(ctx, qcow, testguest.OptLogin(name), testguest.OptNoAgent); err != nil {
+			return fmt.Errorf("stand-in %s: %w", name, err)
+		}
 		spec := ociimage.Spec{
 			Files:   []ociimage.File{{Dst: "/disk/disk.qcow2", Src: qcow, Mode: 0o440, UID: 107, GID: 107}},
 			Epoch:   time.Unix(0, 0).UTC(),
-			FilesBy: "e2e/suite: the test guest's disk standing in for KubeVirt's " + name + " containerDisk",
+			FilesBy: "e2e/suite: the test guest's BIOS disk standing in for KubeVirt's " + name + " containerDisk",
 		}
 		if err := e.Cluster.Images().Push(ctx, spec, e.StandInGuestImage(name)); err != nil {
 			return err

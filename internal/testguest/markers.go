@@ -86,6 +86,11 @@ const (
 	// "VL-FAKE-AGENT <garbage|silent> /dev/vportNpM": a fake agent runs
 	// on the port instead of the real one (OptAgentGarbage, OptAgentSilent).
 	MarkerFakeAgent = "VL-FAKE-AGENT"
+	// "VL-LOGIN <alpine|cirros> <host name>": a login waits on the console
+	// (OptLogin) instead of the shell.
+	MarkerLogin = "VL-LOGIN"
+	// "VL-REBOOT": the console shell's reboot (OptLogin); reboot -f follows.
+	MarkerReboot = "VL-REBOOT"
 )
 
 // Kernel command-line options the init understands.
@@ -114,6 +119,20 @@ const (
 func OptAgentBlock(commands ...string) string {
 	return "vl.agentblock=" + strings.Join(commands, ",")
 }
+
+// Login flavours (OptLogin): what KubeVirt's functional tests expect of
+// its alpine and cirros test images on the serial console.
+const (
+	LoginAlpine = "alpine" // root, no password, "Welcome to Alpine" issue
+	LoginCirros = "cirros" // cirros / gocubsgo, cirros' issue line, sudo
+)
+
+// OptLogin replaces the console shell with a getty login as the flavour
+// (LoginAlpine, LoginCirros) has it: the image's /etc/issue, "<host name>
+// login: ", its user and password, a prompt ending in "# ", a host name
+// from DHCP or NoCloud meta-data (else localhost); poweroff and reboot in
+// that shell work.
+func OptLogin(flavour string) string { return "vl.login=" + flavour }
 
 // EFIVarGUID is the vendor GUID of the EFI variables the guest writes and
 // lists.

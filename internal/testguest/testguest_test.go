@@ -28,6 +28,7 @@ type qemuVM struct {
 	cmd     *exec.Cmd
 	mon     string
 	started time.Time
+	in      io.WriteCloser // the serial console's input
 
 	mu      sync.Mutex
 	out     strings.Builder
@@ -44,6 +45,9 @@ func startQEMU(t *testing.T, dir string, args ...string) *qemuVM {
 	v.cmd = exec.Command("qemu-system-x86_64", append(base, args...)...)
 	stdout, err := v.cmd.StdoutPipe()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if v.in, err = v.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
 	v.cmd.Stderr = v.cmd.Stdout
@@ -67,13 +71,20 @@ func startQEMU(t *testing.T, dir string, args ...string) *qemuVM {
 }
 
 func (v *qemuVM) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		v.mu.Lock()
-		v.out.WriteString(strings.TrimRight(sc.Text(), "\r") + "\n")
-		close(v.changed)
-		v.changed = make(chan struct{})
-		v.mu.Unlock()
+	// Read as it comes, not by lines: a login prompt ends no line.
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			v.mu.Lock()
+			v.out.WriteString(strings.ReplaceAll(string(buf[:n]), "\r", ""))
+			close(v.changed)
+			v.changed = make(chan struct{})
+			v.mu.Unlock()
+		}
+		if err != nil {
+			break
+		}
 	}
 	err := v.cmd.Wait()
 	v.mu.Lock()
@@ -110,6 +121,36 @@ func (v *qemuVM) waitFor(marker string, timeout time.Duration) (string, time.Dur
 		case <-deadline:
 			v.t.Fatalf("no %s within %v", marker, timeout)
 		}
+	}
+}
+
+// waitText waits for text anywhere in the console output after offset
+// from and returns the offset just past it: a prompt is not a whole line.
+func (v *qemuVM) waitText(from int, text string, timeout time.Duration) int {
+	v.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		v.mu.Lock()
+		out, ch := v.out.String(), v.changed
+		v.mu.Unlock()
+		if i := strings.Index(out[from:], text); i >= 0 {
+			return from + i + len(text)
+		}
+		select {
+		case <-ch:
+		case <-v.exited:
+			v.t.Fatalf("QEMU exited (%v) before %q", v.waitErr, text)
+		case <-deadline:
+			v.t.Fatalf("no %q within %v", text, timeout)
+		}
+	}
+}
+
+// send types s on the serial console.
+func (v *qemuVM) send(s string) {
+	v.t.Helper()
+	if _, err := io.WriteString(v.in, s); err != nil {
+		v.t.Fatal(err)
 	}
 }
 
@@ -482,4 +523,66 @@ func BenchmarkBoot(b *testing.B) {
 	}
 	b.ReportMetric(booted.Seconds()/float64(b.N), "s-to-booted")
 	b.ReportMetric(ready.Seconds()/float64(b.N), "s-to-ready")
+}
+
+// TestBIOSDiskLogin boots BIOSDisk by SeaBIOS alone (no -kernel) and logs in
+// on the console as KubeVirt's functional tests log in to their alpine and
+// cirros images (tests/console: LoginToAlpine, LoginToCirros and the
+// console set-up after them), then powers off or reboots from that shell.
+func TestBIOSDiskLogin(t *testing.T) {
+	g := buildGuest(t)
+	for _, tool := range BIOSDiskTools {
+		testenv.Need(t, "dosfstools, mtools, syslinux", testenv.Installed(tool))
+	}
+	for _, tc := range []struct {
+		flavour, host string
+		login         func(v *qemuVM, at int) int
+		sudo          string // what configureConsole puts before dmesg
+		leave         string // the command that ends the guest
+		marker        string // and what the guest prints then
+	}{
+		{LoginAlpine, "vlalpine", func(v *qemuVM, at int) int {
+			v.send("\n")
+			at = v.waitText(at, "vlalpine login: ", 3*time.Minute)
+			v.send("root\n")
+			return v.waitText(at, "vlalpine:~# ", 30*time.Second)
+		}, "", "poweroff", MarkerPowerOff},
+		{LoginCirros, "vlcirros", func(v *qemuVM, at int) int {
+			v.send("\n")
+			at = v.waitText(at, "login as 'cirros' user. default password: 'gocubsgo'. use 'sudo' for root.", 3*time.Minute)
+			v.send("\n")
+			at = v.waitText(at, "vlcirros login:", 30*time.Second)
+			v.send("cirros\n")
+			at = v.waitText(at, "Password:", 30*time.Second)
+			v.send("gocubsgo\n")
+			return v.waitText(at, "# ", 30*time.Second)
+		}, "sudo ", "sudo reboot", MarkerReboot},
+	} {
+		t.Run(tc.flavour, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			disk := filepath.Join(dir, "disk.qcow2")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := g.BIOSDisk(ctx, disk, OptLogin(tc.flavour), OptNoAgent); err != nil {
+				t.Fatal(err)
+			}
+			v := startQEMU(t, dir, "-drive", "file="+disk+",if=virtio,format=qcow2",
+				"-netdev", "user,id=n0,hostname="+tc.host, "-device", "virtio-net-pci,netdev=n0")
+			if got, _ := v.waitFor(MarkerLogin, 3*time.Minute); got != tc.flavour+" "+tc.host {
+				t.Fatalf("%s %q, want %q", MarkerLogin, got, tc.flavour+" "+tc.host)
+			}
+			at := tc.login(v, 0)
+			// What KubeVirt's configureConsole runs after a login.
+			v.send("stty cols 500 rows 500\n")
+			at = v.waitText(at, "# ", 30*time.Second)
+			v.send("echo rc=$?\n")
+			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
+			v.send(tc.sudo + "dmesg -n 1; echo rc=$?\n")
+			v.waitText(at, "\nrc=0\n", 30*time.Second)
+			v.send(tc.leave + "\n")
+			v.waitFor(tc.marker, time.Minute)
+			v.waitExit(time.Minute)
+		})
+	}
 }
