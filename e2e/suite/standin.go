@@ -14,14 +14,25 @@ import (
 // standInGuests are the containerDisk images KubeVirt's functional suite
 // boots its VMIs from (tests/containerdisk: <prefix>/<name>-container-disk-demo:<tag>)
 // that the e2e cluster stands in for: their real images cannot be pulled here.
-var standInGuests = []string{testguest.LoginAlpine, testguest.LoginCirros}
+// Each boots from a BIOS disk with the login of the image it stands in
+// for; only the one with test tooling runs the guest agent, as the real
+// images do.
+var standInGuests = []struct {
+	name string
+	opts []string
+}{
+	{testguest.LoginAlpine, []string{testguest.OptLogin(testguest.LoginAlpine), testguest.OptNoAgent}},
+	{testguest.LoginCirros, []string{testguest.OptLogin(testguest.LoginCirros), testguest.OptNoAgent}},
+	{testguest.LoginAlpineTestTooling, []string{testguest.OptLogin(testguest.LoginAlpineTestTooling)}},
+}
 
 // PushStandInGuests pushes, under the names KubeVirt's functional suite
 // gives its guests' containerDisks (prefix <registry>/kubevirt, tag
 // KubeVirtVersion), a disk the VMI's BIOS boots: the test guest on
 // testguest.BIOSDisk with the login of the image it stands in for
 // (testguest.OptLogin: the issue line, "<host> login: ", the user and
-// password, a root prompt) and, as those images, no guest agent. It is a
+// password, a root prompt) and, as those images, a guest agent only in
+// alpine-with-test-tooling. It is a
 // test fixture, not alpine or cirros: no package manager, busybox's tools
 // only, and whatever a spec runs beyond the login and the commands the
 // login helpers run may answer differently (e2e/README.md).
@@ -35,9 +46,10 @@ func (e *Env) PushStandInGuests(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	for _, name := range standInGuests {
+	for _, sg := range standInGuests {
+		name := sg.name
 		qcow := filepath.Join(work, name+".qcow2")
-		if err := g.BIOSDisk(ctx, qcow, testguest.OptLogin(name), testguest.OptNoAgent); err != nil {
+		if err := g.BIOSDisk(ctx, qcow, sg.opts...); err != nil {
 			return fmt.Errorf("stand-in %s: %w", name, err)
 		}
 		spec := ociimage.Spec{

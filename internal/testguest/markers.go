@@ -124,11 +124,15 @@ func OptAgentBlock(commands ...string) string {
 // its alpine and cirros test images on the serial console.
 const (
 	LoginAlpine = "alpine" // root, no password, "Welcome to Alpine" issue
-	LoginCirros = "cirros" // cirros / gocubsgo, cirros' issue line, sudo
+	// LoginAlpineTestTooling is alpine's login with a /bin/bash (busybox's
+	// sh), for the image KubeVirt's tests give a "#!/bin/bash" user-data
+	// and expect the guest agent in: give the guest one (no OptNoAgent).
+	LoginAlpineTestTooling = "alpine-with-test-tooling"
+	LoginCirros            = "cirros" // cirros / gocubsgo, cirros' issue line, sudo
 )
 
 // OptLogin replaces the console shell with a getty login as the flavour
-// (LoginAlpine, LoginCirros) has it: the image's /etc/issue, "<host name>
+// (LoginAlpine, LoginAlpineTestTooling, LoginCirros) has it: the image's /etc/issue, "<host name>
 // login: ", its user and password, a prompt ending in "# ", a host name
 // from DHCP or NoCloud meta-data (else localhost); poweroff and reboot in
 // that shell work.
