@@ -13,6 +13,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/converter/compute"
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
@@ -29,7 +30,7 @@ func (m *Manager) agentCommand(ctx context.Context, command string) (string, err
 		return "", err
 	}
 	var reply libvirt.OptString
-	err = withContext(ctx, "guest agent command", func() error {
+	err = bounded.Call(ctx, "guest agent command", func() error {
 		r, cerr := l.QEMUDomainAgentCommand(d, command, agentTimeoutDefault, 0)
 		reply = r
 		return cerr

@@ -16,6 +16,8 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
+	"github.com/virtlauncher/virtlauncher/internal/domain/devices"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
@@ -321,7 +323,7 @@ func (m *Manager) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance,
 	}
 	cctx, cancel := context.WithTimeout(ctx, backupCallTimeout)
 	defer cancel()
-	live, err := m.liveXML(cctx, l, d, 0)
+	live, err := devices.ReadXML(cctx, l, d, 0)
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
@@ -377,7 +379,7 @@ func (m *Manager) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance,
 		"incrementalFrom", b.Incremental, "dir", dir)
 	cctx2, cancel2 := context.WithTimeout(ctx, backupCallTimeout)
 	defer cancel2()
-	err = withContext(cctx2, "begin the backup job", func() error {
+	err = bounded.Call(cctx2, "begin the backup job", func() error {
 		return l.DomainBackupBegin(d, bx, libvirt.OptString{cx}, 0)
 	})
 	if err != nil {
@@ -480,7 +482,7 @@ func backupJobEnd(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jo
 	ctx, cancel := context.WithTimeout(ctx, backupCallTimeout)
 	defer cancel()
 	var typ int32
-	if err := withContext(ctx, "read the job's state", func() (err error) {
+	if err := bounded.Call(ctx, "read the job's state", func() (err error) {
 		typ, _, err = l.DomainGetJobStats(d, 0)
 		return err
 	}); err != nil {
@@ -490,7 +492,7 @@ func backupJobEnd(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jo
 		return jobEnd{}, false, nil
 	}
 	var params []libvirt.TypedParam
-	if err := withContext(ctx, "read the ended job's statistics", func() (err error) {
+	if err := bounded.Call(ctx, "read the ended job's statistics", func() (err error) {
 		typ, params, err = l.DomainGetJobStats(d, libvirt.DomainJobStatsCompleted)
 		return err
 	}); err != nil {
@@ -543,7 +545,7 @@ func (m *Manager) abortBackup(ctx context.Context, o *backupv1.BackupOptions) er
 	defer cancel()
 	var typ int32
 	var params []libvirt.TypedParam
-	if err := withContext(ctx, "read the job's state", func() (err error) {
+	if err := bounded.Call(ctx, "read the job's state", func() (err error) {
 		typ, params, err = l.DomainGetJobStats(d, 0)
 		return err
 	}); err != nil {
@@ -558,7 +560,7 @@ func (m *Manager) abortBackup(ctx context.Context, o *backupv1.BackupOptions) er
 	if op != int32(libvirt.DomainJobOperationStrBackup) || libvirt.DomainJobType(typ) != libvirt.DomainJobUnbounded {
 		return fmt.Errorf("cannot abort backup, wrong operation or type: %d, %d", op, typ)
 	}
-	if err := withContext(ctx, "abort the backup job", func() error { return l.DomainAbortJob(d) }); err != nil {
+	if err := bounded.Call(ctx, "abort the backup job", func() error { return l.DomainAbortJob(d) }); err != nil {
 		return fmt.Errorf("failed to abort backup: %w", err)
 	}
 	m.log.Info("backup job abort initiated", "backup", o.BackupName)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 )
 
 // WarmCapabilities asks the daemon for the domain capabilities of arch
@@ -53,7 +55,7 @@ func (m *Manager) warmHostCapabilities(ctx context.Context, l *libvirt.Libvirt) 
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), capsWarmTimeout)
 		defer cancel()
 		t0 := time.Now()
-		err := withContext(wctx, "warm the daemon's capabilities", func() error {
+		err := bounded.Call(wctx, "warm the daemon's capabilities", func() error {
 			_, err := l.ConnectGetVersion()
 			return err
 		})

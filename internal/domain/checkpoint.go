@@ -13,6 +13,8 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
+	"github.com/virtlauncher/virtlauncher/internal/domain/devices"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -120,7 +122,7 @@ func (m *Manager) RedefineCheckpoint(ctx context.Context, v *v1.VirtualMachineIn
 	}
 	ctx, cancel := context.WithTimeout(ctx, backupCallTimeout)
 	defer cancel()
-	live, err := m.liveXML(ctx, l, d, 0)
+	live, err := devices.ReadXML(ctx, l, d, 0)
 	if err != nil {
 		return false, fmt.Errorf("failed to get domain disks: %w", err)
 	}
@@ -129,7 +131,7 @@ func (m *Manager) RedefineCheckpoint(ctx context.Context, v *v1.VirtualMachineIn
 	// (libvirt refuses a redefinition of a known checkpoint without its
 	// creation time).
 	var known bool
-	if err := withContext(ctx, "look the checkpoint up", func() error {
+	if err := bounded.Call(ctx, "look the checkpoint up", func() error {
 		_, lerr := l.DomainCheckpointLookupByName(d, cp.Name, 0)
 		known = lerr == nil
 		return nil
@@ -141,7 +143,7 @@ func (m *Manager) RedefineCheckpoint(ctx context.Context, v *v1.VirtualMachineIn
 		return false, nil
 	}
 	var out string
-	if err := withContext(ctx, "query the block nodes' bitmaps", func() (err error) {
+	if err := bounded.Call(ctx, "query the block nodes' bitmaps", func() (err error) {
 		out, err = l.QEMUDomainMonitorCommand(d, `{"execute":"query-named-block-nodes"}`, 0)
 		return err
 	}); err != nil {
@@ -172,7 +174,7 @@ func (m *Manager) RedefineCheckpoint(ctx context.Context, v *v1.VirtualMachineIn
 		return false, fmt.Errorf("failed to marshal checkpoint XML: %w", err)
 	}
 	flags := uint32(libvirt.DomainCheckpointCreateRedefine | libvirt.DomainCheckpointCreateRedefineValidate)
-	if err := withContext(ctx, "redefine the checkpoint", func() error {
+	if err := bounded.Call(ctx, "redefine the checkpoint", func() error {
 		_, err := l.DomainCheckpointCreateXML(d, doc, flags)
 		return err
 	}); err != nil {

@@ -12,6 +12,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/agent"
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
@@ -120,7 +121,7 @@ func (m *Manager) applyCredentials(ctx context.Context, c agent.Credentials) (de
 	call := func(what string, f func() error) error {
 		cctx, cancel := context.WithTimeout(ctx, credentialsCallTimeout)
 		defer cancel()
-		return withContext(cctx, what, f)
+		return bounded.Call(cctx, what, f)
 	}
 	for _, user := range sortedKeys(c.Keys) {
 		keys := c.Keys[user]

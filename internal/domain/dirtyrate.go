@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 )
 
 // The dirty rate is KubeVirt's (manager.go GetDomainDirtyRateStats,
@@ -55,7 +57,7 @@ func (src *statsSource) measureDirtyRate(ctx context.Context) (StatsDirtyRate, e
 	if !ok {
 		return StatsDirtyRate{}, ErrNoDomain
 	}
-	startErr := withContext(ctx, "start dirty rate calculation of "+d.Name, func() error {
+	startErr := bounded.Call(ctx, "start dirty rate calculation of "+d.Name, func() error {
 		return l.DomainStartDirtyRateCalc(d, int32(dirtyRatePeriod/time.Second), uint32(libvirt.DomainDirtyrateModePageSampling))
 	})
 	if startErr != nil {
@@ -73,7 +75,7 @@ func (src *statsSource) measureDirtyRate(ctx context.Context) (StatsDirtyRate, e
 	defer cancelSettle()
 	var dr StatsDirtyRate
 	var readErr error
-	measured, err := pollUntil(settle, func() (bool, error) {
+	measured, err := bounded.PollUntil(settle, func() (bool, error) {
 		dr, readErr = readDirtyRate(settle, l, d)
 		// A failed read is retried, as KubeVirt does, until the window ends.
 		return readErr == nil && dr.CalcStatus == int(libvirt.DomainDirtyrateMeasured), nil
@@ -98,7 +100,7 @@ func (src *statsSource) measureDirtyRate(ctx context.Context) (StatsDirtyRate, e
 // a record without the calculation's status is an error.
 func readDirtyRate(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (StatsDirtyRate, error) {
 	var dr StatsDirtyRate
-	err := withContext(ctx, "dirty rate of "+d.Name, func() error {
+	err := bounded.Call(ctx, "dirty rate of "+d.Name, func() error {
 		recs, err := l.ConnectGetAllDomainStats([]libvirt.Domain{d}, uint32(libvirt.DomainStatsDirtyrate),
 			uint32(libvirt.ConnectGetAllDomainsStatsRunning|libvirt.ConnectGetAllDomainsStatsPaused))
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/agent"
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 )
 
 // freezeCallTimeout bounds one freeze, thaw or time call to the daemon
@@ -57,7 +58,7 @@ func (m *Manager) Freeze(ctx context.Context, v *v1.VirtualMachineInstance, unfr
 		return fmt.Errorf("freeze: %w", err)
 	}
 	var n int32
-	if err := withContext(ctx, "freeze file systems of "+d.Name, func() error {
+	if err := bounded.Call(ctx, "freeze file systems of "+d.Name, func() error {
 		var ferr error
 		n, ferr = l.DomainFsfreeze(d, nil, 0)
 		return ferr
@@ -88,7 +89,7 @@ func (m *Manager) Unfreeze(ctx context.Context, v *v1.VirtualMachineInstance) er
 	if err != nil {
 		return fmt.Errorf("unfreeze: %w", err)
 	}
-	if err := withContext(ctx, "thaw file systems of "+d.Name, func() error {
+	if err := bounded.Call(ctx, "thaw file systems of "+d.Name, func() error {
 		_, terr := l.DomainFsthaw(d, nil, 0)
 		return terr
 	}); err != nil {
@@ -157,7 +158,7 @@ func (m *Manager) syncGuestTime(why string) {
 				continue
 			}
 			now := time.Now()
-			err = withContext(ctx, "set guest time", func() error {
+			err = bounded.Call(ctx, "set guest time", func() error {
 				return l.DomainSetTime(d, now.Unix(), uint32(now.Nanosecond()), 0)
 			})
 			if err == nil {

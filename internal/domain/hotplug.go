@@ -14,6 +14,8 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/compute"
 	"github.com/virtlauncher/virtlauncher/internal/converter/hostdev"
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
+	"github.com/virtlauncher/virtlauncher/internal/domain/devices"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
@@ -36,7 +38,7 @@ func (m *Manager) SyncVCPUs(ctx context.Context, v *v1.VirtualMachineInstance) e
 	defer unlock()
 	count := func(flags libvirt.DomainVCPUFlags) (uint64, error) {
 		var n int32
-		err := withContext(ctx, "read the vCPU count of domain "+d.Name, func() (err error) {
+		err := bounded.Call(ctx, "read the vCPU count of domain "+d.Name, func() (err error) {
 			n, err = l.DomainGetVcpusFlags(d, uint32(flags))
 			return err
 		})
@@ -59,17 +61,17 @@ func (m *Manager) SyncVCPUs(ctx context.Context, v *v1.VirtualMachineInstance) e
 	t0, from := time.Now(), live
 	// One bound for the call and the wait after it, inside virt-handler's
 	// 20 s for the RPC.
-	wctx, cancel := context.WithTimeout(ctx, detachWait)
+	wctx, cancel := context.WithTimeout(ctx, devices.DetachWait)
 	defer cancel()
 	flags := libvirt.DomainVCPULive | libvirt.DomainVCPUConfig
-	setErr := withContext(wctx, "set the vCPUs", func() error { return l.DomainSetVcpusFlags(d, uint32(want), uint32(flags)) })
+	setErr := bounded.Call(wctx, "set the vCPUs", func() error { return l.DomainSetVcpusFlags(d, uint32(want), uint32(flags)) })
 	if setErr != nil && want > live {
 		return fmt.Errorf("update vCPUs from %d to %d: %w", live, want, setErr)
 	}
 	// A removal libvirt gave up waiting for (5 s) may still complete: the
 	// guest is asked and lets go when it gets to it. Wait for it as for a
 	// detached disk.
-	done, err := pollUntil(wctx, func() (bool, error) {
+	done, err := bounded.PollUntil(wctx, func() (bool, error) {
 		live, err = count(libvirt.DomainVCPULive)
 		return live == want, err
 	})
@@ -115,7 +117,7 @@ func (m *Manager) HotplugHostDevices(ctx context.Context, v *v1.VirtualMachineIn
 		return err
 	}
 	defer unlock()
-	live, err := m.liveXML(ctx, l, d, 0)
+	live, err := devices.ReadXML(ctx, l, d, 0)
 	if err != nil {
 		return fmt.Errorf("hot-plug host devices: %w", err)
 	}
@@ -132,7 +134,7 @@ func (m *Manager) HotplugHostDevices(ctx context.Context, v *v1.VirtualMachineIn
 		if err != nil {
 			return fmt.Errorf("hot-plug host devices: %s: %w", hd.Alias.Name, err)
 		}
-		if err := withContext(ctx, "attach the host device", func() error { return l.DomainAttachDeviceFlags(d, x, uint32(liveAndConfig)) }); err != nil {
+		if err := bounded.Call(ctx, "attach the host device", func() error { return l.DomainAttachDeviceFlags(d, x, uint32(devices.LiveAndConfig)) }); err != nil {
 			return fmt.Errorf("hot-plug host devices: %s: %w", hd.Alias.Name, err)
 		}
 		m.log.Info("hot-plugged host device", "alias", hd.Alias.Name)
@@ -224,7 +226,7 @@ func (m *Manager) SyncMemory(ctx context.Context, v *v1.VirtualMachineInstance) 
 		return err
 	}
 	defer unlock()
-	live, err := m.liveXML(ctx, l, d, 0)
+	live, err := devices.ReadXML(ctx, l, d, 0)
 	if err != nil {
 		return fmt.Errorf("update guest memory: %w", err)
 	}
@@ -253,16 +255,16 @@ func (m *Manager) SyncMemory(ctx context.Context, v *v1.VirtualMachineInstance) 
 	}
 	m.log.Info("setting hotplugged memory", "requestedKiB", want, "attach", attach)
 	if attach {
-		err = withContext(ctx, "attach the virtio-mem device", func() error { return l.DomainAttachDeviceFlags(d, x, uint32(liveAndConfig)) })
+		err = bounded.Call(ctx, "attach the virtio-mem device", func() error { return l.DomainAttachDeviceFlags(d, x, uint32(devices.LiveAndConfig)) })
 	} else {
-		err = withContext(ctx, "update the virtio-mem device", func() error {
+		err = bounded.Call(ctx, "update the virtio-mem device", func() error {
 			return l.DomainUpdateDeviceFlags(d, x, libvirt.DomainDeviceModifyLive)
 		})
 	}
 	if err != nil {
 		return fmt.Errorf("update guest memory to %d KiB above the boot size: %w", want, err)
 	}
-	if live, err = m.liveXML(ctx, l, d, 0); err != nil {
+	if live, err = devices.ReadXML(ctx, l, d, 0); err != nil {
 		return fmt.Errorf("update guest memory: %w", err)
 	}
 	got, ok := virtioMem(live)

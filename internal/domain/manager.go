@@ -25,6 +25,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/agent"
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
@@ -240,11 +241,8 @@ type Manager struct {
 	// abandonCh is closed by AbandonTarget.
 	abandonCh chan struct{}
 
-	netStarted bool                       // op
-	netIfaces  map[string]facts.Interface // op
-	// attach is virt-handler's InterfaceDomainAttachment as at the
-	// network's start, for interfaces plugged later.
-	attach map[string]string // op
+	// net is the network phase's state (op).
+	net *netPhase
 }
 
 type outEvent struct {
@@ -280,6 +278,7 @@ func New(cfg Config) *Manager {
 	}
 	m.md.UID = cfg.UID
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
+	m.net = &netPhase{network: cfg.Network, baseFacts: m.baseFacts}
 	m.takeOverState()
 	m.agent = agent.NewStore()
 	m.poller = agent.NewPoller(m.agentCommand, m.agent, cfg.AgentIntervals, log.With("component", "guest-agent"))
@@ -390,7 +389,7 @@ const disconnectWait = 2 * time.Second
 func disconnect(l *libvirt.Libvirt) {
 	ctx, cancel := context.WithTimeout(context.Background(), disconnectWait)
 	defer cancel()
-	_ = withContext(ctx, "disconnect", l.Disconnect)
+	_ = bounded.Call(ctx, "disconnect", l.Disconnect)
 }
 
 func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt.DomainEventLifecycleMsg, <-chan any, error) {
@@ -603,11 +602,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		return fmt.Errorf("close: %w", err)
 	}
 	defer m.op.unlock()
-	if !m.netStarted {
-		return nil
-	}
-	m.netStarted = false
-	return m.cfg.Network.Close()
+	return m.net.close()
 }
 
 // WaitIdle waits until ctx ends for the mutating operation in progress (a

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
@@ -141,7 +142,7 @@ func (m *Manager) dumpDomain(ctx context.Context) (*libvirt.Libvirt, libvirt.Dom
 	}
 	var d libvirt.Domain
 	var maxKiB uint64
-	err = withContext(ctx, "find the domain to dump", func() error {
+	err = bounded.Call(ctx, "find the domain to dump", func() error {
 		var ok bool
 		var err error
 		if _, d, ok, err = m.lookupOn(l); err != nil {

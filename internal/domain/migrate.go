@@ -13,6 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
 	"github.com/virtlauncher/virtlauncher/internal/premigration"
@@ -71,7 +72,7 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 		return fmt.Errorf("migrate: domain %s is not running (state %d)", d.Name, st)
 	}
 	var req migration.Request
-	if err := withContext(ctx, "prepare the migration of "+d.Name, func() error {
+	if err := bounded.Call(ctx, "prepare the migration of "+d.Name, func() error {
 		qemu, err := l.ConnectGetVersion()
 		if err != nil {
 			return fmt.Errorf("QEMU version: %w", err)
@@ -379,7 +380,7 @@ const migrationCallTimeout = 10 * time.Second
 func callWithin(ctx context.Context, what string, f func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, migrationCallTimeout)
 	defer cancel()
-	return withContext(ctx, what, f)
+	return bounded.Call(ctx, what, f)
 }
 
 // assistMigration helps a migration that has not finished in its

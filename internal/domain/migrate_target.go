@@ -63,7 +63,7 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 	if exists {
 		return errors.New("prepare migration target: a domain exists in this pod already")
 	}
-	if err := m.startNetwork(ctx, v, opts.InterfaceDomainAttachment); err != nil {
+	if err := m.net.start(ctx, v, opts.InterfaceDomainAttachment); err != nil {
 		return err
 	}
 	c, err := m.Context(ctx, v, opts)
@@ -196,59 +196,10 @@ func (m *Manager) FinalizeMigration(ctx context.Context, v *v1.VirtualMachineIns
 	if !ok {
 		return errors.New("finalize migration: no domain arrived in this pod")
 	}
-	if err := m.refreshLinks(ctx, l, d, linkRefresh); err != nil {
+	if err := m.applier(l, d).RefreshLinks(ctx, linkRefresh); err != nil {
 		return err
 	}
 	m.syncGuestTime("after the migration")
-	return nil
-}
-
-// linkRefreshPause is how long a refreshed link stays down: KubeVirt's
-// launcher waits as long, since some guests ignore a down and up that
-// come at once.
-const linkRefreshPause = 100 * time.Millisecond
-
-// refreshLinks sets each named interface's link down and then back to the
-// state it had (live and in the definition), as KubeVirt's
-// reconnectGuestNics. A name the domain has no interface for is skipped,
-// as there.
-func (m *Manager) refreshLinks(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, names []string) error {
-	if len(names) == 0 {
-		return nil
-	}
-	live, err := m.liveXML(ctx, l, d, 0)
-	if err != nil {
-		return fmt.Errorf("finalize migration: %w", err)
-	}
-	for _, name := range names {
-		iface, ok := findInterface(live.Devices.Interfaces, name)
-		if !ok {
-			m.log.Info("link refresh: no such interface in the domain", "interface", name)
-			continue
-		}
-		up, err := iface.Marshal()
-		if err != nil {
-			return fmt.Errorf("finalize migration: interface %q: %w", name, err)
-		}
-		downIface := iface
-		downIface.Link = &libvirtxml.DomainInterfaceLink{State: "down"}
-		down, err := downIface.Marshal()
-		if err != nil {
-			return fmt.Errorf("finalize migration: interface %q: %w", name, err)
-		}
-		if err := withContext(ctx, "set the link down", func() error { return l.DomainUpdateDeviceFlags(d, down, liveAndConfig) }); err != nil {
-			return fmt.Errorf("finalize migration: interface %q: link refresh: %w", name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("finalize migration: interface %q: link left down: %w", name, ctx.Err())
-		case <-time.After(linkRefreshPause):
-		}
-		if err := withContext(ctx, "set the link up", func() error { return l.DomainUpdateDeviceFlags(d, up, liveAndConfig) }); err != nil {
-			return fmt.Errorf("finalize migration: interface %q: link refresh: %w", name, err)
-		}
-		m.log.Info("interface link refreshed", "interface", name)
-	}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"github.com/virtlauncher/virtlauncher/internal/agent"
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
@@ -87,7 +88,7 @@ func (src *statsSource) fetch(ctx context.Context) ([]byte, error) {
 		return nil, ErrNoStats
 	}
 	var s *Stats
-	err = withContext(ctx, "stats of domain "+d.Name, func() error {
+	err = bounded.Call(ctx, "stats of domain "+d.Name, func() error {
 		recs, err := l.ConnectGetAllDomainStats([]libvirt.Domain{d}, uint32(statsTypes), uint32(statsFlags))
 		if err != nil {
 			return err

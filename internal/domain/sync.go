@@ -15,6 +15,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
 	"github.com/virtlauncher/virtlauncher/internal/converter/storage"
+	"github.com/virtlauncher/virtlauncher/internal/domain/devices"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -69,7 +70,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		return m.cfg.HypervisorErr
 	}
 	m.refreshGracePeriod(ctx, v)
-	if err := m.startNetwork(ctx, v, opts.InterfaceDomainAttachment); err != nil {
+	if err := m.net.start(ctx, v, opts.InterfaceDomainAttachment); err != nil {
 		return err
 	}
 
@@ -117,13 +118,13 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 }
 
 // applyChanges makes the defined domain match what the VMI asks of it
-// while it runs (planChanges): disks of hotplugged volumes detached and
-// attached, CD-ROM media changed, disks grown, interfaces unplugged and
-// plugged, link states set, each confirmed by
-// libvirt before the Sync answers. A change it cannot make fails the Sync
-// before any is made; it never answers success for a change not made.
+// while it runs (devices.PlanChanges, made by a devices.Applier): disks of
+// hotplugged volumes detached and attached, CD-ROM media changed, disks
+// grown, interfaces unplugged and plugged, link states set, each confirmed
+// by libvirt before the Sync answers. A change it cannot make fails the
+// Sync before any is made; it never answers success for a change not made.
 func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
-	live, err := m.liveXML(ctx, l, d, 0)
+	live, err := devices.ReadXML(ctx, l, d, 0)
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
@@ -131,14 +132,15 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	if err := m.definitionFollows(ctx, l, d, live); err != nil {
+	a := m.applier(l, d)
+	if err := a.FollowDefinition(ctx, live); err != nil {
 		return err
 	}
-	plan := planChanges(v, want, live, m.cfg.Layout.HotplugDiskDir, m.attach)
-	if len(plan.unsupported) > 0 {
-		return fmt.Errorf("sync: not applied to the running domain, nothing changed: %s", strings.Join(plan.unsupported, "; "))
+	plan := devices.PlanChanges(v, want, live, m.cfg.Layout.HotplugDiskDir, m.net.attach)
+	if len(plan.Unsupported) > 0 {
+		return fmt.Errorf("sync: not applied to the running domain, nothing changed: %s", strings.Join(plan.Unsupported, "; "))
 	}
-	if len(plan.grow) > 0 {
+	if len(plan.Grow) > 0 {
 		// A disk grows in a running guest only; a domain that is down
 		// (about to start, or stopped for good) is left as it is.
 		st, _, err := m.state(l, d)
@@ -146,91 +148,29 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 			return fmt.Errorf("sync: %w", err)
 		}
 		if !active(st) {
-			plan.grow = nil
+			plan.Grow = nil
 		}
 	}
-	if plan.empty() {
+	if plan.Empty() {
 		return nil
 	}
-	// Whatever happens below, GetDomain and virt-handler must see the
-	// devices as they are now: no libvirt event follows a link change,
-	// and the device events carry no XML.
-	changed := len(plan.detach)+len(plan.attach)+len(plan.media)+len(plan.unplug)+len(plan.plug)+len(plan.links) > 0
-	defer func() {
-		if changed {
-			m.refresh(ctx, EventModified, true)
-		}
-	}()
-	for _, disk := range plan.detach {
-		if err := m.detachDisk(ctx, l, d, disk); err != nil {
-			return err
-		}
+	changed, err := a.Apply(ctx, v, plan)
+	// Whatever happened, GetDomain and virt-handler must see the devices
+	// as they are now: no libvirt event follows a link change, and the
+	// device events carry no XML.
+	if changed {
+		m.refresh(ctx, EventModified, true)
 	}
-	for _, disk := range plan.attach {
-		if err := m.attachDisk(ctx, l, d, disk); err != nil {
-			return err
-		}
-	}
-	for _, disk := range plan.media {
-		if err := m.changeMedium(ctx, l, d, disk); err != nil {
-			return err
-		}
-	}
-	for _, c := range plan.grow {
-		grown, err := m.growDisk(ctx, l, d, c)
-		changed = changed || grown
-		if err != nil {
-			return err
-		}
-	}
-	for _, iface := range plan.unplug {
-		if err := m.detachInterface(ctx, l, d, iface); err != nil {
-			return err
-		}
-	}
-	if len(plan.plug) > 0 {
-		if err := m.plugInterfaces(ctx, l, d, v, plan.plug); err != nil {
-			return err
-		}
-	}
-	for _, iface := range plan.links {
-		if err := m.setLink(ctx, l, d, iface); err != nil {
-			return err
-		}
-	}
-	return nil
+	return err
 }
 
-// definitionFollows brings the domain's definition back to the running
-// domain's hotplugged disks where a daemon that died during a hotplug or
-// an unplug left them apart (definitionDrift), before the Sync plans its
-// changes from the running domain.
-func (m *Manager) definitionFollows(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, live *libvirtxml.Domain) error {
-	def, err := m.liveXML(ctx, l, d, libvirt.DomainXMLInactive)
-	if err != nil {
-		return fmt.Errorf("sync: %w", err)
+// applier makes device changes to domain d over l.
+func (m *Manager) applier(l *libvirt.Libvirt, d libvirt.Domain) *devices.Applier {
+	a := &devices.Applier{Client: devices.Libvirt{L: l, D: d}, Log: m.log, HotplugDir: m.cfg.Layout.HotplugDiskDir}
+	if m.cfg.Network != nil {
+		a.Network = m.net
 	}
-	drop, add := definitionDrift(live, def, m.cfg.Layout.HotplugDiskDir)
-	for _, list := range []struct {
-		disks []libvirtxml.DomainDisk
-		verb  string
-		call  func(libvirt.Domain, string, uint32) error
-	}{{drop, "detach", l.DomainDetachDeviceFlags}, {add, "attach", l.DomainAttachDeviceFlags}} {
-		for _, disk := range list.disks {
-			name, _ := userAlias(disk.Alias)
-			x, err := disk.Marshal()
-			if err != nil {
-				return fmt.Errorf("sync: disk %q: %w", name, err)
-			}
-			m.log.Warn("the definition disagrees with the running domain on a hotplugged disk (a daemon died during a hotplug or unplug): "+list.verb+"ing it in the definition", "disk", name)
-			if err := withContext(ctx, list.verb+" the disk in the definition", func() error {
-				return list.call(d, x, uint32(libvirt.DomainDeviceModifyConfig))
-			}); err != nil {
-				return fmt.Errorf("sync: disk %q: %s it in the definition, as the running domain has it: %w", name, list.verb, err)
-			}
-		}
-	}
-	return nil
+	return a
 }
 
 // wantDisks converts the VMI's disks as the running domain should have
@@ -246,27 +186,7 @@ func (m *Manager) wantDisks(v *v1.VirtualMachineInstance, live *libvirtxml.Domai
 		return nil, fmt.Errorf("gather hotplug volume facts: %w", err)
 	}
 	c.Volumes = vols
-	return converter.Disks(pinLiveTargets(v, live), c)
-}
-
-// liveXML reads and parses the domain's XML (flags: 0 for the running
-// domain, DomainXMLInactive for its definition).
-func (m *Manager) liveXML(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, flags libvirt.DomainXMLFlags) (*libvirtxml.Domain, error) {
-	var x string
-	if err := withContext(ctx, "read the domain XML", func() (err error) {
-		x, err = l.DomainGetXMLDesc(d, flags)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	var dom libvirtxml.Domain
-	if err := dom.Unmarshal(x); err != nil {
-		return nil, fmt.Errorf("parse XML of domain %s: %w", d.Name, err)
-	}
-	if dom.Devices == nil {
-		dom.Devices = &libvirtxml.DomainDeviceList{}
-	}
-	return &dom, nil
+	return converter.Disks(devices.PinLiveTargets(v, live), c)
 }
 
 // domainNow is what Sync knows of the launcher's domain before it acts:
@@ -296,7 +216,7 @@ const (
 // nor final; it is resumed when paused, unless the user paused it (through
 // us, or libvirt says so) or libvirt paused it for its own work, which it
 // resumes itself. Whatever the run state, a defined domain's devices then
-// follow the VMI: planChanges decides which (the hotplug part).
+// follow the VMI: devices.PlanChanges decides which (the hotplug part).
 func decideSync(v *v1.VirtualMachineInstance, live domainNow) runAction {
 	switch {
 	case !live.exists:
@@ -349,8 +269,8 @@ func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opt
 		}
 	}
 	c.Volumes = vols
-	if m.netIfaces != nil {
-		c.Interfaces = m.netIfaces
+	if m.net.ifaces != nil {
+		c.Interfaces = m.net.ifaces
 	}
 	if m.cfg.Devices != nil {
 		c.Devices = m.cfg.Devices(ctx, v)
@@ -402,7 +322,9 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	if err != nil {
 		return fmt.Errorf("prepare disks: %w", err)
 	}
-	m.growOffline(ctx, v, dom, c.Volumes)
+	devices.GrowOffline(m.log, v, dom, func(name, path string, size int64) error {
+		return m.cfg.Disks.GrowRaw(ctx, path, size, c.Volumes[name].Preallocated)
+	})
 	t1 := time.Now()
 	if m.cfg.Hooks != nil {
 		if xml, err = m.applyHooks(ctx, v, xml, dom.Name); err != nil {
@@ -443,7 +365,7 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	// The tagged devices' addresses are libvirt's, known from the define
 	// on: the ConfigDrive gets them before the guest can read it.
 	if err := m.cfg.Disks.ConfigDriveDevices(v, func() (*libvirtxml.Domain, error) {
-		return m.liveXML(ctx, l, d, libvirt.DomainXMLInactive)
+		return devices.ReadXML(ctx, l, d, libvirt.DomainXMLInactive)
 	}); err != nil {
 		if uerr := l.DomainUndefineFlags(d, undefineFlags); uerr != nil {
 			m.log.Warn("undefining the domain after a failed device metadata", "domain", dom.Name, "reason", uerr)
@@ -488,29 +410,6 @@ func (m *Manager) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineIn
 	if changed && defined {
 		m.refresh(ctx, EventModified, true)
 	}
-}
-
-// startNetwork runs the network phase once per launcher: the DHCP servers
-// live in this process, so a restarted launcher starts them again even
-// when the domain already exists.
-func (m *Manager) startNetwork(ctx context.Context, v *v1.VirtualMachineInstance, attach map[string]string) error {
-	if m.netStarted {
-		// virt-handler computes the attachments from the VMI's interfaces
-		// at every Sync: a plugged interface's is in the newest.
-		if attach != nil {
-			m.attach = attach
-		}
-		return nil
-	}
-	if m.cfg.Network == nil {
-		return nil
-	}
-	ifs, err := m.cfg.Network.Serve(ctx, v, attach)
-	if err != nil {
-		return fmt.Errorf("network: %w", err)
-	}
-	m.netStarted, m.netIfaces, m.attach = true, ifs, attach
-	return nil
 }
 
 // syncRestartsOff keeps the monitor's marker in step with the VMI's

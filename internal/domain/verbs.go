@@ -8,6 +8,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
@@ -83,7 +84,7 @@ const acpiCallTimeout = 5 * time.Second
 func (m *Manager) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) error {
 	cctx, cancel := context.WithTimeout(ctx, shutdownCallTimeout)
 	defer cancel()
-	err := withContext(cctx, "ask the guest to power off", func() error {
+	err := bounded.Call(cctx, "ask the guest to power off", func() error {
 		return l.DomainShutdownFlags(d, 0)
 	})
 	switch {
@@ -93,7 +94,7 @@ func (m *Manager) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d libv
 		m.log.Warn("the guest agent did not carry out the shutdown in time: pressing the ACPI power button", "after", shutdownCallTimeout)
 		actx, cancel := context.WithTimeout(ctx, acpiCallTimeout)
 		defer cancel()
-		err = withContext(actx, "press the ACPI power button", func() error {
+		err = bounded.Call(actx, "press the ACPI power button", func() error {
 			return l.DomainShutdownFlags(d, libvirt.DomainShutdownAcpiPowerBtn)
 		})
 		if err == nil {
@@ -254,7 +255,7 @@ func (m *Manager) SoftReboot(ctx context.Context, v *v1.VirtualMachineInstance) 
 		m.mu.Unlock()
 		ctx, cancel := context.WithTimeout(ctx, shutdownCallTimeout)
 		defer cancel()
-		return withContext(ctx, "ask the guest to reboot", func() error { return l.DomainReboot(d, flags) })
+		return bounded.Call(ctx, "ask the guest to reboot", func() error { return l.DomainReboot(d, flags) })
 	})
 }
 
@@ -372,7 +373,7 @@ func (m *Manager) QemuVersion(ctx context.Context) (string, error) {
 // (major × 1,000,000 + minor × 1,000 + micro).
 func hypervisorVersion(ctx context.Context, l *libvirt.Libvirt) (uint64, error) {
 	var v uint64
-	err := withContext(ctx, "hypervisor version", func() (err error) {
+	err := bounded.Call(ctx, "hypervisor version", func() (err error) {
 		v, err = l.ConnectGetVersion()
 		return err
 	})

@@ -1,4 +1,4 @@
-package domain
+package devices
 
 import (
 	"context"
@@ -12,28 +12,25 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 )
 
-// detachWait bounds how long one Sync waits for QEMU to release a detached
+// DetachWait bounds how long one Sync waits for QEMU to release a detached
 // disk. virt-handler gives a Sync 20 s; a disk the guest has not let go of
 // by then is waited for again by the next Sync.
-const detachWait = 15 * time.Second
-
-// liveAndConfig changes the running domain and its definition, as
-// KubeVirt's launcher does.
-const liveAndConfig = libvirt.DomainDeviceModifyLive | libvirt.DomainDeviceModifyConfig
+const DetachWait = 15 * time.Second
 
 // detachDisk unplugs a hotplugged disk and returns only once it is gone
 // from the running domain: virt-handler unmounts the volume as soon as the
 // Sync succeeds, and QEMU must not have it open then. A virtio disk needs
 // the guest to let go of its PCI device (libvirt waits 5 s for that and
 // then leaves it pending); a SCSI disk goes at once.
-func (m *Manager) detachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, disk libvirtxml.DomainDisk) error {
+func (a *Applier) detachDisk(ctx context.Context, disk libvirtxml.DomainDisk) error {
 	name, _ := userAlias(disk.Alias)
-	m.log.Info("detaching disk", "disk", name, "target", disk.Target.Dev, "source", diskSourcePath(&disk))
-	return m.detachDevice(ctx, l, d, "disk", name, &disk, func(dom *libvirtxml.Domain) bool {
+	a.Log.Info("detaching disk", "disk", name, "target", disk.Target.Dev, "source", diskSourcePath(&disk))
+	return a.detachDevice(ctx, "disk", name, &disk, func(dom *libvirtxml.Domain) bool {
 		_, there := findDisk(dom.Devices.Disks, name)
 		return there
 	})
@@ -41,16 +38,16 @@ func (m *Manager) detachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 
 // detachDevice unplugs dev (the disk or interface kind named name) from
 // the running domain and its definition, and waits until present no
-// longer finds it in the running domain (liveXML's, Devices set), up to
-// detachWait. A device the
+// longer finds it in the running domain (Client.XML's, Devices set), up to
+// DetachWait. A device the
 // definition has lost already was asked for by an earlier Sync whose guest
 // had not let go: it is asked again, live only.
-func (m *Manager) detachDevice(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, kind, name string, dev interface{ Marshal() (string, error) }, present func(*libvirtxml.Domain) bool) error {
+func (a *Applier) detachDevice(ctx context.Context, kind, name string, dev interface{ Marshal() (string, error) }, present func(*libvirtxml.Domain) bool) error {
 	x, err := dev.Marshal()
 	if err != nil {
 		return fmt.Errorf("sync: %s %q: %w", kind, name, err)
 	}
-	def, err := m.liveXML(ctx, l, d, libvirt.DomainXMLInactive)
+	def, err := a.Client.XML(ctx, true)
 	if err != nil {
 		return fmt.Errorf("sync: %s %q: %w", kind, name, err)
 	}
@@ -58,31 +55,29 @@ func (m *Manager) detachDevice(ctx context.Context, l *libvirt.Libvirt, d libvir
 	t0 := time.Now()
 	var callErr error
 	if inConfig {
-		callErr = withContext(ctx, "detach the "+kind, func() error { return l.DomainDetachDeviceFlags(d, x, uint32(liveAndConfig)) })
+		callErr = a.Client.Detach(ctx, "detach the "+kind, x, LiveAndConfig)
 		if callErr != nil {
-			return m.detachRefused(ctx, l, d, kind, name, x, present, callErr)
+			return a.detachRefused(ctx, kind, name, x, present, callErr)
 		}
 	} else {
 		// QEMU refusing a second request while the first is pending is no
 		// failure; the wait below decides.
-		callErr = withContext(ctx, "detach the "+kind, func() error {
-			return l.DomainDetachDeviceFlags(d, x, uint32(libvirt.DomainDeviceModifyLive))
-		})
+		callErr = a.Client.Detach(ctx, "detach the "+kind, x, Live)
 		if callErr != nil {
-			m.log.Info("detach request repeated", kind, name, "err", callErr.Error())
+			a.Log.Info("detach request repeated", kind, name, "err", callErr.Error())
 		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, detachWait)
+	wctx, cancel := context.WithTimeout(ctx, a.detachWait())
 	defer cancel()
-	gone, _ := pollUntil(wctx, func() (bool, error) {
-		live, err := m.liveXML(wctx, l, d, 0)
+	gone, _ := bounded.PollUntil(wctx, func() (bool, error) {
+		live, err := a.Client.XML(wctx, false)
 		if err != nil {
 			return false, nil // read again
 		}
 		return !present(live), nil
 	})
 	if gone {
-		m.log.Info(kind+" detached", kind, name, "took", time.Since(t0).String(), "retry", !inConfig)
+		a.Log.Info(kind+" detached", kind, name, "took", time.Since(t0).String(), "retry", !inConfig)
 		return nil
 	}
 	msg := fmt.Sprintf("sync: %s %q: detach requested, but QEMU still has it after %s (the guest has not released it)", kind, name, time.Since(t0).Round(time.Millisecond))
@@ -100,23 +95,21 @@ func (m *Manager) detachDevice(ctx context.Context, l *libvirt.Libvirt, d libvir
 // refusal ("disk sda not found") then means the unplug is done: the
 // definition is brought along and the detach counts as done. A device the
 // running domain still has is a real refusal.
-func (m *Manager) detachRefused(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, kind, name, x string, present func(*libvirtxml.Domain) bool, callErr error) error {
+func (a *Applier) detachRefused(ctx context.Context, kind, name, x string, present func(*libvirtxml.Domain) bool, callErr error) error {
 	refused := fmt.Errorf("sync: %s %q: %w", kind, name, callErr)
-	live, err := m.liveXML(ctx, l, d, 0)
+	live, err := a.Client.XML(ctx, false)
 	if err != nil || present(live) {
 		return refused
 	}
-	m.log.Info(kind+" already gone from the running domain (a detach the daemon finished after its restart)", kind, name, "refusal", callErr.Error())
-	def, err := m.liveXML(ctx, l, d, libvirt.DomainXMLInactive)
+	a.Log.Info(kind+" already gone from the running domain (a detach the daemon finished after its restart)", kind, name, "refusal", callErr.Error())
+	def, err := a.Client.XML(ctx, true)
 	if err != nil {
 		return fmt.Errorf("sync: %s %q: %w", kind, name, err)
 	}
 	if !present(def) {
 		return nil
 	}
-	if err := withContext(ctx, "detach the "+kind+" from the definition", func() error {
-		return l.DomainDetachDeviceFlags(d, x, uint32(libvirt.DomainDeviceModifyConfig))
-	}); err != nil {
+	if err := a.Client.Detach(ctx, "detach the "+kind+" from the definition", x, Config); err != nil {
 		return fmt.Errorf("sync: %s %q: gone from the running domain, but the definition keeps it: %w", kind, name, err)
 	}
 	return nil
@@ -125,7 +118,7 @@ func (m *Manager) detachRefused(ctx context.Context, l *libvirt.Libvirt, d libvi
 // attachDisk hotplugs the disk of a volume virt-handler mounted into the
 // pod, once the launcher can open its file or device (KubeVirt's launcher
 // checks the same before it attaches), and confirms libvirt has it.
-func (m *Manager) attachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, disk libvirtxml.DomainDisk) error {
+func (a *Applier) attachDisk(ctx context.Context, disk libvirtxml.DomainDisk) error {
 	name, _ := userAlias(disk.Alias)
 	if err := openable(diskSourcePath(&disk), disk.ReadOnly != nil); err != nil {
 		return fmt.Errorf("sync: disk %q: volume not usable yet: %w", name, err)
@@ -136,7 +129,7 @@ func (m *Manager) attachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 	}
 	t0 := time.Now()
 	attach := func() error {
-		return withContext(ctx, "attach the disk", func() error { return l.DomainAttachDeviceFlags(d, x, uint32(liveAndConfig)) })
+		return a.Client.Attach(ctx, "attach the disk", x, LiveAndConfig)
 	}
 	err = attach()
 	// A daemon killed in the middle of an attach can leave QEMU with the
@@ -144,11 +137,11 @@ func (m *Manager) attachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 	// the attach is tried again.
 	for range 2 {
 		if id := orphanDevice(err, disk.Alias); id != "" {
-			m.log.Warn("QEMU holds the device of an attach a dead daemon never finished: removing it and attaching again", "disk", name, "device", id, "refusal", err.Error())
-			m.dropOrphanDevice(ctx, l, d, id)
+			a.Log.Warn("QEMU holds the device of an attach a dead daemon never finished: removing it and attaching again", "disk", name, "device", id, "refusal", err.Error())
+			a.dropOrphanDevice(ctx, id)
 		} else if orphans := orphanNodes(err); orphans != nil {
-			m.log.Warn("QEMU holds block nodes of an attach a dead daemon never finished: removing them and attaching again", "disk", name, "nodes", orphans, "refusal", err.Error())
-			m.dropOrphanNodes(ctx, l, d, orphans)
+			a.Log.Warn("QEMU holds block nodes of an attach a dead daemon never finished: removing them and attaching again", "disk", name, "nodes", orphans, "refusal", err.Error())
+			a.dropOrphanNodes(ctx, orphans)
 		} else {
 			break
 		}
@@ -157,7 +150,7 @@ func (m *Manager) attachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 	if err != nil {
 		return fmt.Errorf("sync: disk %q (bus %s, target %s): %w", name, diskBus(&disk), disk.Target.Dev, err)
 	}
-	live, err := m.liveXML(ctx, l, d, 0)
+	live, err := a.Client.XML(ctx, false)
 	if err != nil {
 		return fmt.Errorf("sync: disk %q: %w", name, err)
 	}
@@ -165,7 +158,7 @@ func (m *Manager) attachDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.
 	if !there {
 		return fmt.Errorf("sync: disk %q: libvirt accepted the attach, but the running domain does not have it", name)
 	}
-	m.log.Info("disk attached", "disk", name, "target", got.Target.Dev, "bus", diskBus(&got), "source", diskSourcePath(&got), "took", time.Since(t0).String())
+	a.Log.Info("disk attached", "disk", name, "target", got.Target.Dev, "bus", diskBus(&got), "source", diskSourcePath(&got), "took", time.Since(t0).String())
 	return nil
 }
 
@@ -198,16 +191,8 @@ const orphanDeviceGone = 10 * time.Second
 // block nodes under it, through QEMU's monitor (the daemon has no call of
 // its own for a device it does not know). What cannot be removed is left
 // for the attach after to report.
-func (m *Manager) dropOrphanDevice(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, id string) {
-	qmp := func(what, cmd string) (string, error) {
-		var out string
-		err := withContext(ctx, what, func() error {
-			var err error
-			out, err = l.QEMUDomainMonitorCommand(d, cmd, 0)
-			return err
-		})
-		return out, err
-	}
+func (a *Applier) dropOrphanDevice(ctx context.Context, id string) {
+	qmp := func(what, cmd string) (string, error) { return a.Client.Monitor(ctx, what, cmd) }
 	path := "/machine/peripheral/" + id
 	drive, err := qmp("read the orphaned device's drive", fmt.Sprintf(`{"execute":"qom-get","arguments":{"path":%q,"property":"drive"}}`, path))
 	node := ""
@@ -218,7 +203,7 @@ func (m *Manager) dropOrphanDevice(ctx context.Context, l *libvirt.Libvirt, d li
 		}
 	}
 	_, err = qmp("remove the orphaned device", fmt.Sprintf(`{"execute":"device_del","arguments":{"id":%q}}`, id))
-	m.log.Info("orphaned device removed", "device", id, "drive", node, "err", fmt.Sprint(err))
+	a.Log.Info("orphaned device removed", "device", id, "drive", node, "err", fmt.Sprint(err))
 	deadline := time.Now().Add(orphanDeviceGone)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if _, err := qmp("look for the orphaned device", fmt.Sprintf(`{"execute":"qom-get","arguments":{"path":%q,"property":"type"}}`, path)); err != nil {
@@ -227,7 +212,7 @@ func (m *Manager) dropOrphanDevice(ctx context.Context, l *libvirt.Libvirt, d li
 		time.Sleep(100 * time.Millisecond)
 	}
 	if nodes := nodesUnder(node); nodes != nil {
-		m.dropOrphanNodes(ctx, l, d, nodes)
+		a.dropOrphanNodes(ctx, nodes)
 	}
 }
 
@@ -273,20 +258,17 @@ func orphanNodes(err error) []string {
 // monitor command; the daemon has no call of its own for nodes it does
 // not know). A node that is not there is no failure: the attach after
 // decides.
-func (m *Manager) dropOrphanNodes(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, nodes []string) {
+func (a *Applier) dropOrphanNodes(ctx context.Context, nodes []string) {
 	for _, n := range nodes {
 		cmd := fmt.Sprintf(`{"execute":"blockdev-del","arguments":{"node-name":%q}}`, n)
-		err := withContext(ctx, "remove block node "+n, func() error {
-			_, err := l.QEMUDomainMonitorCommand(d, cmd, 0)
-			return err
-		})
-		m.log.Info("orphaned block node removed", "node", n, "err", fmt.Sprint(err))
+		_, err := a.Client.Monitor(ctx, "remove block node "+n, cmd)
+		a.Log.Info("orphaned block node removed", "node", n, "err", fmt.Sprint(err))
 	}
 }
 
 // changeMedium inserts or ejects a CD-ROM's medium (disk is the live drive
 // with its new source) and confirms libvirt reports it.
-func (m *Manager) changeMedium(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, disk libvirtxml.DomainDisk) error {
+func (a *Applier) changeMedium(ctx context.Context, disk libvirtxml.DomainDisk) error {
 	name, _ := userAlias(disk.Alias)
 	src := diskSourcePath(&disk)
 	verb := "insert"
@@ -299,10 +281,10 @@ func (m *Manager) changeMedium(ctx context.Context, l *libvirt.Libvirt, d libvir
 	if err != nil {
 		return fmt.Errorf("sync: disk %q: %w", name, err)
 	}
-	if err := withContext(ctx, verb+" the CD-ROM medium", func() error { return l.DomainUpdateDeviceFlags(d, x, liveAndConfig) }); err != nil {
+	if err := a.Client.Update(ctx, verb+" the CD-ROM medium", x, LiveAndConfig); err != nil {
 		return fmt.Errorf("sync: disk %q: %w", name, err)
 	}
-	live, err := m.liveXML(ctx, l, d, 0)
+	live, err := a.Client.XML(ctx, false)
 	if err != nil {
 		return fmt.Errorf("sync: disk %q: %w", name, err)
 	}
@@ -313,7 +295,7 @@ func (m *Manager) changeMedium(ctx context.Context, l *libvirt.Libvirt, d libvir
 	case diskSourcePath(&got) != src:
 		return fmt.Errorf("sync: disk %q: %s asked, libvirt reports medium %q", name, verb, diskSourcePath(&got))
 	}
-	m.log.Info("CD-ROM medium changed", "disk", name, "action", verb, "source", src)
+	a.Log.Info("CD-ROM medium changed", "disk", name, "action", verb, "source", src)
 	return nil
 }
 

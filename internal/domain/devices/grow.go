@@ -1,20 +1,18 @@
-package domain
+package devices
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"syscall"
 
-	"github.com/digitalocean/go-libvirt"
 	k8sv1 "k8s.io/api/core/v1"
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
-
-	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
-// growOffline grows, before the domain is defined, the image files of the
+// GrowOffline grows, before the domain is defined, the image files of the
 // disks on PVCs that grew while the VM was off (KubeVirt's
 // expandDiskImagesOffline), so that the guest boots with the size its
 // volume has: the size growSize gives from the file's size and the space
@@ -22,7 +20,9 @@ import (
 // KubeVirt leaves them. A disk that cannot be grown is logged and left as
 // it is, as KubeVirt leaves it: the guest sees its old size, and the
 // online growth tries again once it runs.
-func (m *Manager) growOffline(ctx context.Context, v *v1.VirtualMachineInstance, dom *libvirtxml.Domain, vols map[string]facts.Volume) {
+//
+// grow grows the raw image file of disk name at path to size bytes.
+func GrowOffline(log *slog.Logger, v *v1.VirtualMachineInstance, dom *libvirtxml.Domain, grow func(name, path string, size int64) error) {
 	if dom.Devices == nil {
 		return
 	}
@@ -35,17 +35,17 @@ func (m *Manager) growOffline(ctx context.Context, v *v1.VirtualMachineInstance,
 		}
 		size, from, err := offlineGrowSize(c)
 		if err != nil {
-			m.log.Error("disk not grown before the start", "disk", c.name, "reason", err.Error())
+			log.Error("disk not grown before the start", "disk", c.name, "reason", err.Error())
 			continue
 		}
 		if size == 0 {
 			continue
 		}
-		if err := m.cfg.Disks.GrowRaw(ctx, c.path, int64(size), vols[c.name].Preallocated); err != nil {
-			m.log.Error("disk not grown before the start", "disk", c.name, "reason", err.Error())
+		if err := grow(c.name, c.path, int64(size)); err != nil {
+			log.Error("disk not grown before the start", "disk", c.name, "reason", err.Error())
 			continue
 		}
-		m.log.Info("disk grown before the start", "disk", c.name, "from", from, "to", size)
+		log.Info("disk grown before the start", "disk", c.name, "from", from, "to", size)
 	}
 }
 
@@ -153,12 +153,9 @@ func (c growCandidate) growSize(capacity, physical uint64, usable int64) (uint64
 // growDisk grows a disk on a PVC when its volume has grown (growSize), in
 // the running guest too (virDomainBlockResize), and confirms the new size.
 // It reports whether it changed the disk.
-func (m *Manager) growDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, c growCandidate) (bool, error) {
-	var alloc, capacity, physical uint64
-	if err := withContext(ctx, "read the disk's size", func() (err error) {
-		alloc, capacity, physical, err = l.DomainGetBlockInfo(d, c.target, 0)
-		return err
-	}); err != nil {
+func (a *Applier) growDisk(ctx context.Context, c growCandidate) (bool, error) {
+	alloc, capacity, physical, err := a.Client.BlockInfo(ctx, c.target)
+	if err != nil {
 		return false, fmt.Errorf("sync: disk %q: %w", c.name, err)
 	}
 	var usable int64
@@ -178,16 +175,11 @@ func (m *Manager) growDisk(ctx context.Context, l *libvirt.Libvirt, d libvirt.Do
 		}
 		return false, err
 	}
-	m.log.Info("growing disk", "disk", c.name, "from", capacity, "to", size)
-	if err := withContext(ctx, "resize the disk", func() error {
-		return l.DomainBlockResize(d, c.target, size, libvirt.DomainBlockResizeBytes)
-	}); err != nil {
+	a.Log.Info("growing disk", "disk", c.name, "from", capacity, "to", size)
+	if err := a.Client.BlockResize(ctx, c.target, size); err != nil {
 		return false, fmt.Errorf("sync: disk %q: grow from %d to %d bytes: %w", c.name, capacity, size, err)
 	}
-	if err := withContext(ctx, "read the disk's size", func() (err error) {
-		_, capacity, _, err = l.DomainGetBlockInfo(d, c.target, 0)
-		return err
-	}); err != nil {
+	if _, capacity, _, err = a.Client.BlockInfo(ctx, c.target); err != nil {
 		return true, fmt.Errorf("sync: disk %q: %w", c.name, err)
 	}
 	if capacity != size {

@@ -1,4 +1,4 @@
-package domain
+package devices
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ import (
 
 // TestPlanChanges: what Sync does to a running domain for a VMI, with the
 // disks the VMI asks for made by the real converter (converter.Disks over
-// pinLiveTargets), as applyChanges makes them.
+// PinLiveTargets), as applyChanges makes them.
 func TestPlanChanges(t *testing.T) {
 	l := layout.Default()
 	hp := l.HotplugDiskDir
@@ -122,23 +122,23 @@ func TestPlanChanges(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := facts.Default(l)
-			want, err := converter.Disks(pinLiveTargets(tc.vmi, tc.live), c)
+			want, err := converter.Disks(PinLiveTargets(tc.vmi, tc.live), c)
 			if err != nil {
 				t.Fatalf("converter.Disks: %v", err)
 			}
 			before, _ := tc.live.Marshal()
-			plan := planChanges(tc.vmi, want, tc.live, hp, nil)
+			plan := PlanChanges(tc.vmi, want, tc.live, hp, nil)
 			if after, _ := tc.live.Marshal(); after != before {
-				t.Errorf("planChanges changed the live domain")
+				t.Errorf("PlanChanges changed the live domain")
 			}
-			if len(plan.attach) != len(tc.attach) {
-				t.Errorf("attach %d disks, want %d: %+v", len(plan.attach), len(tc.attach), plan.attach)
+			if len(plan.Attach) != len(tc.attach) {
+				t.Errorf("attach %d disks, want %d: %+v", len(plan.Attach), len(tc.attach), plan.Attach)
 			}
 			for i, a := range tc.attach {
-				if i >= len(plan.attach) {
+				if i >= len(plan.Attach) {
 					break
 				}
-				got := plan.attach[i]
+				got := plan.Attach[i]
 				if n, _ := userAlias(got.Alias); n != a.name || got.Target.Dev != a.dev || got.Target.Bus != a.bus || diskSourcePath(&got) != a.path {
 					t.Errorf("attach %d: %s %s/%s %s, want %+v", i, n, got.Target.Dev, got.Target.Bus, diskSourcePath(&got), a)
 				}
@@ -147,7 +147,7 @@ func TestPlanChanges(t *testing.T) {
 				}
 			}
 			var detached []string
-			for _, d := range plan.detach {
+			for _, d := range plan.Detach {
 				n, _ := userAlias(d.Alias)
 				detached = append(detached, n)
 			}
@@ -155,7 +155,7 @@ func TestPlanChanges(t *testing.T) {
 				t.Errorf("detach %q, want %q", detached, tc.detach)
 			}
 			media := map[string]string{}
-			for _, d := range plan.media {
+			for _, d := range plan.Media {
 				n, _ := userAlias(d.Alias)
 				media[n] = diskSourcePath(&d)
 				if d.Driver == nil || d.Driver.Type != "raw" || d.Target.Dev != "sda" {
@@ -170,13 +170,13 @@ func TestPlanChanges(t *testing.T) {
 					t.Errorf("media %q, want %q", media, tc.media)
 				}
 			}
-			if len(plan.unsupported) != len(tc.unsupported) {
-				t.Fatalf("unsupported %q, want %d messages like %q", plan.unsupported, len(tc.unsupported), tc.unsupported)
+			if len(plan.Unsupported) != len(tc.unsupported) {
+				t.Fatalf("unsupported %q, want %d messages like %q", plan.Unsupported, len(tc.unsupported), tc.unsupported)
 			}
-			all := strings.Join(plan.unsupported, "\n")
+			all := strings.Join(plan.Unsupported, "\n")
 			for _, w := range tc.unsupported {
 				if !strings.Contains(all, w) {
-					t.Errorf("unsupported %q, want one with %q", plan.unsupported, w)
+					t.Errorf("unsupported %q, want one with %q", plan.Unsupported, w)
 				}
 			}
 		})
@@ -268,23 +268,23 @@ func TestPlanInterfaces(t *testing.T) {
 			v := &v1.VirtualMachineInstance{}
 			v.Spec.Domain.Devices.Interfaces, v.Spec.Networks, v.Status.Interfaces = tc.ifaces, tc.nets, tc.status
 			dom := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Interfaces: tc.live}}
-			plan := planChanges(v, nil, dom, layout.Default().HotplugDiskDir, tc.attach)
+			plan := PlanChanges(v, nil, dom, layout.Default().HotplugDiskDir, tc.attach)
 			var unplug []string
-			for _, i := range plan.unplug {
+			for _, i := range plan.Unplug {
 				n, _ := userAlias(i.Alias)
 				unplug = append(unplug, n)
 			}
-			if fmt.Sprint(plan.plug) != fmt.Sprint(tc.plug) || fmt.Sprint(unplug) != fmt.Sprint(tc.unplug) {
-				t.Errorf("plug %q unplug %q, want %q and %q", plan.plug, unplug, tc.plug, tc.unplug)
+			if fmt.Sprint(plan.Plug) != fmt.Sprint(tc.plug) || fmt.Sprint(unplug) != fmt.Sprint(tc.unplug) {
+				t.Errorf("plug %q unplug %q, want %q and %q", plan.Plug, unplug, tc.plug, tc.unplug)
 			}
 			switch {
-			case tc.unsupported == "" && len(plan.unsupported) > 0:
-				t.Errorf("unsupported %q, want none", plan.unsupported)
-			case tc.unsupported != "" && (len(plan.unsupported) != 1 || !strings.Contains(plan.unsupported[0], tc.unsupported)):
-				t.Errorf("unsupported %q, want one message with %q", plan.unsupported, tc.unsupported)
+			case tc.unsupported == "" && len(plan.Unsupported) > 0:
+				t.Errorf("unsupported %q, want none", plan.Unsupported)
+			case tc.unsupported != "" && (len(plan.Unsupported) != 1 || !strings.Contains(plan.Unsupported[0], tc.unsupported)):
+				t.Errorf("unsupported %q, want one message with %q", plan.Unsupported, tc.unsupported)
 			}
-			if len(plan.links) != 0 {
-				t.Errorf("links %+v, want none", plan.links)
+			if len(plan.Links) != 0 {
+				t.Errorf("links %+v, want none", plan.Links)
 			}
 		})
 	}
@@ -319,17 +319,17 @@ func TestPlanLinkState(t *testing.T) {
 			v := &v1.VirtualMachineInstance{}
 			v.Spec.Domain.Devices.Interfaces = []v1.Interface{masq("default", tc.state)}
 			live := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Interfaces: []libvirtxml.DomainInterface{iface("default", tc.live)}}}
-			plan := planChanges(v, nil, live, "/hp", nil)
-			if len(plan.unsupported) != 0 {
-				t.Errorf("unsupported %q", plan.unsupported)
+			plan := PlanChanges(v, nil, live, "/hp", nil)
+			if len(plan.Unsupported) != 0 {
+				t.Errorf("unsupported %q", plan.Unsupported)
 			}
 			switch {
-			case tc.want == "" && len(plan.links) != 0:
-				t.Errorf("links %+v, want no change", plan.links)
-			case tc.want != "" && (len(plan.links) != 1 || plan.links[0].Link == nil || plan.links[0].Link.State != tc.want):
-				t.Errorf("links %+v, want the interface with link %q", plan.links, tc.want)
-			case tc.want != "" && plan.links[0].MAC.Address != "02:00:00:00:00:01":
-				t.Errorf("the changed interface lost its MAC: %+v", plan.links[0])
+			case tc.want == "" && len(plan.Links) != 0:
+				t.Errorf("links %+v, want no change", plan.Links)
+			case tc.want != "" && (len(plan.Links) != 1 || plan.Links[0].Link == nil || plan.Links[0].Link.State != tc.want):
+				t.Errorf("links %+v, want the interface with link %q", plan.Links, tc.want)
+			case tc.want != "" && plan.Links[0].MAC.Address != "02:00:00:00:00:01":
+				t.Errorf("the changed interface lost its MAC: %+v", plan.Links[0])
 			}
 		})
 	}
@@ -337,9 +337,9 @@ func TestPlanLinkState(t *testing.T) {
 	live := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Interfaces: []libvirtxml.DomainInterface{iface("default", "")}}}
 	v := &v1.VirtualMachineInstance{}
 	v.Spec.Domain.Devices.Interfaces = []v1.Interface{masq("default", v1.InterfaceStateLinkDown)}
-	planChanges(v, nil, live, "/hp", nil)
+	PlanChanges(v, nil, live, "/hp", nil)
 	if live.Devices.Interfaces[0].Link != nil {
-		t.Errorf("planChanges changed the live domain: %+v", live.Devices.Interfaces[0].Link)
+		t.Errorf("PlanChanges changed the live domain: %+v", live.Devices.Interfaces[0].Link)
 	}
 }
 
@@ -444,23 +444,23 @@ func TestPlanPorts(t *testing.T) {
 			refuse: []string{`disk "c", disk "d": no free PCIe root port`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			plan := changePlan{attach: tc.attach, plug: tc.plug}
+			plan := Plan{Attach: tc.attach, Plug: tc.plug}
 			planPorts(&plan, &live)
-			if len(plan.unsupported) != len(tc.refuse) {
-				t.Fatalf("unsupported %q, want %d like %q", plan.unsupported, len(tc.refuse), tc.refuse)
+			if len(plan.Unsupported) != len(tc.refuse) {
+				t.Fatalf("unsupported %q, want %d like %q", plan.Unsupported, len(tc.refuse), tc.refuse)
 			}
 			for i, w := range tc.refuse {
-				if !strings.Contains(plan.unsupported[i], w) {
-					t.Errorf("unsupported[%d] = %q, want %q", i, plan.unsupported[i], w)
+				if !strings.Contains(plan.Unsupported[i], w) {
+					t.Errorf("unsupported[%d] = %q, want %q", i, plan.Unsupported[i], w)
 				}
 			}
 		})
 	}
 	// A machine without root ports (i440fx): libvirt decides.
-	plan := changePlan{attach: []libvirtxml.DomainDisk{disk("a", "virtio")}}
+	plan := Plan{Attach: []libvirtxml.DomainDisk{disk("a", "virtio")}}
 	planPorts(&plan, &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{}})
-	if len(plan.unsupported) != 0 {
-		t.Errorf("without root ports: %q, want no refusal", plan.unsupported)
+	if len(plan.Unsupported) != 0 {
+		t.Errorf("without root ports: %q, want no refusal", plan.Unsupported)
 	}
 }
 

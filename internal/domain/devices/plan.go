@@ -1,4 +1,4 @@
-package domain
+package devices
 
 import (
 	"encoding/xml"
@@ -10,57 +10,56 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/network"
-	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 )
 
-// changePlan is what Sync must do to a defined domain for the VMI, in the
+// Plan is what Sync must do to a defined domain for the VMI, in the
 // order it does it, and what it cannot do, one message per device.
 //
 // KubeVirt's launcher applies these on every Sync. A Sync that answered
 // success without them would leave virt-handler waiting forever for a
 // volume that never appears in the guest, or, on unplug, unmounting a
 // volume that QEMU still has open (it unmounts right after the Sync).
-type changePlan struct {
-	// detach are live disks of hotplugged volumes the VMI no longer has.
-	detach []libvirtxml.DomainDisk
-	// attach are the converted disks of hotplug volumes mounted into the
+type Plan struct {
+	// Detach are live disks of hotplugged volumes the VMI no longer has.
+	Detach []libvirtxml.DomainDisk
+	// Attach are the converted disks of hotplug volumes mounted into the
 	// pod that the domain lacks.
-	attach []libvirtxml.DomainDisk
-	// media are live CD-ROM drives with the source they must hold (nil:
+	Attach []libvirtxml.DomainDisk
+	// Media are live CD-ROM drives with the source they must hold (nil:
 	// ejected).
-	media []libvirtxml.DomainDisk
-	// grow are live disks on PVCs whose size may have to follow their
+	Media []libvirtxml.DomainDisk
+	// Grow are live disks on PVCs whose size may have to follow their
 	// volume (growSize decides, with libvirt's figures).
-	grow []growCandidate
-	// unplug are live interfaces whose VMI interface is absent now.
-	unplug []libvirtxml.DomainInterface
-	// plug names the VMI interfaces to hotplug: bridge-bound, on a Multus
+	Grow []growCandidate
+	// Unplug are live interfaces whose VMI interface is absent now.
+	Unplug []libvirtxml.DomainInterface
+	// Plug names the VMI interfaces to hotplug: bridge-bound, on a Multus
 	// network whose pod interface is there (the VMI status says so).
-	plug []string
-	// links are interfaces whose link state must change: the live
+	Plug []string
+	// Links are interfaces whose link state must change: the live
 	// interface with its new <link state>.
-	links []libvirtxml.DomainInterface
-	// unsupported names each change Sync cannot make; when there is one,
+	Links []libvirtxml.DomainInterface
+	// Unsupported names each change Sync cannot make; when there is one,
 	// Sync makes none and fails.
-	unsupported []string
+	Unsupported []string
 }
 
-// empty reports a plan with nothing to do and nothing refused.
-func (p changePlan) empty() bool {
-	return len(p.detach)+len(p.attach)+len(p.media)+len(p.grow)+len(p.unplug)+len(p.plug)+len(p.links)+len(p.unsupported) == 0
+// Empty reports a plan with nothing to do and nothing refused.
+func (p Plan) Empty() bool {
+	return len(p.Detach)+len(p.Attach)+len(p.Media)+len(p.Grow)+len(p.Unplug)+len(p.Plug)+len(p.Links)+len(p.Unsupported) == 0
 }
 
-// planChanges diffs the VMI against the live domain. want are the VMI's
+// PlanChanges diffs the VMI against the live domain. want are the VMI's
 // disks as the converter makes them (converter.Disks, with the live targets
-// pinned: pinLiveTargets), live the domain's XML as libvirt has it now,
+// pinned: PinLiveTargets), live the domain's XML as libvirt has it now,
 // hotplugDir the directory virt-handler mounts hotplugged volumes into,
 // attach virt-handler's InterfaceDomainAttachment (a binding plugin's
 // interface with "tap" is plugged as a bridge one is). Disks and interfaces are matched by their alias ("ua-<name>").
 //
 // It is pure, and leaves live as it was.
-func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, live *libvirtxml.Domain, hotplugDir string, attach map[string]string) changePlan {
-	var plan changePlan
+func PlanChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, live *libvirtxml.Domain, hotplugDir string, attach map[string]string) Plan {
+	var plan Plan
 	var liveDisks []libvirtxml.DomainDisk
 	var liveIfaces []libvirtxml.DomainInterface
 	if live.Devices != nil {
@@ -85,10 +84,10 @@ func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, liv
 			continue
 		}
 		if bus := diskBus(&d); !hotplugBus(bus) {
-			plan.unsupported = append(plan.unsupported, fmt.Sprintf("disk %q: unplug from bus %s is not possible (only scsi and virtio disks can be unplugged)", name, bus))
+			plan.Unsupported = append(plan.Unsupported, fmt.Sprintf("disk %q: unplug from bus %s is not possible (only scsi and virtio disks can be unplugged)", name, bus))
 			continue
 		}
-		plan.detach = append(plan.detach, d)
+		plan.Detach = append(plan.Detach, d)
 	}
 	for _, d := range v.Spec.Domain.Devices.Disks {
 		hot, mounted := facts.HotplugVolume(v, d.Name)
@@ -118,17 +117,17 @@ func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, liv
 				drv.Type = "raw"
 				changed.Driver = &drv
 			}
-			plan.media = append(plan.media, changed)
+			plan.Media = append(plan.Media, changed)
 		case !defined && hot && mounted && wanted:
 			if bus := diskBus(&w); !hotplugBus(bus) {
-				plan.unsupported = append(plan.unsupported, fmt.Sprintf("disk %q: hotplug on bus %s is not possible (use scsi or virtio)", d.Name, bus))
+				plan.Unsupported = append(plan.Unsupported, fmt.Sprintf("disk %q: hotplug on bus %s is not possible (use scsi or virtio)", d.Name, bus))
 				continue
 			}
-			plan.attach = append(plan.attach, w)
+			plan.Attach = append(plan.Attach, w)
 		}
 	}
 
-	plan.grow = growCandidates(v, liveDisks, plan.detach)
+	plan.Grow = growCandidates(v, liveDisks, plan.Detach)
 
 	planInterfaces(&plan, v, liveIfaces, attach)
 	planPorts(&plan, live)
@@ -140,15 +139,15 @@ func planChanges(v *v1.VirtualMachineInstance, want []libvirtxml.DomainDisk, liv
 // does not fit, so that a Sync asking for more than there is room for
 // changes nothing (libvirt would fail in the middle, after the first
 // ones). Off q35 (no root ports at all) libvirt decides.
-func planPorts(plan *changePlan, live *libvirtxml.Domain) {
+func planPorts(plan *Plan, live *libvirtxml.Domain) {
 	var pcie []string
-	for _, d := range plan.attach {
+	for _, d := range plan.Attach {
 		if diskBus(&d) == "virtio" {
 			n, _ := userAlias(d.Alias)
 			pcie = append(pcie, fmt.Sprintf("disk %q", n))
 		}
 	}
-	for _, n := range plan.plug {
+	for _, n := range plan.Plug {
 		pcie = append(pcie, fmt.Sprintf("interface %q", n))
 	}
 	if len(pcie) == 0 {
@@ -158,7 +157,7 @@ func planPorts(plan *changePlan, live *libvirtxml.Domain) {
 	if len(pcie) <= free || ports == 0 {
 		return
 	}
-	plan.unsupported = append(plan.unsupported, fmt.Sprintf("%s: no free PCIe root port to plug into (%d free for %d devices to plug; the VM has %d ports)",
+	plan.Unsupported = append(plan.Unsupported, fmt.Sprintf("%s: no free PCIe root port to plug into (%d free for %d devices to plug; the VM has %d ports)",
 		strings.Join(pcie[free:], ", "), free, len(pcie), ports))
 }
 
@@ -221,7 +220,7 @@ func freeRootPorts(live *libvirtxml.Domain) (free, ports int) {
 // then there is nothing to do, as for a volume not mounted yet. A link
 // state that differs is set, except on a binding plugin's interface its
 // sidecar made (the launcher's domain has none to compare with).
-func planInterfaces(plan *changePlan, v *v1.VirtualMachineInstance, liveIfaces []libvirtxml.DomainInterface, attach map[string]string) {
+func planInterfaces(plan *Plan, v *v1.VirtualMachineInstance, liveIfaces []libvirtxml.DomainInterface, attach map[string]string) {
 	haveIface := byAlias(liveIfaces, func(i libvirtxml.DomainInterface) *libvirtxml.DomainAlias { return i.Alias })
 	networks := map[string]*v1.Network{}
 	for i := range v.Spec.Networks {
@@ -250,18 +249,18 @@ func planInterfaces(plan *changePlan, v *v1.VirtualMachineInstance, liveIfaces [
 				tap = have.Target.Dev
 			}
 			if !hotpluggable || tap != network.TapName(netw, "") {
-				plan.unsupported = append(plan.unsupported, fmt.Sprintf("interface %q: unplug is possible only for an interface on a secondary network with a hashed tap name, not tap %q", iface.Name, tap))
+				plan.Unsupported = append(plan.Unsupported, fmt.Sprintf("interface %q: unplug is possible only for an interface on a secondary network with a hashed tap name, not tap %q", iface.Name, tap))
 				continue
 			}
-			plan.unplug = append(plan.unplug, have)
+			plan.Unplug = append(plan.Unplug, have)
 		case iface.State == v1.InterfaceStateAbsent:
 		case !defined && !inPod[iface.Name]:
 			// Its pod interface is not there yet: virt-handler syncs again
 			// once Multus has added it.
 		case !defined && (!tapAttached || !hotpluggable):
-			plan.unsupported = append(plan.unsupported, fmt.Sprintf("interface %q: hotplug is possible only with the bridge binding or a binding plugin attached as a tap, on a secondary (Multus) network", iface.Name))
+			plan.Unsupported = append(plan.Unsupported, fmt.Sprintf("interface %q: hotplug is possible only with the bridge binding or a binding plugin attached as a tap, on a secondary (Multus) network", iface.Name))
 		case !defined:
-			plan.plug = append(plan.plug, iface.Name)
+			plan.Plug = append(plan.Plug, iface.Name)
 		case iface.Binding != nil && !tapAttached:
 			// Its sidecar's interface: KubeVirt leaves its link alone.
 		default:
@@ -270,7 +269,7 @@ func planInterfaces(plan *changePlan, v *v1.VirtualMachineInstance, liveIfaces [
 			if wantDown != haveDown {
 				changed := have
 				changed.Link = &libvirtxml.DomainInterfaceLink{State: linkWord(wantDown)}
-				plan.links = append(plan.links, changed)
+				plan.Links = append(plan.Links, changed)
 			}
 		}
 	}
@@ -280,11 +279,11 @@ func planInterfaces(plan *changePlan, v *v1.VirtualMachineInstance, liveIfaces [
 // Multus reports in the pod (KubeVirt's vmispec.InfoSourceMultusStatus).
 const infoSourceMultus = "multus-status"
 
-// pinLiveTargets returns a copy of v whose volume status names the target
+// PinLiveTargets returns a copy of v whose volume status names the target
 // each of its disks has in the live domain, so that the converter keeps
 // those names and gives a new disk one that is free, as virt-handler's
 // status would once it has caught up.
-func pinLiveTargets(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) *v1.VirtualMachineInstance {
+func PinLiveTargets(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) *v1.VirtualMachineInstance {
 	out := v.DeepCopy()
 	if live.Devices == nil {
 		return out
@@ -307,30 +306,6 @@ func pinLiveTargets(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) *v1.V
 		out.Status.VolumeStatus = append(out.Status.VolumeStatus, v1.VolumeStatus{Name: name, Target: d.Target.Dev})
 	}
 	return out
-}
-
-// hotplugBus reports the buses KubeVirt hotplugs disks on.
-func hotplugBus(bus string) bool {
-	return bus == string(v1.DiskBusSCSI) || bus == string(v1.DiskBusVirtio)
-}
-
-func diskBus(d *libvirtxml.DomainDisk) string {
-	if d.Target == nil {
-		return ""
-	}
-	return d.Target.Bus
-}
-
-func diskAlias(d libvirtxml.DomainDisk) *libvirtxml.DomainAlias { return d.Alias }
-
-// findDisk finds the disk of VMI name among disks.
-func findDisk(disks []libvirtxml.DomainDisk, name string) (libvirtxml.DomainDisk, bool) {
-	for _, d := range disks {
-		if n, ok := userAlias(d.Alias); ok && n == name {
-			return d, true
-		}
-	}
-	return libvirtxml.DomainDisk{}, false
 }
 
 // definitionDrift lists the hotplugged disks (a user alias, a source in
@@ -370,47 +345,4 @@ func definitionDrift(live, def *libvirtxml.Domain, hotplugDir string) (drop, add
 		}
 	}
 	return drop, add
-}
-
-func byAlias[T any](items []T, alias func(T) *libvirtxml.DomainAlias) map[string]T {
-	out := make(map[string]T, len(items))
-	for _, it := range items {
-		if name, ok := userAlias(alias(it)); ok {
-			out[name] = it
-		}
-	}
-	return out
-}
-
-func linkWord(down bool) string {
-	if down {
-		return string(v1.InterfaceStateLinkDown)
-	}
-	return string(v1.InterfaceStateLinkUp)
-}
-
-// userAlias returns the VMI name behind a launcher-chosen alias ("ua-").
-func userAlias(a *libvirtxml.DomainAlias) (string, bool) {
-	if a == nil {
-		return "", false
-	}
-	return strings.CutPrefix(a.Name, domainjson.UserAliasPrefix)
-}
-
-func diskSourcePath(d *libvirtxml.DomainDisk) string { return pathOf(d.Source) }
-
-func pathOf(s *libvirtxml.DomainDiskSource) string {
-	switch {
-	case s == nil:
-		return ""
-	case s.File != nil:
-		return s.File.File
-	case s.Block != nil:
-		return s.Block.Dev
-	}
-	return ""
-}
-
-func underDir(path, dir string) bool {
-	return dir != "" && path != "" && strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
 }
