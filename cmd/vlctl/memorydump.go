@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/virtlauncher/virtlauncher/internal/runctl"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 )
 
@@ -27,7 +28,7 @@ NAME is NAMESPACE/NAME, or NAME alone when only one namespace has a VM of that n
 			ctx, cancel := context.WithTimeout(cmd.Context(), standalone.DumpRequestLimit)
 			defer cancel()
 			cmd.SetContext(ctx)
-			return controlByName(cmd, &n, args[0], standalone.ControlRequest{Op: standalone.OpMemoryDump, File: args[1]})
+			return controlByName(cmd, &n, args[0], runctl.MemoryDump{File: args[1]})
 		},
 	}
 	n.register(cmd)

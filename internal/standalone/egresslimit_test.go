@@ -16,6 +16,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/relay"
+	"github.com/virtlauncher/virtlauncher/internal/runctl"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testnet"
 )
@@ -129,8 +130,8 @@ func TestEgressLimit(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := Control(ctx, r.controlSocket(), ControlRequest{Op: "nosuch"}); err == nil || !strings.Contains(err.Error(), `unknown request "nosuch"`) {
-		t.Errorf("the control socket with egress full: %v, want its answer to an unknown request", err)
+	if _, err := runctl.Ask(ctx, r.controlSocket(), runctl.RemoveVolume{Volume: "nosuch"}); err == nil || !strings.Contains(err.Error(), "not a volume plugged in") {
+		t.Errorf("the control socket with egress full: %v, want its answer to a volume never plugged in", err)
 	}
 	held[0].Close()
 	held = held[1:]

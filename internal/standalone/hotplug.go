@@ -2,11 +2,9 @@ package standalone
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -17,7 +15,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/relay"
-	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
+	"github.com/virtlauncher/virtlauncher/internal/runctl"
 )
 
 // Volume hotplug on a running `vlctl run`, what `virtctl addvolume` and
@@ -34,121 +32,36 @@ import (
 // has let go), then removes the link and takes the ACL entry back. The
 // file is the user's: it is never removed.
 
-// ControlRequest is one request to a running `vlctl run`.
-type ControlRequest struct {
-	// Op is "addvolume", "removevolume", "addinterface",
-	// "removeinterface" or "memory-dump".
-	Op string `json:"op"`
-	// Volume names the volume (and its disk) in the VMI.
-	Volume string `json:"volume,omitempty"`
-	// Interface names the interface (and its network) in the VMI
-	// (addinterface, removeinterface).
-	Interface string `json:"interface,omitempty"`
-	// MAC is the new interface's MAC address (addinterface, optional).
-	MAC string `json:"mac,omitempty"`
-	// File is the user's file or block device (addvolume), or the new
-	// file a memory dump goes to (memory-dump).
-	File string `json:"file,omitempty"`
-	// Bus is the disk's bus, scsi (default) or virtio (addvolume).
-	Bus string `json:"bus,omitempty"`
-	// Serial is the disk's serial (addvolume, optional).
-	Serial string `json:"serial,omitempty"`
-	// Target is the work dir of the run the guest migrates to, Migration
-	// the migration's uid and Bandwidth its cap, a quantity of bytes per
-	// second, "" for none (migrate: sent by vlctl run --migrate-from).
-	Target    string `json:"target,omitempty"`
-	Migration string `json:"migration,omitempty"`
-	Bandwidth string `json:"bandwidth,omitempty"`
-}
-
-// controlReply is the run's answer: what it did, or why it did not.
-type controlReply struct {
-	Message string `json:"message,omitempty"`
-	Error   string `json:"error,omitempty"`
-	// Ports name the published ports (Publish.recorded) whose listening
-	// sockets come with the answer, in the order of its descriptors
-	// (SCM_RIGHTS): a completed migrate's, for the run the guest went to.
-	Ports []string `json:"ports,omitempty"`
-}
-
-// controlTimeout bounds one request: the Sync of a detach waits up to 15 s
-// for the guest, an attach a few.
-const controlTimeout = 90 * time.Second
-
-// requestLimit bounds a request of op: a memory dump, which writes the
-// guest's memory out, gets longer than a hotplug.
-func requestLimit(op string) time.Duration {
-	if op == OpMemoryDump {
+// requestLimit bounds a request: a memory dump, which writes the guest's
+// memory out, gets longer than a hotplug.
+func requestLimit(req runctl.Request) time.Duration {
+	if _, ok := req.(runctl.MemoryDump); ok {
 		return dumpRequestLimit
 	}
-	return controlTimeout
-}
-
-// Control sends req to the run whose control socket is socket and returns
-// its answer. Only root's requests are served. A ctx without a deadline
-// gets controlTimeout.
-func Control(ctx context.Context, socket string, req ControlRequest) (string, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, controlTimeout)
-		defer cancel()
-	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socket)
-	if err != nil {
-		return "", fmt.Errorf("reach the run: %w", err)
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	return exchange(conn, req)
-}
-
-// exchange sends req on conn and reads the run's answer.
-func exchange(conn net.Conn, req ControlRequest) (string, error) {
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return "", fmt.Errorf("send the request: %w", err)
-	}
-	var rep controlReply
-	if err := json.NewDecoder(conn).Decode(&rep); err != nil {
-		return "", fmt.Errorf("read the run's answer: %w", err)
-	}
-	if rep.Error != "" {
-		return "", errors.New(rep.Error)
-	}
-	return rep.Message, nil
+	return runctl.Timeout
 }
 
 // controlSocket is where the run listens: its work dir, which only root can
 // write.
 func (r *runner) controlSocket() string { return filepath.Join(r.workDir, "control.sock") }
 
-// serveControl listens on the control socket until ctx ends, serving one
-// request at a time with client, the launcher's command client.
+// serveControl serves the control socket (runctl) until ctx ends, one
+// request at a time, with client, the launcher's command client.
 func (r *runner) serveControl(ctx context.Context, client *cmdclient.Client) (stop func(), err error) {
-	path := r.controlSocket()
-	ln, err := net.Listen("unix", path)
+	ln, err := runctl.Listen(r.controlSocket())
 	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
-	}
-	// The work dir is root's and not writable by anyone else, so the
-	// path is root's to chmod; the peer check below is what decides.
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("control socket: %w", err)
+		return nil, err
 	}
 	done := make(chan struct{})
 	var rep relay.Reporter
 	go func() {
 		defer close(done)
-		// One request at a time, each bounded by controlTimeout (a
-		// migration by its own limit): others wait in the listen
-		// backlog. Only root can connect (the socket is 0600 in root's
-		// work dir), and the loop outlives a vlctl out of descriptors.
-		relay.AcceptLoop(ln, func(err error) {
+		// Each request is bounded by runctl.Timeout, a memory dump or a
+		// migration by its own limit. Only root can connect (the socket
+		// is 0600 in root's work dir).
+		runctl.Serve(ln, func(err error) {
 			rep.Printf(r.statusf, "vlctl: control socket: %v\n", err)
-		}, func(conn net.Conn) { r.serveOne(ctx, client, conn) })
+		}, func(conn *net.UnixConn, peerPID int, req runctl.Request) { r.serveOne(ctx, client, conn, peerPID, req) })
 	}()
 	return func() { ln.Close(); <-done }, nil
 }
@@ -156,64 +69,54 @@ func (r *runner) serveControl(ctx context.Context, client *cmdclient.Client) (st
 // statusf prints a line on the run's status output.
 func (r *runner) statusf(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
 
-func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn net.Conn) {
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(controlTimeout))
-	var rep controlReply
-	send := func(conn net.Conn, rep controlReply) error { return json.NewEncoder(conn).Encode(rep) }
-	if cred, err := unixgrpc.PeerCred(conn); err != nil || cred.Uid != 0 {
-		rep.Error = "only root may change a running VM"
-	} else {
-		var req ControlRequest
-		if err := json.NewDecoder(conn).Decode(&req); err != nil {
-			rep.Error = fmt.Sprintf("bad request: %v", err)
-		} else {
-			if req.Op == "migrate" {
-				// The requester is the target's vlctl run.
-				rep.Message, err = r.serveMigrate(ctx, client, conn, req, int(cred.Pid))
-				if err == nil {
-					// The guest is the requester's now, and so are
-					// its published ports: they go with the answer.
-					send = r.replyMigrated
-				}
-			} else {
-				limit := requestLimit(req.Op)
-				conn.SetDeadline(time.Now().Add(limit))
-				rctx, cancel := context.WithTimeout(ctx, limit-5*time.Second)
-				rep.Message, err = r.apply(rctx, client, req)
-				cancel()
-			}
-			if err != nil {
-				rep.Error = err.Error()
-			}
-			r.log.Info("control request", "op", req.Op, "volume", req.Volume, "file", req.File, "interface", req.Interface, "err", rep.Error)
+func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn *net.UnixConn, peerPID int, req runctl.Request) {
+	var rep runctl.Reply
+	var err error
+	send := func(rep runctl.Reply) error { _, err := runctl.WriteReply(conn, rep, nil); return err }
+	if m, ok := req.(runctl.Migrate); ok {
+		// The requester is the target's vlctl run.
+		rep.Message, err = r.serveMigrate(ctx, client, conn, m, peerPID)
+		if err == nil {
+			// The guest is the requester's now, and so are its
+			// published ports: they go with the answer.
+			send = func(rep runctl.Reply) error { return r.replyMigrated(conn, rep) }
 		}
+	} else {
+		limit := requestLimit(req)
+		conn.SetDeadline(time.Now().Add(limit))
+		rctx, cancel := context.WithTimeout(ctx, limit-5*time.Second)
+		rep.Message, err = r.apply(rctx, client, req)
+		cancel()
 	}
-	if err := send(conn, rep); err != nil {
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	r.log.Info("control request", "op", req.Op(), "request", req, "err", rep.Error)
+	if err := send(rep); err != nil {
 		r.statusf("vlctl: control socket: %v\n", err)
 	}
 }
 
-func (r *runner) apply(ctx context.Context, client *cmdclient.Client, req ControlRequest) (string, error) {
-	switch req.Op {
-	case "addvolume":
+func (r *runner) apply(ctx context.Context, client *cmdclient.Client, req runctl.Request) (string, error) {
+	switch req := req.(type) {
+	case runctl.AddVolume:
 		return r.addVolume(ctx, client, req)
-	case "removevolume":
+	case runctl.RemoveVolume:
 		return r.removeVolume(ctx, client, req)
-	case "addinterface":
+	case runctl.AddInterface:
 		return r.addInterface(ctx, client, req)
-	case "removeinterface":
+	case runctl.RemoveInterface:
 		return r.removeInterface(ctx, client, req)
-	case OpMemoryDump:
+	case runctl.MemoryDump:
 		return r.memoryDump(ctx, client, req)
 	default:
-		return "", fmt.Errorf("unknown request %q", req.Op)
+		return "", fmt.Errorf("unknown request %q", req.Op())
 	}
 }
 
 // addVolume hotplugs the user's file or block device as volume
 // req.Volume. Nothing is left changed when it fails.
-func (r *runner) addVolume(ctx context.Context, client *cmdclient.Client, req ControlRequest) (_ string, err error) {
+func (r *runner) addVolume(ctx context.Context, client *cmdclient.Client, req runctl.AddVolume) (_ string, err error) {
 	if msgs := validation.IsDNS1123Label(req.Volume); len(msgs) > 0 {
 		return "", fmt.Errorf("--volume-name %q: %s", req.Volume, msgs[0])
 	}
@@ -297,7 +200,7 @@ func (r *runner) addVolume(ctx context.Context, client *cmdclient.Client, req Co
 // removeVolume unplugs a volume addVolume plugged: the Sync answers once
 // QEMU has let go of it; only then the link goes and QEMU's access to the
 // file is taken back.
-func (r *runner) removeVolume(ctx context.Context, client *cmdclient.Client, req ControlRequest) (string, error) {
+func (r *runner) removeVolume(ctx context.Context, client *cmdclient.Client, req runctl.RemoveVolume) (string, error) {
 	i := slices.IndexFunc(r.hot, func(d *userDisk) bool { return d.volume == req.Volume })
 	if i < 0 {
 		return "", fmt.Errorf("--volume-name %q: not a volume plugged in with vlctl addvolume (the manifest's volumes stay)", req.Volume)
@@ -337,7 +240,7 @@ func (r *runner) removeVolume(ctx context.Context, client *cmdclient.Client, req
 // Sync with the interface in the spec and, in the status, reported by
 // Multus. The guest gets the pod interface's address by DHCP. Nothing is
 // left when it fails.
-func (r *runner) addInterface(ctx context.Context, client *cmdclient.Client, req ControlRequest) (_ string, err error) {
+func (r *runner) addInterface(ctx context.Context, client *cmdclient.Client, req runctl.AddInterface) (_ string, err error) {
 	if msgs := validation.IsDNS1123Label(req.Interface); len(msgs) > 0 {
 		return "", fmt.Errorf("--iface-name %q: %s", req.Interface, msgs[0])
 	}
@@ -403,7 +306,7 @@ func (r *runner) addInterface(ctx context.Context, client *cmdclient.Client, req
 // removeInterface unplugs an interface addInterface plugged: a Sync with
 // its state absent (answered once QEMU let go of it), then its pod side
 // goes, and the interface leaves the spec.
-func (r *runner) removeInterface(ctx context.Context, client *cmdclient.Client, req ControlRequest) (string, error) {
+func (r *runner) removeInterface(ctx context.Context, client *cmdclient.Client, req runctl.RemoveInterface) (string, error) {
 	podIface, ok := r.hotIfaces[req.Interface]
 	if !ok {
 		return "", fmt.Errorf("--iface-name %q: not an interface plugged in with vlctl addinterface (the manifest's interfaces stay)", req.Interface)

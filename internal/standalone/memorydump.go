@@ -11,6 +11,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/runctl"
 )
 
 // A memory dump of a running `vlctl run` guest, what `virtctl memory-dump
@@ -23,9 +24,6 @@ import (
 // that path and waits for the Domain's memory dump metadata to show the
 // end. The link and the ACL entry go when it ends; a failed dump's file
 // goes too.
-
-// OpMemoryDump is the Op of a memory-dump request.
-const OpMemoryDump = "memory-dump"
 
 // dumpVolume is the memory dump volume's name in the pod.
 const dumpVolume = "memorydump"
@@ -42,7 +40,7 @@ const dumpPoll = 200 * time.Millisecond
 const DumpRequestLimit = dumpRequestLimit + time.Minute
 
 // memoryDump writes the guest's memory to the new file req.File.
-func (r *runner) memoryDump(ctx context.Context, client *cmdclient.Client, req ControlRequest) (_ string, err error) {
+func (r *runner) memoryDump(ctx context.Context, client *cmdclient.Client, req runctl.MemoryDump) (_ string, err error) {
 	if !filepath.IsAbs(req.File) {
 		return "", fmt.Errorf("FILE %q: give an absolute path", req.File)
 	}

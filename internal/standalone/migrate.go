@@ -20,12 +20,9 @@ package standalone
 // the run records).
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -35,7 +32,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
@@ -47,6 +43,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/migration"
 	"github.com/virtlauncher/virtlauncher/internal/migrationproxy"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/runctl"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 )
@@ -217,16 +214,16 @@ func (r *runner) migrateIn(ctx context.Context, c *cmdclient.Client) error {
 		return r.withLauncherLog(fmt.Errorf("prepare the migration target: %w", err))
 	}
 	t0 := time.Now()
-	rep, err := askMigration(ctx, src.Control, ControlRequest{Op: "migrate", Target: r.workDir, Migration: uid, Bandwidth: r.cfg.MigrationBandwidth}, len(r.cfg.Publish))
+	rep, err := runctl.AskMigration(ctx, src.Control, runctl.Migrate{Target: r.workDir, Migration: uid, Bandwidth: r.cfg.MigrationBandwidth}, len(r.cfg.Publish), migrateRequestLimit)
 	if err != nil {
 		return fmt.Errorf("migration from %s (pid %d) failed; its guest runs on there: %w", src.FullName(), src.PID, err)
 	}
 	// The published ports' listeners came with the answer: until served
 	// (below) they queue what connects; dropped, they are let go.
-	files := rep.files
-	defer func() { closeFiles(files) }()
-	if rep.dropped != nil {
-		fmt.Fprintf(r.cfg.Status, "vlctl: warning: published ports handed over: %v; closed them (the ports are bound afresh)\n", rep.dropped)
+	files := rep.Files
+	defer func() { runctl.CloseFiles(files) }()
+	if rep.Dropped != nil {
+		fmt.Fprintf(r.cfg.Status, "vlctl: warning: published ports handed over: %v; closed them (the ports are bound afresh)\n", rep.Dropped)
 	}
 	msg := rep.Message
 	// Completed, even when interrupted meanwhile (the cancel came too
@@ -266,7 +263,7 @@ func (r *runner) migrateIn(ctx context.Context, c *cmdclient.Client) error {
 // What is refused is said; publish binds that port afresh.
 func (r *runner) adoptPorts(ports []string, files []*os.File) {
 	if r.cfg.ports == nil || r.net == nil {
-		closeFiles(files)
+		runctl.CloseFiles(files)
 		if len(files) > 0 {
 			fmt.Fprintf(r.cfg.Status, "vlctl: warning: the old run handed over %d sockets, but this run publishes no port of a pod network: closed\n", len(files))
 		}
@@ -278,124 +275,12 @@ func (r *runner) adoptPorts(ports []string, files []*os.File) {
 	}
 }
 
-func closeFiles(files []*os.File) {
-	for _, f := range files {
-		f.Close()
-	}
-}
-
-// askMigration sends the migrate request to the source run's control
-// socket and waits for the migration's end. When ctx ends first (Ctrl-C)
-// the request is withdrawn, which cancels the migration, and the answer
-// still awaited: the migration may have completed all the same. The
-// answer to a completed migration brings the old run's published
-// listeners (at most maxFiles, the ports the run published).
-func askMigration(ctx context.Context, socket string, req ControlRequest, maxFiles int) (answer, error) {
-	c, err := net.DialTimeout("unix", socket, 10*time.Second)
-	if err != nil {
-		return answer{}, fmt.Errorf("reach the run: %w", err)
-	}
-	conn := c.(*net.UnixConn)
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(migrateRequestLimit))
-	stop := context.AfterFunc(ctx, func() { conn.CloseWrite() })
-	defer stop()
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return answer{}, fmt.Errorf("send the request: %w", err)
-	}
-	return readReply(conn, maxFiles)
-}
-
-// maxReply bounds an answer on the control socket.
-const maxReply = 1 << 20
-
-// answer is a run's answer on the control socket with the descriptors
-// that came with it.
-type answer struct {
-	controlReply
-	files []*os.File
-	// dropped says why descriptors that came were closed unused: the
-	// answer stands (a completed migration is one), its ports are bound
-	// afresh.
-	dropped error
-}
-
-// readReply reads the run's answer (one line of JSON) from conn, with the
-// descriptors that come with it: at most maxFiles, or none is kept. On
-// error none is left open.
-func readReply(conn *net.UnixConn, maxFiles int) (a answer, err error) {
-	defer func() {
-		if err != nil || a.dropped != nil {
-			closeFiles(a.files)
-			a.files, a.Ports = nil, nil
-		}
-	}()
-	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(4*max(maxFiles, 1)))
-	var data []byte
-	for {
-		n, oobn, flags, _, rerr := conn.ReadMsgUnix(buf, oob)
-		got, perr := parseRights(oob[:oobn])
-		a.files = append(a.files, got...)
-		switch {
-		case perr != nil:
-			a.dropped = errors.Join(a.dropped, perr)
-		case flags&unix.MSG_CTRUNC != 0 || len(a.files) > maxFiles:
-			a.dropped = fmt.Errorf("the answer came with more descriptors than the %d published ports", maxFiles)
-		}
-		data = append(data, buf[:n]...)
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			data = data[:i]
-			break
-		}
-		switch {
-		case rerr != nil:
-			return a, fmt.Errorf("read the run's answer: %w", rerr)
-		case n == 0:
-			return a, fmt.Errorf("read the run's answer: %w", io.ErrUnexpectedEOF)
-		case len(data) > maxReply:
-			return a, fmt.Errorf("read the run's answer: longer than %d bytes", maxReply)
-		}
-	}
-	if err := json.Unmarshal(data, &a.controlReply); err != nil {
-		return a, fmt.Errorf("read the run's answer: %w", err)
-	}
-	if a.Error != "" {
-		return a, errors.New(a.Error)
-	}
-	return a, nil
-}
-
-// parseRights are the descriptors an SCM_RIGHTS message in oob brought.
-func parseRights(oob []byte) ([]*os.File, error) {
-	if len(oob) == 0 {
-		return nil, nil
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, err
-	}
-	var files []*os.File
-	var errs []error
-	for i := range msgs {
-		fds, err := unix.ParseUnixRights(&msgs[i])
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, fd := range fds {
-			files = append(files, os.NewFile(uintptr(fd), "socket handed over"))
-		}
-	}
-	return files, errors.Join(errs...)
-}
-
 // replyMigrated answers the run the guest went to, handing it this run's
 // published listeners with the answer (SCM_RIGHTS), which it serves from
 // then on. Once they are sent, this run closes its own: the in-flight
 // message holds the sockets until the new run takes them, so they stay
 // bound all along. Were they not sent, they stay here until the run ends.
-func (r *runner) replyMigrated(conn net.Conn, rep controlReply) error {
+func (r *runner) replyMigrated(conn *net.UnixConn, rep runctl.Reply) error {
 	var fds []int
 	if h := r.cfg.ports; h != nil {
 		// The guest left this pod: what connects before the listeners
@@ -407,27 +292,11 @@ func (r *runner) replyMigrated(conn net.Conn, rep controlReply) error {
 		}
 		defer guestnet.CloseFDs(fds)
 	}
-	b, err := json.Marshal(rep)
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	uc, ok := conn.(*net.UnixConn)
-	if !ok {
-		return fmt.Errorf("answer the run the guest went to: %T is not a unix socket", conn)
-	}
-	var oob []byte
-	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
-	}
-	n, _, err := uc.WriteMsgUnix(b, oob, nil)
-	if n > 0 && len(rep.Ports) > 0 {
-		// Sent with the answer's first byte.
+	sent, err := runctl.WriteReply(conn, rep, fds)
+	if sent && len(rep.Ports) > 0 {
+		// They went with the answer's first byte.
 		r.cfg.ports.Release(r.cfg.Publish, rep.Ports)
 		fmt.Fprintf(r.cfg.Status, "vlctl: published ports handed over to the new run: %s\n", strings.Join(rep.Ports, ", "))
-	}
-	if err == nil && n < len(b) {
-		_, err = uc.Write(b[n:])
 	}
 	if err != nil {
 		return fmt.Errorf("answer the run the guest went to: %w", err)
@@ -439,23 +308,11 @@ func (r *runner) replyMigrated(conn net.Conn, rep controlReply) error {
 // from the target run's vlctl (targetPID): its processes serve the target
 // pod's sockets. The target withdraws the request by closing its side of
 // conn (or by ending), which cancels the migration.
-func (r *runner) serveMigrate(ctx context.Context, c *cmdclient.Client, conn net.Conn, req ControlRequest, targetPID int) (string, error) {
+func (r *runner) serveMigrate(ctx context.Context, c *cmdclient.Client, conn net.Conn, req runctl.Migrate, targetPID int) (string, error) {
 	conn.SetDeadline(time.Now().Add(migrateRequestLimit))
 	ctx, cancel := context.WithTimeout(ctx, migrateRequestLimit-5*time.Second)
 	defer cancel()
-	withdrawn := make(chan struct{})
-	go func() {
-		// Only the end counts: what follows the request (its newline)
-		// is read and dropped.
-		buf := make([]byte, 64)
-		for {
-			if _, err := conn.Read(buf); err != nil {
-				break
-			}
-		}
-		close(withdrawn)
-	}()
-	return r.migrateOut(ctx, c, req, targetPID, withdrawn)
+	return r.migrateOut(ctx, c, req, targetPID, runctl.Withdrawn(conn))
 }
 
 // migrateOut migrates the guest to the run that asked (targetPID, its
@@ -465,7 +322,7 @@ func (r *runner) serveMigrate(ctx context.Context, c *cmdclient.Client, conn net
 // When the requester withdraws (withdrawn closes), ctx ends or the limit
 // passes first, the migration is cancelled, as virt-handler cancels one
 // whose target went away, and the guest runs on here.
-func (r *runner) migrateOut(ctx context.Context, c *cmdclient.Client, req ControlRequest, targetPID int, withdrawn <-chan struct{}) (string, error) {
+func (r *runner) migrateOut(ctx context.Context, c *cmdclient.Client, req runctl.Migrate, targetPID int, withdrawn <-chan struct{}) (string, error) {
 	if r.migratedTo != "" {
 		return "", fmt.Errorf("the guest already went to %s", r.migratedTo)
 	}

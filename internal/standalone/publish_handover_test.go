@@ -6,8 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
+	"github.com/virtlauncher/virtlauncher/internal/runctl"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
@@ -97,7 +96,7 @@ func TestPortsHandedOver(t *testing.T) {
 	old.Point(podServer(t, 8080, "old"))
 	src := &runner{cfg: Config{Publish: pubs, ports: old, Status: &status}}
 	a, b := controlPair(t)
-	if err := src.replyMigrated(a, controlReply{Message: "done"}); err != nil {
+	if err := src.replyMigrated(a, runctl.Reply{Message: "done"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, pb := range pubs {
@@ -116,9 +115,9 @@ func TestPortsHandedOver(t *testing.T) {
 	}
 	defer early.Close()
 
-	rep, err := readReply(b, len(pubs))
-	files := rep.files
-	if err != nil || rep.dropped != nil || rep.Message != "done" || len(files) != 2 {
+	rep, err := runctl.ReadReply(b, len(pubs))
+	files := rep.Files
+	if err != nil || rep.Dropped != nil || rep.Message != "done" || len(files) != 2 {
 		t.Fatalf("the answer: %+v, %d files, %v", rep, len(files), err)
 	}
 	h := guestnet.NewHeldPorts(&status)
@@ -134,66 +133,4 @@ func TestPortsHandedOver(t *testing.T) {
 	if got, err := bufio.NewReader(early).ReadString('\n'); got != "new\n" {
 		t.Errorf("the client that came in between: %q, %v; want the new pod's answer", got, err)
 	}
-}
-
-// TestReplyDropsExtraDescriptors: an answer that comes with more
-// descriptors than the published ports it names stands (a completed
-// migration's must), and none of them is kept.
-func TestReplyDropsExtraDescriptors(t *testing.T) {
-	socket := func(at netip.AddrPort) *os.File {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(at.Port()), Addr: at.Addr().As4()}); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Listen(fd, 8); err != nil {
-			t.Fatal(err)
-		}
-		return os.NewFile(uintptr(fd), "test socket")
-	}
-	a, b := controlPair(t)
-	l1, l2 := socket(freeAddr(t)), socket(freeAddr(t))
-	defer l1.Close()
-	defer l2.Close()
-	msg := `{"message":"done","ports":["x","y"]}` + "\n"
-	if _, _, err := a.WriteMsgUnix([]byte(msg), unix.UnixRights(int(l1.Fd()), int(l2.Fd())), nil); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := readReply(b, 1)
-	if err != nil || rep.Message != "done" || rep.files != nil || rep.Ports != nil || rep.dropped == nil || !strings.Contains(rep.dropped.Error(), "more descriptors") {
-		t.Errorf("two sockets for one published port: %+v, %d files, dropped: %v, %v; want the answer, no socket kept", rep.controlReply, len(rep.files), rep.dropped, err)
-	}
-	if n := extraCopies(t, l1, l2); n != 0 {
-		t.Errorf("%d of the sockets received left open", n)
-	}
-}
-
-// extraCopies counts this process's descriptors of the sockets files
-// other than files' own.
-func extraCopies(t *testing.T, files ...*os.File) int {
-	t.Helper()
-	want := map[string]bool{}
-	own := map[string]bool{}
-	for _, f := range files {
-		fd := strconv.Itoa(int(f.Fd()))
-		own[fd] = true
-		l, err := os.Readlink("/proc/self/fd/" + fd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[l] = true
-	}
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range ents {
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && want[l] && !own[e.Name()] {
-			n++
-		}
-	}
-	return n
 }
