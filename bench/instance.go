@@ -57,10 +57,10 @@ type instance struct {
 	name string
 	dir  string
 	lay  layout.Layout
-	// fixed, when set, is where the launcher sees the pod's directory
-	// (pod.BindAt): the two pods of a migration see their own files at
-	// one path.
-	fixed string
+	// pod is the pod, prepared; its Spec.FixedRoot, set before start,
+	// is where the launcher sees the pod's directory: the two pods of a
+	// migration see their own files at one path.
+	pod *pod.Pod
 	// monitorEnv is added to the monitor's environment (the restart
 	// part raises its restart budget).
 	monitorEnv []string
@@ -132,34 +132,39 @@ func (in *instance) prepare(ctx context.Context, seed string, kernelArgs []strin
 		return fmt.Errorf("the test guest manifest has no kernelBoot to add %v to", kernelArgs)
 	}
 	in.vmi = v
-	l := in.lay
-	// The pod's directories as vlctl run makes them (internal/pod): root
-	// fills them, then hands them to the launcher's user.
 	root, err := safefs.Open(in.dir)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
-	dirs, err := pod.MakeDirs(root, l, false)
-	if err != nil {
-		return err
+	// The pod as vlctl run makes it (internal/pod): root fills its
+	// directories, then hands them to the launcher's user.
+	spec := pod.Spec{
+		Dir: root, Layout: in.lay,
+		User:    &syscall.Credential{Uid: uint32(in.env.owner.uid), Gid: uint32(in.env.owner.gid)},
+		Monitor: filepath.Join(in.env.binDir, "virt-launcher-monitor"), Launcher: filepath.Join(in.env.binDir, "virt-launcher"),
+		Emulate: true,
+		Fill: func() error {
+			if err := in.linkImages(); err != nil {
+				return err
+			}
+			if seed != "" {
+				if err := copyDir(seed, in.capsDir()); err != nil {
+					return fmt.Errorf("seed capability cache: %w", err)
+				}
+			}
+			// virt-handler's notify server; the hand-over gives its
+			// socket to the launcher's user, who must be able to
+			// connect.
+			ns, err := notifytest.Start(in.lay.NotifySocket())
+			if err != nil {
+				return err
+			}
+			in.notify = ns
+			return nil
+		},
 	}
-	if err := in.linkImages(); err != nil {
-		return err
-	}
-	if seed != "" {
-		if err := copyDir(seed, in.capsDir()); err != nil {
-			return fmt.Errorf("seed capability cache: %w", err)
-		}
-	}
-	// virt-handler's notify server; the hand-over gives its socket to the
-	// launcher's user, who must be able to connect.
-	ns, err := notifytest.Start(l.NotifySocket())
-	if err != nil {
-		return err
-	}
-	in.notify = ns
-	if err := dirs.HandOver(in.env.owner.uid, in.env.owner.gid); err != nil {
+	if in.pod, err = spec.Prepare(ctx); err != nil {
 		return err
 	}
 	go in.recordEvents(ctx)
@@ -270,40 +275,29 @@ func (in *instance) start() error {
 	if in.img != nil {
 		return in.startPod()
 	}
-	o := launcherflags.ForVMI(in.vmi)
-	o.SetLayout(in.lay)
-	if in.fixed != "" {
-		o.SetLayout(layout.Under(in.fixed))
-	}
-	o.QemuTimeout = 5 * time.Minute
-	o.RunAsNonroot, o.AllowEmulation, o.ForceEmulation = true, true, true
 	logFile, err := os.OpenFile(in.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	cmd := pod.Monitor{
-		Bin: filepath.Join(in.env.binDir, "virt-launcher-monitor"), Launcher: filepath.Join(in.env.binDir, "virt-launcher"),
-		Flags: o,
-		User:  &syscall.Credential{Uid: uint32(in.env.owner.uid), Gid: uint32(in.env.owner.gid)},
-		Dir:   in.dir, Stdout: logFile, Stderr: logFile,
-	}.Command()
-	cmd.Env = append(cmd.Env, in.monitorEnv...)
-	return in.run(cmd)
+	// The VMI's flags as at the start: a migration's target takes the
+	// source's VMI.
+	o := launcherflags.ForVMI(in.vmi)
+	o.QemuTimeout = 5 * time.Minute
+	in.pod.Spec.Flags = o
+	in.pod.Spec.Env = in.monitorEnv
+	in.pod.Spec.Stdout, in.pod.Spec.Stderr = logFile, logFile
+	return in.run(in.pod.Spec.Command(nil))
 }
 
-// run starts the pod's first process and stamps its exec.
+// run starts the pod's first process, cmd, and stamps its exec.
 func (in *instance) run(cmd *exec.Cmd) error {
 	in.execAt = time.Now()
-	var bind func() error
-	if in.fixed != "" {
-		bind = pod.BindAt(in.dir, in.fixed)
-	}
-	proc, err := pod.Start(cmd, bind)
-	if err != nil {
+	in.pod.Cmd = cmd
+	if err := in.pod.Start(); err != nil {
 		return fmt.Errorf("start monitor: %w", err)
 	}
-	in.mon = proc
+	in.mon = in.pod.Process
 	return nil
 }
 

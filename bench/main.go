@@ -31,7 +31,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/virtlauncher/virtlauncher/internal/pod"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/repo"
 )
 
@@ -96,7 +96,7 @@ func main() {
 	flag.IntVar(&o.benchRuns, "translator-runs", 5, "testing.Benchmark repetitions for the translator")
 	flag.StringVar(&e.binDir, "bin", "bin", "directory with virt-launcher-monitor, virt-launcher and vlctl (make build)")
 	flag.StringVar(&e.workRoot, "work-root", "/run/vlb", "parent of the runs' work directories (short: unix socket paths are limited to 107 bytes)")
-	flag.StringVar(&user, "user", pod.TestUser, "the unprivileged user that runs the launchers (vlctl run gives each VM a uid of its own; the bench keeps one account)")
+	flag.StringVar(&user, "user", launchertest.TestUser, "the unprivileged user that runs the launchers (vlctl run gives each VM a uid of its own; the bench keeps one account)")
 	flag.BoolVar(&e.keep, "keep", false, "keep the work directories for inspection")
 	flag.BoolVar(&e.verbose, "v", false, "more progress output")
 	flag.Parse()

@@ -71,7 +71,7 @@ func (b *bench) migrateOne(ctx context.Context, i int) error {
 	defer dst.cleanup()
 	dst.vmi = src.vmi.DeepCopy() // one VMI, two pods
 	for _, in := range []*instance{src, dst} {
-		in.fixed = fixed
+		in.pod.Spec.FixedRoot = fixed
 		if err := in.start(); err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/converter/compute"
 	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
@@ -42,7 +43,7 @@ func startLibvirtd(t *testing.T) *libvirt.Libvirt {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	if os.Geteuid() == 0 {
-		uid, gid, err := pod.LookupUser(pod.TestUser)
+		uid, gid, err := pod.LookupUser(launchertest.TestUser)
 		if err != nil {
 			t.Fatal(err)
 		}

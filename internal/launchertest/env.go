@@ -2,7 +2,8 @@
 // it virt-launcher) as the unprivileged user virtlauncher in a directory
 // laid out like KubeVirt's pod volumes, booting the test guest. It is the
 // harness shared by test/integration, test/reliability and
-// test/conformance; only tests import it.
+// test/conformance, and the bench's account (TestUser); only tests and the
+// bench import it.
 package launchertest
 
 import (
@@ -22,6 +23,11 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
+
+// TestUser is the account the launchers of the tests and the bench run
+// as (scripts/install-deps creates it); vlctl run gives each VM an id of
+// its own instead (internal/uidpool).
+const TestUser = "virtlauncher"
 
 // Env is what a test binary prepares once: the built binaries, the shared
 // QEMU capability cache, the test guest and the launcher user's ids.
@@ -85,7 +91,7 @@ func (e *Env) prepare(dir string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root to start the launcher as user virtlauncher")
 	}
-	uid, gid, err := pod.LookupUser(pod.TestUser)
+	uid, gid, err := pod.LookupUser(TestUser)
 	if err != nil {
 		return err
 	}

@@ -18,12 +18,12 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
-// network makes the pod's network (internal/pod) for the pod's VMI, the
-// privileged phase included. It runs before the hand-over, which gives the
-// vif caches it writes to the launcher's user; the restore state stays in
-// the pod's directory, root's. Closed at the end of cleanup, after the
+// networkConfig is the pod's network (internal/pod) for the pod's VMI, the
+// privileged phase included. It is made before the hand-over, which gives
+// the vif caches it writes to the launcher's user; the restore state stays
+// in the pod's directory, root's. Closed at the end of cleanup, after the
 // pod's processes.
-func (p *Pod) network() *pod.Network {
+func (p *Pod) networkConfig() *pod.NetworkConfig {
 	t := p.T
 	t.Helper()
 	v, err := vmiLoad(p.VMIYAML(p.Name))
@@ -32,21 +32,12 @@ func (p *Pod) network() *pod.Network {
 	}
 	v.Status.Phase = v1.Scheduled // as at the first Sync
 	cred := p.Env.Cred
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	priv := netsetup.PrivilegedConfig{QemuUID: int(cred.Uid), QemuGID: int(cred.Gid),
 		CacheDir: p.Layout.PrivateDir, StateDir: p.Dir}
 	if p.opts.NetworkPlugin != "" {
 		priv.Plan.DomainAttachments = p.DomainAttachments()
 	}
-	n, err := pod.NewNetwork(ctx, pod.NetworkConfig{Dir: p.Dir, NoIPv6: true, VMI: v, Privileged: priv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n == nil {
-		t.Fatal("Options.Network: the pod's VMI has no masquerade or bridge interface")
-	}
-	return n
+	return &pod.NetworkConfig{Dir: p.Dir, NoIPv6: true, VMI: v, Privileged: priv}
 }
 
 // DomainAttachments is what virt-handler sends as the Sync's

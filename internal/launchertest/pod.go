@@ -150,6 +150,7 @@ type Pod struct {
 	ExtraUserData []string
 
 	opts   Options
+	pod    *pod.Pod // prepared
 	net    *pod.Network
 	cgroup *hostcpu.Cgroup
 	proc   *pod.Process // once started
@@ -219,46 +220,57 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	}
 	t.Cleanup(p.cleanup)
 	cred := e.Cred
-	// The pod's directories as vlctl run makes them (internal/pod): root
-	// fills them, then hands them to the launcher's user.
 	root, err := safefs.Open(dir)
 	Must(t, err)
 	defer root.Close()
-	dirs, err := pod.MakeDirs(root, p.Layout, o.ImageVolume != nil)
-	Must(t, err)
-	if o.ImageVolume != nil {
-		p.placeImageVolumes()
-	} else {
-		p.placeContainerDisks()
-	}
-	if o.EphemeralTmpfs != "" {
-		mo := fmt.Sprintf("size=%s,mode=0755,uid=%d,gid=%d", o.EphemeralTmpfs, cred.Uid, cred.Gid)
-		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", mo, "vltest", p.Layout.EphemeralDiskDir).CombinedOutput(); err != nil {
-			t.Fatalf("mount tmpfs: %v %s", err, out)
-		}
-	}
-	if o.Network {
-		p.net = p.network()
-	}
-	Must(t, dirs.HandOver(int(cred.Uid), int(cred.Gid)))
 	lo := p.LauncherOptions()
 	lo.QemuTimeout = o.QemuTimeout
 	lo.GracePeriodSeconds = o.Grace
-	lo.AllowEmulation, lo.ForceEmulation, lo.RunAsNonroot = true, true, true
 	if o.SharedCaps {
 		lo.QemuCapsCache = e.CapsDir
 	}
 	lo.ImageVolume = o.ImageVolume != nil
 	lo.LibvirtHookServerAndClient = o.PreMigrationHooks
-	if p.net != nil {
-		lo.ResolvConf = p.net.ResolvConf
+	// The pod as vlctl run makes it (internal/pod): root fills its
+	// directories, then hands them to the launcher's user.
+	spec := pod.Spec{
+		Dir: root, Layout: p.Layout, ImageVolume: o.ImageVolume != nil, User: cred, FixedRoot: o.FixedRoot,
+		Monitor: filepath.Join(e.BinDir, "virt-launcher-monitor"), Launcher: filepath.Join(e.BinDir, "virt-launcher"),
+		Flags: lo, Emulate: true, Extra: o.ExtraArgs,
+		Fill: func() error {
+			if o.ImageVolume != nil {
+				p.placeImageVolumes()
+			} else {
+				p.placeContainerDisks()
+			}
+			if o.EphemeralTmpfs != "" {
+				mo := fmt.Sprintf("size=%s,mode=0755,uid=%d,gid=%d", o.EphemeralTmpfs, cred.Uid, cred.Gid)
+				if out, err := exec.Command("mount", "-t", "tmpfs", "-o", mo, "vltest", p.Layout.EphemeralDiskDir).CombinedOutput(); err != nil {
+					return fmt.Errorf("mount tmpfs: %v %s", err, out)
+				}
+			}
+			return nil
+		},
+		Stdout: p.Stdout, Stderr: p.Stderr,
 	}
-	p.Cmd = pod.Monitor{
-		Bin: filepath.Join(e.BinDir, "virt-launcher-monitor"), Launcher: filepath.Join(e.BinDir, "virt-launcher"),
-		Flags: lo, Extra: o.ExtraArgs,
-		User: cred, Network: p.net != nil,
-		Dir: dir, Stdout: p.Stdout, Stderr: p.Stderr,
-	}.Command()
+	if o.Network {
+		spec.Network = p.networkConfig()
+	}
+	if etc := o.EtcLibvirt; etc != "" && o.FixedRoot != "" {
+		spec.Enter = []func() error{func() error { return unix.Mount(etc, "/etc/libvirt", "", unix.MS_BIND, "") }}
+	}
+	if p.cgroup != nil {
+		spec.Cgroup = p.cgroup
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p.pod, err = spec.Prepare(ctx)
+	Must(t, err)
+	p.net = p.pod.Network
+	if o.Network && p.net == nil {
+		t.Fatal("Options.Network: the pod's VMI has no masquerade or bridge interface")
+	}
+	p.Cmd = spec.Command(p.net)
 	return p
 }
 
@@ -280,10 +292,7 @@ func (p *Pod) LauncherOptions() launcherflags.Options {
 // LauncherLayout is the pod's layout as the launcher sees it: Layout, or
 // the same below Options.FixedRoot.
 func (p *Pod) LauncherLayout() layout.Layout {
-	if p.opts.FixedRoot != "" {
-		return layout.Under(p.opts.FixedRoot)
-	}
-	return p.Layout
+	return (&pod.Spec{Layout: p.Layout, FixedRoot: p.opts.FixedRoot}).LauncherLayout()
 }
 
 // imagesDir holds root's copies of the test guest's images: the unpacked
@@ -368,36 +377,15 @@ func (p *Pod) placeImageVolumes() {
 // SetEnv adds an environment variable for the monitor (before Start).
 func (p *Pod) SetEnv(k, v string) { p.Cmd.Env = append(p.Cmd.Env, k+"="+v) }
 
-// Start runs Cmd (in the pod's network namespace with Options.Network).
+// Start runs Cmd in the pod's namespaces (pod.Pod.Start): its network
+// with Options.Network, Options.FixedRoot, its cgroup with Options.CPUSet.
 func (p *Pod) Start() {
 	p.T.Helper()
 	p.Started = time.Now()
-	var netNS func() error
-	if p.net != nil {
-		netNS = pod.NetNS(p.net.NS)
-	}
-	var bind func() error
-	if p.opts.FixedRoot != "" {
-		bind = pod.BindAt(p.Dir, p.opts.FixedRoot)
-		if etc := p.opts.EtcLibvirt; etc != "" {
-			root := bind
-			bind = func() error {
-				if err := root(); err != nil {
-					return err
-				}
-				return unix.Mount(etc, "/etc/libvirt", "", unix.MS_BIND, "")
-			}
-		}
-	}
-	var inCgroup func() error
-	placed := func() error { return nil }
-	if p.cgroup != nil {
-		var err error
-		inCgroup, placed, err = p.cgroup.Place(p.Cmd)
-		Must(p.T, err)
-	}
-	proc, err := pod.Start(p.Cmd, netNS, bind, inCgroup)
-	Must(p.T, errors.Join(err, placed()))
+	p.pod.Cmd = p.Cmd
+	err := p.pod.Start()
+	Must(p.T, errors.Join(err, p.pod.Unplaced))
+	proc := p.pod.Process
 	p.proc = proc
 	go func() {
 		p.ExitErr = proc.Err()

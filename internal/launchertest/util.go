@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -91,4 +93,38 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Listening is a unix socket this process listens on, accepting every
+// connection and holding it until the test ends: the socket whose
+// listener's credentials (SO_PEERCRED) a peer check reads. Dial connects
+// to it, closed at the test's end.
+func Listening(t testing.TB) (dial func() net.Conn) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "s")
+	l, err := net.Listen("unix", sock)
+	Must(t, err)
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	return func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("unix", sock)
+		Must(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
@@ -30,8 +31,8 @@ func testCredential(t *testing.T) *syscall.Credential {
 		// Already unprivileged: run the daemons as ourselves.
 		return nil
 	}
-	uid, gid, err := pod.LookupUser(pod.TestUser)
-	testenv.Need(t, "user "+pod.TestUser, err)
+	uid, gid, err := pod.LookupUser(launchertest.TestUser)
+	testenv.Need(t, "user "+launchertest.TestUser, err)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 

@@ -1,7 +1,9 @@
 package pod
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -63,4 +65,27 @@ func (d *Dirs) HandOver(uid, gid int) error {
 		return fmt.Errorf("hand over %s: %w", d.root.Path(), err)
 	}
 	return nil
+}
+
+// Remove undoes MakeDirs and HandOver, for a pod whose processes are gone
+// or never started: the pod's directory is root's and 0700 again, so that
+// nothing below it changes meanwhile, and the pod directories go with all
+// in them (os.RemoveAll follows no link below them).
+func (d *Dirs) Remove() error {
+	var errs []error
+	if err := d.root.Chown(0, 0); err != nil {
+		errs = append(errs, fmt.Errorf("take back %s: %w", d.root.Path(), err))
+	}
+	if err := d.root.Chmod(0o700); err != nil {
+		errs = append(errs, fmt.Errorf("take back %s: %w", d.root.Path(), err))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	for _, top := range d.tops {
+		if err := os.RemoveAll(d.root.Join(top)); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", d.root.Join(top), err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package pod
 
 import (
 	"io"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -24,16 +25,7 @@ func TestMonitorCommandParses(t *testing.T) {
 	flags.Verbosity = 5
 	flags.GracePeriodSeconds = 45
 	m := Monitor{Bin: "/bin/virt-launcher-monitor", Launcher: "/opt/vl/virt-launcher", Flags: flags, Extra: []string{"--qemu-timeout=7m"}}
-	cmd := m.Command()
-	env := map[string]string{}
-	for _, kv := range cmd.Env {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
-	cfg, err := monitor.ParseArgs(cmd.Args[1:], func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatalf("monitor.ParseArgs(%q): %v", cmd.Args[1:], err)
-	}
+	cfg, got, _ := readBack(t, m.Command())
 	for _, c := range []struct{ what, got, want string }{
 		{"container disk dir", cfg.ContainerDiskDir, flags.ContainerDiskDir},
 		{"share dir", cfg.ShareDir, flags.ShareDir},
@@ -48,13 +40,30 @@ func TestMonitorCommandParses(t *testing.T) {
 	if cfg.Verbosity != flags.Verbosity {
 		t.Errorf("the monitor reads verbosity %d, want %d", cfg.Verbosity, flags.Verbosity)
 	}
-	got, err := launcherflags.Parse(cfg.LauncherArgs, io.Discard)
-	if err != nil {
-		t.Fatalf("launcherflags.Parse(%q): %v", cfg.LauncherArgs, err)
-	}
 	want := flags
 	want.QemuTimeout = 7 * time.Minute
 	if !reflect.DeepEqual(*got, want) {
 		t.Errorf("the launcher gets\n%+v\nwant\n%+v", *got, want)
 	}
+}
+
+// readBack reads a monitor's command line back as the monitor does, and
+// the launcher's part of it as the launcher does, and returns the
+// environment it gets.
+func readBack(t *testing.T, cmd *exec.Cmd) (monitor.Config, *launcherflags.Options, map[string]string) {
+	t.Helper()
+	env := map[string]string{}
+	for _, kv := range cmd.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	cfg, err := monitor.ParseArgs(cmd.Args[1:], func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("monitor.ParseArgs(%q): %v", cmd.Args[1:], err)
+	}
+	o, err := launcherflags.Parse(cfg.LauncherArgs, io.Discard)
+	if err != nil {
+		t.Fatalf("launcherflags.Parse(%q): %v", cfg.LauncherArgs, err)
+	}
+	return cfg, o, env
 }

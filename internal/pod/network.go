@@ -49,6 +49,9 @@ type Network struct {
 	cfg  NetworkConfig
 	vmi  *v1.VirtualMachineInstance // the VMI as last wired
 	up   bool                       // privileged phase done: Close undoes it
+	// closed: Close has removed the namespaces; a second Close does
+	// nothing.
+	closed bool
 	// extra counts the secondary pod interfaces made (SecondaryNet's i).
 	extra int
 }
@@ -165,6 +168,10 @@ func (n *Network) Unplug(ctx context.Context, prev, next *v1.VirtualMachineInsta
 // Close undoes the privileged phase for the VMI as last wired and removes
 // the namespaces.
 func (n *Network) Close() error {
+	if n.closed {
+		return nil
+	}
+	n.closed = true
 	var errs []error
 	if n.up {
 		// Its own deadline: Close runs when the run's context has ended.

@@ -4,8 +4,9 @@
 // monitor's process (Monitor: the command line from internal/launcherflags,
 // the environment from monitor.Env), started from a thread that first
 // enters the pod's namespaces (Start, NetNS, and a passwd of the pod's own,
-// Identity). vlctl run, the test harness (internal/launchertest) and the
-// bench lay out and start their pods with it.
+// Identity). Spec is the whole recipe in one value: vlctl run, the test
+// harness (internal/launchertest) and the bench describe their pods with
+// one and make and start them with Spec.Launch (or Prepare and Start).
 package pod
 
 import (

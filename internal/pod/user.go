@@ -6,11 +6,6 @@ import (
 	"strconv"
 )
 
-// TestUser is the account the launchers of the tests and the bench run
-// as (scripts/install-deps creates it); vlctl run gives each VM an id of
-// its own instead (internal/uidpool).
-const TestUser = "virtlauncher"
-
 // LookupUser returns the ids of an unprivileged account to run launchers,
 // their libvirt daemons and QEMU as; root is refused.
 func LookupUser(name string) (uid, gid int, err error) {

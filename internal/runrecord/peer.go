@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 )
 
@@ -14,15 +13,18 @@ import (
 // same user and can put any socket at the recorded path; who answers cannot
 // be faked.
 func (r *Record) PeerOwnedBy(conn net.Conn) error {
-	pid, err := unixgrpc.PeerPID(conn)
-	if err != nil {
-		return fmt.Errorf("%s: %w", r.FullName(), err)
-	}
 	if !r.Alive() {
 		return fmt.Errorf("%s: its vlctl run (pid %d) is gone", r.FullName(), r.PID)
 	}
-	if pid == r.PID || !procfs.IsAncestor("/proc", r.PID, pid) {
-		return fmt.Errorf("%s: the socket's listener (pid %d) is not a process of its vlctl run (pid %d); refused", r.FullName(), pid, r.PID)
+	whose := fmt.Sprintf("its vlctl run (pid %d)", r.PID)
+	pid, err := unixgrpc.PeerBelow(conn, r.PID, whose)
+	if err == nil && pid == r.PID {
+		// The sockets checked so are the launcher's and its daemons', below
+		// the run; the run's own are PeerIsRun's.
+		err = fmt.Errorf("the socket's listener (pid %d) is not a process of %s; refused", pid, whose)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.FullName(), err)
 	}
 	return nil
 }

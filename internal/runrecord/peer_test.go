@@ -1,13 +1,12 @@
 package runrecord
 
 import (
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
 
@@ -15,21 +14,7 @@ import (
 // the recorded run is accepted; one below another process is refused, and
 // so is one of a run that is gone.
 func TestPeerOwnedBy(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "s")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
+	dial := launchertest.Listening(t)
 	recordOf := func(pid int) *Record {
 		st, err := procfs.ReadStat("/proc", pid)
 		if err != nil {
@@ -55,12 +40,7 @@ func TestPeerOwnedBy(t *testing.T) {
 		{"run gone", gone, "is gone"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			conn, err := net.Dial("unix", sock)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			err = c.rec.PeerOwnedBy(conn)
+			err := c.rec.PeerOwnedBy(dial())
 			if c.err == "" && err != nil {
 				t.Errorf("refused: %v", err)
 			}

@@ -17,7 +17,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
-	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -164,14 +163,8 @@ func (r *runner) waitReady(ctx context.Context) (*cmdclient.Client, error) {
 // does not say whose socket it is. The listener's kernel credentials do.
 func peerBelow(pid int) func(net.Conn) error {
 	return func(conn net.Conn) error {
-		peer, err := unixgrpc.PeerPID(conn)
-		if err != nil {
-			return err
-		}
-		if !procfs.IsAncestor("/proc", pid, peer) {
-			return fmt.Errorf("the socket's listener (pid %d) is not a process of this run (monitor pid %d); refused", peer, pid)
-		}
-		return nil
+		_, err := unixgrpc.PeerBelow(conn, pid, fmt.Sprintf("this run (monitor pid %d)", pid))
+		return err
 	}
 }
 

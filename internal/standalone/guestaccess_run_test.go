@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
@@ -139,7 +140,7 @@ func TestVlctlGuestAccess(t *testing.T) {
 	t.Logf("VNC at %s: a %dx%d display", addr, w, h)
 	// Another user's process on this machine gets no display; the same
 	// client as root gets the server's version.
-	uid, gid, err := pod.LookupUser(pod.TestUser)
+	uid, gid, err := pod.LookupUser(launchertest.TestUser)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,15 +232,15 @@ func TestVlctlGuestAccess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sudoEnv := []string{"SUDO_UID=" + strconv.Itoa(uid), "SUDO_GID=" + strconv.Itoa(gid), "SUDO_USER=" + pod.TestUser, "XDG_STATE_HOME=" + theirs}
+	sudoEnv := []string{"SUDO_UID=" + strconv.Itoa(uid), "SUDO_GID=" + strconv.Itoa(gid), "SUDO_USER=" + launchertest.TestUser, "XDG_STATE_HOME=" + theirs}
 	sudoArgs := []string{"ssh", rd, "ga", "-i", theirKey, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "--", "echo", "VL-AS-SUDO-USER"}
 	if out, errOut, code := vlctlIOEnv(t, sudoEnv, "", sudoArgs...); code != 0 || strings.TrimSpace(out) != "VL-AS-SUDO-USER" {
-		t.Errorf("vlctl ssh under sudo as %s: exit %d, %q: %s", pod.TestUser, code, out, errOut)
+		t.Errorf("vlctl ssh under sudo as %s: exit %d, %q: %s", launchertest.TestUser, code, out, errOut)
 	}
 	var st syscall.Stat_t
 	theirHosts := filepath.Join(theirs, "vlctl", "ssh", "default_ga.known_hosts")
 	if err := syscall.Stat(theirHosts, &st); err != nil || st.Uid != uint32(uid) {
-		t.Errorf("%s: %v, owner %d; want one of %s's (%d)", theirHosts, err, st.Uid, pod.TestUser, uid)
+		t.Errorf("%s: %v, owner %d; want one of %s's (%d)", theirHosts, err, st.Uid, launchertest.TestUser, uid)
 	}
 
 	if code, _, errOut := vlctl(t, 3*time.Minute, "stop", rd, "ga"); code != 0 {

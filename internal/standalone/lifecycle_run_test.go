@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
@@ -183,7 +184,7 @@ func TestRunForcedWhileStarting(t *testing.T) {
 // root, in one line, and makes nothing.
 func TestVlctlRunNotRoot(t *testing.T) {
 	needRoot(t)
-	uid, gid, err := pod.LookupUser(pod.TestUser)
+	uid, gid, err := pod.LookupUser(launchertest.TestUser)
 	testenv.Need(t, "user virtlauncher", err)
 	root := workRoot(t)
 	cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--workdir", root, "--record-dir", workRoot(t), "/nonexistent.yaml")

@@ -42,7 +42,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
 	"github.com/virtlauncher/virtlauncher/internal/migrationproxy"
-	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runctl"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
@@ -160,9 +159,6 @@ func (r *runner) launcherRoot() string {
 	}
 	return r.workDir
 }
-
-// launcherLayout is the pod's layout as its launcher sees it.
-func (r *runner) launcherLayout() layout.Layout { return layout.Under(r.launcherRoot()) }
 
 // migrationVMI is the VMI as virt-handler has it once migration uid is
 // under way: a block migration (the pod's disks are its own) over unix
@@ -479,13 +475,9 @@ func dialRunSocket(path string, pid int) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	peer, err := unixgrpc.PeerPID(conn)
-	if err == nil && !procfs.IsAncestor("/proc", pid, peer) {
-		err = fmt.Errorf("%s is served by pid %d, not by a process of the target run (pid %d); refused", path, peer, pid)
-	}
-	if err != nil {
+	if _, err := unixgrpc.PeerBelow(conn, pid, fmt.Sprintf("the target run (pid %d)", pid)); err != nil {
 		conn.Close()
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return conn, nil
 }

@@ -11,73 +11,96 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
+	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 )
 
-// startMonitor starts virt-launcher-monitor as the unprivileged user, inside
-// the pod network namespace when there is one.
-func (r *runner) startMonitor() error {
-	monitorBin, launcherBin := r.bins[0], r.bins[1]
-	o := launcherflags.ForVMI(r.vmi)
-	o.SetLayout(r.launcherLayout())
-	o.QemuTimeout = r.cfg.QemuTimeout
-	o.RunAsNonroot, o.AllowEmulation = true, true
-	if r.net != nil {
-		o.ResolvConf = r.net.ResolvConf
-	}
-	o.QemuCapsCache = r.caps
-	o.ForceEmulation = r.emulation()
-	logFile := r.logFile
-	cmd := pod.Monitor{
-		Bin: monitorBin, Launcher: launcherBin, Flags: o,
-		User:    r.owner.credential(),
-		Network: r.net != nil,
-		Env:     r.cfg.deviceEnv,
-		Dir:     r.workDir, Stdout: logFile, Stderr: logFile,
-	}.Command()
-	if err := r.grantVFIO(); err != nil {
-		return err
-	}
-	// Started from a thread in the pod's namespaces: network, and the
-	// mount namespace with the VM's passwd.
-	var netNS func() error
-	if r.net != nil {
-		netNS = pod.NetNS(r.net.NS)
-	}
-	// A migration's target sees its pod where the source's launcher
-	// sees its own (migrate.go).
-	var bind func() error
-	if root := r.launcherRoot(); root != r.workDir {
-		bind = pod.BindAt(r.workDir, root)
-	}
+// launch makes the VM's pod and starts its monitor (pod.Spec.Launch): the
+// pod directories filled (fill), the pod network with the run's services
+// on it (networked), the hand-over to the VM's user, virtiofsd and the
+// VM's devices, then virt-launcher-monitor as the VM's user in the pod's
+// namespaces: network, and a mount namespace with the VM's passwd.
+func (r *runner) launch(ctx context.Context) error {
+	spec := r.podSpec(ctx)
 	// With --cpuset the pod runs in a cpuset cgroup of its own, where its
 	// launcher finds its CPUs as under a CPU manager.
-	var inCgroup func() error
-	placed := func() error { return nil }
 	if len(r.cfg.CPUSet) > 0 {
 		cg, err := hostcpu.NewCgroup("vlctl-", r.cfg.CPUSet)
 		if err != nil {
 			return fmt.Errorf("--cpuset: %w", err)
 		}
-		r.cgroup = cg
-		if inCgroup, placed, err = cg.Place(cmd); err != nil {
-			return fmt.Errorf("--cpuset: %w", err)
-		}
+		r.cgroup, spec.Cgroup = cg, cg
 	}
-	proc, err := pod.Start(cmd, netNS, r.identity.Enter, bind, inCgroup)
-	if perr := placed(); perr != nil && err == nil {
-		r.log.Warn("the thread that started the monitor stays in its cpuset cgroup", "error", perr)
-	}
+	p, err := spec.Launch(ctx)
 	// The child has its own copies; root keeps none.
-	logFile.Close()
+	r.logFile.Close()
 	r.logFile = nil
 	r.identity.Close()
 	if err != nil {
-		return fmt.Errorf("start %s: %w", monitorBin, err)
+		return err
 	}
-	r.monitor = proc
-	r.log.Info("monitor started", "pid", cmd.Process.Pid, "workdir", r.workDir, "log", r.dir.Join("launcher.log"))
+	if p.Unplaced != nil {
+		r.log.Warn("the thread that started the monitor stays in its cpuset cgroup", "error", p.Unplaced)
+	}
+	r.monitor = p.Process
+	r.log.Info("monitor started", "pid", p.Process.Cmd.Process.Pid, "workdir", r.workDir, "log", r.dir.Join("launcher.log"))
 	return nil
+}
+
+// podSpec is the VM's pod, once the work dir is made and the launcher
+// staged (stageLauncher).
+func (r *runner) podSpec(ctx context.Context) pod.Spec {
+	o := launcherflags.ForVMI(r.vmi)
+	o.QemuTimeout = r.cfg.QemuTimeout
+	o.QemuCapsCache = r.caps
+	spec := pod.Spec{
+		Dir: r.dir, Layout: r.layout, User: r.owner.credential(),
+		Monitor: r.bins[0], Launcher: r.bins[1], Flags: o, Emulate: r.emulation(),
+		// The network is made while root alone can write the work dir:
+		// the vif caches in private/ go to the VM's user with the rest
+		// of its directories; the restore state, which root acts on at
+		// the end, stays in the work dir, root's.
+		Network: &pod.NetworkConfig{Dir: r.workDir, Name: r.netName, VMI: r.vmi,
+			Privileged: netsetup.PrivilegedConfig{QemuUID: r.owner.uid, QemuGID: r.owner.gid,
+				CacheDir: r.layout.PrivateDir, StateDir: r.workDir},
+			Log: r.log},
+		Fill:      r.fill,
+		Networked: r.networked,
+		HandedOver: func() error {
+			if err := r.startVirtiofs(ctx); err != nil {
+				return err
+			}
+			return r.grantVFIO()
+		},
+		Enter: []func() error{r.identity.Enter},
+		Env:   r.cfg.deviceEnv,
+		// launcher.log takes the monitor's, the launcher's and QEMU's
+		// output.
+		Stdout: r.logFile, Stderr: r.logFile,
+	}
+	// A migration's target sees its pod where the source's launcher
+	// sees its own (migrate.go).
+	if root := r.launcherRoot(); root != r.workDir {
+		spec.FixedRoot = root
+	}
+	return spec
+}
+
+// networked puts the run's services on the pod network (n nil: the VMI
+// has none): the DNS relay, the published ports (a migration's target
+// publishes once the guest is here, drive) and the guest's egress.
+func (r *runner) networked(n *pod.Network) error {
+	r.net = n
+	if n != nil {
+		r.progress("pod network up (namespaces %s and %s)", n.NSName, n.OutsideName)
+		r.relayDNS()
+	}
+	if r.cfg.source == nil {
+		if err := r.publish(0); err != nil {
+			return err
+		}
+	}
+	return r.startEgress()
 }
 
 // emulation says whether the guest runs under TCG: asked for, or KVM

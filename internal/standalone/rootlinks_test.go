@@ -1,6 +1,7 @@
 package standalone
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
@@ -36,7 +38,7 @@ type stageFixture struct {
 func launcherUser(t *testing.T) ids {
 	t.Helper()
 	testenv.Root(t, "the work dir is handed to another user")
-	for _, name := range []string{pod.TestUser, "nobody"} {
+	for _, name := range []string{launchertest.TestUser, "nobody"} {
 		if o, err := testUser(name); err == nil {
 			return o
 		}
@@ -116,7 +118,7 @@ func wantRefused(t *testing.T, err error, path string) {
 func TestHandOverLayout(t *testing.T) {
 	f := newStageFixture(t)
 	r := f.r
-	for _, step := range []func() error{r.prepare, r.stageLauncher, r.handOver} {
+	for _, step := range []func() error{r.prepare, r.stageLauncher, func() error { return preparePod(r, nil) }} {
 		if err := step(); err != nil {
 			t.Fatal(err)
 		}
@@ -211,15 +213,18 @@ func TestHandOverRefusesLinks(t *testing.T) {
 		}
 		// A pod directory replaced by a link, and a link to a file.
 		kb := filepath.Join(r.workDir, "share", "container-disks", "kernel-boot")
-		if err := os.Remove(kb); err != nil {
-			t.Fatal(err)
-		}
-		for p, target := range map[string]string{kb: f.outside, filepath.Join(r.workDir, "private", "f"): f.secret} {
-			if err := os.Symlink(target, p); err != nil {
-				t.Fatal(err)
+		plant := func() error {
+			if err := os.Remove(kb); err != nil {
+				return err
 			}
+			for p, target := range map[string]string{kb: f.outside, filepath.Join(r.workDir, "private", "f"): f.secret} {
+				if err := os.Symlink(target, p); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
-		if err := r.handOver(); err != nil {
+		if err := preparePod(r, plant); err != nil {
 			t.Fatal(err)
 		}
 		st, _ := os.Lstat(kb)
@@ -235,16 +240,30 @@ func TestHandOverRefusesLinks(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := filepath.Join(r.workDir, "private", "hard")
-		if err := os.Link(f.secret, p); err != nil {
-			t.Fatal(err)
-		}
-		err := r.handOver()
+		err := preparePod(r, func() error { return os.Link(f.secret, p) })
 		if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "hard links") {
 			t.Errorf("got %v, want a refused hard link naming %s", err, p)
 		}
 		os.Remove(p)
 		f.untouched(t)
 	})
+}
+
+// preparePod makes the run's pod up to and with the hand-over
+// (pod.Spec.Prepare); plant, if set, runs after the run's own fill.
+func preparePod(r *runner, plant func() error) error {
+	s := r.podSpec(context.Background())
+	if plant != nil {
+		fill := s.Fill
+		s.Fill = func() error {
+			if err := fill(); err != nil {
+				return err
+			}
+			return plant()
+		}
+	}
+	_, err := s.Prepare(context.Background())
+	return err
 }
 
 // TestWorkRootTrusted: a work root the launcher's user could change is

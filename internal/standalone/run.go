@@ -399,34 +399,10 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 		// Not fatal: the launcher probes QEMU itself, 2.5 s later.
 		fmt.Fprintf(cfg.Status, "vlctl: warning: no shared QEMU capability cache: %v\n", err)
 	}
-	if err := run.setupNetwork(ctx); err != nil {
-		return false, false, err
-	}
-	if run.net != nil {
-		run.progress("pod network up (namespaces %s and %s)", run.net.NSName, run.net.OutsideName)
-		run.relayDNS()
-	}
-	if cfg.source == nil { // a migration's target publishes once the guest is here (drive)
-		if err := run.publish(0); err != nil {
-			return false, false, err
-		}
-	}
-	if err := run.startEgress(); err != nil {
-		return false, false, err
-	}
 	if err := run.stageLauncher(); err != nil {
 		return false, false, err
 	}
-	if err := run.stageVirtiofs(); err != nil {
-		return false, false, err
-	}
-	if err := run.handOver(); err != nil {
-		return false, false, err
-	}
-	if err := run.startVirtiofs(ctx); err != nil {
-		return false, false, err
-	}
-	if err := run.startMonitor(); err != nil {
+	if err := run.launch(ctx); err != nil {
 		return false, false, err
 	}
 	run.progress("launcher starting as %s", run.owner.name)
@@ -505,8 +481,6 @@ type runner struct {
 	// never follow a link (safefs). The work dir itself stays root's.
 	dir    *safefs.Dir
 	layout layout.Layout
-	// podDirs are the pod directories, handed to the VM's user.
-	podDirs *pod.Dirs
 	// bins are the monitor and launcher binaries to run, logFile their
 	// output, both staged before the hand-over.
 	bins    [2]string

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/virtlauncher/virtlauncher/internal/pod"
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
@@ -387,7 +387,7 @@ func TestACLEntries(t *testing.T) {
 func launcherIDs(t *testing.T) ids {
 	t.Helper()
 	testenv.Root(t, "acts as the launcher's user")
-	o, err := testUser(pod.TestUser)
+	o, err := testUser(launchertest.TestUser)
 	if err != nil {
 		t.Fatal(err)
 	}

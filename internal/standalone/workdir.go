@@ -16,10 +16,9 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
-// prepare makes the working directory and links the user's disks and the
-// local images where a cluster would have mounted them. Root alone can
-// enter the directory until handOver, and everything is made through its
-// descriptor, never following a link.
+// prepare checks the manifest's files, opens the user's disks and images
+// and makes the working directory, which root alone can enter until the
+// pod's hand-over (launch).
 func (r *runner) prepare() error {
 	// The manifest's files are checked before anything is made.
 	if _, err := r.localImages(layout.Layout{}); err != nil {
@@ -42,17 +41,22 @@ func (r *runner) prepare() error {
 	}
 	r.workDir, r.dir = dir, d
 	r.layout = layout.Under(dir)
-	l := r.layout
-	if r.podDirs, err = pod.MakeDirs(r.dir, l, false); err != nil {
-		return err
-	}
+	return nil
+}
+
+// fill links the user's disks and the local images where a cluster would
+// have mounted them, writes the configuration volumes and makes the
+// virtiofs sockets' directory: the pod's Fill, while the pod directories
+// are root's. Everything is made through the work dir's descriptor, never
+// following a link.
+func (r *runner) fill() error {
 	if err := r.linkDisks(); err != nil {
 		return err
 	}
 	if err := r.writeConfigVolumes(); err != nil {
 		return err
 	}
-	links, err := r.localImages(l)
+	links, err := r.localImages(r.layout)
 	if err != nil {
 		return err
 	}
@@ -65,7 +69,7 @@ func (r *runner) prepare() error {
 			return fmt.Errorf("%s: link: %w", k.field, err)
 		}
 	}
-	return nil
+	return r.stageVirtiofs()
 }
 
 // rel is p relative to the work dir, for the safefs calls on r.dir.
@@ -148,15 +152,6 @@ func makeWorkDir(root *safefs.Dir) (string, *safefs.Dir, error) {
 	return "", nil, fmt.Errorf("work dir: no free name under %s", root.Path())
 }
 
-// handOver gives the VM's user the pod directories (pod.Dirs.HandOver);
-// everything root writes into them is written before this.
-func (r *runner) handOver() error {
-	if err := r.podDirs.HandOver(r.owner.uid, r.owner.gid); err != nil {
-		return fmt.Errorf("hand the work dir to %s: %w", r.owner.name, err)
-	}
-	return nil
-}
-
 // takeBack closes the work dir to everyone but root, so that nothing
 // below it changes while root removes it.
 func takeBack(dir *safefs.Dir) error {
@@ -234,7 +229,8 @@ func (r *runner) localImages(l layout.Layout) ([]link, error) {
 	return links, nil
 }
 
-// stageLauncher puts into the work dir, while root alone can write there,
+// stageLauncher puts into the work dir, beside the pod directories and
+// before the pod's hand-over, while root alone can write there,
 // what the monitor starts with: copies of the binaries when the launcher's
 // user cannot reach the build's, and launcher.log, the output of the
 // monitor, launcher and QEMU (a fresh file, O_EXCL and never through a

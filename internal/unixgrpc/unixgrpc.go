@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/virtlauncher/virtlauncher/internal/procfs"
 )
 
 // Dial connects to the unix socket at path and waits until the connection
@@ -83,6 +85,22 @@ func PeerPID(conn net.Conn) (int, error) {
 		return 0, err
 	}
 	return int(cred.Pid), nil
+}
+
+// PeerBelow checks that the process at the other end of conn is pid or a
+// process below it (by /proc's parent links) and returns its pid: the
+// check for a socket in a directory that processes other than pid's may
+// write, where the path alone does not say whose socket it is. whose
+// names pid's processes in the refusal.
+func PeerBelow(conn net.Conn, pid int, whose string) (int, error) {
+	peer, err := PeerPID(conn)
+	if err != nil {
+		return 0, err
+	}
+	if !procfs.IsAncestor("/proc", pid, peer) {
+		return peer, fmt.Errorf("the socket's listener (pid %d) is not a process of %s; refused", peer, whose)
+	}
+	return peer, nil
 }
 
 // PeerCred is the kernel's credentials of the process at the other end of

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
@@ -48,8 +49,8 @@ func TestMain(m *testing.M) {
 func TestRunUnprivileged(t *testing.T) {
 	testenv.Root(t, "runs the wrapper as another user")
 	testenv.Need(t, "QEMU 7.2's virtiofsd ("+CBinary+", package qemu-system-common)", statErr(CBinary))
-	uid, gid, err := pod.LookupUser(pod.TestUser)
-	testenv.Need(t, "the "+pod.TestUser+" user", err)
+	uid, gid, err := pod.LookupUser(launchertest.TestUser)
+	testenv.Need(t, "the "+launchertest.TestUser+" user", err)
 
 	dir, err := os.MkdirTemp("", "vfsd")
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/notify/notifytest"
+	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 )
 
 // event is one domain event as the handler receives it.
@@ -223,15 +223,9 @@ func peerPID(t *testing.T, sock string) int {
 	c, err := net.Dial("unix", sock)
 	launchertest.Must(t, err)
 	defer c.Close()
-	raw, err := c.(*net.UnixConn).SyscallConn()
+	pid, err := unixgrpc.PeerPID(c)
 	launchertest.Must(t, err)
-	var cred *syscall.Ucred
-	var cerr error
-	launchertest.Must(t, raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}))
-	launchertest.Must(t, cerr)
-	return int(cred.Pid)
+	return pid
 }
 
 // handlerVMI is the VMI JSON the handler sends: the full object with
