@@ -33,7 +33,7 @@ func (m *Manager) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-ch
 			if msg, isAgent := ev.(*libvirt.DomainEventCallbackAgentLifecycleMsg); isAgent {
 				m.handleAgent(ctx, msg)
 			}
-		case <-m.agent.Changed():
+		case <-m.guest.Store().Changed():
 			// The guest agent reported new interfaces, OS info or freeze
 			// state: KubeVirt's notifier sends the Domain again.
 			m.refresh(ctx, EventModified, true)
@@ -171,7 +171,7 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 		}
 	}
 	if !ok {
-		m.poller.Set(m.pollerContext(), false)
+		m.guest.SetPolling(false)
 		m.mu.Lock()
 		wasDefined := m.defined
 		m.defined = false
@@ -184,8 +184,8 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 		}
 		return
 	}
-	m.agent.Overlay(&obj.Status)
-	m.switchPoller(obj, st)
+	m.guest.Store().Overlay(&obj.Status)
+	switchPoller(m.guest, obj, st)
 	m.mu.Lock()
 	m.panics.overlay(&obj.Status)
 	m.cache = obj

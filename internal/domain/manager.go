@@ -200,20 +200,13 @@ type Manager struct {
 	// stats answers the stats calls (statssource.go).
 	stats *statsSource
 
-	// agent keeps what the guest agent reports; poller fills it while
-	// the guest runs with its agent connected (refresh switches it).
-	agent  *agent.Store
-	poller *agent.Poller
+	// guest runs the guest agent operations; its poller fills what it
+	// reports while the guest runs with its agent connected (refresh
+	// switches it).
+	guest *agent.Guest
 	// runCtx is Run's context: the poller's lifetime (refresh may run
 	// under an RPC's shorter one).
 	runCtx context.Context
-	// probesPaused: the VMI's kubevirt.io/pause-guest-agent-probes
-	// annotation was true at the last Sync (GuestPing passes).
-	probesPaused atomic.Bool
-	// thawTimer is the pending automatic thaw after a Freeze, due at
-	// thawAt (mu).
-	thawTimer *time.Timer
-	thawAt    time.Time
 	// restoredThaw is the automatic thaw a previous launcher of the pod
 	// had pending, taken over once connected (nil: none).
 	restoredThaw *time.Time
@@ -224,11 +217,6 @@ type Manager struct {
 	// stateDropped: the launcher ends for good (DropState); the state
 	// file is not written again.
 	stateDropped bool
-	// timeCancel stops the time sync under way after an unpause (mu).
-	timeCancel context.CancelFunc
-	// credentialsStarted: the access credentials are being propagated
-	// (startCredentials, mu).
-	credentialsStarted bool
 	// dumping: a memory dump call runs in the daemon (memorydump.go, mu).
 	dumping bool
 
@@ -280,8 +268,7 @@ func New(cfg Config) *Manager {
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
 	m.net = &netPhase{network: cfg.Network, baseFacts: m.baseFacts}
 	m.takeOverState()
-	m.agent = agent.NewStore()
-	m.poller = agent.NewPoller(m.agentCommand, m.agent, cfg.AgentIntervals, log.With("component", "guest-agent"))
+	m.guest = m.newGuest()
 	m.stats = newStatsSource(&statsSource{
 		log:    log,
 		lookup: m.lookup,
@@ -296,8 +283,8 @@ func New(cfg Config) *Manager {
 			defer m.mu.Unlock()
 			return m.runCtx
 		},
-		agent:        m.agent,
-		agentCommand: m.agentCommand,
+		agent:        m.guest.Store(),
+		agentCommand: m.guest.Command,
 	})
 	return m
 }
@@ -315,7 +302,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Lock()
 	m.runCtx = ctx
 	m.mu.Unlock()
-	defer m.poller.Stop()
+	defer m.guest.StopPolling()
 	go m.sendLoop(ctx)
 	backoff := 20 * time.Millisecond
 	first := true

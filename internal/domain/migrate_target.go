@@ -199,7 +199,7 @@ func (m *Manager) FinalizeMigration(ctx context.Context, v *v1.VirtualMachineIns
 	if err := m.applier(l, d).RefreshLinks(ctx, linkRefresh); err != nil {
 		return err
 	}
-	m.syncGuestTime("after the migration")
+	m.guest.SyncTime("after the migration")
 	return nil
 }
 

@@ -136,8 +136,7 @@ func (m *Manager) saveState() {
 	}
 	m.mu.Lock()
 	s := State{HostUUID: m.cfg.HostUUID, Metadata: m.md, TargetOf: m.targetOf}
-	if !m.thawAt.IsZero() {
-		t := m.thawAt
+	if t := m.guest.ThawAt(); !t.IsZero() {
 		s.ThawAt = &t
 	}
 	m.mu.Unlock()
@@ -181,6 +180,5 @@ func (m *Manager) resumeThaw(at time.Time) {
 	m.mu.Lock()
 	v := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: m.ns, UID: types.UID(m.uid)}}
 	m.mu.Unlock()
-	m.log.Info("taking over the pending automatic thaw", "at", at.UTC().Format(time.RFC3339))
-	m.scheduleThaw(v, max(time.Until(at), time.Millisecond))
+	m.guest.ResumeThaw(v, at)
 }

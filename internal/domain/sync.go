@@ -54,7 +54,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 	if err := m.checkIdentity(v, true); err != nil {
 		return err
 	}
-	m.syncProbesPaused(v)
+	m.guest.SyncProbesPaused(v)
 	if err := m.syncRestartsOff(v); err != nil {
 		return err
 	}
@@ -97,12 +97,12 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		if err := m.defineAndStart(ctx, l, v, opts); err != nil {
 			return err
 		}
-		m.startCredentials(v)
+		m.guest.StartCredentials(v)
 		return nil
 	}
 	// The agent's credentials follow the VMI even when the start below
 	// fails: the handler syncs again.
-	m.startCredentials(v)
+	m.guest.StartCredentials(v)
 	switch run {
 	case runStart:
 		if err := m.start(l, d, v); err != nil {

@@ -41,7 +41,7 @@ func (m *Manager) Unpause(ctx context.Context, v *v1.VirtualMachineInstance) err
 		if err := l.DomainResume(d); err != nil {
 			return err
 		}
-		m.syncGuestTime("after unpause")
+		m.guest.SyncTime("after unpause")
 		return nil
 	})
 }
@@ -177,7 +177,7 @@ const killDaemonWait = 8 * time.Second
 func (m *Manager) qemuKilled() {
 	m.refreshMu.Lock()
 	defer m.refreshMu.Unlock()
-	m.poller.Set(m.pollerContext(), false)
+	m.guest.SetPolling(false)
 	m.mu.Lock()
 	var obj *domainjson.Domain
 	if m.cache != nil {

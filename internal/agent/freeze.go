@@ -1,4 +1,4 @@
-package domain
+package agent
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 )
 
@@ -20,17 +19,17 @@ const freezeCallTimeout = 90 * time.Second
 
 // fsFreezeStatus asks the agent whether the guest's file systems are
 // frozen ("frozen" or "thawed").
-func (m *Manager) fsFreezeStatus(ctx context.Context) (string, error) {
-	reply, err := m.agentCommand(ctx, `{"execute":"`+agent.CmdFSFreezeState+`"}`)
+func (g *Guest) fsFreezeStatus(ctx context.Context) (string, error) {
+	reply, err := g.Command(ctx, `{"execute":"`+CmdFSFreezeState+`"}`)
 	if err != nil {
 		return "", err
 	}
-	st, err := agent.FSFreezeStatus(reply)
+	st, err := FSFreezeStatus(reply)
 	if err != nil {
 		return "", err
 	}
 	// Keep the answer for the Domain too (the poller would within 5 s).
-	_ = m.agent.Record(agent.CmdFSFreezeState, reply)
+	_ = g.store.Record(CmdFSFreezeState, reply)
 	return st, nil
 }
 
@@ -40,20 +39,19 @@ func (m *Manager) fsFreezeStatus(ctx context.Context) (string, error) {
 // and, when unfreezeTimeout is not zero, a thaw of its own after that long
 // unless Unfreeze (or another Freeze) comes first, so a freezer that dies
 // cannot leave the guest frozen.
-func (m *Manager) Freeze(ctx context.Context, v *v1.VirtualMachineInstance, unfreezeTimeout time.Duration) error {
-	if err := m.checkIdentity(v, false); err != nil {
-		return err
-	}
+//
+// The caller checks v is the launcher's VMI.
+func (g *Guest) Freeze(ctx context.Context, v *v1.VirtualMachineInstance, unfreezeTimeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, freezeCallTimeout)
 	defer cancel()
-	st, err := m.fsFreezeStatus(ctx)
+	st, err := g.fsFreezeStatus(ctx)
 	if err != nil {
 		return fmt.Errorf("freeze: file system freeze status: %w", err)
 	}
 	if st == "frozen" {
 		return nil
 	}
-	l, d, err := m.definedDomain()
+	l, d, err := g.defined()
 	if err != nil {
 		return fmt.Errorf("freeze: %w", err)
 	}
@@ -65,27 +63,24 @@ func (m *Manager) Freeze(ctx context.Context, v *v1.VirtualMachineInstance, unfr
 	}); err != nil {
 		return err
 	}
-	m.log.Info("guest file systems frozen", "count", n, "unfreezeTimeout", unfreezeTimeout.String())
-	m.scheduleThaw(v, unfreezeTimeout)
-	_, _ = m.fsFreezeStatus(ctx)
+	g.cfg.Log.Info("guest file systems frozen", "count", n, "unfreezeTimeout", unfreezeTimeout.String())
+	g.scheduleThaw(v, unfreezeTimeout)
+	_, _ = g.fsFreezeStatus(ctx)
 	return nil
 }
 
 // Unfreeze thaws the guest's file systems (virDomainFSThaw); nothing to do
 // when they are thawed already. It cancels a pending automatic thaw.
-func (m *Manager) Unfreeze(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	if err := m.checkIdentity(v, false); err != nil {
-		return err
-	}
-	m.scheduleThaw(v, 0)
+func (g *Guest) Unfreeze(ctx context.Context, v *v1.VirtualMachineInstance) error {
+	g.scheduleThaw(v, 0)
 	ctx, cancel := context.WithTimeout(ctx, freezeCallTimeout)
 	defer cancel()
 	// As KubeVirt: a thawed guest is left alone (its thaw hooks do not run
 	// twice); a failed status query still tries the thaw.
-	if st, err := m.fsFreezeStatus(ctx); err == nil && st == "thawed" {
+	if st, err := g.fsFreezeStatus(ctx); err == nil && st == "thawed" {
 		return nil
 	}
-	l, d, err := m.definedDomain()
+	l, d, err := g.defined()
 	if err != nil {
 		return fmt.Errorf("unfreeze: %w", err)
 	}
@@ -95,36 +90,50 @@ func (m *Manager) Unfreeze(ctx context.Context, v *v1.VirtualMachineInstance) er
 	}); err != nil {
 		return err
 	}
-	m.log.Info("guest file systems thawed")
-	_, _ = m.fsFreezeStatus(ctx)
+	g.cfg.Log.Info("guest file systems thawed")
+	_, _ = g.fsFreezeStatus(ctx)
 	return nil
 }
 
 // scheduleThaw replaces the pending automatic thaw by one after timeout
 // (none when timeout is zero).
-func (m *Manager) scheduleThaw(v *v1.VirtualMachineInstance, timeout time.Duration) {
-	// The due time outlives this launcher (saveState).
-	defer m.saveState()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.thawTimer != nil {
-		m.thawTimer.Stop()
-		m.thawTimer = nil
+func (g *Guest) scheduleThaw(v *v1.VirtualMachineInstance, timeout time.Duration) {
+	// The due time outlives this launcher (ThawChanged).
+	defer g.cfg.ThawChanged()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.thawTimer != nil {
+		g.thawTimer.Stop()
+		g.thawTimer = nil
 	}
-	m.thawAt = time.Time{}
+	g.thawAt = time.Time{}
 	if timeout <= 0 {
 		return
 	}
-	m.thawAt = time.Now().Add(timeout)
-	m.thawTimer = time.AfterFunc(timeout, func() {
-		m.log.Warn("unfreeze was not asked for in time: thawing the guest's file systems", "after", timeout.String())
-		if err := m.Unfreeze(m.pollerContext(), v); err != nil {
-			m.log.Error("automatic thaw failed", "reason", err.Error())
+	g.thawAt = time.Now().Add(timeout)
+	g.thawTimer = time.AfterFunc(timeout, func() {
+		g.cfg.Log.Warn("unfreeze was not asked for in time: thawing the guest's file systems", "after", timeout.String())
+		if err := g.Unfreeze(g.cfg.RunContext(), v); err != nil {
+			g.cfg.Log.Error("automatic thaw failed", "reason", err.Error())
 		}
 	})
 }
 
-// syncGuestTime sets the guest's clock to the host's through the agent
+// ThawAt is when the pending automatic thaw is due (zero: none).
+func (g *Guest) ThawAt() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.thawAt
+}
+
+// ResumeThaw schedules again the automatic thaw of VMI v a previous
+// launcher had pending (at once when its time has passed).
+func (g *Guest) ResumeThaw(v *v1.VirtualMachineInstance, at time.Time) {
+	g.cfg.Log.Info("taking over the pending automatic thaw", "at", at.UTC().Format(time.RFC3339))
+	g.scheduleThaw(v, max(time.Until(at), time.Millisecond))
+}
+
+// SyncTime sets the guest's clock to the host's through the agent
 // (virDomainSetTime) after a pause (why says which: an unpause, a
 // migration's switch-over): a guest that was paused is behind by the
 // pause. It tries every second for up to a minute while the agent
@@ -132,14 +141,17 @@ func (m *Manager) scheduleThaw(v *v1.VirtualMachineInstance, timeout time.Durati
 // Best effort, in the background; a newer call replaces an older one.
 // (KubeVirt does this after the first unpause of a launcher's life only;
 // every unpause leaves the clock behind, so we do it after each.)
-func (m *Manager) syncGuestTime(why string) {
-	m.mu.Lock()
-	if m.timeCancel != nil {
-		m.timeCancel()
+func (g *Guest) SyncTime(why string) {
+	// Read before g.mu: RunContext takes the manager's lock, which is
+	// held while it reads ThawAt.
+	run := g.cfg.RunContext()
+	g.mu.Lock()
+	if g.timeCancel != nil {
+		g.timeCancel()
 	}
-	ctx, cancel := context.WithTimeout(m.runContextLocked(), time.Minute)
-	m.timeCancel = cancel
-	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(run, time.Minute)
+	g.timeCancel = cancel
+	g.mu.Unlock()
 	go func() {
 		defer cancel()
 		var last error
@@ -147,12 +159,12 @@ func (m *Manager) syncGuestTime(why string) {
 			select {
 			case <-ctx.Done():
 				if last != nil && !errors.Is(ctx.Err(), context.Canceled) {
-					m.log.Warn("could not set the guest's time "+why, "reason", last.Error())
+					g.cfg.Log.Warn("could not set the guest's time "+why, "reason", last.Error())
 				}
 				return
 			case <-time.After(time.Second):
 			}
-			l, d, ok, err := m.lookupNow()
+			l, d, ok, err := g.cfg.Lookup()
 			if err != nil || !ok {
 				last = fmt.Errorf("no domain: %v", err)
 				continue
@@ -162,14 +174,14 @@ func (m *Manager) syncGuestTime(why string) {
 				return l.DomainSetTime(d, now.Unix(), uint32(now.Nanosecond()), 0)
 			})
 			if err == nil {
-				m.log.Info("guest time set " + why)
+				g.cfg.Log.Info("guest time set " + why)
 				return
 			}
 			var le libvirt.Error
 			if errors.As(err, &le) {
 				switch libvirt.ErrorNumber(le.Code) {
 				case libvirt.ErrOperationUnsupported, libvirt.ErrArgumentUnsupported:
-					m.log.Warn("the guest's time cannot be set", "reason", err.Error())
+					g.cfg.Log.Warn("the guest's time cannot be set", "reason", err.Error())
 					return
 				}
 			}

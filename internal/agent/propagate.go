@@ -1,4 +1,4 @@
-package domain
+package agent
 
 import (
 	"context"
@@ -11,9 +11,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
-	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 )
 
@@ -32,57 +30,56 @@ const (
 const deprecatedKeysMessage = "Used deprecated method to set SSH keys. It will be removed in a future release. " +
 	"Update qemu guest agent to 5.2 or newer to keep SSH key injection working."
 
-// startCredentials starts propagating the VMI's accessCredentials through
+// StartCredentials starts propagating the VMI's accessCredentials through
 // the guest agent (SSH keys and passwords from the secrets the pod mounts),
 // once per launcher, as KubeVirt's launcher starts its credential manager
 // at Sync. The outcome goes into the Domain's metadata
 // (Spec.Metadata.KubeVirt.AccessCredential), from which virt-handler sets
 // the AccessCredentialsSynchronized condition.
-func (m *Manager) startCredentials(v *v1.VirtualMachineInstance) {
-	if len(agent.CredentialSecrets(v)) == 0 {
+func (g *Guest) StartCredentials(v *v1.VirtualMachineInstance) {
+	if len(CredentialSecrets(v)) == 0 {
 		return
 	}
-	m.mu.Lock()
-	if m.credentialsStarted {
-		m.mu.Unlock()
+	// Read before g.mu, as in SyncTime.
+	ctx := g.cfg.RunContext()
+	g.mu.Lock()
+	if g.credentialsStarted {
+		g.mu.Unlock()
 		return
 	}
-	m.credentialsStarted = true
-	ctx := m.runContextLocked()
-	m.mu.Unlock()
-	go m.propagateCredentials(ctx, v.DeepCopy())
+	g.credentialsStarted = true
+	g.mu.Unlock()
+	go g.propagateCredentials(ctx, v.DeepCopy())
 }
 
-func (m *Manager) propagateCredentials(ctx context.Context, v *v1.VirtualMachineInstance) {
+func (g *Guest) propagateCredentials(ctx context.Context, v *v1.VirtualMachineInstance) {
 	check := time.NewTicker(credentialsCheckInterval)
 	defer check.Stop()
 	var (
-		applied     agent.Credentials
+		applied     Credentials
 		appliedAt   time.Time
 		needApplied = true
 		warned      bool // the deprecated-flow warning is out
 	)
 	for {
-		c, err := agent.ReadCredentials(v, m.credentialSecretDir)
+		c, err := ReadCredentials(v, g.credentialSecretDir)
 		switch {
 		case err != nil:
-			m.reportCredentials(ctx, false, err.Error())
+			g.cfg.ReportCredentials(ctx, false, err.Error())
 			needApplied = true
 		case needApplied || !reflect.DeepEqual(c, applied) || time.Since(appliedAt) >= credentialsResync:
-			deprecated, err := m.applyCredentials(ctx, c)
+			deprecated, err := g.applyCredentials(ctx, c)
 			if err != nil {
-				m.log.Warn("access credentials not propagated", "reason", err.Error())
-				m.reportCredentials(ctx, false, err.Error())
+				g.cfg.Log.Warn("access credentials not propagated", "reason", err.Error())
+				g.cfg.ReportCredentials(ctx, false, err.Error())
 			} else {
-				m.log.Info("access credentials propagated through the guest agent", "users", len(c.Keys)+len(c.Passwords), "keyFileFallback", deprecated)
-				m.reportCredentials(ctx, true, "")
+				g.cfg.Log.Info("access credentials propagated through the guest agent", "users", len(c.Keys)+len(c.Passwords), "keyFileFallback", deprecated)
+				g.cfg.ReportCredentials(ctx, true, "")
 			}
 			// As KubeVirt v1.9: one warning on the VMI while the keys keep
 			// needing the file-based way, again after a round without it.
 			if err == nil && deprecated && !warned {
-				_, name, ns := m.names()
-				m.queue(outEvent{k8s: true, ref: VMIRef{Name: name, Namespace: ns, UID: m.uidValue()}, k8sType: "Warning",
-					reason: string(v1.AccessCredentialsSyncSuccess), message: deprecatedKeysMessage})
+				g.cfg.Warn(string(v1.AccessCredentialsSyncSuccess), deprecatedKeysMessage)
 			}
 			warned = err == nil && deprecated
 			applied, appliedAt, needApplied = c, time.Now(), err != nil
@@ -98,23 +95,23 @@ func (m *Manager) propagateCredentials(ctx context.Context, v *v1.VirtualMachine
 // credentialSecretDir is where the pod mounts an access credential's
 // secret: "<secret>-access-cred" in the secret directory, as KubeVirt
 // mounts it.
-func (m *Manager) credentialSecretDir(secret string) (string, error) {
+func (g *Guest) credentialSecretDir(secret string) (string, error) {
 	name := secret + "-access-cred"
 	if err := layout.CheckName(name); err != nil {
 		return "", err
 	}
-	return m.cfg.Layout.SecretSource(name), nil
+	return g.cfg.SecretDir(name), nil
 }
 
 // applyCredentials sets each user's authorized SSH keys (replacing the
 // file, libvirt's guest-ssh-add-authorized-keys with reset) and password
 // (guest-set-user-password) through the agent, with KubeVirt's messages.
-func (m *Manager) applyCredentials(ctx context.Context, c agent.Credentials) (deprecated bool, err error) {
-	if _, err := m.agentCommand(ctx, `{"execute":"guest-ping"}`); err != nil {
-		//lint:ignore ST1005 KubeVirt's message, shown on the VMI.
+func (g *Guest) applyCredentials(ctx context.Context, c Credentials) (deprecated bool, err error) {
+	if _, err := g.Command(ctx, `{"execute":"guest-ping"}`); err != nil {
+		// KubeVirt's message, shown on the VMI.
 		return false, errors.New("Guest agent is offline")
 	}
-	l, d, err := m.definedDomain()
+	l, d, err := g.defined()
 	if err != nil {
 		return false, err
 	}
@@ -131,12 +128,12 @@ func (m *Manager) applyCredentials(ctx context.Context, c agent.Credentials) (de
 		}
 		// An agent without guest-ssh-add-authorized-keys (before 5.2, or
 		// with it disabled): KubeVirt's file-based way.
-		m.log.Debug("could not set SSH keys with guest-ssh-add-authorized-keys; writing the file", "user", user, "reason", err.Error())
+		g.cfg.Log.Debug("could not set SSH keys with guest-ssh-add-authorized-keys; writing the file", "user", user, "reason", err.Error())
 		fctx, cancel := context.WithTimeout(ctx, credentialsCallTimeout)
-		ferr := agent.WriteAuthorizedKeysFile(fctx, m.agentCommand, user, keys)
+		ferr := WriteAuthorizedKeysFile(fctx, g.Command, user, keys)
 		cancel()
 		if ferr != nil {
-			//lint:ignore ST1005 KubeVirt's message, shown on the VMI.
+			// KubeVirt's message, shown on the VMI.
 			return deprecated, fmt.Errorf("Error encountered writing ssh pub key access credentials for user [%s]: "+
 				"failed to set SSH keys: error from guest-ssh-add-authorized-keys: %w; error from using guest-file-write: %w", user, err, ferr)
 		}
@@ -147,7 +144,7 @@ func (m *Manager) applyCredentials(ctx context.Context, c agent.Credentials) (de
 		if err := call("set user password", func() error {
 			return l.DomainSetUserPassword(d, libvirt.OptString{user}, libvirt.OptString{pw}, 0)
 		}); err != nil {
-			//lint:ignore ST1005 KubeVirt's message, shown on the VMI.
+			// KubeVirt's message, shown on the VMI.
 			return deprecated, fmt.Errorf("Error encountered setting password for user [%s]: %w", user, err)
 		}
 	}
@@ -161,17 +158,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// reportCredentials puts the outcome into the Domain's metadata and sends
-// the Domain when it changed.
-func (m *Manager) reportCredentials(ctx context.Context, succeeded bool, message string) {
-	ac := &domainjson.AccessCredentialMetadata{Succeeded: succeeded, Message: message}
-	m.mu.Lock()
-	changed := m.md.AccessCredential == nil || *m.md.AccessCredential != *ac
-	m.md.AccessCredential = ac
-	m.mu.Unlock()
-	if changed {
-		m.refresh(ctx, EventModified, true)
-	}
 }
