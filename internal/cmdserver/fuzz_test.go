@@ -1,4 +1,4 @@
-package cmdserver
+package cmdserver_test
 
 import (
 	"context"
@@ -12,72 +12,11 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
-	backupv1 "kubevirt.io/api/backup/v1alpha1"
-	v1 "kubevirt.io/api/core/v1"
 
 	cmdv1 "github.com/virtlauncher/virtlauncher/api/cmd/v1"
-	"github.com/virtlauncher/virtlauncher/internal/domain"
-	"github.com/virtlauncher/virtlauncher/internal/domainjson"
-	"github.com/virtlauncher/virtlauncher/internal/migration"
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver"
+	"github.com/virtlauncher/virtlauncher/internal/cmdserver/cmdservertest"
 )
-
-// nopManager accepts everything; the fuzz target is about the server's
-// decoding, not the domain.
-type nopManager struct{}
-
-func (nopManager) Sync(context.Context, *v1.VirtualMachineInstance, domain.SyncOptions) error {
-	return nil
-}
-func (nopManager) Pause(context.Context, *v1.VirtualMachineInstance) error      { return nil }
-func (nopManager) Unpause(context.Context, *v1.VirtualMachineInstance) error    { return nil }
-func (nopManager) Shutdown(context.Context, *v1.VirtualMachineInstance) error   { return nil }
-func (nopManager) Kill(context.Context, *v1.VirtualMachineInstance) error       { return nil }
-func (nopManager) Delete(context.Context, *v1.VirtualMachineInstance) error     { return nil }
-func (nopManager) Reset(context.Context, *v1.VirtualMachineInstance) error      { return nil }
-func (nopManager) SoftReboot(context.Context, *v1.VirtualMachineInstance) error { return nil }
-func (nopManager) Domain(context.Context) (*domainjson.Domain, error)           { return nil, nil }
-func (nopManager) DomainStats(context.Context) ([]byte, error)                  { return nil, nil }
-func (nopManager) AgentData(context.Context, string) (string, error)            { return "", nil }
-func (nopManager) DirtyRate(context.Context) (domain.StatsDirtyRate, error) {
-	return domain.StatsDirtyRate{}, nil
-}
-func (nopManager) QemuVersion(context.Context) (string, error)                  { return "", nil }
-func (nopManager) SyncVCPUs(context.Context, *v1.VirtualMachineInstance) error  { return nil }
-func (nopManager) SyncMemory(context.Context, *v1.VirtualMachineInstance) error { return nil }
-func (nopManager) MemoryDump(context.Context, *v1.VirtualMachineInstance, string) error {
-	return nil
-}
-func (nopManager) Backup(context.Context, *v1.VirtualMachineInstance, *backupv1.BackupOptions) error {
-	return nil
-}
-func (nopManager) RedefineCheckpoint(context.Context, *v1.VirtualMachineInstance, *backupv1.BackupCheckpoint) (bool, error) {
-	return false, nil
-}
-func (nopManager) HotplugHostDevices(context.Context, *v1.VirtualMachineInstance) error {
-	return nil
-}
-func (nopManager) Exec(context.Context, string, string, []string, time.Duration) (string, error) {
-	return "", nil
-}
-func (nopManager) GuestPing(context.Context, string) error { return nil }
-func (nopManager) Freeze(context.Context, *v1.VirtualMachineInstance, time.Duration) error {
-	return nil
-}
-func (nopManager) Unfreeze(context.Context, *v1.VirtualMachineInstance) error { return nil }
-func (nopManager) Screenshot(context.Context, *v1.VirtualMachineInstance) (string, []byte, error) {
-	return "", nil, nil
-}
-func (nopManager) Migrate(context.Context, *v1.VirtualMachineInstance, migration.Options) error {
-	return nil
-}
-func (nopManager) CancelMigration(context.Context, *v1.VirtualMachineInstance) error { return nil }
-func (nopManager) PrepareMigrationTarget(context.Context, *v1.VirtualMachineInstance, domain.SyncOptions) error {
-	return nil
-}
-func (nopManager) FinalizeMigration(context.Context, *v1.VirtualMachineInstance, []string) error {
-	return nil
-}
-func (nopManager) AbandonTarget() {}
 
 // FuzzVMIRequest feeds arbitrary bytes, as a VMIRequest protobuf and as the
 // VMI JSON inside one, through the handlers' decode path: protobuf
@@ -87,9 +26,12 @@ func (nopManager) AbandonTarget() {}
 // testdata/fuzz/FuzzVMIRequest; a long run is
 // `go test -run='^$' -fuzz=FuzzVMIRequest -fuzztime=10m ./internal/cmdserver`.
 func FuzzVMIRequest(f *testing.F) {
-	s := New(nopManager{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	c := &cmdServer{s: s}
+	fake := &cmdservertest.Fake{}
+	c := cmdserver.Handlers(cmdserver.New(fake, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	f.Fuzz(func(t *testing.T, reqBytes, vmiJSON []byte) {
+		// The fake records every call: each input starts with none, so
+		// that a long run does not grow it.
+		fake.Ops = nil
 		tm := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("input took over 10s: %q %q", reqBytes, vmiJSON)) })
 		defer tm.Stop()
 		var reqs []*cmdv1.VMIRequest
@@ -114,11 +56,11 @@ func FuzzVMIRequest(f *testing.F) {
 				t.Fatalf("Sync failed with an empty message")
 			}
 			if resp.Success {
-				v, _, err := decodeVMI(r.GetVmi())
+				v, _, err := cmdserver.DecodeVMI(r.GetVmi())
 				if err != nil {
 					t.Fatalf("Sync succeeded on a VMI that does not decode: %v", err)
 				}
-				if err := ValidateSyncVMI(v); err != nil {
+				if err := cmdserver.ValidateSyncVMI(v); err != nil {
 					t.Fatalf("Sync succeeded on an invalid VMI: %v", err)
 				}
 			}
