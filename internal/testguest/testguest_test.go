@@ -537,6 +537,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 	for _, tc := range []struct {
 		flavour, host string
 		login         func(v *qemuVM, at int) int
+		prompt        string // how the shell's prompt ends
 		sudo          string // what configureConsole puts before dmesg
 		leave         string // the command that ends the guest
 		marker        string // and what the guest prints then
@@ -546,7 +547,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 			at = v.waitText(at, "vlalpine login: ", 3*time.Minute)
 			v.send("root\n")
 			return v.waitText(at, "vlalpine:~# ", 30*time.Second)
-		}, "", "poweroff", MarkerPowerOff},
+		}, "# ", "", "poweroff", MarkerPowerOff},
 		{LoginCirros, "vlcirros", func(v *qemuVM, at int) int {
 			v.send("\n")
 			at = v.waitText(at, "login as 'cirros' user. default password: 'gocubsgo'. use 'sudo' for root.", 3*time.Minute)
@@ -555,8 +556,10 @@ func TestBIOSDiskLogin(t *testing.T) {
 			v.send("cirros\n")
 			at = v.waitText(at, "Password:", 30*time.Second)
 			v.send("gocubsgo\n")
-			return v.waitText(at, "# ", 30*time.Second)
-		}, "sudo ", "sudo reboot", MarkerReboot},
+			// LoginToCirros looks for a "$" first to tell it is logged in
+			// already, as a second login in one spec is.
+			return v.waitText(v.waitText(at, "vlcirros:", 30*time.Second), "$ ", 30*time.Second)
+		}, "$ ", "sudo ", "sudo reboot", MarkerReboot},
 	} {
 		t.Run(tc.flavour, func(t *testing.T) {
 			t.Parallel()
@@ -575,7 +578,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 			at := tc.login(v, 0)
 			// What KubeVirt's configureConsole runs after a login.
 			v.send("stty cols 500 rows 500\n")
-			at = v.waitText(at, "# ", 30*time.Second)
+			at = v.waitText(at, tc.prompt, 30*time.Second)
 			v.send("echo rc=$?\n")
 			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
 			v.send(tc.sudo + "dmesg -n 1; echo rc=$?\n")
