@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,24 +17,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func waitOutput(t *testing.T, out *syncBuf, want string) {
+func waitOutput(t *testing.T, out *testenv.SyncBuffer, want string) {
 	t.Helper()
 	for end := time.Now().Add(5 * time.Second); out.String() != want; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(end) {
@@ -79,7 +61,7 @@ func TestFollow(t *testing.T) {
 	dir := t.TempDir()
 	logFile := filepath.Join(dir, "virt-serial0-log")
 	socket := filepath.Join(dir, "virt-serial0")
-	out := &syncBuf{}
+	out := &testenv.SyncBuffer{}
 	done := make(chan error, 1)
 	c := config{logFile: logFile, socketTimeout: 5 * time.Second, poll: 5 * time.Millisecond}
 	go func() { done <- run(t.Context(), logging.New(io.Discard, "t", 2), c, out) }()
@@ -187,7 +169,7 @@ func TestBinary(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "virt-serial0"), nil, 0o644)
 	appendTo(t, logFile, "hello console\n")
 	cmd := exec.Command(bin, "--logfile", logFile, "--unknown-flag")
-	out := &syncBuf{}
+	out := &testenv.SyncBuffer{}
 	var errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = out, &errb
 	if err := cmd.Start(); err != nil {

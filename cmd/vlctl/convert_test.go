@@ -8,24 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/virtlauncher/virtlauncher/internal/repo"
+	"github.com/virtlauncher/virtlauncher/internal/corpus"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
-
-// example is a manifest of KubeVirt's example corpus (internal/repo finds
-// it beside the checkout); a missing one fails the test.
-func example(t *testing.T, name string) string {
-	t.Helper()
-	dir, err := repo.Corpus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(dir, name)
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("corpus: %v", err)
-	}
-	return p
-}
 
 func writeFile(t *testing.T, body string) string {
 	t.Helper()
@@ -59,8 +44,8 @@ func runCmd(args ...string) (stdout, stderr string, err error) {
 }
 
 func TestConvertCommand(t *testing.T) {
-	fedora := example(t, "vmi-fedora.yaml")
-	gpu := example(t, "vmi-gpu.yaml")
+	fedora := corpus.File(t, "vmi-fedora.yaml")
+	gpu := corpus.File(t, "vmi-gpu.yaml")
 	plain := writeFile(t, noIfaces)
 	tests := []struct {
 		name     string
@@ -83,7 +68,7 @@ func TestConvertCommand(t *testing.T) {
 		{name: "two addresses, one gpu", args: []string{"--pci-address", "gpu1=0000:81:00.0", "--pci-address", "gpu1=0000:82:00.0", gpu}, contains: []string{`bus="0x81"`}, absent: []string{`bus="0x82"`}},
 		{name: "vgpu by device plugin variable", args: []string{"--device-env", "MDEV_PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40=5d4a4b2e-8c5f-4b3c-9a43-8f4d2b1c0e11", gpu},
 			contains: []string{`<hostdev mode="subsystem" type="mdev" model="vfio-pci" display="on" ramfb="on">`}},
-		{name: "sriov interface", args: []string{"--pci-address", "sriov-net=0000:3b:02.1", example(t, "vmi-sriov.yaml")}, contains: []string{`<alias name="ua-sriov-sriov-net">`, `bus="0x3b"`}},
+		{name: "sriov interface", args: []string{"--pci-address", "sriov-net=0000:3b:02.1", corpus.File(t, "vmi-sriov.yaml")}, contains: []string{`<alias name="ua-sriov-sriov-net">`, `bus="0x3b"`}},
 		{name: "unknown device", args: []string{"--pci-address", "gpu2=0000:81:00.0", gpu}, err: `--pci-address gpu2=0000:81:00.0: the VMI has no GPU, host device (served by a device plugin) or SR-IOV interface named "gpu2"`},
 		{name: "not a device plugin variable", args: []string{"--device-env", "PATH=/bin", gpu}, err: `--device-env PATH=/bin: "PATH" is not a device plugin's variable`},
 		{name: "bad binding", args: []string{"--binding", "slirp", fedora}, err: `--binding: "slirp" is not masquerade or bridge`},
@@ -131,7 +116,7 @@ func TestConvertCommand(t *testing.T) {
 // stdout.
 func TestConvertBinary(t *testing.T) {
 	testenv.Slow(t, "a go build of the binary")
-	fedora := example(t, "vmi-fedora.yaml")
+	fedora := corpus.File(t, "vmi-fedora.yaml")
 	bin := filepath.Join(t.TempDir(), "vlctl")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

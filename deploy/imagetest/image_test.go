@@ -41,6 +41,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/ociimage"
 	vlpod "github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/repo"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -92,7 +93,7 @@ type pod struct {
 	lay    vllayout.Layout // the pod's paths, as the host sees them
 	uid    int
 	cmd    *exec.Cmd
-	out    launchertest.SyncBuffer
+	out    testenv.SyncBuffer
 	exited chan struct{}
 	err    error
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -49,7 +50,7 @@ func (e *Env) Console(t testing.TB, ctx context.Context, vmi, line, want string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out launchertest.SyncBuffer
+	var out testenv.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -5,9 +5,10 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // TestConsoleHubLimit: maxConsoles consoles attach and see the guest's
@@ -17,7 +18,7 @@ func TestConsoleHubLimit(t *testing.T) {
 	guest, qemu := net.Pipe()
 	defer qemu.Close()
 	go io.Copy(io.Discard, qemu) // what the consoles type
-	var status lockedBuffer
+	var status testenv.SyncBuffer
 	sock := filepath.Join(t.TempDir(), "console.sock")
 	h, err := New(guest, io.Discard, &status, sock)
 	if err != nil {
@@ -79,23 +80,4 @@ func TestConsoleHubLimit(t *testing.T) {
 			t.Fatal("a console detached and still no other attaches")
 		}
 	}
-}
-
-// lockedBuffer is a buffer safe for the hub's concurrent writers and the
-// test's reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *lockedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lockedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

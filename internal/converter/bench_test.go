@@ -2,10 +2,10 @@ package converter_test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
+	"github.com/virtlauncher/virtlauncher/internal/corpus"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -14,7 +14,7 @@ import (
 // BenchmarkConvertFedora converts vmi-fedora.yaml (already loaded) and
 // marshals the XML, as the launcher does on every sync.
 func BenchmarkConvertFedora(b *testing.B) {
-	data, err := os.ReadFile(filepath.Join(corpusDir(b), "vmi-fedora.yaml"))
+	data, err := os.ReadFile(corpus.File(b, "vmi-fedora.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package converter_test
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -9,42 +10,25 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/converter"
 	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
+	"github.com/virtlauncher/virtlauncher/internal/corpus"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
-	"github.com/virtlauncher/virtlauncher/internal/repo"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
-
-// corpusDir is KubeVirt's published example manifests (SOURCE.md there
-// says where they come from), found beside the checkout; VL_CORPUS
-// overrides. A missing corpus fails the test: it must run in CI.
-func corpusDir(t testing.TB) string {
-	t.Helper()
-	dir, err := repo.Corpus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // corpusFailures are the manifests that must fail, with the reason a user
 // would accept: a cluster feature, or a device the launcher must be told
 // about. Every other manifest must convert to schema-valid XML.
-var corpusFailures = map[string]string{
-	"vm-cirros-clarge-virtio.yaml":   "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
-	"vm-cirros-clarge-windows.yaml":  "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
-	"vm-cirros-clarge.yaml":          "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
-	"vm-cirros-cluster-csmall.yaml":  "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
-	"vm-cirros-csmall.yaml":          "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
-	"vm-windows-clarge-windows.yaml": "spec.preference: preferences are expanded by a KubeVirt cluster",
-	"vm-pool-cirros.yaml":            `kind: "VirtualMachinePool"`,
-	"vmi-preset-small.yaml":          `kind: "VirtualMachineInstancePreset"`,
-	"vmi-replicaset-cirros.yaml":     `kind: "VirtualMachineInstanceReplicaSet"`,
-	"vmi-gpu.yaml":                   `spec.domain.devices.gpus[0]: no device for GPU "gpu1" of resource "nvidia.com/GP102GL_Tesla_P40": PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40 is unset`,
-	"vmi-dra-pgpu.yaml":              `spec.domain.devices.gpus[0]: GPU "example-gpu": no DRA metadata read for claim "pgpu-resource-claim" request "pgpu"`,
-	"vmi-usb.yaml":                   `spec.domain.devices.hostDevices[0]: no device for host device "node-usb-to-vmi-storage" of resource "kubevirt.io/storage"`,
-	"vmi-fedora-isolated.yaml":       "spec.domain.cpu.dedicatedCpuPlacement: 1 vCPUs do not fit the pod's CPU set (empty, 0 CPUs",
-}
+var corpusFailures = func() map[string]string {
+	m := corpus.LoadFailures()
+	maps.Copy(m, map[string]string{
+		"vmi-gpu.yaml":             `spec.domain.devices.gpus[0]: no device for GPU "gpu1" of resource "nvidia.com/GP102GL_Tesla_P40": PCI_RESOURCE_NVIDIA_COM_GP102GL_TESLA_P40 is unset`,
+		"vmi-dra-pgpu.yaml":        `spec.domain.devices.gpus[0]: GPU "example-gpu": no DRA metadata read for claim "pgpu-resource-claim" request "pgpu"`,
+		"vmi-usb.yaml":             `spec.domain.devices.hostDevices[0]: no device for host device "node-usb-to-vmi-storage" of resource "kubevirt.io/storage"`,
+		"vmi-fedora-isolated.yaml": "spec.domain.cpu.dedicatedCpuPlacement: 1 vCPUs do not fit the pod's CPU set (empty, 0 CPUs",
+	})
+	return m
+}()
 
 // corpusWithDevices gives the device manifests the facts a launcher would
 // have, to show they then convert.
@@ -73,11 +57,7 @@ func convertFile(path string, c *facts.Context) (string, error) {
 }
 
 func TestCorpus(t *testing.T) {
-	dir := corpusDir(t)
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in %s: %v", dir, err)
-	}
+	files := corpus.Files(t)
 	var table []string
 	for _, emulation := range []bool{false, true} {
 		for _, path := range files {

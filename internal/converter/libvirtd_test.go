@@ -20,6 +20,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/converter"
 	"github.com/virtlauncher/virtlauncher/internal/converter/compute"
 	"github.com/virtlauncher/virtlauncher/internal/converter/convtest"
+	"github.com/virtlauncher/virtlauncher/internal/corpus"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
@@ -113,7 +114,7 @@ func defineAndCheck(t *testing.T, l *libvirt.Libvirt, doc string) string {
 func TestDefineInLibvirtd(t *testing.T) {
 	l := startLibvirtd(t)
 	t.Run("vmi-fedora", func(t *testing.T) {
-		v, err := vmi.LoadFile(filepath.Join(corpusDir(t), "vmi-fedora.yaml"), vmi.Options{})
+		v, err := vmi.LoadFile(corpus.File(t, "vmi-fedora.yaml"), vmi.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

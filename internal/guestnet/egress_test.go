@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +23,7 @@ const egressTestID = 1879113000
 
 // egressPod is a pod network (no guest) with the egress relay of a VM
 // whose id is egressTestID; status holds what the relay said.
-func egressPod(t *testing.T) (*podnet.Pod, *relay.Relay, *lockedBuffer) {
+func egressPod(t *testing.T) (*podnet.Pod, *relay.Relay, *testenv.SyncBuffer) {
 	t.Helper()
 	testenv.Root(t, "creates network namespaces, links, routes and nftables rules, and sockets as another user")
 	p, err := podnet.New(podnet.Config{Dir: t.TempDir(), NoIPv6: true})
@@ -36,7 +35,7 @@ func egressPod(t *testing.T) (*podnet.Pod, *relay.Relay, *lockedBuffer) {
 			t.Errorf("remove the pod network: %v", err)
 		}
 	})
-	status := &lockedBuffer{}
+	status := &testenv.SyncBuffer{}
 	rl, err := ServeEgress(p, IDs{UID: egressTestID, GID: egressTestID}, status)
 	if err != nil {
 		t.Fatal(err)
@@ -133,22 +132,4 @@ func TestEgressRefusesHost(t *testing.T) {
 			t.Errorf("no line %q from the relay:\n%s", want, status.String())
 		}
 	}
-}
-
-// lockedBuffer is a buffer safe for concurrent writers and a reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *lockedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lockedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

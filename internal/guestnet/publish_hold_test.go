@@ -52,7 +52,7 @@ func podServer(t *testing.T, port uint16, body string) *PodTarget {
 // pod is ended; each pod gets at most publishLimits.MaxConns at once.
 func TestHeldPorts(t *testing.T) {
 	testenv.Root(t, "creates network namespaces")
-	var status lockedBuffer
+	var status testenv.SyncBuffer
 	h := NewHeldPorts(&status)
 	defer h.Close()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/virtlauncher/virtlauncher/internal/repo"
+	"github.com/virtlauncher/virtlauncher/internal/corpus"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -23,34 +23,20 @@ var corpusConflicts = map[string]string{
 	"vm-windows-clarge-windows.yaml": `spec.template.spec.domain.memory.guest: set by the VM and by the instancetype VirtualMachineInstancetype "clarge"`,
 }
 
-// corpusOtherKinds describe many VMs or a template fragment, not one VM.
-var corpusOtherKinds = map[string]string{
-	"vm-pool-cirros.yaml":        `kind: "VirtualMachinePool"`,
-	"vmi-preset-small.yaml":      `kind: "VirtualMachineInstancePreset"`,
-	"vmi-replicaset-cirros.yaml": `kind: "VirtualMachineInstanceReplicaSet"`,
-}
-
 // TestCorpus runs KubeVirt's example manifests through vlctl run's
 // loading, with the instancetypes and preferences of KubeVirt's examples
 // given as a second file. The ones naming an instancetype conflict as in
 // KubeVirt; without their memory.guest (what the error asks) they load,
 // with the instancetype's CPUs and memory.
 func TestCorpus(t *testing.T) {
-	dir, err := repo.Corpus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in %s: %v", dir, err)
-	}
+	files := corpus.Files(t)
 	types := filepath.Join("testdata", "kubevirt-examples.yaml")
 	expanded := 0
 	for _, path := range files {
 		base := filepath.Base(path)
 		_, err := Load([]string{path, types}, "", vmi.Options{})
 		want, conflict := corpusConflicts[base]
-		if w, other := corpusOtherKinds[base]; other {
+		if w, other := corpus.OtherKinds[base]; other {
 			want = w
 		}
 		switch {

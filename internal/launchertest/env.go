@@ -12,14 +12,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/pod"
-	"github.com/virtlauncher/virtlauncher/internal/repo"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
@@ -54,37 +52,35 @@ func Main(m *testing.M, e *Env, prefix string, extraCmds ...string) int {
 		e.Err = errors.New("-short")
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", prefix)
+	dir, err := testenv.Binaries(prefix, append([]string{"./cmd/virt-launcher", "./cmd/virt-launcher-monitor"}, extraCmds...)...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if err := build(dir, extraCmds); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	e.BinDir = dir
 	e.Err = e.prepare(dir)
 	return m.Run()
 }
 
-func build(dir string, extra []string) error {
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return err
+// MainBinaries is a TestMain body for tests that run the project's
+// commands without a pod Env: as root and outside the fast tier it builds
+// pkgs (testenv.Binaries) into a directory named after prefix, sets
+// *binDir to it, runs the tests and removes it; otherwise it runs them
+// without (each fails or skips by testenv). Pass the result to os.Exit.
+func MainBinaries(m *testing.M, binDir *string, prefix string, pkgs ...string) int {
+	flag.Parse()
+	if os.Geteuid() != 0 || testing.Short() {
+		return m.Run()
 	}
-	root, err := repo.Root()
+	dir, err := testenv.Binaries(prefix, pkgs...)
 	if err != nil {
-		return err
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	args := append([]string{"build", "-o", dir + "/", "./cmd/virt-launcher", "./cmd/virt-launcher-monitor"}, extra...)
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build launcher: %v\n%s", err, out)
-	}
-	return nil
+	defer os.RemoveAll(dir)
+	*binDir = dir
+	return m.Run()
 }
 
 func (e *Env) prepare(dir string) error {

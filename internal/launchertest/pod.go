@@ -25,6 +25,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -140,7 +141,7 @@ type Pod struct {
 	UID    string
 
 	Cmd            *exec.Cmd
-	Stdout, Stderr *SyncBuffer // the same buffer unless Options.SeparateStdout
+	Stdout, Stderr *testenv.SyncBuffer // the same buffer unless Options.SeparateStdout
 	Exited         chan struct{}
 	ExitErr        error // valid once Exited is closed
 	Started        time.Time
@@ -199,10 +200,10 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	dir, err := os.MkdirTemp("", o.DirPrefix)
 	Must(t, err)
 	p := &Pod{T: t, Env: e, Dir: dir, Layout: layout.Under(dir), Name: name, NS: o.Namespace, UID: cmp.Or(o.UID, uuid.NewString()),
-		Stderr: &SyncBuffer{}, Exited: make(chan struct{}), opts: o, seen: map[int]Proc{}}
+		Stderr: &testenv.SyncBuffer{}, Exited: make(chan struct{}), opts: o, seen: map[int]Proc{}}
 	p.Stdout = p.Stderr
 	if o.SeparateStdout {
-		p.Stdout = &SyncBuffer{}
+		p.Stdout = &testenv.SyncBuffer{}
 	}
 	if o.CPUSet != nil {
 		cg, err := hostcpu.NewCgroup("vltest-", o.CPUSet)

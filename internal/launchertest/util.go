@@ -1,14 +1,12 @@
 package launchertest
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 )
@@ -75,24 +73,6 @@ func Tail(s string, n int) string {
 		return s
 	}
 	return "..." + s[len(s)-n:]
-}
-
-// SyncBuffer collects a process's output; safe for concurrent use.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Listening is a unix socket this process listens on, accepting every

@@ -35,75 +35,33 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "monitor-test-bin-")
+	dir, err := testenv.Binaries("monitor-test-bin-", "./cmd/virt-launcher-monitor", "./internal/monitor/testdata/fakelauncher")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// Readable by the unprivileged user of TestNonRoot.
-	if err := os.Chmod(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	monitorBin = filepath.Join(dir, "virt-launcher-monitor")
 	fakeBin = filepath.Join(dir, "fakelauncher")
-	for _, b := range []struct{ out, pkg string }{
-		{monitorBin, "../../cmd/virt-launcher-monitor"},
-		{fakeBin, "./testdata/fakelauncher"},
-	} {
-		cmd := exec.Command(goTool(), "build", "-o", b.out, b.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
-			os.Exit(1)
-		}
-	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// goTool is the go command running this test: go test puts its own
-// GOROOT/bin first in PATH, so "go" is found there.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return "go" // exec reports it missing
 }
 
 // run is one monitor process under test.
 type run struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testenv.SyncBuffer
 	dir    string
 	done   chan struct{}
 	code   int
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs the monitor with args and extra environment; the launcher is
 // the fake one unless env sets VIRT_LAUNCHER_BIN itself.
 func start(t *testing.T, args []string, env ...string) *run {
 	t.Helper()
-	r := &run{t: t, stderr: &syncBuffer{}, dir: t.TempDir(), done: make(chan struct{})}
+	r := &run{t: t, stderr: &testenv.SyncBuffer{}, dir: t.TempDir(), done: make(chan struct{})}
 	r.cmd = exec.Command(monitorBin, args...)
 	r.cmd.Env = append(os.Environ(), EnvLauncherBin+"="+fakeBin,
 		"FAKE_READY_FILE="+r.path("ready"), "FAKE_ARGS_FILE="+r.path("args"))

@@ -8,10 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // TestRelayAfterEMFILE: a relay whose process ran out of file descriptors
@@ -35,7 +36,7 @@ func TestRelayAfterEMFILE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -171,22 +172,4 @@ func emfileChild(t *testing.T) {
 	})
 	fmt.Printf("ADDR %s\n", l.Addr())
 	io.Copy(io.Discard, os.Stdin)
-}
-
-// syncBuffer is a bytes buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/dvimport/dvtest"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -58,7 +59,7 @@ func checkNoRunLeft(t *testing.T, root, records string) {
 type guestConsole struct {
 	c   *exec.Cmd
 	in  io.WriteCloser
-	out syncBuffer
+	out testenv.SyncBuffer
 }
 
 // openConsole starts `vlctl VERB NAME` (console, or its alias attach) on

@@ -13,6 +13,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -32,7 +33,7 @@ func TestVlctlVerbsByName(t *testing.T) {
 	type vm struct {
 		name, ns, root string
 		cmd            *exec.Cmd
-		stdout, stderr *syncBuffer
+		stdout, stderr *testenv.SyncBuffer
 		exited         chan error
 	}
 	vms := []*vm{{name: "alpha", ns: "default"}, {name: "beta", ns: "team"}}
@@ -180,7 +181,7 @@ func TestVlctlVerbsByName(t *testing.T) {
 	})
 	io.WriteString(first.in, "\necho VL-HUB-$((6*7))\n")
 	io.WriteString(second.in, "echo VL-NOT-TYPED-$((6*7))\n")
-	for what, b := range map[string]*syncBuffer{"the first console": &first.out, "the second console": &second.out, "vlctl run": vms[0].stdout} {
+	for what, b := range map[string]*testenv.SyncBuffer{"the first console": &first.out, "the second console": &second.out, "vlctl run": vms[0].stdout} {
 		waitFor(t, "VL-HUB-42 on "+what, time.Minute, vms[0].exited, func() bool { return strings.Contains(b.String(), "VL-HUB-42") })
 	}
 	if strings.Contains(vms[0].stdout.String(), "VL-NOT-TYPED-42") {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +25,7 @@ const egressTestID = 1879113000
 
 // egressPod is a pod network (no guest) with the egress relay of a VM
 // whose id is egressTestID; status holds what the relay said.
-func egressPod(t *testing.T) (*podnet.Pod, *relay.Relay, *lockedBuffer) {
+func egressPod(t *testing.T) (*podnet.Pod, *relay.Relay, *testenv.SyncBuffer) {
 	t.Helper()
 	testenv.Root(t, "creates network namespaces, links, routes and nftables rules, and sockets as another user")
 	p, err := podnet.New(podnet.Config{Dir: t.TempDir(), NoIPv6: true})
@@ -38,7 +37,7 @@ func egressPod(t *testing.T) (*podnet.Pod, *relay.Relay, *lockedBuffer) {
 			t.Errorf("remove the pod network: %v", err)
 		}
 	})
-	status := &lockedBuffer{}
+	status := &testenv.SyncBuffer{}
 	rl, err := guestnet.ServeEgress(p, guestnet.IDs{UID: egressTestID, GID: egressTestID}, status)
 	if err != nil {
 		t.Fatal(err)
@@ -145,22 +144,4 @@ func TestEgressLimit(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// lockedBuffer is a buffer safe for concurrent writers and a reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *lockedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lockedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

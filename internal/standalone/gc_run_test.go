@@ -15,6 +15,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 )
@@ -177,7 +178,7 @@ func (e keepEnv) runProcesses(t *testing.T) (uid uint32, run runProcs) {
 // one that stays up (on the default pod network with network), recorded
 // in the environment's record dir, its storage mapped, and waits until
 // the guest booted.
-func startStayingGuest(t *testing.T, e keepEnv, name string, network bool) (*exec.Cmd, *syncBuffer, *syncBuffer, chan error) {
+func startStayingGuest(t *testing.T, e keepEnv, name string, network bool) (*exec.Cmd, *testenv.SyncBuffer, *testenv.SyncBuffer, chan error) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(e.dir, "hd.img"), make([]byte, 16<<20), 0o600); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -129,7 +130,7 @@ func TestVlctlAddRemoveVolume(t *testing.T) {
 
 // askGuest types command on the guest's console (ptm, vlctl run's
 // terminal) until re matches what the console (stdout) printed since.
-func askGuest(t *testing.T, ptm *os.File, stdout *syncBuffer, what, command string, re *regexp.Regexp) []string {
+func askGuest(t *testing.T, ptm *os.File, stdout *testenv.SyncBuffer, what, command string, re *regexp.Regexp) []string {
 	t.Helper()
 	from := len(stdout.String())
 	var m []string
@@ -239,7 +240,7 @@ func TestVlctlAddRemoveInterface(t *testing.T) {
 // runOnPTY starts vlctl with args, a new pseudo-terminal as its
 // controlling terminal and stdin (as a user's shell would run it), and
 // returns the terminal's other end, vlctl's output and its end.
-func runOnPTY(t *testing.T, args ...string) (ptm *os.File, stdout, stderr *syncBuffer, exited chan error) {
+func runOnPTY(t *testing.T, args ...string) (ptm *os.File, stdout, stderr *testenv.SyncBuffer, exited chan error) {
 	t.Helper()
 	ptm, pts := openPTY(t)
 	cmd := exec.Command(filepath.Join(binDir, "vlctl"), args...)
@@ -252,7 +253,7 @@ func runOnPTY(t *testing.T, args ...string) (ptm *os.File, stdout, stderr *syncB
 
 // stopOnPTY ends a vlctl run started by runOnPTY as its user would: ^]
 // gives the terminal back, then Ctrl-C; the run must end with status 0.
-func stopOnPTY(t *testing.T, ptm *os.File, stderr *syncBuffer, exited chan error) {
+func stopOnPTY(t *testing.T, ptm *os.File, stderr *testenv.SyncBuffer, exited chan error) {
 	t.Helper()
 	ptm.Write([]byte{0x1d})
 	waitFor(t, "the detach notice", time.Minute, exited, func() bool {

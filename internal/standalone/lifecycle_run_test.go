@@ -19,7 +19,7 @@ import (
 )
 
 // startVlctl starts vlctl with args; the returned channel yields its end.
-func startVlctl(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer, chan error) {
+func startVlctl(t *testing.T, args ...string) (*exec.Cmd, *testenv.SyncBuffer, *testenv.SyncBuffer, chan error) {
 	t.Helper()
 	return startCmd(t, exec.Command(filepath.Join(binDir, "vlctl"), args...))
 }
@@ -27,9 +27,9 @@ func startVlctl(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, *syncBuff
 // startCmd starts cmd (vlctl, set up by the caller) with its output
 // captured, killed at the end of the test if it still runs; the returned
 // channel yields its end.
-func startCmd(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, *syncBuffer, *syncBuffer, chan error) {
+func startCmd(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, *testenv.SyncBuffer, *testenv.SyncBuffer, chan error) {
 	t.Helper()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestRunForcedWhileStarting(t *testing.T) {
 		"spec:\n", "spec:\n  terminationGracePeriodSeconds: 120\n",
 		"        container:\n", "        kernelArgs: \""+testguest.DefaultCmdline+" "+testguest.OptNoACPI+"\"\n        container:\n")
 	root := workRoot(t)
-	var status syncBuffer
+	var status testenv.SyncBuffer
 	force := make(chan struct{})
 	cfg := standalone.Config{File: file, Emulation: true, WorkRoot: root, BinDir: binDir,
 		Console: &status, Status: &status, Force: force}

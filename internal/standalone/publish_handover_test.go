@@ -86,7 +86,7 @@ func controlPair(t *testing.T) (a, b *net.UnixConn) {
 // reach the guest in the new pod.
 func TestPortsHandedOver(t *testing.T) {
 	testenv.Root(t, "creates network namespaces")
-	var status lockedBuffer
+	var status testenv.SyncBuffer
 	pubs := []guestnet.Publish{{Host: freeAddr(t), GuestPort: 8080}, {Host: freeAddr(t), GuestPort: 8081}}
 	old := guestnet.NewHeldPorts(&status)
 	defer old.Close()

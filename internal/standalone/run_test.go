@@ -4,17 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
@@ -27,33 +26,7 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		flag.Parse()
-		if os.Geteuid() != 0 || testing.Short() {
-			return m.Run() // the tests that need the binaries fail or skip (testenv)
-		}
-		dir, err := os.MkdirTemp("", "vlsabin")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		// The launcher runs as the unprivileged user: it must reach them.
-		if err := os.Chmod(dir, 0o755); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		const mod = "github.com/virtlauncher/virtlauncher/cmd/"
-		build := exec.Command("go", "build", "-o", dir+"/", mod+"vlctl", mod+"virt-launcher", mod+"virt-launcher-monitor", mod+"virtiofsd")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
-			return 1
-		}
-		binDir = dir
-		return m.Run()
-	}()
-	os.Exit(code)
+	os.Exit(launchertest.MainBinaries(m, &binDir, "vlsabin", "./cmd/vlctl", "./cmd/virt-launcher", "./cmd/virt-launcher-monitor", "./cmd/virtiofsd"))
 }
 
 func needRoot(t *testing.T) {
@@ -441,24 +414,6 @@ func TestRunRefusesBeforeCreating(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestVlctlRunInterrupt: Ctrl-C (SIGINT to vlctl, no terminal) asks the
 // guest to power off; a guest that ignores the power button is destroyed
 // when its grace period ends. Either way vlctl ends with status 0 and
@@ -500,7 +455,7 @@ func TestVlctlRunInterrupt(t *testing.T) {
 			}
 			root := workRoot(t)
 			cmd := exec.Command(filepath.Join(binDir, "vlctl"), "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
-			var stdout, stderrBuf syncBuffer
+			var stdout, stderrBuf testenv.SyncBuffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderrBuf
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -575,7 +530,7 @@ func TestRunInterruptedWhileStarting(t *testing.T) {
 		"spec:\n", "spec:\n  terminationGracePeriodSeconds: 10\n",
 		"        container:\n", "        kernelArgs: \""+testguest.DefaultCmdline+"\"\n        container:\n")
 	root := workRoot(t)
-	var status syncBuffer
+	var status testenv.SyncBuffer
 	started := make(chan struct{}, 1)
 	cfg := standalone.Config{File: file, Emulation: true, WorkRoot: root, BinDir: binDir,
 		Console: &status, Status: &status, Started: func(standalone.Started) { started <- struct{}{} }}

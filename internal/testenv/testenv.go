@@ -5,6 +5,9 @@
 // libvirt or QEMU. The full run (make test) fails such a test when what it
 // needs is missing, so that a machine without a dependency cannot pass by
 // skipping: scripts/install-deps installs everything it needs.
+//
+// It is also the home of what every kind of test shares and that must not
+// depend on the rest of the project: SyncBuffer and Binaries.
 package testenv
 
 import (

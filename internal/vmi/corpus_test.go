@@ -1,52 +1,21 @@
 package vmi
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
-	"github.com/virtlauncher/virtlauncher/internal/repo"
+	"github.com/virtlauncher/virtlauncher/internal/corpus"
 )
-
-// corpusDir is KubeVirt's published example manifests (SOURCE.md there
-// says where they come from), found beside the checkout; VL_CORPUS
-// overrides. A missing corpus fails the test: it must run in CI.
-func corpusDir(t testing.TB) string {
-	t.Helper()
-	dir, err := repo.Corpus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // corpusFailures are the manifests that must not load, with why. Everything
 // else in the corpus must load.
-var corpusFailures = map[string]string{
-	// Instancetypes and preferences are expanded by virt-api in a cluster,
-	// and by vlctl run (internal/instancetype, whose TestCorpus loads these
-	// with their instancetypes); vmi.Load without an Expander refuses them.
-	"vm-cirros-clarge-virtio.yaml":   "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
-	"vm-cirros-clarge-windows.yaml":  "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
-	"vm-cirros-clarge.yaml":          "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
-	"vm-cirros-cluster-csmall.yaml":  "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
-	"vm-cirros-csmall.yaml":          "spec.instancetype: instancetypes are expanded by a KubeVirt cluster",
-	"vm-windows-clarge-windows.yaml": "spec.preference: preferences are expanded by a KubeVirt cluster",
-	// Kinds that describe many VMs or a template fragment, not one VM.
-	"vm-pool-cirros.yaml":        `kind: "VirtualMachinePool"`,
-	"vmi-preset-small.yaml":      `kind: "VirtualMachineInstancePreset"`,
-	"vmi-replicaset-cirros.yaml": `kind: "VirtualMachineInstanceReplicaSet"`,
-}
+var corpusFailures = corpus.LoadFailures()
 
 func TestCorpus(t *testing.T) {
-	dir := corpusDir(t)
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in %s: %v", dir, err)
-	}
+	files := corpus.Files(t)
 	loaded, failed := 0, 0
 	for _, path := range files {
 		base := filepath.Base(path)
@@ -88,11 +57,7 @@ func TestCorpus(t *testing.T) {
 			}
 		}
 	}
-	for name := range corpusFailures {
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-			t.Errorf("expected failure %s is not in the corpus any more", name)
-		}
-	}
+	corpus.Listed(t, corpusFailures)
 	t.Logf("%d manifests: %d load, %d fail as expected", len(files), loaded, failed)
 }
 
@@ -104,7 +69,7 @@ func firstLine(s string) string {
 // TestCorpusFedora checks the defaulted examples/vmi-fedora.yaml against
 // kubevirt-conversion.md section C (KubeVirt's own mutator output).
 func TestCorpusFedora(t *testing.T) {
-	vmi, err := LoadFile(filepath.Join(corpusDir(t), "vmi-fedora.yaml"), Options{DefaultBinding: BindingBridge})
+	vmi, err := LoadFile(corpus.File(t, "vmi-fedora.yaml"), Options{DefaultBinding: BindingBridge})
 	if err != nil {
 		t.Fatal(err)
 	}

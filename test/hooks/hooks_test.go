@@ -18,6 +18,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
@@ -33,7 +34,7 @@ const bootTimeout = 90 * time.Second
 // sidecar is one running test/hooksidecar.
 type sidecar struct {
 	cmd    *exec.Cmd
-	log    *launchertest.SyncBuffer
+	log    *testenv.SyncBuffer
 	exited chan struct{}
 }
 
@@ -45,7 +46,7 @@ func startSidecar(t *testing.T, p *launchertest.Pod, sub string, args ...string)
 	dir := filepath.Join(p.Layout.HooksDir, sub)
 	launchertest.Must(t, os.MkdirAll(dir, 0o755))
 	launchertest.Must(t, os.Chown(dir, int(env.Cred.Uid), int(env.Cred.Gid)))
-	s := &sidecar{log: &launchertest.SyncBuffer{}, exited: make(chan struct{})}
+	s := &sidecar{log: &testenv.SyncBuffer{}, exited: make(chan struct{})}
 	s.cmd = exec.Command(filepath.Join(env.BinDir, "hooksidecar"), append([]string{"--dir", dir}, args...)...)
 	s.cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log

@@ -12,18 +12,14 @@
 package network
 
 import (
-	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"text/template"
@@ -31,6 +27,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
@@ -40,33 +37,7 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		flag.Parse()
-		if os.Geteuid() != 0 || testing.Short() {
-			return m.Run() // the tests that need the binaries fail or skip (testenv)
-		}
-		dir, err := os.MkdirTemp("", "vlnetbin")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		// The launcher runs as the unprivileged user: it must reach them.
-		if err := os.Chmod(dir, 0o755); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		const mod = "github.com/virtlauncher/virtlauncher/cmd/"
-		build := exec.Command("go", "build", "-o", dir+"/", mod+"virt-launcher", mod+"virt-launcher-monitor")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build launcher binaries: %v\n%s", err, out)
-			return 1
-		}
-		binDir = dir
-		return m.Run()
-	}()
-	os.Exit(code)
+	os.Exit(launchertest.MainBinaries(m, &binDir, "vlnetbin", "./cmd/virt-launcher", "./cmd/virt-launcher-monitor"))
 }
 
 func needRoot(t *testing.T) {
@@ -95,22 +66,7 @@ func shortDir(t *testing.T, prefix string) string {
 }
 
 // consoleBuf collects the guest's serial console as standalone.Run writes it.
-type consoleBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *consoleBuf) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-func (c *consoleBuf) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
+type consoleBuf struct{ testenv.SyncBuffer }
 
 // waitFor waits until the console has a line containing s, or fails early
 // when done (Run returned) closes.

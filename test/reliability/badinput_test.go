@@ -17,6 +17,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	podproc "github.com/virtlauncher/virtlauncher/internal/pod"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -89,7 +90,7 @@ func TestBadInputVlctl(t *testing.T) {
 				args = []string{"run", "--emulation", "--workdir", work, "--qemu-timeout", "10s", file}
 			}
 			cmd := exec.Command(filepath.Join(env.BinDir, "vlctl"), args...)
-			var stdout, stderr launchertest.SyncBuffer
+			var stdout, stderr testenv.SyncBuffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			done := make(chan error, 1)
 			launchertest.Must(t, cmd.Start())
@@ -149,7 +150,7 @@ func TestBadInputVlctl(t *testing.T) {
 		launchertest.Must(t, os.WriteFile(file, []byte(doc), 0o644))
 		cmd := exec.Command(filepath.Join(env.BinDir, "vlctl"), "run", "--emulation", "--quiet", "--workdir", work, "--qemu-timeout", "30s",
 			"--bin-dir", env.BinDir, file)
-		var stdout, stderr launchertest.SyncBuffer
+		var stdout, stderr testenv.SyncBuffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
 		// With --quiet the error is the first line; after a launcher failure vlctl adds

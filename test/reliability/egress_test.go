@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testnet"
 )
 
@@ -65,7 +65,7 @@ func TestEgressFromThePod(t *testing.T) {
 		"@FARIP@", far.Addr().String(), "@FARPORT@", fmt.Sprint(far.Port()),
 		"@HOSTIP@", host.Addr().String(), "@HOSTPORT@", fmt.Sprint(host.Port())).Replace(egressMonitor)
 	l := newLinkRun(t, u, script)
-	var status lockedStatus
+	var status testenv.SyncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
@@ -154,22 +154,4 @@ func TestEgressFromThePod(t *testing.T) {
 			t.Errorf("namespace %s left", ns)
 		}
 	}
-}
-
-// lockedStatus is vlctl run's status output, read while it runs.
-type lockedStatus struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *lockedStatus) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lockedStatus) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // checkSecurity checks a running pod: the QEMU sandbox is on, no process
@@ -285,7 +286,7 @@ done
 : > %s/spawned
 exec /bin/sleep 600
 `, n, dir)), 0o755))
-	var out launchertest.SyncBuffer
+	var out testenv.SyncBuffer
 	cmd := exec.Command(filepath.Join(env.BinDir, "virt-launcher-monitor"))
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "VIRT_LAUNCHER_BIN=" + script}
 	cmd.Stdout, cmd.Stderr = &out, &out
