@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
+	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
 func newRunCmd() *cobra.Command {
@@ -204,8 +204,8 @@ secondary networks (each refused, saying so).`,
 	f.Var(cpuSetFlag{&cfg.CPUSet}, "cpuset", "LIST: host CPUs for the VM's pod, as a CPU manager gives them (e.g. 2-3 or 2,5): a VMI with dedicatedCpuPlacement needs it; its vCPUs (and an isolated emulator thread) are pinned there")
 	f.Var(deviceFlag{&cfg.Devices}, "device", "NAME=DDDD:BB:SS.F: the host PCI device (bound to vfio-pci, on a host with an IOMMU) for the VMI's GPU or host device NAME, as its device plugin would give it (repeatable; several for one resource are handed out in order)")
 	f.BoolVar(&cfg.Emulation, "emulation", false, "force software emulation (TCG); without it KVM is used when /dev/kvm opens")
-	f.StringVar(&cfg.Binding, "binding", "masquerade", "binding of the auto-attached pod interface: masquerade or bridge (KubeVirt's cluster default)")
-	f.StringVar(&cfg.WorkRoot, "workdir", "/run/vl", "parent of the per-run working directory")
+	f.StringVar(&cfg.Binding, "binding", vmi.BindingMasquerade, "binding of the auto-attached pod interface: masquerade or bridge (KubeVirt's cluster default)")
+	f.StringVar(&cfg.WorkRoot, "workdir", standalone.DefaultWorkRoot, "parent of the per-run working directory")
 	f.StringVar(&cfg.RecordDir, "record-dir", runrecord.DefaultDir, "where the run records itself for vlctl ps and the verbs by name (root's alone, 0700, made when missing; the records hold the VMI)")
 	f.StringVar(&cfg.ImageCache, "image-cache", registrydisk.DefaultDir, "where containerDisk images given by reference (e.g. quay.io/containerdisks/fedora:latest) are pulled to (root's)")
 	f.StringVar(&cfg.VolumeStore, "volume-store", standalone.DefaultVolumeStore, "where a VirtualMachine's dataVolumeTemplates that no --volume maps are kept, as NAMESPACE/VM/DATAVOLUME.img (root's; kept until you remove them)")
@@ -214,7 +214,7 @@ secondary networks (each refused, saying so).`,
 	f.StringVar(&cfg.UIDs, "uids", uidpool.DefaultRange, "FIRST-LAST: the ids each VM takes one of, as its own user and group, for its launcher, libvirt daemon and QEMU (no account may use them)")
 	f.StringVar(&cfg.BinDir, "bin-dir", "", "directory of virt-launcher-monitor and virt-launcher (default: vlctl's own)")
 	f.StringVar(&cfg.CapsCache, "qemu-caps-cache", standalone.DefaultCapsCache, "root's directory of libvirt's QEMU capability probe, made by vlctl and read by every VM's launcher; none: off")
-	f.DurationVar(&cfg.QemuTimeout, "qemu-timeout", 5*time.Minute, "how long the launcher waits for its domain")
+	f.DurationVar(&cfg.QemuTimeout, "qemu-timeout", standalone.DefaultQemuTimeout, "how long the launcher waits for its domain")
 	f.StringVar(&cfg.MigrateFrom, "migrate-from", "", "NAME or NAMESPACE/NAME of a running VM (vlctl ps) whose guest this run takes over by live migration, instead of booting FILE")
 	f.StringVar(&cfg.MigrationBandwidth, "migration-bandwidth", "", "with --migrate-from: cap the migration's bandwidth (bytes per second, such as 64Mi; default: no cap)")
 	return cmd

@@ -200,7 +200,7 @@ func (c *Config) files() []string {
 }
 
 // manifestName names the manifest in errors: its files.
-func (c *Config) manifestName() string {
+func (c *session) manifestName() string {
 	if c.source != nil {
 		return c.source.FullName()
 	}

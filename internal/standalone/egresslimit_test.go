@@ -77,7 +77,7 @@ func fetch(p *podnet.Pod, to netip.AddrPort) (string, error) {
 func TestEgressLimit(t *testing.T) {
 	p, _, status := egressPod(t)
 	far := testnet.FarHost(t, "VL-FAR-PAGE")
-	r := &runner{workDir: t.TempDir(), log: slog.New(slog.DiscardHandler), cfg: Config{Status: status}}
+	r := &runner{workDir: t.TempDir(), log: slog.New(slog.DiscardHandler), cfg: session{Config: Config{Status: status}}}
 	stop, err := r.serveControl(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -94,7 +94,7 @@ func TestPortsHandedOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Point(podServer(t, 8080, "old"))
-	src := &runner{cfg: Config{Publish: pubs, ports: old, Status: &status}}
+	src := &runner{cfg: session{Config: Config{Publish: pubs, Status: &status}, ports: old}}
 	a, b := controlPair(t)
 	if err := src.replyMigrated(a, runctl.Reply{Message: "done"}); err != nil {
 		t.Fatal(err)

@@ -84,7 +84,7 @@ func newStageFixture(t *testing.T) *stageFixture {
 	v.Spec.Volumes = []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: img}}}}
 	cfg := Config{WorkRoot: f.workRoot, BinDir: f.binDir, CapsCache: "none", Status: &strings.Builder{}}
 	cfg.defaults()
-	f.r = &runner{cfg: cfg, vmi: v, owner: o, log: cfg.Log}
+	f.r = &runner{cfg: session{Config: cfg}, vmi: v, owner: o, log: cfg.Log}
 	t.Cleanup(func() { f.r.cleanup() })
 	return f
 }

@@ -36,7 +36,11 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
-// Config is one `vlctl run`.
+// Config is the options of one `vlctl run`, as its user gives them (vlctl
+// run's flags). Run gives a field left zero the default the flag has
+// (DefaultWorkRoot, DefaultQemuTimeout, DefaultVolumeStore,
+// DefaultCapsCache, uidpool.DefaultRange, ...). What Run works out from
+// them is the session's, not the Config's.
 type Config struct {
 	// File is the VMI (or VM) manifest; Files are more files of documents
 	// (-f). Together they hold exactly one VirtualMachine or
@@ -120,19 +124,6 @@ type Config struct {
 	// DefaultVolumeStore; volumes.go), ImportCache the images downloaded
 	// for them (default dvimport.DefaultCacheDir).
 	VolumeStore, ImportCache string
-	// pulled maps those references to their cached disks (Run fills it).
-	pulled map[string]string
-	// configVols are the config volumes' files from the documents (Run
-	// fills it; configvol.go).
-	configVols []configVolume
-	// shares are the VMI's virtiofs filesystems and what each serves
-	// (virtiofs.go), worked out by check.
-	shares []virtiofsShare
-	// keys carries Input, read by one goroutine for the whole run.
-	keys <-chan []byte
-	// ports are the --publish listeners, held for the whole run (Run
-	// makes them; each boot points them at its pod: publish.go).
-	ports *guestnet.HeldPorts
 	// Started, when set, is called once the guest's domain runs, with where
 	// things are; tests use it to reach the guest from the outside.
 	Started func(Started)
@@ -150,6 +141,26 @@ type Config struct {
 	// Devices are the host PCI devices for the VMI's GPUs and host
 	// devices (--device), bound to vfio-pci.
 	Devices []Device
+}
+
+// session is one `vlctl run`: the user's Config (with its defaults), and
+// what Run works out from it before the first boot, which every boot of
+// the run (runOnce, a runner each) shares.
+type session struct {
+	Config
+	// pulled maps those references to their cached disks (Run fills it).
+	pulled map[string]string
+	// configVols are the config volumes' files from the documents (Run
+	// fills it; configvol.go).
+	configVols []configVolume
+	// shares are the VMI's virtiofs filesystems and what each serves
+	// (virtiofs.go), worked out by check.
+	shares []virtiofsShare
+	// keys carries Input, read by one goroutine for the whole run.
+	keys <-chan []byte
+	// ports are the --publish listeners, held for the whole run (Run
+	// makes them; each boot points them at its pod: publish.go).
+	ports *guestnet.HeldPorts
 	// source is MigrateFrom's run (Run finds it).
 	source *runrecord.Entry
 	// deviceEnv and vfioGroups are what check found for Devices: the
@@ -185,8 +196,9 @@ func (e *ManifestError) Unwrap() error { return e.Err }
 // VirtualMachine's run strategy is honoured: Always starts the guest again
 // after it stops, RerunOnFailure after it fails, Halted is refused unless
 // cfg.ForceStart.
-func Run(ctx context.Context, cfg Config) error {
-	cfg.defaults()
+func Run(ctx context.Context, c Config) error {
+	c.defaults()
+	cfg := &session{Config: c}
 	if err := needRoot(); err != nil {
 		return err
 	}
@@ -212,7 +224,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	} else {
-		if cfg.pulled, err = pullImages(ctx, cfg, v); err != nil {
+		if cfg.pulled, err = pullImages(ctx, cfg.Config, v); err != nil {
 			return err
 		}
 		if err := storeInUse(cfg.RecordDir, storedPaths(cfg.Volumes)); err != nil {
@@ -221,7 +233,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := makeStoreDirs(cfg.VolumeStore, cfg.Volumes); err != nil {
 			return err
 		}
-		if err := importVolumes(ctx, cfg, specs, vm); err != nil {
+		if err := importVolumes(ctx, cfg.Config, specs, vm); err != nil {
 			return err
 		}
 	}
@@ -233,7 +245,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer cfg.ports.Close()
 	}
 	for failures := 0; ; {
-		started, migrated, err := runOnce(ctx, cfg, v.DeepCopy(), vm)
+		started, migrated, err := runOnce(ctx, *cfg, v.DeepCopy(), vm)
 		// A guest that went to another run goes on there, run strategy
 		// and all: starting it here again would run it twice.
 		if ctx.Err() != nil || !started || migrated {
@@ -283,7 +295,7 @@ func Check(cfg Config) (namespace, name string, err error) {
 	if err := needRoot(); err != nil {
 		return "", "", err
 	}
-	v, _, _, _, err := cfg.check()
+	v, _, _, _, err := (&session{Config: cfg}).check()
 	if err != nil {
 		return "", "", err
 	}
@@ -292,11 +304,11 @@ func Check(cfg Config) (namespace, name string, err error) {
 
 // takeOver finds the running VM --migrate-from names and takes its
 // manifest, published ports and storage for this run.
-func (cfg *Config) takeOver() error {
+func (cfg *session) takeOver() error {
 	var err error
 	// The running guest's VMI, as its launcher was synced with, and
 	// its VirtualMachine: the run strategy goes on here.
-	if cfg.source, err = findSource(*cfg); err != nil {
+	if cfg.source, err = findSource(cfg.Config); err != nil {
 		return err
 	}
 	if _, err := migrationOptions(cfg.MigrationBandwidth); err != nil {
@@ -320,14 +332,14 @@ func (cfg *Config) takeOver() error {
 // check loads the manifest (or, taking a guest over, its source's) and
 // refuses what vlctl does not run; nothing is made. An error is a
 // *ManifestError but for a migration's source.
-func (cfg *Config) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, policy restartPolicy, specs []diskSpec, err error) {
+func (cfg *session) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, policy restartPolicy, specs []diskSpec, err error) {
 	if cfg.source != nil {
 		v = cfg.source.VMI.DeepCopy()
 		if cfg.source.VM != nil {
 			vm = cfg.source.VM.DeepCopy()
 		}
 	} else {
-		if v, vm, cfg.configVols, err = loadManifest(*cfg); err != nil {
+		if v, vm, cfg.configVols, err = loadManifest(cfg.Config); err != nil {
 			return nil, nil, policy, nil, &ManifestError{Err: err}
 		}
 		stored, err := storeVolumes(cfg.VolumeStore, v, vm, cfg.Volumes)
@@ -367,7 +379,7 @@ func (cfg *Config) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine,
 
 // runOnce boots the guest once (or takes it over, cfg.source); started
 // reports whether its domain ran, migrated whether it went to another run.
-func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *v1.VirtualMachine) (started, migrated bool, err error) {
+func runOnce(ctx context.Context, cfg session, v *v1.VirtualMachineInstance, vm *v1.VirtualMachine) (started, migrated bool, err error) {
 	pool, err := uidpool.ForMachine(cfg.UIDs)
 	if err != nil {
 		return false, false, fmt.Errorf("--uids: %w", err)
@@ -409,12 +421,19 @@ func runOnce(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance, vm *
 	return false, false, run.drive(ctx)
 }
 
+// DefaultWorkRoot is where the runs' work directories go: short, because
+// unix socket paths are limited to 107 bytes.
+const DefaultWorkRoot = "/run/vl"
+
+// DefaultQemuTimeout is how long the launcher waits for its domain.
+const DefaultQemuTimeout = 5 * time.Minute
+
 func (c *Config) defaults() {
 	if c.Binding == "" {
 		c.Binding = vmi.BindingMasquerade
 	}
 	if c.WorkRoot == "" {
-		c.WorkRoot = "/run/vl"
+		c.WorkRoot = DefaultWorkRoot
 	}
 	if c.UIDs == "" {
 		c.UIDs = uidpool.DefaultRange
@@ -440,7 +459,7 @@ func (c *Config) defaults() {
 		c.CapsCache = DefaultCapsCache
 	}
 	if c.QemuTimeout == 0 {
-		c.QemuTimeout = 5 * time.Minute
+		c.QemuTimeout = DefaultQemuTimeout
 	}
 	if c.Console == nil {
 		c.Console = os.Stdout
@@ -454,7 +473,7 @@ func (c *Config) defaults() {
 }
 
 type runner struct {
-	cfg   Config
+	cfg   session
 	vmi   *v1.VirtualMachineInstance
 	vm    *v1.VirtualMachine // nil for a VMI manifest
 	owner ids

@@ -56,7 +56,7 @@ type hostPaths struct {
 // hostPaths is the run's: the --allow-host-path directories and, for a
 // guest taken over by migration, the directories of its source's hostDisks
 // (that run was allowed them; the manifest is the one it ran).
-func (cfg *Config) hostPaths() hostPaths {
+func (cfg *session) hostPaths() hostPaths {
 	hp := hostPaths{dirs: slices.Clone(cfg.AllowHostPaths), owner: cfg.HostPathOwner}
 	if cfg.source != nil && cfg.source.VMI != nil {
 		for _, vol := range cfg.source.VMI.Spec.Volumes {

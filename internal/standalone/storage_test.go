@@ -732,7 +732,7 @@ func hostDiskRun(o ids, status *bytes.Buffer, vols ...v1.Volume) *runner {
 	for _, vol := range vols {
 		v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks, v1.Disk{Name: vol.Name})
 	}
-	return &runner{vmi: v, owner: o, cfg: Config{Status: status}}
+	return &runner{vmi: v, owner: o, cfg: session{Config: Config{Status: status}}}
 }
 
 // rootSecret is a root-owned 0600 file in its own root-owned 0755
@@ -912,7 +912,7 @@ func TestHostDiskAllowed(t *testing.T) {
 // --allow-host-path, and nothing else.
 func TestHostPathsMigrated(t *testing.T) {
 	src := vmiWithVolumes(hostDiskVol("d", "/srv/vm/d.img", v1.HostDiskExists, ""), pvcVol("p", "c"))
-	cfg := Config{AllowHostPaths: []string{"/data"}, HostPathOwner: 1000, source: &runrecord.Entry{Record: runrecord.Record{VMI: src}}}
+	cfg := session{Config: Config{AllowHostPaths: []string{"/data"}, HostPathOwner: 1000}, source: &runrecord.Entry{Record: runrecord.Record{VMI: src}}}
 	hp := cfg.hostPaths()
 	if hp.owner != 1000 {
 		t.Errorf("owner %d, want 1000", hp.owner)
