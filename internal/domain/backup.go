@@ -24,6 +24,16 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
+// jobs runs the Manager m's long jobs on its domain, outside the
+// operation lock: backups (backup.go) and memory dumps (memorydump.go).
+type jobs struct {
+	m *Manager
+
+	// dumping: a memory dump call runs in the daemon (memorydump.go,
+	// m.mu).
+	dumping bool
+}
+
 // Backups (BackupVirtualMachine) run as KubeVirt v1.9's launcher runs
 // them: libvirt's backup job over the disks on changed block tracking
 // overlays (disks.cbtOverlay), each backup also creating a checkpoint
@@ -292,12 +302,13 @@ func (m *Manager) Backup(ctx context.Context, v *v1.VirtualMachineInstance, o *b
 		return err
 	}
 	if o.Cmd == backupv1.Abort {
-		return m.abortBackup(ctx, o)
+		return m.jobs.abortBackup(ctx, o)
 	}
-	return m.beginBackup(ctx, v, o)
+	return m.jobs.beginBackup(ctx, v, o)
 }
 
-func (m *Manager) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance, o *backupv1.BackupOptions) (err error) {
+func (x *jobs) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance, o *backupv1.BackupOptions) (err error) {
+	m := x.m
 	m.mu.Lock()
 	if mig := m.md.Migration; mig != nil && mig.EndTimestamp == nil {
 		m.mu.Unlock()
@@ -335,7 +346,7 @@ func (m *Manager) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance,
 	if len(vols) == 0 {
 		return errors.New("backup: no disk of the domain is on a changed block tracking overlay")
 	}
-	removeDir, err := m.makeBackupDir(vol, rel)
+	removeDir, err := m.jobs.makeBackupDir(vol, rel)
 	if err != nil {
 		return fmt.Errorf("backup: directory %s: %w", dir, err)
 	}
@@ -390,13 +401,14 @@ func (m *Manager) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance,
 		return fmt.Errorf("backup %s: %w", o.BackupName, err)
 	}
 	m.refresh(ctx, EventModified, true)
-	go m.watchBackup(bg, l, d, o.BackupName)
+	go m.jobs.watchBackup(bg, l, d, o.BackupName)
 	return nil
 }
 
 // makeBackupDir makes the backup's directory below the target volume's
 // (no link followed) and returns what removes it again.
-func (m *Manager) makeBackupDir(vol string, rel []string) (func(), error) {
+func (x *jobs) makeBackupDir(vol string, rel []string) (func(), error) {
+	m := x.m
 	hot, err := safefs.Open(m.cfg.Layout.HotplugDiskDir)
 	if err != nil {
 		return nil, err
@@ -411,14 +423,15 @@ func (m *Manager) makeBackupDir(vol string, rel []string) (func(), error) {
 		return nil, err
 	}
 	return func() {
-		if err := m.removeBackupDir(vol, rel); err != nil {
+		if err := m.jobs.removeBackupDir(vol, rel); err != nil {
 			m.log.Warn("backup: removing the failed backup's directory", "reason", err.Error())
 		}
 	}, nil
 }
 
 // removeBackupDir removes the backup's directory and what is in it.
-func (m *Manager) removeBackupDir(vol string, rel []string) error {
+func (x *jobs) removeBackupDir(vol string, rel []string) error {
+	m := x.m
 	hot, err := safefs.Open(m.cfg.Layout.HotplugDiskDir)
 	if err != nil {
 		return err
@@ -453,7 +466,8 @@ func (m *Manager) removeBackupDir(vol string, rel []string) error {
 
 // watchBackup follows the backup job until it ends and records its end.
 // bg is the manager's lifetime: the job outlives the RPC that began it.
-func (m *Manager) watchBackup(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, name string) {
+func (x *jobs) watchBackup(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, name string) {
+	m := x.m
 	tick := time.NewTicker(backupPoll)
 	defer tick.Stop()
 	for {
@@ -461,7 +475,7 @@ func (m *Manager) watchBackup(bg context.Context, l *libvirt.Libvirt, d libvirt.
 		case <-bg.Done():
 			return
 		case <-l.Disconnected():
-			m.backupEnded(bg, name, jobEnd{typ: libvirt.DomainJobFailed, errmsg: "the connection to libvirt was lost while the backup ran"})
+			m.jobs.backupEnded(bg, name, jobEnd{typ: libvirt.DomainJobFailed, errmsg: "the connection to libvirt was lost while the backup ran"})
 			return
 		case <-tick.C:
 		}
@@ -471,7 +485,7 @@ func (m *Manager) watchBackup(bg context.Context, l *libvirt.Libvirt, d libvirt.
 			continue
 		}
 		if done {
-			m.backupEnded(bg, name, end)
+			m.jobs.backupEnded(bg, name, end)
 			return
 		}
 	}
@@ -508,7 +522,8 @@ func backupJobEnd(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jo
 }
 
 // backupEnded records the end of backup name and tells virt-handler.
-func (m *Manager) backupEnded(bg context.Context, name string, end jobEnd) {
+func (x *jobs) backupEnded(bg context.Context, name string, end jobEnd) {
+	m := x.m
 	m.mu.Lock()
 	cur := m.md.Backup
 	if cur == nil || cur.Name != name {
@@ -530,7 +545,8 @@ func (m *Manager) backupEnded(bg context.Context, name string, end jobEnd) {
 
 // abortBackup aborts the running backup job (libvirt's abort of the
 // domain's job, after checking that it is the backup).
-func (m *Manager) abortBackup(ctx context.Context, o *backupv1.BackupOptions) error {
+func (x *jobs) abortBackup(ctx context.Context, o *backupv1.BackupOptions) error {
+	m := x.m
 	m.mu.Lock()
 	err := checkAbort(m.md.Backup, o)
 	m.mu.Unlock()

@@ -89,7 +89,7 @@ func (m *Manager) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg
 		}
 	}
 	m.refresh(ctx, typ, true)
-	m.migrationArrived(ctx, ev)
+	m.mig.migrationArrived(ctx, ev)
 
 	if libvirt.DomainEventType(ev.Event) == libvirt.DomainEventSuspended &&
 		libvirt.DomainEventSuspendedDetailType(ev.Detail) == libvirt.DomainEventSuspendedIoerror {

@@ -30,7 +30,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
-	"github.com/virtlauncher/virtlauncher/internal/premigration"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -217,17 +216,10 @@ type Manager struct {
 	// stateDropped: the launcher ends for good (DropState); the state
 	// file is not written again.
 	stateDropped bool
-	// dumping: a memory dump call runs in the daemon (memorydump.go, mu).
-	dumping bool
-
-	// targetOf is the migration this pod was prepared to receive
-	// (PrepareMigrationTarget), "" when it is none's target (mu).
-	targetOf string
-	// hookServer is the pre-migration hook server, once a preparation
-	// started it (PreMigrationHooks).
-	hookServer *premigration.Server
-	// abandonCh is closed by AbandonTarget.
-	abandonCh chan struct{}
+	// mig runs the live migrations (migrate.go, migrate_target.go), jobs
+	// the backups and memory dumps (backup.go, memorydump.go).
+	mig  *migrations
+	jobs *jobs
 
 	// net is the network phase's state (op).
 	net *netPhase
@@ -259,13 +251,14 @@ func New(cfg Config) *Manager {
 		ns:        cfg.Namespace,
 		uid:       cfg.UID,
 		definedCh: make(chan struct{}),
-		abandonCh: make(chan struct{}),
 		stoppedCh: make(chan struct{}),
 		goneSent:  make(chan struct{}),
 		events:    make(chan outEvent, 1024),
 	}
 	m.md.UID = cfg.UID
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
+	m.mig = &migrations{m: m, abandonCh: make(chan struct{})}
+	m.jobs = &jobs{m: m}
 	m.net = &netPhase{network: cfg.Network, baseFacts: m.baseFacts}
 	m.takeOverState()
 	m.guest = m.newGuest()

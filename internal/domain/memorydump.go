@@ -65,9 +65,9 @@ func (m *Manager) MemoryDump(ctx context.Context, v *v1.VirtualMachineInstance, 
 		return err
 	}
 	m.mu.Lock()
-	next, start := startDump(m.md.MemoryDump, m.dumping, file, time.Now())
+	next, start := startDump(m.md.MemoryDump, m.jobs.dumping, file, time.Now())
 	if start {
-		m.md.MemoryDump, m.dumping = next, true
+		m.md.MemoryDump, m.jobs.dumping = next, true
 	}
 	bg := m.runContextLocked()
 	m.mu.Unlock()
@@ -76,13 +76,13 @@ func (m *Manager) MemoryDump(ctx context.Context, v *v1.VirtualMachineInstance, 
 		return nil
 	}
 	m.refresh(ctx, EventModified, true)
-	l, d, limit, err := m.dumpDomain(ctx)
+	l, d, limit, err := m.jobs.dumpDomain(ctx)
 	if err != nil {
 		m.log.Error("memory dump failed", "file", file, "reason", err.Error())
-		m.dumpEnded(bg, file, err, true)
+		m.jobs.dumpEnded(bg, file, err, true)
 		return nil
 	}
-	go m.runDump(bg, l, d, vol, dumpPath, limit)
+	go m.jobs.runDump(bg, l, d, vol, dumpPath, limit)
 	return nil
 }
 
@@ -135,7 +135,8 @@ func endDump(cur *domainjson.MemoryDumpMetadata, file string, err error, now tim
 }
 
 // dumpDomain finds the domain and the deadline of its dump.
-func (m *Manager) dumpDomain(ctx context.Context) (*libvirt.Libvirt, libvirt.Domain, time.Duration, error) {
+func (x *jobs) dumpDomain(ctx context.Context) (*libvirt.Libvirt, libvirt.Domain, time.Duration, error) {
+	m := x.m
 	l, err := m.waitConn(ctx)
 	if err != nil {
 		return nil, libvirt.Domain{}, 0, err
@@ -159,9 +160,10 @@ func (m *Manager) dumpDomain(ctx context.Context) (*libvirt.Libvirt, libvirt.Dom
 
 // runDump runs the dump call and records its end. bg is the manager's
 // lifetime: the dump outlives the RPC that started it.
-func (m *Manager) runDump(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, vol, path string, limit time.Duration) {
+func (x *jobs) runDump(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, vol, path string, limit time.Duration) {
+	m := x.m
 	file := filepath.Base(path)
-	m.removeOldDumps(vol)
+	m.jobs.removeOldDumps(vol)
 	t0 := time.Now()
 	m.log.Info("memory dump starting", "domain", d.Name, "path", path, "deadline", limit.String())
 	done := make(chan error, 1)
@@ -172,8 +174,8 @@ func (m *Manager) runDump(bg context.Context, l *libvirt.Libvirt, d libvirt.Doma
 	defer timer.Stop()
 	select {
 	case err := <-done:
-		m.logDumpEnd(d.Name, path, err, time.Since(t0))
-		m.dumpEnded(bg, file, err, true)
+		m.jobs.logDumpEnd(d.Name, path, err, time.Since(t0))
+		m.jobs.dumpEnded(bg, file, err, true)
 		return
 	case <-bg.Done():
 		return
@@ -181,17 +183,18 @@ func (m *Manager) runDump(bg context.Context, l *libvirt.Libvirt, d libvirt.Doma
 	}
 	err := fmt.Errorf("not completed within %v (libvirt cannot abort a memory-only dump; the guest stays paused until it ends)", limit)
 	m.log.Error("memory dump failed", "domain", d.Name, "path", path, "reason", err.Error())
-	m.dumpEnded(bg, file, err, false)
+	m.jobs.dumpEnded(bg, file, err, false)
 	// The daemon still runs the dump: no other may start before it ends.
 	select {
 	case err := <-done:
-		m.logDumpEnd(d.Name, path, err, time.Since(t0))
-		m.dumpEnded(bg, file, err, true)
+		m.jobs.logDumpEnd(d.Name, path, err, time.Since(t0))
+		m.jobs.dumpEnded(bg, file, err, true)
 	case <-bg.Done():
 	}
 }
 
-func (m *Manager) logDumpEnd(dom, path string, err error, took time.Duration) {
+func (x *jobs) logDumpEnd(dom, path string, err error, took time.Duration) {
+	m := x.m
 	if err != nil {
 		m.log.Error("memory dump failed", "domain", dom, "path", path, "reason", err.Error(), "took", took.String())
 		return
@@ -202,13 +205,14 @@ func (m *Manager) logDumpEnd(dom, path string, err error, took time.Duration) {
 // dumpEnded records the end of the dump to file (endDump) and, when over
 // reports that the daemon's call has returned, frees the dump slot; a
 // change is sent to virt-handler.
-func (m *Manager) dumpEnded(bg context.Context, file string, err error, over bool) {
+func (x *jobs) dumpEnded(bg context.Context, file string, err error, over bool) {
+	m := x.m
 	m.mu.Lock()
 	next := endDump(m.md.MemoryDump, file, err, time.Now())
 	changed := next != m.md.MemoryDump
 	m.md.MemoryDump = next
 	if over {
-		m.dumping = false
+		m.jobs.dumping = false
 	}
 	m.mu.Unlock()
 	if changed {
@@ -226,7 +230,8 @@ const refreshWait = 10 * time.Second
 // "memory.dump" in it), so the volume holds the new dump only. No link is
 // followed. A failure is logged and the dump tried anyway, as KubeVirt
 // does.
-func (m *Manager) removeOldDumps(vol string) {
+func (x *jobs) removeOldDumps(vol string) {
+	m := x.m
 	warn := func(err error) { m.log.Warn("remove earlier memory dumps", "volume", vol, "reason", err.Error()) }
 	hot, err := safefs.Open(m.cfg.Layout.HotplugDiskDir)
 	if err != nil {

@@ -19,6 +19,22 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/premigration"
 )
 
+// migrations runs the live migrations of the Manager m's domain: as their
+// source (migrate.go) and as their target (migrate_target.go,
+// migrate_cpus.go). They work on m's connection, metadata and events.
+type migrations struct {
+	m *Manager
+
+	// targetOf is the migration this pod was prepared to receive
+	// (PrepareMigrationTarget), "" when it is none's target (m.mu).
+	targetOf string
+	// hookServer is the pre-migration hook server, once a preparation
+	// started it (PreMigrationHooks).
+	hookServer *premigration.Server
+	// abandonCh is closed by AbandonTarget.
+	abandonCh chan struct{}
+}
+
 // The source side of a live migration (docs/migration.md §2):
 // MigrateVirtualMachine starts it and answers at once; a goroutine runs
 // libvirt's peer-to-peer migration through the proxy sockets virt-handler
@@ -54,7 +70,7 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	}
 	// A migration running or ended is answered first, whatever the
 	// domain's state (an ended one left it shut off).
-	if _, running, err := migration.Start(m.migrationMetadata(), uid, time.Now()); err != nil || running {
+	if _, running, err := migration.Start(m.mig.migrationMetadata(), uid, time.Now()); err != nil || running {
 		return err
 	}
 	l, d, ok, err := m.lookup(ctx)
@@ -85,7 +101,7 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 		for _, w := range why {
 			m.log.Info("migration options changed", "domain", d.Name, "reason", w)
 		}
-		req, err = m.migrationRequest(ctx, l, d, v, o, qemu, lib)
+		req, err = m.mig.migrationRequest(ctx, l, d, v, o, qemu, lib)
 		return err
 	}); err != nil {
 		return err
@@ -104,10 +120,10 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	m.refresh(ctx, EventModified, true)
 	flags := migration.Flags(o, v.IsBlockMigration(), st == libvirt.DomainPaused)
 	m.log.Info("migration starting", "migration", uid, "disks", req.Disks, "flags", fmt.Sprintf("%#x", uint32(flags)),
-		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.systemDaemon()),
+		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.mig.systemDaemon()),
 		"allowPostCopy", o.AllowPostCopy, "allowWorkloadDisruption", o.AllowWorkloadDisruption,
 		"stallDetection", o.StallDetectorOptions != nil, "maxDowntimeMs", o.MaxDowntimeMs)
-	go m.runMigration(bg, l, d, v, o, req, flags)
+	go m.mig.runMigration(bg, l, d, v, o, req, flags)
 	return nil
 }
 
@@ -115,7 +131,8 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 // (with the volume migration's slices and device kinds,
 // migration.MigratedVolumes), the disks to copy, and the daemon's version
 // (parameters it does not know fail the whole call).
-func (m *Manager) migrationRequest(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, qemu, lib uint64) (migration.Request, error) {
+func (x *migrations) migrationRequest(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, qemu, lib uint64) (migration.Request, error) {
+	m := x.m
 	xml, err := l.DomainGetXMLDesc(d, libvirt.DomainXMLMigratable)
 	if err != nil {
 		return migration.Request{}, fmt.Errorf("migratable XML of domain %s: %w", d.Name, err)
@@ -141,7 +158,7 @@ func (m *Manager) migrationRequest(ctx context.Context, l *libvirt.Libvirt, d li
 		m.log.Info("volume migration: the destination's disks", "domain", d.Name, "volumes", migratedVolumeNames(v))
 	}
 	if v.IsCPUDedicated() && !m.cfg.PreMigrationHooks {
-		if err := m.targetCPUs(ctx, v, &dom); err != nil {
+		if err := m.mig.targetCPUs(ctx, v, &dom); err != nil {
 			return migration.Request{}, fmt.Errorf("migrate domain %s: %w", d.Name, err)
 		}
 		m.log.Info("dedicated CPUs: the destination's placement on the target's CPU set", "domain", d.Name, "cpus", v.Status.MigrationState.TargetCPUSet)
@@ -161,19 +178,20 @@ func (m *Manager) migrationRequest(ctx context.Context, l *libvirt.Libvirt, d li
 // detector when the options ask for it, else the progress and completion
 // timeouts), and records the result. bg is the manager's lifetime: the call
 // outlives the RPC.
-func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, req migration.Request, flags libvirt.DomainMigrateFlags) {
+func (x *migrations) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, req migration.Request, flags libvirt.DomainMigrateFlags) {
+	m := x.m
 	t0 := time.Now()
 	done := make(chan error, 1)
 	perform := func(req migration.Request, flags libvirt.DomainMigrateFlags) {
-		_, err := l.DomainMigratePerform3Params(d, libvirt.OptString{migration.DestinationURI(m.cfg.Layout, req.UID, m.systemDaemon())},
+		_, err := l.DomainMigratePerform3Params(d, libvirt.OptString{migration.DestinationURI(m.cfg.Layout, req.UID, m.mig.systemDaemon())},
 			migration.Params(req), nil, flags)
 		done <- err
 	}
 	go perform(req, flags)
 	ctx, stop := context.WithCancel(bg)
 	defer stop()
-	size := migration.DataSize(v, m.ephemeralBytes())
-	mon := m.newMigrationMonitor(ctx, l, d, o, size)
+	size := migration.DataSize(v, m.mig.ephemeralBytes())
+	mon := m.mig.newMigrationMonitor(ctx, l, d, o, size)
 	tick := time.NewTicker(migrationPoll)
 	defer tick.Stop()
 	for {
@@ -198,9 +216,9 @@ func (m *Manager) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt
 				continue
 			}
 			if err == nil {
-				m.logCompletedJob(bg, l, d)
+				m.mig.logCompletedJob(bg, l, d)
 			}
-			m.migrationEnded(bg, d.Name, err, time.Since(t0))
+			m.mig.migrationEnded(bg, d.Name, err, time.Since(t0))
 			return
 		case <-bg.Done():
 			// The launcher ends: the daemon goes with it, and the
@@ -229,10 +247,11 @@ type migrationMonitor struct {
 // learns of QEMU's passes from libvirt's migration iteration events; when
 // it cannot subscribe to them it falls back to the legacy monitor, as
 // KubeVirt's launcher does.
-func (m *Manager) newMigrationMonitor(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, o migration.Options, size int64) *migrationMonitor {
+func (x *migrations) newMigrationMonitor(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, o migration.Options, size int64) *migrationMonitor {
+	m := x.m
 	mon := &migrationMonitor{m: m}
 	if o.StallDetectorOptions != nil {
-		it, err := m.migrationIterations(ctx, l, d.Name)
+		it, err := m.mig.migrationIterations(ctx, l, d.Name)
 		if err != nil {
 			m.log.Error("migration iteration events: falling back to the progress timeout", "domain", d.Name, "reason", err.Error())
 			o.StallDetectorOptions = nil
@@ -256,7 +275,8 @@ func (mon *migrationMonitor) reset(o migration.Options, size int64) {
 // migrationIterations subscribes to libvirt's migration iteration events
 // of domain dom until ctx ends: one value per pass QEMU begins, dropped
 // when the monitor has not taken the last 16 (KubeVirt's queue).
-func (m *Manager) migrationIterations(ctx context.Context, l *libvirt.Libvirt, dom string) (<-chan struct{}, error) {
+func (x *migrations) migrationIterations(ctx context.Context, l *libvirt.Libvirt, dom string) (<-chan struct{}, error) {
+	m := x.m
 	var evs <-chan any
 	if err := callWithin(ctx, "subscribe to migration iteration events", func() error {
 		var err error
@@ -307,14 +327,14 @@ func (mon *migrationMonitor) observe(ctx context.Context, l *libvirt.Libvirt, d 
 	if dec.Action == migration.Continue {
 		return
 	}
-	if err := m.migrationAct(ctx, l, d, dec, elapsed, mon.legacy.Acceptable()); err != nil {
+	if err := m.mig.migrationAct(ctx, l, d, dec, elapsed, mon.legacy.Acceptable()); err != nil {
 		// Asked again at the next reading, as KubeVirt does.
 		m.log.Error("migration monitor", "action", dec.Action.String(), "reason", err.Error())
 		return
 	}
 	mon.legacy.Switched(dec.Action)
 	if dec.Action == migration.StartPostCopy || dec.Action == migration.Pause {
-		m.setMigrationMode(ctx, mon.legacy.Mode())
+		m.mig.setMigrationMode(ctx, mon.legacy.Mode())
 	}
 }
 
@@ -334,30 +354,31 @@ func (mon *migrationMonitor) observeStall(ctx context.Context, l *libvirt.Libvir
 	}); err == nil {
 		r.PausedForMigration = libvirt.DomainState(st) == libvirt.DomainPaused && libvirt.DomainPausedReason(reason) == libvirt.DomainPausedMigration
 	}
-	if mig := m.migrationMetadata(); mig != nil {
+	if mig := m.mig.migrationMetadata(); mig != nil {
 		r.Aborting = mig.AbortStatus != "" && mig.AbortStatus != string(v1.MigrationAbortFailed)
 	}
 	before := mon.stall.Mode()
 	for _, dec := range mon.stall.Check(r) {
-		err := m.migrationAct(ctx, l, d, dec, elapsed, 0)
+		err := m.mig.migrationAct(ctx, l, d, dec, elapsed, 0)
 		if err != nil {
 			m.log.Error("migration stall detector", "action", dec.Action.String(), "reason", err.Error())
 		}
 		mon.stall.Done(dec, err == nil)
 	}
 	if mode := mon.stall.Mode(); mode != before {
-		m.setMigrationMode(ctx, mode)
+		m.mig.setMigrationMode(ctx, mode)
 	}
 }
 
 // migrationAct makes one of the monitor's decisions.
-func (m *Manager) migrationAct(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, dec migration.Decision, elapsed, limit time.Duration) error {
+func (x *migrations) migrationAct(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, dec migration.Decision, elapsed, limit time.Duration) error {
+	m := x.m
 	switch dec.Action {
 	case migration.StartPostCopy, migration.Pause:
-		return m.assistMigration(ctx, l, d, dec.Action, elapsed, limit)
+		return m.mig.assistMigration(ctx, l, d, dec.Action, elapsed, limit)
 	case migration.Abort:
 		m.log.Warn("aborting the migration", "domain", d.Name, "reason", dec.Reason)
-		return m.abortMigration(ctx, l, d)
+		return m.mig.abortMigration(ctx, l, d)
 	case migration.SetDowntime:
 		m.log.Info("migration: downtime limit", "domain", d.Name, "downtimeMs", dec.Downtime, "reason", dec.Reason)
 		return callWithin(ctx, "set the migration's downtime limit", func() error { return l.DomainMigrateSetMaxDowntime(d, dec.Downtime, 0) })
@@ -391,7 +412,8 @@ func callWithin(ctx context.Context, what string, f func() error) error {
 // paused so stays paused if the migration then fails, as KubeVirt leaves
 // it (the VMI shows it paused by the migration monitor): Sync does not
 // resume it, Unpause does.
-func (m *Manager) assistMigration(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, a migration.Action, elapsed, limit time.Duration) error {
+func (x *migrations) assistMigration(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, a migration.Action, elapsed, limit time.Duration) error {
+	m := x.m
 	switch a {
 	case migration.StartPostCopy:
 		m.log.Info("the migration has not completed in its time: switching it to post-copy",
@@ -414,7 +436,8 @@ func (m *Manager) assistMigration(ctx context.Context, l *libvirt.Libvirt, d lib
 
 // setMigrationMode records the migration's mode in its metadata and sends
 // the Domain (virt-handler copies the mode into the VMI's migration state).
-func (m *Manager) setMigrationMode(ctx context.Context, mode v1.MigrationMode) {
+func (x *migrations) setMigrationMode(ctx context.Context, mode v1.MigrationMode) {
+	m := x.m
 	m.mu.Lock()
 	m.md.Migration = migration.SetMode(m.md.Migration, mode)
 	m.mu.Unlock()
@@ -423,9 +446,10 @@ func (m *Manager) setMigrationMode(ctx context.Context, mode v1.MigrationMode) {
 }
 
 // migrationEnded records the call's outcome.
-func (m *Manager) migrationEnded(ctx context.Context, dom string, err error, took time.Duration) {
+func (x *migrations) migrationEnded(ctx context.Context, dom string, err error, took time.Duration) {
+	m := x.m
 	m.stats.setJobInfo(StatsJobInfo{})
-	mig := m.migrationMetadata()
+	mig := m.mig.migrationMetadata()
 	switch {
 	case err == nil:
 		m.log.Info("migration completed", "domain", dom, "took", took.String())
@@ -434,21 +458,21 @@ func (m *Manager) migrationEnded(ctx context.Context, dom string, err error, too
 		if err := premigration.MarkMigrated(m.cfg.Layout.MigratedMarker()); err != nil {
 			m.log.Error("the domain migrated away, but the backend storage does not say so", "reason", err.Error())
 		}
-		m.setMigrationResult(ctx, false, "", "")
+		m.mig.setMigrationResult(ctx, false, "", "")
 	case mig != nil && mig.AbortStatus == string(v1.MigrationAbortInProgress):
 		// CancelMigration or the monitor asked for the abort that ended
 		// the call.
 		m.log.Warn("migration cancelled", "domain", dom, "reason", err.Error(), "took", took.String())
-		m.setMigrationResult(ctx, true, migrationAborted, v1.MigrationAbortSucceeded)
+		m.mig.setMigrationResult(ctx, true, migrationAborted, v1.MigrationAbortSucceeded)
 	case mig != nil && mig.EndTimestamp != nil:
 		// The monitor's abort, recorded when it was made.
 		m.log.Info("migration call ended after its abort", "domain", dom, "reason", err.Error(), "took", took.String())
 	case strings.Contains(err.Error(), "canceled by client"):
 		m.log.Warn("migration cancelled", "domain", dom, "reason", err.Error(), "took", took.String())
-		m.setMigrationResult(ctx, true, migrationAborted, v1.MigrationAbortSucceeded)
+		m.mig.setMigrationResult(ctx, true, migrationAborted, v1.MigrationAbortSucceeded)
 	default:
 		m.log.Error("migration failed", "domain", dom, "reason", err.Error(), "took", took.String())
-		m.setMigrationResult(ctx, true, "Live migration failed "+err.Error(), "")
+		m.mig.setMigrationResult(ctx, true, "Live migration failed "+err.Error(), "")
 	}
 }
 
@@ -459,7 +483,8 @@ const migrationAborted = "Live migration has been aborted"
 
 // setMigrationResult moves the migration metadata (migration.Result) and
 // sends the Domain when it changed.
-func (m *Manager) setMigrationResult(ctx context.Context, failed bool, reason string, abort v1.MigrationAbortStatus) error {
+func (x *migrations) setMigrationResult(ctx context.Context, failed bool, reason string, abort v1.MigrationAbortStatus) error {
+	m := x.m
 	m.mu.Lock()
 	next, err := migration.Result(m.md.Migration, failed, reason, abort, time.Now())
 	changed := err == nil && next != m.md.Migration
@@ -494,7 +519,7 @@ func (m *Manager) CancelMigration(ctx context.Context, v *v1.VirtualMachineInsta
 		err = errors.New("no domain")
 	}
 	if err == nil {
-		err = m.abortMigration(ctx, l, d)
+		err = m.mig.abortMigration(ctx, l, d)
 	}
 	if err != nil {
 		return fmt.Errorf("cancel migration: %w", err)
@@ -506,15 +531,16 @@ func (m *Manager) CancelMigration(ctx context.Context, v *v1.VirtualMachineInsta
 // job; the call's end records the result. An abort already in progress is
 // not asked for again; a failed one is recorded as failed (the migration
 // goes on).
-func (m *Manager) abortMigration(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) error {
-	if err := m.setMigrationResult(ctx, false, "", v1.MigrationAbortInProgress); err != nil {
+func (x *migrations) abortMigration(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) error {
+	m := x.m
+	if err := m.mig.setMigrationResult(ctx, false, "", v1.MigrationAbortInProgress); err != nil {
 		if errors.Is(err, migration.ErrAbortInProgress) {
 			return nil // asked already
 		}
 		return err
 	}
 	if err := callWithin(ctx, "abort the migration", func() error { return l.DomainAbortJob(d) }); err != nil {
-		m.setMigrationResult(ctx, false, "", v1.MigrationAbortFailed)
+		m.mig.setMigrationResult(ctx, false, "", v1.MigrationAbortFailed)
 		return err
 	}
 	return nil
@@ -565,12 +591,13 @@ func readJob(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jobProg
 
 // systemDaemon says whether the launcher's daemon runs in system mode
 // (root), which the destination URI names.
-func (m *Manager) systemDaemon() bool { return strings.HasSuffix(m.cfg.URI, "/system") }
+func (x *migrations) systemDaemon() bool { return strings.HasSuffix(x.m.cfg.URI, "/system") }
 
 // ephemeralBytes is what the ephemeral disks (containerDisk overlays,
 // emptyDisks) take, for a block migration's size (KubeVirt sums the files
 // of the ephemeral disk directory).
-func (m *Manager) ephemeralBytes() int64 {
+func (x *migrations) ephemeralBytes() int64 {
+	m := x.m
 	var n int64
 	filepath.WalkDir(m.cfg.Layout.EphemeralDiskDir, func(_ string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() {
@@ -584,7 +611,8 @@ func (m *Manager) ephemeralBytes() int64 {
 }
 
 // migrationMetadata is a copy of the migration metadata (nil: none).
-func (m *Manager) migrationMetadata() *domainjson.MigrationMetadata {
+func (x *migrations) migrationMetadata() *domainjson.MigrationMetadata {
+	m := x.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.md.Migration == nil {
@@ -596,7 +624,8 @@ func (m *Manager) migrationMetadata() *domainjson.MigrationMetadata {
 
 // logCompletedJob logs what libvirt measured of the migration that just
 // completed: its time, the guest's downtime, the data moved.
-func (m *Manager) logCompletedJob(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) {
+func (x *migrations) logCompletedJob(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) {
+	m := x.m
 	var params []libvirt.TypedParam
 	if err := callWithin(ctx, "statistics of the completed migration", func() error {
 		var err error

@@ -21,7 +21,8 @@ import (
 // topology, which the target's handler put into
 // status.migrationState.targetCPUSet and targetNodeTopology, gives the
 // fields the hook would (premigration.DedicatedCPUs).
-func (m *Manager) targetCPUs(ctx context.Context, v *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+func (x *migrations) targetCPUs(ctx context.Context, v *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+	m := x.m
 	ms := v.Status.MigrationState
 	if ms == nil || len(ms.TargetCPUSet) == 0 {
 		return errors.New("dedicated CPUs: status.migrationState.targetCPUSet is empty: the target's CPUs are not known")

@@ -51,7 +51,7 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 		return err
 	}
 	m.mu.Lock()
-	prepared := m.targetOf == uid
+	prepared := m.mig.targetOf == uid
 	m.mu.Unlock()
 	if prepared {
 		return nil
@@ -95,7 +95,7 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 		return fmt.Errorf("migration proxy directory: %w", err)
 	}
 	if m.cfg.PreMigrationHooks {
-		if err := m.serveMigrationHook(v, dom); err != nil {
+		if err := m.mig.serveMigrationHook(v, dom); err != nil {
 			undo()
 			return err
 		}
@@ -103,7 +103,7 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 	m.warmHostCapabilities(ctx, l)
 	now := time.Now()
 	m.mu.Lock()
-	m.targetOf = uid
+	m.mig.targetOf = uid
 	m.md.Migration, _, _ = migration.Start(nil, uid, now)
 	m.md.GracePeriodSeconds = vmi.GracePeriodSeconds(v)
 	m.md.DataFiles = storage.CBTDataFiles(c.Layout, !c.NonRoot, v)
@@ -118,22 +118,23 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 // preparation); a later preparation only gives it that preparation's
 // hooks. dom is this pod's conversion of v. The server ends with its one
 // call, or with the launcher.
-func (m *Manager) serveMigrationHook(v *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+func (x *migrations) serveMigrationHook(v *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
+	m := x.m
 	hooks := []premigration.Hook{premigration.DedicatedCPUs(v, dom), premigration.DiskSourcePaths(v)}
 	if m.cfg.UpgradeOrdinalIfaces {
 		hooks = append(hooks, premigration.OrdinalTapNames(v))
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.hookServer != nil {
-		m.hookServer.SetHooks(hooks...)
+	if m.mig.hookServer != nil {
+		m.mig.hookServer.SetHooks(hooks...)
 		return nil
 	}
 	s, err := premigration.Serve(m.runContextLocked(), m.cfg.Layout.MigrationHookSocket(), m.log, hooks...)
 	if err != nil {
 		return err
 	}
-	m.hookServer = s
+	m.mig.hookServer = s
 	return nil
 }
 
@@ -144,9 +145,10 @@ func (m *Manager) serveMigrationHook(v *v1.VirtualMachineInstance, dom *libvirtx
 // end is recorded, which tells virt-handler the target took over.
 // KubeVirt polls the incoming job there as well; libvirt 9.0 answers job
 // queries on the source only ("available only on the source host").
-func (m *Manager) migrationArrived(ctx context.Context, ev libvirt.DomainEventLifecycleMsg) {
+func (x *migrations) migrationArrived(ctx context.Context, ev libvirt.DomainEventLifecycleMsg) {
+	m := x.m
 	m.mu.Lock()
-	target := m.targetOf != ""
+	target := m.mig.targetOf != ""
 	m.mu.Unlock()
 	typ := libvirt.DomainEventType(ev.Event)
 	switch {
@@ -215,9 +217,9 @@ func (m *Manager) AbandonTarget() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		select {
-		case <-m.abandonCh:
+		case <-m.mig.abandonCh:
 		default:
-			close(m.abandonCh)
+			close(m.mig.abandonCh)
 		}
 	})
 }
@@ -225,14 +227,15 @@ func (m *Manager) AbandonTarget() {
 const abandonDelay = time.Second
 
 // Abandoned is closed by AbandonTarget.
-func (m *Manager) Abandoned() <-chan struct{} { return m.abandonCh }
+func (m *Manager) Abandoned() <-chan struct{} { return m.mig.abandonCh }
 
 // awaitingMigration says whether this pod was prepared as a migration
 // target (its domain comes with the migration, if it comes).
-func (m *Manager) awaitingMigration() bool {
+func (x *migrations) awaitingMigration() bool {
+	m := x.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.targetOf != ""
+	return m.mig.targetOf != ""
 }
 
 // refuseMediatedDevices refuses an incoming domain with mediated devices

@@ -110,7 +110,7 @@ func (m *Manager) takeOverState() {
 		var md domainjson.Metadata
 		md, m.restoredThaw, err = restoreState(s, m.cfg.UID, time.Now())
 		if err == nil {
-			m.md, m.targetOf = md, s.TargetOf
+			m.md, m.mig.targetOf = md, s.TargetOf
 			if m.cfg.UID != "" {
 				m.md.UID = m.cfg.UID
 			}
@@ -135,7 +135,7 @@ func (m *Manager) saveState() {
 		return
 	}
 	m.mu.Lock()
-	s := State{HostUUID: m.cfg.HostUUID, Metadata: m.md, TargetOf: m.targetOf}
+	s := State{HostUUID: m.cfg.HostUUID, Metadata: m.md, TargetOf: m.mig.targetOf}
 	if t := m.guest.ThawAt(); !t.IsZero() {
 		s.ThawAt = &t
 	}

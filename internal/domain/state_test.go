@@ -120,7 +120,7 @@ func TestStateFile(t *testing.T) {
 	m := New(Config{StateFile: path, HostUUID: hostUUID, UID: "u1"})
 	m.md.GracePeriodSeconds = 45
 	m.md.Migration = &domainjson.MigrationMetadata{UID: "m1", StartTimestamp: &started}
-	m.targetOf = "m1"
+	m.mig.targetOf = "m1"
 	m.saveState()
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -143,7 +143,7 @@ func TestStateFile(t *testing.T) {
 	}
 	// A pod prepared as a migration target stays one: no Sync defines a
 	// domain of its own there.
-	if !next.awaitingMigration() {
+	if !next.mig.awaitingMigration() {
 		t.Error("the next manager of a migration target does not know it is one")
 	}
 

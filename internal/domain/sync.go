@@ -88,7 +88,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		m.mu.Unlock()
 	}
 	run := decideSync(v, live)
-	if run == runDefine && m.awaitingMigration() {
+	if run == runDefine && m.mig.awaitingMigration() {
 		// The incoming migration defines the domain; one defined now
 		// would take its name.
 		return errors.New("sync: this pod is a migration target waiting for its domain: nothing is defined")
