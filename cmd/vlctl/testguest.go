@@ -3,70 +3,11 @@ package main
 import (
 	"fmt"
 	"strings"
-	"text/template"
 
 	"github.com/spf13/cobra"
 
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
-
-// The test guest's manifest: the shape a user writes, with local paths where a
-// cluster would name container images.
-var guestManifest = template.Must(template.New("vmi").Parse(`apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: {{.Name}}
-  namespace: default
-spec:
-  terminationGracePeriodSeconds: 10
-  domain:
-    firmware:
-      kernelBoot:
-        kernelArgs: "{{.Cmdline}}"
-        container:
-          image: {{.Guest.KernelDir}}
-          kernelPath: /vmlinuz
-          initrdPath: /initrd.img
-    resources:
-      requests:
-        memory: 256Mi
-    devices:
-{{- if not .Network}}
-      autoattachPodInterface: false
-{{- end}}
-      disks:
-      - name: rootdisk
-        disk:
-          bus: virtio
-      - name: scratch
-        disk:
-          bus: virtio
-      - name: cloudinit
-        disk:
-          bus: virtio
-{{- if .Network}}
-      interfaces:
-      - name: default
-        masquerade: {}
-        ports:
-        - port: 80
-  networks:
-  - name: default
-    pod: {}
-{{- end}}
-  volumes:
-  - name: rootdisk
-    containerDisk:
-      image: {{.Guest.RootDisk}}
-  - name: scratch
-    emptyDisk:
-      capacity: 64Mi
-  - name: cloudinit
-    cloudInitNoCloud:
-      userData: |
-        #!/bin/sh
-        echo "hello from user-data on $(uname -r)"
-`))
 
 func newTestGuestCmd() *cobra.Command {
 	var (
@@ -102,10 +43,17 @@ server and qemu-guest-agent. Needs qemu-img.`,
 			if efiDisk != "" {
 				return g.EFIDisk(cmd.Context(), efiDisk, opts...)
 			}
-			args := append([]string{testguest.DefaultCmdline}, opts...)
-			return guestManifest.Execute(cmd.OutOrStdout(), map[string]any{
-				"Name": name, "Guest": g, "Cmdline": strings.Join(args, " "), "Network": !noNet,
-			})
+			// The shape a user writes, with local paths where a cluster
+			// would name container images.
+			m := testguest.Manifest{
+				Name: name, Namespace: "default", Grace: 10,
+				Kernel: g.KernelDir, Cmdline: strings.Join(append([]string{testguest.DefaultCmdline}, opts...), " "),
+				Root: g.RootDisk, Scratch: true,
+				UserData:   "#!/bin/sh\necho \"hello from user-data on $(uname -r)\"\n",
+				PodNetwork: !noNet, Ports: []int{80},
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), m.YAML())
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&cacheDir, "cache-dir", testguest.DefaultCacheDir(), "where the built guest is kept")

@@ -37,84 +37,37 @@ type VMISpec struct {
 	TPM, PersistentTPM bool
 }
 
-// VMIYAML is the test VMI: the test guest from a containerDisk with
-// kernelBoot, an emptyDisk "scratch" and a cloud-init NoCloud volume.
+// VMIYAML is the test VMI (testguest.Manifest): the test guest from a
+// containerDisk with kernelBoot, an emptyDisk "scratch" and a cloud-init
+// NoCloud volume.
 func VMIYAML(s VMISpec) string {
-	args := append([]string{testguest.DefaultCmdline, testguest.OptNoDHCP}, s.KernelArgs...)
-	ifaces, networks := "      autoattachPodInterface: false\n", ""
-	if s.PodNetwork {
-		ifaces = "      interfaces:\n      - name: default\n        masquerade: {}\n"
-		if s.Plugin != "" {
-			ifaces = fmt.Sprintf("      interfaces:\n      - name: default\n        binding: {name: %q}\n", s.Plugin)
-		}
-		networks = "  networks:\n  - name: default\n    pod: {}\n"
+	m := testguest.Manifest{
+		Name: s.Name, Namespace: s.Namespace, UID: s.UID, Grace: 30,
+		Kernel: "registry.example/testguest-kernel:v1", KernelPath: s.KernelPath, InitrdPath: s.InitrdPath,
+		Cmdline:  strings.Join(append([]string{testguest.DefaultCmdline, testguest.OptNoDHCP}, s.KernelArgs...), " "),
+		Memory:   "128Mi",
+		RootName: "root", Root: "registry.example/testguest-root:v1", RootPath: s.DiskPath,
+		Scratch:    true,
+		UserData:   fmt.Sprintf("#!/bin/sh\necho \"token %s\"\n", s.Token) + strings.Join(s.ExtraUserData, "\n"),
+		PodNetwork: s.PodNetwork, Plugin: s.Plugin,
 	}
-	kernelDefault, bootloader, memory := "/vmlinuz", "", "128Mi"
 	if s.EFI || s.PersistentEFI {
 		// OVMF loading the kernel faults with 128 MiB.
-		kernelDefault, memory = "/"+testguest.EFIKernelName, "256Mi"
-		bootloader = fmt.Sprintf("      bootloader:\n        efi: {secureBoot: false, persistent: %v}\n", s.PersistentEFI)
+		m.EFI, m.Memory = testguest.On, "256Mi"
+		if s.KernelPath == "" {
+			m.KernelPath = "/" + testguest.EFIKernelName
+		}
+		if s.PersistentEFI {
+			m.EFI = testguest.Persistent
+		}
 	}
 	switch {
 	case s.PersistentTPM:
-		ifaces = "      tpm: {persistent: true}\n" + ifaces
+		m.TPM = testguest.Persistent
 	case s.TPM:
-		ifaces = "      tpm: {}\n" + ifaces
+		m.TPM = testguest.On
 	}
-	if s.KernelPath == "" {
-		s.KernelPath = kernelDefault
-	}
-	if s.InitrdPath == "" {
-		s.InitrdPath = "/initrd.img"
-	}
-	diskPath := ""
-	if s.DiskPath != "" {
-		diskPath = fmt.Sprintf("\n      path: %q", s.DiskPath)
-	}
-	var extra strings.Builder
-	for _, l := range s.ExtraUserData {
-		extra.WriteString("        " + l + "\n")
-	}
-	return fmt.Sprintf(`apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: %s
-  namespace: %s
-  uid: %s
-spec:
-  terminationGracePeriodSeconds: 30
-  domain:
-    firmware:
-%s      kernelBoot:
-        container:
-          image: registry.example/testguest-kernel:v1
-          kernelPath: %q
-          initrdPath: %q
-        kernelArgs: %q
-    devices:
-%s      disks:
-      - name: root
-        disk: {bus: virtio}
-      - name: scratch
-        disk: {bus: virtio}
-      - name: cloudinit
-        disk: {bus: virtio}
-    resources:
-      requests:
-        memory: %s
-%s  volumes:
-  - name: root
-    containerDisk:
-      image: registry.example/testguest-root:v1%s
-  - name: scratch
-    emptyDisk:
-      capacity: 64Mi
-  - name: cloudinit
-    cloudInitNoCloud:
-      userData: |
-        #!/bin/sh
-        echo "token %s"
-`, s.Name, s.Namespace, s.UID, bootloader, s.KernelPath, s.InitrdPath, strings.Join(args, " "), ifaces, memory, networks, diskPath, s.Token) + extra.String()
+	return m.YAML()
 }
 
 // VMIYAML is the pod's test VMI (its name, namespace, uid, network and

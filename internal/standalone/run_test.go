@@ -227,32 +227,7 @@ func waitQEMU(t *testing.T, root string, done <-chan error) {
 
 // goodVMI is a manifest that passes validation, for the bad-input rows to
 // break in one place each.
-const goodVMI = `apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: bad
-spec:
-  domain:
-    firmware:
-      kernelBoot:
-        container:
-          image: KERNELDIR
-          kernelPath: /vmlinuz
-          initrdPath: /initrd.img
-    devices:
-      autoattachPodInterface: false
-      disks:
-      - name: rootdisk
-        disk:
-          bus: virtio
-    resources:
-      requests:
-        memory: 256Mi
-  volumes:
-  - name: rootdisk
-    containerDisk:
-      image: ROOTDISK
-`
+var goodVMI = testguest.Manifest{Name: "bad", Kernel: "KERNELDIR", Root: "ROOTDISK"}.YAML()
 
 // TestVlctlRunBadInput: a manifest vlctl cannot run is refused with status
 // 1 and one line naming the field, nothing on stdout and nothing created.
