@@ -133,6 +133,14 @@ func (r *runner) runAll(ctx context.Context) error {
 		map[string]any{"network": map[string]any{"defaultNetworkInterface": "masquerade"}}); err != nil {
 		return err
 	}
+	// KubeVirt's network helpers (libnet/cloudinit, libnet/dns) write the
+	// cluster DNS service's address into the guests' cloud-init network
+	// data, and the spec panics when there is none. This cluster runs no
+	// DNS server: a kube-dns Service without endpoints gives them an
+	// address to write; a lookup in a guest fails, as with the DNS down.
+	if _, err := r.env.KubectlStdin(ctx, dnsService, "apply", "-f", "-"); err != nil {
+		return fmt.Errorf("the kube-dns service: %w", err)
+	}
 	for _, g := range r.sel.FeatureGates {
 		if err := r.env.SetFeatureGate(ctx, g, true); err != nil {
 			return err
@@ -162,6 +170,22 @@ func (r *runner) runAll(ctx context.Context) error {
 func (r *runner) report(launcher string) string {
 	return filepath.Join(r.o.out, launcher+".junit.xml")
 }
+
+// dnsService is the cluster DNS Service KubeVirt's tests look up
+// (flags.DNSServiceNamespace/DNSServiceName), with no server behind it.
+const dnsService = `apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels: {k8s-app: kube-dns}
+spec:
+  selector: {k8s-app: kube-dns}
+  clusterIP: 10.96.0.10
+  ports:
+  - {name: dns, port: 53, protocol: UDP}
+  - {name: dns-tcp, port: 53, protocol: TCP}
+`
 
 // testConfig is the suite's -config: no storage class at all (the
 // cluster has no provisioner; the specs that need one skip themselves).
