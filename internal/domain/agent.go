@@ -31,12 +31,12 @@ func (m *Manager) newGuest() *agent.Guest {
 		},
 		Warn: func(reason, message string) {
 			_, name, ns := m.names()
-			m.queue(outEvent{k8s: true, ref: VMIRef{Name: name, Namespace: ns, UID: m.uidValue()}, k8sType: "Warning",
+			m.out.queue(outEvent{k8s: true, ref: VMIRef{Name: name, Namespace: ns, UID: m.uidValue()}, k8sType: "Warning",
 				reason: reason, message: message})
 		},
 		ReportCredentials: m.reportCredentials,
 		SecretDir:         m.cfg.Layout.SecretSource,
-		ThawChanged:       m.saveState,
+		ThawChanged:       m.persist.saveState,
 	})
 }
 

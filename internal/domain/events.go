@@ -119,7 +119,7 @@ func (m *Manager) ioErrorEvents(ref VMIRef) {
 		// go-libvirt does not export the error code, so "no space" cannot
 		// be told apart here.
 		msg := "VM Paused due to IO error at the volume: " + e.Disk
-		m.queue(outEvent{k8s: true, ref: ref, k8sType: "Warning", reason: "IOerror", message: msg})
+		m.out.queue(outEvent{k8s: true, ref: ref, k8sType: "Warning", reason: "IOerror", message: msg})
 	}
 }
 
@@ -139,7 +139,7 @@ func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
 		m.refreshLocked(ctx, typ, emit)
 		// What the domain object shows (its metadata) is what a
 		// launcher taking over must know.
-		m.saveState()
+		m.persist.saveState()
 	}()
 	select {
 	case <-done:
@@ -180,7 +180,7 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 		m.mu.Unlock()
 		if wasDefined {
 			m.markStopped(libvirt.DomainNostate, 0)
-			m.queue(outEvent{typ: EventModified, gone: true, domain: domainjson.Gone(name, ns, md, time.Now())})
+			m.out.queue(outEvent{typ: EventModified, gone: true, domain: domainjson.Gone(name, ns, md, time.Now())})
 		}
 		return
 	}
@@ -209,7 +209,7 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 		m.warmHostCapabilities(ctx, l)
 	}
 	if emit {
-		m.queue(outEvent{typ: typ, domain: obj})
+		m.out.queue(outEvent{typ: typ, domain: obj})
 	}
 }
 
@@ -259,68 +259,5 @@ func (m *Manager) markStopped(st libvirt.DomainState, reason int32) {
 	default:
 		m.stopState, m.stopReason = st, reason
 		close(m.stoppedCh)
-	}
-}
-
-func (m *Manager) queue(ev outEvent) {
-	if ev.gone {
-		m.mu.Lock()
-		m.goneQueued = true
-		m.mu.Unlock()
-	}
-	select {
-	case m.events <- ev:
-	default:
-		// The sink is stuck (no handler listening): drop rather than block
-		// the manager. virt-handler's periodic GetDomain repairs the state.
-		m.log.Warn("event queue full, dropping event", "type", ev.typ, "reason", ev.reason)
-		if ev.gone {
-			m.closeGoneSent()
-		}
-	}
-}
-
-func (m *Manager) closeGoneSent() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	select {
-	case <-m.goneSent:
-	default:
-		close(m.goneSent)
-	}
-}
-
-// sendLoop hands events to the sink one at a time, in order.
-func (m *Manager) sendLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev := <-m.events:
-			m.send(ctx, ev)
-		}
-	}
-}
-
-func (m *Manager) send(ctx context.Context, ev outEvent) {
-	sink := m.cfg.Events
-	switch {
-	case ev.k8s:
-		m.log.Info("k8s event", "type", ev.k8sType, "reason", ev.reason, "message", ev.message)
-		if sink != nil {
-			if err := sink.K8sEvent(ctx, ev.ref, ev.k8sType, ev.reason, ev.message); err != nil {
-				m.log.Warn("send k8s event", "reason", err.Error())
-			}
-		}
-	default:
-		m.log.Info("domain event", "type", ev.typ, "status", ev.domain.Status.Status, "statusReason", ev.domain.Status.Reason)
-		if sink != nil {
-			if err := sink.DomainEvent(ctx, ev.typ, ev.domain); err != nil {
-				m.log.Warn("send domain event", "type", ev.typ, "reason", err.Error())
-			}
-		}
-		if ev.gone {
-			m.closeGoneSent()
-		}
 	}
 }

@@ -189,10 +189,8 @@ type Manager struct {
 	stoppedCh  chan struct{}
 	stopState  libvirt.DomainState
 	stopReason int32
-	goneSent   chan struct{}
-	goneQueued bool
-
-	events chan outEvent
+	// out delivers the events to the sink (outbox.go).
+	out *outbox
 
 	terminating atomic.Bool // set by BeginTermination: Sync refuses
 
@@ -206,16 +204,8 @@ type Manager struct {
 	// runCtx is Run's context: the poller's lifetime (refresh may run
 	// under an RPC's shorter one).
 	runCtx context.Context
-	// restoredThaw is the automatic thaw a previous launcher of the pod
-	// had pending, taken over once connected (nil: none).
-	restoredThaw *time.Time
-	// saveMu orders the writes of the state file; savedState is what
-	// was last written (saveState).
-	saveMu     sync.Mutex
-	savedState []byte
-	// stateDropped: the launcher ends for good (DropState); the state
-	// file is not written again.
-	stateDropped bool
+	// persist keeps the manager's State in its file (state.go).
+	persist *stateFile
 	// mig runs the live migrations (migrate.go, migrate_target.go), jobs
 	// the backups and memory dumps (backup.go, memorydump.go).
 	mig  *migrations
@@ -252,15 +242,15 @@ func New(cfg Config) *Manager {
 		uid:       cfg.UID,
 		definedCh: make(chan struct{}),
 		stoppedCh: make(chan struct{}),
-		goneSent:  make(chan struct{}),
-		events:    make(chan outEvent, 1024),
+		out:       newOutbox(cfg.Events, log),
 	}
 	m.md.UID = cfg.UID
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
 	m.mig = &migrations{m: m, abandonCh: make(chan struct{})}
 	m.jobs = &jobs{m: m}
 	m.net = &netPhase{network: cfg.Network, baseFacts: m.baseFacts}
-	m.takeOverState()
+	m.persist = &stateFile{m: m}
+	m.persist.takeOverState()
 	m.guest = m.newGuest()
 	m.stats = newStatsSource(&statsSource{
 		log:    log,
@@ -296,7 +286,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.runCtx = ctx
 	m.mu.Unlock()
 	defer m.guest.StopPolling()
-	go m.sendLoop(ctx)
+	go m.out.sendLoop(ctx)
 	backoff := 20 * time.Millisecond
 	first := true
 	for {
@@ -328,9 +318,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.publishConn()
 		if first {
 			close(m.firstRead)
-			m.saveState()
-			if m.restoredThaw != nil {
-				m.resumeThaw(*m.restoredThaw)
+			m.persist.saveState()
+			if m.persist.restoredThaw != nil {
+				m.persist.resumeThaw(*m.persist.restoredThaw)
 			}
 		}
 		m.mu.Lock()
@@ -476,7 +466,7 @@ func (m *Manager) StopState() (libvirt.DomainState, int32) {
 
 // GoneSent is closed after the final "domain gone" event was handed to the
 // sink (delivered, or given up on).
-func (m *Manager) GoneSent() <-chan struct{} { return m.goneSent }
+func (m *Manager) GoneSent() <-chan struct{} { return m.out.goneSent }
 
 // names returns the domain name and VMI identity.
 func (m *Manager) names() (domName, name, ns string) {

@@ -108,7 +108,7 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 	m.md.GracePeriodSeconds = vmi.GracePeriodSeconds(v)
 	m.md.DataFiles = storage.CBTDataFiles(c.Layout, !c.NonRoot, v)
 	m.mu.Unlock()
-	m.saveState()
+	m.persist.saveState()
 	m.log.Info("migration target prepared", "migration", uid)
 	return nil
 }

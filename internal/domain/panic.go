@@ -139,5 +139,5 @@ func (m *Manager) guestPanic(detail int32, domName string, ref VMIRef) {
 		return
 	}
 	m.log.Info("guest panic", "domain", domName, "details", msg)
-	m.queue(outEvent{k8s: true, ref: ref, k8sType: "Warning", reason: "GuestPanicked", message: msg})
+	m.out.queue(outEvent{k8s: true, ref: ref, k8sType: "Warning", reason: "GuestPanicked", message: msg})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sync"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -99,16 +100,35 @@ func restoreState(s State, uid string, now time.Time) (domainjson.Metadata, *tim
 	return md, s.ThawAt, nil
 }
 
+// stateFile keeps the Manager m's State in the state file: the one a
+// previous launcher of the pod left, taken over (takeOverState), and this
+// launcher's, written when it changes (saveState).
+type stateFile struct {
+	m *Manager
+
+	// restoredThaw is the automatic thaw a previous launcher of the pod
+	// had pending, taken over once connected (nil: none).
+	restoredThaw *time.Time
+	// saveMu orders the writes of the state file; savedState is what
+	// was last written (saveState).
+	saveMu     sync.Mutex
+	savedState []byte
+	// stateDropped: the launcher ends for good (DropState); the state file
+	// is not written again.
+	stateDropped bool
+}
+
 // takeOverState reads the state a previous launcher of this pod left, if
 // any, into the new manager.
-func (m *Manager) takeOverState() {
+func (x *stateFile) takeOverState() {
+	m := x.m
 	if m.cfg.StateFile == "" {
 		return
 	}
 	s, ok, err := LoadState(m.cfg.StateFile)
 	if err == nil && ok {
 		var md domainjson.Metadata
-		md, m.restoredThaw, err = restoreState(s, m.cfg.UID, time.Now())
+		md, m.persist.restoredThaw, err = restoreState(s, m.cfg.UID, time.Now())
 		if err == nil {
 			m.md, m.mig.targetOf = md, s.TargetOf
 			if m.cfg.UID != "" {
@@ -125,13 +145,14 @@ func (m *Manager) takeOverState() {
 // saveState writes the manager's state to its file when it changed since
 // the last write. A failure is logged: the guest runs on, only a later
 // launcher of the pod would know less.
-func (m *Manager) saveState() {
+func (x *stateFile) saveState() {
+	m := x.m
 	if m.cfg.StateFile == "" {
 		return
 	}
-	m.saveMu.Lock()
-	defer m.saveMu.Unlock()
-	if m.stateDropped {
+	m.persist.saveMu.Lock()
+	defer m.persist.saveMu.Unlock()
+	if m.persist.stateDropped {
 		return
 	}
 	m.mu.Lock()
@@ -145,14 +166,14 @@ func (m *Manager) saveState() {
 		m.log.Warn("save the launcher state", "reason", err.Error())
 		return
 	}
-	if bytes.Equal(b, m.savedState) {
+	if bytes.Equal(b, m.persist.savedState) {
 		return
 	}
 	if err := safefs.WriteFile(m.cfg.StateFile, b, 0o600); err != nil {
 		m.log.Warn("save the launcher state", "reason", err.Error())
 		return
 	}
-	m.savedState = b
+	m.persist.savedState = b
 }
 
 // DropState removes the state file when the launcher ends for good: no
@@ -166,9 +187,9 @@ func (m *Manager) DropState() {
 	if m.cfg.StateFile == "" {
 		return
 	}
-	m.saveMu.Lock()
-	defer m.saveMu.Unlock()
-	m.stateDropped = true
+	m.persist.saveMu.Lock()
+	defer m.persist.saveMu.Unlock()
+	m.persist.stateDropped = true
 	if err := safefs.Remove(m.cfg.StateFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		m.log.Warn("remove the launcher state", "reason", err.Error())
 	}
@@ -176,7 +197,8 @@ func (m *Manager) DropState() {
 
 // resumeThaw schedules again the automatic thaw the previous launcher had
 // pending (at once when its time has passed).
-func (m *Manager) resumeThaw(at time.Time) {
+func (x *stateFile) resumeThaw(at time.Time) {
+	m := x.m
 	m.mu.Lock()
 	v := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: m.ns, UID: types.UID(m.uid)}}
 	m.mu.Unlock()

@@ -121,7 +121,7 @@ func TestStateFile(t *testing.T) {
 	m.md.GracePeriodSeconds = 45
 	m.md.Migration = &domainjson.MigrationMetadata{UID: "m1", StartTimestamp: &started}
 	m.mig.targetOf = "m1"
-	m.saveState()
+	m.persist.saveState()
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestDropState(t *testing.T) {
 	path := filepath.Join(t.TempDir(), StateFileName)
 	m := New(Config{StateFile: path, UID: "u1"})
 	m.md.GracePeriodSeconds = 45
-	m.saveState()
+	m.persist.saveState()
 	if _, err := os.Stat(path); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestDropState(t *testing.T) {
 		t.Fatalf("state file after DropState: %v, want it gone", err)
 	}
 	m.md.GracePeriodSeconds = 30
-	m.saveState()
+	m.persist.saveState()
 	if _, err := os.Lstat(path); !os.IsNotExist(err) {
 		t.Errorf("state file written again after DropState: %v", err)
 	}

@@ -188,7 +188,7 @@ func (m *Manager) qemuKilled() {
 	m.mu.Unlock()
 	m.markStopped(libvirt.DomainShutoff, int32(libvirt.DomainShutoffDestroyed))
 	if obj != nil {
-		m.queue(outEvent{typ: EventModified, domain: obj})
+		m.out.queue(outEvent{typ: EventModified, domain: obj})
 	}
 }
 
