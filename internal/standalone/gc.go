@@ -17,6 +17,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 )
 
 // gcWait is how long vlctl run's own GC gives a stale run's processes
@@ -209,7 +210,7 @@ func runProcesses(e *runrecord.Entry) (pod.Selector, string, error) {
 }
 
 // revokeGrant takes a run's ACL entry out of a user's file, as the run's
-// own clean-up does (grant.undo), when the file at that path is still the
+// own clean-up does (userstorage.Grant.Undo), when the file at that path is still the
 // same file (device and inode) and its ACL is still what the run set.
 func revokeGrant(g runrecord.Grant, status io.Writer) error {
 	f, err := os.OpenFile(g.Path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
@@ -228,7 +229,7 @@ func revokeGrant(g runrecord.Grant, status io.Writer) error {
 		fmt.Fprintf(status, "vlctl: gc: %s is another file now: its ACL left alone\n", g.Path)
 		return nil
 	}
-	same, err := (&grant{f: f, before: g.Before, after: g.After}).undo()
+	same, err := userstorage.Recorded(f, g.Before, g.After).Undo()
 	if err != nil {
 		return err
 	}

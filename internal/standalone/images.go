@@ -13,6 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -109,7 +110,7 @@ func (r *runner) openImages() error {
 		}
 		d := &userDisk{diskSpec: diskSpec{field: field, path: p}, real: p, f: f}
 		r.images = append(r.images, d)
-		if d.grant, err = grantAccess(f, uint32(r.owner.uid), 4); err != nil {
+		if d.grant, err = userstorage.GrantAccess(f, uint32(r.owner.uid), 4); err != nil {
 			return fmt.Errorf("%s: give user %s (QEMU) read access to %s: %w", field, r.owner.name, p, err)
 		}
 		if !asUser(r.owner, "-r", p) {

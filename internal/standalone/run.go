@@ -33,6 +33,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -505,13 +506,13 @@ type runner struct {
 	bins    [2]string
 	logFile *os.File
 	net     *pod.Network
-	monitor *pod.Process        // nil until started
-	cgroup  *hostcpu.Cgroup     // the pod's cpuset cgroup (--cpuset), once made
-	vfio    []*grant            // the VM's access to its IOMMU groups (--device)
-	record  string              // the run's record file, once written
-	pub     *guestnet.HeldPorts // the published ports, once pointed at this pod
-	egress  *relay.Relay        // the guest's way out, once listening
-	dns     *guestnet.DNSRelay  // the guest's DNS relay, once listening
+	monitor *pod.Process         // nil until started
+	cgroup  *hostcpu.Cgroup      // the pod's cpuset cgroup (--cpuset), once made
+	vfio    []*userstorage.Grant // the VM's access to its IOMMU groups (--device)
+	record  string               // the run's record file, once written
+	pub     *guestnet.HeldPorts  // the published ports, once pointed at this pod
+	egress  *relay.Relay         // the guest's way out, once listening
+	dns     *guestnet.DNSRelay   // the guest's DNS relay, once listening
 	// identity is the VM's passwd and group (pod.Identity), open until
 	// the monitor has started.
 	identity *pod.Identity
@@ -624,10 +625,10 @@ func (r *runner) cleanup() error {
 	}
 	if podGone {
 		for _, g := range r.vfio {
-			if _, err := g.undo(); err != nil {
-				errs = append(errs, fmt.Errorf("take back the VM's access to %s: %w", g.f.Name(), err))
+			if _, err := g.Undo(); err != nil {
+				errs = append(errs, fmt.Errorf("take back the VM's access to %s: %w", g.File().Name(), err))
 			}
-			g.f.Close()
+			g.File().Close()
 		}
 		r.vfio = nil
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -318,7 +319,7 @@ type userDisk struct {
 	f         *os.File
 	block     bool
 	created   bool
-	grant     *grant
+	grant     *userstorage.Grant
 }
 
 // place is where check found a piece of user storage.
@@ -514,7 +515,7 @@ func (s diskSpec) open(o ids, log func(string, ...any)) (_ *userDisk, err error)
 		log("vlctl: %s %s is %d bytes, less than the %d of %s; used as it is\n", s.field, s.path, st.Size(), s.create, s.sizeFrom)
 	}
 	if !accessibleBy(d.real, o) {
-		g, err := grantAccess(f, uint32(o.uid), 6)
+		g, err := userstorage.GrantAccess(f, uint32(o.uid), 6)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: give user %s (QEMU) read and write access: %w", s.field, s.path, o.name, err)
 		}
@@ -566,7 +567,7 @@ func (d *userDisk) release(log func(string, ...any)) {
 		return
 	}
 	if d.grant != nil {
-		if same, err := d.grant.undo(); err != nil || !same {
+		if same, err := d.grant.Undo(); err != nil || !same {
 			log("vlctl: %s: left its ACL as it is now (the run's entry changed during the run, or %v)\n", d.path, err)
 		}
 		d.grant = nil
@@ -591,7 +592,7 @@ func (d *userDisk) recordedGrant() (runrecord.Grant, bool) {
 	}
 	g := d.grant
 	return runrecord.Grant{Path: d.real, Dev: uint64(st.Dev), Ino: st.Ino,
-		Before: g.before, After: g.after}, true
+		Before: g.Before, After: g.After}, true
 }
 
 // removeCreated deletes the file open created, when it is still the same

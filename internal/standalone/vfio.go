@@ -14,6 +14,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/converter/hostdev"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 )
 
 // Device is one --device NAME=PCI-ADDRESS: a host PCI device, bound to
@@ -124,7 +125,7 @@ func runDevices(v *v1.VirtualMachineInstance, devs []Device, s vfioSys) (env, gr
 // vfioGrant opens an IOMMU group's node without claiming it (O_PATH: a
 // real open is exclusive, and QEMU must be the one to hold it) and gives
 // uid read and write access by an ACL entry, taken out by undo.
-func vfioGrant(node string, uid uint32) (*grant, error) {
+func vfioGrant(node string, uid uint32) (*userstorage.Grant, error) {
 	fd, err := unix.Open(node, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", node, err)
@@ -135,7 +136,7 @@ func vfioGrant(node string, uid uint32) (*grant, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s is not a character device", node)
 	}
-	g, err := grantAccess(f, uid, 6)
+	g, err := userstorage.GrantAccess(f, uid, 6)
 	if err != nil || g == nil {
 		f.Close()
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 )
 
 // pciTree makes a host's sysfs and /dev/vfio below a directory: IOMMU
@@ -149,25 +150,19 @@ func TestVFIOGrant(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		raw, err := getACL(f)
+		perm, ok, err := userstorage.UserPerm(f, uid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		es, _ := decodeACL(raw)
-		for _, e := range es {
-			if e.tag == aclUser && e.id == uid && e.perm == 6 {
-				return true
-			}
-		}
-		return false
+		return ok && perm == 6
 	}
 	if !has() {
 		t.Fatal("no rw entry for the uid after the grant")
 	}
-	if ok, err := g.undo(); err != nil || !ok {
+	if ok, err := g.Undo(); err != nil || !ok {
 		t.Fatalf("undo: %v, %v", ok, err)
 	}
-	g.f.Close()
+	g.File().Close()
 	if has() {
 		t.Error("the uid's entry is still there after undo")
 	}

@@ -1,4 +1,7 @@
-package standalone
+// Package userstorage is what vlctl does to the user's own files and
+// devices a VM uses: the POSIX ACL entry that gives the VM's user access to
+// one for a run, set and taken back through an open descriptor.
+package userstorage
 
 import (
 	"bytes"
@@ -115,21 +118,31 @@ func withUser(es []aclEntry, mode os.FileMode, uid uint32, perm uint16) []aclEnt
 	return out
 }
 
-// grant is an ACL entry vlctl added to a file for one run.
-type grant struct {
-	f      *os.File
-	before []byte // the ACL xattr before, nil when there was none
-	after  []byte // what vlctl set
+// Grant is an ACL entry vlctl added to a file for one run.
+type Grant struct {
+	f *os.File
+	// Before is the ACL xattr before, nil when there was none; After is
+	// what vlctl set. A run's record keeps both (vlctl gc).
+	Before, After []byte
 }
 
-// grantAccess gives uid read and write access to the open file f by an ACL
+// Recorded is the grant a run recorded (Before, After), on the file f
+// opened again: vlctl gc undoes it.
+func Recorded(f *os.File, before, after []byte) *Grant {
+	return &Grant{f: f, Before: before, After: after}
+}
+
+// File is the file the entry is on.
+func (g *Grant) File() *os.File { return g.f }
+
+// GrantAccess gives uid read and write access to the open file f by an ACL
 // entry. It returns nil, nil when nothing had to change.
-func grantAccess(f *os.File, uid uint32, perm uint16) (*grant, error) {
+func GrantAccess(f *os.File, uid uint32, perm uint16) (*Grant, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
-	before, err := getACL(f)
+	before, err := ACL(f)
 	if err != nil {
 		return nil, err
 	}
@@ -149,19 +162,19 @@ func grantAccess(f *os.File, uid uint32, perm uint16) (*grant, error) {
 		}
 		return nil, fmt.Errorf("set ACL: %w", err)
 	}
-	return &grant{f: f, before: before, after: after}, nil
+	return &Grant{f: f, Before: before, After: after}, nil
 }
 
-// undo takes the run's own entry (user uid, as grantAccess set it) out of
+// Undo takes the run's own entry (user uid, as GrantAccess set it) out of
 // the file's ACL as it is now, and nothing else: entries added since (another
 // run's grant to the same file, the user's own) stay. Restoring the whole
 // ACL as it was before would take a later run's entry away while that run
 // still uses the file, and that run's own undo would then put this run's
 // entry back for good, left to whoever gets the uid next. When the entry is
-// not what grantAccess set any more, it is someone else's now and stays.
+// not what GrantAccess set any more, it is someone else's now and stays.
 // It reports whether the entry was taken out.
-func (g *grant) undo() (bool, error) {
-	nowRaw, err := getACL(g.f)
+func (g *Grant) Undo() (bool, error) {
+	nowRaw, err := ACL(g.f)
 	if err != nil || nowRaw == nil {
 		return false, err
 	}
@@ -170,12 +183,12 @@ func (g *grant) undo() (bool, error) {
 		return false, err
 	}
 	var before []aclEntry
-	if g.before != nil {
-		if before, err = decodeACL(g.before); err != nil {
+	if g.Before != nil {
+		if before, err = decodeACL(g.Before); err != nil {
 			return false, err
 		}
 	}
-	after, err := decodeACL(g.after)
+	after, err := decodeACL(g.After)
 	if err != nil {
 		return false, err
 	}
@@ -300,8 +313,8 @@ func modeSpecial(f *os.File) os.FileMode {
 // the f*xattr calls fail.
 func fdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
 
-// getACL reads the ACL xattr of f; nil when there is none.
-func getACL(f *os.File) ([]byte, error) {
+// ACL reads the ACL xattr of f; nil when there is none.
+func ACL(f *os.File) ([]byte, error) {
 	buf := make([]byte, 1024)
 	for {
 		n, err := unix.Getxattr(fdPath(f), aclXattr, buf)
@@ -316,4 +329,23 @@ func getACL(f *os.File) ([]byte, error) {
 		}
 		return append([]byte(nil), buf[:n]...), nil
 	}
+}
+
+// UserPerm is the permission the ACL of f gives the user uid by a named
+// entry; ok is false when it has none.
+func UserPerm(f *os.File, uid uint32) (perm uint16, ok bool, err error) {
+	raw, err := ACL(f)
+	if err != nil || raw == nil {
+		return 0, false, err
+	}
+	es, err := decodeACL(raw)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, e := range es {
+		if e.tag == aclUser && e.id == uid {
+			return e.perm, true, nil
+		}
+	}
+	return 0, false, nil
 }
