@@ -50,10 +50,12 @@ type Manifest struct {
 	// PodNetwork adds the interface "default" on the pod network, bound
 	// by masquerade or, with Plugin, by that network binding plugin, with
 	// Ports declared; without it the VMI has no interface
-	// (autoattachPodInterface: false).
-	PodNetwork bool
-	Plugin     string
-	Ports      []int
+	// (autoattachPodInterface: false) unless AutoattachPod leaves the
+	// interface KubeVirt attaches by default (masquerade on the pod
+	// network).
+	PodNetwork, AutoattachPod bool
+	Plugin                    string
+	Ports                     []int
 }
 
 // YAML renders the manifest.
@@ -96,7 +98,7 @@ func (m Manifest) YAML() string {
 	case Persistent:
 		w("      tpm: {persistent: true}\n")
 	}
-	if !m.PodNetwork {
+	if !m.PodNetwork && !m.AutoattachPod {
 		w("      autoattachPodInterface: false\n")
 	}
 	w("      disks:\n")

@@ -9,7 +9,8 @@ import (
 
 // TestManifest: vlctl testguest's shape (pod network with a declared
 // port, scratch disk, user data, grace period) and the bare one (no
-// interface, root disk alone) load through the real VMI loader as written.
+// interface, root disk alone; or KubeVirt's default interface) load
+// through the real VMI loader as written.
 func TestManifest(t *testing.T) {
 	full := Manifest{Name: "tg", Namespace: "default", Grace: 10, Kernel: "/k", Cmdline: "console=ttyS0 vl.x=1",
 		Root: "/r.img", Scratch: true, UserData: "#!/bin/sh\necho hi\n", PodNetwork: true, Ports: []int{80}}
@@ -41,5 +42,9 @@ func TestManifest(t *testing.T) {
 	if a := v.Spec.Domain.Devices.AutoattachPodInterface; a == nil || *a || len(v.Spec.Volumes) != 1 ||
 		v.Spec.Domain.Firmware.Bootloader.EFI == nil || !*v.Spec.Domain.Firmware.Bootloader.EFI.Persistent || v.Spec.Domain.Devices.TPM == nil {
 		t.Errorf("bare manifest: autoattach %v, volumes %d, firmware %+v, tpm %+v", a, len(v.Spec.Volumes), v.Spec.Domain.Firmware.Bootloader, v.Spec.Domain.Devices.TPM)
+	}
+	bare.AutoattachPod = true
+	if v, err = vmi.Load([]byte(bare.YAML()), vmi.Options{}); err != nil || v.Spec.Domain.Devices.AutoattachPodInterface != nil {
+		t.Errorf("AutoattachPod: %v, autoattachPodInterface %v", err, v.Spec.Domain.Devices.AutoattachPodInterface)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
 // linkUser is the unprivileged user the links are planted as: the id a
@@ -171,33 +172,6 @@ type linkRun struct {
 	binDir   string
 }
 
-const linkManifest = `apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: rootlinks
-  namespace: default
-spec:
-  domain:
-    firmware:
-      kernelBoot:
-        container:
-          image: %s
-          kernelPath: /vmlinuz
-          initrdPath: /initrd.img
-    resources:
-      requests:
-        memory: 64Mi
-    devices:
-      disks:
-      - name: rootdisk
-        disk:
-          bus: virtio
-  volumes:
-  - name: rootdisk
-    containerDisk:
-      image: %s
-`
-
 // newLinkRun prepares a manifest with a containerDisk and a kernelBoot
 // image (links root makes) and the pod network with bridge binding (the
 // resolv.conf, vif cache and restore state root writes), and a bin dir
@@ -215,7 +189,8 @@ func newLinkRun(t *testing.T, u linkUser, monitor string) *linkRun {
 		}
 	}
 	manifest := filepath.Join(t.TempDir(), "vmi.yaml")
-	if err := os.WriteFile(manifest, []byte(fmt.Sprintf(linkManifest, kernel, filepath.Join(img, "disk.img"))), 0o644); err != nil {
+	if err := os.WriteFile(manifest, []byte(testguest.Manifest{Name: "rootlinks", Namespace: "default",
+		Kernel: kernel, Root: filepath.Join(img, "disk.img"), Memory: "64Mi", AutoattachPod: true}.YAML()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	bin := t.TempDir() // below a 0700 directory
