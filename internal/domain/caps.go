@@ -19,7 +19,7 @@ import (
 // per binary), so the probe never runs twice. Errors only cost the head
 // start.
 func (m *Manager) WarmCapabilities(ctx context.Context, arch, virtType string) error {
-	l, err := m.waitConn(ctx)
+	l, err := m.conn.wait(ctx)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
-	"github.com/virtlauncher/virtlauncher/internal/libvirtd"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -167,9 +166,8 @@ type Manager struct {
 	op        opLock     // one domain operation at a time
 	refreshMu sync.Mutex // keeps cache updates and their events in order
 
-	mu        sync.Mutex
-	conn      *libvirt.Libvirt
-	connReady chan struct{} // closed while conn is usable by the calls (publishConn)
+	mu   sync.Mutex
+	conn *daemonConn // the connection to the daemon (daemonconn.go)
 	// firstRead is closed once the domain was first read after the
 	// first connection: a launcher that took over a running guest
 	// must not answer GetDomain with "no domain" before.
@@ -235,7 +233,7 @@ func New(cfg Config) *Manager {
 		cfg:       cfg,
 		log:       log,
 		op:        newOpLock(),
-		connReady: make(chan struct{}),
+		conn:      &daemonConn{ready: make(chan struct{})},
 		firstRead: make(chan struct{}),
 		name:      cfg.Name,
 		ns:        cfg.Namespace,
@@ -290,7 +288,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	backoff := 20 * time.Millisecond
 	first := true
 	for {
-		l, events, agentEvents, err := m.connect(ctx)
+		l, events, agentEvents, err := connectDaemon(ctx, m.cfg.Socket, m.cfg.URI)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -308,14 +306,14 @@ func (m *Manager) Run(ctx context.Context) error {
 		if !first {
 			m.log.Info("reconnected to libvirt")
 		}
-		m.setConn(l)
+		m.conn.set(l)
 		// A (re)connect may have missed events: re-read the domain. On a
 		// reconnect virt-handler expects a MODIFIED event, and so it does
 		// from a launcher that found the domain running when it started
 		// (its predecessor died; it takes the guest over). A launcher
 		// starting afresh finds no domain and sends nothing.
 		m.refresh(ctx, EventModified, true)
-		m.publishConn()
+		m.conn.publish()
 		if first {
 			close(m.firstRead)
 			m.persist.saveState()
@@ -341,7 +339,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		first = false
 		m.eventLoop(ctx, l, events, agentEvents)
-		m.clearConn()
+		m.conn.clear()
 		if ctx.Err() != nil {
 			disconnect(l)
 			return nil
@@ -362,84 +360,11 @@ func disconnect(l *libvirt.Libvirt) {
 	_ = bounded.Call(ctx, "disconnect", l.Disconnect)
 }
 
-func (m *Manager) connect(ctx context.Context) (*libvirt.Libvirt, <-chan libvirt.DomainEventLifecycleMsg, <-chan any, error) {
-	l := libvirt.NewWithDialer(libvirtd.SocketDialer(m.cfg.Socket))
-	if err := l.ConnectToURI(libvirt.ConnectURI(m.cfg.URI)); err != nil {
-		return nil, nil, nil, fmt.Errorf("connect %s at %s: %w", m.cfg.URI, m.cfg.Socket, err)
-	}
-	events, err := l.LifecycleEvents(ctx)
-	if err != nil {
-		disconnect(l)
-		return nil, nil, nil, fmt.Errorf("subscribe to lifecycle events: %w", err)
-	}
-	// Guest-agent connect/disconnect changes the channel state in the live
-	// XML without a lifecycle event; KubeVirt's notifier subscribes to it
-	// to re-send the Domain (notify-client/client.go). go-libvirt routes
-	// by callback id, so SubscribeEvents delivers the
-	// *DomainEventCallbackAgentLifecycleMsg values.
-	agentEvents, err := l.SubscribeEvents(ctx, libvirt.DomainEventIDAgentLifecycle, libvirt.OptDomain{})
-	if err != nil {
-		disconnect(l)
-		return nil, nil, nil, fmt.Errorf("subscribe to guest agent lifecycle events: %w", err)
-	}
-	return l, events, agentEvents, nil
-}
-
-// setConn makes l the connection the manager's own reads use (lookupNow);
-// the calls wait for publishConn.
-func (m *Manager) setConn(l *libvirt.Libvirt) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.conn = l
-}
-
-// publishConn lets the calls waiting for a connection (waitConn) have it,
-// once the domain has been read through it. A call let in before that
-// read would see the domain as the last read before the daemon's death
-// had it: a disk attached just before the death, whose read afterwards
-// failed, missing from GetDomain after a Sync that found nothing to do.
-func (m *Manager) publishConn() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	close(m.connReady)
-}
-
-func (m *Manager) clearConn() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.conn = nil
-	m.connReady = make(chan struct{})
-}
-
-// waitConn returns the live connection, waiting for one until ctx ends.
-func (m *Manager) waitConn(ctx context.Context) (*libvirt.Libvirt, error) {
-	for {
-		m.mu.Lock()
-		l, ready := m.conn, m.connReady
-		m.mu.Unlock()
-		published := false
-		select {
-		case <-ready:
-			published = true
-		default:
-		}
-		if l != nil && published && l.IsConnected() {
-			return l, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("no connection to libvirt: %w", ctx.Err())
-		case <-ready:
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // Connected waits until the manager has a connection to the daemon and
 // has read the domain once through it (a domain already running, taken
 // over from a launcher that died, is then known).
 func (m *Manager) Connected(ctx context.Context) error {
-	if _, err := m.waitConn(ctx); err != nil {
+	if _, err := m.conn.wait(ctx); err != nil {
 		return err
 	}
 	select {
@@ -512,7 +437,7 @@ func (m *Manager) checkIdentity(vmi *v1.VirtualMachineInstance, learn bool) erro
 // lookup finds our domain; ok=false when it does not exist. It waits for a
 // connection until ctx ends.
 func (m *Manager) lookup(ctx context.Context) (*libvirt.Libvirt, libvirt.Domain, bool, error) {
-	l, err := m.waitConn(ctx)
+	l, err := m.conn.wait(ctx)
 	if err != nil {
 		return nil, libvirt.Domain{}, false, err
 	}
@@ -522,9 +447,7 @@ func (m *Manager) lookup(ctx context.Context) (*libvirt.Libvirt, libvirt.Domain,
 // lookupNow is lookup without waiting: the event loop runs in Run's
 // goroutine, which is the one that would reconnect.
 func (m *Manager) lookupNow() (*libvirt.Libvirt, libvirt.Domain, bool, error) {
-	m.mu.Lock()
-	l := m.conn
-	m.mu.Unlock()
+	l := m.conn.now()
 	if l == nil || !l.IsConnected() {
 		return nil, libvirt.Domain{}, false, errors.New("not connected to libvirt")
 	}

@@ -137,7 +137,7 @@ func endDump(cur *domainjson.MemoryDumpMetadata, file string, err error, now tim
 // dumpDomain finds the domain and the deadline of its dump.
 func (x *jobs) dumpDomain(ctx context.Context) (*libvirt.Libvirt, libvirt.Domain, time.Duration, error) {
 	m := x.m
-	l, err := m.waitConn(ctx)
+	l, err := m.conn.wait(ctx)
 	if err != nil {
 		return nil, libvirt.Domain{}, 0, err
 	}

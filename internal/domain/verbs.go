@@ -358,7 +358,7 @@ func (m *Manager) Domain(ctx context.Context) (*domainjson.Domain, error) {
 // (cli.LibvirtConnection.GetQemuVersion): "QEMU 7.2.22" for libvirt's
 // 7002022.
 func (m *Manager) QemuVersion(ctx context.Context) (string, error) {
-	l, err := m.waitConn(ctx)
+	l, err := m.conn.wait(ctx)
 	if err != nil {
 		return "", err
 	}
