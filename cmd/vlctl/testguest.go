@@ -49,8 +49,10 @@ server and qemu-guest-agent. Needs qemu-img.`,
 				Name: name, Namespace: "default", Grace: 10,
 				Kernel: g.KernelDir, Cmdline: strings.Join(append([]string{testguest.DefaultCmdline}, opts...), " "),
 				Root: g.RootDisk, Scratch: true,
-				UserData:   "#!/bin/sh\necho \"hello from user-data on $(uname -r)\"\n",
-				PodNetwork: !noNet, Ports: []int{80},
+				UserData: "#!/bin/sh\necho \"hello from user-data on $(uname -r)\"\n",
+			}
+			if !noNet {
+				m.Pod = &testguest.Interface{Ports: []int{80}}
 			}
 			_, err = fmt.Fprint(cmd.OutOrStdout(), m.YAML())
 			return err

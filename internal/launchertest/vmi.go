@@ -47,9 +47,11 @@ func VMIYAML(s VMISpec) string {
 		Cmdline:  strings.Join(append([]string{testguest.DefaultCmdline, testguest.OptNoDHCP}, s.KernelArgs...), " "),
 		Memory:   "128Mi",
 		RootName: "root", Root: "registry.example/testguest-root:v1", RootPath: s.DiskPath,
-		Scratch:    true,
-		UserData:   fmt.Sprintf("#!/bin/sh\necho \"token %s\"\n", s.Token) + strings.Join(s.ExtraUserData, "\n"),
-		PodNetwork: s.PodNetwork, Plugin: s.Plugin,
+		Scratch:  true,
+		UserData: fmt.Sprintf("#!/bin/sh\necho \"token %s\"\n", s.Token) + strings.Join(s.ExtraUserData, "\n"),
+	}
+	if s.PodNetwork {
+		m.Pod = &testguest.Interface{Plugin: s.Plugin}
 	}
 	if s.EFI || s.PersistentEFI {
 		// OVMF loading the kernel faults with 128 MiB.

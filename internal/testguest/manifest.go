@@ -47,15 +47,26 @@ type Manifest struct {
 	// UserData, if set, is the cloud-init NoCloud user-data (disk
 	// "cloudinit").
 	UserData string
-	// PodNetwork adds the interface "default" on the pod network, bound
-	// by masquerade or, with Plugin, by that network binding plugin, with
-	// Ports declared; without it the VMI has no interface
-	// (autoattachPodInterface: false) unless AutoattachPod leaves the
-	// interface KubeVirt attaches by default (masquerade on the pod
-	// network).
-	PodNetwork, AutoattachPod bool
-	Plugin                    string
-	Ports                     []int
+	// Pod is the interface "default" on the pod network; without it the
+	// VMI has no interface (autoattachPodInterface: false) unless
+	// AutoattachPod leaves the interface KubeVirt attaches by default
+	// (masquerade on the pod network).
+	Pod           *Interface
+	AutoattachPod bool
+	// Multus, with Pod, adds the interface "second", bridged, on this
+	// Multus network.
+	Multus string
+}
+
+// Interface is how the manifest's pod network interface is bound.
+type Interface struct {
+	// Binding is a binding method of KubeVirt's own: masquerade when
+	// empty, bridge, passt.
+	Binding string
+	// Plugin binds it to this network binding plugin instead.
+	Plugin string
+	// Ports are the ports it declares.
+	Ports []int
 }
 
 // YAML renders the manifest.
@@ -98,7 +109,7 @@ func (m Manifest) YAML() string {
 	case Persistent:
 		w("      tpm: {persistent: true}\n")
 	}
-	if !m.PodNetwork && !m.AutoattachPod {
+	if m.Pod == nil && !m.AutoattachPod {
 		w("      autoattachPodInterface: false\n")
 	}
 	w("      disks:\n")
@@ -112,23 +123,32 @@ func (m Manifest) YAML() string {
 	for _, d := range disks {
 		w("      - name: %s\n        disk:\n          bus: virtio\n", d)
 	}
-	if m.PodNetwork {
+	if p := m.Pod; p != nil {
 		w("      interfaces:\n      - name: default\n")
-		if m.Plugin != "" {
-			w("        binding: {name: %q}\n", m.Plugin)
-		} else {
+		switch {
+		case p.Plugin != "":
+			w("        binding: {name: %q}\n", p.Plugin)
+		case p.Binding != "":
+			w("        %s: {}\n", p.Binding)
+		default:
 			w("        masquerade: {}\n")
 		}
-		if len(m.Ports) > 0 {
+		if len(p.Ports) > 0 {
 			w("        ports:\n")
-			for _, p := range m.Ports {
-				w("        - port: %d\n", p)
+			for _, port := range p.Ports {
+				w("        - port: %d\n", port)
 			}
+		}
+		if m.Multus != "" {
+			w("      - name: second\n        bridge: {}\n")
 		}
 	}
 	w("    resources:\n      requests:\n        memory: %s\n", m.Memory)
-	if m.PodNetwork {
+	if m.Pod != nil {
 		w("  networks:\n  - name: default\n    pod: {}\n")
+		if m.Multus != "" {
+			w("  - name: second\n    multus:\n      networkName: %s\n", m.Multus)
+		}
 	}
 	w("  volumes:\n  - name: %s\n    containerDisk:\n      image: %s\n", m.RootName, m.Root)
 	if m.RootPath != "" {

@@ -13,7 +13,7 @@ import (
 // through the real VMI loader as written.
 func TestManifest(t *testing.T) {
 	full := Manifest{Name: "tg", Namespace: "default", Grace: 10, Kernel: "/k", Cmdline: "console=ttyS0 vl.x=1",
-		Root: "/r.img", Scratch: true, UserData: "#!/bin/sh\necho hi\n", PodNetwork: true, Ports: []int{80}}
+		Root: "/r.img", Scratch: true, UserData: "#!/bin/sh\necho hi\n", Pod: &Interface{Ports: []int{80}}}
 	v, err := vmi.Load([]byte(full.YAML()), vmi.Options{})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, full.YAML())

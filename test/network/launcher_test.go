@@ -132,15 +132,19 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 	}
 	// Names stay short: libvirt's socket paths below the work dir carry it.
 	name := tc.name[:2]
-	var doc strings.Builder
-	if err := manifest.Execute(&doc, map[string]any{
-		"Name": name, "Cmdline": testguest.DefaultCmdline, "KernelDir": g.KernelDir, "RootDisk": g.RootDisk,
-		"Binding": binding, "Ports": tc.ports, "UserData": ud.String(), "Secondary": tc.secondary,
-	}); err != nil {
-		t.Fatal(err)
+	// The test guest with a root disk (so the init does not wait for one)
+	// and the user-data script; without a binding, the interface KubeVirt
+	// attaches by default.
+	m := testguest.Manifest{Name: name, Namespace: "default", Grace: 30,
+		Kernel: g.KernelDir, Cmdline: testguest.DefaultCmdline, Root: g.RootDisk, UserData: ud.String(), AutoattachPod: true}
+	if binding != "" {
+		m.Pod = &testguest.Interface{Binding: binding, Ports: tc.ports}
+		if tc.secondary {
+			m.Multus = "net2"
+		}
 	}
 	file := filepath.Join(t.TempDir(), name+".yaml")
-	if err := os.WriteFile(file, []byte(doc.String()), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(m.YAML()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tablesBefore := nftTables(t)
