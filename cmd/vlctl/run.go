@@ -172,19 +172,9 @@ secondary networks (each refused, saying so).`,
 			}
 			cfg.Console = cmd.OutOrStdout()
 			cfg.Status = cmd.ErrOrStderr()
-			if f, ok := cmd.InOrStdin().(*os.File); ok {
-				if restore, err := rawTerminal(int(f.Fd()), true); err == nil {
-					// Keys go to the guest (Ctrl-C too) until ^].
-					var once sync.Once
-					done := func() { once.Do(restore) }
-					defer done()
-					cfg.Input = &escapeReader{r: f, onEscape: func() {
-						done()
-						fmt.Fprint(cfg.Status, "\nvlctl: keys detached from the guest; Ctrl-C stops the VM, vlctl console NAME types again\n")
-					}}
-					fmt.Fprint(cfg.Status, "vlctl: keys go to the guest's console (Ctrl-C too); ^] detaches them\n")
-				}
-			}
+			var restore func()
+			cfg.Input, restore = guestKeys(cmd.InOrStdin(), cfg.Status)
+			defer restore()
 			return runError(standalone.Run(ctx, cfg))
 		},
 	}
@@ -218,6 +208,28 @@ secondary networks (each refused, saying so).`,
 	f.StringVar(&cfg.MigrateFrom, "migrate-from", "", "NAME or NAMESPACE/NAME of a running VM (vlctl ps) whose guest this run takes over by live migration, instead of booting FILE")
 	f.StringVar(&cfg.MigrationBandwidth, "migration-bandwidth", "", "with --migrate-from: cap the migration's bandwidth (bytes per second, such as 64Mi; default: no cap)")
 	return cmd
+}
+
+// guestKeys makes the terminal in, when it is one, the guest's keyboard:
+// raw, so that the keys go to the guest's console (Ctrl-C too) until ^]
+// detaches them (the terminal is restored then, and by restore, which the
+// run calls at its end). input is nil when in is not a terminal.
+func guestKeys(in io.Reader, status io.Writer) (input io.Reader, restore func()) {
+	f, ok := in.(*os.File)
+	if !ok {
+		return nil, func() {}
+	}
+	raw, err := rawTerminal(int(f.Fd()), true)
+	if err != nil {
+		return nil, func() {}
+	}
+	var once sync.Once
+	restore = func() { once.Do(raw) }
+	fmt.Fprint(status, "vlctl: keys go to the guest's console (Ctrl-C too); ^] detaches them\n")
+	return &escapeReader{r: f, onEscape: func() {
+		restore()
+		fmt.Fprint(status, "\nvlctl: keys detached from the guest; Ctrl-C stops the VM, vlctl console NAME types again\n")
+	}}, restore
 }
 
 // stopSignals makes the context of a run: the first interrupt (SIGINT,
