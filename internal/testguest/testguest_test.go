@@ -582,7 +582,14 @@ func TestBIOSDiskLogin(t *testing.T) {
 			v.send("echo rc=$?\n")
 			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
 			v.send(tc.sudo + "dmesg -n 1; echo rc=$?\n")
-			v.waitText(at, "\nrc=0\n", 30*time.Second)
+			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
+			// The TCP server KubeVirt's network tests start (vmnetserver),
+			// and two connections to it: -k keeps it listening.
+			v.send(`nc  -klp 8080 -e echo -e "Hello World!"&` + "\n")
+			for range 2 {
+				v.send("echo test | nc 127.0.0.1 8080 -i 1 -w 1; echo rc=$?\n")
+				at = v.waitText(at, "\nHello World!\nrc=0\n", 30*time.Second)
+			}
 			v.send(tc.leave + "\n")
 			v.waitFor(tc.marker, time.Minute)
 			v.waitExit(time.Minute)
