@@ -23,10 +23,12 @@ var requiredModules = []string{
 // virtio_mem, for memory hotplug, are modules; pvpanic_mmio drives the ISA
 // panic device, pvpanic_pci the PCI one, qemu_fw_cfg shows QEMU's fw_cfg
 // entries in /sys/firmware/qemu_fw_cfg, virtiofs mounts the VMI's
-// virtiofs filesystems: mount -t virtiofs <filesystem name> DIR).
+// virtiofs filesystems: mount -t virtiofs <filesystem name> DIR;
+// i6300esb drives the VMI's watchdog device, /dev/watchdog).
 var optionalModules = []string{
 	"ata_piix", "e1000", "e1000e", "virtio_rng", "virtio_balloon", "virtio_input",
 	"tpm_tis", "tpm_crb", "efivarfs", "virtio_mem", "pvpanic_mmio", "pvpanic_pci", "qemu_fw_cfg", "virtiofs",
+	"i6300esb",
 }
 
 // modName is a module's name as modprobe spells it.
