@@ -100,7 +100,7 @@ func (m *Manager) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg
 func (m *Manager) uidValue() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.uid
+	return m.id.uid
 }
 
 // ioErrorEvents sends one IOerror K8s event per failing disk
@@ -173,8 +173,8 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 	if !ok {
 		m.guest.SetPolling(false)
 		m.mu.Lock()
-		wasDefined := m.defined
-		m.defined = false
+		wasDefined := m.run.defined
+		m.run.defined = false
 		m.cache = nil
 		md := m.md
 		m.mu.Unlock()
@@ -189,18 +189,18 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 	m.mu.Lock()
 	m.panics.overlay(&obj.Status)
 	m.cache = obj
-	if !m.defined {
-		m.defined = true
+	if !m.run.defined {
+		m.run.defined = true
 		select {
-		case <-m.definedCh:
+		case <-m.run.definedCh:
 		default:
-			close(m.definedCh)
+			close(m.run.definedCh)
 		}
 	}
 	if ran(st, reason) {
-		m.everActive = true
+		m.run.everActive = true
 	}
-	wasActive := m.everActive
+	wasActive := m.run.everActive
 	m.mu.Unlock()
 	if !active(st) && wasActive {
 		m.markStopped(st, reason)
@@ -255,9 +255,9 @@ func (m *Manager) markStopped(st libvirt.DomainState, reason int32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	select {
-	case <-m.stoppedCh:
+	case <-m.run.stoppedCh:
 	default:
-		m.stopState, m.stopReason = st, reason
-		close(m.stoppedCh)
+		m.run.stopState, m.run.stopReason = st, reason
+		close(m.run.stoppedCh)
 	}
 }

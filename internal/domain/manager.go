@@ -171,22 +171,15 @@ type Manager struct {
 	// firstRead is closed once the domain was first read after the
 	// first connection: a launcher that took over a running guest
 	// must not answer GetDomain with "no domain" before.
-	firstRead  chan struct{}
-	name, ns   string
-	uid        string
-	md         domainjson.Metadata
-	cache      *domainjson.Domain
-	panics     panicRecord // the guest's panics, in every Domain sent
-	defined    bool        // the domain exists (as far as we last saw)
-	everActive bool        // the domain has run (ran): its end ends the launcher
+	firstRead chan struct{}
+	id        vmiIdentity // the VMI this launcher runs (checkIdentity)
+	md        domainjson.Metadata
+	cache     *domainjson.Domain
+	panics    panicRecord // the guest's panics, in every Domain sent
+	run       runState    // the domain's existence and run state as last seen
 	// capsWarmed is the connection whose daemon was asked to build its
 	// host capabilities (warmHostCapabilities).
 	capsWarmed *libvirt.Libvirt
-	userPaused bool
-	definedCh  chan struct{}
-	stoppedCh  chan struct{}
-	stopState  libvirt.DomainState
-	stopReason int32
 	// out delivers the events to the sink (outbox.go).
 	out *outbox
 
@@ -213,6 +206,24 @@ type Manager struct {
 	net *netPhase
 }
 
+// vmiIdentity is the VMI a launcher runs: from the command line, or learnt
+// from the first Sync (m.mu).
+type vmiIdentity struct{ name, ns, uid string }
+
+// runState is what the manager last saw of its domain's existence and run
+// (m.mu).
+type runState struct {
+	defined    bool // the domain exists (as far as we last saw)
+	everActive bool // the domain has run (ran): its end ends the launcher
+	userPaused bool // the user paused it through us
+	// definedCh is closed once a domain has been seen defined, stoppedCh
+	// when one that ran no longer does (stopState and stopReason then).
+	definedCh  chan struct{}
+	stoppedCh  chan struct{}
+	stopState  libvirt.DomainState
+	stopReason int32
+}
+
 type outEvent struct {
 	domain *domainjson.Domain
 	typ    string
@@ -235,11 +246,8 @@ func New(cfg Config) *Manager {
 		op:        newOpLock(),
 		conn:      &daemonConn{ready: make(chan struct{})},
 		firstRead: make(chan struct{}),
-		name:      cfg.Name,
-		ns:        cfg.Namespace,
-		uid:       cfg.UID,
-		definedCh: make(chan struct{}),
-		stoppedCh: make(chan struct{}),
+		id:        vmiIdentity{name: cfg.Name, ns: cfg.Namespace, uid: cfg.UID},
+		run:       runState{definedCh: make(chan struct{}), stoppedCh: make(chan struct{})},
 		out:       newOutbox(cfg.Events, log),
 	}
 	m.md.UID = cfg.UID
@@ -322,7 +330,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		}
 		m.mu.Lock()
-		takenOver := first && m.defined
+		takenOver := first && m.run.defined
 		m.mu.Unlock()
 		if !first || takenOver {
 			// A QEMU that dies while the restarted daemon is still
@@ -376,17 +384,17 @@ func (m *Manager) Connected(ctx context.Context) error {
 }
 
 // Defined is closed once a domain has been seen defined.
-func (m *Manager) Defined() <-chan struct{} { return m.definedCh }
+func (m *Manager) Defined() <-chan struct{} { return m.run.definedCh }
 
 // Stopped is closed when a domain that had been running is no longer
 // running (QEMU is gone), or disappeared.
-func (m *Manager) Stopped() <-chan struct{} { return m.stoppedCh }
+func (m *Manager) Stopped() <-chan struct{} { return m.run.stoppedCh }
 
 // StopState is the libvirt state and reason seen when Stopped closed.
 func (m *Manager) StopState() (libvirt.DomainState, int32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.stopState, m.stopReason
+	return m.run.stopState, m.run.stopReason
 }
 
 // GoneSent is closed after the final "domain gone" event was handed to the
@@ -397,10 +405,10 @@ func (m *Manager) GoneSent() <-chan struct{} { return m.out.goneSent }
 func (m *Manager) names() (domName, name, ns string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.name == "" {
+	if m.id.name == "" {
 		return "", "", ""
 	}
-	return DomainName(m.ns, m.name), m.name, m.ns
+	return DomainName(m.id.ns, m.id.name), m.id.name, m.id.ns
 }
 
 // checkIdentity learns the VMI identity on the first Sync and refuses a
@@ -411,11 +419,11 @@ func (m *Manager) checkIdentity(vmi *v1.VirtualMachineInstance, learn bool) erro
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.uid != "" && vmi.UID != "" && string(vmi.UID) != m.uid {
-		return fmt.Errorf("refusing VMI %s/%s with uid %s: this launcher runs the VMI with uid %s", vmi.Namespace, vmi.Name, vmi.UID, m.uid)
+	if m.id.uid != "" && vmi.UID != "" && string(vmi.UID) != m.id.uid {
+		return fmt.Errorf("refusing VMI %s/%s with uid %s: this launcher runs the VMI with uid %s", vmi.Namespace, vmi.Name, vmi.UID, m.id.uid)
 	}
-	if m.name != "" && (vmi.Name != m.name || vmi.Namespace != m.ns) {
-		return fmt.Errorf("refusing VMI %s/%s: this launcher runs VMI %s/%s", vmi.Namespace, vmi.Name, m.ns, m.name)
+	if m.id.name != "" && (vmi.Name != m.id.name || vmi.Namespace != m.id.ns) {
+		return fmt.Errorf("refusing VMI %s/%s: this launcher runs VMI %s/%s", vmi.Namespace, vmi.Name, m.id.ns, m.id.name)
 	}
 	if !learn {
 		return nil
@@ -423,13 +431,13 @@ func (m *Manager) checkIdentity(vmi *v1.VirtualMachineInstance, learn bool) erro
 	if vmi.Name == "" || vmi.Namespace == "" {
 		return fmt.Errorf("VMI metadata.name %q and metadata.namespace %q must both be set", vmi.Name, vmi.Namespace)
 	}
-	if vmi.UID == "" && m.uid == "" {
+	if vmi.UID == "" && m.id.uid == "" {
 		return fmt.Errorf("VMI %s/%s has no metadata.uid", vmi.Namespace, vmi.Name)
 	}
-	m.name, m.ns = vmi.Name, vmi.Namespace
-	if m.uid == "" {
-		m.uid = string(vmi.UID)
-		m.md.UID = m.uid
+	m.id.name, m.id.ns = vmi.Name, vmi.Namespace
+	if m.id.uid == "" {
+		m.id.uid = string(vmi.UID)
+		m.md.UID = m.id.uid
 	}
 	return nil
 }

@@ -385,7 +385,7 @@ func (x *migrations) migrationAct(ctx context.Context, l *libvirt.Libvirt, d lib
 	case migration.MarkPaused:
 		// As after the monitor's own pause: Sync leaves the guest paused.
 		m.mu.Lock()
-		m.userPaused = true
+		m.run.userPaused = true
 		m.mu.Unlock()
 		m.log.Info("the guest is paused for its switch-over", "domain", d.Name)
 		return nil
@@ -426,7 +426,7 @@ func (x *migrations) assistMigration(ctx context.Context, l *libvirt.Libvirt, d 
 			return err
 		}
 		m.mu.Lock()
-		m.userPaused = true
+		m.run.userPaused = true
 		m.mu.Unlock()
 		m.log.Info("guest paused for its migration", "domain", d.Name, "limit", (2 * limit).String())
 		return nil

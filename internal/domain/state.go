@@ -200,7 +200,7 @@ func (m *Manager) DropState() {
 func (x *stateFile) resumeThaw(at time.Time) {
 	m := x.m
 	m.mu.Lock()
-	v := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: m.ns, UID: types.UID(m.uid)}}
+	v := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: m.id.name, Namespace: m.id.ns, UID: types.UID(m.id.uid)}}
 	m.mu.Unlock()
 	m.guest.ResumeThaw(v, at)
 }

@@ -84,7 +84,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 			return err
 		}
 		m.mu.Lock()
-		live.userPaused = m.userPaused
+		live.userPaused = m.run.userPaused
 		m.mu.Unlock()
 	}
 	run := decideSync(v, live)
@@ -392,7 +392,7 @@ func (m *Manager) start(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachi
 		return fmt.Errorf("start domain %s: %w", d.Name, err)
 	}
 	m.mu.Lock()
-	m.userPaused = paused
+	m.run.userPaused = paused
 	m.mu.Unlock()
 	m.log.Info("domain started", "domain", d.Name, "paused", paused, "took", time.Since(t0).String())
 	return nil
@@ -405,7 +405,7 @@ func (m *Manager) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineIn
 	m.mu.Lock()
 	changed := m.md.GracePeriodSeconds != g
 	m.md.GracePeriodSeconds = g
-	defined := m.defined
+	defined := m.run.defined
 	m.mu.Unlock()
 	if changed && defined {
 		m.refresh(ctx, EventModified, true)

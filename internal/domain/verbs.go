@@ -17,7 +17,7 @@ import (
 func (m *Manager) Pause(ctx context.Context, v *v1.VirtualMachineInstance) error {
 	return m.verb(ctx, v, verbPause, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		m.mu.Lock()
-		m.userPaused = true
+		m.run.userPaused = true
 		m.mu.Unlock()
 		if st == libvirt.DomainPaused {
 			return nil
@@ -33,7 +33,7 @@ func (m *Manager) Pause(ctx context.Context, v *v1.VirtualMachineInstance) error
 func (m *Manager) Unpause(ctx context.Context, v *v1.VirtualMachineInstance) error {
 	return m.verb(ctx, v, verbUnpause, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		m.mu.Lock()
-		m.userPaused = false
+		m.run.userPaused = false
 		m.mu.Unlock()
 		if st != libvirt.DomainPaused {
 			return nil
