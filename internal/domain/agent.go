@@ -110,6 +110,6 @@ func (m *Manager) reportCredentials(ctx context.Context, succeeded bool, message
 	m.md.AccessCredential = ac
 	m.mu.Unlock()
 	if changed {
-		m.refresh(ctx, EventModified, true)
+		m.watch.refresh(ctx, EventModified, true)
 	}
 }

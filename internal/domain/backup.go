@@ -397,10 +397,10 @@ func (x *jobs) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance, o 
 		m.mu.Lock()
 		m.md.Backup = nil
 		m.mu.Unlock()
-		m.refresh(ctx, EventModified, true)
+		m.watch.refresh(ctx, EventModified, true)
 		return fmt.Errorf("backup %s: %w", o.BackupName, err)
 	}
-	m.refresh(ctx, EventModified, true)
+	m.watch.refresh(ctx, EventModified, true)
 	go m.jobs.watchBackup(bg, l, d, o.BackupName)
 	return nil
 }
@@ -540,7 +540,7 @@ func (x *jobs) backupEnded(bg context.Context, name string, end jobEnd) {
 	}
 	ctx, cancel := context.WithTimeout(bg, refreshWait)
 	defer cancel()
-	m.refresh(ctx, EventModified, true)
+	m.watch.refresh(ctx, EventModified, true)
 }
 
 // abortBackup aborts the running backup job (libvirt's abort of the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -12,9 +13,20 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
+// watcher follows the Manager m's domain: it handles libvirt's lifecycle
+// and agent events, refreshes the cached Domain from the daemon and queues
+// what changed (refresh), and records a domain's stop (markStopped). It
+// works on m's connection, cache, metadata and run state under m's lock.
+type watcher struct {
+	m *Manager
+
+	refreshMu sync.Mutex // keeps cache updates and their events in order
+}
+
 // eventLoop handles lifecycle and guest-agent lifecycle events until the
 // connection drops.
-func (m *Manager) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-chan libvirt.DomainEventLifecycleMsg, agentEvents <-chan any) {
+func (x *watcher) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-chan libvirt.DomainEventLifecycleMsg, agentEvents <-chan any) {
+	m := x.m
 	for {
 		select {
 		case <-ctx.Done():
@@ -25,18 +37,18 @@ func (m *Manager) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-ch
 			if !ok {
 				return
 			}
-			m.handle(ctx, ev)
+			m.watch.handle(ctx, ev)
 		case ev, ok := <-agentEvents:
 			if !ok {
 				return
 			}
 			if msg, isAgent := ev.(*libvirt.DomainEventCallbackAgentLifecycleMsg); isAgent {
-				m.handleAgent(ctx, msg)
+				m.watch.handleAgent(ctx, msg)
 			}
 		case <-m.guest.Store().Changed():
 			// The guest agent reported new interfaces, OS info or freeze
 			// state: KubeVirt's notifier sends the Domain again.
-			m.refresh(ctx, EventModified, true)
+			m.watch.refresh(ctx, EventModified, true)
 		}
 	}
 }
@@ -45,7 +57,8 @@ func (m *Manager) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-ch
 // state is in the live XML (the org.qemu.guest_agent.0 channel's target
 // state, which virt-handler reads for AgentConnected), so, as KubeVirt's
 // notifier does, the Domain is re-read and sent as MODIFIED.
-func (m *Manager) handleAgent(ctx context.Context, ev *libvirt.DomainEventCallbackAgentLifecycleMsg) {
+func (x *watcher) handleAgent(ctx context.Context, ev *libvirt.DomainEventCallbackAgentLifecycleMsg) {
+	m := x.m
 	domName, _, _ := m.names()
 	if !agentEventApplies(domName, ev) {
 		return
@@ -53,7 +66,7 @@ func (m *Manager) handleAgent(ctx context.Context, ev *libvirt.DomainEventCallba
 	m.log.Info("guest agent lifecycle event", "domain", ev.Dom.Name,
 		"state", libvirt.ConnectDomainEventAgentLifecycleState(ev.State).String(),
 		"reason", libvirt.ConnectDomainEventAgentLifecycleReason(ev.Reason).String())
-	m.refresh(ctx, EventModified, true)
+	m.watch.refresh(ctx, EventModified, true)
 }
 
 // agentEventApplies tells whether an agent lifecycle event concerns the
@@ -64,7 +77,8 @@ func agentEventApplies(domName string, ev *libvirt.DomainEventCallbackAgentLifec
 	return domName == "" || ev.Dom.Name == domName
 }
 
-func (m *Manager) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg) {
+func (x *watcher) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg) {
+	m := x.m
 	domName, name, ns := m.names()
 	if domName != "" && ev.Dom.Name != domName {
 		return
@@ -73,7 +87,7 @@ func (m *Manager) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg
 	ref := VMIRef{Name: name, Namespace: ns, UID: m.uidValue()}
 	if libvirt.DomainEventType(ev.Event) == libvirt.DomainEventCrashed {
 		// Before the read: the Domain sent for this event counts it.
-		m.guestPanic(ev.Detail, ev.Dom.Name, ref)
+		m.watch.guestPanic(ev.Detail, ev.Dom.Name, ref)
 	}
 	typ := EventModified
 	switch libvirt.DomainEventType(ev.Event) {
@@ -88,12 +102,12 @@ func (m *Manager) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg
 			typ = EventAdded
 		}
 	}
-	m.refresh(ctx, typ, true)
+	m.watch.refresh(ctx, typ, true)
 	m.mig.migrationArrived(ctx, ev)
 
 	if libvirt.DomainEventType(ev.Event) == libvirt.DomainEventSuspended &&
 		libvirt.DomainEventSuspendedDetailType(ev.Detail) == libvirt.DomainEventSuspendedIoerror {
-		m.ioErrorEvents(ref)
+		m.watch.ioErrorEvents(ref)
 	}
 }
 
@@ -105,7 +119,8 @@ func (m *Manager) uidValue() string {
 
 // ioErrorEvents sends one IOerror K8s event per failing disk
 // (kubevirt-wire.md 2.4).
-func (m *Manager) ioErrorEvents(ref VMIRef) {
+func (x *watcher) ioErrorEvents(ref VMIRef) {
+	m := x.m
 	l, d, ok, err := m.lookupNow()
 	if err != nil || !ok {
 		return
@@ -130,13 +145,14 @@ func (m *Manager) ioErrorEvents(ref VMIRef) {
 // The caller waits at most until ctx ends: a daemon that does not answer
 // (stopped, hung) must not hold a shutdown. The refresh then finishes in
 // the background, still in order with the ones after it.
-func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
+func (x *watcher) refresh(ctx context.Context, typ string, emit bool) {
+	m := x.m
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		m.refreshMu.Lock()
-		defer m.refreshMu.Unlock()
-		m.refreshLocked(ctx, typ, emit)
+		m.watch.refreshMu.Lock()
+		defer m.watch.refreshMu.Unlock()
+		m.watch.refreshLocked(ctx, typ, emit)
 		// What the domain object shows (its metadata) is what a
 		// launcher taking over must know.
 		m.persist.saveState()
@@ -148,7 +164,8 @@ func (m *Manager) refresh(ctx context.Context, typ string, emit bool) {
 	}
 }
 
-func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
+func (x *watcher) refreshLocked(ctx context.Context, typ string, emit bool) {
+	m := x.m
 	// Whatever changed, the stats answer from before may not show it.
 	m.stats.drop()
 	_, name, ns := m.names()
@@ -161,7 +178,7 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 	var st libvirt.DomainState
 	var reason int32
 	if ok {
-		obj, st, reason, err = m.read(l, d, name, ns)
+		obj, st, reason, err = m.watch.read(l, d, name, ns)
 		if err != nil && libvirt.IsNotFound(err) {
 			// Undefined between the lookup and the read.
 			ok = false
@@ -179,7 +196,7 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 		md := m.md
 		m.mu.Unlock()
 		if wasDefined {
-			m.markStopped(libvirt.DomainNostate, 0)
+			m.watch.markStopped(libvirt.DomainNostate, 0)
 			m.out.queue(outEvent{typ: EventModified, gone: true, domain: domainjson.Gone(name, ns, md, time.Now())})
 		}
 		return
@@ -203,7 +220,7 @@ func (m *Manager) refreshLocked(ctx context.Context, typ string, emit bool) {
 	wasActive := m.run.everActive
 	m.mu.Unlock()
 	if !active(st) && wasActive {
-		m.markStopped(st, reason)
+		m.watch.markStopped(st, reason)
 	}
 	if active(st) {
 		m.warmHostCapabilities(ctx, l)
@@ -227,7 +244,8 @@ func ran(st libvirt.DomainState, reason int32) bool {
 }
 
 // read builds the Domain JSON object of the live domain.
-func (m *Manager) read(l *libvirt.Libvirt, d libvirt.Domain, name, ns string) (*domainjson.Domain, libvirt.DomainState, int32, error) {
+func (x *watcher) read(l *libvirt.Libvirt, d libvirt.Domain, name, ns string) (*domainjson.Domain, libvirt.DomainState, int32, error) {
+	m := x.m
 	xml, err := l.DomainGetXMLDesc(d, 0)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("XML of domain %s: %w", d.Name, err)
@@ -251,7 +269,8 @@ func (m *Manager) read(l *libvirt.Libvirt, d libvirt.Domain, name, ns string) (*
 	return domainjson.Build(name, ns, &spec, st, reason, md), st, reason, nil
 }
 
-func (m *Manager) markStopped(st libvirt.DomainState, reason int32) {
+func (x *watcher) markStopped(st libvirt.DomainState, reason int32) {
+	m := x.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	select {

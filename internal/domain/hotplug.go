@@ -84,7 +84,7 @@ func (m *Manager) SyncVCPUs(ctx context.Context, v *v1.VirtualMachineInstance) e
 		return fmt.Errorf("update vCPUs: %d asked, the domain has %d", want, live)
 	}
 	m.log.Info("vCPUs set", "from", from, "to", want, "took", time.Since(t0).String())
-	m.refresh(ctx, EventModified, true)
+	m.watch.refresh(ctx, EventModified, true)
 	return nil
 }
 
@@ -140,7 +140,7 @@ func (m *Manager) HotplugHostDevices(ctx context.Context, v *v1.VirtualMachineIn
 		m.log.Info("hot-plugged host device", "alias", hd.Alias.Name)
 	}
 	if len(attach) > 0 {
-		m.refresh(ctx, EventModified, true)
+		m.watch.refresh(ctx, EventModified, true)
 	}
 	return nil
 }
@@ -274,7 +274,7 @@ func (m *Manager) SyncMemory(ctx context.Context, v *v1.VirtualMachineInstance) 
 	if b, err := kib(got.Target.Requested.Value, got.Target.Requested.Unit); err != nil || b != uint64(want) {
 		return fmt.Errorf("update guest memory: %d KiB asked above the boot size, libvirt reports %d %s", want, got.Target.Requested.Value, got.Target.Requested.Unit)
 	}
-	m.refresh(ctx, EventModified, true)
+	m.watch.refresh(ctx, EventModified, true)
 	return nil
 }
 

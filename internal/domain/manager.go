@@ -163,8 +163,7 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 
-	op        opLock     // one domain operation at a time
-	refreshMu sync.Mutex // keeps cache updates and their events in order
+	op opLock // one domain operation at a time
 
 	mu   sync.Mutex
 	conn *daemonConn // the connection to the daemon (daemonconn.go)
@@ -180,6 +179,9 @@ type Manager struct {
 	// capsWarmed is the connection whose daemon was asked to build its
 	// host capabilities (warmHostCapabilities).
 	capsWarmed *libvirt.Libvirt
+	// watch follows the domain: libvirt's events, the cached Domain's
+	// refresh and what follows from them (events.go).
+	watch *watcher
 	// out delivers the events to the sink (outbox.go).
 	out *outbox
 
@@ -255,6 +257,7 @@ func New(cfg Config) *Manager {
 	m.mig = &migrations{m: m, abandonCh: make(chan struct{})}
 	m.jobs = &jobs{m: m}
 	m.net = &netPhase{network: cfg.Network, baseFacts: m.baseFacts}
+	m.watch = &watcher{m: m}
 	m.persist = &stateFile{m: m}
 	m.persist.takeOverState()
 	m.guest = m.newGuest()
@@ -320,7 +323,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		// from a launcher that found the domain running when it started
 		// (its predecessor died; it takes the guest over). A launcher
 		// starting afresh finds no domain and sends nothing.
-		m.refresh(ctx, EventModified, true)
+		m.watch.refresh(ctx, EventModified, true)
 		m.conn.publish()
 		if first {
 			close(m.firstRead)
@@ -341,12 +344,12 @@ func (m *Manager) Run(ctx context.Context) error {
 				select {
 				case <-ctx.Done():
 				case <-time.After(reconnectRecheck):
-					m.refresh(ctx, EventModified, true)
+					m.watch.refresh(ctx, EventModified, true)
 				}
 			}()
 		}
 		first = false
-		m.eventLoop(ctx, l, events, agentEvents)
+		m.watch.eventLoop(ctx, l, events, agentEvents)
 		m.conn.clear()
 		if ctx.Err() != nil {
 			disconnect(l)

@@ -75,7 +75,7 @@ func (m *Manager) MemoryDump(ctx context.Context, v *v1.VirtualMachineInstance, 
 		m.log.Info("memory dump in progress or done: nothing to do", "file", file)
 		return nil
 	}
-	m.refresh(ctx, EventModified, true)
+	m.watch.refresh(ctx, EventModified, true)
 	l, d, limit, err := m.jobs.dumpDomain(ctx)
 	if err != nil {
 		m.log.Error("memory dump failed", "file", file, "reason", err.Error())
@@ -218,7 +218,7 @@ func (x *jobs) dumpEnded(bg context.Context, file string, err error, over bool) 
 	if changed {
 		ctx, cancel := context.WithTimeout(bg, refreshWait)
 		defer cancel()
-		m.refresh(ctx, EventModified, true)
+		m.watch.refresh(ctx, EventModified, true)
 	}
 }
 

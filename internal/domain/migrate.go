@@ -117,7 +117,7 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	if err != nil || running {
 		return err
 	}
-	m.refresh(ctx, EventModified, true)
+	m.watch.refresh(ctx, EventModified, true)
 	flags := migration.Flags(o, v.IsBlockMigration(), st == libvirt.DomainPaused)
 	m.log.Info("migration starting", "migration", uid, "disks", req.Disks, "flags", fmt.Sprintf("%#x", uint32(flags)),
 		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.mig.systemDaemon()),
@@ -442,7 +442,7 @@ func (x *migrations) setMigrationMode(ctx context.Context, mode v1.MigrationMode
 	m.md.Migration = migration.SetMode(m.md.Migration, mode)
 	m.mu.Unlock()
 	m.log.Info("migration mode", "mode", string(mode))
-	m.refresh(ctx, EventModified, true)
+	m.watch.refresh(ctx, EventModified, true)
 }
 
 // migrationEnded records the call's outcome.
@@ -493,7 +493,7 @@ func (x *migrations) setMigrationResult(ctx context.Context, failed bool, reason
 	}
 	m.mu.Unlock()
 	if changed {
-		m.refresh(ctx, EventModified, true)
+		m.watch.refresh(ctx, EventModified, true)
 	}
 	return err
 }

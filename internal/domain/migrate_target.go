@@ -170,7 +170,7 @@ func (x *migrations) migrationArrived(ctx context.Context, ev libvirt.DomainEven
 		return
 	}
 	m.log.Info("migration arrived: the target runs the domain", "domain", ev.Dom.Name)
-	m.refresh(ctx, EventModified, true)
+	m.watch.refresh(ctx, EventModified, true)
 }
 
 // FinalizeMigration ends the target's part once virt-handler has seen the

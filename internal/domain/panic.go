@@ -126,7 +126,8 @@ func parsePanicArgs(typ, args string) *domainjson.GuestPanicInfo {
 // guestPanic handles a CRASHED lifecycle event before the Domain is read
 // again: the GuestPanicked Kubernetes event with the panic's details, and
 // the count and details every Domain from now on carries.
-func (m *Manager) guestPanic(detail int32, domName string, ref VMIRef) {
+func (x *watcher) guestPanic(detail int32, domName string, ref VMIRef) {
+	m := x.m
 	logPath := ""
 	if m.cfg.QemuLogDir != "" && domName != "" {
 		logPath = filepath.Join(m.cfg.QemuLogDir, domName+".log")

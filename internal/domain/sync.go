@@ -159,7 +159,7 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 	// as they are now: no libvirt event follows a link change, and the
 	// device events carry no XML.
 	if changed {
-		m.refresh(ctx, EventModified, true)
+		m.watch.refresh(ctx, EventModified, true)
 	}
 	return err
 }
@@ -377,7 +377,7 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	// GetDomain right after this Sync must see the domain even if the
 	// lifecycle events are still on their way (they send the events), and
 	// a termination waiting for this Sync must see it defined.
-	m.refresh(ctx, EventModified, false)
+	m.watch.refresh(ctx, EventModified, false)
 	return err
 }
 
@@ -408,7 +408,7 @@ func (m *Manager) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineIn
 	defined := m.run.defined
 	m.mu.Unlock()
 	if changed && defined {
-		m.refresh(ctx, EventModified, true)
+		m.watch.refresh(ctx, EventModified, true)
 	}
 }
 

@@ -121,7 +121,7 @@ func (m *Manager) markShutdownStart(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	if first {
-		m.refresh(ctx, EventModified, true)
+		m.watch.refresh(ctx, EventModified, true)
 	}
 }
 
@@ -175,8 +175,8 @@ const killDaemonWait = 8 * time.Second
 // the launcher's wait for the guest's end is over. The daemon, once it
 // answers again, reads the same end from QEMU's exit.
 func (m *Manager) qemuKilled() {
-	m.refreshMu.Lock()
-	defer m.refreshMu.Unlock()
+	m.watch.refreshMu.Lock()
+	defer m.watch.refreshMu.Unlock()
 	m.guest.SetPolling(false)
 	m.mu.Lock()
 	var obj *domainjson.Domain
@@ -186,7 +186,7 @@ func (m *Manager) qemuKilled() {
 		m.cache, obj = &c, &c
 	}
 	m.mu.Unlock()
-	m.markStopped(libvirt.DomainShutoff, int32(libvirt.DomainShutoffDestroyed))
+	m.watch.markStopped(libvirt.DomainShutoff, int32(libvirt.DomainShutoffDestroyed))
 	if obj != nil {
 		m.out.queue(outEvent{typ: EventModified, domain: obj})
 	}
@@ -391,7 +391,7 @@ func (m *Manager) MarkGracefulShutdown(ctx context.Context) {
 	m.mu.Lock()
 	m.md.MarkedForGracefulShutdown = &t
 	m.mu.Unlock()
-	m.refresh(ctx, EventModified, true)
+	m.watch.refresh(ctx, EventModified, true)
 }
 
 // ShutdownForTermination is the launcher's own graceful stop on SIGTERM:
