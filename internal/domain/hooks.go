@@ -11,7 +11,8 @@ import (
 // applyHooks runs the OnDefineDomain hooks on the converter's XML. What
 // they return must still be a domain of the same name: the manager finds
 // its domain by name.
-func (m *Manager) applyHooks(ctx context.Context, v *v1.VirtualMachineInstance, xml, name string) (string, error) {
+func (x *syncer) applyHooks(ctx context.Context, v *v1.VirtualMachineInstance, xml, name string) (string, error) {
+	m := x.m
 	out, err := m.cfg.Hooks.OnDefineDomain(ctx, xml, v)
 	if err != nil {
 		return "", fmt.Errorf("define domain %s: %w", name, err)

@@ -179,6 +179,10 @@ type Manager struct {
 	// capsWarmed is the connection whose daemon was asked to build its
 	// host capabilities (warmHostCapabilities).
 	capsWarmed *libvirt.Libvirt
+	// sync defines, starts and changes the domain for Sync (sync.go,
+	// hooks.go); life runs the lifecycle verbs' common parts (verbs.go).
+	sync *syncer
+	life *lifecycle
 	// watch follows the domain: libvirt's events, the cached Domain's
 	// refresh and what follows from them (events.go).
 	watch *watcher
@@ -256,7 +260,9 @@ func New(cfg Config) *Manager {
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
 	m.mig = &migrations{m: m, abandonCh: make(chan struct{})}
 	m.jobs = &jobs{m: m}
-	m.net = &netPhase{network: cfg.Network, baseFacts: m.baseFacts}
+	m.sync = &syncer{m: m}
+	m.life = &lifecycle{m: m}
+	m.net = &netPhase{network: cfg.Network, baseFacts: m.sync.baseFacts}
 	m.watch = &watcher{m: m}
 	m.persist = &stateFile{m: m}
 	m.persist.takeOverState()

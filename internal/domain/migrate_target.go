@@ -198,7 +198,7 @@ func (m *Manager) FinalizeMigration(ctx context.Context, v *v1.VirtualMachineIns
 	if !ok {
 		return errors.New("finalize migration: no domain arrived in this pod")
 	}
-	if err := m.applier(l, d).RefreshLinks(ctx, linkRefresh); err != nil {
+	if err := m.sync.applier(l, d).RefreshLinks(ctx, linkRefresh); err != nil {
 		return err
 	}
 	m.guest.SyncTime("after the migration")

@@ -21,6 +21,11 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
+// syncer does Sync's work on the Manager m's domain: the define and start
+// (defineAndStart, with the hooks of hooks.go), and the changes a running
+// domain needs (applyChanges). It reaches m through a back-pointer.
+type syncer struct{ m *Manager }
+
 // SyncOptions is what the launcher uses of virt-handler's
 // VirtualMachineOptions (the rest of that message is accepted and ignored).
 // The manager owns it because Sync consumes it; the command server only
@@ -55,21 +60,21 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		return err
 	}
 	m.guest.SyncProbesPaused(v)
-	if err := m.syncRestartsOff(v); err != nil {
+	if err := m.sync.syncRestartsOff(v); err != nil {
 		return err
 	}
 	if m.terminating.Load() {
 		// virt-handler keeps reconciling while the pod shuts down; an error
 		// would become a warning on the VMI. Nothing is defined, started or
 		// resumed any more, but the grace period still follows the VMI.
-		m.refreshGracePeriod(ctx, v)
+		m.sync.refreshGracePeriod(ctx, v)
 		m.log.Info("sync while shutting down: nothing to converge")
 		return nil
 	}
 	if m.cfg.HypervisorErr != nil {
 		return m.cfg.HypervisorErr
 	}
-	m.refreshGracePeriod(ctx, v)
+	m.sync.refreshGracePeriod(ctx, v)
 	if err := m.net.start(ctx, v, opts.InterfaceDomainAttachment); err != nil {
 		return err
 	}
@@ -94,7 +99,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		return errors.New("sync: this pod is a migration target waiting for its domain: nothing is defined")
 	}
 	if run == runDefine {
-		if err := m.defineAndStart(ctx, l, v, opts); err != nil {
+		if err := m.sync.defineAndStart(ctx, l, v, opts); err != nil {
 			return err
 		}
 		m.guest.StartCredentials(v)
@@ -105,7 +110,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 	m.guest.StartCredentials(v)
 	switch run {
 	case runStart:
-		if err := m.start(l, d, v); err != nil {
+		if err := m.sync.start(l, d, v); err != nil {
 			return err
 		}
 	case runResume:
@@ -114,7 +119,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 		}
 		m.log.Info("resumed domain paused by libvirt", "domain", d.Name, "pausedReason", live.reason)
 	}
-	return m.applyChanges(ctx, l, d, v)
+	return m.sync.applyChanges(ctx, l, d, v)
 }
 
 // applyChanges makes the defined domain match what the VMI asks of it
@@ -123,16 +128,17 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 // grown, interfaces unplugged and plugged, link states set, each confirmed
 // by libvirt before the Sync answers. A change it cannot make fails the
 // Sync before any is made; it never answers success for a change not made.
-func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
+func (x *syncer) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
+	m := x.m
 	live, err := devices.ReadXML(ctx, l, d, 0)
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	want, err := m.wantDisks(v, live)
+	want, err := m.sync.wantDisks(v, live)
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	a := m.applier(l, d)
+	a := m.sync.applier(l, d)
 	if err := a.FollowDefinition(ctx, live); err != nil {
 		return err
 	}
@@ -165,7 +171,8 @@ func (m *Manager) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvir
 }
 
 // applier makes device changes to domain d over l.
-func (m *Manager) applier(l *libvirt.Libvirt, d libvirt.Domain) *devices.Applier {
+func (x *syncer) applier(l *libvirt.Libvirt, d libvirt.Domain) *devices.Applier {
+	m := x.m
 	a := &devices.Applier{Client: devices.Libvirt{L: l, D: d}, Log: m.log, HotplugDir: m.cfg.Layout.HotplugDiskDir}
 	if m.cfg.Network != nil {
 		a.Network = m.net
@@ -176,8 +183,9 @@ func (m *Manager) applier(l *libvirt.Libvirt, d libvirt.Domain) *devices.Applier
 // wantDisks converts the VMI's disks as the running domain should have
 // them, with the facts of its hotplugged volumes gathered anew (the others
 // were gathered at the define and do not change).
-func (m *Manager) wantDisks(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) ([]libvirtxml.DomainDisk, error) {
-	c, err := m.baseFacts()
+func (x *syncer) wantDisks(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) ([]libvirtxml.DomainDisk, error) {
+	m := x.m
+	c, err := m.sync.baseFacts()
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +250,8 @@ func decideSync(v *v1.VirtualMachineInstance, live domainNow) runAction {
 
 // baseFacts is a fresh Context with the launcher's own facts, before any
 // about the VMI's volumes, which need the disk preparer.
-func (m *Manager) baseFacts() (*facts.Context, error) {
+func (x *syncer) baseFacts() (*facts.Context, error) {
+	m := x.m
 	if m.cfg.Disks == nil {
 		return nil, errors.New("no disk preparer configured")
 	}
@@ -254,7 +263,7 @@ func (m *Manager) baseFacts() (*facts.Context, error) {
 
 // Context gathers every outside fact the converter needs for v.
 func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opts SyncOptions) (*facts.Context, error) {
-	c, err := m.baseFacts()
+	c, err := m.sync.baseFacts()
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +304,8 @@ func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opt
 	return c, nil
 }
 
-func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.VirtualMachineInstance, opts SyncOptions) error {
+func (x *syncer) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.VirtualMachineInstance, opts SyncOptions) error {
+	m := x.m
 	c, err := m.Context(ctx, v, opts)
 	if err != nil {
 		return err
@@ -327,7 +337,7 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	})
 	t1 := time.Now()
 	if m.cfg.Hooks != nil {
-		if xml, err = m.applyHooks(ctx, v, xml, dom.Name); err != nil {
+		if xml, err = m.sync.applyHooks(ctx, v, xml, dom.Name); err != nil {
 			undo()
 			return err
 		}
@@ -373,7 +383,7 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 		undo()
 		return err
 	}
-	err = m.start(l, d, v)
+	err = m.sync.start(l, d, v)
 	// GetDomain right after this Sync must see the domain even if the
 	// lifecycle events are still on their way (they send the events), and
 	// a termination waiting for this Sync must see it defined.
@@ -381,7 +391,8 @@ func (m *Manager) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.
 	return err
 }
 
-func (m *Manager) start(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
+func (x *syncer) start(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
+	m := x.m
 	var flags uint32
 	paused := v.Spec.StartStrategy != nil && *v.Spec.StartStrategy == v1.StartStrategyPaused
 	if paused {
@@ -400,7 +411,8 @@ func (m *Manager) start(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachi
 
 // refreshGracePeriod keeps DeletionGracePeriodSeconds equal to the VMI's
 // and tells the handler when it changed.
-func (m *Manager) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineInstance) {
+func (x *syncer) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineInstance) {
+	m := x.m
 	g := vmi.GracePeriodSeconds(v)
 	m.mu.Lock()
 	changed := m.md.GracePeriodSeconds != g
@@ -416,7 +428,8 @@ func (m *Manager) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineIn
 // launcher-restarts annotation: present while the VMI asks for no
 // restarts. A Sync that cannot set it fails: the monitor would otherwise
 // keep a guest the owner asked to end with its launcher.
-func (m *Manager) syncRestartsOff(v *v1.VirtualMachineInstance) error {
+func (x *syncer) syncRestartsOff(v *v1.VirtualMachineInstance) error {
+	m := x.m
 	path := m.cfg.RestartsOffFile
 	if path == "" {
 		return nil

@@ -12,10 +12,16 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
+// lifecycle is the common part of the Manager m's lifecycle verbs: the
+// lock and lookup around each (verb, verbLocked), the shutdown signal, the
+// destroy and what follows a killed QEMU. It reaches m through a
+// back-pointer.
+type lifecycle struct{ m *Manager }
+
 // Pause suspends a running domain; it stays paused until Unpause (Sync does
 // not resume a domain the user paused).
 func (m *Manager) Pause(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, verbPause, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.life.verb(ctx, v, verbPause, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		m.mu.Lock()
 		m.run.userPaused = true
 		m.mu.Unlock()
@@ -31,7 +37,7 @@ func (m *Manager) Pause(ctx context.Context, v *v1.VirtualMachineInstance) error
 
 // Unpause resumes a paused domain.
 func (m *Manager) Unpause(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, verbUnpause, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.life.verb(ctx, v, verbUnpause, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		m.mu.Lock()
 		m.run.userPaused = false
 		m.mu.Unlock()
@@ -49,12 +55,12 @@ func (m *Manager) Unpause(ctx context.Context, v *v1.VirtualMachineInstance) err
 // Shutdown asks the guest to power off (signalShutdown). The first one
 // records the deletion timestamp in the metadata (kubevirt-wire.md 3.5).
 func (m *Manager) Shutdown(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, verbShutdown, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.life.verb(ctx, v, verbShutdown, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		if !active(st) {
 			return nil
 		}
-		m.markShutdownStart(ctx)
-		return m.signalShutdown(ctx, l, d)
+		m.life.markShutdownStart(ctx)
+		return m.life.signalShutdown(ctx, l, d)
 	})
 }
 
@@ -81,7 +87,8 @@ const acpiCallTimeout = 5 * time.Second
 // waiting long before its own fallback: after shutdownCallTimeout the
 // power button is pressed directly (a separate daemon job, which the
 // agent's does not hold up), as libvirt would have done in the end.
-func (m *Manager) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) error {
+func (x *lifecycle) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) error {
+	m := x.m
 	cctx, cancel := context.WithTimeout(ctx, shutdownCallTimeout)
 	defer cancel()
 	err := bounded.Call(cctx, "ask the guest to power off", func() error {
@@ -112,7 +119,8 @@ func (m *Manager) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d libv
 
 // markShutdownStart records when the graceful shutdown began (the start of
 // the grace period virt-handler counts from), once, and tells the handler.
-func (m *Manager) markShutdownStart(ctx context.Context) {
+func (x *lifecycle) markShutdownStart(ctx context.Context) {
+	m := x.m
 	m.mu.Lock()
 	first := m.md.DeletionTimestamp == nil
 	if first {
@@ -135,11 +143,11 @@ func (m *Manager) markShutdownStart(ctx context.Context) {
 // reports the domain destroyed.
 func (m *Manager) Kill(ctx context.Context, v *v1.VirtualMachineInstance) error {
 	kill := func(ctx context.Context) error {
-		return m.verb(ctx, v, verbKill, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+		return m.life.verb(ctx, v, verbKill, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 			if !active(st) {
 				return nil
 			}
-			return m.destroy(l, d)
+			return m.life.destroy(l, d)
 		})
 	}
 	if m.cfg.KillWithoutDaemon == nil {
@@ -162,7 +170,7 @@ func (m *Manager) Kill(ctx context.Context, v *v1.VirtualMachineInstance) error 
 	if kerr := m.cfg.KillWithoutDaemon(ctx); kerr != nil {
 		return fmt.Errorf("%w; killing QEMU: %w", err, kerr)
 	}
-	m.qemuKilled()
+	m.life.qemuKilled()
 	return nil
 }
 
@@ -174,7 +182,8 @@ const killDaemonWait = 8 * time.Second
 // is reported destroyed (a MODIFIED event, as libvirt's own would be) and
 // the launcher's wait for the guest's end is over. The daemon, once it
 // answers again, reads the same end from QEMU's exit.
-func (m *Manager) qemuKilled() {
+func (x *lifecycle) qemuKilled() {
+	m := x.m
 	m.watch.refreshMu.Lock()
 	defer m.watch.refreshMu.Unlock()
 	m.guest.SetPolling(false)
@@ -194,7 +203,8 @@ func (m *Manager) qemuKilled() {
 
 // destroy kills QEMU; an error that leaves the domain down anyway (a destroy
 // racing with the daemon's own stop) is not an error.
-func (m *Manager) destroy(l *libvirt.Libvirt, d libvirt.Domain) error {
+func (x *lifecycle) destroy(l *libvirt.Libvirt, d libvirt.Domain) error {
+	m := x.m
 	err := l.DomainDestroyFlags(d, 0)
 	if err == nil {
 		return nil
@@ -219,7 +229,7 @@ const undefineFlags = libvirt.DomainUndefineKeepNvram | libvirt.DomainUndefineCh
 // Delete undefines the domain. When it is (or becomes) inactive the manager
 // sends the "gone" event.
 func (m *Manager) Delete(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, verbDelete, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.life.verb(ctx, v, verbDelete, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		err := l.DomainUndefineFlags(d, undefineFlags)
 		if err != nil && libvirt.IsNotFound(err) {
 			return nil
@@ -230,7 +240,7 @@ func (m *Manager) Delete(ctx context.Context, v *v1.VirtualMachineInstance) erro
 
 // Reset is a hard reset of the guest.
 func (m *Manager) Reset(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, verbReset, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.life.verb(ctx, v, verbReset, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		if !active(st) {
 			return fmt.Errorf("domain %s is not running", d.Name)
 		}
@@ -243,7 +253,7 @@ func (m *Manager) Reset(ctx context.Context, v *v1.VirtualMachineInstance) error
 // reads the agent's state from the VMI's AgentConnected condition, itself
 // made from the Domain this reads).
 func (m *Manager) SoftReboot(ctx context.Context, v *v1.VirtualMachineInstance) error {
-	return m.verb(ctx, v, verbSoftReboot, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	return m.life.verb(ctx, v, verbSoftReboot, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		if st != libvirt.DomainRunning {
 			return fmt.Errorf("domain %s is not running", d.Name)
 		}
@@ -299,7 +309,8 @@ func (k verbKind) needsDomain() bool {
 
 // verb runs one lifecycle operation under the operation lock. Without a
 // domain it fails or succeeds as what.needsDomain says.
-func (m *Manager) verb(ctx context.Context, v *v1.VirtualMachineInstance, what verbKind, f func(*libvirt.Libvirt, libvirt.Domain, libvirt.DomainState) error) error {
+func (x *lifecycle) verb(ctx context.Context, v *v1.VirtualMachineInstance, what verbKind, f func(*libvirt.Libvirt, libvirt.Domain, libvirt.DomainState) error) error {
+	m := x.m
 	if err := m.op.lock(ctx); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -310,7 +321,7 @@ func (m *Manager) verb(ctx context.Context, v *v1.VirtualMachineInstance, what v
 	done := make(chan error, 1)
 	go func() {
 		defer m.op.unlock()
-		done <- m.verbLocked(ctx, v, what, f)
+		done <- m.life.verbLocked(ctx, v, what, f)
 	}()
 	select {
 	case err := <-done:
@@ -320,7 +331,8 @@ func (m *Manager) verb(ctx context.Context, v *v1.VirtualMachineInstance, what v
 	}
 }
 
-func (m *Manager) verbLocked(ctx context.Context, v *v1.VirtualMachineInstance, what verbKind, f func(*libvirt.Libvirt, libvirt.Domain, libvirt.DomainState) error) error {
+func (x *lifecycle) verbLocked(ctx context.Context, v *v1.VirtualMachineInstance, what verbKind, f func(*libvirt.Libvirt, libvirt.Domain, libvirt.DomainState) error) error {
+	m := x.m
 	if v != nil {
 		if err := m.checkIdentity(v, false); err != nil {
 			return err
@@ -399,15 +411,15 @@ func (m *Manager) MarkGracefulShutdown(ctx context.Context) {
 // domain exists.
 func (m *Manager) ShutdownForTermination(ctx context.Context) (bool, error) {
 	running := false
-	err := m.verb(ctx, nil, verbShutdown, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
+	err := m.life.verb(ctx, nil, verbShutdown, func(l *libvirt.Libvirt, d libvirt.Domain, st libvirt.DomainState) error {
 		if !active(st) {
 			return nil
 		}
 		running = true
 		// The launcher's own power-off after SIGTERM starts the grace
 		// period just as the handler's Shutdown does.
-		m.markShutdownStart(ctx)
-		return m.signalShutdown(ctx, l, d)
+		m.life.markShutdownStart(ctx)
+		return m.life.signalShutdown(ctx, l, d)
 	})
 	return running, err
 }
