@@ -41,14 +41,14 @@ func constant(doc string) func(string) string { return func(string) string { ret
 // moreDisk adds a disk and a volume after the cloud-init one.
 func moreDisk(disk, volume string) func(string) string {
 	return func(s string) string {
-		s = replace("      - name: cloudinit\n        disk: {bus: virtio}\n",
-			"      - name: cloudinit\n        disk: {bus: virtio}\n"+disk)(s)
+		s = replace("      - name: cloudinit\n        disk:\n          bus: virtio\n",
+			"      - name: cloudinit\n        disk:\n          bus: virtio\n"+disk)(s)
 		return s + volume
 	}
 }
 
 const (
-	rootDisk   = "      - name: root\n        disk: {bus: virtio}\n"
+	rootDisk   = "      - name: root\n        disk:\n          bus: virtio\n"
 	rootVolume = "  - name: root\n    containerDisk:\n      image: registry.example/testguest-root:v1\n"
 	scratchCap = "      capacity: 64Mi\n"
 	memory     = "        memory: 128Mi\n"
