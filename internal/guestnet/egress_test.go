@@ -2,8 +2,6 @@ package guestnet
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -12,61 +10,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
-	"github.com/virtlauncher/virtlauncher/internal/podnet"
-	"github.com/virtlauncher/virtlauncher/internal/relay"
-	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testnet"
 )
-
-// egressTestID stands for a VM's leased id: no account or process has it.
-const egressTestID = 1879113000
-
-// egressPod is a pod network (no guest) with the egress relay of a VM
-// whose id is egressTestID; status holds what the relay said.
-func egressPod(t *testing.T) (*podnet.Pod, *relay.Relay, *testenv.SyncBuffer) {
-	t.Helper()
-	testenv.Root(t, "creates network namespaces, links, routes and nftables rules, and sockets as another user")
-	p, err := podnet.New(podnet.Config{Dir: t.TempDir(), NoIPv6: true})
-	if err != nil {
-		t.Fatalf("pod network: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := p.Remove(); err != nil {
-			t.Errorf("remove the pod network: %v", err)
-		}
-	})
-	status := &testenv.SyncBuffer{}
-	rl, err := ServeEgress(p, IDs{UID: egressTestID, GID: egressTestID}, status)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rl.Close)
-	return p, rl, status
-}
-
-// dialFromPod connects from the pod's namespace, as the guest does.
-func dialFromPod(p *podnet.Pod, to netip.AddrPort) (net.Conn, error) {
-	var c net.Conn
-	err := plan.InNS(p.NS, func() (err error) {
-		c, err = net.DialTimeout("tcp", to.String(), 5*time.Second)
-		return err
-	})
-	return c, err
-}
-
-// fetch asks for / at to from the pod's namespace and returns the answer,
-// "" when the connection was closed without one.
-func fetch(p *podnet.Pod, to netip.AddrPort) (string, error) {
-	c, err := dialFromPod(p, to)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(15 * time.Second))
-	fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
-	b, err := io.ReadAll(c)
-	return string(b), err
-}
 
 // TestEgressRefusesHost: the guest's egress reaches a host of the
 // internet, with a socket owned by the VM's id, not root; it does not
@@ -74,14 +19,14 @@ func fetch(p *podnet.Pod, to netip.AddrPort) (string, error) {
 // started, one on 0.0.0.0 reached at the host's own address, link-local
 // and cloud metadata addresses are refused at once, each with a line.
 func TestEgressRefusesHost(t *testing.T) {
-	p, _, status := egressPod(t)
+	p, _, status := EgressTestPod(t)
 	far := testnet.FarHost(t, "VL-FAR-PAGE")
-	if got, err := fetch(p, far); err != nil || !strings.Contains(got, "VL-FAR-PAGE") {
+	if got, err := testnet.Fetch(p, far); err != nil || !strings.Contains(got, "VL-FAR-PAGE") {
 		t.Fatalf("a host of the internet through egress: %q, %v\nrelay: %s", got, err, status.String())
 	}
 
 	// The socket that reaches the far host is the VM's.
-	c, err := dialFromPod(p, far)
+	c, err := testnet.DialFromPod(p, far)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +38,8 @@ func TestEgressRefusesHost(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if len(owners) != 1 || owners[0] != egressTestID {
-		t.Errorf("the relay's sockets to %s are owned by %v, want [%d] (the VM's id)", far, owners, egressTestID)
+	if len(owners) != 1 || owners[0] != EgressTestID {
+		t.Errorf("the relay's sockets to %s are owned by %v, want [%d] (the VM's id)", far, owners, EgressTestID)
 	}
 	c.Close()
 
@@ -124,7 +69,7 @@ func TestEgressRefusesHost(t *testing.T) {
 		{netip.MustParseAddrPort("100.100.100.200:80"), "a cloud metadata service"},
 	} {
 		start := time.Now()
-		got, err := fetch(p, c.to)
+		got, err := testnet.Fetch(p, c.to)
 		if strings.Contains(got, "VL-HOST-PAGE") || time.Since(start) > 3*time.Second {
 			t.Errorf("egress to %s: %q, %v after %v: want it refused at once", c.to, got, err, time.Since(start))
 		}

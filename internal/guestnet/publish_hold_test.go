@@ -12,40 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
-	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
-
-// podServer is a pod network (no guest) whose pod namespace serves body
-// on port, standing in for a guest's server.
-func podServer(t *testing.T, port uint16, body string) *PodTarget {
-	t.Helper()
-	p, err := podnet.New(podnet.Config{Dir: t.TempDir(), NoIPv6: true})
-	if err != nil {
-		t.Fatalf("pod network: %v", err)
-	}
-	t.Cleanup(func() { p.Remove() })
-	var l net.Listener
-	if err := plan.InNS(p.NS, func() (err error) {
-		l, err = net.Listen("tcp", netip.AddrPortFrom(p.Pod4.Addr(), port).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			io.WriteString(c, body+"\n")
-			go func() { io.Copy(io.Discard, c); c.Close() }() // held until the client ends
-		}
-	}()
-	return &PodTarget{Outside: p.Outside, Addr: p.Pod4.Addr()}
-}
 
 // TestHeldPorts: a published port keeps its listener from one pod to the
 // next; between them a connection is closed at once and one to the old
@@ -55,12 +23,7 @@ func TestHeldPorts(t *testing.T) {
 	var status testenv.SyncBuffer
 	h := NewHeldPorts(&status)
 	defer h.Close()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := l.Addr().(*net.TCPAddr).AddrPort()
-	l.Close()
+	host := testenv.FreeAddr(t)
 	pub := []Publish{{Host: host, GuestPort: 8080}}
 	if err := h.Bind(pub, 0); err != nil {
 		t.Fatal(err)
@@ -76,7 +39,7 @@ func TestHeldPorts(t *testing.T) {
 		n, err := c.Read(b)
 		return strings.TrimSpace(string(b[:n])), err
 	}
-	h.Point(podServer(t, 8080, "first"))
+	h.Point(PodTestServer(t, 8080, "first"))
 	if got, err := read(); got != "first" {
 		t.Fatalf("the first pod: %q, %v", got, err)
 	}
@@ -108,7 +71,7 @@ func TestHeldPorts(t *testing.T) {
 		t.Errorf("binding the held ports again: %v", err)
 	}
 
-	h.Point(podServer(t, 8080, "second"))
+	h.Point(PodTestServer(t, 8080, "second"))
 	if got, err := read(); got != "second" {
 		t.Fatalf("the second pod: %q, %v", got, err)
 	}
@@ -145,24 +108,13 @@ func TestHeldPorts(t *testing.T) {
 	}
 }
 
-// freeAddr is a loopback address with a port nothing listens on.
-func freeAddr(t *testing.T) netip.AddrPort {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).AddrPort()
-}
-
 // TestAdoptRefuses: what comes as a published listener is checked before
 // anything is served from it: a UDP socket, a TCP socket bound but not
 // listening, one listening on another port, a regular file, one named for
 // a port the run does not publish are refused, each saying why, and
 // nothing of them is served.
 func TestAdoptRefuses(t *testing.T) {
-	pb := Publish{Host: freeAddr(t), GuestPort: 22}
+	pb := Publish{Host: testenv.FreeAddr(t), GuestPort: 22}
 	pubs := []Publish{pb}
 	socket := func(typ int, listen bool, at netip.AddrPort) *os.File {
 		fd, err := unix.Socket(unix.AF_INET, typ|unix.SOCK_CLOEXEC, 0)
@@ -191,7 +143,7 @@ func TestAdoptRefuses(t *testing.T) {
 	}{
 		{"udp", func() *os.File { return socket(unix.SOCK_DGRAM, false, pb.Host) }, pb.Recorded(), "not a TCP socket"},
 		{"not listening", func() *os.File { return socket(unix.SOCK_STREAM, false, pb.Host) }, pb.Recorded(), "not listening"},
-		{"another port", func() *os.File { return socket(unix.SOCK_STREAM, true, freeAddr(t)) }, pb.Recorded(), "bound to 127.0.0.1:"},
+		{"another port", func() *os.File { return socket(unix.SOCK_STREAM, true, testenv.FreeAddr(t)) }, pb.Recorded(), "bound to 127.0.0.1:"},
 		{"a file", func() *os.File { return regular }, pb.Recorded(), "not a socket"},
 		{"not published", func() *os.File { return socket(unix.SOCK_STREAM, true, pb.Host) }, "127.0.0.1:1->22/tcp", "not a port this run publishes"},
 	} {

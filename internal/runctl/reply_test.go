@@ -1,46 +1,15 @@
 package runctl
 
 import (
-	"net"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"golang.org/x/sys/unix"
 )
-
-// freeAddr is a loopback address with a port nothing listens on.
-func freeAddr(t *testing.T) netip.AddrPort {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).AddrPort()
-}
-
-// controlPair is the two ends of a control connection.
-func controlPair(t *testing.T) (a, b *net.UnixConn) {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "control")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c.(*net.UnixConn)
-	}
-	return conn(fds[0]), conn(fds[1])
-}
 
 // TestReplyDropsExtraDescriptors: an answer that comes with more
 // descriptors than the published ports it names stands (a completed
@@ -59,8 +28,8 @@ func TestReplyDropsExtraDescriptors(t *testing.T) {
 		}
 		return os.NewFile(uintptr(fd), "test socket")
 	}
-	a, b := controlPair(t)
-	l1, l2 := socket(freeAddr(t)), socket(freeAddr(t))
+	a, b := testenv.UnixPair(t)
+	l1, l2 := socket(testenv.FreeAddr(t)), socket(testenv.FreeAddr(t))
 	defer l1.Close()
 	defer l2.Close()
 	msg := `{"message":"done","ports":["x","y"]}` + "\n"

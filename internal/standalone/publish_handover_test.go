@@ -2,82 +2,14 @@ package standalone
 
 import (
 	"bufio"
-	"io"
 	"net"
-	"net/netip"
-	"os"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/virtlauncher/virtlauncher/internal/guestnet"
-	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
-	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/runctl"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
-
-// podServer is a pod network (no guest) whose pod namespace serves body
-// on port, standing in for a guest's server.
-func podServer(t *testing.T, port uint16, body string) *guestnet.PodTarget {
-	t.Helper()
-	p, err := podnet.New(podnet.Config{Dir: t.TempDir(), NoIPv6: true})
-	if err != nil {
-		t.Fatalf("pod network: %v", err)
-	}
-	t.Cleanup(func() { p.Remove() })
-	var l net.Listener
-	if err := plan.InNS(p.NS, func() (err error) {
-		l, err = net.Listen("tcp", netip.AddrPortFrom(p.Pod4.Addr(), port).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			io.WriteString(c, body+"\n")
-			go func() { io.Copy(io.Discard, c); c.Close() }() // held until the client ends
-		}
-	}()
-	return &guestnet.PodTarget{Outside: p.Outside, Addr: p.Pod4.Addr()}
-}
-
-// freeAddr is a loopback address with a port nothing listens on.
-func freeAddr(t *testing.T) netip.AddrPort {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).AddrPort()
-}
-
-// controlPair is the two ends of a control connection.
-func controlPair(t *testing.T) (a, b *net.UnixConn) {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "control")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c.(*net.UnixConn)
-	}
-	return conn(fds[0]), conn(fds[1])
-}
 
 // TestPortsHandedOver: the answer to a completed migration brings the old
 // run's published listeners to the new run, which serves them: the port is
@@ -87,15 +19,15 @@ func controlPair(t *testing.T) (a, b *net.UnixConn) {
 func TestPortsHandedOver(t *testing.T) {
 	testenv.Root(t, "creates network namespaces")
 	var status testenv.SyncBuffer
-	pubs := []guestnet.Publish{{Host: freeAddr(t), GuestPort: 8080}, {Host: freeAddr(t), GuestPort: 8081}}
+	pubs := []guestnet.Publish{{Host: testenv.FreeAddr(t), GuestPort: 8080}, {Host: testenv.FreeAddr(t), GuestPort: 8081}}
 	old := guestnet.NewHeldPorts(&status)
 	defer old.Close()
 	if err := old.Bind(pubs, 0); err != nil {
 		t.Fatal(err)
 	}
-	old.Point(podServer(t, 8080, "old"))
+	old.Point(guestnet.PodTestServer(t, 8080, "old"))
 	src := &runner{cfg: session{Config: Config{Publish: pubs, Status: &status}, ports: old}}
-	a, b := controlPair(t)
+	a, b := testenv.UnixPair(t)
 	if err := src.replyMigrated(a, runctl.Reply{Message: "done"}); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +54,7 @@ func TestPortsHandedOver(t *testing.T) {
 	}
 	h := guestnet.NewHeldPorts(&status)
 	defer h.Close()
-	h.Point(podServer(t, 8080, "new"))
+	h.Point(guestnet.PodTestServer(t, 8080, "new"))
 	if err := h.Adopt(pubs, rep.Ports, files); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // TestBinaryReach: a binary in a directory only root can enter is not
@@ -13,7 +14,7 @@ import (
 func TestBinaryReach(t *testing.T) {
 	o := launcherUser(t)
 	// Not t.TempDir: its parent is 0700.
-	root := openDir(t)
+	root := testenv.OpenDir(t)
 	private := filepath.Join(root, "private")
 	open := filepath.Join(root, "open")
 	for dir, mode := range map[string]os.FileMode{private: 0o700, open: 0o755} {

@@ -361,21 +361,6 @@ func launcherIDs(t *testing.T) ids {
 	return o
 }
 
-// openDir makes a directory QEMU's user can enter (t.TempDir's parent is
-// 0700).
-func openDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "vlstor")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 // TestOpenUserDisk: the real file system decisions for the user's storage,
 // with the real launcher user: what is created, what is refused, and that
 // the ACL entry is taken out again.
@@ -385,7 +370,7 @@ func TestOpenUserDisk(t *testing.T) {
 	logf := func(f string, a ...any) { msgs.WriteString(strings.TrimSpace(strings.ReplaceAll(f, "%", "")) + "\n") }
 
 	t.Run("DiskOrCreate makes a sparse file of the capacity at the user's path and keeps it", func(t *testing.T) {
-		dir := openDir(t)
+		dir := testenv.OpenDir(t)
 		path := filepath.Join(dir, "new.img")
 		d, err := diskSpec{volume: "v", field: "f", path: path, kind: hostDiskFile, create: 48 << 20, sizeFrom: "cap", allowed: dir}.open(o, logf)
 		if err != nil {
@@ -411,7 +396,7 @@ func TestOpenUserDisk(t *testing.T) {
 	})
 
 	t.Run("an existing file: ACL entry granted, then removed, mode as before", func(t *testing.T) {
-		dir := openDir(t)
+		dir := testenv.OpenDir(t)
 		path := filepath.Join(dir, "old.img")
 		if err := os.WriteFile(path, []byte("data"), 0o640); err != nil {
 			t.Fatal(err)
@@ -439,7 +424,7 @@ func TestOpenUserDisk(t *testing.T) {
 	})
 
 	t.Run("a failed run removes the file it created, not one it found", func(t *testing.T) {
-		dir := openDir(t)
+		dir := testenv.OpenDir(t)
 		path := filepath.Join(dir, "new.img")
 		d, err := diskSpec{path: path, kind: pvcStorage, create: 1 << 20, sizeFrom: "s"}.open(o, logf)
 		if err != nil {
@@ -494,7 +479,7 @@ func TestOpenUserDisk(t *testing.T) {
 	}
 	for _, tc := range refused {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
-			dir := openDir(t)
+			dir := testenv.OpenDir(t)
 			path := tc.setup(t, dir)
 			before := listTree(t, dir)
 			s := tc.spec
@@ -588,7 +573,7 @@ func hostDiskRun(o ids, status *bytes.Buffer, vols ...v1.Volume) *runner {
 // directory: a stand-in for /etc/shadow.
 func rootSecret(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(openDir(t), "shadow")
+	p := filepath.Join(testenv.OpenDir(t), "shadow")
 	if err := os.WriteFile(p, []byte("root:$6$secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -603,7 +588,7 @@ func rootSecret(t *testing.T) string {
 func TestHostDiskNotAllowed(t *testing.T) {
 	o := launcherIDs(t)
 	secret := rootSecret(t)
-	profile := openDir(t) // an /etc/profile.d stand-in
+	profile := testenv.OpenDir(t) // an /etc/profile.d stand-in
 	for _, tc := range []struct {
 		name string
 		vols []v1.Volume
@@ -651,7 +636,7 @@ func TestHostDiskAllowed(t *testing.T) {
 	o := launcherIDs(t)
 	secret := rootSecret(t)
 	outside := filepath.Dir(secret)
-	allowed := openDir(t)
+	allowed := testenv.OpenDir(t)
 	mk := func(name string, mode os.FileMode) string {
 		p := filepath.Join(allowed, name)
 		if err := os.WriteFile(p, make([]byte, 1<<20), mode); err != nil {
@@ -674,7 +659,7 @@ func TestHostDiskAllowed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hostOwned := filepath.Join(openDir(t), "vm")
+	hostOwned := filepath.Join(testenv.OpenDir(t), "vm")
 	if err := os.Mkdir(hostOwned, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -785,7 +770,7 @@ func TestPlaceBelowBase(t *testing.T) {
 	testenv.Root(t, "root's opens are what is tested")
 	secret := rootSecret(t)
 	outside := filepath.Dir(secret)
-	base := openDir(t)
+	base := testenv.OpenDir(t)
 	if err := os.Symlink(outside, filepath.Join(base, "sub")); err != nil {
 		t.Fatal(err)
 	}

@@ -99,51 +99,54 @@ func (v *qemuVM) output() string {
 	return v.out.String()
 }
 
-// waitFor waits for a console line holding marker and returns its arguments
-// and when it was seen.
-func (v *qemuVM) waitFor(marker string, timeout time.Duration) (string, time.Duration) {
+// wait waits until match finds what it looks for in the console output,
+// checking once more after QEMU exited; what names it in a failure.
+func (v *qemuVM) wait(what string, timeout time.Duration, match func(out string) bool) {
 	v.t.Helper()
 	deadline := time.After(timeout)
 	for {
 		v.mu.Lock()
 		out, ch := v.out.String(), v.changed
 		v.mu.Unlock()
-		if rest, ok := FindMarker(out, marker); ok {
-			return rest, time.Since(v.started)
+		if match(out) {
+			return
 		}
 		select {
 		case <-ch:
 		case <-v.exited:
-			if rest, ok := FindMarker(v.output(), marker); ok {
-				return rest, time.Since(v.started)
+			if match(v.output()) {
+				return
 			}
-			v.t.Fatalf("QEMU exited (%v) before %s", v.waitErr, marker)
+			v.t.Fatalf("QEMU exited (%v) before %s", v.waitErr, what)
 		case <-deadline:
-			v.t.Fatalf("no %s within %v", marker, timeout)
+			v.t.Fatalf("no %s within %v", what, timeout)
 		}
 	}
+}
+
+// waitFor waits for a console line holding marker and returns its arguments
+// and when it was seen.
+func (v *qemuVM) waitFor(marker string, timeout time.Duration) (string, time.Duration) {
+	v.t.Helper()
+	var rest string
+	v.wait(marker, timeout, func(out string) (found bool) {
+		rest, found = FindMarker(out, marker)
+		return found
+	})
+	return rest, time.Since(v.started)
 }
 
 // waitText waits for text anywhere in the console output after offset
 // from and returns the offset just past it: a prompt is not a whole line.
 func (v *qemuVM) waitText(from int, text string, timeout time.Duration) int {
 	v.t.Helper()
-	deadline := time.After(timeout)
-	for {
-		v.mu.Lock()
-		out, ch := v.out.String(), v.changed
-		v.mu.Unlock()
-		if i := strings.Index(out[from:], text); i >= 0 {
-			return from + i + len(text)
-		}
-		select {
-		case <-ch:
-		case <-v.exited:
-			v.t.Fatalf("QEMU exited (%v) before %q", v.waitErr, text)
-		case <-deadline:
-			v.t.Fatalf("no %q within %v", text, timeout)
-		}
-	}
+	end := 0
+	v.wait(fmt.Sprintf("%q", text), timeout, func(out string) bool {
+		i := strings.Index(out[from:], text)
+		end = from + i + len(text)
+		return i >= 0
+	})
+	return end
 }
 
 // send types s on the serial console.

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/net/dns/dnsmessage"
@@ -183,4 +184,28 @@ func ServeDNS(t testing.TB) string {
 		}
 	}()
 	return conn.LocalAddr().String()
+}
+
+// DialFromPod connects from the pod's namespace, as the guest does.
+func DialFromPod(p *podnet.Pod, to netip.AddrPort) (net.Conn, error) {
+	var c net.Conn
+	err := plan.InNS(p.NS, func() (err error) {
+		c, err = net.DialTimeout("tcp", to.String(), 5*time.Second)
+		return err
+	})
+	return c, err
+}
+
+// Fetch asks for / at to from the pod's namespace and returns the answer,
+// "" when the connection was closed without one.
+func Fetch(p *podnet.Pod, to netip.AddrPort) (string, error) {
+	c, err := DialFromPod(p, to)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(15 * time.Second))
+	fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+	b, err := io.ReadAll(c)
+	return string(b), err
 }

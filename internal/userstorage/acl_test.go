@@ -42,21 +42,6 @@ func TestACLEntries(t *testing.T) {
 	}
 }
 
-// openDir makes a directory QEMU's user can enter (t.TempDir's parent is
-// 0700).
-func openDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "vlstor")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 // TestGrantUndoTwoRuns: two runs grant their uids access to one file (a
 // read-only base image two VMs share, or a migration's source and target);
 // whichever ends first takes out its own entry and leaves the other's, and
@@ -67,7 +52,7 @@ func openDir(t *testing.T) string {
 func TestGrantUndoTwoRuns(t *testing.T) {
 	testenv.Root(t, "sets ACLs on a file of root's")
 	for _, firstEnds := range []bool{true, false} {
-		p := filepath.Join(openDir(t), "disk.img")
+		p := filepath.Join(testenv.OpenDir(t), "disk.img")
 		if err := os.WriteFile(p, nil, 0o640); err != nil {
 			t.Fatal(err)
 		}
