@@ -1,7 +1,8 @@
-package guestnet
+package guestnet_test
 
 import (
 	"fmt"
+	"github.com/virtlauncher/virtlauncher/internal/guestnet/guestnettest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -19,7 +20,7 @@ import (
 // started, one on 0.0.0.0 reached at the host's own address, link-local
 // and cloud metadata addresses are refused at once, each with a line.
 func TestEgressRefusesHost(t *testing.T) {
-	p, _, status := EgressTestPod(t)
+	p, _, status := guestnettest.EgressTestPod(t)
 	far := testnet.FarHost(t, "VL-FAR-PAGE")
 	if got, err := testnet.Fetch(p, far); err != nil || !strings.Contains(got, "VL-FAR-PAGE") {
 		t.Fatalf("a host of the internet through egress: %q, %v\nrelay: %s", got, err, status.String())
@@ -38,8 +39,8 @@ func TestEgressRefusesHost(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if len(owners) != 1 || owners[0] != EgressTestID {
-		t.Errorf("the relay's sockets to %s are owned by %v, want [%d] (the VM's id)", far, owners, EgressTestID)
+	if len(owners) != 1 || owners[0] != guestnettest.EgressTestID {
+		t.Errorf("the relay's sockets to %s are owned by %v, want [%d] (the VM's id)", far, owners, guestnettest.EgressTestID)
 	}
 	c.Close()
 

@@ -1,7 +1,9 @@
-package guestnet
+package guestnet_test
 
 import (
 	"fmt"
+	"github.com/virtlauncher/virtlauncher/internal/guestnet"
+	"github.com/virtlauncher/virtlauncher/internal/guestnet/guestnettest"
 	"io"
 	"net"
 	"net/netip"
@@ -17,14 +19,14 @@ import (
 
 // TestHeldPorts: a published port keeps its listener from one pod to the
 // next; between them a connection is closed at once and one to the old
-// pod is ended; each pod gets at most publishLimits.MaxConns at once.
+// pod is ended; each pod gets at most guestnet.PublishLimits.MaxConns at once.
 func TestHeldPorts(t *testing.T) {
 	testenv.Root(t, "creates network namespaces")
 	var status testenv.SyncBuffer
-	h := NewHeldPorts(&status)
+	h := guestnet.NewHeldPorts(&status)
 	defer h.Close()
 	host := testenv.FreeAddr(t)
-	pub := []Publish{{Host: host, GuestPort: 8080}}
+	pub := []guestnet.Publish{{Host: host, GuestPort: 8080}}
 	if err := h.Bind(pub, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func TestHeldPorts(t *testing.T) {
 		n, err := c.Read(b)
 		return strings.TrimSpace(string(b[:n])), err
 	}
-	h.Point(PodTestServer(t, 8080, "first"))
+	h.Point(guestnettest.PodTestServer(t, 8080, "first"))
 	if got, err := read(); got != "first" {
 		t.Fatalf("the first pod: %q, %v", got, err)
 	}
@@ -71,7 +73,7 @@ func TestHeldPorts(t *testing.T) {
 		t.Errorf("binding the held ports again: %v", err)
 	}
 
-	h.Point(PodTestServer(t, 8080, "second"))
+	h.Point(guestnettest.PodTestServer(t, 8080, "second"))
 	if got, err := read(); got != "second" {
 		t.Fatalf("the second pod: %q, %v", got, err)
 	}
@@ -81,7 +83,7 @@ func TestHeldPorts(t *testing.T) {
 			c.Close()
 		}
 	}()
-	for i := range publishLimits.MaxConns + 1 {
+	for i := range guestnet.PublishLimits.MaxConns + 1 {
 		c, err := net.Dial("tcp", host.String())
 		if err != nil {
 			t.Fatal(err)
@@ -90,16 +92,16 @@ func TestHeldPorts(t *testing.T) {
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		b := make([]byte, 64)
 		n, err := c.Read(b)
-		if i < publishLimits.MaxConns && (err != nil || !strings.HasPrefix(string(b[:n]), "second")) {
+		if i < guestnet.PublishLimits.MaxConns && (err != nil || !strings.HasPrefix(string(b[:n]), "second")) {
 			t.Fatalf("connection %d: %q, %v", i, b[:n], err)
 		}
-		if i == publishLimits.MaxConns && err != io.EOF {
+		if i == guestnet.PublishLimits.MaxConns && err != io.EOF {
 			t.Errorf("connection %d, over the limit: %q, %v, want it closed at once", i, b[:n], err)
 		}
 	}
 	// The relay reports after closing the connection: the line may
 	// come a moment after the client saw the close.
-	want := fmt.Sprintf("%d connections are relayed already", publishLimits.MaxConns)
+	want := fmt.Sprintf("%d connections are relayed already", guestnet.PublishLimits.MaxConns)
 	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(status.String(), want) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -114,8 +116,8 @@ func TestHeldPorts(t *testing.T) {
 // a port the run does not publish are refused, each saying why, and
 // nothing of them is served.
 func TestAdoptRefuses(t *testing.T) {
-	pb := Publish{Host: testenv.FreeAddr(t), GuestPort: 22}
-	pubs := []Publish{pb}
+	pb := guestnet.Publish{Host: testenv.FreeAddr(t), GuestPort: 22}
+	pubs := []guestnet.Publish{pb}
 	socket := func(typ int, listen bool, at netip.AddrPort) *os.File {
 		fd, err := unix.Socket(unix.AF_INET, typ|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
@@ -147,7 +149,7 @@ func TestAdoptRefuses(t *testing.T) {
 		{"a file", func() *os.File { return regular }, pb.Recorded(), "not a socket"},
 		{"not published", func() *os.File { return socket(unix.SOCK_STREAM, true, pb.Host) }, "127.0.0.1:1->22/tcp", "not a port this run publishes"},
 	} {
-		h := NewHeldPorts(io.Discard)
+		h := guestnet.NewHeldPorts(io.Discard)
 		f := tc.f()
 		err := h.Adopt(pubs, []string{tc.port}, []*os.File{f})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

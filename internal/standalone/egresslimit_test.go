@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/guestnet"
+	"github.com/virtlauncher/virtlauncher/internal/guestnet/guestnettest"
 	"github.com/virtlauncher/virtlauncher/internal/relay"
 	"github.com/virtlauncher/virtlauncher/internal/runctl"
 	"github.com/virtlauncher/virtlauncher/internal/testnet"
@@ -20,7 +21,7 @@ import (
 // connection), while the control socket still answers; once one ends, a
 // new one gets through.
 func TestEgressLimit(t *testing.T) {
-	p, _, status := guestnet.EgressTestPod(t)
+	p, _, status := guestnettest.EgressTestPod(t)
 	far := testnet.FarHost(t, "VL-FAR-PAGE")
 	r := &runner{workDir: t.TempDir(), log: slog.New(slog.DiscardHandler), cfg: session{Config: Config{Status: status}}}
 	stop, err := r.serveControl(context.Background(), nil)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/guestnet"
+	"github.com/virtlauncher/virtlauncher/internal/guestnet/guestnettest"
 	"github.com/virtlauncher/virtlauncher/internal/runctl"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
@@ -25,7 +26,7 @@ func TestPortsHandedOver(t *testing.T) {
 	if err := old.Bind(pubs, 0); err != nil {
 		t.Fatal(err)
 	}
-	old.Point(guestnet.PodTestServer(t, 8080, "old"))
+	old.Point(guestnettest.PodTestServer(t, 8080, "old"))
 	src := &runner{cfg: session{Config: Config{Publish: pubs, Status: &status}, ports: old}}
 	a, b := testenv.UnixPair(t)
 	if err := src.replyMigrated(a, runctl.Reply{Message: "done"}); err != nil {
@@ -54,7 +55,7 @@ func TestPortsHandedOver(t *testing.T) {
 	}
 	h := guestnet.NewHeldPorts(&status)
 	defer h.Close()
-	h.Point(guestnet.PodTestServer(t, 8080, "new"))
+	h.Point(guestnettest.PodTestServer(t, 8080, "new"))
 	if err := h.Adopt(pubs, rep.Ports, files); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,7 @@
-package guestnet
+// Package guestnettest holds the stand-ins the tests of guestnet and of the
+// launcher's run (internal/standalone) share: a pod network with a VM's
+// egress relay, and one serving a guest's port. It is for tests only.
+package guestnettest
 
 import (
 	"io"
@@ -6,14 +9,12 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup/plan"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/relay"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
-
-// This file is test support: the stand-ins the tests of this package and
-// of the launcher's run (internal/standalone) share.
 
 // EgressTestID stands for a VM's leased id in tests: no account or
 // process has it.
@@ -35,7 +36,7 @@ func EgressTestPod(t testing.TB) (*podnet.Pod, *relay.Relay, *testenv.SyncBuffer
 		}
 	})
 	status := &testenv.SyncBuffer{}
-	rl, err := ServeEgress(p, IDs{UID: EgressTestID, GID: EgressTestID}, status)
+	rl, err := guestnet.ServeEgress(p, guestnet.IDs{UID: EgressTestID, GID: EgressTestID}, status)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func EgressTestPod(t testing.TB) (*podnet.Pod, *relay.Relay, *testenv.SyncBuffer
 
 // PodTestServer is a pod network (no guest) whose pod namespace serves
 // body on port, standing in for a guest's server; it goes with the test.
-func PodTestServer(t testing.TB, port uint16, body string) *PodTarget {
+func PodTestServer(t testing.TB, port uint16, body string) *guestnet.PodTarget {
 	t.Helper()
 	p, err := podnet.New(podnet.Config{Dir: t.TempDir(), NoIPv6: true})
 	if err != nil {
@@ -70,5 +71,5 @@ func PodTestServer(t testing.TB, port uint16, body string) *PodTarget {
 			go func() { io.Copy(io.Discard, c); c.Close() }() // held until the client ends
 		}
 	}()
-	return &PodTarget{Outside: p.Outside, Addr: p.Pod4.Addr()}
+	return &guestnet.PodTarget{Outside: p.Outside, Addr: p.Pod4.Addr()}
 }

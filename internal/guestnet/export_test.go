@@ -1,0 +1,4 @@
+package guestnet
+
+// PublishLimits is publishLimits, for the external tests of the held ports.
+var PublishLimits = publishLimits
