@@ -17,6 +17,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
@@ -51,7 +52,7 @@ func TestVlctlRunMigrate(t *testing.T) {
 		t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)
 	}
 	manifest = strings.Replace(manifest, "        - port: 80\n", "        - port: 22\n", 1)
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(int(testenv.FreeAddr(t).Port()))
 	file := filepath.Join(t.TempDir(), "mover.yaml")
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)

@@ -11,19 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
-
-// freePort is a TCP port of 127.0.0.1 nobody listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // TestVlctlRunPublish: --publish PORT:22 makes the guest's SSH server
 // answer on the host's loopback (its banner read through vlctl's relay
@@ -68,7 +58,7 @@ func TestVlctlRunPublish(t *testing.T) {
 	}
 	checkNothingLeft(t, root)
 
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(int(testenv.FreeAddr(t).Port()))
 	root = workRoot(t)
 	records := workRoot(t)
 	cmd, stdout, errOut, exited := startVlctl(t, "run", "--emulation", "--workdir", root, "--record-dir", records, "--publish", port+":22", file)
@@ -109,7 +99,7 @@ func TestVlctlRunPublishKeptAcrossRestart(t *testing.T) {
 	if err := os.WriteFile(file, []byte(vm), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(int(testenv.FreeAddr(t).Port()))
 	root, records := workRoot(t), workRoot(t)
 	cmd, stdout, errOut, exited := startVlctl(t, "run", "--emulation", "--workdir", root, "--record-dir", records, "--publish", port+":22", file)
 	waitFor(t, "the guest's SSH server", 4*time.Minute, exited, func() bool {
