@@ -11,7 +11,7 @@ import (
 
 // BIOSDiskTools are the programs BIOSDisk runs (Debian's dosfstools,
 // mtools and syslinux).
-var BIOSDiskTools = []string{"mkfs.vfat", "mcopy", "syslinux"}
+func BIOSDiskTools() []string { return []string{"mkfs.vfat", "mcopy", "syslinux"} }
 
 // BIOSDiskSize is the size of the FAT file system BIOSDisk makes: the
 // kernel and the initramfs with room to spare.
@@ -25,7 +25,7 @@ const BIOSDiskSize = 48 << 20
 // DefaultCmdline and opts. The guest has no root disk; with
 // OptLogin it stands in for KubeVirt's alpine or cirros test image.
 func (g *Guest) BIOSDisk(ctx context.Context, path string, opts ...string) error {
-	for _, t := range BIOSDiskTools {
+	for _, t := range BIOSDiskTools() {
 		if _, err := exec.LookPath(t); err != nil {
 			return fmt.Errorf("BIOS disk: %s not found (install dosfstools, mtools and syslinux): %w", t, err)
 		}

@@ -534,7 +534,7 @@ func BenchmarkBoot(b *testing.B) {
 // console set-up after them), then powers off or reboots from that shell.
 func TestBIOSDiskLogin(t *testing.T) {
 	g := buildGuest(t)
-	for _, tool := range BIOSDiskTools {
+	for _, tool := range BIOSDiskTools() {
 		testenv.Need(t, "dosfstools, mtools, syslinux", testenv.Installed(tool))
 	}
 	for _, tc := range []struct {
