@@ -41,8 +41,9 @@ func UnixPair(t testing.TB) (a, b *net.UnixConn) {
 	return conn(fds[0]), conn(fds[1])
 }
 
-// OpenDir makes a directory QEMU's user can enter (t.TempDir's parent is
-// 0700); it goes with the test.
+// OpenDir makes a 0755 directory in the temp dir that QEMU's and a
+// launcher's users can enter (t.TempDir's parent is 0700); it goes with
+// the test.
 func OpenDir(t testing.TB) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "vlstor")

@@ -72,7 +72,7 @@ func TestEgressFromThePod(t *testing.T) {
 	go func() {
 		done <- standalone.Run(ctx, standalone.Config{
 			File: l.manifest, WorkRoot: l.workRoot, UIDs: l.uids, BinDir: l.binDir,
-			CapsCache: "none", RecordDir: reachableTemp(t, "vlrec"), Emulation: true,
+			CapsCache: "none", RecordDir: testenv.OpenDir(t), Emulation: true,
 			Console: io.Discard, Status: &status,
 		})
 	}()

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 const hostPathManifest = `apiVersion: kubevirt.io/v1
@@ -104,7 +105,7 @@ func TestHostPathNotAllowed(t *testing.T) {
 	out := userDir(t, u)
 	secret := filepath.Join(c.dir, "secret")
 	evil := filepath.Join(c.dir, "sub", "evil.sh")
-	records := reachableTemp(t, "vlrec")
+	records := testenv.OpenDir(t)
 	l := hostPathSetup(t, u, out, secret, evil)
 	status, err := hostPathRun(l, records)
 	if err == nil {
@@ -140,7 +141,7 @@ func TestHostPathAllowed(t *testing.T) {
 	u := needLinkUser(t)
 	c := newCanary(t)
 	out := userDir(t, u)
-	allowed := reachableTemp(t, "vlhost")
+	allowed := testenv.OpenDir(t)
 	data := filepath.Join(allowed, "data.img")
 	if err := os.WriteFile(data, []byte("the user's data"), 0o600); err != nil {
 		t.Fatal(err)
@@ -148,7 +149,7 @@ func TestHostPathAllowed(t *testing.T) {
 	if err := os.Symlink(c.dir, filepath.Join(allowed, "out")); err != nil {
 		t.Fatal(err)
 	}
-	records := reachableTemp(t, "vlrec")
+	records := testenv.OpenDir(t)
 	listing := func() string {
 		var b strings.Builder
 		ents, _ := os.ReadDir(allowed)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 )
 
@@ -29,7 +30,7 @@ import (
 // sticky and world-writable.
 func stickyTemp(t *testing.T) string {
 	t.Helper()
-	d := filepath.Join(reachableTemp(t, "vlvartmp"), "var-tmp")
+	d := filepath.Join(testenv.OpenDir(t), "var-tmp")
 	if err := errors.Join(os.Mkdir(d, 0o700), syscall.Chmod(d, 0o1777)); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestPathsRecordsPrivate(t *testing.T) {
 	u := needLinkUser(t)
 	c := newCanary(t)
 	out := userDir(t, u)
-	records := reachableTemp(t, "vlrec") // 0755, as an older vlctl made it
+	records := testenv.OpenDir(t) // 0755, as an older vlctl made it
 	script := strings.NewReplacer("@OUT@", out, "@REC@", records).Replace(recordsMonitor)
 	l := newLinkRun(t, u, script)
 	type result struct {
@@ -207,13 +208,13 @@ func TestPathsOneLeaseTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { first.Release("/proc") })
-	if err := first.SetRecord(filepath.Join(reachableTemp(t, "vlrec1"), "1-ab12.json")); err != nil {
+	if err := first.SetRecord(filepath.Join(testenv.OpenDir(t), "1-ab12.json")); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(leasePath(u.uid))
 
 	l := newLinkRun(t, u, "#!/bin/sh\necho 'the second run started its launcher'\nexit 3\n")
-	records := reachableTemp(t, "vlrec2")
+	records := testenv.OpenDir(t)
 	status, err := l.runWith(records, nil)
 	want := fmt.Sprintf("no free id in %d-%d", u.uid, u.uid)
 	if err == nil || !strings.Contains(err.Error(), want) {

@@ -38,6 +38,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // swapRegistry is an in-process registry on loopback that serves, for the
@@ -192,8 +193,8 @@ func TestPullSubstitutedLayer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cache := filepath.Join(reachableTemp(t, "vlcache"), "images")
-	records := reachableTemp(t, "vlrec")
+	cache := filepath.Join(testenv.OpenDir(t), "images")
+	records := testenv.OpenDir(t)
 	l := &linkRun{u: u, uids: u.uids(), workRoot: shortWorkRoot(t), manifest: manifest, binDir: bin}
 	run := func() (string, error) {
 		return l.runWith(records, func(c *standalone.Config) { c.ImageCache = cache })

@@ -65,7 +65,7 @@ type canary struct {
 
 func newCanary(t *testing.T) *canary {
 	t.Helper()
-	c := &canary{dir: reachableTemp(t, "vlcanary")}
+	c := &canary{dir: testenv.OpenDir(t)}
 	if err := os.Mkdir(filepath.Join(c.dir, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -119,25 +119,10 @@ func (c *canary) untouched(t *testing.T) {
 	}
 }
 
-// reachableTemp is a root-owned 0755 directory in the temp dir: the
-// launcher's user can reach it (t.TempDir's parent is 0700).
-func reachableTemp(t *testing.T, prefix string) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 // userDir is a directory the user can write, for its notes.
 func userDir(t *testing.T, u linkUser) string {
 	t.Helper()
-	d := filepath.Join(reachableTemp(t, "vlnotes"), "notes")
+	d := filepath.Join(testenv.OpenDir(t), "notes")
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +163,7 @@ type linkRun struct {
 // the user cannot reach, so root copies the binaries into the work dir.
 func newLinkRun(t *testing.T, u linkUser, monitor string) *linkRun {
 	t.Helper()
-	img := reachableTemp(t, "vlimg")
+	img := testenv.OpenDir(t)
 	kernel := filepath.Join(img, "kernel")
 	if err := os.Mkdir(kernel, 0o755); err != nil {
 		t.Fatal(err)
@@ -204,7 +189,7 @@ func newLinkRun(t *testing.T, u linkUser, monitor string) *linkRun {
 
 func (l *linkRun) run(t *testing.T) (string, error) {
 	t.Helper()
-	return l.runWith(reachableTemp(t, "vlrec"), nil)
+	return l.runWith(testenv.OpenDir(t), nil)
 }
 
 // runWith runs the manifest (standalone.Run, as root) with the script
@@ -401,7 +386,7 @@ func TestRootLinksChownRace(t *testing.T) {
 	c := newCanary(t)
 	out := userDir(t, u)
 	l := newLinkRun(t, u, strings.ReplaceAll(waitMonitor, "@OUT@", out))
-	sw := filepath.Join(reachableTemp(t, "vlswap"), "swapper")
+	sw := filepath.Join(testenv.OpenDir(t), "swapper")
 	if err := os.WriteFile(sw, []byte(strings.NewReplacer("@ROOT@", l.workRoot, "@CANARY@", c.dir, "@OUT@", out).Replace(swapper)), 0o755); err != nil {
 		t.Fatal(err)
 	}
