@@ -60,13 +60,6 @@ func switchPoller(g *agent.Guest, d *domainjson.Domain, st libvirt.DomainState) 
 	g.SetPolling(st == libvirt.DomainRunning && agentConnected(d))
 }
 
-func (m *Manager) runContextLocked() context.Context {
-	if m.runCtx == nil {
-		return context.Background()
-	}
-	return m.runCtx
-}
-
 // GuestAgent is what the guest agent last reported, for the command
 // server's GetGuestInfo, GetUsers and GetFilesystems.
 func (m *Manager) GuestAgent() *agent.Store { return m.guest.Store() }

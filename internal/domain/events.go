@@ -111,12 +111,6 @@ func (x *watcher) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg
 	}
 }
 
-func (m *Manager) uidValue() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.id.uid
-}
-
 // ioErrorEvents sends one IOerror K8s event per failing disk
 // (kubevirt-wire.md 2.4).
 func (x *watcher) ioErrorEvents(ref VMIRef) {

@@ -12,11 +12,9 @@ package domain
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -165,20 +163,15 @@ type Manager struct {
 
 	op opLock // one domain operation at a time
 
-	mu   sync.Mutex
-	conn *daemonConn // the connection to the daemon (daemonconn.go)
+	// record is what the manager knows of the VMI and domain beyond
+	// libvirt, under its lock (m.mu); finder finds the domain on the
+	// connection to the daemon (m.conn, daemonconn.go).
+	*record
+	finder
 	// firstRead is closed once the domain was first read after the
 	// first connection: a launcher that took over a running guest
 	// must not answer GetDomain with "no domain" before.
 	firstRead chan struct{}
-	id        vmiIdentity // the VMI this launcher runs (checkIdentity)
-	md        domainjson.Metadata
-	cache     *domainjson.Domain
-	panics    panicRecord // the guest's panics, in every Domain sent
-	run       runState    // the domain's existence and run state as last seen
-	// capsWarmed is the connection whose daemon was asked to build its
-	// host capabilities (warmHostCapabilities).
-	capsWarmed *libvirt.Libvirt
 	// sync defines, starts and changes the domain for Sync (sync.go,
 	// hooks.go); life runs the lifecycle verbs' common parts (verbs.go).
 	sync *syncer
@@ -198,9 +191,6 @@ type Manager struct {
 	// reports while the guest runs with its agent connected (refresh
 	// switches it).
 	guest *agent.Guest
-	// runCtx is Run's context: the poller's lifetime (refresh may run
-	// under an RPC's shorter one).
-	runCtx context.Context
 	// persist keeps the manager's State in its file (state.go).
 	persist *stateFile
 	// mig runs the live migrations (migrate.go, migrate_target.go), jobs
@@ -210,24 +200,6 @@ type Manager struct {
 
 	// net is the network phase's state (op).
 	net *netPhase
-}
-
-// vmiIdentity is the VMI a launcher runs: from the command line, or learnt
-// from the first Sync (m.mu).
-type vmiIdentity struct{ name, ns, uid string }
-
-// runState is what the manager last saw of its domain's existence and run
-// (m.mu).
-type runState struct {
-	defined    bool // the domain exists (as far as we last saw)
-	everActive bool // the domain has run (ran): its end ends the launcher
-	userPaused bool // the user paused it through us
-	// definedCh is closed once a domain has been seen defined, stoppedCh
-	// when one that ran no longer does (stopState and stopReason then).
-	definedCh  chan struct{}
-	stoppedCh  chan struct{}
-	stopState  libvirt.DomainState
-	stopReason int32
 }
 
 type outEvent struct {
@@ -246,17 +218,16 @@ func New(cfg Config) *Manager {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	rec := newRecord(cfg)
 	m := &Manager{
 		cfg:       cfg,
 		log:       log,
 		op:        newOpLock(),
-		conn:      &daemonConn{ready: make(chan struct{})},
+		record:    rec,
+		finder:    finder{conn: &daemonConn{ready: make(chan struct{})}, rec: rec},
 		firstRead: make(chan struct{}),
-		id:        vmiIdentity{name: cfg.Name, ns: cfg.Namespace, uid: cfg.UID},
-		run:       runState{definedCh: make(chan struct{}), stoppedCh: make(chan struct{})},
 		out:       newOutbox(cfg.Events, log),
 	}
-	m.md.UID = cfg.UID
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
 	m.mig = &migrations{m: m, abandonCh: make(chan struct{})}
 	m.jobs = &jobs{m: m}
@@ -264,9 +235,10 @@ func New(cfg Config) *Manager {
 	m.life = &lifecycle{m: m}
 	m.net = &netPhase{network: cfg.Network, baseFacts: m.sync.baseFacts}
 	m.watch = &watcher{m: m}
-	m.persist = &stateFile{m: m}
+	m.persist = &stateFile{path: cfg.StateFile, uid: cfg.UID, hostUUID: cfg.HostUUID, log: log, rec: rec}
 	m.persist.takeOverState()
 	m.guest = m.newGuest()
+	m.persist.thaw = m.guest
 	m.stats = newStatsSource(&statsSource{
 		log:    log,
 		lookup: m.lookup,
@@ -410,82 +382,6 @@ func (m *Manager) StopState() (libvirt.DomainState, int32) {
 // sink (delivered, or given up on).
 func (m *Manager) GoneSent() <-chan struct{} { return m.out.goneSent }
 
-// names returns the domain name and VMI identity.
-func (m *Manager) names() (domName, name, ns string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.id.name == "" {
-		return "", "", ""
-	}
-	return DomainName(m.id.ns, m.id.name), m.id.name, m.id.ns
-}
-
-// checkIdentity learns the VMI identity on the first Sync and refuses a
-// different VMI afterwards.
-func (m *Manager) checkIdentity(vmi *v1.VirtualMachineInstance, learn bool) error {
-	if vmi == nil {
-		return errors.New("no VMI in the request")
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.id.uid != "" && vmi.UID != "" && string(vmi.UID) != m.id.uid {
-		return fmt.Errorf("refusing VMI %s/%s with uid %s: this launcher runs the VMI with uid %s", vmi.Namespace, vmi.Name, vmi.UID, m.id.uid)
-	}
-	if m.id.name != "" && (vmi.Name != m.id.name || vmi.Namespace != m.id.ns) {
-		return fmt.Errorf("refusing VMI %s/%s: this launcher runs VMI %s/%s", vmi.Namespace, vmi.Name, m.id.ns, m.id.name)
-	}
-	if !learn {
-		return nil
-	}
-	if vmi.Name == "" || vmi.Namespace == "" {
-		return fmt.Errorf("VMI metadata.name %q and metadata.namespace %q must both be set", vmi.Name, vmi.Namespace)
-	}
-	if vmi.UID == "" && m.id.uid == "" {
-		return fmt.Errorf("VMI %s/%s has no metadata.uid", vmi.Namespace, vmi.Name)
-	}
-	m.id.name, m.id.ns = vmi.Name, vmi.Namespace
-	if m.id.uid == "" {
-		m.id.uid = string(vmi.UID)
-		m.md.UID = m.id.uid
-	}
-	return nil
-}
-
-// lookup finds our domain; ok=false when it does not exist. It waits for a
-// connection until ctx ends.
-func (m *Manager) lookup(ctx context.Context) (*libvirt.Libvirt, libvirt.Domain, bool, error) {
-	l, err := m.conn.wait(ctx)
-	if err != nil {
-		return nil, libvirt.Domain{}, false, err
-	}
-	return m.lookupOn(l)
-}
-
-// lookupNow is lookup without waiting: the event loop runs in Run's
-// goroutine, which is the one that would reconnect.
-func (m *Manager) lookupNow() (*libvirt.Libvirt, libvirt.Domain, bool, error) {
-	l := m.conn.now()
-	if l == nil || !l.IsConnected() {
-		return nil, libvirt.Domain{}, false, errors.New("not connected to libvirt")
-	}
-	return m.lookupOn(l)
-}
-
-func (m *Manager) lookupOn(l *libvirt.Libvirt) (*libvirt.Libvirt, libvirt.Domain, bool, error) {
-	domName, _, _ := m.names()
-	if domName == "" {
-		return l, libvirt.Domain{}, false, nil
-	}
-	d, err := l.DomainLookupByName(domName)
-	if err != nil {
-		if libvirt.IsNotFound(err) {
-			return l, libvirt.Domain{}, false, nil
-		}
-		return nil, libvirt.Domain{}, false, fmt.Errorf("look up domain %s: %w", domName, err)
-	}
-	return l, d, true, nil
-}
-
 func active(s libvirt.DomainState) bool {
 	switch s {
 	case libvirt.DomainRunning, libvirt.DomainBlocked, libvirt.DomainPaused,
@@ -496,11 +392,7 @@ func active(s libvirt.DomainState) bool {
 }
 
 func (m *Manager) state(l *libvirt.Libvirt, d libvirt.Domain) (libvirt.DomainState, int32, error) {
-	s, r, err := l.DomainGetState(d, 0)
-	if err != nil {
-		return 0, 0, fmt.Errorf("state of domain %s: %w", d.Name, err)
-	}
-	return libvirt.DomainState(s), r, nil
+	return domainState(l, d)
 }
 
 // Close stops what the manager started besides its connection (the DHCP

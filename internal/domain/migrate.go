@@ -25,9 +25,6 @@ import (
 type migrations struct {
 	m *Manager
 
-	// targetOf is the migration this pod was prepared to receive
-	// (PrepareMigrationTarget), "" when it is none's target (m.mu).
-	targetOf string
 	// hookServer is the pre-migration hook server, once a preparation
 	// started it (PreMigrationHooks).
 	hookServer *premigration.Server

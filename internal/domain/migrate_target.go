@@ -51,7 +51,7 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 		return err
 	}
 	m.mu.Lock()
-	prepared := m.mig.targetOf == uid
+	prepared := m.targetOf == uid
 	m.mu.Unlock()
 	if prepared {
 		return nil
@@ -103,7 +103,7 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 	m.warmHostCapabilities(ctx, l)
 	now := time.Now()
 	m.mu.Lock()
-	m.mig.targetOf = uid
+	m.targetOf = uid
 	m.md.Migration, _, _ = migration.Start(nil, uid, now)
 	m.md.GracePeriodSeconds = vmi.GracePeriodSeconds(v)
 	m.md.DataFiles = storage.CBTDataFiles(c.Layout, !c.NonRoot, v)
@@ -148,7 +148,7 @@ func (x *migrations) serveMigrationHook(v *v1.VirtualMachineInstance, dom *libvi
 func (x *migrations) migrationArrived(ctx context.Context, ev libvirt.DomainEventLifecycleMsg) {
 	m := x.m
 	m.mu.Lock()
-	target := m.mig.targetOf != ""
+	target := m.targetOf != ""
 	m.mu.Unlock()
 	typ := libvirt.DomainEventType(ev.Event)
 	switch {
@@ -235,7 +235,7 @@ func (x *migrations) awaitingMigration() bool {
 	m := x.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.mig.targetOf != ""
+	return m.targetOf != ""
 }
 
 // refuseMediatedDevices refuses an incoming domain with mediated devices

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -100,11 +101,21 @@ func restoreState(s State, uid string, now time.Time) (domainjson.Metadata, *tim
 	return md, s.ThawAt, nil
 }
 
-// stateFile keeps the Manager m's State in the state file: the one a
-// previous launcher of the pod left, taken over (takeOverState), and this
-// launcher's, written when it changes (saveState).
+// stateFile keeps the manager's State in its file: the one a previous
+// launcher of the pod left, taken over into the record (takeOverState),
+// and this launcher's, written from the record when it changed
+// (saveState).
 type stateFile struct {
-	m *Manager
+	// path is the file ("" for none); uid the VMI's from the command
+	// line, hostUUID the daemon's.
+	path, uid, hostUUID string
+	log                 *slog.Logger
+	// rec holds what is kept: the metadata and the migration this pod
+	// is the target of.
+	rec *record
+	// thaw is the guest's automatic thaw, kept and resumed (nil until
+	// the guest agent operations exist: they save the state).
+	thaw thawer
 
 	// restoredThaw is the automatic thaw a previous launcher of the pod
 	// had pending, taken over once connected (nil: none).
@@ -113,32 +124,40 @@ type stateFile struct {
 	// was last written (saveState).
 	saveMu     sync.Mutex
 	savedState []byte
-	// stateDropped: the launcher ends for good (DropState); the state file
+	// stateDropped: the launcher ends for good (drop); the state file
 	// is not written again.
 	stateDropped bool
 }
 
+// thawer is the guest agent's automatic thaw (agent.Guest).
+type thawer interface {
+	// ThawAt is when the frozen guest is thawed unasked (zero: never).
+	ThawAt() time.Time
+	ResumeThaw(v *v1.VirtualMachineInstance, at time.Time)
+}
+
 // takeOverState reads the state a previous launcher of this pod left, if
-// any, into the new manager.
+// any, into the record.
 func (x *stateFile) takeOverState() {
-	m := x.m
-	if m.cfg.StateFile == "" {
+	if x.path == "" {
 		return
 	}
-	s, ok, err := LoadState(m.cfg.StateFile)
+	s, ok, err := LoadState(x.path)
 	if err == nil && ok {
 		var md domainjson.Metadata
-		md, m.persist.restoredThaw, err = restoreState(s, m.cfg.UID, time.Now())
+		md, x.restoredThaw, err = restoreState(s, x.uid, time.Now())
 		if err == nil {
-			m.md, m.mig.targetOf = md, s.TargetOf
-			if m.cfg.UID != "" {
-				m.md.UID = m.cfg.UID
+			x.rec.mu.Lock()
+			x.rec.md, x.rec.targetOf = md, s.TargetOf
+			if x.uid != "" {
+				x.rec.md.UID = x.uid
 			}
-			m.log.Info("took over the state of the pod's previous launcher", "path", m.cfg.StateFile)
+			x.rec.mu.Unlock()
+			x.log.Info("took over the state of the pod's previous launcher", "path", x.path)
 		}
 	}
 	if err != nil {
-		m.log.Warn("the state of the pod's previous launcher is not taken over", "reason", err.Error())
+		x.log.Warn("the state of the pod's previous launcher is not taken over", "reason", err.Error())
 	}
 }
 
@@ -146,34 +165,33 @@ func (x *stateFile) takeOverState() {
 // the last write. A failure is logged: the guest runs on, only a later
 // launcher of the pod would know less.
 func (x *stateFile) saveState() {
-	m := x.m
-	if m.cfg.StateFile == "" {
+	if x.path == "" {
 		return
 	}
-	m.persist.saveMu.Lock()
-	defer m.persist.saveMu.Unlock()
-	if m.persist.stateDropped {
+	x.saveMu.Lock()
+	defer x.saveMu.Unlock()
+	if x.stateDropped {
 		return
 	}
-	m.mu.Lock()
-	s := State{HostUUID: m.cfg.HostUUID, Metadata: m.md, TargetOf: m.mig.targetOf}
-	if t := m.guest.ThawAt(); !t.IsZero() {
+	x.rec.mu.Lock()
+	s := State{HostUUID: x.hostUUID, Metadata: x.rec.md, TargetOf: x.rec.targetOf}
+	if t := x.thaw.ThawAt(); !t.IsZero() {
 		s.ThawAt = &t
 	}
-	m.mu.Unlock()
+	x.rec.mu.Unlock()
 	b, err := json.Marshal(s)
 	if err != nil {
-		m.log.Warn("save the launcher state", "reason", err.Error())
+		x.log.Warn("save the launcher state", "reason", err.Error())
 		return
 	}
-	if bytes.Equal(b, m.persist.savedState) {
+	if bytes.Equal(b, x.savedState) {
 		return
 	}
-	if err := safefs.WriteFile(m.cfg.StateFile, b, 0o600); err != nil {
-		m.log.Warn("save the launcher state", "reason", err.Error())
+	if err := safefs.WriteFile(x.path, b, 0o600); err != nil {
+		x.log.Warn("save the launcher state", "reason", err.Error())
 		return
 	}
-	m.persist.savedState = b
+	x.savedState = b
 }
 
 // DropState removes the state file when the launcher ends for good: no
@@ -183,24 +201,26 @@ func (x *stateFile) saveState() {
 // left behind would outlive the pod's processes as the one file they made
 // that the pod's end does not remove. A refresh still finishing in the
 // background does not write it again.
-func (m *Manager) DropState() {
-	if m.cfg.StateFile == "" {
+func (m *Manager) DropState() { m.persist.drop() }
+
+func (x *stateFile) drop() {
+	if x.path == "" {
 		return
 	}
-	m.persist.saveMu.Lock()
-	defer m.persist.saveMu.Unlock()
-	m.persist.stateDropped = true
-	if err := safefs.Remove(m.cfg.StateFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		m.log.Warn("remove the launcher state", "reason", err.Error())
+	x.saveMu.Lock()
+	defer x.saveMu.Unlock()
+	x.stateDropped = true
+	if err := safefs.Remove(x.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		x.log.Warn("remove the launcher state", "reason", err.Error())
 	}
 }
 
 // resumeThaw schedules again the automatic thaw the previous launcher had
 // pending (at once when its time has passed).
 func (x *stateFile) resumeThaw(at time.Time) {
-	m := x.m
-	m.mu.Lock()
-	v := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: m.id.name, Namespace: m.id.ns, UID: types.UID(m.id.uid)}}
-	m.mu.Unlock()
-	m.guest.ResumeThaw(v, at)
+	x.rec.mu.Lock()
+	id := x.rec.id
+	x.rec.mu.Unlock()
+	v := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: id.name, Namespace: id.ns, UID: types.UID(id.uid)}}
+	x.thaw.ResumeThaw(v, at)
 }

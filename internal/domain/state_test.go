@@ -120,7 +120,7 @@ func TestStateFile(t *testing.T) {
 	m := New(Config{StateFile: path, HostUUID: hostUUID, UID: "u1"})
 	m.md.GracePeriodSeconds = 45
 	m.md.Migration = &domainjson.MigrationMetadata{UID: "m1", StartTimestamp: &started}
-	m.mig.targetOf = "m1"
+	m.targetOf = "m1"
 	m.persist.saveState()
 	fi, err := os.Stat(path)
 	if err != nil {
