@@ -232,9 +232,9 @@ func New(cfg Config) *Manager {
 	m.mig = &migrations{m: m, abandonCh: make(chan struct{})}
 	m.jobs = &jobs{m: m}
 	m.sync = &syncer{m: m}
-	m.life = &lifecycle{m: m}
 	m.net = &netPhase{network: cfg.Network, baseFacts: m.sync.baseFacts}
 	m.watch = &watcher{m: m}
+	m.life = &lifecycle{op: m.op, rec: rec, find: m.finder, log: log, refresh: m.watch.refresh}
 	m.persist = &stateFile{path: cfg.StateFile, uid: cfg.UID, hostUUID: cfg.HostUUID, log: log, rec: rec}
 	m.persist.takeOverState()
 	m.guest = m.newGuest()

@@ -3,6 +3,7 @@ package domain
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -12,11 +13,17 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
-// lifecycle is the common part of the Manager m's lifecycle verbs: the
-// lock and lookup around each (verb, verbLocked), the shutdown signal, the
-// destroy and what follows a killed QEMU. It reaches m through a
-// back-pointer.
-type lifecycle struct{ m *Manager }
+// lifecycle is the common part of the manager's lifecycle verbs: the
+// operation lock, identity check and lookup around each (verb,
+// verbLocked), the shutdown signal and the destroy.
+type lifecycle struct {
+	op   opLock
+	rec  *record // the VMI's identity; the deletion timestamp
+	find finder
+	log  *slog.Logger
+	// refresh re-reads the domain and sends it (watcher.refresh).
+	refresh func(ctx context.Context, typ string, emit bool)
+}
 
 // Pause suspends a running domain; it stays paused until Unpause (Sync does
 // not resume a domain the user paused).
@@ -88,7 +95,6 @@ const acpiCallTimeout = 5 * time.Second
 // power button is pressed directly (a separate daemon job, which the
 // agent's does not hold up), as libvirt would have done in the end.
 func (x *lifecycle) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) error {
-	m := x.m
 	cctx, cancel := context.WithTimeout(ctx, shutdownCallTimeout)
 	defer cancel()
 	err := bounded.Call(cctx, "ask the guest to power off", func() error {
@@ -98,7 +104,7 @@ func (x *lifecycle) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d li
 	case err == nil:
 		return nil
 	case cctx.Err() != nil && ctx.Err() == nil:
-		m.log.Warn("the guest agent did not carry out the shutdown in time: pressing the ACPI power button", "after", shutdownCallTimeout)
+		x.log.Warn("the guest agent did not carry out the shutdown in time: pressing the ACPI power button", "after", shutdownCallTimeout)
 		actx, cancel := context.WithTimeout(ctx, acpiCallTimeout)
 		defer cancel()
 		err = bounded.Call(actx, "press the ACPI power button", func() error {
@@ -110,8 +116,8 @@ func (x *lifecycle) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d li
 	case cctx.Err() != nil:
 		return err
 	}
-	if st, _, serr := m.state(l, d); libvirt.IsNotFound(serr) || (serr == nil && !active(st)) {
-		m.log.Info("the guest powered off while its shutdown was asked for", "reason", err.Error())
+	if st, _, serr := domainState(l, d); libvirt.IsNotFound(serr) || (serr == nil && !active(st)) {
+		x.log.Info("the guest powered off while its shutdown was asked for", "reason", err.Error())
 		return nil
 	}
 	return err
@@ -120,16 +126,15 @@ func (x *lifecycle) signalShutdown(ctx context.Context, l *libvirt.Libvirt, d li
 // markShutdownStart records when the graceful shutdown began (the start of
 // the grace period virt-handler counts from), once, and tells the handler.
 func (x *lifecycle) markShutdownStart(ctx context.Context) {
-	m := x.m
-	m.mu.Lock()
-	first := m.md.DeletionTimestamp == nil
+	x.rec.mu.Lock()
+	first := x.rec.md.DeletionTimestamp == nil
 	if first {
 		now := time.Now().UTC()
-		m.md.DeletionTimestamp = &now
+		x.rec.md.DeletionTimestamp = &now
 	}
-	m.mu.Unlock()
+	x.rec.mu.Unlock()
 	if first {
-		m.watch.refresh(ctx, EventModified, true)
+		x.refresh(ctx, EventModified, true)
 	}
 }
 
@@ -170,7 +175,7 @@ func (m *Manager) Kill(ctx context.Context, v *v1.VirtualMachineInstance) error 
 	if kerr := m.cfg.KillWithoutDaemon(ctx); kerr != nil {
 		return fmt.Errorf("%w; killing QEMU: %w", err, kerr)
 	}
-	m.life.qemuKilled()
+	m.watch.qemuKilled()
 	return nil
 }
 
@@ -182,7 +187,7 @@ const killDaemonWait = 8 * time.Second
 // is reported destroyed (a MODIFIED event, as libvirt's own would be) and
 // the launcher's wait for the guest's end is over. The daemon, once it
 // answers again, reads the same end from QEMU's exit.
-func (x *lifecycle) qemuKilled() {
+func (x *watcher) qemuKilled() {
 	m := x.m
 	m.watch.refreshMu.Lock()
 	defer m.watch.refreshMu.Unlock()
@@ -204,12 +209,11 @@ func (x *lifecycle) qemuKilled() {
 // destroy kills QEMU; an error that leaves the domain down anyway (a destroy
 // racing with the daemon's own stop) is not an error.
 func (x *lifecycle) destroy(l *libvirt.Libvirt, d libvirt.Domain) error {
-	m := x.m
 	err := l.DomainDestroyFlags(d, 0)
 	if err == nil {
 		return nil
 	}
-	if st, _, serr := m.state(l, d); serr == nil && !active(st) {
+	if st, _, serr := domainState(l, d); serr == nil && !active(st) {
 		return nil
 	}
 	if libvirt.IsNotFound(err) {
@@ -310,8 +314,7 @@ func (k verbKind) needsDomain() bool {
 // verb runs one lifecycle operation under the operation lock. Without a
 // domain it fails or succeeds as what.needsDomain says.
 func (x *lifecycle) verb(ctx context.Context, v *v1.VirtualMachineInstance, what verbKind, f func(*libvirt.Libvirt, libvirt.Domain, libvirt.DomainState) error) error {
-	m := x.m
-	if err := m.op.lock(ctx); err != nil {
+	if err := x.op.lock(ctx); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	// go-libvirt's calls take no context: the operation runs in its own
@@ -320,8 +323,8 @@ func (x *lifecycle) verb(ctx context.Context, v *v1.VirtualMachineInstance, what
 	// ctx ends.
 	done := make(chan error, 1)
 	go func() {
-		defer m.op.unlock()
-		done <- m.life.verbLocked(ctx, v, what, f)
+		defer x.op.unlock()
+		done <- x.verbLocked(ctx, v, what, f)
 	}()
 	select {
 	case err := <-done:
@@ -332,13 +335,12 @@ func (x *lifecycle) verb(ctx context.Context, v *v1.VirtualMachineInstance, what
 }
 
 func (x *lifecycle) verbLocked(ctx context.Context, v *v1.VirtualMachineInstance, what verbKind, f func(*libvirt.Libvirt, libvirt.Domain, libvirt.DomainState) error) error {
-	m := x.m
 	if v != nil {
-		if err := m.checkIdentity(v, false); err != nil {
+		if err := x.rec.checkIdentity(v, false); err != nil {
 			return err
 		}
 	}
-	l, d, ok, err := m.lookup(ctx)
+	l, d, ok, err := x.find.lookup(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -348,7 +350,7 @@ func (x *lifecycle) verbLocked(ctx context.Context, v *v1.VirtualMachineInstance
 		}
 		return nil
 	}
-	st, _, err := m.state(l, d)
+	st, _, err := domainState(l, d)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
