@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -24,14 +25,33 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
-// jobs runs the Manager m's long jobs on its domain, outside the
-// operation lock: backups (backup.go) and memory dumps (memorydump.go).
+// jobs runs the manager's long jobs on its domain, outside the operation
+// lock: backups (backup.go) and memory dumps (memorydump.go). Their
+// records are in the metadata; each change is sent (refresh).
 type jobs struct {
-	m *Manager
+	// rec holds the backup's and the memory dump's records (and the
+	// migration's, which a backup waits for, and the CBT overlays').
+	rec  *record
+	find finder
+	log  *slog.Logger
+	// hotplugDir is where virt-handler mounts the volumes the jobs
+	// write to; socketsDir has the pull-mode backup's NBD socket.
+	hotplugDir, socketsDir string
+	// quiesce freezes the guest's file systems around a backup
+	// (agent.Guest).
+	quiesce quiescer
+	// refresh re-reads the domain and sends it (watcher.refresh).
+	refresh func(ctx context.Context, typ string, emit bool)
 
 	// dumping: a memory dump call runs in the daemon (memorydump.go,
-	// m.mu).
+	// rec.mu).
 	dumping bool
+}
+
+// quiescer freezes and thaws the guest's file systems (agent.Guest).
+type quiescer interface {
+	Freeze(ctx context.Context, v *v1.VirtualMachineInstance, unfreezeTimeout time.Duration) error
+	Unfreeze(ctx context.Context, v *v1.VirtualMachineInstance) error
 }
 
 // Backups (BackupVirtualMachine) run as KubeVirt v1.9's launcher runs
@@ -308,24 +328,23 @@ func (m *Manager) Backup(ctx context.Context, v *v1.VirtualMachineInstance, o *b
 }
 
 func (x *jobs) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance, o *backupv1.BackupOptions) (err error) {
-	m := x.m
-	m.mu.Lock()
-	if mig := m.md.Migration; mig != nil && mig.EndTimestamp == nil {
-		m.mu.Unlock()
+	x.rec.mu.Lock()
+	if mig := x.rec.md.Migration; mig != nil && mig.EndTimestamp == nil {
+		x.rec.mu.Unlock()
 		return errors.New("failed to do backup, VMI is currently during migration")
 	}
-	rec, start, err := startBackup(m.md.Backup, o)
+	rec, start, err := startBackup(x.rec.md.Backup, o)
 	if err != nil || !start {
-		m.mu.Unlock()
+		x.rec.mu.Unlock()
 		if err == nil {
-			m.log.Info("backup already in progress", "backup", o.BackupName)
+			x.log.Info("backup already in progress", "backup", o.BackupName)
 		}
 		return err
 	}
-	dataFiles := m.md.DataFiles
-	m.mu.Unlock()
+	dataFiles := x.rec.md.DataFiles
+	x.rec.mu.Unlock()
 
-	l, d, ok, err := m.lookup(ctx)
+	l, d, ok, err := x.find.lookup(ctx)
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
@@ -339,14 +358,14 @@ func (x *jobs) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance, o 
 		return fmt.Errorf("backup: %w", err)
 	}
 	disks := backupDisks(live, dataFiles)
-	vol, _ := backupVolume(m.cfg.Layout.HotplugDiskDir, *o.TargetPath)
+	vol, _ := backupVolume(x.hotplugDir, *o.TargetPath)
 	rel := backupDir(o, v.Name)
 	dir := filepath.Join(append([]string{*o.TargetPath}, rel...)...)
-	b, c, vols := backupXML(disks, o, dir, filepath.Join(m.cfg.Layout.SocketsDir(), backupSocketName))
+	b, c, vols := backupXML(disks, o, dir, filepath.Join(x.socketsDir, backupSocketName))
 	if len(vols) == 0 {
 		return errors.New("backup: no disk of the domain is on a changed block tracking overlay")
 	}
-	removeDir, err := m.jobs.makeBackupDir(vol, rel)
+	removeDir, err := x.makeBackupDir(vol, rel)
 	if err != nil {
 		return fmt.Errorf("backup: directory %s: %w", dir, err)
 	}
@@ -371,22 +390,22 @@ func (x *jobs) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance, o 
 	rec.QuiesceStatus = string(backupv1.QuiesceSkipped)
 	if !o.SkipQuiesce {
 		rec.QuiesceStatus = string(backupv1.QuiesceSucceeded)
-		if ferr := m.Freeze(ctx, v, 0); ferr != nil {
-			m.log.Warn("backup: freezing the guest's file systems failed, backing up unfrozen", "reason", ferr.Error())
+		if ferr := x.quiesce.Freeze(ctx, v, 0); ferr != nil {
+			x.log.Warn("backup: freezing the guest's file systems failed, backing up unfrozen", "reason", ferr.Error())
 			rec.QuiesceStatus, rec.BackupMsg = string(backupv1.QuiesceFailed), ferr.Error()
 		} else {
 			defer func() {
-				if uerr := m.Unfreeze(context.WithoutCancel(ctx), v); uerr != nil {
-					m.log.Error("backup: thawing the guest's file systems failed", "reason", uerr.Error())
+				if uerr := x.quiesce.Unfreeze(context.WithoutCancel(ctx), v); uerr != nil {
+					x.log.Error("backup: thawing the guest's file systems failed", "reason", uerr.Error())
 				}
 			}()
 		}
 	}
-	m.mu.Lock()
-	m.md.Backup = rec
-	bg := m.runContextLocked()
-	m.mu.Unlock()
-	m.log.Info("backup starting", "backup", o.BackupName, "mode", o.Mode, "checkpoint", c.Name,
+	x.rec.mu.Lock()
+	x.rec.md.Backup = rec
+	bg := x.rec.runContextLocked()
+	x.rec.mu.Unlock()
+	x.log.Info("backup starting", "backup", o.BackupName, "mode", o.Mode, "checkpoint", c.Name,
 		"incrementalFrom", b.Incremental, "dir", dir)
 	cctx2, cancel2 := context.WithTimeout(ctx, backupCallTimeout)
 	defer cancel2()
@@ -394,22 +413,21 @@ func (x *jobs) beginBackup(ctx context.Context, v *v1.VirtualMachineInstance, o 
 		return l.DomainBackupBegin(d, bx, libvirt.OptString{cx}, 0)
 	})
 	if err != nil {
-		m.mu.Lock()
-		m.md.Backup = nil
-		m.mu.Unlock()
-		m.watch.refresh(ctx, EventModified, true)
+		x.rec.mu.Lock()
+		x.rec.md.Backup = nil
+		x.rec.mu.Unlock()
+		x.refresh(ctx, EventModified, true)
 		return fmt.Errorf("backup %s: %w", o.BackupName, err)
 	}
-	m.watch.refresh(ctx, EventModified, true)
-	go m.jobs.watchBackup(bg, l, d, o.BackupName)
+	x.refresh(ctx, EventModified, true)
+	go x.watchBackup(bg, l, d, o.BackupName)
 	return nil
 }
 
 // makeBackupDir makes the backup's directory below the target volume's
 // (no link followed) and returns what removes it again.
 func (x *jobs) makeBackupDir(vol string, rel []string) (func(), error) {
-	m := x.m
-	hot, err := safefs.Open(m.cfg.Layout.HotplugDiskDir)
+	hot, err := safefs.Open(x.hotplugDir)
 	if err != nil {
 		return nil, err
 	}
@@ -423,16 +441,15 @@ func (x *jobs) makeBackupDir(vol string, rel []string) (func(), error) {
 		return nil, err
 	}
 	return func() {
-		if err := m.jobs.removeBackupDir(vol, rel); err != nil {
-			m.log.Warn("backup: removing the failed backup's directory", "reason", err.Error())
+		if err := x.removeBackupDir(vol, rel); err != nil {
+			x.log.Warn("backup: removing the failed backup's directory", "reason", err.Error())
 		}
 	}, nil
 }
 
 // removeBackupDir removes the backup's directory and what is in it.
 func (x *jobs) removeBackupDir(vol string, rel []string) error {
-	m := x.m
-	hot, err := safefs.Open(m.cfg.Layout.HotplugDiskDir)
+	hot, err := safefs.Open(x.hotplugDir)
 	if err != nil {
 		return err
 	}
@@ -467,7 +484,6 @@ func (x *jobs) removeBackupDir(vol string, rel []string) error {
 // watchBackup follows the backup job until it ends and records its end.
 // bg is the manager's lifetime: the job outlives the RPC that began it.
 func (x *jobs) watchBackup(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, name string) {
-	m := x.m
 	tick := time.NewTicker(backupPoll)
 	defer tick.Stop()
 	for {
@@ -475,17 +491,17 @@ func (x *jobs) watchBackup(bg context.Context, l *libvirt.Libvirt, d libvirt.Dom
 		case <-bg.Done():
 			return
 		case <-l.Disconnected():
-			m.jobs.backupEnded(bg, name, jobEnd{typ: libvirt.DomainJobFailed, errmsg: "the connection to libvirt was lost while the backup ran"})
+			x.backupEnded(bg, name, jobEnd{typ: libvirt.DomainJobFailed, errmsg: "the connection to libvirt was lost while the backup ran"})
 			return
 		case <-tick.C:
 		}
 		end, done, err := backupJobEnd(bg, l, d)
 		if err != nil {
-			m.log.Warn("backup: reading the job's state", "backup", name, "reason", err.Error())
+			x.log.Warn("backup: reading the job's state", "backup", name, "reason", err.Error())
 			continue
 		}
 		if done {
-			m.jobs.backupEnded(bg, name, end)
+			x.backupEnded(bg, name, end)
 			return
 		}
 	}
@@ -523,37 +539,35 @@ func backupJobEnd(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jo
 
 // backupEnded records the end of backup name and tells virt-handler.
 func (x *jobs) backupEnded(bg context.Context, name string, end jobEnd) {
-	m := x.m
-	m.mu.Lock()
-	cur := m.md.Backup
+	x.rec.mu.Lock()
+	cur := x.rec.md.Backup
 	if cur == nil || cur.Name != name {
-		m.mu.Unlock()
+		x.rec.mu.Unlock()
 		return
 	}
 	next := endBackup(cur, end, time.Now())
-	m.md.Backup = next
-	m.mu.Unlock()
+	x.rec.md.Backup = next
+	x.rec.mu.Unlock()
 	if next.Failed {
-		m.log.Error("backup failed", "backup", name, "reason", next.BackupMsg)
+		x.log.Error("backup failed", "backup", name, "reason", next.BackupMsg)
 	} else {
-		m.log.Info("backup completed", "backup", name, "message", next.BackupMsg)
+		x.log.Info("backup completed", "backup", name, "message", next.BackupMsg)
 	}
 	ctx, cancel := context.WithTimeout(bg, refreshWait)
 	defer cancel()
-	m.watch.refresh(ctx, EventModified, true)
+	x.refresh(ctx, EventModified, true)
 }
 
 // abortBackup aborts the running backup job (libvirt's abort of the
 // domain's job, after checking that it is the backup).
 func (x *jobs) abortBackup(ctx context.Context, o *backupv1.BackupOptions) error {
-	m := x.m
-	m.mu.Lock()
-	err := checkAbort(m.md.Backup, o)
-	m.mu.Unlock()
+	x.rec.mu.Lock()
+	err := checkAbort(x.rec.md.Backup, o)
+	x.rec.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	l, d, ok, err := m.lookup(ctx)
+	l, d, ok, err := x.find.lookup(ctx)
 	if err != nil || !ok {
 		return fmt.Errorf("failed to abort backup: domain not found: %v", err)
 	}
@@ -579,6 +593,6 @@ func (x *jobs) abortBackup(ctx context.Context, o *backupv1.BackupOptions) error
 	if err := bounded.Call(ctx, "abort the backup job", func() error { return l.DomainAbortJob(d) }); err != nil {
 		return fmt.Errorf("failed to abort backup: %w", err)
 	}
-	m.log.Info("backup job abort initiated", "backup", o.BackupName)
+	x.log.Info("backup job abort initiated", "backup", o.BackupName)
 	return nil
 }

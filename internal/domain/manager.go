@@ -230,7 +230,6 @@ func New(cfg Config) *Manager {
 	}
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
 	m.mig = &migrations{m: m, abandonCh: make(chan struct{})}
-	m.jobs = &jobs{m: m}
 	m.sync = &syncer{m: m}
 	m.net = &netPhase{network: cfg.Network, baseFacts: m.sync.baseFacts}
 	m.watch = &watcher{m: m}
@@ -239,6 +238,8 @@ func New(cfg Config) *Manager {
 	m.persist.takeOverState()
 	m.guest = m.newGuest()
 	m.persist.thaw = m.guest
+	m.jobs = &jobs{rec: rec, find: m.finder, log: log, hotplugDir: cfg.Layout.HotplugDiskDir, socketsDir: cfg.Layout.SocketsDir(),
+		quiesce: m.guest, refresh: m.watch.refresh}
 	m.stats = newStatsSource(&statsSource{
 		log:    log,
 		lookup: m.lookup,

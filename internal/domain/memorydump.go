@@ -64,26 +64,32 @@ func (m *Manager) MemoryDump(ctx context.Context, v *v1.VirtualMachineInstance, 
 	if err := m.checkIdentity(v, false); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	next, start := startDump(m.md.MemoryDump, m.jobs.dumping, file, time.Now())
-	if start {
-		m.md.MemoryDump, m.jobs.dumping = next, true
-	}
-	bg := m.runContextLocked()
-	m.mu.Unlock()
-	if !start {
-		m.log.Info("memory dump in progress or done: nothing to do", "file", file)
-		return nil
-	}
-	m.watch.refresh(ctx, EventModified, true)
-	l, d, limit, err := m.jobs.dumpDomain(ctx)
-	if err != nil {
-		m.log.Error("memory dump failed", "file", file, "reason", err.Error())
-		m.jobs.dumpEnded(bg, file, err, true)
-		return nil
-	}
-	go m.jobs.runDump(bg, l, d, vol, dumpPath, limit)
+	m.jobs.beginDump(ctx, vol, file, dumpPath)
 	return nil
+}
+
+// beginDump starts the dump to dumpPath (file in volume vol) unless one
+// runs or the last was to the same file.
+func (x *jobs) beginDump(ctx context.Context, vol, file, dumpPath string) {
+	x.rec.mu.Lock()
+	next, start := startDump(x.rec.md.MemoryDump, x.dumping, file, time.Now())
+	if start {
+		x.rec.md.MemoryDump, x.dumping = next, true
+	}
+	bg := x.rec.runContextLocked()
+	x.rec.mu.Unlock()
+	if !start {
+		x.log.Info("memory dump in progress or done: nothing to do", "file", file)
+		return
+	}
+	x.refresh(ctx, EventModified, true)
+	l, d, limit, err := x.dumpDomain(ctx)
+	if err != nil {
+		x.log.Error("memory dump failed", "file", file, "reason", err.Error())
+		x.dumpEnded(bg, file, err, true)
+		return
+	}
+	go x.runDump(bg, l, d, vol, dumpPath, limit)
 }
 
 // dumpTarget checks the dump's path: a file directly in a volume's
@@ -136,8 +142,7 @@ func endDump(cur *domainjson.MemoryDumpMetadata, file string, err error, now tim
 
 // dumpDomain finds the domain and the deadline of its dump.
 func (x *jobs) dumpDomain(ctx context.Context) (*libvirt.Libvirt, libvirt.Domain, time.Duration, error) {
-	m := x.m
-	l, err := m.conn.wait(ctx)
+	l, err := x.find.conn.wait(ctx)
 	if err != nil {
 		return nil, libvirt.Domain{}, 0, err
 	}
@@ -146,7 +151,7 @@ func (x *jobs) dumpDomain(ctx context.Context) (*libvirt.Libvirt, libvirt.Domain
 	err = bounded.Call(ctx, "find the domain to dump", func() error {
 		var ok bool
 		var err error
-		if _, d, ok, err = m.lookupOn(l); err != nil {
+		if _, d, ok, err = x.find.lookupOn(l); err != nil {
 			return err
 		}
 		if !ok {
@@ -161,11 +166,10 @@ func (x *jobs) dumpDomain(ctx context.Context) (*libvirt.Libvirt, libvirt.Domain
 // runDump runs the dump call and records its end. bg is the manager's
 // lifetime: the dump outlives the RPC that started it.
 func (x *jobs) runDump(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, vol, path string, limit time.Duration) {
-	m := x.m
 	file := filepath.Base(path)
-	m.jobs.removeOldDumps(vol)
+	x.removeOldDumps(vol)
 	t0 := time.Now()
-	m.log.Info("memory dump starting", "domain", d.Name, "path", path, "deadline", limit.String())
+	x.log.Info("memory dump starting", "domain", d.Name, "path", path, "deadline", limit.String())
 	done := make(chan error, 1)
 	go func() {
 		done <- l.DomainCoreDumpWithFormat(d, path, uint32(libvirt.DomainCoreDumpFormatRaw), libvirt.DumpMemoryOnly)
@@ -174,51 +178,49 @@ func (x *jobs) runDump(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain,
 	defer timer.Stop()
 	select {
 	case err := <-done:
-		m.jobs.logDumpEnd(d.Name, path, err, time.Since(t0))
-		m.jobs.dumpEnded(bg, file, err, true)
+		x.logDumpEnd(d.Name, path, err, time.Since(t0))
+		x.dumpEnded(bg, file, err, true)
 		return
 	case <-bg.Done():
 		return
 	case <-timer.C:
 	}
 	err := fmt.Errorf("not completed within %v (libvirt cannot abort a memory-only dump; the guest stays paused until it ends)", limit)
-	m.log.Error("memory dump failed", "domain", d.Name, "path", path, "reason", err.Error())
-	m.jobs.dumpEnded(bg, file, err, false)
+	x.log.Error("memory dump failed", "domain", d.Name, "path", path, "reason", err.Error())
+	x.dumpEnded(bg, file, err, false)
 	// The daemon still runs the dump: no other may start before it ends.
 	select {
 	case err := <-done:
-		m.jobs.logDumpEnd(d.Name, path, err, time.Since(t0))
-		m.jobs.dumpEnded(bg, file, err, true)
+		x.logDumpEnd(d.Name, path, err, time.Since(t0))
+		x.dumpEnded(bg, file, err, true)
 	case <-bg.Done():
 	}
 }
 
 func (x *jobs) logDumpEnd(dom, path string, err error, took time.Duration) {
-	m := x.m
 	if err != nil {
-		m.log.Error("memory dump failed", "domain", dom, "path", path, "reason", err.Error(), "took", took.String())
+		x.log.Error("memory dump failed", "domain", dom, "path", path, "reason", err.Error(), "took", took.String())
 		return
 	}
-	m.log.Info("memory dump completed", "domain", dom, "path", path, "took", took.String())
+	x.log.Info("memory dump completed", "domain", dom, "path", path, "took", took.String())
 }
 
 // dumpEnded records the end of the dump to file (endDump) and, when over
 // reports that the daemon's call has returned, frees the dump slot; a
 // change is sent to virt-handler.
 func (x *jobs) dumpEnded(bg context.Context, file string, err error, over bool) {
-	m := x.m
-	m.mu.Lock()
-	next := endDump(m.md.MemoryDump, file, err, time.Now())
-	changed := next != m.md.MemoryDump
-	m.md.MemoryDump = next
+	x.rec.mu.Lock()
+	next := endDump(x.rec.md.MemoryDump, file, err, time.Now())
+	changed := next != x.rec.md.MemoryDump
+	x.rec.md.MemoryDump = next
 	if over {
-		m.jobs.dumping = false
+		x.dumping = false
 	}
-	m.mu.Unlock()
+	x.rec.mu.Unlock()
 	if changed {
 		ctx, cancel := context.WithTimeout(bg, refreshWait)
 		defer cancel()
-		m.watch.refresh(ctx, EventModified, true)
+		x.refresh(ctx, EventModified, true)
 	}
 }
 
@@ -231,9 +233,8 @@ const refreshWait = 10 * time.Second
 // followed. A failure is logged and the dump tried anyway, as KubeVirt
 // does.
 func (x *jobs) removeOldDumps(vol string) {
-	m := x.m
-	warn := func(err error) { m.log.Warn("remove earlier memory dumps", "volume", vol, "reason", err.Error()) }
-	hot, err := safefs.Open(m.cfg.Layout.HotplugDiskDir)
+	warn := func(err error) { x.log.Warn("remove earlier memory dumps", "volume", vol, "reason", err.Error()) }
+	hot, err := safefs.Open(x.hotplugDir)
 	if err != nil {
 		warn(err)
 		return
@@ -264,6 +265,6 @@ func (x *jobs) removeOldDumps(vol string) {
 			warn(err)
 			continue
 		}
-		m.log.Info("removed an earlier memory dump", "path", dir.Join(n))
+		x.log.Info("removed an earlier memory dump", "path", dir.Join(n))
 	}
 }
