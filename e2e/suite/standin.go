@@ -69,3 +69,43 @@ func (e *Env) PushStandInGuests(ctx context.Context) error {
 func (e *Env) StandInGuestImage(name string) string {
 	return e.kubevirtImage(name + "-container-disk-demo")
 }
+
+// VMKillerRootfs is the root filesystem of the vm-killer stand-in, in the
+// module's tree: `make e2e-functest` builds it with
+// `deploy/mkrootfs --flavour=vm-killer`.
+const VMKillerRootfs = "bin/image/vm-killer-rootfs.tar"
+
+// PushStandInVMKiller pushes the stand-in for KubeVirt's vm-killer utility
+// image under the name KubeVirt's functional suite gives it
+// (libregistry.GetUtilityImageFromRegistry: <prefix>/vm-killer:<tag>; the
+// suite's utility prefix and tag default to -container-prefix and
+// -container-tag). The suite's helper pods and Jobs run on it (tests/libpod,
+// tests/libnet/job): bash, nmap's ncat as nc, curl, ping, procps. It is a
+// test fixture: Debian 12 packages in place of KubeVirt's CentOS Stream 9
+// ones, without qemu-img, targetcli or sevctl (e2e/README.md).
+func (e *Env) PushStandInVMKiller(ctx context.Context) error {
+	rootfs := filepath.Join(e.Root, VMKillerRootfs)
+	if _, err := os.Stat(rootfs); err != nil {
+		return fmt.Errorf("the vm-killer stand-in: %w (make e2e-functest builds it)", err)
+	}
+	return e.Cluster.Images().Push(ctx, vmKillerSpec(rootfs), e.StandInVMKillerImage())
+}
+
+// vmKillerSpec is the vm-killer stand-in image made of rootfs: that tree and
+// KubeVirt's image's config, user 1001 and no entry point (images/vm-killer:
+// the suite's pods say runAsNonRoot without a user, and give their command).
+func vmKillerSpec(rootfs string) ociimage.Spec {
+	return ociimage.Spec{
+		Rootfs:   rootfs,
+		Epoch:    time.Unix(0, 0).UTC(),
+		Config:   ociimage.Config{User: "1001"},
+		RootfsBy: "deploy/mkrootfs --flavour=vm-killer: Debian 12 (mmdebstrap)",
+		FilesBy:  "e2e/suite: the stand-in for KubeVirt's vm-killer utility image (no files of its own)",
+	}
+}
+
+// StandInVMKillerImage is the reference KubeVirt's functional suite gives
+// its vm-killer utility image in this cluster.
+func (e *Env) StandInVMKillerImage() string {
+	return e.kubevirtImage("vm-killer")
+}

@@ -57,6 +57,9 @@ func newRunner(root string, o options, logf func(string, ...any)) (*runner, erro
 			return nil, fmt.Errorf("%w (make e2e-build e2e-functest-build)", err)
 		}
 	}
+	if _, err := os.Stat(filepath.Join(root, suite.VMKillerRootfs)); err != nil {
+		return nil, fmt.Errorf("the vm-killer stand-in's root filesystem: %w (make %s)", err, suite.VMKillerRootfs)
+	}
 	for _, l := range r.launchers {
 		if l == "kubevirt" {
 			if err := kubevirtimage.CheckBinaries(filepath.Join(root, "bin", "kubevirt")); err != nil {
@@ -124,6 +127,11 @@ func (r *runner) runAll(ctx context.Context) error {
 	if err := r.env.PushStandInGuests(ctx); err != nil {
 		return err
 	}
+	// The suite's helper pods and Jobs (network clients, pkill in
+	// privileged pods) run on its vm-killer utility image.
+	if err := r.env.PushStandInVMKiller(ctx); err != nil {
+		return err
+	}
 	// A pod network interface without a binding is KubeVirt's bridge by
 	// default, which needs the dummy link driver this machine lacks
 	// (e2e/README.md: virt-handler's "LinkAdd: operation not supported",
@@ -146,7 +154,7 @@ func (r *runner) runAll(ctx context.Context) error {
 			return err
 		}
 	}
-	r.took("stand-in guest images and feature gates", t)
+	r.took("stand-in images and feature gates", t)
 	for _, l := range r.launchers {
 		if l == "kubevirt" {
 			t := time.Now()
