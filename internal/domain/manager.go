@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -229,7 +230,6 @@ func New(cfg Config) *Manager {
 		out:       newOutbox(cfg.Events, log),
 	}
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
-	m.mig = &migrations{m: m, abandonCh: make(chan struct{})}
 	m.sync = &syncer{m: m}
 	m.net = &netPhase{network: cfg.Network, baseFacts: m.sync.baseFacts}
 	m.watch = &watcher{m: m}
@@ -257,6 +257,9 @@ func New(cfg Config) *Manager {
 		agent:        m.guest.Store(),
 		agentCommand: m.guest.Command,
 	})
+	m.mig = &migrations{rec: rec, log: log, layout: cfg.Layout, systemDaemon: strings.HasSuffix(cfg.URI, "/system"),
+		disks: cfg.Disks, preMigrationHooks: cfg.PreMigrationHooks, upgradeOrdinalIfaces: cfg.UpgradeOrdinalIfaces,
+		facts: m.Context, jobInfo: m.stats.setJobInfo, refresh: m.watch.refresh, abandonCh: make(chan struct{})}
 	return m
 }
 

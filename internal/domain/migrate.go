@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,15 +16,39 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
+	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/migration"
 	"github.com/virtlauncher/virtlauncher/internal/premigration"
 )
 
-// migrations runs the live migrations of the Manager m's domain: as their
+// migrations runs the live migrations of the manager's domain: as their
 // source (migrate.go) and as their target (migrate_target.go,
-// migrate_cpus.go). They work on m's connection, metadata and events.
+// migrate_cpus.go). Their record is the migration metadata; each change
+// is sent (refresh).
 type migrations struct {
-	m *Manager
+	// rec holds the migration's metadata, the migration this pod is the
+	// target of, and the user's pause (a guest paused for its
+	// switch-over stays paused).
+	rec    *record
+	log    *slog.Logger
+	layout layout.Layout
+	// systemDaemon: the launcher's daemon runs in system mode (root),
+	// which the destination URI names.
+	systemDaemon bool
+	// disks sizes the volume migration's destination disks.
+	disks interface {
+		VirtualSize(ctx context.Context, path string) (int64, error)
+	}
+	// preMigrationHooks and upgradeOrdinalIfaces are Config's.
+	preMigrationHooks, upgradeOrdinalIfaces bool
+	// facts gathers the converter's facts for a VMI (Manager.Context):
+	// the target's CPU placement is converted from them.
+	facts func(ctx context.Context, v *v1.VirtualMachineInstance, opts SyncOptions) (*facts.Context, error)
+	// jobInfo records the running migration's progress for the stats.
+	jobInfo func(StatsJobInfo)
+	// refresh re-reads the domain and sends it (watcher.refresh).
+	refresh func(ctx context.Context, typ string, emit bool)
 
 	// hookServer is the pre-migration hook server, once a preparation
 	// started it (PreMigrationHooks).
@@ -117,7 +142,7 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	m.watch.refresh(ctx, EventModified, true)
 	flags := migration.Flags(o, v.IsBlockMigration(), st == libvirt.DomainPaused)
 	m.log.Info("migration starting", "migration", uid, "disks", req.Disks, "flags", fmt.Sprintf("%#x", uint32(flags)),
-		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.mig.systemDaemon()),
+		"destination", migration.DestinationURI(m.cfg.Layout, string(v.UID), m.mig.systemDaemon),
 		"allowPostCopy", o.AllowPostCopy, "allowWorkloadDisruption", o.AllowWorkloadDisruption,
 		"stallDetection", o.StallDetectorOptions != nil, "maxDowntimeMs", o.MaxDowntimeMs)
 	go m.mig.runMigration(bg, l, d, v, o, req, flags)
@@ -129,7 +154,6 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 // migration.MigratedVolumes), the disks to copy, and the daemon's version
 // (parameters it does not know fail the whole call).
 func (x *migrations) migrationRequest(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, qemu, lib uint64) (migration.Request, error) {
-	m := x.m
 	xml, err := l.DomainGetXMLDesc(d, libvirt.DomainXMLMigratable)
 	if err != nil {
 		return migration.Request{}, fmt.Errorf("migratable XML of domain %s: %w", d.Name, err)
@@ -139,26 +163,26 @@ func (x *migrations) migrationRequest(ctx context.Context, l *libvirt.Libvirt, d
 		return migration.Request{}, fmt.Errorf("parse XML of domain %s: %w", d.Name, err)
 	}
 	for _, h := range migration.Hazards(dom.Type, qemu) {
-		m.log.Warn("this migration may harm the guest", "domain", d.Name, "hazard", h)
+		x.log.Warn("this migration may harm the guest", "domain", d.Name, "hazard", h)
 	}
 	var disks []string
 	if dom.Devices != nil && v.IsBlockMigration() {
 		disks = migration.CopyDisks(v, dom.Devices.Disks)
 	}
-	changed, err := migration.MigratedVolumes(&dom, v, m.cfg.Layout, func(path string) (int64, error) {
-		return m.cfg.Disks.VirtualSize(ctx, path)
+	changed, err := migration.MigratedVolumes(&dom, v, x.layout, func(path string) (int64, error) {
+		return x.disks.VirtualSize(ctx, path)
 	})
 	if err != nil {
 		return migration.Request{}, fmt.Errorf("migrate domain %s: %w", d.Name, err)
 	}
 	if changed {
-		m.log.Info("volume migration: the destination's disks", "domain", d.Name, "volumes", migratedVolumeNames(v))
+		x.log.Info("volume migration: the destination's disks", "domain", d.Name, "volumes", migratedVolumeNames(v))
 	}
-	if v.IsCPUDedicated() && !m.cfg.PreMigrationHooks {
-		if err := m.mig.targetCPUs(ctx, v, &dom); err != nil {
+	if v.IsCPUDedicated() && !x.preMigrationHooks {
+		if err := x.targetCPUs(ctx, v, &dom); err != nil {
 			return migration.Request{}, fmt.Errorf("migrate domain %s: %w", d.Name, err)
 		}
-		m.log.Info("dedicated CPUs: the destination's placement on the target's CPU set", "domain", d.Name, "cpus", v.Status.MigrationState.TargetCPUSet)
+		x.log.Info("dedicated CPUs: the destination's placement on the target's CPU set", "domain", d.Name, "cpus", v.Status.MigrationState.TargetCPUSet)
 		changed = true
 	}
 	if changed {
@@ -167,7 +191,7 @@ func (x *migrations) migrationRequest(ctx context.Context, l *libvirt.Libvirt, d
 			return migration.Request{}, fmt.Errorf("migratable XML of domain %s: %w", d.Name, err)
 		}
 	}
-	return migration.Request{Layout: m.cfg.Layout, UID: string(v.UID), XML: xml, Name: d.Name,
+	return migration.Request{Layout: x.layout, UID: string(v.UID), XML: xml, Name: d.Name,
 		Disks: disks, Options: o, LibvirtVersion: lib}, nil
 }
 
@@ -176,19 +200,18 @@ func (x *migrations) migrationRequest(ctx context.Context, l *libvirt.Libvirt, d
 // timeouts), and records the result. bg is the manager's lifetime: the call
 // outlives the RPC.
 func (x *migrations) runMigration(bg context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance, o migration.Options, req migration.Request, flags libvirt.DomainMigrateFlags) {
-	m := x.m
 	t0 := time.Now()
 	done := make(chan error, 1)
 	perform := func(req migration.Request, flags libvirt.DomainMigrateFlags) {
-		_, err := l.DomainMigratePerform3Params(d, libvirt.OptString{migration.DestinationURI(m.cfg.Layout, req.UID, m.mig.systemDaemon())},
+		_, err := l.DomainMigratePerform3Params(d, libvirt.OptString{migration.DestinationURI(x.layout, req.UID, x.systemDaemon)},
 			migration.Params(req), nil, flags)
 		done <- err
 	}
 	go perform(req, flags)
 	ctx, stop := context.WithCancel(bg)
 	defer stop()
-	size := migration.DataSize(v, m.mig.ephemeralBytes())
-	mon := m.mig.newMigrationMonitor(ctx, l, d, o, size)
+	size := migration.DataSize(v, x.ephemeralBytes())
+	mon := x.newMigrationMonitor(ctx, l, d, o, size)
 	tick := time.NewTicker(migrationPoll)
 	defer tick.Stop()
 	for {
@@ -201,7 +224,7 @@ func (x *migrations) runMigration(bg context.Context, l *libvirt.Libvirt, d libv
 				// and still waits. The same migration runs again
 				// without it (KubeVirt's launcher fails it, and every
 				// migration of that policy to such a node).
-				m.log.Warn("the target cannot do post-copy: migrating again without it",
+				x.log.Warn("the target cannot do post-copy: migrating again without it",
 					"domain", d.Name, "reason", err.Error(),
 					"why", "the target's QEMU may not use userfaultfd (vm.unprivileged_userfaultfd=0, and QEMU runs unprivileged)",
 					"allowWorkloadDisruption", o.AllowWorkloadDisruption)
@@ -213,9 +236,9 @@ func (x *migrations) runMigration(bg context.Context, l *libvirt.Libvirt, d libv
 				continue
 			}
 			if err == nil {
-				m.mig.logCompletedJob(bg, l, d)
+				x.logCompletedJob(bg, l, d)
 			}
-			m.mig.migrationEnded(bg, d.Name, err, time.Since(t0))
+			x.migrationEnded(bg, d.Name, err, time.Since(t0))
 			return
 		case <-bg.Done():
 			// The launcher ends: the daemon goes with it, and the
@@ -233,7 +256,7 @@ func (x *migrations) runMigration(bg context.Context, l *libvirt.Libvirt, d libv
 // decisions (migration.Monitor) or the stall detector (migration.Stall),
 // with what it last read.
 type migrationMonitor struct {
-	m          *Manager
+	mig        *migrations
 	legacy     *migration.Monitor
 	stall      *migration.Stall
 	iterations <-chan struct{} // the stall detector's pass boundaries
@@ -245,12 +268,11 @@ type migrationMonitor struct {
 // it cannot subscribe to them it falls back to the legacy monitor, as
 // KubeVirt's launcher does.
 func (x *migrations) newMigrationMonitor(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, o migration.Options, size int64) *migrationMonitor {
-	m := x.m
-	mon := &migrationMonitor{m: m}
+	mon := &migrationMonitor{mig: x}
 	if o.StallDetectorOptions != nil {
-		it, err := m.mig.migrationIterations(ctx, l, d.Name)
+		it, err := x.migrationIterations(ctx, l, d.Name)
 		if err != nil {
-			m.log.Error("migration iteration events: falling back to the progress timeout", "domain", d.Name, "reason", err.Error())
+			x.log.Error("migration iteration events: falling back to the progress timeout", "domain", d.Name, "reason", err.Error())
 			o.StallDetectorOptions = nil
 		}
 		mon.iterations = it
@@ -273,7 +295,6 @@ func (mon *migrationMonitor) reset(o migration.Options, size int64) {
 // of domain dom until ctx ends: one value per pass QEMU begins, dropped
 // when the monitor has not taken the last 16 (KubeVirt's queue).
 func (x *migrations) migrationIterations(ctx context.Context, l *libvirt.Libvirt, dom string) (<-chan struct{}, error) {
-	m := x.m
 	var evs <-chan any
 	if err := callWithin(ctx, "subscribe to migration iteration events", func() error {
 		var err error
@@ -292,7 +313,7 @@ func (x *migrations) migrationIterations(ctx context.Context, l *libvirt.Libvirt
 			select {
 			case out <- struct{}{}:
 			default:
-				m.log.Info("migration iteration event dropped: the monitor is behind", "domain", dom, "iteration", e.Iteration)
+				x.log.Info("migration iteration event dropped: the monitor is behind", "domain", dom, "iteration", e.Iteration)
 			}
 		}
 	}()
@@ -301,16 +322,16 @@ func (x *migrations) migrationIterations(ctx context.Context, l *libvirt.Libvirt
 
 // observe reads the job and acts on the monitor's decisions.
 func (mon *migrationMonitor) observe(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, elapsed time.Duration, boundary bool) {
-	m := mon.m
+	x := mon.mig
 	jp, jobErr := readJob(ctx, l, d)
 	running := jobErr == nil && jp.job.Unbounded
 	if running && jp.job.RemainingSet {
-		m.stats.setJobInfo(jp.info)
+		x.jobInfo(jp.info)
 		if jp.throttle != mon.throttle {
 			// Auto-converge slows the guest down step by step until the
 			// migration converges: worth a line each step.
 			mon.throttle = jp.throttle
-			m.log.Info("migration: auto-converge throttles the guest", "domain", d.Name, "cpuThrottlePercent", mon.throttle)
+			x.log.Info("migration: auto-converge throttles the guest", "domain", d.Name, "cpuThrottlePercent", mon.throttle)
 		}
 	}
 	if mon.stall != nil {
@@ -324,21 +345,21 @@ func (mon *migrationMonitor) observe(ctx context.Context, l *libvirt.Libvirt, d 
 	if dec.Action == migration.Continue {
 		return
 	}
-	if err := m.mig.migrationAct(ctx, l, d, dec, elapsed, mon.legacy.Acceptable()); err != nil {
+	if err := x.migrationAct(ctx, l, d, dec, elapsed, mon.legacy.Acceptable()); err != nil {
 		// Asked again at the next reading, as KubeVirt does.
-		m.log.Error("migration monitor", "action", dec.Action.String(), "reason", err.Error())
+		x.log.Error("migration monitor", "action", dec.Action.String(), "reason", err.Error())
 		return
 	}
 	mon.legacy.Switched(dec.Action)
 	if dec.Action == migration.StartPostCopy || dec.Action == migration.Pause {
-		m.mig.setMigrationMode(ctx, mon.legacy.Mode())
+		x.setMigrationMode(ctx, mon.legacy.Mode())
 	}
 }
 
 // observeStall gives the stall detector a reading (the job, the domain's
 // state, whether an abort is under way) and makes its decisions.
 func (mon *migrationMonitor) observeStall(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, elapsed time.Duration, boundary bool, jp jobProgress, jobErr error) {
-	m := mon.m
+	x := mon.mig
 	r := migration.Reading{Elapsed: elapsed, Boundary: boundary}
 	if jobErr == nil {
 		r.Job = &jp.job
@@ -351,40 +372,39 @@ func (mon *migrationMonitor) observeStall(ctx context.Context, l *libvirt.Libvir
 	}); err == nil {
 		r.PausedForMigration = libvirt.DomainState(st) == libvirt.DomainPaused && libvirt.DomainPausedReason(reason) == libvirt.DomainPausedMigration
 	}
-	if mig := m.mig.migrationMetadata(); mig != nil {
+	if mig := x.migrationMetadata(); mig != nil {
 		r.Aborting = mig.AbortStatus != "" && mig.AbortStatus != string(v1.MigrationAbortFailed)
 	}
 	before := mon.stall.Mode()
 	for _, dec := range mon.stall.Check(r) {
-		err := m.mig.migrationAct(ctx, l, d, dec, elapsed, 0)
+		err := x.migrationAct(ctx, l, d, dec, elapsed, 0)
 		if err != nil {
-			m.log.Error("migration stall detector", "action", dec.Action.String(), "reason", err.Error())
+			x.log.Error("migration stall detector", "action", dec.Action.String(), "reason", err.Error())
 		}
 		mon.stall.Done(dec, err == nil)
 	}
 	if mode := mon.stall.Mode(); mode != before {
-		m.mig.setMigrationMode(ctx, mode)
+		x.setMigrationMode(ctx, mode)
 	}
 }
 
 // migrationAct makes one of the monitor's decisions.
 func (x *migrations) migrationAct(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, dec migration.Decision, elapsed, limit time.Duration) error {
-	m := x.m
 	switch dec.Action {
 	case migration.StartPostCopy, migration.Pause:
-		return m.mig.assistMigration(ctx, l, d, dec.Action, elapsed, limit)
+		return x.assistMigration(ctx, l, d, dec.Action, elapsed, limit)
 	case migration.Abort:
-		m.log.Warn("aborting the migration", "domain", d.Name, "reason", dec.Reason)
-		return m.mig.abortMigration(ctx, l, d)
+		x.log.Warn("aborting the migration", "domain", d.Name, "reason", dec.Reason)
+		return x.abortMigration(ctx, l, d)
 	case migration.SetDowntime:
-		m.log.Info("migration: downtime limit", "domain", d.Name, "downtimeMs", dec.Downtime, "reason", dec.Reason)
+		x.log.Info("migration: downtime limit", "domain", d.Name, "downtimeMs", dec.Downtime, "reason", dec.Reason)
 		return callWithin(ctx, "set the migration's downtime limit", func() error { return l.DomainMigrateSetMaxDowntime(d, dec.Downtime, 0) })
 	case migration.MarkPaused:
 		// As after the monitor's own pause: Sync leaves the guest paused.
-		m.mu.Lock()
-		m.run.userPaused = true
-		m.mu.Unlock()
-		m.log.Info("the guest is paused for its switch-over", "domain", d.Name)
+		x.rec.mu.Lock()
+		x.rec.run.userPaused = true
+		x.rec.mu.Unlock()
+		x.log.Info("the guest is paused for its switch-over", "domain", d.Name)
 		return nil
 	}
 	return nil
@@ -410,22 +430,21 @@ func callWithin(ctx context.Context, what string, f func() error) error {
 // it (the VMI shows it paused by the migration monitor): Sync does not
 // resume it, Unpause does.
 func (x *migrations) assistMigration(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, a migration.Action, elapsed, limit time.Duration) error {
-	m := x.m
 	switch a {
 	case migration.StartPostCopy:
-		m.log.Info("the migration has not completed in its time: switching it to post-copy",
+		x.log.Info("the migration has not completed in its time: switching it to post-copy",
 			"domain", d.Name, "elapsed", elapsed.Round(time.Millisecond).String(), "limit", limit.String())
 		return callWithin(ctx, "start post-copy", func() error { return l.DomainMigrateStartPostCopy(d, 0) })
 	case migration.Pause:
-		m.log.Info("the migration has not completed in its time: pausing the guest so that it can",
+		x.log.Info("the migration has not completed in its time: pausing the guest so that it can",
 			"domain", d.Name, "elapsed", elapsed.Round(time.Millisecond).String(), "limit", limit.String())
 		if err := callWithin(ctx, "pause the guest for its migration", func() error { return l.DomainSuspend(d) }); err != nil {
 			return err
 		}
-		m.mu.Lock()
-		m.run.userPaused = true
-		m.mu.Unlock()
-		m.log.Info("guest paused for its migration", "domain", d.Name, "limit", (2 * limit).String())
+		x.rec.mu.Lock()
+		x.rec.run.userPaused = true
+		x.rec.mu.Unlock()
+		x.log.Info("guest paused for its migration", "domain", d.Name, "limit", (2 * limit).String())
 		return nil
 	}
 	return fmt.Errorf("assist the migration: no such action %s", a)
@@ -434,42 +453,40 @@ func (x *migrations) assistMigration(ctx context.Context, l *libvirt.Libvirt, d 
 // setMigrationMode records the migration's mode in its metadata and sends
 // the Domain (virt-handler copies the mode into the VMI's migration state).
 func (x *migrations) setMigrationMode(ctx context.Context, mode v1.MigrationMode) {
-	m := x.m
-	m.mu.Lock()
-	m.md.Migration = migration.SetMode(m.md.Migration, mode)
-	m.mu.Unlock()
-	m.log.Info("migration mode", "mode", string(mode))
-	m.watch.refresh(ctx, EventModified, true)
+	x.rec.mu.Lock()
+	x.rec.md.Migration = migration.SetMode(x.rec.md.Migration, mode)
+	x.rec.mu.Unlock()
+	x.log.Info("migration mode", "mode", string(mode))
+	x.refresh(ctx, EventModified, true)
 }
 
 // migrationEnded records the call's outcome.
 func (x *migrations) migrationEnded(ctx context.Context, dom string, err error, took time.Duration) {
-	m := x.m
-	m.stats.setJobInfo(StatsJobInfo{})
-	mig := m.mig.migrationMetadata()
+	x.jobInfo(StatsJobInfo{})
+	mig := x.migrationMetadata()
 	switch {
 	case err == nil:
-		m.log.Info("migration completed", "domain", dom, "took", took.String())
+		x.log.Info("migration completed", "domain", dom, "took", took.String())
 		// What KubeVirt's qemu hook does at "release end migrated":
 		// libvirt 9.0 calls the release hook without the reason.
-		if err := premigration.MarkMigrated(m.cfg.Layout.MigratedMarker()); err != nil {
-			m.log.Error("the domain migrated away, but the backend storage does not say so", "reason", err.Error())
+		if err := premigration.MarkMigrated(x.layout.MigratedMarker()); err != nil {
+			x.log.Error("the domain migrated away, but the backend storage does not say so", "reason", err.Error())
 		}
-		m.mig.setMigrationResult(ctx, false, "", "")
+		x.setMigrationResult(ctx, false, "", "")
 	case mig != nil && mig.AbortStatus == string(v1.MigrationAbortInProgress):
 		// CancelMigration or the monitor asked for the abort that ended
 		// the call.
-		m.log.Warn("migration cancelled", "domain", dom, "reason", err.Error(), "took", took.String())
-		m.mig.setMigrationResult(ctx, true, migrationAborted, v1.MigrationAbortSucceeded)
+		x.log.Warn("migration cancelled", "domain", dom, "reason", err.Error(), "took", took.String())
+		x.setMigrationResult(ctx, true, migrationAborted, v1.MigrationAbortSucceeded)
 	case mig != nil && mig.EndTimestamp != nil:
 		// The monitor's abort, recorded when it was made.
-		m.log.Info("migration call ended after its abort", "domain", dom, "reason", err.Error(), "took", took.String())
+		x.log.Info("migration call ended after its abort", "domain", dom, "reason", err.Error(), "took", took.String())
 	case strings.Contains(err.Error(), "canceled by client"):
-		m.log.Warn("migration cancelled", "domain", dom, "reason", err.Error(), "took", took.String())
-		m.mig.setMigrationResult(ctx, true, migrationAborted, v1.MigrationAbortSucceeded)
+		x.log.Warn("migration cancelled", "domain", dom, "reason", err.Error(), "took", took.String())
+		x.setMigrationResult(ctx, true, migrationAborted, v1.MigrationAbortSucceeded)
 	default:
-		m.log.Error("migration failed", "domain", dom, "reason", err.Error(), "took", took.String())
-		m.mig.setMigrationResult(ctx, true, "Live migration failed "+err.Error(), "")
+		x.log.Error("migration failed", "domain", dom, "reason", err.Error(), "took", took.String())
+		x.setMigrationResult(ctx, true, "Live migration failed "+err.Error(), "")
 	}
 }
 
@@ -481,16 +498,15 @@ const migrationAborted = "Live migration has been aborted"
 // setMigrationResult moves the migration metadata (migration.Result) and
 // sends the Domain when it changed.
 func (x *migrations) setMigrationResult(ctx context.Context, failed bool, reason string, abort v1.MigrationAbortStatus) error {
-	m := x.m
-	m.mu.Lock()
-	next, err := migration.Result(m.md.Migration, failed, reason, abort, time.Now())
-	changed := err == nil && next != m.md.Migration
+	x.rec.mu.Lock()
+	next, err := migration.Result(x.rec.md.Migration, failed, reason, abort, time.Now())
+	changed := err == nil && next != x.rec.md.Migration
 	if changed {
-		m.md.Migration = next
+		x.rec.md.Migration = next
 	}
-	m.mu.Unlock()
+	x.rec.mu.Unlock()
 	if changed {
-		m.watch.refresh(ctx, EventModified, true)
+		x.refresh(ctx, EventModified, true)
 	}
 	return err
 }
@@ -529,15 +545,14 @@ func (m *Manager) CancelMigration(ctx context.Context, v *v1.VirtualMachineInsta
 // not asked for again; a failed one is recorded as failed (the migration
 // goes on).
 func (x *migrations) abortMigration(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) error {
-	m := x.m
-	if err := m.mig.setMigrationResult(ctx, false, "", v1.MigrationAbortInProgress); err != nil {
+	if err := x.setMigrationResult(ctx, false, "", v1.MigrationAbortInProgress); err != nil {
 		if errors.Is(err, migration.ErrAbortInProgress) {
 			return nil // asked already
 		}
 		return err
 	}
 	if err := callWithin(ctx, "abort the migration", func() error { return l.DomainAbortJob(d) }); err != nil {
-		m.mig.setMigrationResult(ctx, false, "", v1.MigrationAbortFailed)
+		x.setMigrationResult(ctx, false, "", v1.MigrationAbortFailed)
 		return err
 	}
 	return nil
@@ -586,17 +601,12 @@ func readJob(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) (jobProg
 	return jp, nil
 }
 
-// systemDaemon says whether the launcher's daemon runs in system mode
-// (root), which the destination URI names.
-func (x *migrations) systemDaemon() bool { return strings.HasSuffix(x.m.cfg.URI, "/system") }
-
 // ephemeralBytes is what the ephemeral disks (containerDisk overlays,
 // emptyDisks) take, for a block migration's size (KubeVirt sums the files
 // of the ephemeral disk directory).
 func (x *migrations) ephemeralBytes() int64 {
-	m := x.m
 	var n int64
-	filepath.WalkDir(m.cfg.Layout.EphemeralDiskDir, func(_ string, e fs.DirEntry, err error) error {
+	filepath.WalkDir(x.layout.EphemeralDiskDir, func(_ string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() {
 			if info, err := e.Info(); err == nil {
 				n += info.Size()
@@ -609,20 +619,18 @@ func (x *migrations) ephemeralBytes() int64 {
 
 // migrationMetadata is a copy of the migration metadata (nil: none).
 func (x *migrations) migrationMetadata() *domainjson.MigrationMetadata {
-	m := x.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.md.Migration == nil {
+	x.rec.mu.Lock()
+	defer x.rec.mu.Unlock()
+	if x.rec.md.Migration == nil {
 		return nil
 	}
-	c := *m.md.Migration
+	c := *x.rec.md.Migration
 	return &c
 }
 
 // logCompletedJob logs what libvirt measured of the migration that just
 // completed: its time, the guest's downtime, the data moved.
 func (x *migrations) logCompletedJob(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain) {
-	m := x.m
 	var params []libvirt.TypedParam
 	if err := callWithin(ctx, "statistics of the completed migration", func() error {
 		var err error
@@ -632,10 +640,10 @@ func (x *migrations) logCompletedJob(ctx context.Context, l *libvirt.Libvirt, d 
 		if libvirt.IsNotFound(err) {
 			// The source's domain may already be gone (in a cluster
 			// virt-handler moves on at once): nothing wrong.
-			m.log.Info("no statistics of the completed migration: the domain is gone", "domain", d.Name)
+			x.log.Info("no statistics of the completed migration: the domain is gone", "domain", d.Name)
 			return
 		}
-		m.log.Warn("statistics of the completed migration", "reason", err.Error())
+		x.log.Warn("statistics of the completed migration", "reason", err.Error())
 		return
 	}
 	attrs := []any{"domain", d.Name}
@@ -646,7 +654,7 @@ func (x *migrations) logCompletedJob(ctx context.Context, l *libvirt.Libvirt, d 
 			attrs = append(attrs, p.Field, p.Value.I)
 		}
 	}
-	m.log.Info("migration statistics", attrs...)
+	x.log.Info("migration statistics", attrs...)
 }
 
 // migratedVolumeNames are the volumes status.migratedVolumes lists.

@@ -22,7 +22,6 @@ import (
 // status.migrationState.targetCPUSet and targetNodeTopology, gives the
 // fields the hook would (premigration.DedicatedCPUs).
 func (x *migrations) targetCPUs(ctx context.Context, v *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
-	m := x.m
 	ms := v.Status.MigrationState
 	if ms == nil || len(ms.TargetCPUSet) == 0 {
 		return errors.New("dedicated CPUs: status.migrationState.targetCPUSet is empty: the target's CPUs are not known")
@@ -31,7 +30,7 @@ func (x *migrations) targetCPUs(ctx context.Context, v *v1.VirtualMachineInstanc
 	if err != nil {
 		return fmt.Errorf("dedicated CPUs: status.migrationState.targetNodeTopology: %w", err)
 	}
-	c, err := m.Context(ctx, v, SyncOptions{HostNUMA: cells})
+	c, err := x.facts(ctx, v, SyncOptions{HostNUMA: cells})
 	if err != nil {
 		return fmt.Errorf("dedicated CPUs: %w", err)
 	}

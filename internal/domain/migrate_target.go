@@ -119,22 +119,21 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 // hooks. dom is this pod's conversion of v. The server ends with its one
 // call, or with the launcher.
 func (x *migrations) serveMigrationHook(v *v1.VirtualMachineInstance, dom *libvirtxml.Domain) error {
-	m := x.m
 	hooks := []premigration.Hook{premigration.DedicatedCPUs(v, dom), premigration.DiskSourcePaths(v)}
-	if m.cfg.UpgradeOrdinalIfaces {
+	if x.upgradeOrdinalIfaces {
 		hooks = append(hooks, premigration.OrdinalTapNames(v))
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.mig.hookServer != nil {
-		m.mig.hookServer.SetHooks(hooks...)
+	x.rec.mu.Lock()
+	defer x.rec.mu.Unlock()
+	if x.hookServer != nil {
+		x.hookServer.SetHooks(hooks...)
 		return nil
 	}
-	s, err := premigration.Serve(m.runContextLocked(), m.cfg.Layout.MigrationHookSocket(), m.log, hooks...)
+	s, err := premigration.Serve(x.rec.runContextLocked(), x.layout.MigrationHookSocket(), x.log, hooks...)
 	if err != nil {
 		return err
 	}
-	m.mig.hookServer = s
+	x.hookServer = s
 	return nil
 }
 
@@ -146,10 +145,9 @@ func (x *migrations) serveMigrationHook(v *v1.VirtualMachineInstance, dom *libvi
 // KubeVirt polls the incoming job there as well; libvirt 9.0 answers job
 // queries on the source only ("available only on the source host").
 func (x *migrations) migrationArrived(ctx context.Context, ev libvirt.DomainEventLifecycleMsg) {
-	m := x.m
-	m.mu.Lock()
-	target := m.targetOf != ""
-	m.mu.Unlock()
+	x.rec.mu.Lock()
+	target := x.rec.targetOf != ""
+	x.rec.mu.Unlock()
 	typ := libvirt.DomainEventType(ev.Event)
 	switch {
 	case !target:
@@ -159,18 +157,18 @@ func (x *migrations) migrationArrived(ctx context.Context, ev libvirt.DomainEven
 	default:
 		return
 	}
-	m.mu.Lock()
-	mig := m.md.Migration
+	x.rec.mu.Lock()
+	mig := x.rec.md.Migration
 	ended := mig != nil && mig.EndTimestamp != nil
 	if mig != nil && !ended {
-		m.md.Migration, _ = migration.Result(mig, false, "", "", time.Now())
+		x.rec.md.Migration, _ = migration.Result(mig, false, "", "", time.Now())
 	}
-	m.mu.Unlock()
+	x.rec.mu.Unlock()
 	if ended {
 		return
 	}
-	m.log.Info("migration arrived: the target runs the domain", "domain", ev.Dom.Name)
-	m.watch.refresh(ctx, EventModified, true)
+	x.log.Info("migration arrived: the target runs the domain", "domain", ev.Dom.Name)
+	x.refresh(ctx, EventModified, true)
 }
 
 // FinalizeMigration ends the target's part once virt-handler has seen the
@@ -232,10 +230,9 @@ func (m *Manager) Abandoned() <-chan struct{} { return m.mig.abandonCh }
 // awaitingMigration says whether this pod was prepared as a migration
 // target (its domain comes with the migration, if it comes).
 func (x *migrations) awaitingMigration() bool {
-	m := x.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.targetOf != ""
+	x.rec.mu.Lock()
+	defer x.rec.mu.Unlock()
+	return x.rec.targetOf != ""
 }
 
 // refuseMediatedDevices refuses an incoming domain with mediated devices
