@@ -12,8 +12,7 @@ import (
 // they return must still be a domain of the same name: the manager finds
 // its domain by name.
 func (x *syncer) applyHooks(ctx context.Context, v *v1.VirtualMachineInstance, xml, name string) (string, error) {
-	m := x.m
-	out, err := m.cfg.Hooks.OnDefineDomain(ctx, xml, v)
+	out, err := x.hooks.OnDefineDomain(ctx, xml, v)
 	if err != nil {
 		return "", fmt.Errorf("define domain %s: %w", name, err)
 	}

@@ -230,9 +230,12 @@ func New(cfg Config) *Manager {
 		out:       newOutbox(cfg.Events, log),
 	}
 	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
-	m.sync = &syncer{m: m}
-	m.net = &netPhase{network: cfg.Network, baseFacts: m.sync.baseFacts}
 	m.watch = &watcher{m: m}
+	m.sync = &syncer{rec: rec, log: log, layout: cfg.Layout, disks: cfg.Disks, hooks: cfg.Hooks, baseFactsFunc: cfg.BaseFacts,
+		devices: cfg.Devices, restartsOffFile: cfg.RestartsOffFile, hasNetwork: cfg.Network != nil,
+		terminating: &m.terminating, refresh: m.watch.refresh}
+	m.net = &netPhase{network: cfg.Network, baseFacts: m.sync.baseFacts}
+	m.sync.net = m.net
 	m.life = &lifecycle{op: m.op, rec: rec, find: m.finder, log: log, refresh: m.watch.refresh}
 	m.persist = &stateFile{path: cfg.StateFile, uid: cfg.UID, hostUUID: cfg.HostUUID, log: log, rec: rec}
 	m.persist.takeOverState()
@@ -259,7 +262,7 @@ func New(cfg Config) *Manager {
 	})
 	m.mig = &migrations{rec: rec, log: log, layout: cfg.Layout, systemDaemon: strings.HasSuffix(cfg.URI, "/system"),
 		disks: cfg.Disks, preMigrationHooks: cfg.PreMigrationHooks, upgradeOrdinalIfaces: cfg.UpgradeOrdinalIfaces,
-		facts: m.Context, jobInfo: m.stats.setJobInfo, refresh: m.watch.refresh, abandonCh: make(chan struct{})}
+		facts: m.sync.gather, jobInfo: m.stats.setJobInfo, refresh: m.watch.refresh, abandonCh: make(chan struct{})}
 	return m
 }
 

@@ -66,7 +66,7 @@ func (m *Manager) PrepareMigrationTarget(ctx context.Context, v *v1.VirtualMachi
 	if err := m.net.start(ctx, v, opts.InterfaceDomainAttachment); err != nil {
 		return err
 	}
-	c, err := m.Context(ctx, v, opts)
+	c, err := m.sync.gather(ctx, v, opts)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -17,14 +19,38 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/converter/storage"
 	"github.com/virtlauncher/virtlauncher/internal/domain/devices"
 	"github.com/virtlauncher/virtlauncher/internal/facts"
+	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
-// syncer does Sync's work on the Manager m's domain: the define and start
-// (defineAndStart, with the hooks of hooks.go), and the changes a running
-// domain needs (applyChanges). It reaches m through a back-pointer.
-type syncer struct{ m *Manager }
+// syncer does Sync's work on the manager's domain: the facts the
+// converter needs (gather), the define and start (defineAndStart, with the
+// hooks of hooks.go), and the changes a running domain needs
+// (applyChanges).
+type syncer struct {
+	// rec holds the grace period and the CBT overlays in the metadata,
+	// whether the domain is defined and whether the user paused it.
+	rec    *record
+	log    *slog.Logger
+	layout layout.Layout
+	// disks, hooks, baseFacts, devices and restartsOffFile are Config's
+	// Disks, Hooks, BaseFacts, Devices and RestartsOffFile.
+	disks           DiskPreparer
+	hooks           DomainHook
+	baseFactsFunc   func() *facts.Context
+	devices         func(ctx context.Context, v *v1.VirtualMachineInstance) facts.Devices
+	restartsOffFile string
+	// net is the network phase; the device appliers use it when the
+	// launcher has one (hasNetwork).
+	net        *netPhase
+	hasNetwork bool
+	// terminating is set once the pod goes away: nothing is defined any
+	// more.
+	terminating *atomic.Bool
+	// refresh re-reads the domain and sends it (watcher.refresh).
+	refresh func(ctx context.Context, typ string, emit bool)
+}
 
 // SyncOptions is what the launcher uses of virt-handler's
 // VirtualMachineOptions (the rest of that message is accepted and ignored).
@@ -129,27 +155,26 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 // by libvirt before the Sync answers. A change it cannot make fails the
 // Sync before any is made; it never answers success for a change not made.
 func (x *syncer) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
-	m := x.m
 	live, err := devices.ReadXML(ctx, l, d, 0)
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	want, err := m.sync.wantDisks(v, live)
+	want, err := x.wantDisks(v, live)
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	a := m.sync.applier(l, d)
+	a := x.applier(l, d)
 	if err := a.FollowDefinition(ctx, live); err != nil {
 		return err
 	}
-	plan := devices.PlanChanges(v, want, live, m.cfg.Layout.HotplugDiskDir, m.net.attach)
+	plan := devices.PlanChanges(v, want, live, x.layout.HotplugDiskDir, x.net.attach)
 	if len(plan.Unsupported) > 0 {
 		return fmt.Errorf("sync: not applied to the running domain, nothing changed: %s", strings.Join(plan.Unsupported, "; "))
 	}
 	if len(plan.Grow) > 0 {
 		// A disk grows in a running guest only; a domain that is down
 		// (about to start, or stopped for good) is left as it is.
-		st, _, err := m.state(l, d)
+		st, _, err := domainState(l, d)
 		if err != nil {
 			return fmt.Errorf("sync: %w", err)
 		}
@@ -165,17 +190,16 @@ func (x *syncer) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvirt
 	// as they are now: no libvirt event follows a link change, and the
 	// device events carry no XML.
 	if changed {
-		m.watch.refresh(ctx, EventModified, true)
+		x.refresh(ctx, EventModified, true)
 	}
 	return err
 }
 
 // applier makes device changes to domain d over l.
 func (x *syncer) applier(l *libvirt.Libvirt, d libvirt.Domain) *devices.Applier {
-	m := x.m
-	a := &devices.Applier{Client: devices.Libvirt{L: l, D: d}, Log: m.log, HotplugDir: m.cfg.Layout.HotplugDiskDir}
-	if m.cfg.Network != nil {
-		a.Network = m.net
+	a := &devices.Applier{Client: devices.Libvirt{L: l, D: d}, Log: x.log, HotplugDir: x.layout.HotplugDiskDir}
+	if x.hasNetwork {
+		a.Network = x.net
 	}
 	return a
 }
@@ -184,12 +208,11 @@ func (x *syncer) applier(l *libvirt.Libvirt, d libvirt.Domain) *devices.Applier 
 // them, with the facts of its hotplugged volumes gathered anew (the others
 // were gathered at the define and do not change).
 func (x *syncer) wantDisks(v *v1.VirtualMachineInstance, live *libvirtxml.Domain) ([]libvirtxml.DomainDisk, error) {
-	m := x.m
-	c, err := m.sync.baseFacts()
+	c, err := x.baseFacts()
 	if err != nil {
 		return nil, err
 	}
-	vols, err := m.cfg.Disks.GatherHotplug(v)
+	vols, err := x.disks.GatherHotplug(v)
 	if err != nil {
 		return nil, fmt.Errorf("gather hotplug volume facts: %w", err)
 	}
@@ -251,23 +274,22 @@ func decideSync(v *v1.VirtualMachineInstance, live domainNow) runAction {
 // baseFacts is a fresh Context with the launcher's own facts, before any
 // about the VMI's volumes, which need the disk preparer.
 func (x *syncer) baseFacts() (*facts.Context, error) {
-	m := x.m
-	if m.cfg.Disks == nil {
+	if x.disks == nil {
 		return nil, errors.New("no disk preparer configured")
 	}
-	if m.cfg.BaseFacts != nil {
-		return m.cfg.BaseFacts(), nil
+	if x.baseFactsFunc != nil {
+		return x.baseFactsFunc(), nil
 	}
-	return facts.Default(m.cfg.Layout), nil
+	return facts.Default(x.layout), nil
 }
 
-// Context gathers every outside fact the converter needs for v.
-func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opts SyncOptions) (*facts.Context, error) {
-	c, err := m.sync.baseFacts()
+// gather gathers every outside fact the converter needs for v.
+func (x *syncer) gather(ctx context.Context, v *v1.VirtualMachineInstance, opts SyncOptions) (*facts.Context, error) {
+	c, err := x.baseFacts()
 	if err != nil {
 		return nil, err
 	}
-	vols, err := m.cfg.Disks.Gather(ctx, v)
+	vols, err := x.disks.Gather(ctx, v)
 	if err != nil {
 		return nil, fmt.Errorf("gather volume facts: %w", err)
 	}
@@ -278,11 +300,11 @@ func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opt
 		}
 	}
 	c.Volumes = vols
-	if m.net.ifaces != nil {
-		c.Interfaces = m.net.ifaces
+	if x.net.ifaces != nil {
+		c.Interfaces = x.net.ifaces
 	}
-	if m.cfg.Devices != nil {
-		c.Devices = m.cfg.Devices(ctx, v)
+	if x.devices != nil {
+		c.Devices = x.devices(ctx, v)
 	}
 	if opts.MemBalloonStatsPeriod != nil {
 		c.MemBalloonStatsPeriod = *opts.MemBalloonStatsPeriod
@@ -305,8 +327,7 @@ func (m *Manager) Context(ctx context.Context, v *v1.VirtualMachineInstance, opt
 }
 
 func (x *syncer) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.VirtualMachineInstance, opts SyncOptions) error {
-	m := x.m
-	c, err := m.Context(ctx, v, opts)
+	c, err := x.gather(ctx, v, opts)
 	if err != nil {
 		return err
 	}
@@ -328,16 +349,16 @@ func (x *syncer) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.V
 		return fmt.Errorf("marshal domain XML: %w", err)
 	}
 	t0 := time.Now()
-	undo, err := m.cfg.Disks.Prepare(ctx, v, c.Volumes)
+	undo, err := x.disks.Prepare(ctx, v, c.Volumes)
 	if err != nil {
 		return fmt.Errorf("prepare disks: %w", err)
 	}
-	devices.GrowOffline(m.log, v, dom, func(name, path string, size int64) error {
-		return m.cfg.Disks.GrowRaw(ctx, path, size, c.Volumes[name].Preallocated)
+	devices.GrowOffline(x.log, v, dom, func(name, path string, size int64) error {
+		return x.disks.GrowRaw(ctx, path, size, c.Volumes[name].Preallocated)
 	})
 	t1 := time.Now()
-	if m.cfg.Hooks != nil {
-		if xml, err = m.sync.applyHooks(ctx, v, xml, dom.Name); err != nil {
+	if x.hooks != nil {
+		if xml, err = x.applyHooks(ctx, v, xml, dom.Name); err != nil {
 			undo()
 			return err
 		}
@@ -345,13 +366,13 @@ func (x *syncer) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.V
 	// The pod began to go away while the disks were prepared: a domain
 	// defined now would outlive the launcher's decision to end (it saw
 	// none defined). Nothing is left of this Sync.
-	if m.terminating.Load() {
+	if x.terminating.Load() {
 		undo()
 		return errors.New("sync: the launcher is shutting down: the domain is not defined")
 	}
 	// Last before the define, so that a Sync failing before it leaves
 	// no console log behind.
-	created, err := initPrivateDir(m.cfg.Layout.VMIPrivateDir(string(v.UID)), m.cfg.Layout.SerialLog(string(v.UID)))
+	created, err := initPrivateDir(x.layout.VMIPrivateDir(string(v.UID)), x.layout.SerialLog(string(v.UID)))
 	if err != nil {
 		undo()
 		return err
@@ -363,36 +384,35 @@ func (x *syncer) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.V
 		// the console log.
 		undo()
 		if created {
-			os.Remove(m.cfg.Layout.SerialLog(string(v.UID)))
+			os.Remove(x.layout.SerialLog(string(v.UID)))
 		}
 		return fmt.Errorf("define domain %s: %w", dom.Name, err)
 	}
 	t2 := time.Now()
-	m.mu.Lock()
-	m.md.DataFiles = storage.CBTDataFiles(c.Layout, !c.NonRoot, v)
-	m.mu.Unlock()
-	m.log.Info("domain defined", "domain", dom.Name, "prepareDisks", t1.Sub(t0).String(), "define", t2.Sub(t1).String())
+	x.rec.mu.Lock()
+	x.rec.md.DataFiles = storage.CBTDataFiles(c.Layout, !c.NonRoot, v)
+	x.rec.mu.Unlock()
+	x.log.Info("domain defined", "domain", dom.Name, "prepareDisks", t1.Sub(t0).String(), "define", t2.Sub(t1).String())
 	// The tagged devices' addresses are libvirt's, known from the define
 	// on: the ConfigDrive gets them before the guest can read it.
-	if err := m.cfg.Disks.ConfigDriveDevices(v, func() (*libvirtxml.Domain, error) {
+	if err := x.disks.ConfigDriveDevices(v, func() (*libvirtxml.Domain, error) {
 		return devices.ReadXML(ctx, l, d, libvirt.DomainXMLInactive)
 	}); err != nil {
 		if uerr := l.DomainUndefineFlags(d, undefineFlags); uerr != nil {
-			m.log.Warn("undefining the domain after a failed device metadata", "domain", dom.Name, "reason", uerr)
+			x.log.Warn("undefining the domain after a failed device metadata", "domain", dom.Name, "reason", uerr)
 		}
 		undo()
 		return err
 	}
-	err = m.sync.start(l, d, v)
+	err = x.start(l, d, v)
 	// GetDomain right after this Sync must see the domain even if the
 	// lifecycle events are still on their way (they send the events), and
 	// a termination waiting for this Sync must see it defined.
-	m.watch.refresh(ctx, EventModified, false)
+	x.refresh(ctx, EventModified, false)
 	return err
 }
 
 func (x *syncer) start(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachineInstance) error {
-	m := x.m
 	var flags uint32
 	paused := v.Spec.StartStrategy != nil && *v.Spec.StartStrategy == v1.StartStrategyPaused
 	if paused {
@@ -402,25 +422,24 @@ func (x *syncer) start(l *libvirt.Libvirt, d libvirt.Domain, v *v1.VirtualMachin
 	if _, err := l.DomainCreateWithFlags(d, flags); err != nil {
 		return fmt.Errorf("start domain %s: %w", d.Name, err)
 	}
-	m.mu.Lock()
-	m.run.userPaused = paused
-	m.mu.Unlock()
-	m.log.Info("domain started", "domain", d.Name, "paused", paused, "took", time.Since(t0).String())
+	x.rec.mu.Lock()
+	x.rec.run.userPaused = paused
+	x.rec.mu.Unlock()
+	x.log.Info("domain started", "domain", d.Name, "paused", paused, "took", time.Since(t0).String())
 	return nil
 }
 
 // refreshGracePeriod keeps DeletionGracePeriodSeconds equal to the VMI's
 // and tells the handler when it changed.
 func (x *syncer) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineInstance) {
-	m := x.m
 	g := vmi.GracePeriodSeconds(v)
-	m.mu.Lock()
-	changed := m.md.GracePeriodSeconds != g
-	m.md.GracePeriodSeconds = g
-	defined := m.run.defined
-	m.mu.Unlock()
+	x.rec.mu.Lock()
+	changed := x.rec.md.GracePeriodSeconds != g
+	x.rec.md.GracePeriodSeconds = g
+	defined := x.rec.run.defined
+	x.rec.mu.Unlock()
 	if changed && defined {
-		m.watch.refresh(ctx, EventModified, true)
+		x.refresh(ctx, EventModified, true)
 	}
 }
 
@@ -429,8 +448,7 @@ func (x *syncer) refreshGracePeriod(ctx context.Context, v *v1.VirtualMachineIns
 // restarts. A Sync that cannot set it fails: the monitor would otherwise
 // keep a guest the owner asked to end with its launcher.
 func (x *syncer) syncRestartsOff(v *v1.VirtualMachineInstance) error {
-	m := x.m
-	path := m.cfg.RestartsOffFile
+	path := x.restartsOffFile
 	if path == "" {
 		return nil
 	}
