@@ -51,6 +51,7 @@ func TestContainerfileBinaries(t *testing.T) {
 		"ln -s ../run /var/run", // relative, as the handler needs
 		"--uid 107", "--gid 107",
 		"qemu-system-x86", "qemu-utils", "libvirt-daemon", "libvirt-daemon-driver-qemu", "libvirt-clients", "ovmf", "bash", "passt",
+		"procps", "nftables", "iproute2", // ps, nft, ip and bridge: KubeVirt's image has them, its suite runs them in the compute container
 		"CGO_ENABLED=0",
 		"/usr/bin/node-labeller.sh",
 		"/out/virtiofsd /usr/libexec/virtiofsd", "./cmd/virtiofsd",
@@ -111,6 +112,13 @@ func TestContainerfileMatchesMkrootfs(t *testing.T) {
 	pkgs := strings.Fields(string(m[1]))
 	if len(pkgs) < 10 {
 		t.Fatalf("mkrootfs lists %d packages: %v", len(pkgs), pkgs)
+	}
+	// What KubeVirt's suite runs in the compute container, in the tested
+	// build too.
+	for _, p := range []string{"procps", "nftables", "iproute2"} {
+		if !slices.Contains(pkgs, p) {
+			t.Errorf("mkrootfs does not install %s", p)
+		}
 	}
 	cf := containerfile(t)
 	for _, p := range pkgs {

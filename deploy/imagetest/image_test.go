@@ -161,6 +161,7 @@ func runPod(t *testing.T, archive string, g *testguest.Guest, uid int) {
 		t.Errorf("the guest did not run its cloud-init user-data; console:\n%s", launchertest.Tail(out, 4000))
 	}
 	p.checkProcesses()
+	p.checkNetworkTools()
 
 	// SIGTERM to PID 1, as the kubelet stops the pod: the guest shuts
 	// down and the monitor exits 0.
@@ -263,7 +264,9 @@ func (p *pod) checkImage() {
 			t.Errorf("/%s: not an executable in the image (%v)", f, err)
 		}
 	}
-	for _, f := range []string{"usr/sbin/libvirtd", "usr/bin/swtpm_setup", "usr/share/OVMF/OVMF_CODE_4M.fd", "usr/share/edk2/ovmf/OVMF_VARS.secboot.fd", "bin/bash", "bin/sh"} {
+	// iproute2's /usr/sbin/ip is an absolute link to /bin/ip, which only
+	// the pod's root resolves: checkNetworkTools runs it there.
+	for _, f := range []string{"usr/sbin/libvirtd", "usr/bin/ip", "usr/sbin/bridge", "usr/bin/swtpm_setup", "usr/share/OVMF/OVMF_CODE_4M.fd", "usr/share/edk2/ovmf/OVMF_VARS.secboot.fd", "bin/bash", "bin/sh"} {
 		if _, err := os.Stat(filepath.Join(p.root, f)); err != nil {
 			t.Errorf("/%s missing: %v", f, err)
 		}
@@ -338,6 +341,38 @@ func (p *pod) checkProcesses() {
 	for c, seen := range want {
 		if !seen {
 			t.Errorf("no %s process in the pod", c)
+		}
+	}
+}
+
+// checkNetworkTools runs, as kubectl exec would in the compute container
+// (the pod's root, mount and network namespaces, its user), what KubeVirt's
+// suite runs there: its network specs' `/usr/sbin/ip link show` and its
+// failure reporter's ip and bridge commands.
+func (p *pod) checkNetworkTools() {
+	t := p.t
+	mon := p.monitorPid()
+	if mon == 0 {
+		t.Fatal("no monitor process to exec beside")
+	}
+	for _, argv := range [][]string{
+		{"/usr/sbin/ip", "-o", "link", "show"},
+		{"/usr/sbin/ip", "address"},
+		{"/usr/sbin/ip", "route", "show", "table", "all"},
+		{"/usr/sbin/bridge", "-j", "vlan", "show"},
+		{"/usr/sbin/bridge", "fdb"},
+	} {
+		uid := strconv.Itoa(p.uid)
+		args := append([]string{"--target", strconv.Itoa(mon), "--mount", "--net", "--root", "--setuid", uid, "--setgid", uid, "--"}, argv...)
+		cmd := exec.Command("nsenter", args...)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("%s in the pod as uid %d: %v\n%s", strings.Join(argv, " "), p.uid, err, out)
+			continue
+		}
+		if argv[1] == "-o" && !strings.Contains(string(out), " lo: ") {
+			t.Errorf("ip link show in the pod lists no lo:\n%s", out)
 		}
 	}
 }
