@@ -13,6 +13,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -74,7 +75,7 @@ namespace has a VM of that name.`,
 				done = append(done, "its background run")
 			}
 			if volumes {
-				removed, err := standalone.RemoveVolumes(store, n.recordDir, ns, name)
+				removed, err := userstorage.RemoveVolumes(store, n.recordDir, ns, name)
 				for _, f := range removed {
 					fmt.Fprintf(cmd.ErrOrStderr(), "vlctl: removed %s\n", f)
 				}
@@ -93,7 +94,7 @@ namespace has a VM of that name.`,
 	n.register(cmd)
 	cmd.Flags().BoolVar(&volumes, "volumes", false, "remove the VM's volumes in the volume store too (never a --volume file)")
 	cmd.Flags().BoolVar(&force, "force", false, "stop the VM first if it runs, as vlctl stop does")
-	cmd.Flags().StringVar(&store, "volume-store", standalone.DefaultVolumeStore, "the volume store (the --volume-store of vlctl run)")
+	cmd.Flags().StringVar(&store, "volume-store", userstorage.DefaultVolumeStore, "the volume store (the --volume-store of vlctl run)")
 	cmd.Flags().DurationVar(&gcTimeout, "timeout", 30*time.Second, "how long a killed run's processes get between SIGTERM and SIGKILL (as vlctl gc's)")
 	return cmd
 }
@@ -132,7 +133,7 @@ func rmTarget(n *nameFlags, query string, volumes bool, store string) (string, s
 	var serr error
 	if volumes {
 		var nss []string
-		nss, serr = standalone.StoreNamespaces(store, name)
+		nss, serr = userstorage.StoreNamespaces(store, name)
 		for _, s := range nss {
 			add(s)
 		}

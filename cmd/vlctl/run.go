@@ -23,6 +23,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -133,7 +134,7 @@ secondary networks (each refused, saying so).`,
 				return errors.New("--migrate-from: the VM keeps its run's storage, network and run strategy; --volume, --publish, --binding and --force-start do not apply")
 			}
 			for _, v := range volumes {
-				m, err := standalone.ParseVolumeFlag(v)
+				m, err := userstorage.ParseVolumeFlag(v)
 				if err != nil {
 					return err
 				}
@@ -198,7 +199,7 @@ secondary networks (each refused, saying so).`,
 	f.StringVar(&cfg.WorkRoot, "workdir", standalone.DefaultWorkRoot, "parent of the per-run working directory")
 	f.StringVar(&cfg.RecordDir, "record-dir", runrecord.DefaultDir, "where the run records itself for vlctl ps and the verbs by name (root's alone, 0700, made when missing; the records hold the VMI)")
 	f.StringVar(&cfg.ImageCache, "image-cache", registrydisk.DefaultDir, "where containerDisk images given by reference (e.g. quay.io/containerdisks/fedora:latest) are pulled to (root's)")
-	f.StringVar(&cfg.VolumeStore, "volume-store", standalone.DefaultVolumeStore, "where a VirtualMachine's dataVolumeTemplates that no --volume maps are kept, as NAMESPACE/VM/DATAVOLUME.img (root's; kept until you remove them)")
+	f.StringVar(&cfg.VolumeStore, "volume-store", userstorage.DefaultVolumeStore, "where a VirtualMachine's dataVolumeTemplates that no --volume maps are kept, as NAMESPACE/VM/DATAVOLUME.img (root's; kept until you remove them)")
 	f.StringVar(&cfg.ImportCache, "import-cache", dvimport.DefaultCacheDir, "where images a DataVolume's http source names are downloaded to and kept, by URL (root's alone)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs, overlays) after the run")
 	f.StringVar(&cfg.UIDs, "uids", uidpool.DefaultRange, "FIRST-LAST: the ids each VM takes one of, as its own user and group, for its launcher, libvirt daemon and QEMU (no account may use them)")

@@ -16,6 +16,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
+	"github.com/virtlauncher/virtlauncher/internal/vmuser"
 )
 
 // libvirt probes QEMU (~2.5 s under TCG) the first time a daemon defines a
@@ -91,7 +92,7 @@ func (r *runner) probeCaps(ctx context.Context) (map[string][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("an id for the capability probe: %w", err)
 	}
-	prober := leasedIDs(lease)
+	prober := vmuser.Leased(lease)
 	const sub, idSub = "capsprobe", "capsprobe-identity"
 	var files map[string][]byte
 	err = func() error {
@@ -105,11 +106,11 @@ func (r *runner) probeCaps(ctx context.Context) (map[string][]byte, error) {
 		defer pd.Close()
 		// The prober reaches its own tree only: the work dir opens to its
 		// group for the probe and closes again after it.
-		if err := errors.Join(r.dir.Chown(0, prober.gid), r.dir.Chmod(0o750), pd.Chown(prober.uid, prober.gid)); err != nil {
+		if err := errors.Join(r.dir.Chown(0, prober.GID), r.dir.Chmod(0o750), pd.Chown(prober.UID, prober.GID)); err != nil {
 			return err
 		}
 		defer func() { r.dir.Chown(0, 0); r.dir.Chmod(0o700) }()
-		id, err := pod.WriteIdentity(r.dir, idSub, prober.uid, prober.gid, prober.groups)
+		id, err := pod.WriteIdentity(r.dir, idSub, prober.UID, prober.GID, prober.Groups)
 		if err != nil {
 			return err
 		}
@@ -118,7 +119,7 @@ func (r *runner) probeCaps(ctx context.Context) (map[string][]byte, error) {
 			Dir:        pd.Join("config/libvirt"),
 			RuntimeDir: pd.Join("run"),
 			CacheHome:  pd.Join("cache"),
-			Credential: prober.credential(),
+			Credential: prober.Credential(),
 			SpawnSetup: func() (func(), error) { return pod.Enter(id.Enter) },
 		}
 		pctx, cancel := context.WithTimeout(ctx, capsProbeTimeout)

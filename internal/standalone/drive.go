@@ -64,7 +64,7 @@ func (r *runner) drive(ctx context.Context) error {
 			if ctx.Err() != nil { // Ctrl-C while starting: cleanup follows
 				return errInterrupted
 			}
-			return r.userPaths(r.withLauncherLog(fmt.Errorf("sync: %w", err)))
+			return r.storage.UserPaths(r.withLauncherLog(fmt.Errorf("sync: %w", err)), r.layout)
 		}
 	}
 	r.started = true

@@ -14,6 +14,8 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/relay"
 	"github.com/virtlauncher/virtlauncher/internal/runctl"
 	"github.com/virtlauncher/virtlauncher/internal/testnet"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
+	"github.com/virtlauncher/virtlauncher/internal/vmuser"
 )
 
 // TestEgressLimit: a guest holding as many egress connections as a VM may
@@ -23,7 +25,8 @@ import (
 func TestEgressLimit(t *testing.T) {
 	p, _, status := guestnettest.EgressTestPod(t)
 	far := testnet.FarHost(t, "VL-FAR-PAGE")
-	r := &runner{workDir: t.TempDir(), log: slog.New(slog.DiscardHandler), cfg: session{Config: Config{Status: status}}}
+	r := &runner{workDir: t.TempDir(), log: slog.New(slog.DiscardHandler), cfg: session{Config: Config{Status: status}},
+		storage: userstorage.NewHeld(vmuser.User{}, status)}
 	stop, err := r.serveControl(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)

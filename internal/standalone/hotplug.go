@@ -16,6 +16,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/relay"
 	"github.com/virtlauncher/virtlauncher/internal/runctl"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 )
 
 // Volume hotplug on a running `vlctl run`, what `virtctl addvolume` and
@@ -141,18 +142,17 @@ func (r *runner) addVolume(ctx context.Context, client *cmdclient.Client, req ru
 			return "", fmt.Errorf("--volume-name %q: the VM has a disk of that name already", req.Volume)
 		}
 	}
-	spec := diskSpec{volume: req.Volume, field: "--file", path: req.File, kind: pvcStorage, hotplug: true}
 	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
-	d, err := spec.open(r.owner, status)
+	d, err := userstorage.HotplugSpec(req.Volume, req.File).Open(r.owner, status)
 	if err != nil {
 		return "", err
 	}
 	defer func() {
 		if err != nil {
-			d.release(status)
+			d.Release(status)
 		}
 	}()
-	link, err := d.link(r.layout)
+	link, err := d.Link(r.layout)
 	if err != nil {
 		return "", err
 	}
@@ -162,7 +162,7 @@ func (r *runner) addVolume(ctx context.Context, client *cmdclient.Client, req ru
 	}
 	// hotplug-disks is the launcher user's, as in a pod: root only makes
 	// a link in it through the work dir's descriptor, never following one.
-	if err := r.dir.Symlink(d.real, rel); err != nil {
+	if err := r.dir.Symlink(d.Real(), rel); err != nil {
 		return "", fmt.Errorf("--file %s: link it for the launcher: %w", req.File, err)
 	}
 	defer func() {
@@ -186,10 +186,10 @@ func (r *runner) addVolume(ctx context.Context, client *cmdclient.Client, req ru
 		if rerr := client.Sync(ctx, r.vmi, cmdclient.HandlerSyncOptions()); rerr != nil {
 			err = fmt.Errorf("%w (and syncing the VM back: %v)", err, rerr)
 		}
-		return "", r.userPaths(fmt.Errorf("hotplug %s: %w", req.Volume, err))
+		return "", r.storage.UserPaths(fmt.Errorf("hotplug %s: %w", req.Volume, err), r.layout)
 	}
 	r.vmi = next
-	r.hot = append(r.hot, d)
+	r.storage.AddHot(d)
 	if err := r.writeRecord(r.startedAs); err != nil {
 		status("vlctl: %v (vlctl gc will not know the ACL entry on %s)\n", err, req.File)
 	}
@@ -201,22 +201,21 @@ func (r *runner) addVolume(ctx context.Context, client *cmdclient.Client, req ru
 // QEMU has let go of it; only then the link goes and QEMU's access to the
 // file is taken back.
 func (r *runner) removeVolume(ctx context.Context, client *cmdclient.Client, req runctl.RemoveVolume) (string, error) {
-	i := slices.IndexFunc(r.hot, func(d *userDisk) bool { return d.volume == req.Volume })
-	if i < 0 {
+	d := r.storage.Hot(req.Volume)
+	if d == nil {
 		return "", fmt.Errorf("--volume-name %q: not a volume plugged in with vlctl addvolume (the manifest's volumes stay)", req.Volume)
 	}
-	d := r.hot[i]
 	next := r.vmi.DeepCopy()
 	next.Spec.Domain.Devices.Disks = slices.DeleteFunc(next.Spec.Domain.Devices.Disks, func(x v1.Disk) bool { return x.Name == req.Volume })
 	next.Spec.Volumes = slices.DeleteFunc(next.Spec.Volumes, func(x v1.Volume) bool { return x.Name == req.Volume })
 	next.Status.VolumeStatus = slices.DeleteFunc(next.Status.VolumeStatus, func(x v1.VolumeStatus) bool { return x.Name == req.Volume })
 	if err := client.Sync(ctx, next, cmdclient.HandlerSyncOptions()); err != nil {
-		return "", r.userPaths(fmt.Errorf("unplug %s: %w (it stays plugged in; try again)", req.Volume, err))
+		return "", r.storage.UserPaths(fmt.Errorf("unplug %s: %w (it stays plugged in; try again)", req.Volume, err), r.layout)
 	}
 	r.vmi = next
-	r.hot = slices.Delete(r.hot, i, i+1)
+	r.storage.DropHot(d)
 	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
-	link, err := d.link(r.layout)
+	link, err := d.Link(r.layout)
 	if err == nil {
 		link, err = r.rel(link)
 	}
@@ -226,12 +225,12 @@ func (r *runner) removeVolume(ctx context.Context, client *cmdclient.Client, req
 	if err != nil {
 		status("vlctl: %v\n", err)
 	}
-	d.release(status)
+	d.Release(status)
 	if err := r.writeRecord(r.startedAs); err != nil {
 		status("vlctl: %v\n", err)
 	}
-	status("vlctl: volume %s (%s) unplugged\n", req.Volume, d.path)
-	return fmt.Sprintf("volume %s (%s) unplugged from %s/%s", req.Volume, d.path, r.vmi.Namespace, r.vmi.Name), nil
+	status("vlctl: volume %s (%s) unplugged\n", req.Volume, d.Path())
+	return fmt.Sprintf("volume %s (%s) unplugged from %s/%s", req.Volume, d.Path(), r.vmi.Namespace, r.vmi.Name), nil
 }
 
 // addInterface plugs a bridge interface on a new secondary network into

@@ -3,17 +3,14 @@ package standalone
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
-	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
@@ -88,44 +85,3 @@ func relativePath(image string) bool {
 
 // kernelBootKey names a pulled kernelBoot file in Config.pulled.
 func kernelBootKey(image, file string) string { return image + "\x00" + file }
-
-// openImages gives the VM's user read access to the pulled files the run
-// uses. The image cache is root's alone (registrydisk: images may come
-// with root's registry credentials), so, as for the user's own disks, the
-// run adds an ACL entry of its own (user:<the VM's uid>:r) to each file,
-// which the run record keeps for vlctl gc and the run's end takes out
-// (releaseImages); the other runs using the same image have their own.
-func (r *runner) openImages() error {
-	seen := map[string]bool{}
-	for _, key := range slices.Sorted(maps.Keys(r.cfg.pulled)) {
-		p := r.cfg.pulled[key]
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		field := "image " + strings.ReplaceAll(key, "\x00", " ")
-		f, err := openNoFollow(p)
-		if err != nil {
-			return fmt.Errorf("%s: %w", field, err)
-		}
-		d := &userDisk{diskSpec: diskSpec{field: field, path: p}, real: p, f: f}
-		r.images = append(r.images, d)
-		if d.grant, err = userstorage.GrantAccess(f, uint32(r.owner.uid), 4); err != nil {
-			return fmt.Errorf("%s: give user %s (QEMU) read access to %s: %w", field, r.owner.name, p, err)
-		}
-		if !asUser(r.owner, "-r", p) {
-			dir := firstClosedDir(p, r.owner)
-			return fmt.Errorf("%s: QEMU runs as user %s, which cannot reach %s: directory %s is closed to it (give --image-cache elsewhere, or: chmod o+x %s)", field, r.owner.name, p, dir, dir)
-		}
-	}
-	return nil
-}
-
-// releaseImages takes the run's read access to its images out again.
-func (r *runner) releaseImages() {
-	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
-	for _, d := range r.images {
-		d.release(status)
-	}
-	r.images = nil
-}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
 	"github.com/virtlauncher/virtlauncher/internal/userstorage"
+	"github.com/virtlauncher/virtlauncher/internal/vmuser"
 )
 
 // pushDisk pushes a containerDisk image holding data as /disk/disk.img to
@@ -79,45 +80,42 @@ func TestImageAccess(t *testing.T) {
 	}
 	p := cfg.pulled[ref]
 	base := 1879300000 + 4*(os.Getpid()%100000)
-	owner := func(id int) ids { return ids{uid: id, gid: id, name: fmt.Sprintf("uid %d", id)} }
+	owner := func(id int) vmuser.User { return vmuser.User{UID: id, GID: id, Name: fmt.Sprintf("uid %d", id)} }
 	a, b, other := owner(base), owner(base+1), owner(base+2)
-	if asUser(a, "-r", p) || asUser(other, "-r", p) {
+	if a.Test("-r", p) || other.Test("-r", p) {
 		t.Fatalf("%s is readable by other users before any run", p)
 	}
-	runA := &runner{cfg: cfg, vmi: vmi, owner: a}
-	runB := &runner{cfg: cfg, vmi: vmi, owner: b}
-	for _, r := range []*runner{runA, runB} {
-		if err := r.openImages(); err != nil {
+	runA, runB := userstorage.NewHeld(a, io.Discard), userstorage.NewHeld(b, io.Discard)
+	for _, r := range []*userstorage.Held{runA, runB} {
+		if err := r.OpenImages(cfg.pulled); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if !asUser(a, "-r", p) || !asUser(b, "-r", p) {
+	if !a.Test("-r", p) || !b.Test("-r", p) {
 		t.Errorf("the runs' users cannot read their image %s", p)
 	}
-	if asUser(other, "-r", p) {
+	if other.Test("-r", p) {
 		t.Errorf("a user no run was given reads %s", p)
 	}
-	if asUser(a, "-w", p) {
+	if a.Test("-w", p) {
 		t.Errorf("a run's user may write the shared image %s", p)
 	}
-	if len(runA.images) != 1 {
-		t.Fatalf("run A holds %d images, want 1", len(runA.images))
+	grants := runA.Grants()
+	if len(grants) != 1 || grants[0].Path != p {
+		t.Fatalf("run A's grants, as recorded for vlctl gc: %+v; want the one on %s", grants, p)
 	}
-	g, ok := runA.images[0].recordedGrant()
-	if !ok || g.Path != p {
-		t.Fatalf("run A's grant is not recorded for vlctl gc: %+v, %v", g, ok)
-	}
+	g := grants[0]
 	// Run B ends; run A goes on reading.
-	runB.releaseImages()
-	if asUser(b, "-r", p) || !asUser(a, "-r", p) {
-		t.Errorf("after run B's end: B reads %v, A reads %v; want false, true", asUser(b, "-r", p), asUser(a, "-r", p))
+	runB.Release(false)
+	if b.Test("-r", p) || !a.Test("-r", p) {
+		t.Errorf("after run B's end: B reads %v, A reads %v; want false, true", b.Test("-r", p), a.Test("-r", p))
 	}
-	// Run A is killed: vlctl gc takes its entry out from its record.
-	runA.images[0].f.Close()
+	// Run A is killed (its descriptor is simply dropped): vlctl gc takes
+	// its entry out from its record.
 	if err := revokeGrant(g, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if asUser(a, "-r", p) {
+	if a.Test("-r", p) {
 		t.Errorf("run A's user still reads %s after vlctl gc", p)
 	}
 	if f, err := os.Open(p); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/runctl"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 )
 
 // A memory dump of a running `vlctl run` guest, what `virtctl memory-dump
@@ -51,23 +52,23 @@ func (r *runner) memoryDump(ctx context.Context, client *cmdclient.Client, req r
 	}
 	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
 	// A 1-byte file: libvirt truncates it when it opens it.
-	spec := diskSpec{volume: dumpVolume, field: "FILE", path: req.File, kind: pvcStorage, create: 1, sizeFrom: "the memory dump"}
-	d, err := spec.open(r.owner, func(string, ...any) {})
+	spec := userstorage.NewFileSpec(dumpVolume, "FILE", req.File, 1, "the memory dump")
+	d, err := spec.Open(r.owner, func(string, ...any) {})
 	if err != nil {
 		return "", err
 	}
-	defer d.release(status)
-	if !d.created {
+	defer d.Release(status)
+	if !d.Created() {
 		return "", fmt.Errorf("FILE %s: exists; memory-dump writes a new file", req.File)
 	}
 	defer func() {
 		if err != nil {
-			d.removeCreated()
+			d.RemoveCreated()
 		}
 	}()
 	name := fmt.Sprintf("%s-%d.core", dumpVolume, time.Now().UnixNano())
 	dumpPath := filepath.Join(r.layout.HotplugBlock(dumpVolume), name)
-	unlink, err := r.linkDump(d.real, dumpPath)
+	unlink, err := r.linkDump(d.Real(), dumpPath)
 	if err != nil {
 		return "", err
 	}
@@ -83,7 +84,7 @@ func (r *runner) memoryDump(ctx context.Context, client *cmdclient.Client, req r
 	if md.Failed {
 		return "", errors.New(md.FailureReason)
 	}
-	st, err := d.f.Stat()
+	st, err := d.File().Stat()
 	if err != nil {
 		return "", err
 	}

@@ -450,7 +450,7 @@ func (r *runner) openMigrationProxies(target layout.Layout, targetPID int) ([]*m
 		name, err := r.rel(r.layout.MigrationSocket(uid, port))
 		if err == nil {
 			var ln *net.UnixListener
-			if ln, err = r.dir.ListenUnix(name, r.owner.uid, r.owner.gid); err == nil {
+			if ln, err = r.dir.ListenUnix(name, r.owner.UID, r.owner.GID); err == nil {
 				dial := func() (net.Conn, error) { return dialRunSocket(to, targetPID) }
 				remove := func() error { return r.dir.Remove(name) }
 				var s *migrationproxy.Stream

@@ -54,14 +54,14 @@ func (r *runner) podSpec(ctx context.Context) pod.Spec {
 	o.QemuTimeout = r.cfg.QemuTimeout
 	o.QemuCapsCache = r.caps
 	spec := pod.Spec{
-		Dir: r.dir, Layout: r.layout, User: r.owner.credential(),
+		Dir: r.dir, Layout: r.layout, User: r.owner.Credential(),
 		Monitor: r.bins[0], Launcher: r.bins[1], Flags: o, Emulate: r.emulation(),
 		// The network is made while root alone can write the work dir:
 		// the vif caches in private/ go to the VM's user with the rest
 		// of its directories; the restore state, which root acts on at
 		// the end, stays in the work dir, root's.
 		Network: &pod.NetworkConfig{Dir: r.workDir, Name: r.netName, VMI: r.vmi,
-			Privileged: netsetup.PrivilegedConfig{QemuUID: r.owner.uid, QemuGID: r.owner.gid,
+			Privileged: netsetup.PrivilegedConfig{QemuUID: r.owner.UID, QemuGID: r.owner.GID,
 				CacheDir: r.layout.PrivateDir, StateDir: r.workDir},
 			Log: r.log},
 		Fill:      r.fill,

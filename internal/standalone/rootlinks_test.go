@@ -18,6 +18,8 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
+	"github.com/virtlauncher/virtlauncher/internal/vmuser"
 )
 
 // Root must never act through a path a less privileged user can change:
@@ -35,7 +37,7 @@ type stageFixture struct {
 	workRoot, binDir string
 }
 
-func launcherUser(t *testing.T) ids {
+func launcherUser(t *testing.T) vmuser.User {
 	t.Helper()
 	testenv.Root(t, "the work dir is handed to another user")
 	for _, name := range []string{launchertest.TestUser, "nobody"} {
@@ -44,7 +46,7 @@ func launcherUser(t *testing.T) ids {
 		}
 	}
 	testenv.Need(t, "user virtlauncher or nobody", errors.New("neither exists"))
-	return ids{}
+	return vmuser.User{}
 }
 
 // shortRoot makes a work root under /run: the socket paths below a work
@@ -84,7 +86,7 @@ func newStageFixture(t *testing.T) *stageFixture {
 	v.Spec.Volumes = []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: img}}}}
 	cfg := Config{WorkRoot: f.workRoot, BinDir: f.binDir, CapsCache: "none", Status: &strings.Builder{}}
 	cfg.defaults()
-	f.r = &runner{cfg: session{Config: cfg}, vmi: v, owner: o, log: cfg.Log}
+	f.r = &runner{cfg: session{Config: cfg}, vmi: v, owner: o, storage: userstorage.NewHeld(o, cfg.Status), log: cfg.Log}
 	t.Cleanup(func() { f.r.cleanup() })
 	return f
 }
@@ -127,8 +129,8 @@ func TestHandOverLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 0 || int(sys.Gid) != r.owner.gid || st.Mode().Perm() != 0o750 {
-		t.Errorf("work dir %d:%d %v, want 0:%d 0750", sys.Uid, sys.Gid, st.Mode().Perm(), r.owner.gid)
+	if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 0 || int(sys.Gid) != r.owner.GID || st.Mode().Perm() != 0o750 {
+		t.Errorf("work dir %d:%d %v, want 0:%d 0750", sys.Uid, sys.Gid, st.Mode().Perm(), r.owner.GID)
 	}
 	for _, p := range []string{"launcher.log", "bin", "bin/virt-launcher", "bin/virt-launcher-monitor"} {
 		st, err := os.Lstat(filepath.Join(r.workDir, p))
@@ -138,7 +140,7 @@ func TestHandOverLayout(t *testing.T) {
 	}
 	for _, p := range []string{"share", "share/container-disks/disk_0.img", "private", "ephemeral", "libvirt-run", "dev"} {
 		st, err := os.Lstat(filepath.Join(r.workDir, p))
-		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != r.owner.uid {
+		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != r.owner.UID {
 			t.Errorf("%s: %v, want the launcher user's", p, err)
 		}
 	}
@@ -228,7 +230,7 @@ func TestHandOverRefusesLinks(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, _ := os.Lstat(kb)
-		if int(st.Sys().(*syscall.Stat_t).Uid) != r.owner.uid {
+		if int(st.Sys().(*syscall.Stat_t).Uid) != r.owner.UID {
 			t.Error("the link itself was not handed over")
 		}
 		f.untouched(t)
@@ -275,13 +277,13 @@ func TestWorkRootTrusted(t *testing.T) {
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(sub, r.owner.uid, r.owner.gid); err != nil {
+	if err := os.Chown(sub, r.owner.UID, r.owner.GID); err != nil {
 		t.Fatal(err)
 	}
 	for _, root := range []string{sub, filepath.Join(sub, "below")} {
 		r.cfg.WorkRoot = root
 		_, err := r.openWorkRoot()
-		if err == nil || !strings.Contains(err.Error(), "can be changed by user "+r.owner.name) {
+		if err == nil || !strings.Contains(err.Error(), "can be changed by user "+r.owner.Name) {
 			t.Errorf("%s: got %v, want refused", root, err)
 		}
 	}
@@ -314,7 +316,7 @@ func TestWorkRootTrusted(t *testing.T) {
 }
 
 // testUser is an account as the VM's user of a test that needs a known one.
-func testUser(name string) (ids, error) {
+func testUser(name string) (vmuser.User, error) {
 	uid, gid, err := pod.LookupUser(name)
-	return ids{uid: uid, gid: gid, name: name}, err
+	return vmuser.User{UID: uid, GID: gid, Name: name}, err
 }

@@ -35,11 +35,12 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
+	"github.com/virtlauncher/virtlauncher/internal/vmuser"
 )
 
 // Config is the options of one `vlctl run`, as its user gives them (vlctl
 // run's flags). Run gives a field left zero the default the flag has
-// (DefaultWorkRoot, DefaultQemuTimeout, DefaultVolumeStore,
+// (DefaultWorkRoot, DefaultQemuTimeout, userstorage.DefaultVolumeStore,
 // DefaultCapsCache, uidpool.DefaultRange, ...). What Run works out from
 // them is the session's, not the Config's.
 type Config struct {
@@ -84,9 +85,9 @@ type Config struct {
 	Log             *slog.Logger
 	// Volumes map the manifest's persistentVolumeClaims and dataVolumes to
 	// local files or block devices (--volume).
-	Volumes []VolumeMap
+	Volumes []userstorage.VolumeMap
 	// AllowHostPaths are the directories a manifest's hostDisk may be
-	// below (--allow-host-path); one elsewhere is refused (storage.go).
+	// below (--allow-host-path); one elsewhere is refused (userstorage).
 	AllowHostPaths []string
 	// HostPathOwner is, besides root, the user whose files a hostDisk may
 	// use (vlctl: SUDO_UID); 0 for root's alone.
@@ -122,7 +123,7 @@ type Config struct {
 	// a local path) are pulled to (default registrydisk.DefaultDir).
 	ImageCache string
 	// VolumeStore keeps a VM's DataVolumes that no --volume maps (default
-	// DefaultVolumeStore; volumes.go), ImportCache the images downloaded
+	// userstorage.DefaultVolumeStore), ImportCache the images downloaded
 	// for them (default dvimport.DefaultCacheDir).
 	VolumeStore, ImportCache string
 	// Started, when set, is called once the guest's domain runs, with where
@@ -228,13 +229,7 @@ func Run(ctx context.Context, c Config) error {
 		if cfg.pulled, err = pullImages(ctx, cfg.Config, v); err != nil {
 			return err
 		}
-		if err := storeInUse(cfg.RecordDir, storedPaths(cfg.Volumes)); err != nil {
-			return err
-		}
-		if err := makeStoreDirs(cfg.VolumeStore, cfg.Volumes); err != nil {
-			return err
-		}
-		if err := importVolumes(ctx, cfg.Config, specs, vm); err != nil {
+		if err := cfg.store().Prepare(ctx, cfg.Volumes, specs, vm); err != nil {
 			return err
 		}
 	}
@@ -325,7 +320,7 @@ func (cfg *session) takeOver() error {
 	}
 	// The same files: shared, never copied (migrationVMI).
 	for claim, path := range cfg.source.Volumes {
-		cfg.Volumes = append(cfg.Volumes, VolumeMap{Name: claim, Path: path})
+		cfg.Volumes = append(cfg.Volumes, userstorage.VolumeMap{Name: claim, Path: path})
 	}
 	return nil
 }
@@ -333,7 +328,7 @@ func (cfg *session) takeOver() error {
 // check loads the manifest (or, taking a guest over, its source's) and
 // refuses what vlctl does not run; nothing is made. An error is a
 // *ManifestError but for a migration's source.
-func (cfg *session) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, policy restartPolicy, specs []diskSpec, err error) {
+func (cfg *session) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, policy restartPolicy, specs []userstorage.Spec, err error) {
 	if cfg.source != nil {
 		v = cfg.source.VMI.DeepCopy()
 		if cfg.source.VM != nil {
@@ -343,7 +338,7 @@ func (cfg *session) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine
 		if v, vm, cfg.configVols, err = loadManifest(cfg.Config); err != nil {
 			return nil, nil, policy, nil, &ManifestError{Err: err}
 		}
-		stored, err := storeVolumes(cfg.VolumeStore, v, vm, cfg.Volumes)
+		stored, err := cfg.store().Volumes(v, vm, cfg.Volumes)
 		if err != nil {
 			return nil, nil, policy, nil, &ManifestError{Err: fmt.Errorf("%s: %w", cfg.manifestName(), err)}
 		}
@@ -370,12 +365,37 @@ func (cfg *session) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine
 		}
 	}
 	if err == nil {
-		specs, err = planStorage(v, vm, cfg.Volumes, cfg.hostPaths())
+		specs, err = userstorage.Plan(v, vm, cfg.Volumes, cfg.hostPaths())
 	}
 	if err != nil {
 		return nil, nil, policy, nil, &ManifestError{Err: fmt.Errorf("%s: %w", cfg.manifestName(), err)}
 	}
 	return v, vm, policy, specs, nil
+}
+
+// hostPaths is the run's: the --allow-host-path directories and, for a
+// guest taken over by migration, the directories of its source's hostDisks
+// (that run was allowed them; the manifest is the one it ran).
+func (cfg *session) hostPaths() userstorage.HostPaths {
+	hp := userstorage.HostPaths{Dirs: slices.Clone(cfg.AllowHostPaths), Owner: cfg.HostPathOwner}
+	if cfg.source != nil && cfg.source.VMI != nil {
+		for _, vol := range cfg.source.VMI.Spec.Volumes {
+			if vol.HostDisk != nil && filepath.IsAbs(vol.HostDisk.Path) {
+				hp.Dirs = append(hp.Dirs, filepath.Dir(vol.HostDisk.Path))
+			}
+		}
+	}
+	return hp
+}
+
+// store is the volume store as the run uses it.
+func (cfg *session) store() userstorage.Store {
+	status := cfg.Status
+	if cfg.Quiet {
+		status = nil
+	}
+	return userstorage.Store{Dir: cfg.VolumeStore, RecordDir: cfg.RecordDir, ImportCache: cfg.ImportCache,
+		ImageCache: cfg.ImageCache, Status: status}
 }
 
 // runOnce boots the guest once (or takes it over, cfg.source); started
@@ -389,7 +409,8 @@ func runOnce(ctx context.Context, cfg session, v *v1.VirtualMachineInstance, vm 
 	if err != nil {
 		return false, false, fmt.Errorf("a user id for the VM: %w", err)
 	}
-	run := &runner{cfg: cfg, vmi: v, vm: vm, owner: leasedIDs(lease), lease: lease, pool: pool, log: cfg.Log}
+	owner := vmuser.Leased(lease)
+	run := &runner{cfg: cfg, vmi: v, vm: vm, owner: owner, storage: userstorage.NewHeld(owner, cfg.Status), lease: lease, pool: pool, log: cfg.Log}
 	defer func() {
 		if cerr := run.cleanup(); cerr != nil {
 			err = errors.Join(err, cerr)
@@ -418,7 +439,7 @@ func runOnce(ctx context.Context, cfg session, v *v1.VirtualMachineInstance, vm 
 	if err := run.launch(ctx); err != nil {
 		return false, false, err
 	}
-	run.progress("launcher starting as %s", run.owner.name)
+	run.progress("launcher starting as %s", run.owner.Name)
 	return false, false, run.drive(ctx)
 }
 
@@ -451,7 +472,7 @@ func (c *Config) defaults() {
 		c.ImageCache = registrydisk.DefaultDir
 	}
 	if c.VolumeStore == "" {
-		c.VolumeStore = DefaultVolumeStore
+		c.VolumeStore = userstorage.DefaultVolumeStore
 	}
 	if c.ImportCache == "" {
 		c.ImportCache = dvimport.DefaultCacheDir
@@ -477,17 +498,13 @@ type runner struct {
 	cfg   session
 	vmi   *v1.VirtualMachineInstance
 	vm    *v1.VirtualMachine // nil for a VMI manifest
-	owner ids
+	owner vmuser.User
 	// lease holds owner's id for the run; cleanup gives it back.
 	lease *uidpool.Lease
 	pool  *uidpool.Pool
-	disks []*userDisk // the user's own storage, open for the run
-	// images are the pulled image files the run uses, open, with the
-	// run's read access (openImages).
-	images []*userDisk
-	// hot are the user's files and devices plugged in while the guest
-	// runs (vlctl addvolume), in the VMI as hotplugged volumes.
-	hot []*userDisk
+	// storage is the user's own storage, the volumes plugged in while the
+	// guest runs and the pulled images, open for the run with its access.
+	storage *userstorage.Held
 	// hotIfaces are the interfaces plugged in while the guest runs (vlctl
 	// addinterface), each with its pod interface.
 	hotIfaces map[string]string
@@ -561,11 +578,7 @@ func (r *runner) writeRecord(st *Started) error {
 	for _, pb := range r.cfg.Publish {
 		rec.Published = append(rec.Published, pb.Recorded())
 	}
-	for _, d := range slices.Concat(r.disks, r.hot, r.images) {
-		if g, ok := d.recordedGrant(); ok {
-			rec.Grants = append(rec.Grants, g)
-		}
-	}
+	rec.Grants = r.storage.Grants()
 	if st != nil {
 		rec.Started = time.Now().UTC()
 		if st.PodAddress != "" {
@@ -654,8 +667,7 @@ func (r *runner) cleanup() error {
 			errs = append(errs, err)
 		}
 	}
-	r.releaseDisks()
-	r.releaseImages()
+	r.storage.Release(r.started)
 	if r.logFile != nil { // staged, the monitor never started
 		r.logFile.Close()
 		r.logFile = nil

@@ -41,12 +41,12 @@ func (r *runner) startEgress() error {
 	if r.net == nil || r.cfg.NoEgress {
 		return nil
 	}
-	rl, err := guestnet.ServeEgress(r.net.Pod, guestnet.IDs{UID: r.owner.uid, GID: r.owner.gid}, r.cfg.Status)
+	rl, err := guestnet.ServeEgress(r.net.Pod, guestnet.IDs{UID: r.owner.UID, GID: r.owner.GID}, r.cfg.Status)
 	if err != nil {
 		return err
 	}
 	r.egress = rl
-	r.progress("guest egress: TCP to the addresses this host reaches, relayed as %s (not the host's own addresses, loopback, link-local or cloud metadata services)", r.owner.name)
+	r.progress("guest egress: TCP to the addresses this host reaches, relayed as %s (not the host's own addresses, loopback, link-local or cloud metadata services)", r.owner.Name)
 	return nil
 }
 

@@ -157,7 +157,7 @@ func (r *runner) grantVFIO() error {
 		return fmt.Errorf("--device: raise the locked memory limit for VFIO: %w", err)
 	}
 	for _, node := range r.cfg.vfioGroups {
-		g, err := vfioGrant(node, uint32(r.owner.uid))
+		g, err := vfioGrant(node, uint32(r.owner.UID))
 		if err != nil {
 			return fmt.Errorf("--device: %w", err)
 		}

@@ -91,7 +91,7 @@ func (r *runner) startVirtiofs(ctx context.Context) error {
 		cmd.Env = []string{}
 		cmd.Stdout, cmd.Stderr = r.logFile, r.logFile
 		cmd.SysProcAttr = &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: uint32(r.owner.uid), Gid: uint32(r.owner.gid), Groups: []uint32{}},
+			Credential: &syscall.Credential{Uid: uint32(r.owner.UID), Gid: uint32(r.owner.GID), Groups: []uint32{}},
 			Setpgid:    true,
 			Pdeathsig:  syscall.SIGTERM,
 		}

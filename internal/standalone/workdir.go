@@ -14,6 +14,8 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/layout"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
+	"github.com/virtlauncher/virtlauncher/internal/userstorage"
+	"github.com/virtlauncher/virtlauncher/internal/vmuser"
 )
 
 // prepare checks the manifest's files, opens the user's disks and images
@@ -24,10 +26,14 @@ func (r *runner) prepare() error {
 	if _, err := r.localImages(layout.Layout{}); err != nil {
 		return err
 	}
-	if err := r.openDisks(); err != nil {
+	specs, err := userstorage.Plan(r.vmi, r.vm, r.cfg.Volumes, r.cfg.hostPaths())
+	if err != nil {
 		return err
 	}
-	if err := r.openImages(); err != nil {
+	if err := r.storage.Open(r.vmi, specs); err != nil {
+		return err
+	}
+	if err := r.storage.OpenImages(r.cfg.pulled); err != nil {
 		return err
 	}
 	root, err := r.openWorkRoot()
@@ -50,7 +56,7 @@ func (r *runner) prepare() error {
 // are root's. Everything is made through the work dir's descriptor, never
 // following a link.
 func (r *runner) fill() error {
-	if err := r.linkDisks(); err != nil {
+	if err := r.storage.Link(r.dir, r.layout, r.rel); err != nil {
 		return err
 	}
 	if err := r.writeConfigVolumes(); err != nil {
@@ -90,7 +96,7 @@ func (r *runner) openWorkRoot() (*safefs.Dir, error) {
 	if err := os.MkdirAll(r.cfg.WorkRoot, 0o755); err != nil {
 		return nil, fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
 	}
-	real, err := resolveTrusted(r.cfg.WorkRoot, r.owner)
+	real, err := vmuser.ResolveTrusted(r.cfg.WorkRoot, r.owner)
 	if err != nil {
 		return nil, fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
 	}
@@ -101,9 +107,9 @@ func (r *runner) openWorkRoot() (*safefs.Dir, error) {
 	st, err := d.Stat()
 	// In a sticky directory only its owner may remove or rename others'
 	// entries.
-	if err == nil && changeableBy(int(st.Uid), int(st.Gid), os.FileMode(st.Mode).Perm(), r.owner) &&
-		(st.Mode&syscall.S_ISVTX == 0 || int(st.Uid) == r.owner.uid) {
-		err = fmt.Errorf("%s can be changed by user %s, which runs QEMU", real, r.owner.name)
+	if err == nil && r.owner.CanChange(int(st.Uid), int(st.Gid), os.FileMode(st.Mode).Perm()) &&
+		(st.Mode&syscall.S_ISVTX == 0 || int(st.Uid) == r.owner.UID) {
+		err = fmt.Errorf("%s can be changed by user %s, which runs QEMU", real, r.owner.Name)
 	}
 	if err != nil {
 		d.Close()
@@ -248,7 +254,7 @@ func (r *runner) stageLauncher() error {
 		return fmt.Errorf("launcher log: %w", err)
 	}
 	r.logFile = f
-	if r.identity, err = pod.WriteIdentity(r.dir, "identity", r.owner.uid, r.owner.gid, r.owner.groups); err != nil {
+	if r.identity, err = pod.WriteIdentity(r.dir, "identity", r.owner.UID, r.owner.GID, r.owner.Groups); err != nil {
 		return fmt.Errorf("the VM's passwd and group: %w", err)
 	}
 	return nil
@@ -257,7 +263,7 @@ func (r *runner) stageLauncher() error {
 // reachable reports whether the user o can execute path: every directory
 // on the way must be searchable and the file executable for it, judged by
 // owner, primary group and other permission bits.
-func reachable(path string, o ids) bool {
+func reachable(path string, o vmuser.User) bool {
 	allowed := func(p string) bool {
 		st, err := os.Stat(p)
 		if err != nil {
@@ -269,9 +275,9 @@ func reachable(path string, o ids) bool {
 		}
 		perm := st.Mode().Perm()
 		switch {
-		case int(sys.Uid) == o.uid:
+		case int(sys.Uid) == o.UID:
 			return perm&0o100 != 0
-		case int(sys.Gid) == o.gid:
+		case int(sys.Gid) == o.GID:
 			return perm&0o010 != 0
 		default:
 			return perm&0o001 != 0

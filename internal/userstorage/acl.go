@@ -1,6 +1,12 @@
-// Package userstorage is what vlctl does to the user's own files and
-// devices a VM uses: the POSIX ACL entry that gives the VM's user access to
-// one for a run, set and taken back through an open descriptor.
+// Package userstorage is the storage of the user's that a standalone VM
+// uses, and what vlctl does to it: which files and devices a run needs
+// (Plan: the manifest's hostDisks, PVCs and DataVolumes, mapped with
+// --volume or kept in the volume store), opening and creating them
+// without following a path the VM's user could change (Spec.Open), the
+// POSIX ACL entry that gives the VM's user access to one for a run, set
+// and taken back through an open descriptor (GrantAccess), what one run
+// holds (Held: its disks, hotplugged volumes and pulled images), and the
+// volume store (Store, RemoveVolumes).
 package userstorage
 
 import (

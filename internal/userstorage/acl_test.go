@@ -159,4 +159,4 @@ func TestWithoutGrant(t *testing.T) {
 }
 
 // hostDiskRun is a runner of just enough to open a manifest's hostDisks as
-// vlctl run does (openDisks), as the real launcher user.
+// vlctl run does (Held.Open), as the real launcher user.

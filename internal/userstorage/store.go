@@ -1,4 +1,4 @@
-package standalone
+package userstorage
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
+	"github.com/virtlauncher/virtlauncher/internal/vmuser"
 )
 
 // A VirtualMachine's dataVolumeTemplates are its own volumes, made when
@@ -26,7 +27,7 @@ import (
 // one, vlctl keeps it in the volume store, a tree of root's:
 // <store>/<namespace>/<vm name>/<DataVolume name>.img. The directories
 // are 0711: QEMU, running as the VM's id, must pass through them to the
-// file, whose ACL entry the run adds (storage.go); nobody else can list
+// file, whose ACL entry the run adds (disk.go); nobody else can list
 // them. Nothing removes a volume there but the person running vlctl.
 
 // DefaultVolumeStore is where a VM's DataVolumes live without --volume.
@@ -36,8 +37,39 @@ const DefaultVolumeStore = "/var/lib/virtlauncher/volumes"
 // GiB included; a stalled transfer is cut far sooner).
 const importTimeout = 6 * time.Hour
 
-// storeVolumes maps each dataVolumeTemplate of vm that a volume of v uses
-// and no --volume maps to its file in the store. It only names paths.
+// Store is the volume store as one run uses it.
+type Store struct {
+	// Dir is the store (DefaultVolumeStore), RecordDir the runs' records
+	// (a volume a live run uses is refused).
+	Dir, RecordDir string
+	// ImportCache and ImageCache are where the images DataVolumes are
+	// imported from are downloaded and pulled to (dvimport,
+	// registrydisk).
+	ImportCache, ImageCache string
+	// Status receives the imports' progress; nil for none.
+	Status io.Writer
+}
+
+// Volumes maps each dataVolumeTemplate of vm that a volume of v uses and
+// no --volume maps to its file in the store. It only names paths.
+func (st Store) Volumes(v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []VolumeMap) ([]VolumeMap, error) {
+	return storeVolumes(st.Dir, v, vm, maps)
+}
+
+// Prepare readies the volumes of maps and specs (Plan's) for a run before
+// its first boot: a store volume a live run of another vlctl uses is
+// refused, the store's directories are made, and each DataVolume with a
+// source and no file yet is imported.
+func (st Store) Prepare(ctx context.Context, maps []VolumeMap, specs []Spec, vm *v1.VirtualMachine) error {
+	if err := storeInUse(st.RecordDir, storedPaths(maps)); err != nil {
+		return err
+	}
+	if err := makeStoreDirs(st.Dir, maps); err != nil {
+		return err
+	}
+	return st.importVolumes(ctx, specs, vm)
+}
+
 func storeVolumes(store string, v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, maps []VolumeMap) ([]VolumeMap, error) {
 	if vm == nil {
 		return nil, nil
@@ -152,30 +184,25 @@ func storedPaths(maps []VolumeMap) map[string]string {
 // importVolumes fills each DataVolume that has a source and no file yet
 // (dvimport): the file the user mapped with --volume, or the store's.
 // A file that exists is the DataVolume, filled before: used as it is, as
-// a cluster uses a DataVolume that exists. It runs once per vlctl run,
-// before the first boot.
-func importVolumes(ctx context.Context, cfg Config, specs []diskSpec, vm *v1.VirtualMachine) error {
-	status := cfg.Status
-	if cfg.Quiet {
-		status = nil
-	}
-	im := &dvimport.Importer{CacheDir: cfg.ImportCache, Status: status, Terminal: isTerminal(status),
-		Images: &registrydisk.Cache{Dir: cfg.ImageCache, Status: status}}
+// a cluster uses a DataVolume that exists.
+func (st Store) importVolumes(ctx context.Context, specs []Spec, vm *v1.VirtualMachine) error {
+	im := &dvimport.Importer{CacheDir: st.ImportCache, Status: st.Status, Terminal: isTerminal(st.Status),
+		Images: &registrydisk.Cache{Dir: st.ImageCache, Status: st.Status}}
 	for _, s := range specs {
 		if s.dv == nil {
 			continue
 		}
-		if err := importVolume(ctx, cfg, im, s, vm); err != nil {
+		if err := st.importVolume(ctx, im, s, vm); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func importVolume(ctx context.Context, cfg Config, im *dvimport.Importer, s diskSpec, vm *v1.VirtualMachine) error {
+func (st Store) importVolume(ctx context.Context, im *dvimport.Importer, s Spec, vm *v1.VirtualMachine) error {
 	// The VM's id is not leased yet; no id of the range may change a
-	// directory on the way (storage.go checks it again for the run's).
-	real, err := resolveTrusted(s.path, ids{uid: -1, gid: -1, name: "any other"})
+	// directory on the way (Open checks it again for the run's).
+	real, err := vmuser.ResolveTrusted(s.path, vmuser.User{UID: -1, GID: -1, Name: "any other"})
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", s.field, s.path, err)
 	}
@@ -192,11 +219,11 @@ func importVolume(ctx context.Context, cfg Config, im *dvimport.Importer, s disk
 	req := dvimport.Request{DataVolume: s.dv.Name, Field: s.dvField, Source: s.dv.Spec.Source,
 		ContentType: s.dv.Spec.ContentType, Size: s.create, Dir: dir, Name: filepath.Base(real)}
 	if pvc := s.dv.Spec.Source.PVC; pvc != nil {
-		if req.CloneFrom, err = cloneSource(cfg.VolumeStore, vm, pvc.Namespace, pvc.Name); err != nil {
+		if req.CloneFrom, err = cloneSource(st.Dir, vm, pvc.Namespace, pvc.Name); err != nil {
 			return fmt.Errorf("DataVolume %s: %s.pvc: %w", s.dv.Name, s.dvField, err)
 		}
 		what := fmt.Sprintf("DataVolume %s: %s.pvc: the volume to clone,", s.dv.Name, s.dvField)
-		if err := storeInUse(cfg.RecordDir, map[string]string{req.CloneFrom: what}); err != nil {
+		if err := storeInUse(st.RecordDir, map[string]string{req.CloneFrom: what}); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package standalone
+package userstorage
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	k8sv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,10 +17,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
-	"github.com/virtlauncher/virtlauncher/internal/runrecord"
+	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/testenv"
-	"github.com/virtlauncher/virtlauncher/internal/userstorage"
+	"github.com/virtlauncher/virtlauncher/internal/vmuser"
 )
 
 func TestParseVolumeFlag(t *testing.T) {
@@ -111,33 +110,33 @@ func TestPlanStorage(t *testing.T) {
 		vmi  *v1.VirtualMachineInstance
 		vm   *v1.VirtualMachine
 		maps []VolumeMap
-		hp   hostPaths
-		want []diskSpec // volume, field, path, kind, create, allowed
+		hp   HostPaths
+		want []Spec // volume, field, path, kind, create, allowed
 		err  []string
 	}{
 		{name: "hostDisk Disk is used in place",
-			vmi: vmiWithVolumes(hostDiskVol("d", "/srv/d.img", v1.HostDiskExists, "")), hp: hostPaths{dirs: []string{"/srv"}},
-			want: []diskSpec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/d.img", kind: hostDiskFile, allowed: "/srv"}}},
+			vmi: vmiWithVolumes(hostDiskVol("d", "/srv/d.img", v1.HostDiskExists, "")), hp: HostPaths{Dirs: []string{"/srv"}},
+			want: []Spec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/d.img", kind: hostDiskFile, allowed: "/srv"}}},
 		{name: "hostDisk DiskOrCreate is created with its capacity",
-			vmi: vmiWithVolumes(hostDiskVol("d", "/srv/d.img", v1.HostDiskExistsOrCreate, "10Mi")), hp: hostPaths{dirs: []string{"/srv/"}},
-			want: []diskSpec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/d.img", kind: hostDiskFile, create: 10 << 20, allowed: "/srv"}}},
+			vmi: vmiWithVolumes(hostDiskVol("d", "/srv/d.img", v1.HostDiskExistsOrCreate, "10Mi")), hp: HostPaths{Dirs: []string{"/srv/"}},
+			want: []Spec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/d.img", kind: hostDiskFile, create: 10 << 20, allowed: "/srv"}}},
 		{name: "hostDisk in a subdirectory of the nearest allowed directory",
-			vmi: vmiWithVolumes(hostDiskVol("d", "/srv/vm/a/d.img", v1.HostDiskExists, "")), hp: hostPaths{dirs: []string{"/srv", "/srv/vm", "/srv/vm2"}},
-			want: []diskSpec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/vm/a/d.img", kind: hostDiskFile, allowed: "/srv/vm"}}},
+			vmi: vmiWithVolumes(hostDiskVol("d", "/srv/vm/a/d.img", v1.HostDiskExists, "")), hp: HostPaths{Dirs: []string{"/srv", "/srv/vm", "/srv/vm2"}},
+			want: []Spec{{volume: "d", field: "spec.volumes[0].hostDisk.path", path: "/srv/vm/a/d.img", kind: hostDiskFile, allowed: "/srv/vm"}}},
 		{name: "hostDisk without --allow-host-path names the volume, the path and the flag",
 			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm/data.img", v1.HostDiskExists, "")),
 			err: []string{`spec.volumes[0].hostDisk.path /srv/vm/data.img (volume "data") is not under a directory allowed with --allow-host-path: add --allow-host-path /srv/vm`}},
 		{name: "hostDisk beside the allowed directory",
-			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm2/data.img", v1.HostDiskExistsOrCreate, "1Mi")), hp: hostPaths{dirs: []string{"/srv/vm"}},
+			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm2/data.img", v1.HostDiskExistsOrCreate, "1Mi")), hp: HostPaths{Dirs: []string{"/srv/vm"}},
 			err: []string{"/srv/vm2/data.img", "add --allow-host-path /srv/vm2"}},
 		{name: "hostDisk leaving the allowed directory with ..",
-			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm/../../etc/shadow", v1.HostDiskExists, "")), hp: hostPaths{dirs: []string{"/srv/vm"}},
+			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm/../../etc/shadow", v1.HostDiskExists, "")), hp: HostPaths{Dirs: []string{"/srv/vm"}},
 			err: []string{"/srv/vm/../../etc/shadow", "add --allow-host-path /etc"}},
 		{name: "hostDisk that is the allowed directory",
-			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm", v1.HostDiskExists, "")), hp: hostPaths{dirs: []string{"/srv/vm"}},
+			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm", v1.HostDiskExists, "")), hp: HostPaths{Dirs: []string{"/srv/vm"}},
 			err: []string{"is not under a directory allowed"}},
 		{name: "a relative --allow-host-path",
-			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm/d.img", v1.HostDiskExists, "")), hp: hostPaths{dirs: []string{"srv"}},
+			vmi: vmiWithVolumes(hostDiskVol("data", "/srv/vm/d.img", v1.HostDiskExists, "")), hp: HostPaths{Dirs: []string{"srv"}},
 			err: []string{`--allow-host-path "srv": must be an absolute path`}},
 		{name: "a PVC without a mapping names the volume and the flag",
 			vmi: vmiWithVolumes(pvcVol("data", "claim1")),
@@ -147,23 +146,23 @@ func TestPlanStorage(t *testing.T) {
 			err: []string{"spec.template.spec.volumes[0]", `dataVolume "dv1"`, "--volume dv1=PATH"}},
 		{name: "a mapped PVC must exist without a size",
 			vmi: vmiWithVolumes(pvcVol("data", "claim1")), maps: []VolumeMap{sized("claim1", "/srv/c.img", "")},
-			want: []diskSpec{{volume: "data", field: "--volume claim1", path: "/srv/c.img", kind: pvcStorage}}},
+			want: []Spec{{volume: "data", field: "--volume claim1", path: "/srv/c.img", kind: pvcStorage}}},
 		{name: "size= gives a PVC its size, aligned down to 1Mi as KubeVirt does",
 			vmi: vmiWithVolumes(pvcVol("data", "claim1")), maps: []VolumeMap{sized("claim1", "/srv/c.img", "5000000")},
-			want: []diskSpec{{volume: "data", field: "--volume claim1", path: "/srv/c.img", kind: pvcStorage, create: 4 << 20}}},
+			want: []Spec{{volume: "data", field: "--volume claim1", path: "/srv/c.img", kind: pvcStorage, create: 4 << 20}}},
 		{name: "a size under 1Mi",
 			vmi: vmiWithVolumes(pvcVol("data", "claim1")), maps: []VolumeMap{sized("claim1", "/srv/c.img", "1000")},
 			err: []string{"--volume claim1: size 1k is less than 1Mi"}},
 		{name: "a DataVolume gets its template's storage request",
 			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: vmWithTemplate("dv1", "2Gi"), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "")},
-			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 2 << 30}}},
+			want: []Spec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 2 << 30}}},
 		{name: "a DataVolume's http source fills a missing file",
 			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: func() *v1.VirtualMachine {
 				vm := vmWithTemplate("dv1", "2Gi")
 				vm.Spec.DataVolumeTemplates[0].Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://x/img"}}
 				return vm
 			}(), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "")},
-			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 2 << 30, dvField: "spec.dataVolumeTemplates[0].spec.source"}}},
+			want: []Spec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 2 << 30, dvField: "spec.dataVolumeTemplates[0].spec.source"}}},
 		{name: "a DataVolume source vlctl cannot import is refused by name",
 			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: func() *v1.VirtualMachine {
 				vm := vmWithTemplate("dv1", "2Gi")
@@ -180,12 +179,12 @@ func TestPlanStorage(t *testing.T) {
 			err: []string{"spec.dataVolumeTemplates[0].spec.sourceRef: a DataSource exists only in a cluster"}},
 		{name: "size= wins over the template",
 			vmi: vmiWithVolumes(dvVol("root", "dv1")), vm: vmWithTemplate("dv1", "2Gi"), maps: []VolumeMap{sized("dv1", "/srv/dv.img", "3Gi")},
-			want: []diskSpec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 3 << 30}}},
+			want: []Spec{{volume: "root", field: "--volume dv1", path: "/srv/dv.img", kind: pvcStorage, create: 3 << 30}}},
 		{name: "an ephemeral PVC is only read: never created",
 			vmi: vmiWithVolumes(v1.Volume{Name: "e", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{
 				PersistentVolumeClaim: &k8sv1.PersistentVolumeClaimVolumeSource{ClaimName: "base"}}}}),
 			maps: []VolumeMap{sized("base", "/srv/base.img", "1Gi")},
-			want: []diskSpec{{volume: "e", field: "--volume base", path: "/srv/base.img", kind: pvcStorage}}},
+			want: []Spec{{volume: "e", field: "--volume base", path: "/srv/base.img", kind: pvcStorage}}},
 		{name: "a mapping nothing uses",
 			vmi: vmiWithVolumes(pvcVol("data", "claim1")), maps: []VolumeMap{sized("claim1", "/a", ""), sized("other", "/b", "")},
 			err: []string{`--volume other: the manifest has no persistentVolumeClaim or dataVolume named "other"`}},
@@ -199,7 +198,7 @@ func TestPlanStorage(t *testing.T) {
 			vmi: vmiWithVolumes(v1.Volume{Name: "s", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := planStorage(tc.vmi, tc.vm, tc.maps, tc.hp)
+			got, err := Plan(tc.vmi, tc.vm, tc.maps, tc.hp)
 			if len(tc.err) > 0 {
 				if err == nil {
 					t.Fatalf("no error; plan %+v", got)
@@ -227,138 +226,14 @@ func TestPlanStorage(t *testing.T) {
 	}
 }
 
-func TestRunPolicy(t *testing.T) {
-	yes, no := true, false
-	strat := func(s v1.VirtualMachineRunStrategy) *v1.VirtualMachine {
-		return &v1.VirtualMachine{Spec: v1.VirtualMachineSpec{RunStrategy: &s}}
-	}
-	running := func(b *bool) *v1.VirtualMachine { return &v1.VirtualMachine{Spec: v1.VirtualMachineSpec{Running: b}} }
-	both := strat(v1.RunStrategyAlways)
-	both.Spec.Running = &yes
-	for _, tc := range []struct {
-		name  string
-		vm    *v1.VirtualMachine
-		force bool
-		want  restartPolicy
-		err   string
-	}{
-		{name: "a VMI runs once", vm: nil},
-		{name: "a VM with neither field runs once", vm: &v1.VirtualMachine{}},
-		{name: "running: true is Always", vm: running(&yes), want: restartPolicy{true, true}},
-		{name: "Always", vm: strat(v1.RunStrategyAlways), want: restartPolicy{true, true}},
-		{name: "RerunOnFailure", vm: strat(v1.RunStrategyRerunOnFailure), want: restartPolicy{afterFailure: true}},
-		{name: "Once", vm: strat(v1.RunStrategyOnce)},
-		{name: "Manual: the run is the start", vm: strat(v1.RunStrategyManual)},
-		{name: "Halted is refused", vm: strat(v1.RunStrategyHalted), err: "spec.runStrategy: Halted: the VM is to stay stopped; start it anyway with --force-start"},
-		{name: "running: false is refused", vm: running(&no), err: "spec.running: false: the VM is to stay stopped; start it anyway with --force-start"},
-		{name: "Halted with --force-start runs once", vm: strat(v1.RunStrategyHalted), force: true},
-		{name: "WaitAsReceiver", vm: strat(v1.RunStrategyWaitAsReceiver), err: "waits for a migration"},
-		{name: "unknown", vm: strat("Sometimes"), err: "spec.runStrategy: Sometimes: not a run strategy"},
-		{name: "both fields", vm: both, err: "give one of them"},
-	} {
-		got, err := runPolicy(tc.vm, tc.force)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%s: error %v, want %q", tc.name, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
-		}
-	}
-}
-
-func TestRestartDelay(t *testing.T) {
-	for n, want := range map[int]time.Duration{0: 0, 1: time.Second, 2: 2 * time.Second, 5: 16 * time.Second, 9: 256 * time.Second, 10: 5 * time.Minute, 100: 5 * time.Minute} {
-		if got := restartDelay(n); got != want {
-			t.Errorf("restartDelay(%d) = %s, want %s", n, got, want)
-		}
-	}
-}
-
-func TestMemoryWarning(t *testing.T) {
-	with := func(guest, request string) *v1.VirtualMachineInstance {
-		v := &v1.VirtualMachineInstance{}
-		if guest != "" {
-			q := resource.MustParse(guest)
-			v.Spec.Domain.Memory = &v1.Memory{Guest: &q}
-		}
-		if request != "" {
-			v.Spec.Domain.Resources.Requests = k8sv1.ResourceList{"memory": resource.MustParse(request)}
-		}
-		return v
-	}
-	for _, tc := range []struct {
-		vmi  *v1.VirtualMachineInstance
-		want string
-	}{
-		{with("1Mi", ""), "spec.domain.memory.guest 1Mi: guests need at least 64Mi"},
-		{with("", "16Mi"), "spec.domain.resources.requests.memory 16Mi"},
-		{with("64Mi", "1Mi"), ""},
-		{with("", "256Mi"), ""},
-		{with("", ""), ""},
-	} {
-		got := memoryWarning(tc.vmi)
-		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
-			t.Errorf("memoryWarning = %q, want %q", got, tc.want)
-		}
-	}
-}
-
-func TestRunUnsupported(t *testing.T) {
-	v := &v1.VirtualMachineInstance{}
-	if err := runUnsupported(v); err != nil {
-		t.Errorf("plain VMI: %v", err)
-	}
-	v.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "vf", InterfaceBindingMethod: v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}}}
-	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].sriov: vlctl run does not pass SR-IOV virtual functions through") {
-		t.Errorf("SR-IOV: %v", err)
-	}
-	v.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", Binding: &v1.PluginBinding{Name: "mybind"}}}
-	if err := runUnsupported(v); err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].binding: vlctl run has no network binding plugins") {
-		t.Errorf("binding plugin: %v", err)
-	}
-}
-
-// TestRunCPUs: --cpuset against the VMI and the CPUs vlctl may use.
-func TestRunCPUs(t *testing.T) {
-	dedicated := func(sockets uint32, isolate bool) *v1.VirtualMachineInstance {
-		return &v1.VirtualMachineInstance{Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{
-			CPU: &v1.CPU{Sockets: sockets, Cores: 1, Threads: 1, DedicatedCPUPlacement: true, IsolateEmulatorThread: isolate}}}}
-	}
-	mayUse := []uint{0, 1, 2, 3}
-	for _, tc := range []struct {
-		name string
-		vmi  *v1.VirtualMachineInstance
-		cpus []uint
-		err  string
-	}{
-		{name: "plain VMI, no flag", vmi: &v1.VirtualMachineInstance{}},
-		{name: "plain VMI confined", vmi: &v1.VirtualMachineInstance{}, cpus: []uint{3}},
-		{name: "dedicated without the flag", vmi: dedicated(1, false),
-			err: "spec.domain.cpu.dedicatedCpuPlacement: vlctl run has no CPU manager: give the VM its host CPUs with --cpuset LIST (e.g. --cpuset 2-3; this machine lets vlctl use 0-3)"},
-		{name: "dedicated", vmi: dedicated(2, false), cpus: []uint{2, 3}},
-		{name: "dedicated, isolated emulator", vmi: dedicated(1, true), cpus: []uint{0, 1}},
-		{name: "too few", vmi: dedicated(2, true), cpus: []uint{2, 3},
-			err: "--cpuset: 2-3 is 2 CPUs; the VM's dedicated CPUs need 3 (one per vCPU, one more for isolateEmulatorThread)"},
-		{name: "not ours", vmi: dedicated(1, false), cpus: []uint{7}, err: "--cpuset: CPU 7 is not one vlctl may use (0-3)"},
-	} {
-		err := runCPUs(tc.vmi, tc.cpus, mayUse)
-		if (tc.err == "") != (err == nil) || (err != nil && err.Error() != tc.err) {
-			t.Errorf("%s: %v, want %q", tc.name, err, tc.err)
-		}
-	}
-}
-
-func launcherIDs(t *testing.T) ids {
+func launcherIDs(t *testing.T) vmuser.User {
 	t.Helper()
 	testenv.Root(t, "acts as the launcher's user")
-	o, err := testUser(launchertest.TestUser)
+	uid, gid, err := pod.LookupUser(launchertest.TestUser)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return o
+	return vmuser.User{UID: uid, GID: gid, Name: launchertest.TestUser}
 }
 
 // TestOpenUserDisk: the real file system decisions for the user's storage,
@@ -372,7 +247,7 @@ func TestOpenUserDisk(t *testing.T) {
 	t.Run("DiskOrCreate makes a sparse file of the capacity at the user's path and keeps it", func(t *testing.T) {
 		dir := testenv.OpenDir(t)
 		path := filepath.Join(dir, "new.img")
-		d, err := diskSpec{volume: "v", field: "f", path: path, kind: hostDiskFile, create: 48 << 20, sizeFrom: "cap", allowed: dir}.open(o, logf)
+		d, err := Spec{volume: "v", field: "f", path: path, kind: hostDiskFile, create: 48 << 20, sizeFrom: "cap", allowed: dir}.Open(o, logf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,14 +258,14 @@ func TestOpenUserDisk(t *testing.T) {
 		if st.Size() != 48<<20 || st.Sys().(*syscall.Stat_t).Blocks*512 > 1<<20 {
 			t.Errorf("size %d, %d blocks: want 48Mi, sparse", st.Size(), st.Sys().(*syscall.Stat_t).Blocks)
 		}
-		if !d.created || !accessibleBy(path, o) {
-			t.Errorf("created %v, accessible %v", d.created, accessibleBy(path, o))
+		if !d.created || !o.CanReadWrite(path) {
+			t.Errorf("created %v, accessible %v", d.created, o.CanReadWrite(path))
 		}
-		d.release(logf)
+		d.Release(logf)
 		if _, err := os.Stat(path); err != nil {
 			t.Errorf("file gone after release: %v", err)
 		}
-		if accessibleBy(path, o) {
+		if o.CanReadWrite(path) {
 			t.Error("the launcher's user still has access after the run")
 		}
 	})
@@ -401,21 +276,21 @@ func TestOpenUserDisk(t *testing.T) {
 		if err := os.WriteFile(path, []byte("data"), 0o640); err != nil {
 			t.Fatal(err)
 		}
-		d, err := diskSpec{volume: "v", field: "f", path: path, kind: hostDiskFile, create: 1 << 20, allowed: dir}.open(o, logf)
+		d, err := Spec{volume: "v", field: "f", path: path, kind: hostDiskFile, create: 1 << 20, allowed: dir}.Open(o, logf)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.created || d.grant == nil || !accessibleBy(path, o) {
-			t.Fatalf("created %v, grant %v, accessible %v", d.created, d.grant != nil, accessibleBy(path, o))
+		if d.created || d.grant == nil || !o.CanReadWrite(path) {
+			t.Fatalf("created %v, grant %v, accessible %v", d.created, d.grant != nil, o.CanReadWrite(path))
 		}
-		d.release(logf)
+		d.Release(logf)
 		st, _ := os.Stat(path)
 		if st.Mode().Perm() != 0o640 {
 			t.Errorf("mode %v after the run, want 0640", st.Mode().Perm())
 		}
 		f, _ := os.Open(path)
 		defer f.Close()
-		if acl, _ := userstorage.ACL(f); acl != nil {
+		if acl, _ := ACL(f); acl != nil {
 			t.Errorf("ACL left: %v", acl)
 		}
 		if b, _ := os.ReadFile(path); string(b) != "data" {
@@ -426,12 +301,12 @@ func TestOpenUserDisk(t *testing.T) {
 	t.Run("a failed run removes the file it created, not one it found", func(t *testing.T) {
 		dir := testenv.OpenDir(t)
 		path := filepath.Join(dir, "new.img")
-		d, err := diskSpec{path: path, kind: pvcStorage, create: 1 << 20, sizeFrom: "s"}.open(o, logf)
+		d, err := Spec{path: path, kind: pvcStorage, create: 1 << 20, sizeFrom: "s"}.Open(o, logf)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.removeCreated()
-		d.release(logf)
+		d.RemoveCreated()
+		d.Release(logf)
 		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("created file still there: %v", err)
 		}
@@ -440,42 +315,42 @@ func TestOpenUserDisk(t *testing.T) {
 	refused := []struct {
 		name  string
 		setup func(t *testing.T, dir string) string // returns the user's path
-		spec  diskSpec
+		spec  Spec
 		want  []string
 	}{
 		{name: "Disk that does not exist", setup: func(t *testing.T, dir string) string { return filepath.Join(dir, "none.img") },
-			spec: diskSpec{field: "spec.volumes[0].hostDisk.path", kind: hostDiskFile}, want: []string{"spec.volumes[0].hostDisk.path", "none.img", "does not exist"}},
+			spec: Spec{field: "spec.volumes[0].hostDisk.path", kind: hostDiskFile}, want: []string{"spec.volumes[0].hostDisk.path", "none.img", "does not exist"}},
 		{name: "PVC file missing, no size", setup: func(t *testing.T, dir string) string { return filepath.Join(dir, "none.img") },
-			spec: diskSpec{field: "--volume c", kind: pvcStorage}, want: []string{"--volume c", "none.img", "size=10Gi"}},
+			spec: Spec{field: "--volume c", kind: pvcStorage}, want: []string{"--volume c", "none.img", "size=10Gi"}},
 		{name: "DiskOrCreate in a missing directory", setup: func(t *testing.T, dir string) string { return filepath.Join(dir, "no", "x.img") },
-			spec: diskSpec{field: "f", kind: hostDiskFile, create: 1 << 20}, want: []string{filepath.Join("no", "x.img"), "no such file"}},
+			spec: Spec{field: "f", kind: hostDiskFile, create: 1 << 20}, want: []string{filepath.Join("no", "x.img"), "no such file"}},
 		{name: "a directory the launcher's user owns", setup: func(t *testing.T, dir string) string {
 			d := filepath.Join(dir, "theirs")
 			os.Mkdir(d, 0o755)
-			os.Chown(d, o.uid, o.gid)
+			os.Chown(d, o.UID, o.GID)
 			return filepath.Join(d, "x.img")
-		}, spec: diskSpec{field: "f", kind: hostDiskFile, create: 1 << 20}, want: []string{"theirs", "can be changed by user virtlauncher"}},
+		}, spec: Spec{field: "f", kind: hostDiskFile, create: 1 << 20}, want: []string{"theirs", "can be changed by user virtlauncher"}},
 		{name: "a symlink in a directory the launcher's user owns", setup: func(t *testing.T, dir string) string {
 			d := filepath.Join(dir, "theirs")
 			os.Mkdir(d, 0o755)
 			os.WriteFile(filepath.Join(dir, "target.img"), nil, 0o600)
 			os.Symlink(filepath.Join(dir, "target.img"), filepath.Join(d, "link.img"))
-			os.Chown(d, o.uid, o.gid)
+			os.Chown(d, o.UID, o.GID)
 			return filepath.Join(d, "link.img")
-		}, spec: diskSpec{field: "f", kind: hostDiskFile}, want: []string{"link.img", "can be changed by user virtlauncher"}},
+		}, spec: Spec{field: "f", kind: hostDiskFile}, want: []string{"link.img", "can be changed by user virtlauncher"}},
 		{name: "a file with two hard links", setup: func(t *testing.T, dir string) string {
 			os.WriteFile(filepath.Join(dir, "a.img"), nil, 0o600)
 			os.Link(filepath.Join(dir, "a.img"), filepath.Join(dir, "b.img"))
 			return filepath.Join(dir, "b.img")
-		}, spec: diskSpec{field: "f", kind: hostDiskFile}, want: []string{"b.img", "2 hard links"}},
+		}, spec: Spec{field: "f", kind: hostDiskFile}, want: []string{"b.img", "2 hard links"}},
 		{name: "a directory", setup: func(t *testing.T, dir string) string { return dir },
-			spec: diskSpec{field: "f", kind: pvcStorage}, want: []string{"not a regular file or block device"}},
+			spec: Spec{field: "f", kind: pvcStorage}, want: []string{"not a regular file or block device"}},
 		{name: "a file QEMU's user cannot reach", setup: func(t *testing.T, dir string) string {
 			d := filepath.Join(dir, "closed")
 			os.Mkdir(d, 0o700)
 			os.WriteFile(filepath.Join(d, "x.img"), nil, 0o600)
 			return filepath.Join(d, "x.img")
-		}, spec: diskSpec{field: "f", kind: hostDiskFile}, want: []string{"cannot reach it", "closed is closed to it", "setfacl -m u:virtlauncher:x"}},
+		}, spec: Spec{field: "f", kind: hostDiskFile}, want: []string{"cannot reach it", "closed is closed to it", "setfacl -m u:virtlauncher:x"}},
 	}
 	for _, tc := range refused {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
@@ -487,9 +362,9 @@ func TestOpenUserDisk(t *testing.T) {
 			if s.kind == hostDiskFile {
 				s.allowed = dir
 			}
-			d, err := s.open(o, logf)
+			d, err := s.Open(o, logf)
 			if err == nil {
-				d.release(logf)
+				d.Release(logf)
 				t.Fatal("opened")
 			}
 			for _, w := range tc.want {
@@ -515,7 +390,7 @@ func listTree(t *testing.T, dir string) string {
 		b.WriteString(p + " " + fi.Mode().String())
 		if fi.Mode().IsRegular() {
 			if f, err := os.Open(p); err == nil {
-				acl, _ := userstorage.ACL(f)
+				acl, _ := ACL(f)
 				f.Close()
 				b.WriteString(" acl=" + string(acl))
 			}
@@ -530,19 +405,19 @@ func TestBlankBootDisk(t *testing.T) {
 	one, two := uint(1), uint(2)
 	v := &v1.VirtualMachineInstance{}
 	v.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "root"}, {Name: "data"}}
-	made := func(vol string, created bool) *userDisk {
-		return &userDisk{diskSpec: diskSpec{volume: vol, path: "/srv/" + vol}, created: created}
+	made := func(vol string, created bool) *Disk {
+		return &Disk{Spec: Spec{volume: vol, path: "/srv/" + vol}, created: created}
 	}
 	for _, tc := range []struct {
 		name  string
 		boot  []*uint
-		disks []*userDisk
+		disks []*Disk
 		want  string
 	}{
-		{"first disk created blank", nil, []*userDisk{made("root", true)}, "root"},
-		{"first disk existed", nil, []*userDisk{made("root", false), made("data", true)}, ""},
-		{"bootOrder picks the created one", []*uint{&two, &one}, []*userDisk{made("root", false), made("data", true)}, "data"},
-		{"bootOrder picks the existing one", []*uint{&one, &two}, []*userDisk{made("root", false), made("data", true)}, ""},
+		{"first disk created blank", nil, []*Disk{made("root", true)}, "root"},
+		{"first disk existed", nil, []*Disk{made("root", false), made("data", true)}, ""},
+		{"bootOrder picks the created one", []*uint{&two, &one}, []*Disk{made("root", false), made("data", true)}, "data"},
+		{"bootOrder picks the existing one", []*uint{&one, &two}, []*Disk{made("root", false), made("data", true)}, ""},
 	} {
 		for i := range v.Spec.Domain.Devices.Disks {
 			v.Spec.Domain.Devices.Disks[i].BootOrder = nil
@@ -550,9 +425,9 @@ func TestBlankBootDisk(t *testing.T) {
 				v.Spec.Domain.Devices.Disks[i].BootOrder = tc.boot[i]
 			}
 		}
-		r := &runner{vmi: v, disks: tc.disks}
+		h := &Held{disks: tc.disks}
 		got := ""
-		if d := r.blankBootDisk(); d != nil {
+		if d := h.blankBootDisk(v); d != nil {
 			got = d.volume
 		}
 		if got != tc.want {
@@ -561,12 +436,19 @@ func TestBlankBootDisk(t *testing.T) {
 	}
 }
 
-func hostDiskRun(o ids, status *bytes.Buffer, vols ...v1.Volume) *runner {
+// openHostDisks plans and opens, as a run does, the storage of a VMI with
+// a disk for each of vols.
+func openHostDisks(o vmuser.User, status *bytes.Buffer, hp HostPaths, vols ...v1.Volume) (*Held, error) {
 	v := vmiWithVolumes(vols...)
 	for _, vol := range vols {
 		v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks, v1.Disk{Name: vol.Name})
 	}
-	return &runner{vmi: v, owner: o, cfg: session{Config: Config{Status: status}}}
+	h := NewHeld(o, status)
+	specs, err := Plan(v, nil, nil, hp)
+	if err != nil {
+		return h, err
+	}
+	return h, h.Open(v, specs)
 }
 
 // rootSecret is a root-owned 0600 file in its own root-owned 0755
@@ -606,10 +488,9 @@ func TestHostDiskNotAllowed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := listTree(t, filepath.Dir(secret)) + listTree(t, profile)
 			var status bytes.Buffer
-			r := hostDiskRun(o, &status, tc.vols...)
-			err := r.openDisks()
+			h, err := openHostDisks(o, &status, HostPaths{}, tc.vols...)
 			if err == nil {
-				r.releaseDisks()
+				h.Release(false)
 				t.Fatalf("opened: %s", status.String())
 			}
 			if testing.Verbose() {
@@ -663,7 +544,7 @@ func TestHostDiskAllowed(t *testing.T) {
 	if err := os.Mkdir(hostOwned, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(hostOwned, o.uid, o.gid); err != nil {
+	if err := os.Chown(hostOwned, o.UID, o.GID); err != nil {
 		t.Fatal(err)
 	}
 	disk := func(name, path string) v1.Volume { return hostDiskVol(name, path, v1.HostDiskExists, "") }
@@ -699,17 +580,15 @@ func TestHostDiskAllowed(t *testing.T) {
 		{name: "a FIFO", vols: []v1.Volume{disk("data", filepath.Join(allowed, "fifo.img"))}, allow: []string{allowed},
 			want: []string{"fifo.img", "not a regular file (a FIFO)"}},
 		{name: "an allowed directory QEMU's user could change", vols: []v1.Volume{create("new", filepath.Join(hostOwned, "new.img"))},
-			allow: []string{hostOwned}, want: []string{"can be changed by user " + o.name}},
+			allow: []string{hostOwned}, want: []string{"can be changed by user " + o.Name}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := listTree(t, allowed) + listTree(t, outside)
 			var status bytes.Buffer
-			r := hostDiskRun(o, &status, tc.vols...)
-			r.cfg.AllowHostPaths, r.cfg.HostPathOwner = tc.allow, tc.owner
-			err := r.openDisks()
+			h, err := openHostDisks(o, &status, HostPaths{Dirs: tc.allow, Owner: tc.owner}, tc.vols...)
 			if len(tc.want) > 0 {
 				if err == nil {
-					r.releaseDisks()
+					h.Release(false)
 					t.Fatalf("opened: %s", status.String())
 				}
 				t.Logf("refused: %v", err)
@@ -727,38 +606,17 @@ func TestHostDiskAllowed(t *testing.T) {
 						t.Errorf("%s was not created: %v", p, err)
 					}
 				}
-				for _, d := range r.disks {
-					if !accessibleBy(d.real, o) {
+				for _, d := range h.disks {
+					if !o.CanReadWrite(d.real) {
 						t.Errorf("%s: QEMU's user cannot read and write it", d.path)
 					}
 				}
-				r.releaseDisks()
+				h.Release(false)
 			}
 			if after := listTree(t, allowed) + listTree(t, outside); after != before {
 				t.Errorf("changed:\n%s\nnow:\n%s", before, after)
 			}
 		})
-	}
-}
-
-// TestHostPathsMigrated: a run that takes a guest over by migration may use
-// its source's hostDisks (that run was allowed them) without
-// --allow-host-path, and nothing else.
-func TestHostPathsMigrated(t *testing.T) {
-	src := vmiWithVolumes(hostDiskVol("d", "/srv/vm/d.img", v1.HostDiskExists, ""), pvcVol("p", "c"))
-	cfg := session{Config: Config{AllowHostPaths: []string{"/data"}, HostPathOwner: 1000}, source: &runrecord.Entry{Record: runrecord.Record{VMI: src}}}
-	hp := cfg.hostPaths()
-	if hp.owner != 1000 {
-		t.Errorf("owner %d, want 1000", hp.owner)
-	}
-	for path, want := range map[string]bool{"/srv/vm/d.img": true, "/data/x.img": true, "/srv/other.img": false, "/srv/vm": false} {
-		if _, ok := hp.allowedDir(path); ok != want {
-			t.Errorf("%s allowed: %v, want %v", path, ok, want)
-		}
-	}
-	specs, err := planStorage(src, nil, []VolumeMap{{Name: "c", Path: "/srv/c.img"}}, hp)
-	if err != nil || len(specs) != 2 || specs[0].allowed != "/srv/vm" {
-		t.Errorf("plan %+v, %v; want the hostDisk allowed below /srv/vm", specs, err)
 	}
 }
 
