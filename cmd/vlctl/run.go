@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/virtlauncher/virtlauncher/internal/capscache"
 	"github.com/virtlauncher/virtlauncher/internal/dvimport"
 	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
@@ -204,7 +205,7 @@ secondary networks (each refused, saying so).`,
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs, overlays) after the run")
 	f.StringVar(&cfg.UIDs, "uids", uidpool.DefaultRange, "FIRST-LAST: the ids each VM takes one of, as its own user and group, for its launcher, libvirt daemon and QEMU (no account may use them)")
 	f.StringVar(&cfg.BinDir, "bin-dir", "", "directory of virt-launcher-monitor and virt-launcher (default: vlctl's own)")
-	f.StringVar(&cfg.CapsCache, "qemu-caps-cache", standalone.DefaultCapsCache, "root's directory of libvirt's QEMU capability probe, made by vlctl and read by every VM's launcher; none: off")
+	f.StringVar(&cfg.CapsCache, "qemu-caps-cache", capscache.DefaultDir, "root's directory of libvirt's QEMU capability probe, made by vlctl and read by every VM's launcher; none: off")
 	f.DurationVar(&cfg.QemuTimeout, "qemu-timeout", standalone.DefaultQemuTimeout, "how long the launcher waits for its domain")
 	f.StringVar(&cfg.MigrateFrom, "migrate-from", "", "NAME or NAMESPACE/NAME of a running VM (vlctl ps) whose guest this run takes over by live migration, instead of booting FILE")
 	f.StringVar(&cfg.MigrationBandwidth, "migration-bandwidth", "", "with --migrate-from: cap the migration's bandwidth (bytes per second, such as 64Mi; default: no cap)")

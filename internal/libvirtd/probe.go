@@ -21,7 +21,7 @@ const probeCallTimeout = 2 * time.Minute
 // default emulator), stops it and returns the cache files it wrote
 // (CapabilitiesCacheDir/*.xml). The daemon runs no guest: what it caches
 // comes from libvirt and QEMU alone, which is why a cache made this way can
-// be trusted by launchers of other users (see standalone's capscache.go).
+// be trusted by launchers of other users (see internal/capscache).
 func Probe(ctx context.Context, cfg Config, log *slog.Logger) ([]string, error) {
 	cfg.CapsSeedDir = ""
 	d, err := Start(ctx, cfg, log)

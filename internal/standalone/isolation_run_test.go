@@ -11,9 +11,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/virtlauncher/virtlauncher/internal/capscache"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
-	"github.com/virtlauncher/virtlauncher/internal/standalone"
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 )
 
@@ -87,7 +87,7 @@ func checkIsolated(t *testing.T, records string) {
 	if as(t, a.UID, "-w", b.Socket) || as(t, a.UID, "-e", b.WorkDir+"/private") {
 		t.Errorf("%s's uid %d reaches into %s's work dir (%s)", a.FullName(), a.UID, b.FullName(), b.WorkDir)
 	}
-	caps := standalone.DefaultCapsCache
+	caps := capscache.DefaultDir
 	files, _ := filepath.Glob(filepath.Join(caps, "*.xml"))
 	if len(files) == 0 {
 		t.Fatalf("no capability file in %s", caps)

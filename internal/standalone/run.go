@@ -22,6 +22,7 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/virtlauncher/virtlauncher/internal/capscache"
 	"github.com/virtlauncher/virtlauncher/internal/dvimport"
 	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
@@ -41,7 +42,7 @@ import (
 // Config is the options of one `vlctl run`, as its user gives them (vlctl
 // run's flags). Run gives a field left zero the default the flag has
 // (DefaultWorkRoot, DefaultQemuTimeout, userstorage.DefaultVolumeStore,
-// DefaultCapsCache, uidpool.DefaultRange, ...). What Run works out from
+// capscache.DefaultDir, uidpool.DefaultRange, ...). What Run works out from
 // them is the session's, not the Config's.
 type Config struct {
 	// File is the VMI (or VM) manifest; Files are more files of documents
@@ -76,7 +77,7 @@ type Config struct {
 	// CapsCache is a directory, root's and read-only to the VMs, where
 	// the launchers of this machine find libvirt's QEMU capability probe
 	// (~2.5 s under TCG when cold), made by vlctl in a daemon of its own
-	// (capscache.go). Default DefaultCapsCache; "none"
+	// (internal/capscache). Default capscache.DefaultDir; "none"
 	// turns it off.
 	CapsCache string
 	// Console receives the guest's serial console; Status receives vlctl's
@@ -429,7 +430,8 @@ func runOnce(ctx context.Context, cfg session, v *v1.VirtualMachineInstance, vm 
 	if err := run.writeRecord(nil); err != nil {
 		return false, false, err
 	}
-	if run.caps, err = run.capsCache(ctx); err != nil {
+	caps := capscache.Options{Dir: cfg.CapsCache, Pool: pool, Work: run.dir, Log: cfg.Log, Progress: run.progress}
+	if run.caps, err = capscache.Ensure(ctx, caps); err != nil {
 		// Not fatal: the launcher probes QEMU itself, 2.5 s later.
 		fmt.Fprintf(cfg.Status, "vlctl: warning: no shared QEMU capability cache: %v\n", err)
 	}
@@ -478,7 +480,7 @@ func (c *Config) defaults() {
 		c.ImportCache = dvimport.DefaultCacheDir
 	}
 	if c.CapsCache == "" {
-		c.CapsCache = DefaultCapsCache
+		c.CapsCache = capscache.DefaultDir
 	}
 	if c.QemuTimeout == 0 {
 		c.QemuTimeout = DefaultQemuTimeout
@@ -534,7 +536,7 @@ type runner struct {
 	// the monitor has started.
 	identity *pod.Identity
 	// caps is the trusted QEMU capability cache the launcher seeds its
-	// daemon from (capscache.go), "" for none.
+	// daemon from (internal/capscache), "" for none.
 	caps string
 	// netName names the pod network's namespaces (podnet.NewName), chosen
 	// before they exist so that the record names them for vlctl gc.

@@ -1,4 +1,4 @@
-package standalone
+package capscache
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/virtlauncher/virtlauncher/internal/testenv"
 )
 
 // TestCapsCacheTrusted: the shared QEMU capability cache is a fixed path
@@ -14,13 +16,13 @@ import (
 // another user's above it, is refused before anything is read or written,
 // even when what it leads to looks like a valid cache of root's.
 func TestCapsCacheTrusted(t *testing.T) {
-	f := newStageFixture(t)
+	testenv.Root(t, "the cache is root's; the directory above it another user's")
 	top := t.TempDir()
 	target := filepath.Join(top, "elsewhere")
 	if err := os.Mkdir(target, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"stamp": capsStamp(), "x86_64.xml": []byte("<qemuCaps></qemuCaps>\n")} {
+	for name, data := range map[string][]byte{"stamp": machineStamp(), "x86_64.xml": []byte("<qemuCaps></qemuCaps>\n")} {
 		if err := os.WriteFile(filepath.Join(target, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -37,10 +39,11 @@ func TestCapsCacheTrusted(t *testing.T) {
 			if err := os.Symlink(target, c.dir); err != nil {
 				t.Fatal(err)
 			}
-			f.r.cfg.CapsCache = c.dir
-			dir, err := f.r.capsCache(context.Background())
+			// No pool or work dir: a probe would fail on them, not on
+			// the refusal looked for.
+			dir, err := Ensure(context.Background(), Options{Dir: c.dir})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("capsCache(%s) = %q, %v; want it refused: %s", c.dir, dir, err, c.want)
+				t.Fatalf("Ensure(%s) = %q, %v; want it refused: %s", c.dir, dir, err, c.want)
 			}
 		})
 	}

@@ -1,10 +1,14 @@
-package standalone
+// Package capscache is the machine's shared QEMU capability cache for
+// `vlctl run`: made by a libvirt daemon of its own as a throwaway id, kept
+// in a root-owned directory, read by every VM's launcher.
+package capscache
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +20,7 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/procfs"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
+	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 	"github.com/virtlauncher/virtlauncher/internal/vmuser"
 )
 
@@ -27,20 +32,35 @@ import (
 // and keeps the result in a root-owned directory the launchers only read
 // (copied into each VM's private cache, libvirtd.Config.CapsSeedDir). It
 // makes it again when libvirt, QEMU, the kernel or KVM's presence changed
-// (capsStamp); libvirt still checks each file itself. docs/standalone.md,
+// (machineStamp); libvirt still checks each file itself. docs/standalone.md,
 // "The shared QEMU capability cache".
 
-// DefaultCapsCache is where vlctl keeps the shared capability cache.
-const DefaultCapsCache = "/var/cache/virtlauncher/qemu-caps"
+// DefaultDir is where vlctl keeps the shared capability cache.
+const DefaultDir = "/var/cache/virtlauncher/qemu-caps"
 
-// capsProbeTimeout bounds making the cache (daemon start, probe, stop).
-const capsProbeTimeout = 3 * time.Minute
+// probeTimeout bounds making the cache (daemon start, probe, stop).
+const probeTimeout = 3 * time.Minute
 
-// capsCache returns the shared cache directory, made or made again first
+// Options say where the cache is and how it is made.
+type Options struct {
+	// Dir is the cache; "none" or "" turns it off (--qemu-caps-cache).
+	Dir string
+	// Pool gives the probe its throwaway id.
+	Pool *uidpool.Pool
+	// Work is a directory of root's alone (a run's work dir, so that the
+	// run's record covers the probe for vlctl gc): the probe's daemon runs
+	// in capsprobe/ below it.
+	Work *safefs.Dir
+	Log  *slog.Logger
+	// Progress, when set, is told how long a probe took.
+	Progress func(format string, a ...any)
+}
+
+// Ensure returns the shared cache directory, made or made again first
 // when its stamp does not match this machine's libvirt and QEMU; "" when
-// turned off (--qemu-caps-cache none).
-func (r *runner) capsCache(ctx context.Context) (string, error) {
-	dir := r.cfg.CapsCache
+// turned off.
+func Ensure(ctx context.Context, o Options) (string, error) {
+	dir := o.Dir
 	if dir == "none" || dir == "" {
 		return "", nil
 	}
@@ -52,14 +72,14 @@ func (r *runner) capsCache(ctx context.Context) (string, error) {
 	}
 	defer d.Close()
 	real := d.Path()
-	stamp := capsStamp()
+	stamp := machineStamp()
 	if old, err := d.ReadFile("stamp"); err == nil && bytes.Equal(old, stamp) {
 		if files, _ := filepath.Glob(filepath.Join(real, "*.xml")); len(files) > 0 {
 			return real, nil
 		}
 	}
 	t0 := time.Now()
-	files, err := r.probeCaps(ctx)
+	files, err := probe(ctx, o)
 	if err != nil {
 		return "", err
 	}
@@ -79,16 +99,18 @@ func (r *runner) capsCache(ctx context.Context) (string, error) {
 	if err := d.WriteFile("stamp", stamp, 0o644); err != nil {
 		return "", err
 	}
-	r.progress("probed QEMU's capabilities for %s in %s", real, time.Since(t0).Round(10*time.Millisecond))
+	if o.Progress != nil {
+		o.Progress("probed QEMU's capabilities for %s in %s", real, time.Since(t0).Round(10*time.Millisecond))
+	}
 	return real, nil
 }
 
-// probeCaps has a libvirt daemon probe QEMU as a throwaway id, in
-// capsprobe/ below the run's work dir (root's until the hand-over, so the
-// run's record covers it for vlctl gc), and returns the cache files it
-// wrote, read once nothing runs as that id any more.
-func (r *runner) probeCaps(ctx context.Context) (map[string][]byte, error) {
-	lease, err := r.pool.Allocate()
+// probe has a libvirt daemon probe QEMU as a throwaway id, in capsprobe/
+// below o.Work, and returns the cache files it wrote, read once nothing
+// runs as that id any more.
+func probe(ctx context.Context, o Options) (map[string][]byte, error) {
+	work := o.Work
+	lease, err := o.Pool.Allocate()
 	if err != nil {
 		return nil, fmt.Errorf("an id for the capability probe: %w", err)
 	}
@@ -96,21 +118,21 @@ func (r *runner) probeCaps(ctx context.Context) (map[string][]byte, error) {
 	const sub, idSub = "capsprobe", "capsprobe-identity"
 	var files map[string][]byte
 	err = func() error {
-		if err := r.dir.Mkdir(sub, 0o700); err != nil {
+		if err := work.Mkdir(sub, 0o700); err != nil {
 			return err
 		}
-		pd, err := r.dir.OpenDir(sub)
+		pd, err := work.OpenDir(sub)
 		if err != nil {
 			return err
 		}
 		defer pd.Close()
 		// The prober reaches its own tree only: the work dir opens to its
 		// group for the probe and closes again after it.
-		if err := errors.Join(r.dir.Chown(0, prober.GID), r.dir.Chmod(0o750), pd.Chown(prober.UID, prober.GID)); err != nil {
+		if err := errors.Join(work.Chown(0, prober.GID), work.Chmod(0o750), pd.Chown(prober.UID, prober.GID)); err != nil {
 			return err
 		}
-		defer func() { r.dir.Chown(0, 0); r.dir.Chmod(0o700) }()
-		id, err := pod.WriteIdentity(r.dir, idSub, prober.UID, prober.GID, prober.Groups)
+		defer func() { work.Chown(0, 0); work.Chmod(0o700) }()
+		id, err := pod.WriteIdentity(work, idSub, prober.UID, prober.GID, prober.Groups)
 		if err != nil {
 			return err
 		}
@@ -122,9 +144,9 @@ func (r *runner) probeCaps(ctx context.Context) (map[string][]byte, error) {
 			Credential: prober.Credential(),
 			SpawnSetup: func() (func(), error) { return pod.Enter(id.Enter) },
 		}
-		pctx, cancel := context.WithTimeout(ctx, capsProbeTimeout)
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		paths, err := libvirtd.Probe(pctx, cfg, r.log)
+		paths, err := libvirtd.Probe(pctx, cfg, o.Log)
 		if err != nil {
 			return err
 		}
@@ -133,11 +155,11 @@ func (r *runner) probeCaps(ctx context.Context) (map[string][]byte, error) {
 		}
 		files = map[string][]byte{}
 		for _, p := range paths {
-			rel, err := r.rel(p)
-			if err != nil {
-				return err
+			rel, err := filepath.Rel(work.Path(), p)
+			if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+				return fmt.Errorf("%s is not below %s", p, work.Path())
 			}
-			data, err := r.dir.ReadFile(rel)
+			data, err := work.ReadFile(rel)
 			if err != nil {
 				return err
 			}
@@ -149,7 +171,7 @@ func (r *runner) probeCaps(ctx context.Context) (map[string][]byte, error) {
 		return nil
 	}()
 	for _, dir := range []string{sub, idSub} {
-		if rerr := r.removeBelow(dir); rerr != nil {
+		if rerr := removeBelow(work, dir); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 	}
@@ -162,19 +184,19 @@ func (r *runner) probeCaps(ctx context.Context) (map[string][]byte, error) {
 	return files, nil
 }
 
-// removeBelow removes the tree name below the work dir (os.RemoveAll does
-// not follow links below its root, and the work dir is root's).
-func (r *runner) removeBelow(name string) error {
-	if err := os.RemoveAll(r.dir.Join(name)); err != nil {
-		return fmt.Errorf("remove %s: %w", r.dir.Join(name), err)
+// removeBelow removes the tree name below work (os.RemoveAll does not
+// follow links below its root, and work is root's).
+func removeBelow(work *safefs.Dir, name string) error {
+	if err := os.RemoveAll(work.Join(name)); err != nil {
+		return fmt.Errorf("remove %s: %w", work.Join(name), err)
 	}
 	return nil
 }
 
-// capsStamp describes what libvirt's cache depends on: the daemon and its
+// machineStamp describes what libvirt's cache depends on: the daemon and its
 // QEMU driver module, the QEMU binaries (size, modification and change
 // times), the kernel release and whether /dev/kvm exists.
-func capsStamp() []byte {
+func machineStamp() []byte {
 	var b strings.Builder
 	paths := []string{"/dev/kvm", "/usr/libexec/qemu-kvm"}
 	if p, _, err := libvirtd.FindDaemon(); err == nil {
