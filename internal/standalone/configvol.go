@@ -199,11 +199,11 @@ func (c *Config) files() []string {
 	return append(out, c.Files...)
 }
 
-// manifestName names the manifest in errors: its files.
-func (c *session) manifestName() string {
-	if c.source != nil {
-		return c.source.FullName()
-	}
+// manifestName names the manifest in errors.
+func (c *session) manifestName() string { return c.guest.name(c) }
+
+// manifestFiles names the manifest's files.
+func (c *session) manifestFiles() string {
 	names := slices.Clone(c.files())
 	for i, f := range names {
 		if f == manifest.Stdin {

@@ -21,7 +21,8 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
-// drive syncs the VMI, streams the console and waits for the guest to end.
+// drive starts the guest (its source's start: a Sync, or a migration in),
+// streams the console and waits for the guest to end.
 func (r *runner) drive(ctx context.Context) error {
 	client, err := r.waitReady(ctx)
 	if err != nil {
@@ -34,38 +35,9 @@ func (r *runner) drive(ctx context.Context) error {
 	// The console outlives ctx: it shows the guest's shutdown after Ctrl-C.
 	consoleCtx, closeConsole := context.WithCancel(context.Background())
 	defer closeConsole()
-	var consoleDone <-chan struct{}
-	if r.cfg.source != nil {
-		// Attached before the migration starts (QEMU's console socket
-		// appears with the incoming QEMU): the guest prints from the
-		// moment it runs here, and a console socket without a reader
-		// drops what it gets.
-		consoleDone = r.streamConsole(consoleCtx, migrationTimeout)
-		if err := r.migrateIn(ctx, client); err != nil {
-			if ctx.Err() != nil && !r.started {
-				return fmt.Errorf("interrupted: %w", err)
-			}
-			return err
-		}
-		// The old run handed its published listeners over with the
-		// migration's answer (adoptPorts); any it did not hand over are
-		// bound once it lets go of them.
-		if err := r.publish(time.Minute); err != nil {
-			// The guest runs here now: losing it over a port would
-			// be worse than the port.
-			fmt.Fprintf(r.cfg.Status, "vlctl: warning: %v\n", err)
-		}
-	} else {
-		r.progress("launcher ready; defining and starting the domain")
-		syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err = client.Sync(syncCtx, r.vmi, cmdclient.HandlerSyncOptions())
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil { // Ctrl-C while starting: cleanup follows
-				return errInterrupted
-			}
-			return r.storage.UserPaths(r.withLauncherLog(fmt.Errorf("sync: %w", err)), r.layout)
-		}
+	consoleDone, err := r.cfg.guest.start(ctx, consoleCtx, r, client)
+	if err != nil {
+		return err
 	}
 	r.started = true
 	r.progress("VM %s/%s is running; console: vlctl console %s/%s (socket %s)",

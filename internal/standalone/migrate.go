@@ -138,6 +138,20 @@ func hasClaims(v *v1.VirtualMachineInstance) bool {
 	return false
 }
 
+// sourceHostDirs are the directories of v's hostDisks.
+func sourceHostDirs(v *v1.VirtualMachineInstance) []string {
+	if v == nil {
+		return nil
+	}
+	var dirs []string
+	for _, vol := range v.Spec.Volumes {
+		if vol.HostDisk != nil && filepath.IsAbs(vol.HostDisk.Path) {
+			dirs = append(dirs, filepath.Dir(vol.HostDisk.Path))
+		}
+	}
+	return dirs
+}
+
 // hasUserStorage: the VMI has storage of the host's that both runs use
 // (claims mapped with --volume, hostDisks).
 func hasUserStorage(v *v1.VirtualMachineInstance) bool {
@@ -153,12 +167,7 @@ func hasUserStorage(v *v1.VirtualMachineInstance) bool {
 }
 
 // launcherRoot is the path this run's launcher sees its work dir at.
-func (r *runner) launcherRoot() string {
-	if r.cfg.source != nil {
-		return r.cfg.source.Root()
-	}
-	return r.workDir
-}
+func (r *runner) launcherRoot() string { return r.cfg.guest.launcherRoot(r.workDir) }
 
 // migrationVMI is the VMI as virt-handler has it once migration uid is
 // under way: a block migration (the pod's disks are its own) over unix
@@ -198,8 +207,7 @@ func podName(pid int) string { return "vlctl-" + strconv.Itoa(pid) }
 // migration's target, the source run is asked to migrate to it, and the
 // migration is finalized once it has completed. On failure the source's
 // guest runs on where it was.
-func (r *runner) migrateIn(ctx context.Context, c *cmdclient.Client) error {
-	src := r.cfg.source
+func (r *runner) migrateIn(ctx context.Context, c *cmdclient.Client, src *runrecord.Entry) error {
 	uid := uuid.NewString()
 	mv := migrationVMI(r.vmi, uid, podName(src.PID), podName(os.Getpid()))
 	r.progress("migrating %s from its run (pid %d): migration %s", src.FullName(), src.PID, uid)

@@ -88,17 +88,16 @@ func (r *runner) podSpec(ctx context.Context) pod.Spec {
 
 // networked puts the run's services on the pod network (n nil: the VMI
 // has none): the DNS relay, the published ports (a migration's target
-// publishes once the guest is here, drive) and the guest's egress.
+// publishes once the guest is here: guestSource.networked) and the
+// guest's egress.
 func (r *runner) networked(n *pod.Network) error {
 	r.net = n
 	if n != nil {
 		r.progress("pod network up (namespaces %s and %s)", n.NSName, n.OutsideName)
 		r.relayDNS()
 	}
-	if r.cfg.source == nil {
-		if err := r.publish(0); err != nil {
-			return err
-		}
+	if err := r.cfg.guest.networked(r); err != nil {
+		return err
 	}
 	return r.startEgress()
 }

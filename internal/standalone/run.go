@@ -164,8 +164,9 @@ type session struct {
 	// ports are the --publish listeners, held for the whole run (Run
 	// makes them; each boot points them at its pod: publish.go).
 	ports *guestnet.HeldPorts
-	// source is MigrateFrom's run (Run finds it).
-	source *runrecord.Entry
+	// guest is where the guest comes from: the manifest booted, or
+	// MigrateFrom's run (guest.go).
+	guest guestSource
 	// deviceEnv and vfioGroups are what check found for Devices: the
 	// device plugin's variables for the launcher, the IOMMU groups' nodes
 	// the VM's user must open.
@@ -201,7 +202,7 @@ func (e *ManifestError) Unwrap() error { return e.Err }
 // cfg.ForceStart.
 func Run(ctx context.Context, c Config) error {
 	c.defaults()
-	cfg := &session{Config: c}
+	cfg := &session{Config: c, guest: boot{}}
 	if err := needRoot(); err != nil {
 		return err
 	}
@@ -210,9 +211,11 @@ func Run(ctx context.Context, c Config) error {
 		fmt.Fprintf(cfg.Status, "vlctl: warning: %v\n", err)
 	}
 	if cfg.MigrateFrom != "" {
-		if err := cfg.takeOver(); err != nil {
+		m, err := takeOver(cfg)
+		if err != nil {
 			return err
 		}
+		cfg.guest = m
 	}
 	v, vm, policy, specs, err := cfg.check()
 	if err != nil {
@@ -221,18 +224,8 @@ func Run(ctx context.Context, c Config) error {
 	if w := memoryWarning(v); w != "" {
 		fmt.Fprintln(cfg.Status, w)
 	}
-	if cfg.source != nil {
-		// The very images the guest's disks are backed with there.
-		if cfg.pulled, err = sourceImages(cfg.source); err != nil {
-			return err
-		}
-	} else {
-		if cfg.pulled, err = pullImages(ctx, cfg.Config, v); err != nil {
-			return err
-		}
-		if err := cfg.store().Prepare(ctx, cfg.Volumes, specs, vm); err != nil {
-			return err
-		}
+	if err := cfg.guest.ready(ctx, cfg, v, vm, specs); err != nil {
+		return err
 	}
 	if cfg.Input != nil {
 		cfg.keys = pumpKeys(cfg.Input)
@@ -248,11 +241,7 @@ func Run(ctx context.Context, c Config) error {
 		if ctx.Err() != nil || !started || migrated {
 			return err
 		}
-		if cfg.source != nil {
-			// Taken over and ended here: a restart boots it afresh.
-			cfg.source = nil
-			v = bootVMI(v)
-		}
+		cfg.guest, v = cfg.guest.restart(v)
 		if err != nil {
 			failures++
 		} else {
@@ -292,62 +281,23 @@ func Check(cfg Config) (namespace, name string, err error) {
 	if err := needRoot(); err != nil {
 		return "", "", err
 	}
-	v, _, _, _, err := (&session{Config: cfg}).check()
+	v, _, _, _, err := (&session{Config: cfg, guest: boot{}}).check()
 	if err != nil {
 		return "", "", err
 	}
 	return v.Namespace, v.Name, nil
 }
 
-// takeOver finds the running VM --migrate-from names and takes its
-// manifest, published ports and storage for this run.
-func (cfg *session) takeOver() error {
-	var err error
-	// The running guest's VMI, as its launcher was synced with, and
-	// its VirtualMachine: the run strategy goes on here.
-	if cfg.source, err = findSource(cfg.Config); err != nil {
-		return err
-	}
-	if _, err := migrationOptions(cfg.MigrationBandwidth); err != nil {
-		return err
-	}
-	// The documents behind config volumes stay with the first run.
-	if hasConfigVolumes(cfg.source.VMI) {
-		return fmt.Errorf("--migrate-from %s: configMap, secret and sysprep volumes and cloud-init Secrets are not carried over yet", cfg.source.FullName())
-	}
-	cfg.Emulation = cfg.Emulation || cfg.source.Emulation
-	if cfg.Publish, err = guestnet.ParseRecorded(cfg.source.Published); err != nil {
-		return fmt.Errorf("--migrate-from %s: %w", cfg.source.FullName(), err)
-	}
-	// The same files: shared, never copied (migrationVMI).
-	for claim, path := range cfg.source.Volumes {
-		cfg.Volumes = append(cfg.Volumes, userstorage.VolumeMap{Name: claim, Path: path})
-	}
-	return nil
-}
-
 // check loads the manifest (or, taking a guest over, its source's) and
 // refuses what vlctl does not run; nothing is made. An error is a
 // *ManifestError but for a migration's source.
 func (cfg *session) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, policy restartPolicy, specs []userstorage.Spec, err error) {
-	if cfg.source != nil {
-		v = cfg.source.VMI.DeepCopy()
-		if cfg.source.VM != nil {
-			vm = cfg.source.VM.DeepCopy()
-		}
-	} else {
-		if v, vm, cfg.configVols, err = loadManifest(cfg.Config); err != nil {
-			return nil, nil, policy, nil, &ManifestError{Err: err}
-		}
-		stored, err := cfg.store().Volumes(v, vm, cfg.Volumes)
-		if err != nil {
-			return nil, nil, policy, nil, &ManifestError{Err: fmt.Errorf("%s: %w", cfg.manifestName(), err)}
-		}
-		cfg.Volumes = append(cfg.Volumes, stored...)
+	if v, vm, err = cfg.guest.load(cfg); err != nil {
+		return nil, nil, policy, nil, &ManifestError{Err: err}
 	}
 	// A guest taken over runs already, whatever its strategy says of
-	// starting it (--force-start was the first run's to give).
-	policy, err = runPolicy(vm, cfg.ForceStart || cfg.source != nil)
+	// starting it.
+	policy, err = runPolicy(vm, cfg.ForceStart || cfg.guest.running())
 	if err == nil {
 		err = runUnsupported(v)
 	}
@@ -378,15 +328,8 @@ func (cfg *session) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine
 // guest taken over by migration, the directories of its source's hostDisks
 // (that run was allowed them; the manifest is the one it ran).
 func (cfg *session) hostPaths() userstorage.HostPaths {
-	hp := userstorage.HostPaths{Dirs: slices.Clone(cfg.AllowHostPaths), Owner: cfg.HostPathOwner}
-	if cfg.source != nil && cfg.source.VMI != nil {
-		for _, vol := range cfg.source.VMI.Spec.Volumes {
-			if vol.HostDisk != nil && filepath.IsAbs(vol.HostDisk.Path) {
-				hp.Dirs = append(hp.Dirs, filepath.Dir(vol.HostDisk.Path))
-			}
-		}
-	}
-	return hp
+	dirs := slices.Concat(cfg.AllowHostPaths, cfg.guest.hostDirs())
+	return userstorage.HostPaths{Dirs: dirs, Owner: cfg.HostPathOwner}
 }
 
 // store is the volume store as the run uses it.
@@ -565,8 +508,8 @@ func (r *runner) writeRecord(st *Started) error {
 	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
 		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.consoleSocket(), Control: r.controlSocket(),
 		VMI: r.vmi, VM: r.vm, NetNS: []string{pod, outside}, Keep: r.cfg.Keep, Emulation: r.emulation(), Images: r.cfg.pulled}
-	if r.cfg.source != nil {
-		rec.LauncherRoot = r.cfg.source.Root()
+	if root := r.launcherRoot(); root != r.workDir {
+		rec.LauncherRoot = root
 	}
 	for _, m := range r.cfg.Volumes {
 		if rec.Volumes == nil {
