@@ -22,7 +22,14 @@ type daemonConn struct {
 }
 
 // connectDaemon connects to the daemon at socket (uri) and subscribes to
-// the domain lifecycle and guest agent lifecycle events.
+// the domain lifecycle events and, on one channel, to the other events
+// after which KubeVirt's notifier sends the Domain again
+// (notify-client/client.go): the guest agent connecting or going away
+// (the channel's state in the live XML) and a device added or removed (a
+// hotplug or unplug that QEMU finished after the call that asked for it,
+// or that a restarted daemon found finished). go-libvirt routes by
+// callback id, so SubscribeEvents delivers the *DomainEventCallback…Msg
+// values.
 func connectDaemon(ctx context.Context, socket, uri string) (*libvirt.Libvirt, <-chan libvirt.DomainEventLifecycleMsg, <-chan any, error) {
 	l := libvirt.NewWithDialer(libvirtd.SocketDialer(socket))
 	if err := l.ConnectToURI(libvirt.ConnectURI(uri)); err != nil {
@@ -33,17 +40,51 @@ func connectDaemon(ctx context.Context, socket, uri string) (*libvirt.Libvirt, <
 		disconnect(l)
 		return nil, nil, nil, fmt.Errorf("subscribe to lifecycle events: %w", err)
 	}
-	// Guest-agent connect/disconnect changes the channel state in the live
-	// XML without a lifecycle event; KubeVirt's notifier subscribes to it
-	// to re-send the Domain (notify-client/client.go). go-libvirt routes
-	// by callback id, so SubscribeEvents delivers the
-	// *DomainEventCallbackAgentLifecycleMsg values.
-	agentEvents, err := l.SubscribeEvents(ctx, libvirt.DomainEventIDAgentLifecycle, libvirt.OptDomain{})
-	if err != nil {
-		disconnect(l)
-		return nil, nil, nil, fmt.Errorf("subscribe to guest agent lifecycle events: %w", err)
+	var others []<-chan any
+	for _, sub := range []struct {
+		id   libvirt.DomainEventID
+		what string
+	}{
+		{libvirt.DomainEventIDAgentLifecycle, "guest agent lifecycle"},
+		{libvirt.DomainEventIDDeviceAdded, "device added"},
+		{libvirt.DomainEventIDDeviceRemoved, "device removed"},
+	} {
+		ch, err := l.SubscribeEvents(ctx, sub.id, libvirt.OptDomain{})
+		if err != nil {
+			disconnect(l)
+			return nil, nil, nil, fmt.Errorf("subscribe to %s events: %w", sub.what, err)
+		}
+		others = append(others, ch)
 	}
-	return l, events, agentEvents, nil
+	return l, events, mergeEvents(ctx, l.Disconnected(), others...), nil
+}
+
+// mergeEvents delivers what chans deliver on one channel, which closes
+// when all of them have. It stops delivering when ctx ends or gone is
+// closed (the connection dropped): nobody reads the channel then.
+func mergeEvents(ctx context.Context, gone <-chan struct{}, chans ...<-chan any) <-chan any {
+	out := make(chan any)
+	var wg sync.WaitGroup
+	for _, ch := range chans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range ch {
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				case <-gone:
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	return out
 }
 
 // set makes l the connection the manager's own reads use (lookupNow);

@@ -23,9 +23,9 @@ type watcher struct {
 	refreshMu sync.Mutex // keeps cache updates and their events in order
 }
 
-// eventLoop handles lifecycle and guest-agent lifecycle events until the
-// connection drops.
-func (x *watcher) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-chan libvirt.DomainEventLifecycleMsg, agentEvents <-chan any) {
+// eventLoop handles lifecycle events and the others connectDaemon
+// subscribes to (guest agent, devices) until the connection drops.
+func (x *watcher) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-chan libvirt.DomainEventLifecycleMsg, others <-chan any) {
 	m := x.m
 	for {
 		select {
@@ -38,12 +38,17 @@ func (x *watcher) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-ch
 				return
 			}
 			m.watch.handle(ctx, ev)
-		case ev, ok := <-agentEvents:
+		case ev, ok := <-others:
 			if !ok {
 				return
 			}
-			if msg, isAgent := ev.(*libvirt.DomainEventCallbackAgentLifecycleMsg); isAgent {
+			switch msg := ev.(type) {
+			case *libvirt.DomainEventCallbackAgentLifecycleMsg:
 				m.watch.handleAgent(ctx, msg)
+			case *libvirt.DomainEventCallbackDeviceAddedMsg:
+				m.watch.handleDevice(ctx, msg.Dom, msg.DevAlias, "added")
+			case *libvirt.DomainEventCallbackDeviceRemovedMsg:
+				m.watch.handleDevice(ctx, msg.Msg.Dom, msg.Msg.DevAlias, "removed")
 			}
 		case <-m.guest.Store().Changed():
 			// The guest agent reported new interfaces, OS info or freeze
@@ -66,6 +71,20 @@ func (x *watcher) handleAgent(ctx context.Context, ev *libvirt.DomainEventCallba
 	m.log.Info("guest agent lifecycle event", "domain", ev.Dom.Name,
 		"state", libvirt.ConnectDomainEventAgentLifecycleState(ev.State).String(),
 		"reason", libvirt.ConnectDomainEventAgentLifecycleReason(ev.Reason).String())
+	m.watch.refresh(ctx, EventModified, true)
+}
+
+// handleDevice follows a device of domain dom added or removed: the live
+// XML changed, so, as KubeVirt's notifier does, the Domain is re-read and
+// sent as MODIFIED. A removal QEMU finishes after the detach call returned
+// (the guest answered late), or that a restarted daemon found finished,
+// reaches GetDomain and virt-handler only this way.
+func (x *watcher) handleDevice(ctx context.Context, dom libvirt.Domain, alias, what string) {
+	m := x.m
+	if domName, _, _ := m.names(); domName != "" && dom.Name != domName {
+		return
+	}
+	m.log.Info("device "+what, "domain", dom.Name, "alias", alias)
 	m.watch.refresh(ctx, EventModified, true)
 }
 

@@ -284,7 +284,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	backoff := 20 * time.Millisecond
 	first := true
 	for {
-		l, events, agentEvents, err := connectDaemon(ctx, m.cfg.Socket, m.cfg.URI)
+		l, events, others, err := connectDaemon(ctx, m.cfg.Socket, m.cfg.URI)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -334,7 +334,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}()
 		}
 		first = false
-		m.watch.eventLoop(ctx, l, events, agentEvents)
+		m.watch.eventLoop(ctx, l, events, others)
 		m.conn.clear()
 		if ctx.Err() != nil {
 			disconnect(l)

@@ -394,8 +394,13 @@ func (x *migrations) migrationAct(ctx context.Context, l *libvirt.Libvirt, d lib
 	case migration.StartPostCopy, migration.Pause:
 		return x.assistMigration(ctx, l, d, dec.Action, elapsed, limit)
 	case migration.Abort:
-		x.log.Warn("aborting the migration", "domain", d.Name, "reason", dec.Reason)
-		return x.abortMigration(ctx, l, d)
+		// Logged once recorded and asked for: whoever reads the reason
+		// in the log finds the abort in the Domain's metadata too.
+		if err := x.abortMigration(ctx, l, d); err != nil {
+			return err
+		}
+		x.log.Warn("aborted the migration", "domain", d.Name, "reason", dec.Reason)
+		return nil
 	case migration.SetDowntime:
 		x.log.Info("migration: downtime limit", "domain", d.Name, "downtimeMs", dec.Downtime, "reason", dec.Reason)
 		return callWithin(ctx, "set the migration's downtime limit", func() error { return l.DomainMigrateSetMaxDowntime(d, dec.Downtime, 0) })

@@ -164,7 +164,14 @@ func (x *syncer) applyChanges(ctx context.Context, l *libvirt.Libvirt, d libvirt
 		return fmt.Errorf("sync: %w", err)
 	}
 	a := x.applier(l, d)
-	if err := a.FollowDefinition(ctx, live); err != nil {
+	repaired, err := a.FollowDefinition(ctx, live)
+	if repaired {
+		// A daemon that died during an unplug left the device gone from
+		// the running domain but not from what GetDomain last read: the
+		// Sync answers with the Domain as it is.
+		x.refresh(ctx, EventModified, true)
+	}
+	if err != nil {
 		return err
 	}
 	plan := devices.PlanChanges(v, want, live, x.layout.HotplugDiskDir, x.net.attach)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
 
@@ -524,6 +526,21 @@ func (p *Pod) QemuPid() int {
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	Must(p.T, err)
 	return pid
+}
+
+// Libvirt is a connection of the test's own to the pod's session-mode
+// libvirt daemon (by KubeVirt's socket name, as virt-handler reaches it),
+// closed when the test ends: for reading what the launcher does not
+// report, or changing the domain behind the launcher's back.
+func (p *Pod) Libvirt() *libvirt.Libvirt {
+	p.T.Helper()
+	sock := filepath.Join(p.Layout.LibvirtRunDir, "libvirt", "virtqemud-sock")
+	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(sock), dialers.WithLocalTimeout(5*time.Second)))
+	if err := l.ConnectToURI(libvirt.ConnectURI("qemu:///session")); err != nil {
+		p.T.Fatalf("connect to the pod's libvirt daemon: %v", err)
+	}
+	p.T.Cleanup(func() { l.Disconnect() })
+	return l
 }
 
 // Console is the serial console log (written from the first byte, so

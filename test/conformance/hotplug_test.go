@@ -8,15 +8,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/digitalocean/go-libvirt"
 	k8sv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/virtlauncher/virtlauncher/internal/domainjson/kvshape"
 	"github.com/virtlauncher/virtlauncher/internal/launchertest"
@@ -304,8 +307,25 @@ func TestHotplug(t *testing.T) {
 	guestAnswer(t, p, "grown disk", findDisk+`; echo VL-T-GROWN-$(cat /sys/block/$d/size)X`,
 		regexp.MustCompile(fmt.Sprintf(`VL-T-GROWN-%dX`, grown/512)), 60*time.Second)
 
+	// The disk goes from the running domain without a Sync (as when QEMU
+	// finishes an unplug after libvirt's call returned, or a restarted
+	// daemon finds it finished): the Domain follows at once, from
+	// libvirt's device-removed event; the Sync after it brings the
+	// definition along and answers success.
+	detachBehindLauncher(t, p, "ua-hp")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, there := domainDisk(t, h, "hp"); !there {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Domain still has disk hp 10 s after the running domain lost it")
+		}
+	}
 	if err := h.vmiCall(t, "SyncVirtualMachine (unplug again)", h.cmd.SyncVirtualMachine, base); err != nil {
 		t.Errorf("%v", err)
+	}
+	if !strings.Contains(p.Stderr.String(), "detaching it in the definition") {
+		t.Errorf("the Sync after the disk went did not bring the definition along")
 	}
 
 	checkVirtioHotplug(t, p, h, b)
@@ -319,6 +339,26 @@ func TestHotplug(t *testing.T) {
 	if _, err := os.Stat(img); err != nil {
 		t.Errorf("the hotplugged volume's image is gone after the pod: %v (it belongs to virt-handler)", err)
 	}
+}
+
+// detachBehindLauncher detaches the disk with alias from the running
+// domain only, over a libvirt connection of the test's own.
+func detachBehindLauncher(t *testing.T, p *pod, alias string) {
+	t.Helper()
+	l := p.Libvirt()
+	d, err := l.DomainLookupByName(p.DomainName())
+	launchertest.Must(t, err)
+	x, err := l.DomainGetXMLDesc(d, 0)
+	launchertest.Must(t, err)
+	var dom libvirtxml.Domain
+	launchertest.Must(t, dom.Unmarshal(x))
+	i := slices.IndexFunc(dom.Devices.Disks, func(disk libvirtxml.DomainDisk) bool { return disk.Alias != nil && disk.Alias.Name == alias })
+	if i < 0 {
+		t.Fatalf("the running domain has no disk %s", alias)
+	}
+	dx, err := dom.Devices.Disks[i].Marshal()
+	launchertest.Must(t, err)
+	launchertest.Must(t, l.DomainDetachDeviceFlags(d, dx, uint32(libvirt.DomainAffectLive)))
 }
 
 // checkCDROMMedia inserts a medium (a hotplugged volume) into the empty

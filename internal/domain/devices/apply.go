@@ -101,13 +101,16 @@ func (a *Applier) Apply(ctx context.Context, v *v1.VirtualMachineInstance, plan 
 // FollowDefinition brings the domain's definition back to the running
 // domain's hotplugged disks (live) where a daemon that died during a
 // hotplug or an unplug left them apart (definitionDrift), before a Sync
-// plans its changes from the running domain.
-func (a *Applier) FollowDefinition(ctx context.Context, live *libvirtxml.Domain) error {
+// plans its changes from the running domain. It says whether it changed
+// the definition: the running domain then changed without the call the
+// Sync would have made, and what was read of it before may be stale.
+func (a *Applier) FollowDefinition(ctx context.Context, live *libvirtxml.Domain) (bool, error) {
 	def, err := a.Client.XML(ctx, true)
 	if err != nil {
-		return fmt.Errorf("sync: %w", err)
+		return false, fmt.Errorf("sync: %w", err)
 	}
 	drop, add := definitionDrift(live, def, a.HotplugDir)
+	repaired := false
 	for _, list := range []struct {
 		disks []libvirtxml.DomainDisk
 		verb  string
@@ -117,13 +120,14 @@ func (a *Applier) FollowDefinition(ctx context.Context, live *libvirtxml.Domain)
 			name, _ := userAlias(disk.Alias)
 			x, err := disk.Marshal()
 			if err != nil {
-				return fmt.Errorf("sync: disk %q: %w", name, err)
+				return repaired, fmt.Errorf("sync: disk %q: %w", name, err)
 			}
 			a.Log.Warn("the definition disagrees with the running domain on a hotplugged disk (a daemon died during a hotplug or unplug): "+list.verb+"ing it in the definition", "disk", name)
 			if err := list.call(ctx, list.verb+" the disk in the definition", x, Config); err != nil {
-				return fmt.Errorf("sync: disk %q: %s it in the definition, as the running domain has it: %w", name, list.verb, err)
+				return repaired, fmt.Errorf("sync: disk %q: %s it in the definition, as the running domain has it: %w", name, list.verb, err)
 			}
+			repaired = true
 		}
 	}
-	return nil
+	return repaired, nil
 }

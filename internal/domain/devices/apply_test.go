@@ -274,13 +274,14 @@ func TestFollowDefinition(t *testing.T) {
 		live, def       []libvirtxml.DomainDisk
 		wantDef         []string
 		wantCalls       []string
+		wantRepaired    bool
 		refuse, wantErr string
 	}{
 		{name: "a definition in step is left alone", live: []libvirtxml.DomainDisk{disk("a")}, def: []libvirtxml.DomainDisk{disk("a")}, wantDef: []string{"ua-a"}},
 		{name: "a disk only the definition has is detached from it", live: nil, def: []libvirtxml.DomainDisk{disk("a")},
-			wantCalls: []string{"detach config ua-a"}},
+			wantCalls: []string{"detach config ua-a"}, wantRepaired: true},
 		{name: "a disk only the running domain has is attached to the definition", live: []libvirtxml.DomainDisk{disk("a")},
-			wantDef: []string{"ua-a"}, wantCalls: []string{"attach config ua-a"}},
+			wantDef: []string{"ua-a"}, wantCalls: []string{"attach config ua-a"}, wantRepaired: true},
 		{name: "a definition that cannot follow fails the sync naming the disk", live: []libvirtxml.DomainDisk{disk("a")},
 			refuse: "attach ua-a", wantCalls: []string{"attach config ua-a"},
 			wantErr: `sync: disk "a": attach it in the definition, as the running domain has it`},
@@ -296,7 +297,10 @@ func TestFollowDefinition(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = a.FollowDefinition(context.Background(), live)
+			repaired, err := a.FollowDefinition(context.Background(), live)
+			if repaired != tc.wantRepaired {
+				t.Errorf("FollowDefinition says repaired %v, want %v", repaired, tc.wantRepaired)
+			}
 			if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Errorf("FollowDefinition: error %v, want %q", err, tc.wantErr)
 			}
