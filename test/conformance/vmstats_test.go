@@ -87,13 +87,26 @@ func TestVMStats(t *testing.T) {
 	}
 	typeOnConsole(t, p, guestWriter)
 	t.Logf("guest writer: %s", strings.TrimSpace(p.WaitConsole("VL-WRITER", 60*time.Second)))
-	time.Sleep(3 * time.Second) // past the 3 s the last measurement is kept
-	busy := dirtyRate(t, h)
-	if !busy.GetResponse().GetSuccess() {
-		t.Fatalf("dirty rate of the writing guest: %+v, want a figure", busy.GetResponse())
+	// QEMU samples one second: on a starved host (TCG, other guests on
+	// two cores) the writer may hardly run in that second, and the figure
+	// is rightly low. The launcher's part is to answer QEMU's measurement,
+	// so a few seconds are measured, each after the 3 s the last one is
+	// kept, and one of them must show the writing.
+	var rates []int64
+	for try := 0; try < 5; try++ {
+		time.Sleep(3 * time.Second)
+		busy := dirtyRate(t, h)
+		if !busy.GetResponse().GetSuccess() {
+			t.Fatalf("dirty rate of the writing guest: %+v, want a figure", busy.GetResponse())
+		}
+		rates = append(rates, busy.DirtyRateMbs)
+		if busy.DirtyRateMbs >= 20 && busy.DirtyRateMbs >= 2*idle.DirtyRateMbs+10 {
+			break
+		}
 	}
-	if busy.DirtyRateMbs < 20 || busy.DirtyRateMbs < 2*idle.DirtyRateMbs+10 {
-		t.Errorf("dirty rate writing %d MB/s, idle %d MB/s: want the writing guest's well above the idle one's", busy.DirtyRateMbs, idle.DirtyRateMbs)
+	if r := rates[len(rates)-1]; r < 20 || r < 2*idle.DirtyRateMbs+10 {
+		t.Errorf("dirty rate writing %v MB/s in %d seconds measured, idle %d MB/s: want the writing guest's well above the idle one's in one of them",
+			rates, len(rates), idle.DirtyRateMbs)
 	}
 
 	checkVMStats(t, h, p)
