@@ -540,11 +540,12 @@ func TestBIOSDiskLogin(t *testing.T) {
 	for _, tc := range []struct {
 		flavour, host string
 		login         func(v *qemuVM, at int) int
-		prompt        string   // how the shell's prompt ends
-		sudo          string   // what configureConsole puts before dmesg
-		qemu          []string // more QEMU arguments
-		leave         string   // the command that ends the guest
-		marker        string   // and what the guest prints then, if anything
+		prompt        string                  // how the shell's prompt ends
+		sudo          string                  // what configureConsole puts before dmesg
+		qemu          []string                // more QEMU arguments
+		leave         string                  // the command that ends the guest
+		marker        string                  // and what the guest prints then, if anything
+		more          func(v *qemuVM, at int) // what else the flavour's specs run
 	}{
 		{LoginAlpine, "vlalpine", func(v *qemuVM, at int) int {
 			v.send("\n")
@@ -554,7 +555,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 		}, "# ", "", []string{"-device", "i6300esb", "-action", "watchdog=poweroff"},
 			// What KubeVirt's watchdog spec runs: the watchdog, fed, then
 			// killed; its device then powers the machine off.
-			"watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", ""},
+			"watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", "", nil},
 		{LoginCirros, "vlcirros", func(v *qemuVM, at int) int {
 			v.send("\n")
 			at = v.waitText(at, "login as 'cirros' user. default password: 'gocubsgo'. use 'sudo' for root.", 3*time.Minute)
@@ -566,7 +567,19 @@ func TestBIOSDiskLogin(t *testing.T) {
 			// LoginToCirros looks for a "$" first to tell it is logged in
 			// already, as a second login in one spec is.
 			return v.waitText(v.waitText(at, "vlcirros:", 30*time.Second), "$ ", 30*time.Second)
-		}, "$ ", "sudo ", nil, "sudo reboot", MarkerReboot},
+		}, "$ ", "sudo ", nil, "sudo reboot", MarkerReboot, func(v *qemuVM, at int) {
+			// KubeVirt's masquerade migration spec, after the migration:
+			// the lease dropped, then a new one (slirp's 10.0.2.15 here).
+			v.send("sudo cirros-dhcpc down eth0; echo rc=$?\n")
+			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
+			v.send("ip -4 addr show dev eth0 | grep -c inet; echo rc=$?\n")
+			at = v.waitText(at, "\n0\nrc=1\n", 30*time.Second)
+			v.send("sudo cirros-dhcpc up eth0; echo rc=$?\n")
+			at = v.waitText(at, "VL-DHCP 10.0.2.15/24", 30*time.Second)
+			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
+			v.send("ip -4 addr show dev eth0 | grep -c inet; echo rc=$?\n")
+			v.waitText(at, "\n1\nrc=0\n", 30*time.Second)
+		}},
 	} {
 		t.Run(tc.flavour, func(t *testing.T) {
 			t.Parallel()
@@ -596,6 +609,9 @@ func TestBIOSDiskLogin(t *testing.T) {
 			for range 2 {
 				v.send("echo test | nc 127.0.0.1 8080 -i 1 -w 1; echo rc=$?\n")
 				at = v.waitText(at, "\nHello World!\nrc=0\n", 30*time.Second)
+			}
+			if tc.more != nil {
+				tc.more(v, at)
 			}
 			v.send(tc.leave + "\n")
 			if tc.marker != "" {
