@@ -15,7 +15,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/consolehub"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
-	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -184,26 +183,6 @@ func (r *runner) streamConsole(ctx context.Context, wait time.Duration) <-chan s
 		hub.Run()
 	}()
 	return done
-}
-
-// relayDNS starts the guest's DNS relay (guestnet.DNSRelay). Without it the guest
-// has no resolver, which is worth a warning, not a failed run.
-func (r *runner) relayDNS() {
-	upstream := r.cfg.DNS
-	if len(upstream) == 0 {
-		var err error
-		if upstream, err = guestnet.HostResolvers("/etc/resolv.conf"); err != nil {
-			fmt.Fprintf(r.cfg.Status, "vlctl: warning: the guest gets no DNS: host resolvers: %v\n", err)
-			return
-		}
-	}
-	d, err := guestnet.StartDNSRelay(r.net.Outside, r.net.Resolver, upstream, r.cfg.Status)
-	if err != nil {
-		fmt.Fprintf(r.cfg.Status, "vlctl: warning: the guest gets no DNS: %v\n", err)
-		return
-	}
-	r.dns = d
-	r.progress("guest DNS relayed to %s", strings.Join(upstream, ", "))
 }
 
 // progress tells what the run is doing, unless --quiet.

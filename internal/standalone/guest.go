@@ -17,8 +17,8 @@ import (
 // (boot) or taken over by live migration from a running `vlctl run`
 // (migrationIn, --migrate-from). The run is the same either way; the steps
 // that differ are this interface's, called in this order: load, ready
-// (once per vlctl run), then per boot hostDirs, launcherRoot, networked
-// and start; restart says what the next boot comes from.
+// (once per vlctl run), then per boot hostDirs, launcherRoot,
+// publishesAtLaunch and start; restart says what the next boot comes from.
 type guestSource interface {
 	// load returns the VMI and VirtualMachine (nil for a VMI manifest)
 	// the run is of; nothing is made.
@@ -37,9 +37,10 @@ type guestSource interface {
 	// launcherRoot is the path the run's launcher sees its work dir
 	// (workDir) at.
 	launcherRoot(workDir string) string
-	// networked is called once the pod network is up, before the
-	// launcher starts.
-	networked(r *runner) error
+	// publishesAtLaunch: the published ports are pointed at the pod as
+	// soon as its network is up, before the launcher starts (otherwise
+	// start publishes them).
+	publishesAtLaunch() bool
 	// start brings the guest up in the launcher c serves. consoleDone,
 	// when not nil, is the console stream (on consoleCtx) start attached
 	// already.
@@ -82,7 +83,7 @@ func (boot) hostDirs() []string { return nil }
 
 func (boot) launcherRoot(workDir string) string { return workDir }
 
-func (boot) networked(r *runner) error { return r.publish(0) }
+func (boot) publishesAtLaunch() bool { return true }
 
 // start defines and starts the domain: the Sync virt-handler does.
 func (boot) start(ctx, _ context.Context, r *runner, c *cmdclient.Client) (<-chan struct{}, error) {
@@ -162,9 +163,9 @@ func (m migrationIn) hostDirs() []string { return sourceHostDirs(m.src.VMI) }
 // run's work dir.
 func (m migrationIn) launcherRoot(string) string { return m.src.Root() }
 
-// networked publishes nothing yet: the ports are published once the guest
-// is here (start).
-func (migrationIn) networked(*runner) error { return nil }
+// publishesAtLaunch: no, the ports are published once the guest is here
+// (start).
+func (migrationIn) publishesAtLaunch() bool { return false }
 
 func (m migrationIn) start(ctx, consoleCtx context.Context, r *runner, c *cmdclient.Client) (<-chan struct{}, error) {
 	// Attached before the migration starts (QEMU's console socket appears
@@ -178,9 +179,9 @@ func (m migrationIn) start(ctx, consoleCtx context.Context, r *runner, c *cmdcli
 		return consoleDone, err
 	}
 	// The old run handed its published listeners over with the
-	// migration's answer (adoptPorts); any it did not hand over are bound
+	// migration's answer (migrateIn); any it did not hand over are bound
 	// once it lets go of them.
-	if err := r.publish(time.Minute); err != nil {
+	if err := r.guestNet.Publish(time.Minute); err != nil {
 		// The guest runs here now: losing it over a port would be worse
 		// than the port.
 		fmt.Fprintf(r.cfg.Status, "vlctl: warning: %v\n", err)

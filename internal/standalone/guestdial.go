@@ -16,7 +16,7 @@ import (
 )
 
 // DialGuest connects to the guest's TCP port of a running VM as a
-// published port reaches it (publish.go): the pod's address, from the
+// published port reaches it (guestnet.Services): the pod's address, from the
 // run's outside network namespace, so the pod interface's masquerade
 // binding forwards it as it forwards any connection from the pod network
 // (KubeVirt's port-forward dials the VMI's address too). vlctl ssh goes

@@ -256,27 +256,9 @@ func (r *runner) migrateIn(ctx context.Context, c *cmdclient.Client, src *runrec
 	}
 	r.vmi = mv
 	r.progress("migrated in %v (%s)", time.Since(t0).Round(time.Millisecond), msg)
-	r.adoptPorts(rep.Ports, files)
+	r.guestNet.Adopt(rep.Ports, files)
 	files = nil
 	return nil
-}
-
-// adoptPorts serves the published listeners the old run handed over
-// (ports naming each), pointed at this pod first: what connected while
-// they were in flight waits in their backlog and reaches the guest here.
-// What is refused is said; publish binds that port afresh.
-func (r *runner) adoptPorts(ports []string, files []*os.File) {
-	if r.cfg.ports == nil || r.net == nil {
-		runctl.CloseFiles(files)
-		if len(files) > 0 {
-			fmt.Fprintf(r.cfg.Status, "vlctl: warning: the old run handed over %d sockets, but this run publishes no port of a pod network: closed\n", len(files))
-		}
-		return
-	}
-	r.cfg.ports.Point(&guestnet.PodTarget{Outside: r.net.Outside, Addr: r.net.Pod4.Addr()})
-	if err := r.cfg.ports.Adopt(r.cfg.Publish, ports, files); err != nil {
-		fmt.Fprintf(r.cfg.Status, "vlctl: warning: published ports handed over: %v\n", err)
-	}
 }
 
 // replyMigrated answers the run the guest went to, handing it this run's

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
@@ -86,20 +87,19 @@ func (r *runner) podSpec(ctx context.Context) pod.Spec {
 	return spec
 }
 
-// networked puts the run's services on the pod network (n nil: the VMI
-// has none): the DNS relay, the published ports (a migration's target
-// publishes once the guest is here: guestSource.networked) and the
-// guest's egress.
+// networked puts the guest's network services on the pod network (n nil:
+// the VMI has none): the DNS relay, the published ports (a migration's
+// target publishes once the guest is here: guestSource.publishesAtLaunch)
+// and the guest's egress.
 func (r *runner) networked(n *pod.Network) error {
 	r.net = n
 	if n != nil {
 		r.progress("pod network up (namespaces %s and %s)", n.NSName, n.OutsideName)
-		r.relayDNS()
 	}
-	if err := r.cfg.guest.networked(r); err != nil {
-		return err
-	}
-	return r.startEgress()
+	r.guestNet = guestnet.NewServices(guestnet.ServicesConfig{Ports: r.cfg.ports, Publish: r.cfg.Publish,
+		DNS: r.cfg.DNS, NoEgress: r.cfg.NoEgress, IDs: guestnet.IDs{UID: r.owner.UID, GID: r.owner.GID}, Name: r.owner.Name,
+		Status: r.cfg.Status, Progress: r.progress})
+	return r.guestNet.Start(n, r.cfg.guest.publishesAtLaunch())
 }
 
 // emulation says whether the guest runs under TCG: asked for, or KVM

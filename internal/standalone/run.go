@@ -30,7 +30,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
-	"github.com/virtlauncher/virtlauncher/internal/relay"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
@@ -118,7 +117,7 @@ type Config struct {
 	// Publish forwards host TCP ports to the guest (--publish).
 	Publish []guestnet.Publish
 	// NoEgress leaves the guest without a way out beyond DNS
-	// (--no-egress; see egress.go).
+	// (--no-egress; guestnet.Services).
 	NoEgress bool
 	// ImageCache is where containerDisk images named by reference (not by
 	// a local path) are pulled to (default registrydisk.DefaultDir).
@@ -162,7 +161,7 @@ type session struct {
 	// keys carries Input, read by one goroutine for the whole run.
 	keys <-chan []byte
 	// ports are the --publish listeners, held for the whole run (Run
-	// makes them; each boot points them at its pod: publish.go).
+	// makes them; each boot points them at its pod: guestnet.Services).
 	ports *guestnet.HeldPorts
 	// guest is where the guest comes from: the manifest booted, or
 	// MigrateFrom's run (guest.go).
@@ -472,9 +471,9 @@ type runner struct {
 	cgroup  *hostcpu.Cgroup      // the pod's cpuset cgroup (--cpuset), once made
 	vfio    []*userstorage.Grant // the VM's access to its IOMMU groups (--device)
 	record  string               // the run's record file, once written
-	pub     *guestnet.HeldPorts  // the published ports, once pointed at this pod
-	egress  *relay.Relay         // the guest's way out, once listening
-	dns     *guestnet.DNSRelay   // the guest's DNS relay, once listening
+	// guestNet are the guest's network services on the pod network
+	// (DNS, published ports, egress), once it is up.
+	guestNet *guestnet.Services
 	// identity is the VM's passwd and group (pod.Identity), open until
 	// the monitor has started.
 	identity *pod.Identity
@@ -598,14 +597,8 @@ func (r *runner) cleanup() error {
 		cancel()
 		r.cgroup = nil
 	}
-	if r.pub != nil {
-		r.pub.Unpoint()
-	}
-	if err := r.stopEgress(); err != nil {
+	if err := r.guestNet.Close(); err != nil {
 		errs = append(errs, err)
-	}
-	if r.dns != nil {
-		r.dns.Close()
 	}
 	if r.net != nil {
 		if err := r.net.Close(); err != nil {
