@@ -3,6 +3,7 @@ package domain
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -10,15 +11,35 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/virtlauncher/virtlauncher/internal/agent"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
-// watcher follows the Manager m's domain: it handles libvirt's lifecycle
+// watcher follows the manager's domain: it handles libvirt's lifecycle
 // and agent events, refreshes the cached Domain from the daemon and queues
-// what changed (refresh), and records a domain's stop (markStopped). It
-// works on m's connection, cache, metadata and run state under m's lock.
+// what changed (refresh), and records a domain's stop (markStopped).
 type watcher struct {
-	m *Manager
+	// rec holds the cached Domain, the run state and the panics it keeps,
+	// and the identity and metadata it reads.
+	rec  *record
+	find finder
+	log  *slog.Logger
+	out  *outbox
+	// guest is the guest agent: its reports go into the Domain, and its
+	// poller runs while the guest does with its agent connected.
+	guest *agent.Guest
+	// qemuLogDir is where the daemon writes the domain's QEMU log ("":
+	// unknown), read for a guest panic's details.
+	qemuLogDir string
+	// saveState writes the manager's state file (stateFile.saveState)
+	// after each refresh; dropStats drops the cached stats
+	// (statsSource.drop); warmCaps warms the daemon's host capabilities
+	// once a domain runs (warmHostCapabilities); arrived follows an
+	// incoming migration's domain (migrations.migrationArrived).
+	saveState func()
+	dropStats func()
+	warmCaps  func(ctx context.Context, l *libvirt.Libvirt)
+	arrived   func(ctx context.Context, ev libvirt.DomainEventLifecycleMsg)
 
 	refreshMu sync.Mutex // keeps cache updates and their events in order
 }
@@ -26,7 +47,6 @@ type watcher struct {
 // eventLoop handles lifecycle events and the others connectDaemon
 // subscribes to (guest agent, devices) until the connection drops.
 func (x *watcher) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-chan libvirt.DomainEventLifecycleMsg, others <-chan any) {
-	m := x.m
 	for {
 		select {
 		case <-ctx.Done():
@@ -37,23 +57,23 @@ func (x *watcher) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-ch
 			if !ok {
 				return
 			}
-			m.watch.handle(ctx, ev)
+			x.handle(ctx, ev)
 		case ev, ok := <-others:
 			if !ok {
 				return
 			}
 			switch msg := ev.(type) {
 			case *libvirt.DomainEventCallbackAgentLifecycleMsg:
-				m.watch.handleAgent(ctx, msg)
+				x.handleAgent(ctx, msg)
 			case *libvirt.DomainEventCallbackDeviceAddedMsg:
-				m.watch.handleDevice(ctx, msg.Dom, msg.DevAlias, "added")
+				x.handleDevice(ctx, msg.Dom, msg.DevAlias, "added")
 			case *libvirt.DomainEventCallbackDeviceRemovedMsg:
-				m.watch.handleDevice(ctx, msg.Msg.Dom, msg.Msg.DevAlias, "removed")
+				x.handleDevice(ctx, msg.Msg.Dom, msg.Msg.DevAlias, "removed")
 			}
-		case <-m.guest.Store().Changed():
+		case <-x.guest.Store().Changed():
 			// The guest agent reported new interfaces, OS info or freeze
 			// state: KubeVirt's notifier sends the Domain again.
-			m.watch.refresh(ctx, EventModified, true)
+			x.refresh(ctx, EventModified, true)
 		}
 	}
 }
@@ -63,15 +83,14 @@ func (x *watcher) eventLoop(ctx context.Context, l *libvirt.Libvirt, events <-ch
 // state, which virt-handler reads for AgentConnected), so, as KubeVirt's
 // notifier does, the Domain is re-read and sent as MODIFIED.
 func (x *watcher) handleAgent(ctx context.Context, ev *libvirt.DomainEventCallbackAgentLifecycleMsg) {
-	m := x.m
-	domName, _, _ := m.names()
+	domName, _, _ := x.rec.names()
 	if !agentEventApplies(domName, ev) {
 		return
 	}
-	m.log.Info("guest agent lifecycle event", "domain", ev.Dom.Name,
+	x.log.Info("guest agent lifecycle event", "domain", ev.Dom.Name,
 		"state", libvirt.ConnectDomainEventAgentLifecycleState(ev.State).String(),
 		"reason", libvirt.ConnectDomainEventAgentLifecycleReason(ev.Reason).String())
-	m.watch.refresh(ctx, EventModified, true)
+	x.refresh(ctx, EventModified, true)
 }
 
 // handleDevice follows a device of domain dom added or removed: the live
@@ -80,12 +99,11 @@ func (x *watcher) handleAgent(ctx context.Context, ev *libvirt.DomainEventCallba
 // (the guest answered late), or that a restarted daemon found finished,
 // reaches GetDomain and virt-handler only this way.
 func (x *watcher) handleDevice(ctx context.Context, dom libvirt.Domain, alias, what string) {
-	m := x.m
-	if domName, _, _ := m.names(); domName != "" && dom.Name != domName {
+	if domName, _, _ := x.rec.names(); domName != "" && dom.Name != domName {
 		return
 	}
-	m.log.Info("device "+what, "domain", dom.Name, "alias", alias)
-	m.watch.refresh(ctx, EventModified, true)
+	x.log.Info("device "+what, "domain", dom.Name, "alias", alias)
+	x.refresh(ctx, EventModified, true)
 }
 
 // agentEventApplies tells whether an agent lifecycle event concerns the
@@ -97,16 +115,15 @@ func agentEventApplies(domName string, ev *libvirt.DomainEventCallbackAgentLifec
 }
 
 func (x *watcher) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg) {
-	m := x.m
-	domName, name, ns := m.names()
+	domName, name, ns := x.rec.names()
 	if domName != "" && ev.Dom.Name != domName {
 		return
 	}
-	m.log.Debug("libvirt lifecycle event", "domain", ev.Dom.Name, "event", ev.Event, "detail", ev.Detail)
-	ref := VMIRef{Name: name, Namespace: ns, UID: m.uidValue()}
+	x.log.Debug("libvirt lifecycle event", "domain", ev.Dom.Name, "event", ev.Event, "detail", ev.Detail)
+	ref := VMIRef{Name: name, Namespace: ns, UID: x.rec.uidValue()}
 	if libvirt.DomainEventType(ev.Event) == libvirt.DomainEventCrashed {
 		// Before the read: the Domain sent for this event counts it.
-		m.watch.guestPanic(ev.Detail, ev.Dom.Name, ref)
+		x.guestPanic(ev.Detail, ev.Dom.Name, ref)
 	}
 	typ := EventModified
 	switch libvirt.DomainEventType(ev.Event) {
@@ -121,33 +138,32 @@ func (x *watcher) handle(ctx context.Context, ev libvirt.DomainEventLifecycleMsg
 			typ = EventAdded
 		}
 	}
-	m.watch.refresh(ctx, typ, true)
-	m.mig.migrationArrived(ctx, ev)
+	x.refresh(ctx, typ, true)
+	x.arrived(ctx, ev)
 
 	if libvirt.DomainEventType(ev.Event) == libvirt.DomainEventSuspended &&
 		libvirt.DomainEventSuspendedDetailType(ev.Detail) == libvirt.DomainEventSuspendedIoerror {
-		m.watch.ioErrorEvents(ref)
+		x.ioErrorEvents(ref)
 	}
 }
 
 // ioErrorEvents sends one IOerror K8s event per failing disk
 // (kubevirt-wire.md 2.4).
 func (x *watcher) ioErrorEvents(ref VMIRef) {
-	m := x.m
-	l, d, ok, err := m.lookupNow()
+	l, d, ok, err := x.find.lookupNow()
 	if err != nil || !ok {
 		return
 	}
 	errs, _, err := l.DomainGetDiskErrors(d, 16, 0)
 	if err != nil {
-		m.log.Warn("read disk errors", "reason", err.Error())
+		x.log.Warn("read disk errors", "reason", err.Error())
 		return
 	}
 	for _, e := range errs {
 		// go-libvirt does not export the error code, so "no space" cannot
 		// be told apart here.
 		msg := "VM Paused due to IO error at the volume: " + e.Disk
-		m.out.queue(outEvent{k8s: true, ref: ref, k8sType: "Warning", reason: "IOerror", message: msg})
+		x.out.queue(outEvent{k8s: true, ref: ref, k8sType: "Warning", reason: "IOerror", message: msg})
 	}
 }
 
@@ -159,87 +175,85 @@ func (x *watcher) ioErrorEvents(ref VMIRef) {
 // (stopped, hung) must not hold a shutdown. The refresh then finishes in
 // the background, still in order with the ones after it.
 func (x *watcher) refresh(ctx context.Context, typ string, emit bool) {
-	m := x.m
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		m.watch.refreshMu.Lock()
-		defer m.watch.refreshMu.Unlock()
-		m.watch.refreshLocked(ctx, typ, emit)
+		x.refreshMu.Lock()
+		defer x.refreshMu.Unlock()
+		x.refreshLocked(ctx, typ, emit)
 		// What the domain object shows (its metadata) is what a
 		// launcher taking over must know.
-		m.persist.saveState()
+		x.saveState()
 	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
-		m.log.Warn("refresh domain: the libvirt daemon did not answer in time, finishing in the background", "reason", ctx.Err().Error())
+		x.log.Warn("refresh domain: the libvirt daemon did not answer in time, finishing in the background", "reason", ctx.Err().Error())
 	}
 }
 
 func (x *watcher) refreshLocked(ctx context.Context, typ string, emit bool) {
-	m := x.m
 	// Whatever changed, the stats answer from before may not show it.
-	m.stats.drop()
-	_, name, ns := m.names()
-	l, d, ok, err := m.lookupNow()
+	x.dropStats()
+	_, name, ns := x.rec.names()
+	l, d, ok, err := x.find.lookupNow()
 	if err != nil {
-		m.log.Warn("refresh domain", "reason", err.Error())
+		x.log.Warn("refresh domain", "reason", err.Error())
 		return
 	}
 	var obj *domainjson.Domain
 	var st libvirt.DomainState
 	var reason int32
 	if ok {
-		obj, st, reason, err = m.watch.read(l, d, name, ns)
+		obj, st, reason, err = x.read(l, d, name, ns)
 		if err != nil && libvirt.IsNotFound(err) {
 			// Undefined between the lookup and the read.
 			ok = false
 		} else if err != nil {
-			m.log.Warn("refresh domain", "reason", err.Error())
+			x.log.Warn("refresh domain", "reason", err.Error())
 			return
 		}
 	}
 	if !ok {
-		m.guest.SetPolling(false)
-		m.mu.Lock()
-		wasDefined := m.run.defined
-		m.run.defined = false
-		m.cache = nil
-		md := m.md
-		m.mu.Unlock()
+		x.guest.SetPolling(false)
+		x.rec.mu.Lock()
+		wasDefined := x.rec.run.defined
+		x.rec.run.defined = false
+		x.rec.cache = nil
+		md := x.rec.md
+		x.rec.mu.Unlock()
 		if wasDefined {
-			m.watch.markStopped(libvirt.DomainNostate, 0)
-			m.out.queue(outEvent{typ: EventModified, gone: true, domain: domainjson.Gone(name, ns, md, time.Now())})
+			x.markStopped(libvirt.DomainNostate, 0)
+			x.out.queue(outEvent{typ: EventModified, gone: true, domain: domainjson.Gone(name, ns, md, time.Now())})
 		}
 		return
 	}
-	m.guest.Store().Overlay(&obj.Status)
-	switchPoller(m.guest, obj, st)
-	m.mu.Lock()
-	m.panics.overlay(&obj.Status)
-	m.cache = obj
-	if !m.run.defined {
-		m.run.defined = true
+	x.guest.Store().Overlay(&obj.Status)
+	switchPoller(x.guest, obj, st)
+	x.rec.mu.Lock()
+	x.rec.panics.overlay(&obj.Status)
+	x.rec.cache = obj
+	if !x.rec.run.defined {
+		x.rec.run.defined = true
 		select {
-		case <-m.run.definedCh:
+		case <-x.rec.run.definedCh:
 		default:
-			close(m.run.definedCh)
+			close(x.rec.run.definedCh)
 		}
 	}
 	if ran(st, reason) {
-		m.run.everActive = true
+		x.rec.run.everActive = true
 	}
-	wasActive := m.run.everActive
-	m.mu.Unlock()
+	wasActive := x.rec.run.everActive
+	x.rec.mu.Unlock()
 	if !active(st) && wasActive {
-		m.watch.markStopped(st, reason)
+		x.markStopped(st, reason)
 	}
 	if active(st) {
-		m.warmHostCapabilities(ctx, l)
+		x.warmCaps(ctx, l)
 	}
 	if emit {
-		m.out.queue(outEvent{typ: typ, domain: obj})
+		x.out.queue(outEvent{typ: typ, domain: obj})
 	}
 }
 
@@ -258,7 +272,6 @@ func ran(st libvirt.DomainState, reason int32) bool {
 
 // read builds the Domain JSON object of the live domain.
 func (x *watcher) read(l *libvirt.Libvirt, d libvirt.Domain, name, ns string) (*domainjson.Domain, libvirt.DomainState, int32, error) {
-	m := x.m
 	xml, err := l.DomainGetXMLDesc(d, 0)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("XML of domain %s: %w", d.Name, err)
@@ -267,13 +280,13 @@ func (x *watcher) read(l *libvirt.Libvirt, d libvirt.Domain, name, ns string) (*
 	if err := spec.Unmarshal(xml); err != nil {
 		return nil, 0, 0, fmt.Errorf("parse XML of domain %s: %w", d.Name, err)
 	}
-	st, reason, err := m.state(l, d)
+	st, reason, err := domainState(l, d)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	m.mu.Lock()
-	md := m.md
-	m.mu.Unlock()
+	x.rec.mu.Lock()
+	md := x.rec.md
+	x.rec.mu.Unlock()
 	if name == "" {
 		// Learnt nothing yet (a domain left from an earlier launcher run):
 		// KubeVirt's name is <namespace>_<name>.
@@ -283,13 +296,34 @@ func (x *watcher) read(l *libvirt.Libvirt, d libvirt.Domain, name, ns string) (*
 }
 
 func (x *watcher) markStopped(st libvirt.DomainState, reason int32) {
-	m := x.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	x.rec.mu.Lock()
+	defer x.rec.mu.Unlock()
 	select {
-	case <-m.run.stoppedCh:
+	case <-x.rec.run.stoppedCh:
 	default:
-		m.run.stopState, m.run.stopReason = st, reason
-		close(m.run.stoppedCh)
+		x.rec.run.stopState, x.rec.run.stopReason = st, reason
+		close(x.rec.run.stoppedCh)
+	}
+}
+
+// qemuKilled records a QEMU that Kill ended without the daemon: the domain
+// is reported destroyed (a MODIFIED event, as libvirt's own would be) and
+// the launcher's wait for the guest's end is over. The daemon, once it
+// answers again, reads the same end from QEMU's exit.
+func (x *watcher) qemuKilled() {
+	x.refreshMu.Lock()
+	defer x.refreshMu.Unlock()
+	x.guest.SetPolling(false)
+	x.rec.mu.Lock()
+	var obj *domainjson.Domain
+	if x.rec.cache != nil {
+		c := *x.rec.cache
+		c.Status.Status, c.Status.Reason = domainjson.StateAndReason(libvirt.DomainShutoff, int32(libvirt.DomainShutoffDestroyed))
+		x.rec.cache, obj = &c, &c
+	}
+	x.rec.mu.Unlock()
+	x.markStopped(libvirt.DomainShutoff, int32(libvirt.DomainShutoffDestroyed))
+	if obj != nil {
+		x.out.queue(outEvent{typ: EventModified, domain: obj})
 	}
 }

@@ -220,49 +220,56 @@ func New(cfg Config) *Manager {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	rec := newRecord(cfg)
+	rec.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
+	find := finder{conn: &daemonConn{ready: make(chan struct{})}, rec: rec}
 	m := &Manager{
 		cfg:       cfg,
 		log:       log,
 		op:        newOpLock(),
 		record:    rec,
-		finder:    finder{conn: &daemonConn{ready: make(chan struct{})}, rec: rec},
+		finder:    find,
 		firstRead: make(chan struct{}),
 		out:       newOutbox(cfg.Events, log),
 	}
-	m.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
-	m.watch = &watcher{m: m}
+	// The state a previous launcher of the pod left goes into the record
+	// before anything reads it.
+	m.persist = &stateFile{path: cfg.StateFile, uid: cfg.UID, hostUUID: cfg.HostUUID, log: log, rec: rec}
+	m.persist.takeOverState()
+	m.guest = m.newGuest()
+	m.persist.thaw = m.guest
+	m.stats = newStatsSource(&statsSource{
+		log:    log,
+		lookup: find.lookup,
+		cached: func() *domainjson.Domain {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			return rec.cache
+		},
+		// Before Run, nil: no refresher.
+		runCtx: func() context.Context {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			return rec.runCtx
+		},
+		agent:        m.guest.Store(),
+		agentCommand: m.guest.Command,
+	})
+	m.watch = &watcher{rec: rec, find: find, log: log, out: m.out, guest: m.guest, qemuLogDir: cfg.QemuLogDir,
+		saveState: m.persist.saveState, dropStats: m.stats.drop, warmCaps: m.warmHostCapabilities}
 	m.sync = &syncer{rec: rec, log: log, layout: cfg.Layout, disks: cfg.Disks, hooks: cfg.Hooks, baseFactsFunc: cfg.BaseFacts,
 		devices: cfg.Devices, restartsOffFile: cfg.RestartsOffFile, hasNetwork: cfg.Network != nil,
 		terminating: &m.terminating, refresh: m.watch.refresh}
 	m.net = &netPhase{network: cfg.Network, baseFacts: m.sync.baseFacts}
 	m.sync.net = m.net
-	m.life = &lifecycle{op: m.op, rec: rec, find: m.finder, log: log, refresh: m.watch.refresh}
-	m.persist = &stateFile{path: cfg.StateFile, uid: cfg.UID, hostUUID: cfg.HostUUID, log: log, rec: rec}
-	m.persist.takeOverState()
-	m.guest = m.newGuest()
-	m.persist.thaw = m.guest
-	m.jobs = &jobs{rec: rec, find: m.finder, log: log, hotplugDir: cfg.Layout.HotplugDiskDir, socketsDir: cfg.Layout.SocketsDir(),
+	m.life = &lifecycle{op: m.op, rec: rec, find: find, log: log, refresh: m.watch.refresh}
+	m.jobs = &jobs{rec: rec, find: find, log: log, hotplugDir: cfg.Layout.HotplugDiskDir, socketsDir: cfg.Layout.SocketsDir(),
 		quiesce: m.guest, refresh: m.watch.refresh}
-	m.stats = newStatsSource(&statsSource{
-		log:    log,
-		lookup: m.lookup,
-		cached: func() *domainjson.Domain {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			return m.cache
-		},
-		// Before Run, nil: no refresher.
-		runCtx: func() context.Context {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			return m.runCtx
-		},
-		agent:        m.guest.Store(),
-		agentCommand: m.guest.Command,
-	})
 	m.mig = &migrations{rec: rec, log: log, layout: cfg.Layout, systemDaemon: strings.HasSuffix(cfg.URI, "/system"),
 		disks: cfg.Disks, preMigrationHooks: cfg.PreMigrationHooks, upgradeOrdinalIfaces: cfg.UpgradeOrdinalIfaces,
 		facts: m.sync.gather, jobInfo: m.stats.setJobInfo, refresh: m.watch.refresh, abandonCh: make(chan struct{})}
+	// The migrations send the Domain through the watcher, which tells
+	// them of the incoming domain's events.
+	m.watch.arrived = m.mig.migrationArrived
 	return m
 }
 
@@ -396,10 +403,6 @@ func active(s libvirt.DomainState) bool {
 		return true
 	}
 	return false
-}
-
-func (m *Manager) state(l *libvirt.Libvirt, d libvirt.Domain) (libvirt.DomainState, int32, error) {
-	return domainState(l, d)
 }
 
 // Close stops what the manager started besides its connection (the DHCP

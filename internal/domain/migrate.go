@@ -102,7 +102,7 @@ func (m *Manager) Migrate(ctx context.Context, v *v1.VirtualMachineInstance, o m
 	if !ok {
 		return errors.New("migrate: no domain to migrate")
 	}
-	st, _, err := m.state(l, d)
+	st, _, err := domainState(l, d)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}

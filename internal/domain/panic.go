@@ -127,18 +127,17 @@ func parsePanicArgs(typ, args string) *domainjson.GuestPanicInfo {
 // again: the GuestPanicked Kubernetes event with the panic's details, and
 // the count and details every Domain from now on carries.
 func (x *watcher) guestPanic(detail int32, domName string, ref VMIRef) {
-	m := x.m
 	logPath := ""
-	if m.cfg.QemuLogDir != "" && domName != "" {
-		logPath = filepath.Join(m.cfg.QemuLogDir, domName+".log")
+	if x.qemuLogDir != "" && domName != "" {
+		logPath = filepath.Join(x.qemuLogDir, domName+".log")
 	}
 	info, msg := panicDetails(logPath)
-	m.mu.Lock()
-	counted := m.panics.record(detail, info)
-	m.mu.Unlock()
+	x.rec.mu.Lock()
+	counted := x.rec.panics.record(detail, info)
+	x.rec.mu.Unlock()
 	if !counted {
 		return
 	}
-	m.log.Info("guest panic", "domain", domName, "details", msg)
-	m.out.queue(outEvent{k8s: true, ref: ref, k8sType: "Warning", reason: "GuestPanicked", message: msg})
+	x.log.Info("guest panic", "domain", domName, "details", msg)
+	x.out.queue(outEvent{k8s: true, ref: ref, k8sType: "Warning", reason: "GuestPanicked", message: msg})
 }

@@ -111,7 +111,7 @@ func (m *Manager) Sync(ctx context.Context, v *v1.VirtualMachineInstance, opts S
 	}
 	live := domainNow{exists: exists}
 	if exists {
-		if live.state, live.reason, err = m.state(l, d); err != nil {
+		if live.state, live.reason, err = domainState(l, d); err != nil {
 			return err
 		}
 		m.mu.Lock()

@@ -183,29 +183,6 @@ func (m *Manager) Kill(ctx context.Context, v *v1.VirtualMachineInstance) error 
 // it kills QEMU itself: well within virt-handler's 20 s for the call.
 const killDaemonWait = 8 * time.Second
 
-// qemuKilled records a QEMU that Kill ended without the daemon: the domain
-// is reported destroyed (a MODIFIED event, as libvirt's own would be) and
-// the launcher's wait for the guest's end is over. The daemon, once it
-// answers again, reads the same end from QEMU's exit.
-func (x *watcher) qemuKilled() {
-	m := x.m
-	m.watch.refreshMu.Lock()
-	defer m.watch.refreshMu.Unlock()
-	m.guest.SetPolling(false)
-	m.mu.Lock()
-	var obj *domainjson.Domain
-	if m.cache != nil {
-		c := *m.cache
-		c.Status.Status, c.Status.Reason = domainjson.StateAndReason(libvirt.DomainShutoff, int32(libvirt.DomainShutoffDestroyed))
-		m.cache, obj = &c, &c
-	}
-	m.mu.Unlock()
-	m.watch.markStopped(libvirt.DomainShutoff, int32(libvirt.DomainShutoffDestroyed))
-	if obj != nil {
-		m.out.queue(outEvent{typ: EventModified, domain: obj})
-	}
-}
-
 // destroy kills QEMU; an error that leaves the domain down anyway (a destroy
 // racing with the daemon's own stop) is not an error.
 func (x *lifecycle) destroy(l *libvirt.Libvirt, d libvirt.Domain) error {
