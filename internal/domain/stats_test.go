@@ -186,14 +186,6 @@ func TestCPUMap(t *testing.T) {
 	}
 }
 
-func TestFormatQemuVersion(t *testing.T) {
-	for v, want := range map[uint64]string{7002022: "QEMU 7.2.22", 7002000: "QEMU 7.2.0", 10001002: "QEMU 10.1.2"} {
-		if got := formatQemuVersion(v); got != want {
-			t.Errorf("%d: %q, want %q", v, got, want)
-		}
-	}
-}
-
 func TestCheckIdentity(t *testing.T) {
 	mk := func(ns, name, uid string) *v1.VirtualMachineInstance {
 		v := &v1.VirtualMachineInstance{}

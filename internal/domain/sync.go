@@ -341,11 +341,11 @@ func (x *syncer) defineAndStart(ctx context.Context, l *libvirt.Libvirt, v *v1.V
 	if mem := v.Spec.Domain.Memory; mem != nil && mem.MaxGuest != nil {
 		// A QEMU that cannot hotplug the virtio-mem device gets it now,
 		// empty (SyncMemory only grows it then).
-		ver, err := hypervisorVersion(ctx, l)
+		ver, err := devices.HypervisorVersion(ctx, l)
 		if err != nil {
 			return fmt.Errorf("define: %w", err)
 		}
-		c.VirtioMemAtDefine = ver < virtioMemHotplugQemu
+		c.VirtioMemAtDefine = ver < devices.VirtioMemHotplugQemu
 	}
 	dom, err := converter.Convert(v, c)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/domain/bounded"
+	"github.com/virtlauncher/virtlauncher/internal/domain/devices"
 	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 )
 
@@ -353,26 +354,11 @@ func (m *Manager) QemuVersion(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	v, err := hypervisorVersion(ctx, l)
+	v, err := devices.HypervisorVersion(ctx, l)
 	if err != nil {
 		return "", err
 	}
-	return formatQemuVersion(v), nil
-}
-
-// hypervisorVersion is QEMU's version in libvirt's encoding
-// (major × 1,000,000 + minor × 1,000 + micro).
-func hypervisorVersion(ctx context.Context, l *libvirt.Libvirt) (uint64, error) {
-	var v uint64
-	err := bounded.Call(ctx, "hypervisor version", func() (err error) {
-		v, err = l.ConnectGetVersion()
-		return err
-	})
-	return v, err
-}
-
-func formatQemuVersion(v uint64) string {
-	return fmt.Sprintf("QEMU %d.%d.%d", v/1000000, v/1000%1000, v%1000)
+	return devices.FormatQemuVersion(v), nil
 }
 
 // MarkGracefulShutdown records that the pod got SIGTERM

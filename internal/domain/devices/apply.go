@@ -3,7 +3,8 @@
 // pure: what to detach, attach, change, grow, unplug, plug and relink, and
 // what cannot be done) and the Applier that makes it over a Client (the
 // device calls of one domain, libvirt's in the launcher, an in-memory one
-// in the tests).
+// in the tests). The Applier also makes the hotplugs virt-handler asks for
+// besides Sync: vCPUs, memory and SR-IOV host devices (hotplug.go).
 package devices
 
 import (

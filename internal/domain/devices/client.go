@@ -39,6 +39,12 @@ type Client interface {
 	// sees) and physical size; BlockResize grows the disk to size bytes.
 	BlockInfo(ctx context.Context, target string) (alloc, capacity, physical uint64, err error)
 	BlockResize(ctx context.Context, target string, size uint64) error
+	// VCPUs is the running domain's vCPU count, or (maximum) the most it
+	// can have; SetVCPUs sets the count, live and in the definition.
+	VCPUs(ctx context.Context, maximum bool) (uint64, error)
+	SetVCPUs(ctx context.Context, n uint64) error
+	// HypervisorVersion is QEMU's version (HypervisorVersion).
+	HypervisorVersion(ctx context.Context) (uint64, error)
 }
 
 // Libvirt is the Client of domain D over connection L.
@@ -118,4 +124,29 @@ func (c Libvirt) BlockResize(ctx context.Context, target string, size uint64) er
 	return bounded.Call(ctx, "resize the disk", func() error {
 		return c.L.DomainBlockResize(c.D, target, size, libvirt.DomainBlockResizeBytes)
 	})
+}
+
+// VCPUs implements Client.
+func (c Libvirt) VCPUs(ctx context.Context, maximum bool) (uint64, error) {
+	flags := libvirt.DomainVCPULive
+	if maximum {
+		flags |= libvirt.DomainVCPUMaximum
+	}
+	var n int32
+	err := bounded.Call(ctx, "read the vCPU count of domain "+c.D.Name, func() (err error) {
+		n, err = c.L.DomainGetVcpusFlags(c.D, uint32(flags))
+		return err
+	})
+	return uint64(max(n, 0)), err
+}
+
+// SetVCPUs implements Client.
+func (c Libvirt) SetVCPUs(ctx context.Context, n uint64) error {
+	flags := libvirt.DomainVCPULive | libvirt.DomainVCPUConfig
+	return bounded.Call(ctx, "set the vCPUs", func() error { return c.L.DomainSetVcpusFlags(c.D, uint32(n), uint32(flags)) })
+}
+
+// HypervisorVersion implements Client.
+func (c Libvirt) HypervisorVersion(ctx context.Context) (uint64, error) {
+	return HypervisorVersion(ctx, c.L)
 }

@@ -30,6 +30,13 @@ type fakeClient struct {
 	ignoreLive map[string]bool
 	// sizes are the disks' capacity and physical size by target.
 	sizes map[string][2]uint64
+	// vcpus and maxVCPUs are the running domain's vCPU count and its
+	// maximum; vcpusHeld: the guest does not let go of a vCPU, a removal
+	// is accepted and the count stays.
+	vcpus, maxVCPUs uint64
+	vcpusHeld       bool
+	// version is QEMU's (libvirt's encoding).
+	version uint64
 }
 
 func newFakeClient(live []libvirtxml.DomainDisk, ifaces []libvirtxml.DomainInterface) *fakeClient {
@@ -61,25 +68,44 @@ func (f *fakeClient) XML(ctx context.Context, inactive bool) (*libvirtxml.Domain
 	return &out, nil
 }
 
-// device parses a device's XML: a disk or an interface.
-func device(x string) (disk *libvirtxml.DomainDisk, iface *libvirtxml.DomainInterface, alias string, err error) {
+// fakeDevice is one device of a call: a disk, an interface, a host
+// device or a memory device, and its alias.
+type fakeDevice struct {
+	disk    *libvirtxml.DomainDisk
+	iface   *libvirtxml.DomainInterface
+	hostdev *libvirtxml.DomainHostdev
+	mem     *libvirtxml.DomainMemorydev
+	alias   string
+}
+
+// device parses a device's XML.
+func device(x string) (dev fakeDevice, err error) {
 	switch {
 	case strings.HasPrefix(x, "<disk"):
-		disk = &libvirtxml.DomainDisk{}
-		err = disk.Unmarshal(x)
-		if disk.Alias != nil {
-			alias = disk.Alias.Name
-		}
+		dev.disk = &libvirtxml.DomainDisk{}
+		err = dev.disk.Unmarshal(x)
+		dev.alias = aliasOf(dev.disk.Alias)
 	case strings.HasPrefix(x, "<interface"):
-		iface = &libvirtxml.DomainInterface{}
-		err = iface.Unmarshal(x)
-		if iface.Alias != nil {
-			alias = iface.Alias.Name
+		dev.iface = &libvirtxml.DomainInterface{}
+		err = dev.iface.Unmarshal(x)
+		dev.alias = aliasOf(dev.iface.Alias)
+	case strings.HasPrefix(x, "<hostdev"):
+		dev.hostdev = &libvirtxml.DomainHostdev{}
+		err = dev.hostdev.Unmarshal(x)
+		dev.alias = aliasOf(dev.hostdev.Alias)
+	case strings.HasPrefix(x, "<memory"):
+		dev.mem = &libvirtxml.DomainMemorydev{}
+		err = dev.mem.Unmarshal(x)
+		// libvirt names the one it attaches.
+		dev.alias = aliasOf(dev.mem.Alias)
+		if dev.alias == "" {
+			dev.alias = "virtiomem0"
+			dev.mem.Alias = &libvirtxml.DomainAlias{Name: dev.alias}
 		}
 	default:
-		err = fmt.Errorf("fake: not a disk or an interface: %.40s", x)
+		err = fmt.Errorf("fake: not a disk, an interface, a host device or a memory device: %.40s", x)
 	}
-	return disk, iface, alias, err
+	return dev, err
 }
 
 func scopeWord(s Scope) string {
@@ -106,23 +132,23 @@ func (f *fakeClient) doms(s Scope, alias string, live bool) []*libvirtxml.Domain
 	return out
 }
 
-func (f *fakeClient) call(ctx context.Context, kind, what, x string, s Scope, change func(dom *libvirtxml.Domain, disk *libvirtxml.DomainDisk, iface *libvirtxml.DomainInterface, alias string) error) error {
+func (f *fakeClient) call(ctx context.Context, kind, what, x string, s Scope, change func(dom *libvirtxml.Domain, dev fakeDevice) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	disk, iface, alias, err := device(x)
+	dev, err := device(x)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	f.calls = append(f.calls, kind+" "+scopeWord(s)+" "+alias)
-	if err := f.refuse[kind+" "+alias]; err != nil {
-		delete(f.refuse, kind+" "+alias)
+	f.calls = append(f.calls, kind+" "+scopeWord(s)+" "+dev.alias)
+	if err := f.refuse[kind+" "+dev.alias]; err != nil {
+		delete(f.refuse, kind+" "+dev.alias)
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	// Each domain is checked before any changes, as libvirt refuses the
 	// whole call.
-	for _, dom := range f.doms(s, alias, kind != "detach" || !f.held[alias]) {
-		if err := change(dom, disk, iface, alias); err != nil {
+	for _, dom := range f.doms(s, dev.alias, kind != "detach" || !f.held[dev.alias]) {
+		if err := change(dom, dev); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
@@ -137,21 +163,27 @@ func aliasOf(a *libvirtxml.DomainAlias) string {
 }
 
 func (f *fakeClient) Attach(ctx context.Context, what, x string, s Scope) error {
-	return f.call(ctx, "attach", what, x, s, func(dom *libvirtxml.Domain, disk *libvirtxml.DomainDisk, iface *libvirtxml.DomainInterface, alias string) error {
-		if disk != nil {
-			if slices.ContainsFunc(dom.Devices.Disks, func(d libvirtxml.DomainDisk) bool { return aliasOf(d.Alias) == alias }) {
-				return fmt.Errorf("operation failed: target %s already exists", disk.Target.Dev)
+	return f.call(ctx, "attach", what, x, s, func(dom *libvirtxml.Domain, dev fakeDevice) error {
+		switch {
+		case dev.disk != nil:
+			if slices.ContainsFunc(dom.Devices.Disks, func(d libvirtxml.DomainDisk) bool { return aliasOf(d.Alias) == dev.alias }) {
+				return fmt.Errorf("operation failed: target %s already exists", dev.disk.Target.Dev)
 			}
-			dom.Devices.Disks = append(dom.Devices.Disks, *disk)
-			return nil
+			dom.Devices.Disks = append(dom.Devices.Disks, *dev.disk)
+		case dev.iface != nil:
+			dom.Devices.Interfaces = append(dom.Devices.Interfaces, *dev.iface)
+		case dev.hostdev != nil:
+			dom.Devices.Hostdevs = append(dom.Devices.Hostdevs, *dev.hostdev)
+		default:
+			dom.Devices.Memorydevs = append(dom.Devices.Memorydevs, *dev.mem)
 		}
-		dom.Devices.Interfaces = append(dom.Devices.Interfaces, *iface)
 		return nil
 	})
 }
 
 func (f *fakeClient) Detach(ctx context.Context, what, x string, s Scope) error {
-	return f.call(ctx, "detach", what, x, s, func(dom *libvirtxml.Domain, disk *libvirtxml.DomainDisk, iface *libvirtxml.DomainInterface, alias string) error {
+	return f.call(ctx, "detach", what, x, s, func(dom *libvirtxml.Domain, dev fakeDevice) error {
+		alias := dev.alias
 		n := len(dom.Devices.Disks) + len(dom.Devices.Interfaces)
 		dom.Devices.Disks = slices.DeleteFunc(dom.Devices.Disks, func(d libvirtxml.DomainDisk) bool { return aliasOf(d.Alias) == alias })
 		dom.Devices.Interfaces = slices.DeleteFunc(dom.Devices.Interfaces, func(i libvirtxml.DomainInterface) bool { return aliasOf(i.Alias) == alias })
@@ -163,20 +195,26 @@ func (f *fakeClient) Detach(ctx context.Context, what, x string, s Scope) error 
 }
 
 func (f *fakeClient) Update(ctx context.Context, what, x string, s Scope) error {
-	return f.call(ctx, "update", what, x, s, func(dom *libvirtxml.Domain, disk *libvirtxml.DomainDisk, iface *libvirtxml.DomainInterface, alias string) error {
+	return f.call(ctx, "update", what, x, s, func(dom *libvirtxml.Domain, dev fakeDevice) error {
 		for i := range dom.Devices.Disks {
-			if disk != nil && aliasOf(dom.Devices.Disks[i].Alias) == alias {
-				dom.Devices.Disks[i] = *disk
+			if dev.disk != nil && aliasOf(dom.Devices.Disks[i].Alias) == dev.alias {
+				dom.Devices.Disks[i] = *dev.disk
 				return nil
 			}
 		}
 		for i := range dom.Devices.Interfaces {
-			if iface != nil && aliasOf(dom.Devices.Interfaces[i].Alias) == alias {
-				dom.Devices.Interfaces[i] = *iface
+			if dev.iface != nil && aliasOf(dom.Devices.Interfaces[i].Alias) == dev.alias {
+				dom.Devices.Interfaces[i] = *dev.iface
 				return nil
 			}
 		}
-		return fmt.Errorf("operation failed: device %s not found", alias)
+		for i := range dom.Devices.Memorydevs {
+			if dev.mem != nil && aliasOf(dom.Devices.Memorydevs[i].Alias) == dev.alias {
+				dom.Devices.Memorydevs[i] = *dev.mem
+				return nil
+			}
+		}
+		return fmt.Errorf("operation failed: device %s not found", dev.alias)
 	})
 }
 
@@ -244,3 +282,28 @@ func (n *fakeNetwork) Stop(name string) error {
 	n.served = slices.DeleteFunc(n.served, func(s string) bool { return s == name })
 	return nil
 }
+
+func (f *fakeClient) VCPUs(ctx context.Context, maximum bool) (uint64, error) {
+	if maximum {
+		return f.maxVCPUs, nil
+	}
+	return f.vcpus, nil
+}
+
+func (f *fakeClient) SetVCPUs(ctx context.Context, n uint64) error {
+	f.calls = append(f.calls, fmt.Sprintf("set vCPUs %d", n))
+	if err := f.refuse["set vCPUs"]; err != nil {
+		delete(f.refuse, "set vCPUs")
+		return fmt.Errorf("set the vCPUs: %w", err)
+	}
+	if n > f.maxVCPUs {
+		return fmt.Errorf("set the vCPUs: invalid argument: requested vcpus is greater than max allowable vcpus for the live domain: %d > %d", n, f.maxVCPUs)
+	}
+	if n < f.vcpus && f.vcpusHeld {
+		return nil
+	}
+	f.vcpus = n
+	return nil
+}
+
+func (f *fakeClient) HypervisorVersion(ctx context.Context) (uint64, error) { return f.version, nil }
