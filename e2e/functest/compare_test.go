@@ -166,7 +166,7 @@ func TestCheckedInSelections(t *testing.T) {
 func TestReadSelectionsRefuses(t *testing.T) {
 	for name, tc := range map[string]struct{ json, want string }{
 		"no why":         {`{"s": {"why": "", "label": "conformance"}}`, "why is empty"},
-		"nothing":        {`{"s": {"why": "w"}}`, "label and focus are both empty"},
+		"nothing":        {`{"s": {"why": "w"}}`, "are all empty"},
 		"skip no reason": {`{"s": {"why": "w", "label": "l", "skip": [{"spec": "x", "reason": ""}]}}`, "reason is empty"},
 		"bad regexp":     {`{"s": {"why": "w", "label": "l", "skip": [{"spec": "(", "reason": "r"}]}}`, "skip 0: spec"},
 	} {

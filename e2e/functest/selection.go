@@ -10,12 +10,15 @@ import (
 )
 
 // Selection is one checked-in choice of the suite's specs: a ginkgo label
-// filter, an optional focus, and the specs left out of it each with why
-// (their regular expressions become ginkgo's --skip).
+// filter, an optional focus, optional focus files (regular expressions on
+// the specs' source files: an area of the suite is mostly a directory or a
+// few files of tests/, not a label), and the specs left out of it each
+// with why (their regular expressions become ginkgo's --skip).
 type Selection struct {
 	Why          string   `json:"why"`
 	Label        string   `json:"label"`
 	Focus        string   `json:"focus,omitempty"`
+	FocusFiles   []string `json:"focusFiles,omitempty"`
 	Skip         []Skip   `json:"skip,omitempty"`
 	FeatureGates []string `json:"featureGates,omitempty"`
 }
@@ -35,6 +38,26 @@ func (s Selection) SkipRegexp() string {
 		parts = append(parts, "(?:"+k.Spec+")")
 	}
 	return strings.Join(parts, "|")
+}
+
+// FilterArgs are the suite binary's ginkgo flags that select s's specs:
+// the label filter, the focus, one --ginkgo.focus-file per focus file
+// (ginkgo runs the specs of any of them) and the skips.
+func (s Selection) FilterArgs() []string {
+	var args []string
+	if s.Label != "" {
+		args = append(args, "--ginkgo.label-filter="+s.Label)
+	}
+	if s.Focus != "" {
+		args = append(args, "--ginkgo.focus="+s.Focus)
+	}
+	for _, f := range s.FocusFiles {
+		args = append(args, "--ginkgo.focus-file="+f)
+	}
+	if k := s.SkipRegexp(); k != "" {
+		args = append(args, "--ginkgo.skip="+k)
+	}
+	return args
 }
 
 // ReadSelections reads the allow-list of selections (a JSON object of
@@ -67,12 +90,19 @@ func (s Selection) check() error {
 	if strings.TrimSpace(s.Why) == "" {
 		return fmt.Errorf("why is empty: say what the selection is for")
 	}
-	if strings.TrimSpace(s.Label) == "" && strings.TrimSpace(s.Focus) == "" {
-		return fmt.Errorf("label and focus are both empty: that selects the whole suite")
+	if strings.TrimSpace(s.Label) == "" && strings.TrimSpace(s.Focus) == "" && len(s.FocusFiles) == 0 {
+		return fmt.Errorf("label, focus and focus files are all empty: that selects the whole suite")
 	}
-	for _, re := range []string{s.Focus} {
-		if _, err := regexp.Compile(re); err != nil {
-			return fmt.Errorf("focus: %w", err)
+	if _, err := regexp.Compile(s.Focus); err != nil {
+		return fmt.Errorf("focus: %w", err)
+	}
+	for i, f := range s.FocusFiles {
+		// ginkgo reads FILE_REGEX[:LINES]; a selection names files only.
+		if strings.TrimSpace(f) == "" || strings.Contains(f, ":") {
+			return fmt.Errorf("focus file %d (%q): want a regular expression on a file path, without a colon", i, f)
+		}
+		if _, err := regexp.Compile(f); err != nil {
+			return fmt.Errorf("focus file %d: %w", i, err)
 		}
 	}
 	for i, k := range s.Skip {

@@ -12,8 +12,8 @@ import (
 )
 
 // standInGuests are the containerDisk images KubeVirt's functional suite
-// boots its VMIs from (tests/containerdisk: <prefix>/<name>-container-disk-demo:<tag>)
-// that the e2e cluster stands in for: their real images cannot be pulled here.
+// boots its VMIs from (tests/containerdisk, standInGuestRepo) that the e2e
+// cluster stands in for: their real images cannot be pulled here.
 // Each boots from a BIOS disk with the login of the image it stands in
 // for; only the one with test tooling runs the guest agent, as the real
 // images do.
@@ -67,7 +67,18 @@ func (e *Env) PushStandInGuests(ctx context.Context) error {
 // StandInGuestImage is the reference KubeVirt's functional suite gives
 // guest name's containerDisk in this cluster.
 func (e *Env) StandInGuestImage(name string) string {
-	return e.kubevirtImage(name + "-container-disk-demo")
+	return e.kubevirtImage(standInGuestRepo(name))
+}
+
+// standInGuestRepo is the repository KubeVirt's suite names guest name's
+// containerDisk by (tests/containerdisk.ContainerDiskFromRegistryFor): the
+// demo images are <name>-container-disk-demo, the ones with test tooling
+// <name>-container-disk.
+func standInGuestRepo(name string) string {
+	if name == testguest.LoginAlpineTestTooling {
+		return name + "-container-disk"
+	}
+	return name + "-container-disk-demo"
 }
 
 // VMKillerRootfs is the root filesystem of the vm-killer stand-in, in the

@@ -7,12 +7,15 @@
 //
 //	e2e-functest run [-selection NAME] [-label F] [-focus RE] [-shard I/N] [-launchers ours,kubevirt]
 //	e2e-functest compare -control kubevirt.junit.xml -ours ours.junit.xml
+//	e2e-functest list [-selection NAME] [-v]
 //
 // run brings the cluster up (e2e/suite), pushes the stand-in guest images
 // the suite's VMIs name, sets the selection's feature gates, runs the
 // suite once per launcher image, takes the cluster down, and then
 // compares. It exits non-zero when a spec passed on the control and not
-// on ours and the deviation list does not say why.
+// on ours and the deviation list does not say why. list prints how many
+// specs a selection selects (every selection when none is named), and
+// with -v their texts, from a dry run of the suite's binary: no cluster.
 package main
 
 import (
@@ -23,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -32,8 +36,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 || (os.Args[1] != "run" && os.Args[1] != "compare") {
-		fmt.Fprintln(os.Stderr, "usage: e2e-functest run|compare [flags]")
+	if len(os.Args) < 2 || (os.Args[1] != "run" && os.Args[1] != "compare" && os.Args[1] != "list") {
+		fmt.Fprintln(os.Stderr, "usage: e2e-functest run|compare|list [flags]")
 		os.Exit(2)
 	}
 	root, err := repo.Root()
@@ -43,6 +47,9 @@ func main() {
 	logf := log.New(os.Stderr, "e2e-functest: ", log.Ltime).Printf
 	if os.Args[1] == "compare" {
 		os.Exit(compareCmd(root, os.Args[2:]))
+	}
+	if os.Args[1] == "list" {
+		os.Exit(listCmd(root, os.Args[2:]))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -89,6 +96,51 @@ func compare(control, ours, devs string) (functest.Comparison, error) {
 		return functest.Comparison{}, err
 	}
 	return functest.Compare(cr, or, ds), nil
+}
+
+func listCmd(root string, args []string) int {
+	fs := flag.NewFlagSet("list", flag.ExitOnError)
+	suiteBin := fs.String("suite", filepath.Join(root, "bin", "e2e", "functest.test"), "the suite's test binary (make e2e-functest-build)")
+	selections := fs.String("selections", filepath.Join(root, "e2e", "functest", "selections.json"), "the allow-list of selections")
+	selection := fs.String("selection", "", "the selection to list (all when empty)")
+	verbose := fs.Bool("v", false, "print each selected spec's text")
+	fs.Parse(args)
+	sels, err := functest.ReadSelections(*selections)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "list:", err)
+		return 1
+	}
+	names := make([]string, 0, len(sels))
+	for n := range sels {
+		if *selection == "" || n == *selection {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		fmt.Fprintf(os.Stderr, "list: -selection %q: not in %s\n", *selection, *selections)
+		return 2
+	}
+	sort.Strings(names)
+	dir, err := os.MkdirTemp("", "e2e-functest-list-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "list:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	for _, n := range names {
+		texts, err := functest.DryRun(context.Background(), *suiteBin, dir, sels[n])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "list: %s: %v\n", n, err)
+			return 1
+		}
+		fmt.Printf("%s\t%d specs\t%d left out by name\n", n, len(texts), len(sels[n].Skip))
+		if *verbose {
+			for _, t := range texts {
+				fmt.Printf("\t%s\n", t)
+			}
+		}
+	}
+	return 0
 }
 
 // options are run's flags.

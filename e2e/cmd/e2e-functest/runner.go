@@ -42,8 +42,9 @@ func newRunner(root string, o options, logf func(string, ...any)) (*runner, erro
 		return nil, fmt.Errorf("-selection %q: not in %s", o.selection, o.selections)
 	}
 	if o.label != "" || o.focus != "" {
-		// An ad hoc selection keeps the named one's skips and gates.
-		sel.Label, sel.Focus, r.adHoc = o.label, o.focus, true
+		// An ad hoc selection keeps the named one's skips and gates; its
+		// label and focus replace the named one's choice, files included.
+		sel.Label, sel.Focus, sel.FocusFiles, r.adHoc = o.label, o.focus, nil, true
 		if _, err := regexp.Compile(o.focus); err != nil {
 			return nil, fmt.Errorf("-focus: %w", err)
 		}
@@ -219,21 +220,7 @@ func (r *runner) suiteArgs(launcher string) []string {
 		"--ginkgo.no-color",
 		"--ginkgo.v",
 	}
-	return append(args, r.filterArgs()...)
-}
-
-func (r *runner) filterArgs() []string {
-	var args []string
-	if r.sel.Label != "" {
-		args = append(args, "--ginkgo.label-filter="+r.sel.Label)
-	}
-	if r.sel.Focus != "" {
-		args = append(args, "--ginkgo.focus="+r.sel.Focus)
-	}
-	if s := r.sel.SkipRegexp(); s != "" {
-		args = append(args, "--ginkgo.skip="+s)
-	}
-	return args
+	return append(args, r.sel.FilterArgs()...)
 }
 
 // runSuite runs the suite on the cluster's current launcher image; its
@@ -315,29 +302,5 @@ func parseShard(s string) (int, int, error) {
 // dryRun lists the full texts of the specs the selection selects, in
 // ginkgo's order.
 func (r *runner) dryRun(ctx context.Context) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	out := filepath.Join(r.o.out, "dry-run.json")
-	args := append([]string{"--ginkgo.dry-run", "--ginkgo.json-report=" + out, "-config=/dev/null", "-artifacts=" + r.o.out}, r.filterArgs()...)
-	cmd := exec.CommandContext(ctx, r.o.suiteBin, args...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + r.o.out}
-	cmd.Dir = r.o.out
-	if b, err := cmd.CombinedOutput(); err != nil {
-		if _, serr := os.Stat(out); serr != nil {
-			return nil, fmt.Errorf("dry run of the suite: %w: %s", err, lastLines(b, 20))
-		}
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		return nil, err
-	}
-	return functest.DryRunSpecs(b)
-}
-
-func lastLines(b []byte, n int) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return functest.DryRun(ctx, r.o.suiteBin, r.o.out, r.sel)
 }
