@@ -68,7 +68,7 @@ func (r *runner) podSpec(ctx context.Context) pod.Spec {
 		Fill:      r.fill,
 		Networked: r.networked,
 		HandedOver: func() error {
-			if err := r.startVirtiofs(ctx); err != nil {
+			if err := r.virtiofs.start(ctx, r.layout, r.owner, r.logFile, r.withLauncherLog); err != nil {
 				return err
 			}
 			return r.grantVFIO()

@@ -353,7 +353,8 @@ func runOnce(ctx context.Context, cfg session, v *v1.VirtualMachineInstance, vm 
 		return false, false, fmt.Errorf("a user id for the VM: %w", err)
 	}
 	owner := vmuser.Leased(lease)
-	run := &runner{cfg: cfg, vmi: v, vm: vm, owner: owner, storage: userstorage.NewHeld(owner, cfg.Status), lease: lease, pool: pool, log: cfg.Log}
+	run := &runner{cfg: cfg, vmi: v, vm: vm, owner: owner, storage: userstorage.NewHeld(owner, cfg.Status), lease: lease, pool: pool, log: cfg.Log,
+		virtiofs: virtiofsContainers{shares: cfg.shares}}
 	defer func() {
 		if cerr := run.cleanup(); cerr != nil {
 			err = errors.Join(err, cerr)
@@ -489,11 +490,9 @@ type runner struct {
 	// going away or the launcher ending then is the guest leaving.
 	migratedTo string
 	migrating  atomic.Bool
-
-	// virtiofsBin is the staged virtiofsd wrapper, virtiofs the daemons
-	// started for the VMI's filesystems (virtiofs.go).
-	virtiofsBin string
-	virtiofs    []*virtiofsd
+	// virtiofs are the pod's virtiofs containers, for the VMI's
+	// filesystems (virtiofs.go).
+	virtiofs virtiofsContainers
 }
 
 // writeRecord records the run for `vlctl ps`, the verbs by name and vlctl
@@ -570,7 +569,7 @@ func (r *runner) cleanup() error {
 	}
 	// The virtiofs daemons end when QEMU lets go of them; those still
 	// there (QEMU never started) are ended as a pod's containers are.
-	r.stopVirtiofs()
+	r.virtiofs.stop()
 	// The pod is gone only when nothing runs as the VM's id any more: a
 	// monitor killed outright leaves its launcher (told by its parent-death
 	// signal) shutting the guest down, and QEMU. Nothing is removed while

@@ -13,6 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
+	"github.com/virtlauncher/virtlauncher/internal/vmuser"
 )
 
 // virtiofsBinary is the wrapper KubeVirt's virtiofs containers run
@@ -79,19 +80,45 @@ func virtiofsArgs(socket, shared string) []string {
 		"--migration-on-error=guest-error", "--migration-mode=find-paths"}
 }
 
-// startVirtiofs plays the pod's virtiofs containers: one daemon per share,
-// as the VM's user without supplementary groups, from the staged wrapper,
-// its socket where the launcher's domain expects it. It returns once every
-// socket is there. The daemons end by themselves when QEMU lets go of
-// them; stopVirtiofs ends what is left.
-func (r *runner) startVirtiofs(ctx context.Context) error {
-	for _, s := range r.cfg.shares {
-		sock := r.layout.VirtiofsSocket(s.name)
-		cmd := exec.Command(r.virtiofsBin, virtiofsArgs(sock, s.dir(r.layout))...)
+// virtiofsContainers play the pod's virtiofs containers for one boot: the
+// VMI's shares, the wrapper staged for them (stage) and the daemons
+// started (start), one per share, ended by stop.
+type virtiofsContainers struct {
+	shares  []virtiofsShare
+	bin     string
+	daemons []*virtiofsd
+}
+
+// stage finds the wrapper for the shares, copied into the work dir when
+// the VM's user cannot reach the build's (stageBinary), and makes the
+// sockets' directory, the pod's virtiofs-containers emptyDir, handed over
+// with the rest of the share dir (mkdir, through the work dir).
+func (v *virtiofsContainers) stage(l layout.Layout, stageBinary func(name, what string) (string, error), mkdir func(path string) error) error {
+	if len(v.shares) == 0 {
+		return nil
+	}
+	b, err := stageBinary(virtiofsBinary, "virtiofsd wrapper for the VMI's filesystems (build it with `make build`)")
+	if err != nil {
+		return err
+	}
+	v.bin = b
+	return mkdir(l.VirtiofsDir())
+}
+
+// start runs one daemon per share, as the VM's user (owner) without
+// supplementary groups, from the staged wrapper, its socket where the
+// launcher's domain expects it, its output to out. It returns once every
+// socket is there; a daemon that does not get there fails it, with
+// withLog's context. The daemons end by themselves when QEMU lets go of
+// them; stop ends what is left.
+func (v *virtiofsContainers) start(ctx context.Context, l layout.Layout, owner vmuser.User, out *os.File, withLog func(error) error) error {
+	for _, s := range v.shares {
+		sock := l.VirtiofsSocket(s.name)
+		cmd := exec.Command(v.bin, virtiofsArgs(sock, s.dir(l))...)
 		cmd.Env = []string{}
-		cmd.Stdout, cmd.Stderr = r.logFile, r.logFile
+		cmd.Stdout, cmd.Stderr = out, out
 		cmd.SysProcAttr = &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: uint32(r.owner.UID), Gid: uint32(r.owner.GID), Groups: []uint32{}},
+			Credential: &syscall.Credential{Uid: uint32(owner.UID), Gid: uint32(owner.GID), Groups: []uint32{}},
 			Setpgid:    true,
 			Pdeathsig:  syscall.SIGTERM,
 		}
@@ -100,9 +127,9 @@ func (r *runner) startVirtiofs(ctx context.Context) error {
 		}
 		d := &virtiofsd{name: s.name, cmd: cmd, done: make(chan struct{})}
 		go func() { cmd.Wait(); close(d.done) }()
-		r.virtiofs = append(r.virtiofs, d)
+		v.daemons = append(v.daemons, d)
 		if err := waitSocket(ctx, sock, d.done); err != nil {
-			return r.withLauncherLog(fmt.Errorf("virtiofsd for filesystem %s: %w", s.name, err))
+			return withLog(fmt.Errorf("virtiofsd for filesystem %s: %w", s.name, err))
 		}
 	}
 	return nil
@@ -129,10 +156,10 @@ func waitSocket(ctx context.Context, path string, done <-chan struct{}) error {
 	}
 }
 
-// stopVirtiofs ends the daemons still running (SIGTERM to each one's
-// process group, SIGKILL after the grace) and waits for them.
-func (r *runner) stopVirtiofs() {
-	for _, d := range r.virtiofs {
+// stop ends the daemons still running (SIGTERM to each one's process
+// group, SIGKILL after the grace) and waits for them.
+func (v *virtiofsContainers) stop() {
+	for _, d := range v.daemons {
 		select {
 		case <-d.done:
 			continue
@@ -146,24 +173,4 @@ func (r *runner) stopVirtiofs() {
 			<-d.done
 		}
 	}
-}
-
-// stageVirtiofs finds the wrapper for the run's shares, copied into the
-// work dir when the VM's user cannot reach the build's.
-func (r *runner) stageVirtiofs() error {
-	if len(r.cfg.shares) == 0 {
-		return nil
-	}
-	b, err := r.stageBinary(virtiofsBinary, "virtiofsd wrapper for the VMI's filesystems (build it with `make build`)")
-	if err != nil {
-		return err
-	}
-	r.virtiofsBin = b
-	// The sockets' directory, the pod's virtiofs-containers emptyDir,
-	// handed over with the rest of the share dir.
-	rel, err := r.rel(r.layout.VirtiofsDir())
-	if err != nil {
-		return err
-	}
-	return r.dir.MkdirAll(rel, 0o700)
 }

@@ -75,7 +75,13 @@ func (r *runner) fill() error {
 			return fmt.Errorf("%s: link: %w", k.field, err)
 		}
 	}
-	return r.stageVirtiofs()
+	return r.virtiofs.stage(r.layout, r.stageBinary, func(p string) error {
+		rel, err := r.rel(p)
+		if err != nil {
+			return err
+		}
+		return r.dir.MkdirAll(rel, 0o700)
+	})
 }
 
 // rel is p relative to the work dir, for the safefs calls on r.dir.
