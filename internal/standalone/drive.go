@@ -247,16 +247,16 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 				return false, err
 			}
 		}
-		if (st == "Shutoff" && d.Status.Reason == "Migrated") || ((st == "Shutoff" || st == "NoState") && r.migrating.Load()) {
+		if r.away.tookDomain(d) {
 			// Gone to the run that asked for it (migrateOut).
-			r.migratedAway()
+			sayMigrated(r.cfg.Status)
 			return true, nil
 		}
 		switch st {
 		case "Shutoff":
 			// The same end as the launcher exiting after it, which
 			// comes first depends on the machine's load: one message.
-			r.poweredOff()
+			sayPoweredOff(r.cfg.Status)
 			return true, nil
 		case "Crashed", "NoState":
 			r.progress("guest is %s", st)
@@ -274,22 +274,9 @@ func (r *runner) launcherGone() (bool, error) {
 	if r.monitor.Err() != nil {
 		return false, r.withLauncherLog(fmt.Errorf("launcher exited while the guest ran: %v", r.monitor.Err()))
 	}
-	if r.migrating.Load() {
-		r.migratedAway()
-		return true, nil
-	}
-	r.poweredOff()
+	r.away.sayEnded(r.cfg.Status)
 	return true, nil
 }
-
-// migratedAway says the guest went to another run; printed with --quiet
-// too.
-func (r *runner) migratedAway() {
-	fmt.Fprintln(r.cfg.Status, "vlctl: guest migrated to another run; this one ends")
-}
-
-// poweredOff says the guest ended normally; printed with --quiet too.
-func (r *runner) poweredOff() { fmt.Fprintln(r.cfg.Status, "vlctl: guest powered off") }
 
 func domainStatus(ctx context.Context, c *cmdclient.Client) (string, error) {
 	d, err := getDomain(ctx, c)

@@ -23,11 +23,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,6 +57,58 @@ const migrationTimeout = time.Hour
 // migrateRequestLimit bounds the migrate request's connection: the
 // migration, then its cancel and the answer.
 const migrateRequestLimit = migrationTimeout + 2*time.Minute
+
+// departure is this run's guest leaving for another run (migrateOut). The
+// run asks it rather than following the migration itself: is the guest
+// leaving (the domain going away or the launcher ending is then the guest
+// going, not a power-off), and has it gone (the run then ends without
+// starting it again, and hands its pod's path on).
+type departure struct {
+	// leaving is set while a migration is under way and for good once
+	// one completed; the control socket's goroutine sets it, the run's
+	// wait for the guest's end reads it.
+	leaving atomic.Bool
+	// to says where the guest went once a migration completed; "" while
+	// it is here.
+	to string
+}
+
+// begin refuses a second migration of a guest gone already.
+func (d *departure) begin() error {
+	if d.to != "" {
+		return fmt.Errorf("the guest already went to %s", d.to)
+	}
+	return nil
+}
+
+// gone: a migration completed, the guest runs in another run now.
+func (d *departure) gone() bool { return d.to != "" }
+
+// tookDomain says whether the domain's state d is the guest gone to
+// another run: its domain Shutoff for Migrated, or ended while leaving.
+func (d *departure) tookDomain(dom *domainjson.Domain) bool {
+	st := domainState(dom)
+	return (st == "Shutoff" && dom.Status.Reason == "Migrated") || ((st == "Shutoff" || st == "NoState") && d.leaving.Load())
+}
+
+// sayEnded says how the guest's time here ended when its launcher ended
+// normally: gone to another run while leaving, powered off otherwise;
+// printed with --quiet too.
+func (d *departure) sayEnded(w io.Writer) {
+	if d.leaving.Load() {
+		sayMigrated(w)
+		return
+	}
+	sayPoweredOff(w)
+}
+
+// sayMigrated says the guest went to another run.
+func sayMigrated(w io.Writer) {
+	fmt.Fprintln(w, "vlctl: guest migrated to another run; this one ends")
+}
+
+// sayPoweredOff says the guest ended normally.
+func sayPoweredOff(w io.Writer) { fmt.Fprintln(w, "vlctl: guest powered off") }
 
 // migrationOptions are KubeVirt's defaults (docs/migration.md §1):
 // unlimited bandwidth, progress timeout 150 s, completion timeout 150 s per
@@ -309,8 +363,8 @@ func (r *runner) serveMigrate(ctx context.Context, c *cmdclient.Client, conn net
 // passes first, the migration is cancelled, as virt-handler cancels one
 // whose target went away, and the guest runs on here.
 func (r *runner) migrateOut(ctx context.Context, c *cmdclient.Client, req runctl.Migrate, targetPID int, withdrawn <-chan struct{}) (string, error) {
-	if r.migratedTo != "" {
-		return "", fmt.Errorf("the guest already went to %s", r.migratedTo)
+	if err := r.away.begin(); err != nil {
+		return "", err
 	}
 	target := filepath.Clean(req.Target)
 	if !filepath.IsAbs(req.Target) || target != req.Target || target == r.workDir {
@@ -343,10 +397,10 @@ func (r *runner) migrateOut(ctx context.Context, c *cmdclient.Client, req runctl
 	fmt.Fprintf(r.cfg.Status, "vlctl: migrating the guest to the run of pid %d (%s)\n", targetPID, target)
 	mctx, cancel := context.WithTimeout(ctx, migrationTimeout)
 	defer cancel()
-	r.migrating.Store(true)
+	r.away.leaving.Store(true)
 	t0 := time.Now()
 	if err := c.Migrate(mctx, mv, o); err != nil {
-		r.migrating.Store(false)
+		r.away.leaving.Store(false)
 		return "", fmt.Errorf("start the migration: %w", err)
 	}
 	wctx, stopWait := context.WithCancel(mctx)
@@ -378,11 +432,11 @@ func (r *runner) migrateOut(ctx context.Context, c *cmdclient.Client, req runctl
 		err = fmt.Errorf("the migration failed: %s", m.FailureReason)
 	}
 	if err != nil {
-		r.migrating.Store(false)
+		r.away.leaving.Store(false)
 		fmt.Fprintf(r.cfg.Status, "vlctl: %v; the guest runs on here\n", err)
 		return "", err
 	}
-	r.migratedTo = fmt.Sprintf("the run of pid %d", targetPID)
+	r.away.to = fmt.Sprintf("the run of pid %d", targetPID)
 	return fmt.Sprintf("the source's side took %v", time.Since(t0).Round(time.Millisecond)), nil
 }
 

@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -359,7 +358,7 @@ func runOnce(ctx context.Context, cfg session, v *v1.VirtualMachineInstance, vm 
 		if cerr := run.cleanup(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
-		started, migrated = run.started, run.migratedTo != ""
+		started, migrated = run.started, run.away.gone()
 	}()
 	if err := run.prepare(); err != nil {
 		return false, false, err
@@ -484,12 +483,8 @@ type runner struct {
 	// netName names the pod network's namespaces (podnet.NewName), chosen
 	// before they exist so that the record names them for vlctl gc.
 	netName string
-	// migratedTo says where the guest went when a migration to another
-	// run completed (migrateOut); "" while it is here. migrating is set
-	// while a migration is under way and after it completed: the domain
-	// going away or the launcher ending then is the guest leaving.
-	migratedTo string
-	migrating  atomic.Bool
+	// away is the guest leaving for another run (migrateOut).
+	away departure
 	// virtiofs are the pod's virtiofs containers, for the VMI's
 	// filesystems (virtiofs.go).
 	virtiofs virtiofsContainers
@@ -620,7 +615,7 @@ func (r *runner) cleanup() error {
 	if r.workDir != "" && !podGone {
 		fmt.Fprintf(r.cfg.Status, "vlctl: kept %s: processes of the VM still run (vlctl gc removes it)\n", r.workDir)
 	} else if r.workDir != "" {
-		handedOver := r.migratedTo != "" && r.launcherRoot() == r.workDir
+		handedOver := r.away.gone() && r.launcherRoot() == r.workDir
 		if err := takeBack(r.dir); err != nil {
 			errs = append(errs, err)
 		} else if handedOver {
@@ -637,7 +632,7 @@ func (r *runner) cleanup() error {
 		// goes with the VM's last run: one that took the guest over
 		// (started) and did not hand it on. A migration in that did not
 		// complete leaves it to the source, whose work dir it is.
-		if root := r.launcherRoot(); root != r.workDir && r.started && r.migratedTo == "" {
+		if root := r.launcherRoot(); root != r.workDir && r.started && !r.away.gone() {
 			if _, err := removeLauncherRoot(root); err != nil {
 				errs = append(errs, err)
 			}
