@@ -9,7 +9,6 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
@@ -338,26 +337,6 @@ func guestReport(d *domainjson.Domain) string {
 // outlive its grace period by more than this and stuckVMGrace.
 const killWait = 10 * time.Second
 
-// stuckVMGrace is how long the VM's processes get after SIGTERM, when the
-// launcher could not destroy the guest, before SIGKILL.
-const stuckVMGrace = 5 * time.Second
-
-// endStuckVM ends the VM's processes when its launcher could not destroy
-// the guest (err says why), as the kubelet ends a pod whose grace period is
-// over: SIGTERM to every process of the VM's id (QEMU stops at once; the
-// monitor passes it on to the launcher), SIGKILL to what is left after
-// stuckVMGrace. Only the VM's processes run as its id.
-func (r *runner) endStuckVM(err error) error {
-	fmt.Fprintf(r.cfg.Status, "vlctl: the launcher could not destroy the guest (%v); ending the VM's processes\n", err)
-	if r.lease == nil {
-		return fmt.Errorf("kill: %w", err)
-	}
-	if eerr := pod.EndProcesses(context.Background(), pod.Holding(r.lease.ID), pod.EndOptions{Signal: syscall.SIGTERM, Grace: stuckVMGrace}); eerr != nil {
-		return fmt.Errorf("kill: %w; ending the VM's processes: %w", err, eerr)
-	}
-	return errors.New("the VM's processes were ended: its launcher could not destroy the guest")
-}
-
 // shutdown asks for an ACPI power-off and destroys the guest when the grace
 // period ends first. Like virt-handler it asks again at most every 5 s while
 // the guest is neither off nor shutting down. The launcher may exit on its
@@ -401,7 +380,7 @@ func (r *runner) shutdown(c *cmdclient.Client) error {
 			err := c.Kill(kctx, r.vmi)
 			cancel()
 			if err != nil && !cmdclient.IsDisconnected(err) {
-				return r.endStuckVM(err)
+				return r.owner.endStuck(r.cfg.Status, err)
 			}
 			return nil
 		case st != "ShuttingDown" && time.Since(asked) >= 5*time.Second:

@@ -143,7 +143,7 @@ func (r *runner) addVolume(ctx context.Context, client *cmdclient.Client, req ru
 		}
 	}
 	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
-	d, err := userstorage.HotplugSpec(req.Volume, req.File).Open(r.owner, status)
+	d, err := userstorage.HotplugSpec(req.Volume, req.File).Open(r.owner.User, status)
 	if err != nil {
 		return "", err
 	}

@@ -53,7 +53,7 @@ func (r *runner) memoryDump(ctx context.Context, client *cmdclient.Client, req r
 	status := func(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
 	// A 1-byte file: libvirt truncates it when it opens it.
 	spec := userstorage.NewFileSpec(dumpVolume, "FILE", req.File, 1, "the memory dump")
-	d, err := spec.Open(r.owner, func(string, ...any) {})
+	d, err := spec.Open(r.owner.User, func(string, ...any) {})
 	if err != nil {
 		return "", err
 	}

@@ -68,7 +68,7 @@ func (r *runner) podSpec(ctx context.Context) pod.Spec {
 		Fill:      r.fill,
 		Networked: r.networked,
 		HandedOver: func() error {
-			if err := r.virtiofs.start(ctx, r.layout, r.owner, r.logFile, r.withLauncherLog); err != nil {
+			if err := r.virtiofs.start(ctx, r.layout, r.owner.User, r.logFile, r.withLauncherLog); err != nil {
 				return err
 			}
 			return r.grantVFIO()
@@ -146,27 +146,6 @@ func (r *runner) withLauncherLog(err error) error {
 		lines = lines[len(lines)-15:]
 	}
 	return fmt.Errorf("%w\nlast launcher log lines:\n%s", err, strings.Join(lines, "\n"))
-}
-
-// vmEndWait is how long the VM's processes left after the monitor get to
-// end by themselves (a launcher shutting its guest down) before SIGKILL.
-const vmEndWait = 30 * time.Second
-
-// endVMProcesses waits for every process that runs as the VM's id to end,
-// vmEndWait at most (less on a second Ctrl-C), then kills what is left.
-// Only the VM's processes run as its id, so nothing else is touched.
-func (r *runner) endVMProcesses() error {
-	if r.lease == nil {
-		return nil
-	}
-	id := r.lease.ID
-	if pids := pod.Holding(id)(); len(pids) > 0 {
-		r.log.Info("processes of the VM outlive its monitor; waiting for them", "uid", id, "pids", pids)
-	}
-	if err := pod.EndProcesses(context.Background(), pod.Holding(id), pod.EndOptions{Grace: vmEndWait, Force: r.cfg.Force}); err != nil {
-		return fmt.Errorf("the VM's processes (uid %d): %w", id, err)
-	}
-	return nil
 }
 
 // killTree kills the monitor and every process below it, those first: once

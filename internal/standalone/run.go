@@ -34,7 +34,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/uidpool"
 	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
-	"github.com/virtlauncher/virtlauncher/internal/vmuser"
 )
 
 // Config is the options of one `vlctl run`, as its user gives them (vlctl
@@ -347,12 +346,11 @@ func runOnce(ctx context.Context, cfg session, v *v1.VirtualMachineInstance, vm 
 	if err != nil {
 		return false, false, fmt.Errorf("--uids: %w", err)
 	}
-	lease, err := pool.Allocate()
+	owner, err := leaseVMID(pool)
 	if err != nil {
-		return false, false, fmt.Errorf("a user id for the VM: %w", err)
+		return false, false, err
 	}
-	owner := vmuser.Leased(lease)
-	run := &runner{cfg: cfg, vmi: v, vm: vm, owner: owner, storage: userstorage.NewHeld(owner, cfg.Status), lease: lease, pool: pool, log: cfg.Log,
+	run := &runner{cfg: cfg, vmi: v, vm: vm, owner: owner, storage: userstorage.NewHeld(owner.User, cfg.Status), log: cfg.Log,
 		virtiofs: virtiofsContainers{shares: cfg.shares}}
 	defer func() {
 		if cerr := run.cleanup(); cerr != nil {
@@ -439,13 +437,12 @@ func (c *Config) defaults() {
 }
 
 type runner struct {
-	cfg   session
-	vmi   *v1.VirtualMachineInstance
-	vm    *v1.VirtualMachine // nil for a VMI manifest
-	owner vmuser.User
-	// lease holds owner's id for the run; cleanup gives it back.
-	lease *uidpool.Lease
-	pool  *uidpool.Pool
+	cfg session
+	vmi *v1.VirtualMachineInstance
+	vm  *v1.VirtualMachine // nil for a VMI manifest
+	// owner is the VM's own id, leased for the boot; cleanup gives it
+	// back.
+	owner vmID
 	// storage is the user's own storage, the volumes plugged in while the
 	// guest runs and the pulled images, open for the run with its access.
 	storage *userstorage.Held
@@ -510,8 +507,8 @@ func (r *runner) writeRecord(st *Started) error {
 		}
 		rec.Volumes[m.Name] = m.Path
 	}
-	if r.lease != nil {
-		rec.UID = r.lease.ID
+	if r.owner.lease != nil {
+		rec.UID = r.owner.lease.ID
 	}
 	for _, pb := range r.cfg.Publish {
 		rec.Published = append(rec.Published, pb.Recorded())
@@ -523,7 +520,7 @@ func (r *runner) writeRecord(st *Started) error {
 			rec.Addresses = append(rec.Addresses, runrecord.Address{IP: st.PodAddress, NetNS: st.OutsideNS})
 		}
 	}
-	if r.record == "" && r.lease != nil {
+	if r.record == "" && r.owner.lease != nil {
 		// The lease names the record before it exists: the id stays
 		// leased until the record's clean-up is done, whichever record
 		// directory vlctl gc reads.
@@ -531,7 +528,7 @@ func (r *runner) writeRecord(st *Started) error {
 		if err != nil {
 			return err
 		}
-		if err := r.lease.SetRecord(path); err != nil {
+		if err := r.owner.lease.SetRecord(path); err != nil {
 			return err
 		}
 	}
@@ -570,7 +567,7 @@ func (r *runner) cleanup() error {
 	// signal) shutting the guest down, and QEMU. Nothing is removed while
 	// they run on the work dir.
 	podGone := true
-	if err := r.endVMProcesses(); err != nil {
+	if err := r.owner.endProcesses(r.cfg.Force, r.log); err != nil {
 		errs = append(errs, err)
 		podGone = false
 	}
@@ -641,7 +638,7 @@ func (r *runner) cleanup() error {
 	r.dir.Close()
 	// The id goes back once nothing runs as it; otherwise its lease stays
 	// for vlctl gc.
-	if err := r.lease.Release("/proc"); err != nil {
+	if err := r.owner.release(); err != nil {
 		errs = append(errs, err)
 	}
 	// Last: until everything above is done, a vlctl killed meanwhile

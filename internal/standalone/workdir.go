@@ -102,7 +102,7 @@ func (r *runner) openWorkRoot() (*safefs.Dir, error) {
 	if err := os.MkdirAll(r.cfg.WorkRoot, 0o755); err != nil {
 		return nil, fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
 	}
-	real, err := vmuser.ResolveTrusted(r.cfg.WorkRoot, r.owner)
+	real, err := vmuser.ResolveTrusted(r.cfg.WorkRoot, r.owner.User)
 	if err != nil {
 		return nil, fmt.Errorf("work root %s: %w", r.cfg.WorkRoot, err)
 	}
@@ -313,7 +313,7 @@ func (r *runner) stageBinary(name, what string) (string, error) {
 	if _, err := os.Stat(b); err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
-	if reachable(b, r.owner) {
+	if reachable(b, r.owner.User) {
 		return b, nil
 	}
 	return copyBinary(b, r.dir, "bin")
