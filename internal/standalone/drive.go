@@ -44,12 +44,12 @@ func (r *runner) drive(ctx context.Context) error {
 		consoleDone = r.streamConsole(consoleCtx, 5*time.Second)
 	}
 	started := Started{WorkDir: r.workDir, Layout: r.layout, Socket: r.layout.ReadySocket()}
-	if r.net != nil {
+	if r.pod.net != nil {
 		if !r.cfg.Quiet {
-			printForwards(r.cfg.Status, r.net)
+			printForwards(r.cfg.Status, r.pod.net)
 		}
-		started.OutsideNS = r.net.OutsideName
-		started.PodAddress = r.net.Pod4.Addr().String()
+		started.OutsideNS = r.pod.net.OutsideName
+		started.PodAddress = r.pod.net.Pod4.Addr().String()
 	}
 	r.startedAs = &started
 	if err := r.writeRecord(&started); err != nil {
@@ -85,7 +85,7 @@ func (r *runner) drive(ctx context.Context) error {
 		closeConsole()
 	}
 	select {
-	case <-r.monitor.Done(): // nothing left to delete
+	case <-r.pod.monitor.Done(): // nothing left to delete
 		return r.waitMonitor(time.Minute)
 	default:
 	}
@@ -95,7 +95,7 @@ func (r *runner) drive(ctx context.Context) error {
 		// The launcher may be ending by itself (its guest is off and it
 		// already removed its socket): that is the normal end.
 		select {
-		case <-r.monitor.Done():
+		case <-r.pod.monitor.Done():
 			return r.waitMonitor(time.Minute)
 		case <-time.After(5 * time.Second):
 			return fmt.Errorf("delete domain: %w", err)
@@ -110,7 +110,7 @@ const readyWait = 60 * time.Second
 func (r *runner) waitReady(ctx context.Context) (*cmdclient.Client, error) {
 	wctx, cancel := context.WithTimeout(ctx, readyWait)
 	defer cancel()
-	if err := r.monitor.WaitReady(wctx, r.layout.ReadySocket()); err != nil {
+	if err := r.pod.monitor.WaitReady(wctx, r.layout.ReadySocket()); err != nil {
 		var exited *pod.ExitedError
 		switch {
 		case errors.As(err, &exited):
@@ -120,7 +120,7 @@ func (r *runner) waitReady(ctx context.Context) (*cmdclient.Client, error) {
 		}
 		return nil, err
 	}
-	c, err := cmdclient.DialChecked(ctx, r.layout.ReadySocket(), peerBelow(r.monitor.Cmd.Process.Pid))
+	c, err := cmdclient.DialChecked(ctx, r.layout.ReadySocket(), peerBelow(r.pod.monitor.Cmd.Process.Pid))
 	if err != nil {
 		return nil, fmt.Errorf("dial launcher: %w", err)
 	}
@@ -149,7 +149,7 @@ func (r *runner) streamConsole(ctx context.Context, wait time.Duration) <-chan s
 		for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
 			c, err := net.Dial("unix", sock)
 			if err == nil {
-				if err := peerBelow(r.monitor.Cmd.Process.Pid)(c); err != nil {
+				if err := peerBelow(r.pod.monitor.Cmd.Process.Pid)(c); err != nil {
 					c.Close()
 					fmt.Fprintf(r.cfg.Status, "vlctl: serial console: %v\n", err)
 					return
@@ -226,7 +226,7 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
-		case <-r.monitor.Done():
+		case <-r.pod.monitor.Done():
 			return r.launcherGone()
 		case <-t.C:
 		}
@@ -240,7 +240,7 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 			// The launcher ends by itself once QEMU is gone and its last
 			// event is out; a refused call is then the normal end.
 			select {
-			case <-r.monitor.Done():
+			case <-r.pod.monitor.Done():
 				return r.launcherGone()
 			case <-time.After(5 * time.Second):
 				return false, err
@@ -270,8 +270,8 @@ func (r *runner) waitStopped(ctx context.Context, c *cmdclient.Client) (bool, er
 // launcherGone interprets the launcher's exit while the guest was running:
 // status 0 means the domain ended and the launcher finished normally.
 func (r *runner) launcherGone() (bool, error) {
-	if r.monitor.Err() != nil {
-		return false, r.withLauncherLog(fmt.Errorf("launcher exited while the guest ran: %v", r.monitor.Err()))
+	if r.pod.monitor.Err() != nil {
+		return false, r.withLauncherLog(fmt.Errorf("launcher exited while the guest ran: %v", r.pod.monitor.Err()))
 	}
 	r.away.sayEnded(r.cfg.Status)
 	return true, nil
@@ -348,14 +348,14 @@ func (r *runner) shutdown(c *cmdclient.Client) error {
 	var asked time.Time
 	for {
 		select {
-		case <-r.monitor.Done():
+		case <-r.pod.monitor.Done():
 			return nil
 		default:
 		}
 		st, err := domainStatus(ctx, c)
 		if err != nil {
 			select {
-			case <-r.monitor.Done():
+			case <-r.pod.monitor.Done():
 				return nil
 			case <-time.After(5 * time.Second):
 				return err

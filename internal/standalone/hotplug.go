@@ -243,7 +243,7 @@ func (r *runner) addInterface(ctx context.Context, client *cmdclient.Client, req
 	if msgs := validation.IsDNS1123Label(req.Interface); len(msgs) > 0 {
 		return "", fmt.Errorf("--iface-name %q: %s", req.Interface, msgs[0])
 	}
-	if r.net == nil {
+	if r.pod.net == nil {
 		return "", errors.New("the VM has no pod network to plug an interface into (vlctl run makes one for a VM with interfaces)")
 	}
 	if req.MAC != "" {
@@ -267,13 +267,13 @@ func (r *runner) addInterface(ctx context.Context, client *cmdclient.Client, req
 		InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}})
 	next.Spec.Networks = append(next.Spec.Networks, v1.Network{Name: req.Interface,
 		NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: req.Interface}}})
-	podIface, pod4, _, err := r.net.Plug(ctx, next, req.Interface)
+	podIface, pod4, _, err := r.pod.net.Plug(ctx, next, req.Interface)
 	if err != nil {
 		return "", err
 	}
 	defer func() {
 		if err != nil {
-			if uerr := r.net.Unplug(context.Background(), next, r.vmi, req.Interface, podIface); uerr != nil {
+			if uerr := r.pod.net.Unplug(context.Background(), next, r.vmi, req.Interface, podIface); uerr != nil {
 				err = fmt.Errorf("%w (and undoing the pod side: %v)", err, uerr)
 			}
 		}
@@ -297,7 +297,7 @@ func (r *runner) addInterface(ctx context.Context, client *cmdclient.Client, req
 		fmt.Fprintf(r.cfg.Status, "vlctl: %v\n", err)
 	}
 	msg := fmt.Sprintf("interface %s plugged into %s/%s: a bridge to a new network, where the guest leases %s by DHCP (its other end, %s, is in namespace %s)",
-		req.Interface, r.vmi.Namespace, r.vmi.Name, pod4.Addr(), pod4.Masked().Addr().Next(), r.net.OutsideName)
+		req.Interface, r.vmi.Namespace, r.vmi.Name, pod4.Addr(), pod4.Masked().Addr().Next(), r.pod.net.OutsideName)
 	fmt.Fprintf(r.cfg.Status, "vlctl: %s\n", msg)
 	return msg, nil
 }
@@ -327,7 +327,7 @@ func (r *runner) removeInterface(ctx context.Context, client *cmdclient.Client, 
 	next.Status.Interfaces = slices.DeleteFunc(next.Status.Interfaces, func(x v1.VirtualMachineInstanceNetworkInterface) bool { return x.Name == req.Interface })
 	r.vmi = next
 	delete(r.hotIfaces, req.Interface)
-	if err := r.net.Unplug(ctx, prev, next, req.Interface, podIface); err != nil {
+	if err := r.pod.net.Unplug(ctx, prev, next, req.Interface, podIface); err != nil {
 		fmt.Fprintf(r.cfg.Status, "vlctl: interface %s unplugged, but its pod side: %v\n", req.Interface, err)
 	}
 	if err := r.writeRecord(r.startedAs); err != nil {

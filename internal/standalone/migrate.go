@@ -459,8 +459,8 @@ func (r *runner) waitMigrationEnd(ctx context.Context, c *cmdclient.Client, uid 
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("the migration did not end: %w", ctx.Err())
-		case <-r.monitor.Done():
-			if err := r.monitor.Err(); err != nil {
+		case <-r.pod.monitor.Done():
+			if err := r.pod.monitor.Err(); err != nil {
 				return nil, fmt.Errorf("the launcher ended during the migration: %w", err)
 			}
 			return nil, nil

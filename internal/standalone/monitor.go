@@ -30,20 +30,18 @@ func (r *runner) launch(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("--cpuset: %w", err)
 		}
-		r.cgroup, spec.Cgroup = cg, cg
+		r.pod.cgroup, spec.Cgroup = cg, cg
 	}
 	p, err := spec.Launch(ctx)
 	// The child has its own copies; root keeps none.
-	r.logFile.Close()
-	r.logFile = nil
-	r.identity.Close()
+	r.pod.closeStaged()
 	if err != nil {
 		return err
 	}
 	if p.Unplaced != nil {
 		r.log.Warn("the thread that started the monitor stays in its cpuset cgroup", "error", p.Unplaced)
 	}
-	r.monitor = p.Process
+	r.pod.monitor = p.Process
 	r.log.Info("monitor started", "pid", p.Process.Cmd.Process.Pid, "workdir", r.workDir, "log", r.dir.Join("launcher.log"))
 	return nil
 }
@@ -56,28 +54,28 @@ func (r *runner) podSpec(ctx context.Context) pod.Spec {
 	o.QemuCapsCache = r.caps
 	spec := pod.Spec{
 		Dir: r.dir, Layout: r.layout, User: r.owner.Credential(),
-		Monitor: r.bins[0], Launcher: r.bins[1], Flags: o, Emulate: r.emulation(),
+		Monitor: r.pod.bins[0], Launcher: r.pod.bins[1], Flags: o, Emulate: r.emulation(),
 		// The network is made while root alone can write the work dir:
 		// the vif caches in private/ go to the VM's user with the rest
 		// of its directories; the restore state, which root acts on at
 		// the end, stays in the work dir, root's.
-		Network: &pod.NetworkConfig{Dir: r.workDir, Name: r.netName, VMI: r.vmi,
+		Network: &pod.NetworkConfig{Dir: r.workDir, Name: r.pod.netName, VMI: r.vmi,
 			Privileged: netsetup.PrivilegedConfig{QemuUID: r.owner.UID, QemuGID: r.owner.GID,
 				CacheDir: r.layout.PrivateDir, StateDir: r.workDir},
 			Log: r.log},
 		Fill:      r.fill,
 		Networked: r.networked,
 		HandedOver: func() error {
-			if err := r.virtiofs.start(ctx, r.layout, r.owner.User, r.logFile, r.withLauncherLog); err != nil {
+			if err := r.virtiofs.start(ctx, r.layout, r.owner.User, r.pod.logFile, r.withLauncherLog); err != nil {
 				return err
 			}
-			return r.grantVFIO()
+			return r.pod.grantVFIO(r.cfg.vfioGroups, r.owner.UID)
 		},
-		Enter: []func() error{r.identity.Enter},
+		Enter: []func() error{r.pod.identity.Enter},
 		Env:   r.cfg.deviceEnv,
 		// launcher.log takes the monitor's, the launcher's and QEMU's
 		// output.
-		Stdout: r.logFile, Stderr: r.logFile,
+		Stdout: r.pod.logFile, Stderr: r.pod.logFile,
 	}
 	// A migration's target sees its pod where the source's launcher
 	// sees its own (migrate.go).
@@ -92,7 +90,7 @@ func (r *runner) podSpec(ctx context.Context) pod.Spec {
 // target publishes once the guest is here: guestSource.publishesAtLaunch)
 // and the guest's egress.
 func (r *runner) networked(n *pod.Network) error {
-	r.net = n
+	r.pod.net = n
 	if n != nil {
 		r.progress("pod network up (namespaces %s and %s)", n.NSName, n.OutsideName)
 	}
@@ -109,14 +107,14 @@ func (r *runner) emulation() bool { return r.cfg.Emulation || kvm.Usable() != ni
 
 func (r *runner) waitMonitor(timeout time.Duration) error {
 	select {
-	case <-r.monitor.Done():
+	case <-r.pod.monitor.Done():
 	case <-time.After(timeout):
-		r.monitor.Cmd.Process.Signal(syscall.SIGTERM)
-		<-r.monitor.Done()
+		r.pod.monitor.Cmd.Process.Signal(syscall.SIGTERM)
+		<-r.pod.monitor.Done()
 		return r.withLauncherLog(fmt.Errorf("launcher did not exit within %s of the domain's deletion", timeout))
 	}
-	if r.monitor.Err() != nil {
-		return r.withLauncherLog(fmt.Errorf("launcher: %w", r.monitor.Err()))
+	if r.pod.monitor.Err() != nil {
+		return r.withLauncherLog(fmt.Errorf("launcher: %w", r.pod.monitor.Err()))
 	}
 	return nil
 }

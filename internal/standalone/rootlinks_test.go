@@ -144,8 +144,8 @@ func TestHandOverLayout(t *testing.T) {
 			t.Errorf("%s: %v, want the launcher user's", p, err)
 		}
 	}
-	if r.bins[0] != filepath.Join(r.workDir, "bin", "virt-launcher-monitor") {
-		t.Errorf("monitor binary %s, want the copy", r.bins[0])
+	if r.pod.bins[0] != filepath.Join(r.workDir, "bin", "virt-launcher-monitor") {
+		t.Errorf("monitor binary %s, want the copy", r.pod.bins[0])
 	}
 	f.untouched(t)
 }

@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	v1 "kubevirt.io/api/core/v1"
@@ -26,7 +25,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
 	"github.com/virtlauncher/virtlauncher/internal/layout"
-	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/podnet"
 	"github.com/virtlauncher/virtlauncher/internal/registrydisk"
 	"github.com/virtlauncher/virtlauncher/internal/runrecord"
@@ -364,7 +362,7 @@ func runOnce(ctx context.Context, cfg session, v *v1.VirtualMachineInstance, vm 
 	run.progress("prepared %s", run.workDir)
 	// Recorded before the network exists: whatever kills vlctl from here
 	// on, vlctl gc finds all the run made outside its work dir.
-	if run.netName, err = podnet.NewName(); err != nil {
+	if run.pod.netName, err = podnet.NewName(); err != nil {
 		return false, false, err
 	}
 	if err := run.writeRecord(nil); err != nil {
@@ -459,27 +457,15 @@ type runner struct {
 	// never follow a link (safefs). The work dir itself stays root's.
 	dir    *safefs.Dir
 	layout layout.Layout
-	// bins are the monitor and launcher binaries to run, logFile their
-	// output, both staged before the hand-over.
-	bins    [2]string
-	logFile *os.File
-	net     *pod.Network
-	monitor *pod.Process         // nil until started
-	cgroup  *hostcpu.Cgroup      // the pod's cpuset cgroup (--cpuset), once made
-	vfio    []*userstorage.Grant // the VM's access to its IOMMU groups (--device)
-	record  string               // the run's record file, once written
+	// pod is the VM's pod as this boot makes it (vmpod.go).
+	pod    vmPod
+	record string // the run's record file, once written
 	// guestNet are the guest's network services on the pod network
 	// (DNS, published ports, egress), once it is up.
 	guestNet *guestnet.Services
-	// identity is the VM's passwd and group (pod.Identity), open until
-	// the monitor has started.
-	identity *pod.Identity
 	// caps is the trusted QEMU capability cache the launcher seeds its
 	// daemon from (internal/capscache), "" for none.
 	caps string
-	// netName names the pod network's namespaces (podnet.NewName), chosen
-	// before they exist so that the record names them for vlctl gc.
-	netName string
 	// away is the guest leaving for another run (migrateOut).
 	away departure
 	// virtiofs are the pod's virtiofs containers, for the VMI's
@@ -494,7 +480,7 @@ func (r *runner) writeRecord(st *Started) error {
 	if err != nil {
 		return err
 	}
-	pod, outside := podnet.NamespaceNames(r.netName)
+	pod, outside := podnet.NamespaceNames(r.pod.netName)
 	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
 		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.consoleSocket(), Control: r.controlSocket(),
 		VMI: r.vmi, VM: r.vm, NetNS: []string{pod, outside}, Keep: r.cfg.Keep, Emulation: r.emulation(), Images: r.cfg.pulled}
@@ -543,22 +529,7 @@ func (r *runner) writeRecord(st *Started) error {
 // cleanup stops whatever is still running and removes what Run made.
 func (r *runner) cleanup() error {
 	var errs []error
-	if r.monitor != nil {
-		select {
-		case <-r.monitor.Done():
-		default:
-			r.monitor.Cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-r.monitor.Done():
-			case <-r.cfg.Force:
-				killTree(r.monitor.Cmd.Process.Pid)
-				<-r.monitor.Done()
-			case <-time.After(60 * time.Second):
-				killTree(r.monitor.Cmd.Process.Pid)
-				<-r.monitor.Done()
-			}
-		}
-	}
+	r.pod.stopMonitor(r.cfg.Force)
 	// The virtiofs daemons end when QEMU lets go of them; those still
 	// there (QEMU never started) are ended as a pod's containers are.
 	r.virtiofs.stop()
@@ -571,37 +542,12 @@ func (r *runner) cleanup() error {
 		errs = append(errs, err)
 		podGone = false
 	}
-	if podGone {
-		for _, g := range r.vfio {
-			if _, err := g.Undo(); err != nil {
-				errs = append(errs, fmt.Errorf("take back the VM's access to %s: %w", g.File().Name(), err))
-			}
-			g.File().Close()
-		}
-		r.vfio = nil
-	}
-	if r.cgroup != nil && podGone {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := r.cgroup.Remove(ctx); err != nil {
-			errs = append(errs, err)
-		}
-		cancel()
-		r.cgroup = nil
-	}
+	// The guest's network services go before the pod network.
 	if err := r.guestNet.Close(); err != nil {
 		errs = append(errs, err)
 	}
-	if r.net != nil {
-		if err := r.net.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, r.pod.teardown(podGone)...)
 	r.storage.Release(r.started)
-	if r.logFile != nil { // staged, the monitor never started
-		r.logFile.Close()
-		r.logFile = nil
-		r.identity.Close()
-	}
 	// os.RemoveAll works through descriptors and does not follow links
 	// below the work dir, whose own parent only root can change. The work
 	// dir is taken back first (0700, root's): every process of the

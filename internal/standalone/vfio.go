@@ -143,27 +143,3 @@ func vfioGrant(node string, uid uint32) (*userstorage.Grant, error) {
 	}
 	return g, nil
 }
-
-// grantVFIO lets the VM's user open its IOMMU groups' nodes and lock its
-// guest's memory, as VFIO needs (a device plugin's pod gets the nodes, and
-// the memory lock limit is the kubelet's to raise; here the VM's uid would
-// have neither): vlctl's own limit is raised, which the monitor, its
-// launcher, libvirt and QEMU inherit.
-func (r *runner) grantVFIO() error {
-	if len(r.cfg.vfioGroups) == 0 {
-		return nil
-	}
-	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}); err != nil {
-		return fmt.Errorf("--device: raise the locked memory limit for VFIO: %w", err)
-	}
-	for _, node := range r.cfg.vfioGroups {
-		g, err := vfioGrant(node, uint32(r.owner.UID))
-		if err != nil {
-			return fmt.Errorf("--device: %w", err)
-		}
-		if g != nil {
-			r.vfio = append(r.vfio, g)
-		}
-	}
-	return nil
-}

@@ -253,14 +253,14 @@ func (r *runner) stageLauncher() error {
 		if err != nil {
 			return err
 		}
-		r.bins[i] = b
+		r.pod.bins[i] = b
 	}
 	f, err := r.dir.OpenFile("launcher.log", os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return fmt.Errorf("launcher log: %w", err)
 	}
-	r.logFile = f
-	if r.identity, err = pod.WriteIdentity(r.dir, "identity", r.owner.UID, r.owner.GID, r.owner.Groups); err != nil {
+	r.pod.logFile = f
+	if r.pod.identity, err = pod.WriteIdentity(r.dir, "identity", r.owner.UID, r.owner.GID, r.owner.Groups); err != nil {
 		return fmt.Errorf("the VM's passwd and group: %w", err)
 	}
 	return nil
