@@ -2,34 +2,22 @@ package standalone_test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
-const gpuVMI = `apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: gpuvm
-spec:
-  domain:
-    devices:
-      gpus:
-      - name: g
-        deviceName: nvidia.com/GP102GL_Tesla_P40
-    memory:
-      guest: 64Mi
-`
+// gpuVMI is the test guest with a GPU passed through.
+var gpuVMI = testguest.Manifest{Name: "gpuvm", Kernel: "KERNELDIR", Root: "ROOTDISK", AutoattachPod: true,
+	Memory: "64Mi", GuestMemory: true, GPUs: []testguest.GPU{{Name: "g", DeviceName: "nvidia.com/GP102GL_Tesla_P40"}}}.YAML()
 
 // TestVlctlRunDevice: a VMI with a GPU is refused without --device, naming
 // the flag; with one, on this machine (no IOMMU, no vfio-pci), refused
 // saying why VFIO cannot work here. Nothing is left either time.
 func TestVlctlRunDevice(t *testing.T) {
 	needRoot(t)
-	file := filepath.Join(t.TempDir(), "gpu.yaml")
-	if err := os.WriteFile(file, []byte(gpuVMI), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := guestManifest(t, "gpu", gpuVMI)
 	root := workRoot(t)
 	code, _, stderr := vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
 	if code != 1 {

@@ -2,9 +2,7 @@ package standalone_test
 
 import (
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +13,14 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
+// publishVMI is vlctl testguest's guest with SSH's port declared: the
+// masquerade interface forwards the ports it declares.
+func publishVMI(name string) testguest.Manifest {
+	return testguest.Manifest{Name: name, Namespace: "default", Grace: 10, Kernel: "KERNELDIR", Cmdline: testguest.DefaultCmdline,
+		Root: "ROOTDISK", Scratch: true, UserData: "#!/bin/sh\necho \"hello from user-data on $(uname -r)\"\n",
+		Pod: &testguest.Interface{Ports: []int{22}}}
+}
+
 // TestVlctlRunPublish: --publish PORT:22 makes the guest's SSH server
 // answer on the host's loopback (its banner read through vlctl's relay
 // and the masquerade binding); Ctrl-C closes the port with the rest. A
@@ -23,19 +29,7 @@ import (
 func TestVlctlRunPublish(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "pub")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
-	// The masquerade interface forwards the ports it declares: SSH's.
-	if !strings.Contains(manifest, "        - port: 80\n") {
-		t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)
-	}
-	manifest = strings.Replace(manifest, "        - port: 80\n", "        - port: 22\n", 1)
-	file := filepath.Join(t.TempDir(), "pub.yaml")
-	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := guestManifest(t, "pub", publishVMI("pub").YAML())
 
 	// A taken port: refused, nothing left.
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
@@ -45,7 +39,7 @@ func TestVlctlRunPublish(t *testing.T) {
 	defer busy.Close()
 	busyPort := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
 	root := workRoot(t)
-	code, _, stderr = vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), "--publish", busyPort+":22", file)
+	code, _, stderr := vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), "--publish", busyPort+":22", file)
 	if code == 0 || !strings.Contains(stderr, "--publish 127.0.0.1:"+busyPort) || !strings.Contains(stderr, "address already in use") {
 		t.Errorf("a taken host port: exit %d, stderr:\n%s\nwant a failure naming the --publish", code, stderr)
 	}
@@ -82,23 +76,7 @@ func TestVlctlRunPublish(t *testing.T) {
 func TestVlctlRunPublishKeptAcrossRestart(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "pubr")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
-	// The VMI as a VirtualMachine's template, SSH's port forwarded.
-	head, spec, ok := strings.Cut(manifest, "\nspec:\n")
-	if !ok || !strings.Contains(spec, "        - port: 80\n") || !strings.Contains(head, "kind: VirtualMachineInstance") {
-		t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)
-	}
-	spec = strings.Replace(spec, "        - port: 80\n", "        - port: 22\n", 1)
-	vm := strings.Replace(head, "kind: VirtualMachineInstance", "kind: VirtualMachine", 1) +
-		"\nspec:\n  runStrategy: Always\n  template:\n    spec:\n" +
-		"    " + strings.ReplaceAll(strings.TrimRight(spec, "\n"), "\n", "\n    ") + "\n"
-	file := filepath.Join(t.TempDir(), "pubr.yaml")
-	if err := os.WriteFile(file, []byte(vm), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := guestManifest(t, "pubr", publishVMI("pubr").VMYAML("Always"))
 	port := strconv.Itoa(int(testenv.FreeAddr(t).Port()))
 	root, records := workRoot(t), workRoot(t)
 	cmd, stdout, errOut, exited := startVlctl(t, "run", "--emulation", "--workdir", root, "--record-dir", records, "--publish", port+":22", file)

@@ -10,53 +10,22 @@ import (
 
 // vfsVMI shares the ConfigMap app-config with the guest by virtiofs; its
 // user data mounts the share by the filesystem's name and prints a key.
-const vfsVMI = `apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: vfs
-spec:
-  terminationGracePeriodSeconds: 10
-  domain:
-    memory:
-      guest: 256Mi
-    firmware:
-      kernelBoot:
-        kernelArgs: "console=ttyS0 quiet panic=-1 no_timer_check vl.poweroff=1 vl.nodhcp=1"
-        container:
-          image: KERNELDIR
-          kernelPath: /vmlinuz
-          initrdPath: /initrd.img
-    devices:
-      autoattachPodInterface: false
-      disks:
-      - name: rootdisk
-        disk: {bus: virtio}
-      - name: cloudinit
-        disk: {bus: virtio}
-      filesystems:
-      - name: app
-        virtiofs: {}
-  volumes:
-  - name: rootdisk
-    containerDisk:
-      image: ROOTDISK
-  - name: cloudinit
-    cloudInitNoCloud:
-      userData: |
-        #!/bin/sh
-        mkdir -p /mnt/app
-        mount -t virtiofs app /mnt/app 2>&1
-        echo "VL-""VIRTIOFS $(cat /mnt/app/mode 2>&1) owner=$(stat -c %u:%g /mnt/app/mode 2>&1) mounts=$(grep -c ' virtiofs ' /proc/mounts)"
-  - name: app
-    configMap:
-      name: app-config
----
+var vfsVMI = testguest.Manifest{Name: "vfs", Grace: 10, Memory: "256Mi", GuestMemory: true, Kernel: "KERNELDIR",
+	Cmdline: strings.Join([]string{testguest.DefaultCmdline, testguest.OptPowerOff, testguest.OptNoDHCP}, " "),
+	Root:    "ROOTDISK", UserData: vfsUserData, Shares: []testguest.Share{{Name: "app", ConfigMap: "app-config"}},
+}.YAML() + `---
 apiVersion: v1
 kind: ConfigMap
 metadata:
   name: app-config
 data:
   mode: "shared-by-virtiofs"
+`
+
+const vfsUserData = `#!/bin/sh
+mkdir -p /mnt/app
+mount -t virtiofs app /mnt/app 2>&1
+echo "VL-""VIRTIOFS $(cat /mnt/app/mode 2>&1) owner=$(stat -c %u:%g /mnt/app/mode 2>&1) mounts=$(grep -c ' virtiofs ' /proc/mounts)"
 `
 
 // TestVlctlRunVirtiofs: a VMI with a ConfigMap shared by virtiofs. vlctl
