@@ -58,10 +58,9 @@ func TestDedicatedCPU(t *testing.T) {
 	}
 
 	const name = "vmi-dedicated"
-	vmi := editManifest(t, vmiYAML(name),
-		[2]string{"  domain:\n", "  domain:\n    cpu: {cores: 1, dedicatedCpuPlacement: true}\n"},
-		[2]string{"      requests:\n        memory: 256Mi\n", "      requests:\n        memory: 256Mi\n      limits:\n        memory: 256Mi\n"})
-	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
+	vmi := guestVMI(name)
+	vmi.DedicatedCores, vmi.Memory, vmi.MemoryLimit = 1, "256Mi", "256Mi"
+	ok(env.KubectlStdin(ctx, vmi.YAML(), "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
 	env.WaitReady(t, ctx, name)
 	pod := env.LauncherPod(t, ctx, name)

@@ -57,64 +57,28 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// vmiYAML is the test guest as a VMI: kernelBoot container and
-// containerDisk from the registry, cloud-init NoCloud user-data that serves
-// HTTP on port 80, a masquerade interface declaring that port.
 // guestCmdline is the test guest's kernel command line here: the guest
 // agent's shutdown and reboot work (testguest.OptAgentShutdown), as on a
 // real distribution.
 const guestCmdline = testguest.DefaultCmdline + " " + testguest.OptAgentShutdown
 
-func vmiYAML(name string) string {
-	return vmiYAMLWithRoot(name, "containerDisk:\n      image: "+guest.Disk)
+// guestVMI is the test guest as a VMI labelled app: NAME: kernelBoot
+// container and containerDisk from the registry, cloud-init NoCloud
+// user-data that runs the shell lines of first and serves HTTP on port 80,
+// a masquerade interface declaring that port.
+func guestVMI(name string, first ...string) testguest.Manifest {
+	userData := "#!/bin/sh\nmkdir -p /tmp/www && echo \"hello from " + name + "\" > /tmp/www/index.html\n"
+	for _, l := range first {
+		userData += l + "\n"
+	}
+	return testguest.Manifest{Name: name, Labels: map[string]string{"app": name}, Grace: 30,
+		Kernel: guest.Kernel, KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img", Cmdline: guestCmdline, Root: guest.Disk,
+		UserData: userData + "busybox httpd -p 80 -h /tmp/www && echo VL-HTTPD-STARTED\n",
+		Pod:      &testguest.Interface{Ports: []int{80}}}
 }
 
-// vmiYAMLWithRoot is vmiYAML with another source for the root disk (the
-// YAML of the volume's source, indented for its place).
-func vmiYAMLWithRoot(name, rootSource string) string {
-	return fmt.Sprintf(`apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: %[1]s
-  labels: {app: %[1]s}
-spec:
-  terminationGracePeriodSeconds: 30
-  domain:
-    firmware:
-      kernelBoot:
-        kernelArgs: %[2]q
-        container:
-          image: %[3]s
-          kernelPath: /boot/vmlinuz
-          initrdPath: /boot/initrd.img
-    resources:
-      requests:
-        memory: 256Mi
-    devices:
-      disks:
-      - name: rootdisk
-        disk: {bus: virtio}
-      - name: cloudinit
-        disk: {bus: virtio}
-      interfaces:
-      - name: default
-        masquerade: {}
-        ports:
-        - port: 80
-  networks:
-  - name: default
-    pod: {}
-  volumes:
-  - name: rootdisk
-    %[4]s
-  - name: cloudinit
-    cloudInitNoCloud:
-      userData: |
-        #!/bin/sh
-        mkdir -p /tmp/www && echo "hello from %[1]s" > /tmp/www/index.html
-        busybox httpd -p 80 -h /tmp/www && echo VL-HTTPD-STARTED
-`, name, guestCmdline, guest.Kernel, rootSource)
-}
+// vmiYAML is guestVMI's manifest.
+func vmiYAML(name string) string { return guestVMI(name).YAML() }
 
 // createReady creates the test guest's VMI NAME and waits until it is Ready.
 func createReady(t *testing.T, ctx context.Context, name string) {
@@ -230,17 +194,7 @@ func httpGet(ctx context.Context, url string, within time.Duration) (string, err
 }
 
 // vmYAML is the test guest as a VirtualMachine, halted until started.
-func vmYAML(name string) string { return vmYAMLOf(name, vmiYAML(name)) }
-
-func vmYAMLOf(name, vmi string) string {
-	spec := vmi[strings.Index(vmi, "spec:\n")+len("spec:\n"):]
-	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: %s\nspec:\n  runStrategy: Halted\n  template:\n    metadata:\n      labels: {app: %s}\n    spec:\n", name, name)
-	for _, line := range strings.Split(strings.TrimRight(spec, "\n"), "\n") {
-		b.WriteString("    " + line + "\n")
-	}
-	return b.String()
-}
+func vmYAML(name string) string { return guestVMI(name).VMYAML("Halted") }
 
 // getObject reads one object of kind with kubectl get -o json into a T,
 // failing the test when kubectl or the decoding fails.
@@ -251,19 +205,6 @@ func getObject[T any](t *testing.T, ctx context.Context, kind, name string) T {
 		t.Fatalf("kubectl get %s %s: %v", kind, name, err)
 	}
 	return v
-}
-
-// editManifest replaces, once each and in order, the old text of each edit
-// with its new text, failing the test when a manifest lacks one.
-func editManifest(t *testing.T, manifest string, edits ...[2]string) string {
-	t.Helper()
-	for _, e := range edits {
-		if !strings.Contains(manifest, e[0]) {
-			t.Fatalf("the manifest has no %q:\n%s", e[0], manifest)
-		}
-		manifest = strings.Replace(manifest, e[0], e[1], 1)
-	}
-	return manifest
 }
 
 // pvDir makes the host directory behind a static hostPath PV, owned by
@@ -509,7 +450,9 @@ func TestPVCDiskSurvivesRestart(t *testing.T) {
 	t.Cleanup(func() {
 		env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=true", "--timeout=90s")
 	})
-	vm := vmYAMLOf(name, vmiYAMLWithRoot(name, "persistentVolumeClaim:\n      claimName: "+claim))
+	m := guestVMI(name)
+	m.RootClaim = claim
+	vm := m.VMYAML("Halted")
 	ok(env.KubectlStdin(ctx, vm, "create", "-f", "-"))
 
 	counts := []string{}
@@ -554,12 +497,12 @@ func TestSidecarHook(t *testing.T) {
 	}
 	t.Cleanup(func() { env.SetFeatureGate(context.Background(), "Sidecar", false) })
 	const name = "vmi-hook"
-	vmi := strings.Replace(vmiYAML(name), "  labels: {app: "+name+"}\n", fmt.Sprintf(`  labels: {app: %s}
-  annotations:
-    hooks.kubevirt.io/hookSidecars: '[{"args": ["--version", "v1alpha2"], "image": "%s"}]'
-    smbios.vm.kubevirt.io/baseBoardManufacturer: "Radical Edward"
-`, name, image), 1)
-	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
+	m := guestVMI(name)
+	m.Annotations = map[string]string{
+		"hooks.kubevirt.io/hookSidecars":              `[{"args": ["--version", "v1alpha2"], "image": "` + image + `"}]`,
+		"smbios.vm.kubevirt.io/baseBoardManufacturer": "Radical Edward",
+	}
+	ok(env.KubectlStdin(ctx, m.YAML(), "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
 	env.WaitReady(t, ctx, name)
 	pod := env.LauncherPod(t, ctx, name)
@@ -578,11 +521,9 @@ func TestEFIAndTPM(t *testing.T) {
 	ok := must(t)
 	ctx := context.Background()
 	const name = "vmi-efi"
-	vmi := editManifest(t, vmiYAML(name),
-		[2]string{"    firmware:\n", "    firmware:\n      bootloader:\n        efi: {secureBoot: false}\n"},
-		[2]string{"kernelPath: /boot/vmlinuz\n", "kernelPath: /boot/vmlinuz.efi\n"},
-		[2]string{"    devices:\n", "    devices:\n      tpm: {}\n"})
-	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
+	m := guestVMI(name)
+	m.EFI, m.TPM, m.KernelPath = testguest.On, testguest.On, "/boot/"+testguest.EFIKernelName
+	ok(env.KubectlStdin(ctx, m.YAML(), "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
 	env.WaitReady(t, ctx, name)
 	pod := env.LauncherPod(t, ctx, name)
@@ -635,12 +576,10 @@ volumeBindingMode: WaitForFirstConsumer
 		env.Kubectl(bg, "delete", "storageclass", "vl-e2e-local", "--ignore-not-found")
 	})
 	token := fmt.Sprintf("kept%d", time.Now().UnixNano()%1e9)
-	vm := editManifest(t, vmYAMLOf(name, vmiYAML(name)),
-		[2]string{"        firmware:\n", "        firmware:\n          bootloader:\n            efi: {secureBoot: false, persistent: true}\n"},
-		[2]string{"kernelPath: /boot/vmlinuz\n", "kernelPath: /boot/vmlinuz.efi\n"},
-		[2]string{"        devices:\n", "        devices:\n          tpm: {persistent: true}\n"},
-		[2]string{"kernelArgs: \"" + guestCmdline + "\"", "kernelArgs: \"" + guestCmdline + " " + testguest.OptEFIVar("VlKeep", token) + "\""})
-	ok(env.KubectlStdin(ctx, vm, "create", "-f", "-"))
+	m := guestVMI(name)
+	m.EFI, m.TPM, m.KernelPath = testguest.Persistent, testguest.Persistent, "/boot/"+testguest.EFIKernelName
+	m.Cmdline += " " + testguest.OptEFIVar("VlKeep", token)
+	ok(env.KubectlStdin(ctx, m.VMYAML("Halted"), "create", "-f", "-"))
 
 	boot := func(n int) (efivar bool, ek string) {
 		t.Helper()

@@ -38,8 +38,9 @@ func TestSecondNode(t *testing.T) {
 		}
 	}
 	name := "vmi-node2"
-	vmi := strings.Replace(vmiYAML(name), "spec:\n", "spec:\n  nodeSelector: {kubernetes.io/hostname: "+cluster.Node2Name+"}\n", 1)
-	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
+	vmi := guestVMI(name)
+	vmi.NodeSelector = map[string]string{"kubernetes.io/hostname": cluster.Node2Name}
+	ok(env.KubectlStdin(ctx, vmi.YAML(), "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
 	env.WaitReady(t, ctx, name)
 	if node := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.status.nodeName}")); node != cluster.Node2Name {
@@ -82,8 +83,7 @@ func TestLiveMigration(t *testing.T) {
 	t.Cleanup(func() { env.SetFeatureGate(context.Background(), "ImageVolume", false) })
 	name := "vmi-mig"
 	// virtctl migrates VirtualMachines.
-	vmi := strings.Replace(vmiYAML(name), "        busybox httpd", "        "+testguest.CounterScript+"\n        busybox httpd", 1)
-	ok(env.KubectlStdin(ctx, vmYAMLOf(name, vmi), "create", "-f", "-"))
+	ok(env.KubectlStdin(ctx, guestVMI(name, testguest.CounterScript).VMYAML("Halted"), "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=false") })
 	ok(env.Virtctl(ctx, time.Minute, "start", name))
 	// The VM's status polls without failing while its VMI is not made yet.
@@ -321,16 +321,11 @@ func TestSharedDiskMigration(t *testing.T) {
 	t.Cleanup(func() {
 		env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=true", "--timeout=90s")
 	})
-	vmi := vmiYAMLWithRoot(name, "persistentVolumeClaim:\n      claimName: "+claim)
-	vmi = strings.Replace(vmi, "        busybox httpd", "        "+testguest.CounterScript+"\n        busybox httpd", 1)
+	vmi := guestVMI(name, testguest.CounterScript)
 	// Any disk but a shared PVC, hostDisk or read-only CD-ROM makes
 	// KubeVirt copy it (block migration): the cloud-init disk is a CD-ROM.
-	const ci = "      - name: cloudinit\n        disk: {bus: virtio}\n"
-	if !strings.Contains(vmi, ci) {
-		t.Fatalf("the test VMI changed shape:\n%s", vmi)
-	}
-	vmi = strings.Replace(vmi, ci, "      - name: cloudinit\n        cdrom: {bus: sata}\n", 1)
-	ok(env.KubectlStdin(ctx, vmYAMLOf(name, vmi), "create", "-f", "-"))
+	vmi.RootClaim, vmi.UserDataCDROM = claim, true
+	ok(env.KubectlStdin(ctx, vmi.VMYAML("Halted"), "create", "-f", "-"))
 	ok(env.Virtctl(ctx, time.Minute, "start", name))
 	env.WaitPrintable(t, ctx, name, "Running")
 	env.WaitReady(t, ctx, name)

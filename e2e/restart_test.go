@@ -38,8 +38,7 @@ func TestLauncherKilledVMILives(t *testing.T) {
 	const claim, serial = "pvc-lkill", "VLE2ELK"
 	createPVC(t, ctx, claim, "ReadWriteOnce", func(img string) error { return os.WriteFile(img, make([]byte, 16<<20), 0o644) })
 	name := "vmi-lkill"
-	vmi := strings.Replace(vmiYAML(name), "        busybox httpd", "        "+testguest.CounterScript+"\n        busybox httpd", 1)
-	ok(env.KubectlStdin(ctx, vmYAMLOf(name, vmi), "create", "-f", "-"))
+	ok(env.KubectlStdin(ctx, guestVMI(name, testguest.CounterScript).VMYAML("Halted"), "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vm", name, "--ignore-not-found", "--wait=false") })
 	ok(env.Virtctl(ctx, time.Minute, "start", name))
 	env.WaitPrintable(t, ctx, name, "Running")
@@ -103,12 +102,9 @@ func TestLauncherKilledRestartsOff(t *testing.T) {
 	ok := must(t)
 	ctx := context.Background()
 	name := "vmi-lkill-off"
-	vmi := strings.Replace(vmiYAML(name), "  labels: {app: "+name+"}\n",
-		"  labels: {app: "+name+"}\n  annotations: {virtlauncher.io/launcher-restarts: \"off\"}\n", 1)
-	if !strings.Contains(vmi, "launcher-restarts") {
-		t.Fatal("the VMI's YAML has no labels line to put the annotation after")
-	}
-	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
+	vmi := guestVMI(name)
+	vmi.Annotations = map[string]string{"virtlauncher.io/launcher-restarts": "off"}
+	ok(env.KubectlStdin(ctx, vmi.YAML(), "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
 	env.WaitReady(t, ctx, name)
 	uid := ok(env.Kubectl(ctx, "get", "vmi", name, "-o", "jsonpath={.metadata.uid}"))

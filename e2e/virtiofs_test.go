@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/virtlauncher/virtlauncher/internal/testguest"
 )
 
 // TestVirtiofsConfigMap: a VMI that shares a ConfigMap by virtiofs.
@@ -21,9 +23,9 @@ func TestVirtiofsConfigMap(t *testing.T) {
 	const name, key, value = "vmi-vfs", "mode", "shared-by-virtiofs"
 	ok(env.KubectlStdin(ctx, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: vfs-config\ndata:\n  "+key+": "+value+"\n", "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "configmap", "vfs-config", "--ignore-not-found") })
-	vmi := strings.Replace(vmiYAML(name), "      interfaces:\n", "      filesystems:\n      - name: app\n        virtiofs: {}\n      interfaces:\n", 1)
-	vmi = strings.Replace(vmi, "  volumes:\n", "  volumes:\n  - name: app\n    configMap:\n      name: vfs-config\n", 1)
-	ok(env.KubectlStdin(ctx, vmi, "create", "-f", "-"))
+	vmi := guestVMI(name)
+	vmi.Shares = []testguest.Share{{Name: "app", ConfigMap: "vfs-config"}}
+	ok(env.KubectlStdin(ctx, vmi.YAML(), "create", "-f", "-"))
 	t.Cleanup(func() { env.Kubectl(context.Background(), "delete", "vmi", name, "--ignore-not-found", "--wait=false") })
 	env.WaitReady(t, ctx, name)
 
