@@ -147,7 +147,7 @@ func TestHostPathsMigrated(t *testing.T) {
 		{Name: "p", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{
 			PersistentVolumeClaimVolumeSource: k8sv1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}}},
 	}
-	cfg := session{Config: Config{AllowHostPaths: []string{"/data"}, HostPathOwner: 1000}, guest: migrationIn{src: &runrecord.Entry{Record: runrecord.Record{VMI: src}}}}
+	cfg := session{Config: Config{StorageOptions: StorageOptions{AllowHostPaths: []string{"/data"}, HostPathOwner: 1000}}, guest: migrationIn{src: &runrecord.Entry{Record: runrecord.Record{VMI: src}}}}
 	hp := cfg.hostPaths()
 	if hp.Owner != 1000 {
 		t.Errorf("owner %d, want 1000", hp.Owner)

@@ -191,7 +191,7 @@ func (r *runner) writeConfigVolumes() error {
 }
 
 // files are the manifest files of the run: FILE, then each -f.
-func (c *Config) files() []string {
+func (c *ManifestOptions) files() []string {
 	var out []string
 	if c.File != "" {
 		out = append(out, c.File)
@@ -216,7 +216,7 @@ func (c *session) manifestFiles() string {
 // loadManifest reads the run's documents: the VMI to run (defaulted and
 // validated), its VirtualMachine (nil for a VMI manifest) and the files
 // of its config volumes. Errors name the document.
-func loadManifest(cfg Config) (*v1.VirtualMachineInstance, *v1.VirtualMachine, []configVolume, error) {
+func loadManifest(cfg ManifestOptions) (*v1.VirtualMachineInstance, *v1.VirtualMachine, []configVolume, error) {
 	l, err := instancetype.Load(cfg.files(), cfg.Instancetypes, vmi.Options{DefaultBinding: cfg.Binding})
 	if err != nil {
 		return nil, nil, nil, err

@@ -65,7 +65,7 @@ func TestLoadManifestConfigVolumes(t *testing.T) {
 	vmFile, docs := filepath.Join(dir, "vm.yaml"), filepath.Join(dir, "docs.yaml")
 	os.WriteFile(vmFile, []byte(configVM), 0o600)
 	os.WriteFile(docs, []byte(configDocs), 0o600)
-	v, vm, cv, err := loadManifest(Config{File: vmFile, Files: []string{docs}})
+	v, vm, cv, err := loadManifest(ManifestOptions{File: vmFile, Files: []string{docs}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestLoadManifestMissingConfig(t *testing.T) {
 	dir := t.TempDir()
 	vmFile := filepath.Join(dir, "vm.yaml")
 	os.WriteFile(vmFile, []byte(configVM), 0o600)
-	_, _, _, err := loadManifest(Config{File: vmFile})
+	_, _, _, err := loadManifest(ManifestOptions{File: vmFile})
 	if err == nil {
 		t.Fatal("loaded without its ConfigMap and Secrets")
 	}
@@ -122,7 +122,7 @@ func TestLoadManifestMissingConfig(t *testing.T) {
 	opt = strings.Replace(opt, "secretName: keys", "secretName: creds", 1)
 	os.WriteFile(filepath.Join(dir, "creds.yaml"), []byte("apiVersion: v1\nkind: Secret\nmetadata: {name: creds}\n"), 0o600)
 	os.WriteFile(vmFile, []byte(opt), 0o600)
-	_, _, cv, err := loadManifest(Config{File: vmFile, Files: []string{filepath.Join(dir, "creds.yaml")}})
+	_, _, cv, err := loadManifest(ManifestOptions{File: vmFile, Files: []string{filepath.Join(dir, "creds.yaml")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 func TestEgressLimit(t *testing.T) {
 	p, _, status := guestnettest.EgressTestPod(t)
 	far := testnet.FarHost(t, "VL-FAR-PAGE")
-	r := &runner{workDir: t.TempDir(), log: slog.New(slog.DiscardHandler), cfg: session{Config: Config{Status: status}},
+	r := &runner{workDir: t.TempDir(), log: slog.New(slog.DiscardHandler), cfg: session{Config: Config{ReportOptions: ReportOptions{Status: status}}},
 		storage: userstorage.NewHeld(vmuser.User{}, status)}
 	stop, err := r.serveControl(context.Background(), nil)
 	if err != nil {

@@ -54,7 +54,7 @@ type guestSource interface {
 type boot struct{}
 
 func (boot) load(cfg *session) (*v1.VirtualMachineInstance, *v1.VirtualMachine, error) {
-	v, vm, vols, err := loadManifest(cfg.Config)
+	v, vm, vols, err := loadManifest(cfg.ManifestOptions)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -73,7 +73,7 @@ func (boot) running() bool { return false }
 
 func (boot) ready(ctx context.Context, cfg *session, v *v1.VirtualMachineInstance, vm *v1.VirtualMachine, specs []userstorage.Spec) error {
 	var err error
-	if cfg.pulled, err = pullImages(ctx, cfg.Config, v); err != nil {
+	if cfg.pulled, err = pullImages(ctx, cfg.ImageCache, cfg.progressOut(), v); err != nil {
 		return err
 	}
 	return cfg.store().Prepare(ctx, cfg.Volumes, specs, vm)

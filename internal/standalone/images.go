@@ -3,6 +3,7 @@ package standalone
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,13 +19,11 @@ import (
 const pullTimeout = 30 * time.Minute
 
 // pullImages fetches the containerDisk images the manifest names by
-// reference (anything but an absolute path) into cfg.ImageCache, as the
-// kubelet of a cluster would pull them, honouring imagePullPolicy.
-func pullImages(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance) (map[string]string, error) {
-	cache := &registrydisk.Cache{Dir: cfg.ImageCache, Status: cfg.Status}
-	if cfg.Quiet {
-		cache.Status = nil
-	}
+// reference (anything but an absolute path) into the directory cache
+// (--image-cache), as the kubelet of a cluster would pull them, honouring
+// imagePullPolicy. Progress goes to status unless it is nil.
+func pullImages(ctx context.Context, cache string, status io.Writer, v *v1.VirtualMachineInstance) (map[string]string, error) {
+	images := &registrydisk.Cache{Dir: cache, Status: status}
 	pulled := map[string]string{}
 	for i, vol := range v.Spec.Volumes {
 		cd := vol.ContainerDisk
@@ -41,7 +40,7 @@ func pullImages(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance) (
 			return nil, fmt.Errorf("%s: %q is a relative path to a local file; give its absolute path (a name that is not absolute is an image reference)", field, cd.Image)
 		}
 		pctx, cancel := context.WithTimeout(ctx, pullTimeout)
-		p, err := cache.Fetch(pctx, cd.Image, cd.Path, cd.ImagePullPolicy)
+		p, err := images.Fetch(pctx, cd.Image, cd.Path, cd.ImagePullPolicy)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w (a local disk image is given by its absolute path)", field, err)
@@ -67,7 +66,7 @@ func pullImages(ctx context.Context, cfg Config, v *v1.VirtualMachineInstance) (
 			policy = vmi.DefaultPullPolicy(c.Image)
 		}
 		pctx, cancel := context.WithTimeout(ctx, pullTimeout)
-		p, err := cache.Fetch(pctx, c.Image, f.path, policy)
+		p, err := images.Fetch(pctx, c.Image, f.path, policy)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("%s.%s: %w (a local kernel is given by the absolute path of its directory in image)", field, f.name, err)

@@ -71,11 +71,11 @@ func TestImageAccess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := session{Config: Config{ImageCache: filepath.Join(tmp, "images"), Status: io.Discard}}
+	cfg := session{Config: Config{StorageOptions: StorageOptions{ImageCache: filepath.Join(tmp, "images")}, ReportOptions: ReportOptions{Status: io.Discard}}}
 	vmi := &v1.VirtualMachineInstance{Spec: v1.VirtualMachineInstanceSpec{Volumes: []v1.Volume{
 		{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: ref}}}}}}
 	var err error
-	if cfg.pulled, err = pullImages(context.Background(), cfg.Config, vmi); err != nil {
+	if cfg.pulled, err = pullImages(context.Background(), cfg.ImageCache, cfg.progressOut(), vmi); err != nil {
 		t.Fatal(err)
 	}
 	p := cfg.pulled[ref]

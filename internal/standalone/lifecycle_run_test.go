@@ -158,8 +158,9 @@ func TestRunForcedWhileStarting(t *testing.T) {
 	root := workRoot(t)
 	var status testenv.SyncBuffer
 	force := make(chan struct{})
-	cfg := standalone.Config{File: file, Emulation: true, WorkRoot: root, BinDir: binDir,
-		Console: &status, Status: &status, Force: force}
+	var cfg standalone.Config
+	cfg.File, cfg.Emulation, cfg.WorkRoot, cfg.BinDir = file, true, root, binDir
+	cfg.Console, cfg.Status, cfg.Force = &status, &status, force
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

@@ -27,7 +27,7 @@ func TestPortsHandedOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Point(guestnettest.PodTestServer(t, 8080, "old"))
-	src := &runner{cfg: session{Config: Config{Publish: pubs, Status: &status}, ports: old}}
+	src := &runner{cfg: session{Config: Config{NetworkOptions: NetworkOptions{Publish: pubs}, ReportOptions: ReportOptions{Status: &status}}, ports: old}}
 	a, b := testenv.UnixPair(t)
 	if err := src.replyMigrated(a, runctl.Reply{Message: "done"}); err != nil {
 		t.Fatal(err)

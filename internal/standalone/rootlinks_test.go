@@ -84,7 +84,7 @@ func newStageFixture(t *testing.T) *stageFixture {
 	}
 	v := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "default", UID: "u1"}}
 	v.Spec.Volumes = []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: img}}}}
-	cfg := Config{WorkRoot: f.workRoot, BinDir: f.binDir, CapsCache: "none", Status: &strings.Builder{}}
+	cfg := Config{HostOptions: HostOptions{WorkRoot: f.workRoot, BinDir: f.binDir, CapsCache: "none"}, ReportOptions: ReportOptions{Status: &strings.Builder{}}}
 	cfg.defaults()
 	f.r = &runner{cfg: session{Config: cfg, guest: boot{}}, vmi: v, owner: vmID{User: o}, storage: userstorage.NewHeld(o, cfg.Status), log: cfg.Log}
 	t.Cleanup(func() { f.r.cleanup() })

@@ -34,113 +34,6 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
 )
 
-// Config is the options of one `vlctl run`, as its user gives them (vlctl
-// run's flags). Run gives a field left zero the default the flag has
-// (DefaultWorkRoot, DefaultQemuTimeout, userstorage.DefaultVolumeStore,
-// capscache.DefaultDir, uidpool.DefaultRange, ...). What Run works out from
-// them is the session's, not the Config's.
-type Config struct {
-	// File is the VMI (or VM) manifest; Files are more files of documents
-	// (-f). Together they hold exactly one VirtualMachine or
-	// VirtualMachineInstance and the ConfigMaps and Secrets its volumes
-	// name (internal/manifest).
-	File  string
-	Files []string
-	// Instancetypes is a directory of instancetypes and preferences
-	// (--instancetypes), searched after the documents and before the
-	// common ones shipped with vlctl (internal/instancetype).
-	Instancetypes string
-	// Emulation forces TCG. Without it KVM is used when /dev/kvm works and
-	// emulation otherwise.
-	Emulation bool
-	// Binding of the auto-attached pod interface (masquerade by default).
-	Binding string
-	// WorkRoot holds one working directory per run (default /run/vl: short,
-	// because unix socket paths are limited to 107 bytes).
-	WorkRoot string
-	// Keep leaves the working directory in place for inspection.
-	Keep bool
-	// UIDs is the range "FIRST-LAST" of the ids each run takes one of for
-	// its monitor, launcher, libvirt daemon and QEMU: a uid and gid of
-	// the VM's own (default uidpool.DefaultRange; see uidpool).
-	UIDs string
-	// BinDir holds virt-launcher-monitor and virt-launcher (default: the
-	// directory of the running executable).
-	BinDir string
-	// QemuTimeout is passed to the launcher.
-	QemuTimeout time.Duration
-	// CapsCache is a directory, root's and read-only to the VMs, where
-	// the launchers of this machine find libvirt's QEMU capability probe
-	// (~2.5 s under TCG when cold), made by vlctl in a daemon of its own
-	// (internal/capscache). Default capscache.DefaultDir; "none"
-	// turns it off.
-	CapsCache string
-	// Console receives the guest's serial console; Status receives vlctl's
-	// own messages (where ports are forwarded, how the run ended).
-	Console, Status io.Writer
-	Log             *slog.Logger
-	// Volumes map the manifest's persistentVolumeClaims and dataVolumes to
-	// local files or block devices (--volume).
-	Volumes []userstorage.VolumeMap
-	// AllowHostPaths are the directories a manifest's hostDisk may be
-	// below (--allow-host-path); one elsewhere is refused (userstorage).
-	AllowHostPaths []string
-	// HostPathOwner is, besides root, the user whose files a hostDisk may
-	// use (vlctl: SUDO_UID); 0 for root's alone.
-	HostPathOwner int
-	// ForceStart runs a VM whose run strategy keeps it stopped (Halted,
-	// running: false).
-	ForceStart bool
-	// Force, when closed, turns a graceful stop in progress into an
-	// immediate one (a second Ctrl-C): the guest is destroyed and the
-	// launcher killed.
-	Force <-chan struct{}
-	// RecordDir is where the run records itself for `vlctl ps` and the
-	// verbs by name (default runrecord.DefaultDir): a directory only root
-	// can write.
-	RecordDir string
-	// Input, when set, is typed into the guest's serial console (vlctl
-	// run's own terminal, in raw mode): it holds the console's input while
-	// no `vlctl console` attached before it, and its end of input (^])
-	// detaches it for good.
-	Input io.Reader
-	// DNS are the resolvers (host:port) the guest's DNS queries are relayed
-	// to; empty means the host's (/etc/resolv.conf).
-	DNS []string
-	// Quiet leaves out the progress lines (what is being done, where the
-	// guest is reachable); warnings and errors are still written.
-	Quiet bool
-	// Publish forwards host TCP ports to the guest (--publish).
-	Publish []guestnet.Publish
-	// NoEgress leaves the guest without a way out beyond DNS
-	// (--no-egress; guestnet.Services).
-	NoEgress bool
-	// ImageCache is where containerDisk images named by reference (not by
-	// a local path) are pulled to (default registrydisk.DefaultDir).
-	ImageCache string
-	// VolumeStore keeps a VM's DataVolumes that no --volume maps (default
-	// userstorage.DefaultVolumeStore), ImportCache the images downloaded
-	// for them (default dvimport.DefaultCacheDir).
-	VolumeStore, ImportCache string
-	// Started, when set, is called once the guest's domain runs, with where
-	// things are; tests use it to reach the guest from the outside.
-	Started func(Started)
-	// MigrateFrom names a running VM (NAME or NAMESPACE/NAME, as vlctl ps
-	// lists it) whose guest this run takes over by live migration instead
-	// of booting one from File (--migrate-from; migrate.go).
-	MigrateFrom string
-	// CPUSet are the host CPUs the VM's pod may use (--cpuset): its
-	// dedicated CPUs, given as a CPU manager gives them, through a cpuset
-	// cgroup of the pod's own.
-	CPUSet []uint
-	// MigrationBandwidth caps that migration (bytes per second, a quantity
-	// such as 64Mi); "" for no cap, KubeVirt's default.
-	MigrationBandwidth string
-	// Devices are the host PCI devices for the VMI's GPUs and host
-	// devices (--device), bound to vfio-pci.
-	Devices []Device
-}
-
 // session is one `vlctl run`: the user's Config (with its defaults), and
 // what Run works out from it before the first boot, which every boot of
 // the run (runOnce, a runner each) shares.
@@ -329,12 +222,8 @@ func (cfg *session) hostPaths() userstorage.HostPaths {
 
 // store is the volume store as the run uses it.
 func (cfg *session) store() userstorage.Store {
-	status := cfg.Status
-	if cfg.Quiet {
-		status = nil
-	}
 	return userstorage.Store{Dir: cfg.VolumeStore, RecordDir: cfg.RecordDir, ImportCache: cfg.ImportCache,
-		ImageCache: cfg.ImageCache, Status: status}
+		ImageCache: cfg.ImageCache, Status: cfg.progressOut()}
 }
 
 // runOnce boots the guest once (or takes it over, cfg.source); started

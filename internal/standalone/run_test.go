@@ -318,12 +318,12 @@ func TestRunRefusesBeforeCreating(t *testing.T) {
 		cfg  standalone.Config
 		want []string
 	}{
-		{"uid range backwards", good, standalone.Config{UIDs: "1879048300-1879048200"}, []string{"--uids", "FIRST is above LAST"}},
-		{"uid range of system ids", good, standalone.Config{UIDs: "0-10"}, []string{"--uids", "below 1000"}},
-		{"unknown binding", withNet, standalone.Config{Binding: "slirp"}, []string{"slirp"}},
+		{"uid range backwards", good, standalone.Config{HostOptions: standalone.HostOptions{UIDs: "1879048300-1879048200"}}, []string{"--uids", "FIRST is above LAST"}},
+		{"uid range of system ids", good, standalone.Config{HostOptions: standalone.HostOptions{UIDs: "0-10"}}, []string{"--uids", "below 1000"}},
+		{"unknown binding", withNet, standalone.Config{ManifestOptions: standalone.ManifestOptions{Binding: "slirp"}}, []string{"slirp"}},
 		// The pod network is set up before the binaries are looked for:
 		// its teardown runs on this error path too.
-		{"no launcher binaries", withNet, standalone.Config{BinDir: dir}, []string{"launcher binaries", "virt-launcher-monitor"}},
+		{"no launcher binaries", withNet, standalone.Config{HostOptions: standalone.HostOptions{BinDir: dir}}, []string{"launcher binaries", "virt-launcher-monitor"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
@@ -507,8 +507,10 @@ func TestRunInterruptedWhileStarting(t *testing.T) {
 	root := workRoot(t)
 	var status testenv.SyncBuffer
 	started := make(chan struct{}, 1)
-	cfg := standalone.Config{File: file, Emulation: true, WorkRoot: root, BinDir: binDir,
-		Console: &status, Status: &status, Started: func(standalone.Started) { started <- struct{}{} }}
+	var cfg standalone.Config
+	cfg.File, cfg.Emulation, cfg.WorkRoot, cfg.BinDir = file, true, root, binDir
+	cfg.Console, cfg.Status = &status, &status
+	cfg.Started = func(standalone.Started) { started <- struct{}{} }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

@@ -156,10 +156,13 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 		autoBinding = "" // declared in the manifest; vlctl run --binding has no passt
 	}
 	cfg := standalone.Config{
-		File: file, Emulation: true, Binding: autoBinding, WorkRoot: root, BinDir: binDir,
-		QemuTimeout: 3 * time.Minute, Console: console, Status: status,
-		Log:     slog.New(slog.NewTextHandler(logs, nil)),
-		Started: func(s standalone.Started) { startedc <- s },
+		ManifestOptions: standalone.ManifestOptions{File: file, Binding: autoBinding},
+		HostOptions:     standalone.HostOptions{WorkRoot: root, BinDir: binDir, QemuTimeout: 3 * time.Minute},
+		HardwareOptions: standalone.HardwareOptions{Emulation: true},
+		TerminalOptions: standalone.TerminalOptions{Console: console},
+		ReportOptions: standalone.ReportOptions{Status: status,
+			Log:     slog.New(slog.NewTextHandler(logs, nil)),
+			Started: func(s standalone.Started) { startedc <- s }},
 	}
 	if resolver != "" {
 		cfg.DNS = []string{resolver}

@@ -71,9 +71,12 @@ func TestEgressFromThePod(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- standalone.Run(ctx, standalone.Config{
-			File: l.manifest, WorkRoot: l.workRoot, UIDs: l.uids, BinDir: l.binDir,
-			CapsCache: "none", RecordDir: testenv.OpenDir(t), Emulation: true,
-			Console: io.Discard, Status: &status,
+			ManifestOptions: standalone.ManifestOptions{File: l.manifest},
+			HostOptions: standalone.HostOptions{WorkRoot: l.workRoot, UIDs: l.uids, BinDir: l.binDir,
+				CapsCache: "none", RecordDir: testenv.OpenDir(t)},
+			HardwareOptions: standalone.HardwareOptions{Emulation: true},
+			TerminalOptions: standalone.TerminalOptions{Console: io.Discard},
+			ReportOptions:   standalone.ReportOptions{Status: &status},
 		})
 	}()
 	notes := func() string { b, _ := os.ReadFile(filepath.Join(out, "notes")); return string(b) }

@@ -200,9 +200,12 @@ func (l *linkRun) runWith(recordDir string, edit func(*standalone.Config)) (stri
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := standalone.Config{
-		File: l.manifest, Binding: "bridge", WorkRoot: l.workRoot, UIDs: l.uids, BinDir: l.binDir,
-		CapsCache: "none", RecordDir: recordDir, Emulation: true,
-		Console: &strings.Builder{}, Status: &status,
+		ManifestOptions: standalone.ManifestOptions{File: l.manifest, Binding: "bridge"},
+		HostOptions: standalone.HostOptions{WorkRoot: l.workRoot, UIDs: l.uids, BinDir: l.binDir,
+			CapsCache: "none", RecordDir: recordDir},
+		HardwareOptions: standalone.HardwareOptions{Emulation: true},
+		TerminalOptions: standalone.TerminalOptions{Console: &strings.Builder{}},
+		ReportOptions:   standalone.ReportOptions{Status: &status},
 	}
 	if edit != nil {
 		edit(&cfg)
