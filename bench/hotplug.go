@@ -93,12 +93,7 @@ func hasDisk(e stamped, name string) bool {
 // (virt-handler copies them from the domain), from the latest domain
 // event.
 func (in *instance) withVolumeStatus() (*v1.VirtualMachineInstance, error) {
-	var disks []diskSeen
-	in.mu.Lock()
-	for i := len(in.events) - 1; i >= 0 && disks == nil; i-- {
-		disks = in.events[i].disks
-	}
-	in.mu.Unlock()
+	disks := in.events.lastDisks()
 	if disks == nil {
 		return nil, errors.New("hotplug: no domain event has listed the domain's disks yet")
 	}

@@ -16,11 +16,11 @@ import (
 func TestHotplugVMI(t *testing.T) {
 	vmi := &v1.VirtualMachineInstance{}
 	vmi.Spec.Volumes = []v1.Volume{{Name: "rootdisk"}, {Name: "cloudinit"}}
-	in := &instance{vmi: vmi, events: []stamped{
+	in := &instance{vmi: vmi, events: domainEvents{seen: []stamped{
 		{typ: "ADDED", disks: []diskSeen{{name: "rootdisk", target: "vdz"}}},
 		{typ: "MODIFIED", disks: []diskSeen{{name: "rootdisk", target: "vda"}, {name: "cloudinit", target: "vdb"}}},
 		{typ: "K8S"},
-	}}
+	}}}
 	base, err := in.withVolumeStatus()
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func TestHotplugVMI(t *testing.T) {
 	if !hasDisk(stamped{disks: []diskSeen{{name: "hp0"}}}, "hp0") || hasDisk(stamped{disks: []diskSeen{{name: "hp00"}}}, "hp0") {
 		t.Error("hasDisk")
 	}
-	if _, err := (&instance{vmi: vmi, events: []stamped{{typ: "K8S"}}}).withVolumeStatus(); err == nil {
+	if _, err := (&instance{vmi: vmi, events: domainEvents{seen: []stamped{{typ: "K8S"}}}}).withVolumeStatus(); err == nil {
 		t.Error("withVolumeStatus without a domain event: no error")
 	}
 }

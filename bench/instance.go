@@ -32,20 +32,6 @@ func lookupUser(name string) (ids, error) {
 	return ids{uid, gid}, err
 }
 
-// stamped is one notify event with the time the bench received it.
-type stamped struct {
-	at      time.Time
-	typ     string
-	status  string
-	deleted bool
-	// disks are the domain's disks as the event shows them (hotplug).
-	disks []diskSeen
-}
-
-// diskSeen is one disk of a domain event: its alias without the "ua-"
-// prefix (the VMI's disk name for the VMI's disks) and its target.
-type diskSeen struct{ name, target string }
-
 // instance is one launcher run driven the way virt-handler drives it: a
 // pod-like work directory, a notify server on the share dir's
 // domain-notify-pipe.sock, the monitor started as the unprivileged user,
@@ -65,24 +51,61 @@ type instance struct {
 	// part raises its restart budget).
 	monitorEnv []string
 	vmi        *v1.VirtualMachineInstance
-	notify     *notifytest.Server
 	client     *cmdclient.Client
 
-	mon      *pod.Process // once started
-	launcher proc         // the launcher process once found
-	// launcherExitAt is when the launcher process was gone (under mu).
-	launcherExitAt time.Time
+	mon *pod.Process // once started
+	startStamps
+	launcher launcherExit
+	events   domainEvents
 
-	// Timestamps, all from the monitor's exec.
+	console *console
+}
+
+// startStamps are the times of an instance's start, all from the
+// monitor's exec.
+type startStamps struct {
 	execAt                                 time.Time
 	virtlogdSockAt, libvirtSockAt, readyAt time.Time
 	syncSentAt, syncDoneAt                 time.Time
+}
 
-	mu     sync.Mutex
-	events []stamped
-	evCh   chan struct{} // closed and replaced on every event
+// launcherExit is the launcher process, once found, and when it was gone:
+// the bench times the launcher's own exit apart from the monitor's.
+type launcherExit struct {
+	proc proc
 
-	console *console
+	mu sync.Mutex
+	at time.Time
+}
+
+// watch polls the launcher process every 0.5 ms until it is gone or the
+// monitor (mon) has ended.
+func (l *launcherExit) watch(mon *pod.Process) {
+	if l.proc.pid == 0 {
+		return
+	}
+	for alive(l.proc) {
+		select {
+		case <-mon.Done():
+			l.mu.Lock()
+			l.at = mon.EndedAt()
+			l.mu.Unlock()
+			return
+		default:
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+	l.mu.Lock()
+	l.at = time.Now()
+	l.mu.Unlock()
+}
+
+// gone is when the launcher was gone; zero while it runs or if it was
+// never found.
+func (l *launcherExit) gone() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.at
 }
 
 // newInstance lays out a work directory for the test guest named name. A
@@ -102,7 +125,8 @@ func newInstanceIn(ctx context.Context, e *env, img *podImage, name, seed string
 	if err != nil {
 		return nil, fmt.Errorf("work dir: %w", err)
 	}
-	in := &instance{env: e, img: img, name: name, dir: dir, lay: layout.Under(dir), evCh: make(chan struct{})}
+	in := &instance{env: e, img: img, name: name, dir: dir, lay: layout.Under(dir)}
+	in.events.ch = make(chan struct{})
 	if img != nil {
 		in.lay = layout.Rooted(filepath.Join(dir, "run"))
 	}
@@ -160,14 +184,14 @@ func (in *instance) prepare(ctx context.Context, seed string, kernelArgs []strin
 			if err != nil {
 				return err
 			}
-			in.notify = ns
+			in.events.server = ns
 			return nil
 		},
 	}
 	if in.pod, err = spec.Prepare(ctx); err != nil {
 		return err
 	}
-	go in.recordEvents(ctx)
+	go in.events.record(ctx)
 	return nil
 }
 
@@ -202,62 +226,20 @@ func (in *instance) linkImages() error {
 	return nil
 }
 
-// recordEvents stamps every notify event as it arrives.
-func (in *instance) recordEvents(ctx context.Context) {
-	for n := 1; ; n++ {
-		evs, err := in.notify.WaitFor(ctx, n)
-		if err != nil {
-			return
-		}
-		now := time.Now()
-		in.mu.Lock()
-		for _, e := range evs[len(in.events):] {
-			if e.Domain == nil {
-				continue
-			}
-			s := stamped{at: now, typ: e.EventType, status: e.Domain.Status.Status, deleted: e.Domain.ObjectMeta.DeletionTimestamp != nil}
-			for _, d := range e.Domain.Spec.Devices.Disks {
-				if d.Alias != nil {
-					s.disks = append(s.disks, diskSeen{name: d.Alias.Name, target: d.Target.Device})
-				}
-			}
-			in.events = append(in.events, s)
-		}
-		// Keep the count aligned with the server's, also for K8s events.
-		for len(in.events) < len(evs) {
-			in.events = append(in.events, stamped{at: now, typ: "K8S"})
-		}
-		close(in.evCh)
-		in.evCh = make(chan struct{})
-		in.mu.Unlock()
-		n = len(evs)
-	}
-}
-
 // waitEvent waits for the first event after since that match accepts.
 func (in *instance) waitEvent(ctx context.Context, since time.Time, what string, match func(stamped) bool) (time.Time, error) {
 	for {
-		in.mu.Lock()
-		for _, e := range in.events {
-			if !e.at.Before(since) && match(e) {
-				in.mu.Unlock()
-				return e.at, nil
-			}
+		at, ok, next := in.events.first(since, match)
+		if ok {
+			return at, nil
 		}
-		ch := in.evCh
-		in.mu.Unlock()
 		select {
-		case <-ch:
+		case <-next:
 		case <-in.mon.Done():
 			// A last check: the event may have come with the exit.
-			in.mu.Lock()
-			for _, e := range in.events {
-				if !e.at.Before(since) && match(e) {
-					in.mu.Unlock()
-					return e.at, nil
-				}
+			if at, ok, _ := in.events.first(since, match); ok {
+				return at, nil
 			}
-			in.mu.Unlock()
 			return time.Time{}, in.withLog(fmt.Errorf("launcher exited (%v) before event %s", in.mon.Err(), what))
 		case <-ctx.Done():
 			return time.Time{}, fmt.Errorf("waiting for event %s: %w", what, ctx.Err())
@@ -459,7 +441,7 @@ func (in *instance) procs() []proc {
 func (in *instance) findLauncher() {
 	for _, p := range in.procs() {
 		if roleOf(p) == roleLauncher {
-			in.launcher = p
+			in.launcher.proc = p
 			return
 		}
 	}
@@ -494,7 +476,7 @@ func (in *instance) shutdownAndDelete(ctx context.Context, between func() error)
 			return s, err
 		}
 	}
-	go in.watchLauncherExit()
+	go in.launcher.watch(in.mon)
 	dctx, cancel := context.WithTimeout(ctx, cmdclient.LongTimeout)
 	s.deleteSent = time.Now()
 	err = in.client.Delete(dctx, in.vmi)
@@ -514,34 +496,11 @@ func (in *instance) shutdownAndDelete(ctx context.Context, between func() error)
 		return s, in.withLog(errors.New("launcher did not exit within 30 s of Delete"))
 	}
 	s.monitorExit = in.mon.EndedAt()
-	in.mu.Lock()
-	s.launcherExit = in.launcherExitAt
-	in.mu.Unlock()
+	s.launcherExit = in.launcher.gone()
 	if in.mon.Err() != nil {
 		return s, in.withLog(fmt.Errorf("launcher ended with %v", in.mon.Err()))
 	}
 	return s, nil
-}
-
-// watchLauncherExit polls the launcher process every 0.5 ms.
-func (in *instance) watchLauncherExit() {
-	if in.launcher.pid == 0 {
-		return
-	}
-	for alive(in.launcher) {
-		select {
-		case <-in.mon.Done():
-			in.mu.Lock()
-			in.launcherExitAt = in.mon.EndedAt()
-			in.mu.Unlock()
-			return
-		default:
-		}
-		time.Sleep(500 * time.Microsecond)
-	}
-	in.mu.Lock()
-	in.launcherExitAt = time.Now()
-	in.mu.Unlock()
 }
 
 // withLog adds the end of the launcher's log to err.
@@ -587,8 +546,8 @@ func (in *instance) cleanup() {
 			<-in.mon.Done()
 		}
 	}
-	if in.notify != nil {
-		in.notify.Stop()
+	if in.events.server != nil {
+		in.events.server.Stop()
 	}
 	if in.env.keep {
 		in.env.logf("kept %s", in.dir)
