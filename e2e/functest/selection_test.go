@@ -64,7 +64,7 @@ func TestCheckedInSelectionsByArea(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"conformance", "lifecycle", "vm", "devices", "network", "migration", "hotplug", "storage-nocdi"} {
+	for _, n := range []string{"conformance", "lifecycle", "vm", "devices", "network", "migration", "hotplug", "storage-nocdi", "hooks"} {
 		if _, ok := sels[n]; !ok {
 			t.Errorf("selection %q missing", n)
 		}

@@ -10,8 +10,9 @@
 //	e2e-functest list [-selection NAME] [-v]
 //
 // run brings the cluster up (e2e/suite), pushes the stand-in guest images
-// the suite's VMIs name, sets the selection's feature gates, runs the
-// suite once per launcher image, takes the cluster down, and then
+// the suite's VMIs name (and its vm-killer and example hook sidecar),
+// sets the selection's feature gates, runs the suite once per launcher
+// image, takes the cluster down, and then
 // compares. It exits non-zero when a spec passed on the control and not
 // on ours and the deviation list does not say why. list prints how many
 // specs a selection selects (every selection when none is named), and

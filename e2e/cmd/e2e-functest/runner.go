@@ -133,6 +133,14 @@ func (r *runner) runAll(ctx context.Context) error {
 	if err := r.env.PushStandInVMKiller(ctx); err != nil {
 		return err
 	}
+	// The hook specs name KubeVirt's example hook sidecar
+	// (libregistry.GetUtilityImageFromRegistry("example-hook-sidecar"):
+	// <prefix>/example-hook-sidecar:<tag>), the reference PushSidecarImage
+	// gives it: KubeVirt's sidecar-shim and smbios hook, built from the
+	// control plane's version as TestSidecarHook uses them.
+	if _, err := r.env.PushSidecarImage(ctx); err != nil {
+		return fmt.Errorf("the example hook sidecar image: %w", err)
+	}
 	// A pod network interface without a binding is KubeVirt's bridge by
 	// default, which needs the dummy link driver this machine lacks
 	// (e2e/README.md: virt-handler's "LinkAdd: operation not supported",
