@@ -606,6 +606,12 @@ func TestBIOSDiskLogin(t *testing.T) {
 			// The TCP server KubeVirt's network tests start (vmnetserver),
 			// and two connections to it: -k keeps it listening.
 			v.send(`nc  -klp 8080 -e echo -e "Hello World!"&` + "\n")
+			// The spec's clients come from another guest well after the
+			// server started; here they would race its bind, so wait for
+			// the listener (port 8080 is 1F90, state 0A LISTEN; busybox
+			// nc listens on IPv6's any address where the kernel has it).
+			v.send("until cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q ':1F90 [0-9A-F]*:0000 0A'; do sleep 1; done; echo listen-rc=$?\n")
+			at = v.waitText(at, "\nlisten-rc=0\n", 30*time.Second)
 			for range 2 {
 				v.send("echo test | nc 127.0.0.1 8080 -i 1 -w 1; echo rc=$?\n")
 				at = v.waitText(at, "\nHello World!\nrc=0\n", 30*time.Second)
