@@ -142,12 +142,7 @@ type Pod struct {
 	NS     string
 	UID    string
 
-	Cmd            *exec.Cmd
-	Stdout, Stderr *testenv.SyncBuffer // the same buffer unless Options.SeparateStdout
-	Exited         chan struct{}
-	ExitErr        error // valid once Exited is closed
-	Started        time.Time
-	Ready          time.Duration // monitor start to launcher-sock
+	Monitor
 
 	// ExtraUserData lines are appended to the user-data script of VMIYAML.
 	ExtraUserData []string
@@ -156,9 +151,52 @@ type Pod struct {
 	pod    *pod.Pod // prepared
 	net    *pod.Network
 	cgroup *hostcpu.Cgroup
-	proc   *pod.Process // once started
-	mu     sync.Mutex
-	seen   map[int]Proc // every descendant of the monitor ever observed
+	seen   seenProcs
+}
+
+// Monitor is the pod's first process, the monitor, as the test runs it:
+// its command, its output, its end and how long it took to be ready.
+type Monitor struct {
+	Cmd            *exec.Cmd
+	Stdout, Stderr *testenv.SyncBuffer // the same buffer unless Options.SeparateStdout
+	Exited         chan struct{}
+	ExitErr        error // valid once Exited is closed
+	Started        time.Time
+	Ready          time.Duration // monitor start to launcher-sock
+
+	proc *pod.Process // once started
+}
+
+// seenProcs are the descendants of the monitor ever observed, by pid, so
+// that one the monitor lost (reparented) still counts as the pod's.
+type seenProcs struct {
+	mu    sync.Mutex
+	byPID map[int]Proc
+}
+
+func (s *seenProcs) add(ds []Proc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byPID == nil {
+		s.byPID = map[int]Proc{}
+	}
+	for _, d := range ds {
+		s.byPID[d.PID] = d
+	}
+}
+
+// alive are those of them that still run (the same process: not a
+// zombie, started when it was seen) and are not in but.
+func (s *seenProcs) alive(but []int) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var pids []int
+	for pid, d := range s.byPID {
+		if q, ok := ReadProc(pid); ok && q.State != "Z" && q.Start == d.Start && !slices.Contains(but, pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // New prepares a pod (see NewDeferred) and starts it.
@@ -202,7 +240,7 @@ func (e *Env) NewDeferred(t *testing.T, name string, o Options) *Pod {
 	dir, err := os.MkdirTemp("", o.DirPrefix)
 	Must(t, err)
 	p := &Pod{T: t, Env: e, Dir: dir, Layout: layout.Under(dir), Name: name, NS: o.Namespace, UID: cmp.Or(o.UID, uuid.NewString()),
-		Stderr: &testenv.SyncBuffer{}, Exited: make(chan struct{}), opts: o, seen: map[int]Proc{}}
+		Monitor: Monitor{Stderr: &testenv.SyncBuffer{}, Exited: make(chan struct{})}, opts: o}
 	p.Stdout = p.Stderr
 	if o.SeparateStdout {
 		p.Stdout = &testenv.SyncBuffer{}
@@ -574,11 +612,7 @@ func (p *Pod) Descendants() []Proc {
 		return nil
 	}
 	ds := DescendantsOf(p.Cmd.Process.Pid)
-	p.mu.Lock()
-	for _, d := range ds {
-		p.seen[d.PID] = d
-	}
-	p.mu.Unlock()
+	p.seen.add(ds)
 	return ds
 }
 
@@ -631,14 +665,7 @@ func (p *Pod) AssertNothingLeft() {
 // of the pod's directory (pod.Under).
 func (p *Pod) left() []int {
 	pids := pod.Under(p.Dir)()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for pid, d := range p.seen {
-		if q, ok := ReadProc(pid); ok && q.State != "Z" && q.Start == d.Start && !slices.Contains(pids, pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return append(pids, p.seen.alive(pids)...)
 }
 
 // Options is what the pod was made with (defaults filled in).
