@@ -93,14 +93,16 @@ type Network interface {
 	Close() error
 }
 
-// Config configures a Manager.
+// Config configures a Manager: the VMI it is for (Identity), the daemon
+// it drives (DaemonConfig), what it keeps on disk (StateConfig), and the
+// parts and settings of the launcher it works with.
 type Config struct {
+	Identity
+	DaemonConfig
+	StateConfig
+
 	Layout layout.Layout
 	Log    *slog.Logger
-
-	// Socket is the daemon's unix socket, URI the connection URI
-	// (qemu:///session or qemu:///system).
-	Socket, URI string
 
 	Events EventSink    // nil: events are only logged
 	Disks  DiskPreparer // required for Sync
@@ -132,16 +134,35 @@ type Config struct {
 	// AgentIntervals are the guest agent poller's periods; zero ones are
 	// KubeVirt's defaults.
 	AgentIntervals agent.Intervals
+}
 
-	// KillWithoutDaemon, when set, kills the domain's QEMU without the
-	// daemon, returning once it is gone, and replaces the daemon: Kill's
-	// last resort when the daemon does not destroy the domain in time.
-	KillWithoutDaemon func(ctx context.Context) error
+// Identity is the VMI identity from the command line (--name,
+// --namespace, --uid); empty fields are learnt from the first Sync. A Sync
+// for another VMI is refused.
+type Identity struct {
+	Name, Namespace, UID string
+}
+
+// DaemonConfig is the libvirt daemon the manager drives: where it is, where
+// it logs QEMU, and how the domain ends without it.
+type DaemonConfig struct {
+	// Socket is the daemon's unix socket, URI the connection URI
+	// (qemu:///session or qemu:///system).
+	Socket, URI string
 
 	// QemuLogDir is where the daemon writes the domain's QEMU log
 	// (<domain>.log), read for a guest panic's details; "" for unknown.
 	QemuLogDir string
 
+	// KillWithoutDaemon, when set, kills the domain's QEMU without the
+	// daemon, returning once it is gone, and replaces the daemon: Kill's
+	// last resort when the daemon does not destroy the domain in time.
+	KillWithoutDaemon func(ctx context.Context) error
+}
+
+// StateConfig is what the manager keeps on disk for the launchers after it
+// and for the pod's monitor.
+type StateConfig struct {
 	// StateFile is where the manager keeps its State (LoadState), ""
 	// for nowhere; HostUUID is the daemon's host UUID, kept in it.
 	StateFile, HostUUID string
@@ -150,11 +171,6 @@ type Config struct {
 	// for no launcher restarts (vmi.LauncherRestartsOff), for the pod's
 	// monitor to read; "" for none.
 	RestartsOffFile string
-
-	// Name, Namespace and UID are the VMI identity from the command line
-	// (--name, --namespace, --uid); empty ones are learnt from the first
-	// Sync. A Sync for another VMI is refused.
-	Name, Namespace, UID string
 }
 
 // Manager implements cmdserver.Manager.
@@ -219,7 +235,7 @@ func New(cfg Config) *Manager {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	rec := newRecord(cfg)
+	rec := newRecord(cfg.Identity)
 	rec.md.GracePeriodSeconds = vmi.DefaultGracePeriodSeconds
 	find := finder{conn: &daemonConn{ready: make(chan struct{})}, rec: rec}
 	m := &Manager{

@@ -52,7 +52,7 @@ type runState struct {
 	stopReason int32
 }
 
-func newRecord(cfg Config) *record {
+func newRecord(cfg Identity) *record {
 	r := &record{
 		id:  vmiIdentity{name: cfg.Name, ns: cfg.Namespace, uid: cfg.UID},
 		run: runState{definedCh: make(chan struct{}), stoppedCh: make(chan struct{})},

@@ -117,7 +117,7 @@ func TestStateFile(t *testing.T) {
 	}
 	hostUUID := "6f1c2e0a-2f57-4d8e-9a41-0b9d7c3e5a10"
 	started := metav1.NewTime(time.Now().Add(-time.Minute))
-	m := New(Config{StateFile: path, HostUUID: hostUUID, UID: "u1"})
+	m := New(Config{StateConfig: StateConfig{StateFile: path, HostUUID: hostUUID}, Identity: Identity{UID: "u1"}})
 	m.md.GracePeriodSeconds = 45
 	m.md.Migration = &domainjson.MigrationMetadata{UID: "m1", StartTimestamp: &started}
 	m.targetOf = "m1"
@@ -134,7 +134,7 @@ func TestStateFile(t *testing.T) {
 		t.Fatalf("read back ok %v, err %v: %+v", ok, err, s)
 	}
 
-	next := New(Config{StateFile: path, HostUUID: hostUUID, UID: "u1"})
+	next := New(Config{StateConfig: StateConfig{StateFile: path, HostUUID: hostUUID}, Identity: Identity{UID: "u1"}})
 	if next.md.GracePeriodSeconds != 45 || next.md.UID != "u1" {
 		t.Errorf("the next manager's metadata %+v, want the saved one", next.md)
 	}
@@ -147,7 +147,7 @@ func TestStateFile(t *testing.T) {
 		t.Error("the next manager of a migration target does not know it is one")
 	}
 
-	other := New(Config{StateFile: path, UID: "u2"})
+	other := New(Config{StateConfig: StateConfig{StateFile: path}, Identity: Identity{UID: "u2"}})
 	if other.md.GracePeriodSeconds == 45 || other.md.UID != "u2" {
 		t.Errorf("a manager of another VMI took the state over: %+v", other.md)
 	}
@@ -166,7 +166,7 @@ func TestStateFile(t *testing.T) {
 // and a refresh finishing after that does not write it again.
 func TestDropState(t *testing.T) {
 	path := filepath.Join(t.TempDir(), StateFileName)
-	m := New(Config{StateFile: path, UID: "u1"})
+	m := New(Config{StateConfig: StateConfig{StateFile: path}, Identity: Identity{UID: "u1"}})
 	m.md.GracePeriodSeconds = 45
 	m.persist.saveState()
 	if _, err := os.Stat(path); err != nil {

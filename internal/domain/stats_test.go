@@ -209,7 +209,7 @@ func TestCheckIdentity(t *testing.T) {
 	if err := m.checkIdentity(mk("ns", "b", "u1"), false); err == nil {
 		t.Error("other name accepted")
 	}
-	m2 := New(Config{Name: "x", Namespace: "ns", UID: "u9"})
+	m2 := New(Config{Identity: Identity{Name: "x", Namespace: "ns", UID: "u9"}})
 	if err := m2.checkIdentity(mk("ns", "x", "u8"), true); err == nil {
 		t.Error("uid differing from --uid accepted")
 	}

@@ -268,10 +268,13 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 		events = ns
 	}
 	l.mgr = domain.New(domain.Config{
+		Identity: domain.Identity{Name: l.opts.Name, Namespace: l.opts.Namespace, UID: l.opts.UID},
+		DaemonConfig: domain.DaemonConfig{Socket: l.daemon.Socket(), URI: l.daemon.URI(),
+			QemuLogDir: l.daemon.LogDir(), KillWithoutDaemon: l.killWithoutDaemon},
+		StateConfig: domain.StateConfig{StateFile: l.stateFile(), HostUUID: l.daemon.HostUUID(),
+			RestartsOffFile: l.layout.LauncherRestartsOff()},
 		Layout:               l.layout,
 		Log:                  l.log,
-		Socket:               l.daemon.Socket(),
-		URI:                  l.daemon.URI(),
 		Events:               events,
 		Disks:                &disks.Preparer{Layout: l.layout, Log: l.log, MemoryLimit: l.opts.DiskMemoryLimit, Hooks: hm, ImageVolume: l.opts.ImageVolume, Root: root},
 		Hooks:                hm,
@@ -286,14 +289,6 @@ func (l *Launcher) startManager(ctx context.Context, hm *hooks.Manager, root boo
 			Sys: l.opts.AgentSysInterval, File: l.opts.AgentFileInterval, User: l.opts.AgentUserInterval,
 			Version: l.opts.AgentVersionInterval, FSFreezeStatus: l.opts.FSFreezeStatusInterval,
 		},
-		KillWithoutDaemon: l.killWithoutDaemon,
-		QemuLogDir:        l.daemon.LogDir(),
-		StateFile:         l.stateFile(),
-		RestartsOffFile:   l.layout.LauncherRestartsOff(),
-		HostUUID:          l.daemon.HostUUID(),
-		Name:              l.opts.Name,
-		Namespace:         l.opts.Namespace,
-		UID:               l.opts.UID,
 	})
 	mctx, mcancel := context.WithCancel(ctx)
 	mdone := make(chan struct{})
