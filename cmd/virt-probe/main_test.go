@@ -14,8 +14,8 @@ import (
 
 func TestProbe(t *testing.T) {
 	sock := cmdservertest.Start(t, &cmdservertest.Fake{})
-	healthy := cmdservertest.Start(t, &cmdservertest.Fake{Agent: true, ExecOut: "ok"})
-	failing := cmdservertest.Start(t, &cmdservertest.Fake{Agent: true, ExecOut: "bad", ExecCode: 3})
+	healthy := cmdservertest.Start(t, &cmdservertest.Fake{FakeAgent: cmdservertest.FakeAgent{Agent: true, ExecOut: "ok"}})
+	failing := cmdservertest.Start(t, &cmdservertest.Fake{FakeAgent: cmdservertest.FakeAgent{Agent: true, ExecOut: "bad", ExecCode: 3}})
 	exec := []string{"--domainName", "ns_vm", "--timeoutSeconds", "2", "--command", "cat", "--", "/tmp/healthy"}
 	cases := []struct {
 		name string

@@ -105,7 +105,7 @@ func TestExecAndGuestPing(t *testing.T) {
 		{name: "exit 3", out: "half", err: fmt.Errorf("wrapped: %w", agent.ExitError{Code: 3}), wantCode: 3},
 		{name: "no agent", err: errors.New("Guest agent is not responding: QEMU guest agent is not connected"), wantErr: "not connected"},
 	} {
-		m := &cmdservertest.Fake{Agent: true, ExecOut: tc.out, ExecErr: tc.err}
+		m := &cmdservertest.Fake{FakeAgent: cmdservertest.FakeAgent{Agent: true, ExecOut: tc.out, ExecErr: tc.err}}
 		c, _ := start(t, m)
 		cmd := cmdv1.NewCmdClient(c.Conn())
 		r, err := cmd.Exec(ctx, &cmdv1.ExecRequest{DomainName: "ns1_vm1", Command: "/bin/echo", Args: []string{"a", "b"}, TimeoutSeconds: 2})
@@ -123,7 +123,7 @@ func TestExecAndGuestPing(t *testing.T) {
 		}
 	}
 
-	m := &cmdservertest.Fake{Agent: true}
+	m := &cmdservertest.Fake{FakeAgent: cmdservertest.FakeAgent{Agent: true}}
 	c, _ := start(t, m)
 	cmd := cmdv1.NewCmdClient(c.Conn())
 	if r, err := cmd.GuestPing(ctx, &cmdv1.GuestPingRequest{DomainName: "ns1_vm1", TimeoutSeconds: 1}); err != nil || !r.GetResponse().GetSuccess() {

@@ -50,7 +50,7 @@ func TestDirtyRateReply(t *testing.T) {
 // parts not asked for stay out, and the whole is a failure joining the
 // parts' failures.
 func TestGetVMStats(t *testing.T) {
-	m := &cmdservertest.Fake{Stats: []byte(`{"Name":"ns1_vm1"}`), AgentAnswers: map[string]string{"guest-get-time": `{"return":1765000000000000000}`}}
+	m := &cmdservertest.Fake{Stats: []byte(`{"Name":"ns1_vm1"}`), FakeAgent: cmdservertest.FakeAgent{AgentAnswers: map[string]string{"guest-get-time": `{"return":1765000000000000000}`}}}
 	off, _ := start(t, m)
 	_, err := cmdv1.NewCmdClient(off.Conn()).GetVMStats(context.Background(), &cmdv1.VMStatsRequest{})
 	if status.Code(err) != codes.Unknown || status.Convert(err).Message() != "VMStatsCollector feature gate is not enabled" {

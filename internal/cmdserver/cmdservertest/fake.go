@@ -42,6 +42,20 @@ type Fake struct {
 	Version  string
 	// DirtyRateStats is DirtyRate's answer.
 	DirtyRateStats domain.StatsDirtyRate
+	// FakeAgent answers the guest agent's operations.
+	FakeAgent
+	// DumpPath is MemoryDump's path, BackupOpts Backup's options,
+	// Checkpoint RedefineCheckpoint's checkpoint; Invalid is the verdict
+	// RedefineCheckpoint answers.
+	DumpPath   string
+	BackupOpts *backupv1.BackupOptions
+	Checkpoint *backupv1.BackupCheckpoint
+	Invalid    bool
+}
+
+// FakeAgent is the Fake's guest agent: the answers of AgentData, Exec and
+// GuestPing, and what the last of them was given.
+type FakeAgent struct {
 	// AgentAnswers answers AgentData by guest agent command; other commands
 	// fail.
 	AgentAnswers map[string]string
@@ -56,13 +70,6 @@ type Fake struct {
 	// ExecArgs is what the last Exec (domain, command, timeout, args) or
 	// GuestPing (domain) was given.
 	ExecArgs []string
-	// DumpPath is MemoryDump's path, BackupOpts Backup's options,
-	// Checkpoint RedefineCheckpoint's checkpoint; Invalid is the verdict
-	// RedefineCheckpoint answers.
-	DumpPath   string
-	BackupOpts *backupv1.BackupOptions
-	Checkpoint *backupv1.BackupCheckpoint
-	Invalid    bool
 }
 
 // Call is one operation the Fake was asked for.
