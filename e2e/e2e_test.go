@@ -71,10 +71,13 @@ func guestVMI(name string, first ...string) testguest.Manifest {
 	for _, l := range first {
 		userData += l + "\n"
 	}
-	return testguest.Manifest{Name: name, Labels: map[string]string{"app": name}, Grace: 30,
-		Kernel: guest.Kernel, KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img", Cmdline: guestCmdline, Root: guest.Disk,
-		UserData: userData + "busybox httpd -p 80 -h /tmp/www && echo VL-HTTPD-STARTED\n",
-		Pod:      &testguest.Interface{Ports: []int{80}}}
+	return testguest.Manifest{
+		Meta:    testguest.Meta{Name: name, Labels: map[string]string{"app": name}},
+		Boot:    testguest.Boot{Kernel: guest.Kernel, KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img", Cmdline: guestCmdline},
+		Disks:   testguest.Disks{Root: guest.Disk, UserData: userData + "busybox httpd -p 80 -h /tmp/www && echo VL-HTTPD-STARTED\n"},
+		Network: testguest.Network{Pod: &testguest.Interface{Ports: []int{80}}},
+		Grace:   30,
+	}
 }
 
 // vmiYAML is guestVMI's manifest.

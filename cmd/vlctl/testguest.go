@@ -46,10 +46,10 @@ server and qemu-guest-agent. Needs qemu-img.`,
 			// The shape a user writes, with local paths where a cluster
 			// would name container images.
 			m := testguest.Manifest{
-				Name: name, Namespace: "default", Grace: 10,
-				Kernel: g.KernelDir, Cmdline: strings.Join(append([]string{testguest.DefaultCmdline}, opts...), " "),
-				Root: g.RootDisk, Scratch: true,
-				UserData: "#!/bin/sh\necho \"hello from user-data on $(uname -r)\"\n",
+				Meta:  testguest.Meta{Name: name, Namespace: "default"},
+				Boot:  testguest.Boot{Kernel: g.KernelDir, Cmdline: strings.Join(append([]string{testguest.DefaultCmdline}, opts...), " ")},
+				Disks: testguest.Disks{Root: g.RootDisk, Scratch: true, UserData: "#!/bin/sh\necho \"hello from user-data on $(uname -r)\"\n"},
+				Grace: 10,
 			}
 			if !noNet {
 				m.Pod = &testguest.Interface{Ports: []int{80}}

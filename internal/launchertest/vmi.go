@@ -42,13 +42,11 @@ type VMISpec struct {
 // NoCloud volume.
 func VMIYAML(s VMISpec) string {
 	m := testguest.Manifest{
-		Name: s.Name, Namespace: s.Namespace, UID: s.UID, Grace: 30,
-		Kernel: "registry.example/testguest-kernel:v1", KernelPath: s.KernelPath, InitrdPath: s.InitrdPath,
-		Cmdline:  strings.Join(append([]string{testguest.DefaultCmdline, testguest.OptNoDHCP}, s.KernelArgs...), " "),
-		Memory:   "128Mi",
-		RootName: "root", Root: "registry.example/testguest-root:v1", RootPath: s.DiskPath,
-		Scratch:  true,
-		UserData: fmt.Sprintf("#!/bin/sh\necho \"token %s\"\n", s.Token) + strings.Join(s.ExtraUserData, "\n"),
+		Meta:   testguest.Meta{Name: s.Name, Namespace: s.Namespace, UID: s.UID},
+		Boot:   testguest.Boot{Kernel: "registry.example/testguest-kernel:v1", KernelPath: s.KernelPath, InitrdPath: s.InitrdPath, Cmdline: strings.Join(append([]string{testguest.DefaultCmdline, testguest.OptNoDHCP}, s.KernelArgs...), " ")},
+		Sizing: testguest.Sizing{Memory: "128Mi"},
+		Disks:  testguest.Disks{RootName: "root", Root: "registry.example/testguest-root:v1", RootPath: s.DiskPath, Scratch: true, UserData: fmt.Sprintf("#!/bin/sh\necho \"token %s\"\n", s.Token) + strings.Join(s.ExtraUserData, "\n")},
+		Grace:  30,
 	}
 	if s.PodNetwork {
 		m.Pod = &testguest.Interface{Plugin: s.Plugin}

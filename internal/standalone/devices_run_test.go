@@ -9,8 +9,14 @@ import (
 )
 
 // gpuVMI is the test guest with a GPU passed through.
-var gpuVMI = testguest.Manifest{Name: "gpuvm", Kernel: "KERNELDIR", Root: "ROOTDISK", AutoattachPod: true,
-	Memory: "64Mi", GuestMemory: true, GPUs: []testguest.GPU{{Name: "g", DeviceName: "nvidia.com/GP102GL_Tesla_P40"}}}.YAML()
+var gpuVMI = testguest.Manifest{
+	Meta:    testguest.Meta{Name: "gpuvm"},
+	Boot:    testguest.Boot{Kernel: "KERNELDIR"},
+	Sizing:  testguest.Sizing{Memory: "64Mi", GuestMemory: true},
+	Disks:   testguest.Disks{Root: "ROOTDISK"},
+	Network: testguest.Network{AutoattachPod: true},
+	GPUs:    []testguest.GPU{{Name: "g", DeviceName: "nvidia.com/GP102GL_Tesla_P40"}},
+}.YAML()
 
 // TestVlctlRunDevice: a VMI with a GPU is refused without --device, naming
 // the flag; with one, on this machine (no IOMMU, no vfio-pci), refused

@@ -16,9 +16,13 @@ import (
 // publishVMI is vlctl testguest's guest with SSH's port declared: the
 // masquerade interface forwards the ports it declares.
 func publishVMI(name string) testguest.Manifest {
-	return testguest.Manifest{Name: name, Namespace: "default", Grace: 10, Kernel: "KERNELDIR", Cmdline: testguest.DefaultCmdline,
-		Root: "ROOTDISK", Scratch: true, UserData: "#!/bin/sh\necho \"hello from user-data on $(uname -r)\"\n",
-		Pod: &testguest.Interface{Ports: []int{22}}}
+	return testguest.Manifest{
+		Meta:    testguest.Meta{Name: name, Namespace: "default"},
+		Boot:    testguest.Boot{Kernel: "KERNELDIR", Cmdline: testguest.DefaultCmdline},
+		Disks:   testguest.Disks{Root: "ROOTDISK", Scratch: true, UserData: "#!/bin/sh\necho \"hello from user-data on $(uname -r)\"\n"},
+		Network: testguest.Network{Pod: &testguest.Interface{Ports: []int{22}}},
+		Grace:   10,
+	}
 }
 
 // TestVlctlRunPublish: --publish PORT:22 makes the guest's SSH server

@@ -227,7 +227,11 @@ func waitQEMU(t *testing.T, root string, done <-chan error) {
 
 // goodVMI is a manifest that passes validation, for the bad-input rows to
 // break in one place each.
-var goodVMI = testguest.Manifest{Name: "bad", Kernel: "KERNELDIR", Root: "ROOTDISK"}.YAML()
+var goodVMI = testguest.Manifest{
+	Meta:  testguest.Meta{Name: "bad"},
+	Boot:  testguest.Boot{Kernel: "KERNELDIR"},
+	Disks: testguest.Disks{Root: "ROOTDISK"},
+}.YAML()
 
 // TestVlctlRunBadInput: a manifest vlctl cannot run is refused with status
 // 1 and one line naming the field, nothing on stdout and nothing created.

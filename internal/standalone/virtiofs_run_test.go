@@ -10,9 +10,13 @@ import (
 
 // vfsVMI shares the ConfigMap app-config with the guest by virtiofs; its
 // user data mounts the share by the filesystem's name and prints a key.
-var vfsVMI = testguest.Manifest{Name: "vfs", Grace: 10, Memory: "256Mi", GuestMemory: true, Kernel: "KERNELDIR",
-	Cmdline: strings.Join([]string{testguest.DefaultCmdline, testguest.OptPowerOff, testguest.OptNoDHCP}, " "),
-	Root:    "ROOTDISK", UserData: vfsUserData, Shares: []testguest.Share{{Name: "app", ConfigMap: "app-config"}},
+var vfsVMI = testguest.Manifest{
+	Meta:   testguest.Meta{Name: "vfs"},
+	Boot:   testguest.Boot{Kernel: "KERNELDIR", Cmdline: strings.Join([]string{testguest.DefaultCmdline, testguest.OptPowerOff, testguest.OptNoDHCP}, " ")},
+	Sizing: testguest.Sizing{Memory: "256Mi", GuestMemory: true},
+	Disks:  testguest.Disks{Root: "ROOTDISK", UserData: vfsUserData},
+	Grace:  10,
+	Shares: []testguest.Share{{Name: "app", ConfigMap: "app-config"}},
 }.YAML() + `---
 apiVersion: v1
 kind: ConfigMap

@@ -28,14 +28,33 @@ const (
 // the standalone and e2e tests render it here, as a VMI or (VMYAML) a
 // VirtualMachine.
 type Manifest struct {
-	Name, Namespace, UID string
-	// Labels and Annotations are the metadata's (a VirtualMachine's
-	// template's, in VMYAML).
-	Labels, Annotations map[string]string
+	Meta
+	Boot
+	Sizing
+	Disks
+	Network
 	// NodeSelector is spec.nodeSelector.
 	NodeSelector map[string]string
 	// Grace is terminationGracePeriodSeconds; 0 leaves it out.
 	Grace int
+	// Shares are ConfigMaps shared with the guest by virtiofs, each a
+	// filesystem and a volume of the share's name, the guest mounting it
+	// by that name.
+	Shares []Share
+	// GPUs are devices.gpus, passed through from the host.
+	GPUs []GPU
+}
+
+// Meta is a Manifest's object metadata.
+type Meta struct {
+	Name, Namespace, UID string
+	// Labels and Annotations are the metadata's (a VirtualMachine's
+	// template's, in VMYAML).
+	Labels, Annotations map[string]string
+}
+
+// Boot is how a Manifest's guest boots.
+type Boot struct {
 	// Kernel is the kernelBoot container's image (a directory for vlctl
 	// run, a reference where a handler mounts it); KernelPath and
 	// InitrdPath are the files in it, default /vmlinuz and /initrd.img.
@@ -45,6 +64,10 @@ type Manifest struct {
 	// EFI boots by EFI firmware (secure boot off) instead of BIOS; TPM adds
 	// devices.tpm.
 	EFI, TPM Device
+}
+
+// Sizing is a Manifest's memory and CPUs.
+type Sizing struct {
 	// Memory is the memory request, default 256Mi.
 	Memory string
 	// GuestMemory states Memory as spec.domain.memory.guest, the guest's
@@ -56,6 +79,10 @@ type Manifest struct {
 	// DedicatedCores, if set, is the number of cores, each on a CPU of the
 	// node's own (dedicatedCpuPlacement).
 	DedicatedCores int
+}
+
+// Disks are a Manifest's root disk and the disks beside it.
+type Disks struct {
 	// RootName is the root disk's name, default "rootdisk"; Root its
 	// containerDisk image and RootPath, if set, its containerDisk.path.
 	RootName, Root, RootPath string
@@ -71,12 +98,10 @@ type Manifest struct {
 	// virtio disk: KubeVirt live-migrates a read-only CD-ROM without
 	// copying it.
 	UserDataCDROM bool
-	// Shares are ConfigMaps shared with the guest by virtiofs, each a
-	// filesystem and a volume of the share's name, the guest mounting it
-	// by that name.
-	Shares []Share
-	// GPUs are devices.gpus, passed through from the host.
-	GPUs []GPU
+}
+
+// Network is a Manifest's interfaces.
+type Network struct {
 	// Pod is the interface "default" on the pod network; without it the
 	// VMI has no interface (autoattachPodInterface: false) unless
 	// AutoattachPod leaves the interface KubeVirt attaches by default

@@ -15,8 +15,13 @@ import (
 // interface, root disk alone; or KubeVirt's default interface) load
 // through the real VMI loader as written.
 func TestManifest(t *testing.T) {
-	full := Manifest{Name: "tg", Namespace: "default", Grace: 10, Kernel: "/k", Cmdline: "console=ttyS0 vl.x=1",
-		Root: "/r.img", Scratch: true, UserData: "#!/bin/sh\necho hi\n", Pod: &Interface{Ports: []int{80}}}
+	full := Manifest{
+		Meta:    Meta{Name: "tg", Namespace: "default"},
+		Boot:    Boot{Kernel: "/k", Cmdline: "console=ttyS0 vl.x=1"},
+		Disks:   Disks{Root: "/r.img", Scratch: true, UserData: "#!/bin/sh\necho hi\n"},
+		Network: Network{Pod: &Interface{Ports: []int{80}}},
+		Grace:   10,
+	}
 	v, err := vmi.Load([]byte(full.YAML()), vmi.Options{})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, full.YAML())
@@ -37,7 +42,11 @@ func TestManifest(t *testing.T) {
 	case v.Spec.Volumes[2].CloudInitNoCloud == nil || v.Spec.Volumes[2].CloudInitNoCloud.UserData != full.UserData:
 		t.Errorf("cloud-init volume %+v", v.Spec.Volumes[2])
 	}
-	bare := Manifest{Name: "b", Kernel: "/k", Root: "/r.img", EFI: Persistent, TPM: On}
+	bare := Manifest{
+		Meta:  Meta{Name: "b"},
+		Boot:  Boot{Kernel: "/k", EFI: Persistent, TPM: On},
+		Disks: Disks{Root: "/r.img"},
+	}
 	v, err = vmi.Load([]byte(bare.YAML()), vmi.Options{})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, bare.YAML())
@@ -56,7 +65,12 @@ func TestManifest(t *testing.T) {
 // vlctl run parses), is where KubeVirt reads it; a manifest as a
 // VirtualMachine has the VMI's spec as its template's.
 func TestManifestOptions(t *testing.T) {
-	base := Manifest{Name: "o", Kernel: "/k", Root: "/r.img", UserData: "#!/bin/sh\n", Pod: &Interface{}}
+	base := Manifest{
+		Meta:    Meta{Name: "o"},
+		Boot:    Boot{Kernel: "/k"},
+		Disks:   Disks{Root: "/r.img", UserData: "#!/bin/sh\n"},
+		Network: Network{Pod: &Interface{}},
+	}
 	for _, tc := range []struct {
 		name  string
 		set   func(m *Manifest)

@@ -135,8 +135,13 @@ func runNetCase(t *testing.T, g *testguest.Guest, tc netCase) {
 	// The test guest with a root disk (so the init does not wait for one)
 	// and the user-data script; without a binding, the interface KubeVirt
 	// attaches by default.
-	m := testguest.Manifest{Name: name, Namespace: "default", Grace: 30,
-		Kernel: g.KernelDir, Cmdline: testguest.DefaultCmdline, Root: g.RootDisk, UserData: ud.String(), AutoattachPod: true}
+	m := testguest.Manifest{
+		Meta:    testguest.Meta{Name: name, Namespace: "default"},
+		Boot:    testguest.Boot{Kernel: g.KernelDir, Cmdline: testguest.DefaultCmdline},
+		Disks:   testguest.Disks{Root: g.RootDisk, UserData: ud.String()},
+		Network: testguest.Network{AutoattachPod: true},
+		Grace:   30,
+	}
 	if binding != "" {
 		m.Pod = &testguest.Interface{Binding: binding, Ports: tc.ports}
 		if tc.secondary {

@@ -174,8 +174,13 @@ func newLinkRun(t *testing.T, u linkUser, monitor string) *linkRun {
 		}
 	}
 	manifest := filepath.Join(t.TempDir(), "vmi.yaml")
-	if err := os.WriteFile(manifest, []byte(testguest.Manifest{Name: "rootlinks", Namespace: "default",
-		Kernel: kernel, Root: filepath.Join(img, "disk.img"), Memory: "64Mi", AutoattachPod: true}.YAML()), 0o644); err != nil {
+	if err := os.WriteFile(manifest, []byte(testguest.Manifest{
+		Meta:    testguest.Meta{Name: "rootlinks", Namespace: "default"},
+		Boot:    testguest.Boot{Kernel: kernel},
+		Sizing:  testguest.Sizing{Memory: "64Mi"},
+		Disks:   testguest.Disks{Root: filepath.Join(img, "disk.img")},
+		Network: testguest.Network{AutoattachPod: true},
+	}.YAML()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	bin := t.TempDir() // below a 0700 directory
