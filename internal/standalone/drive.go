@@ -1,19 +1,15 @@
 package standalone
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/cmdclient"
 	"github.com/virtlauncher/virtlauncher/internal/consolehub"
-	"github.com/virtlauncher/virtlauncher/internal/domainjson"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/unixgrpc"
 	"github.com/virtlauncher/virtlauncher/internal/vmi"
@@ -184,13 +180,6 @@ func (r *runner) streamConsole(ctx context.Context, wait time.Duration) <-chan s
 	return done
 }
 
-// progress tells what the run is doing, unless --quiet.
-func (r *runner) progress(format string, a ...any) {
-	if !r.cfg.Quiet {
-		fmt.Fprintf(r.cfg.Status, "vlctl: "+format+"\n", a...)
-	}
-}
-
 // pumpKeys reads in (a terminal) into the channel it returns, closed at
 // in's end. It outlives Run: a terminal read does not end with the run,
 // and the process ends soon after.
@@ -211,10 +200,6 @@ func pumpKeys(in io.Reader) <-chan []byte {
 	}()
 	return keys
 }
-
-// consoleSocket is where vlctl run shares the guest's serial console
-// (consolehub): in the work dir, which stays root's.
-func (r *runner) consoleSocket() string { return filepath.Join(r.workDir, "console.sock") }
 
 // waitStopped polls the domain until it is off. It returns false when ctx
 // ends first.
@@ -275,61 +260,6 @@ func (r *runner) launcherGone() (bool, error) {
 	}
 	r.away.sayEnded(r.cfg.Status)
 	return true, nil
-}
-
-func domainStatus(ctx context.Context, c *cmdclient.Client) (string, error) {
-	d, err := getDomain(ctx, c)
-	if err != nil {
-		return "", err
-	}
-	return domainState(d), nil
-}
-
-// getDomain asks the launcher for its Domain; nil when none is defined.
-func getDomain(ctx context.Context, c *cmdclient.Client) (*domainjson.Domain, error) {
-	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	d, exists, err := c.GetDomain(gctx)
-	if err != nil {
-		return nil, fmt.Errorf("get domain: %w", err)
-	}
-	if !exists {
-		return nil, nil
-	}
-	return d, nil
-}
-
-// domainState is the Domain's state, NoState without one.
-func domainState(d *domainjson.Domain) string {
-	if d == nil {
-		return "NoState"
-	}
-	return string(d.Status.Status)
-}
-
-// guestReport is one line of what the guest agent put in the Domain's
-// status: the OS, then each interface with its addresses ("" before the
-// agent reported anything).
-func guestReport(d *domainjson.Domain) string {
-	if d == nil {
-		return ""
-	}
-	var parts []string
-	osi := d.Status.OSInfo
-	if name := cmp.Or(osi.PrettyName, osi.Name); name != "" {
-		parts = append(parts, name)
-	}
-	for _, i := range d.Status.Interfaces {
-		ips := i.IPs
-		if len(ips) == 0 && i.Ip != "" {
-			ips = []string{i.Ip}
-		}
-		if len(ips) == 0 {
-			continue
-		}
-		parts = append(parts, cmp.Or(i.InterfaceName, i.Mac)+" "+strings.Join(ips, " "))
-	}
-	return strings.Join(parts, "; ")
 }
 
 // killWait bounds the destroy request at the end of the grace period: a

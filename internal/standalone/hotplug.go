@@ -42,10 +42,6 @@ func requestLimit(req runctl.Request) time.Duration {
 	return runctl.Timeout
 }
 
-// controlSocket is where the run listens: its work dir, which only root can
-// write.
-func (r *runner) controlSocket() string { return filepath.Join(r.workDir, "control.sock") }
-
 // serveControl serves the control socket (runctl) until ctx ends, one
 // request at a time, with client, the launcher's command client.
 func (r *runner) serveControl(ctx context.Context, client *cmdclient.Client) (stop func(), err error) {
@@ -66,9 +62,6 @@ func (r *runner) serveControl(ctx context.Context, client *cmdclient.Client) (st
 	}()
 	return func() { ln.Close(); <-done }, nil
 }
-
-// statusf prints a line on the run's status output.
-func (r *runner) statusf(format string, a ...any) { fmt.Fprintf(r.cfg.Status, format, a...) }
 
 func (r *runner) serveOne(ctx context.Context, client *cmdclient.Client, conn *net.UnixConn, peerPID int, req runctl.Request) {
 	var rep runctl.Reply

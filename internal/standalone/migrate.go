@@ -220,9 +220,6 @@ func hasUserStorage(v *v1.VirtualMachineInstance) bool {
 	return false
 }
 
-// launcherRoot is the path this run's launcher sees its work dir at.
-func (r *runner) launcherRoot() string { return r.cfg.guest.launcherRoot(r.workDir) }
-
 // migrationVMI is the VMI as virt-handler has it once migration uid is
 // under way: a block migration (the pod's disks are its own) over unix
 // sockets. The user's storage is the same file for both runs, so a

@@ -3,14 +3,11 @@ package standalone
 import (
 	"context"
 	"fmt"
-	"io"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/virtlauncher/virtlauncher/internal/guestnet"
 	"github.com/virtlauncher/virtlauncher/internal/hostcpu"
-	"github.com/virtlauncher/virtlauncher/internal/kvm"
 	"github.com/virtlauncher/virtlauncher/internal/launcherflags"
 	"github.com/virtlauncher/virtlauncher/internal/netsetup"
 	"github.com/virtlauncher/virtlauncher/internal/pod"
@@ -100,11 +97,6 @@ func (r *runner) networked(n *pod.Network) error {
 	return r.guestNet.Start(n, r.cfg.guest.publishesAtLaunch())
 }
 
-// emulation says whether the guest runs under TCG: asked for, or KVM
-// unusable here. kvm.Usable cannot tell a nested setup where guests do not
-// progress; --emulation is for that.
-func (r *runner) emulation() bool { return r.cfg.Emulation || kvm.Usable() != nil }
-
 func (r *runner) waitMonitor(timeout time.Duration) error {
 	select {
 	case <-r.pod.monitor.Done():
@@ -117,33 +109,6 @@ func (r *runner) waitMonitor(timeout time.Duration) error {
 		return r.withLauncherLog(fmt.Errorf("launcher: %w", r.pod.monitor.Err()))
 	}
 	return nil
-}
-
-// withLauncherLog adds the end of the launcher's log to an error, which is
-// where the reason usually is. Only the last 64 KiB are read: the launcher
-// and QEMU write the file.
-func (r *runner) withLauncherLog(err error) error {
-	if r.dir == nil {
-		return err
-	}
-	f, rerr := r.dir.OpenRegular("launcher.log")
-	if rerr != nil {
-		return err
-	}
-	defer f.Close()
-	const tail = 64 << 10
-	if st, serr := f.Stat(); serr == nil && st.Size() > tail {
-		f.Seek(st.Size()-tail, io.SeekStart)
-	}
-	b, rerr := io.ReadAll(io.LimitReader(f, tail))
-	if rerr != nil || len(b) == 0 {
-		return err
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
-	}
-	return fmt.Errorf("%w\nlast launcher log lines:\n%s", err, strings.Join(lines, "\n"))
 }
 
 // killTree kills the monitor and every process below it, those first: once

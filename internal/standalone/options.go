@@ -173,12 +173,3 @@ type ReportOptions struct {
 	// things are; tests use it to reach the guest from the outside.
 	Started func(Started)
 }
-
-// progressOut is where progress lines go: Status, or nowhere (nil) when
-// Quiet.
-func (r ReportOptions) progressOut() io.Writer {
-	if r.Quiet {
-		return nil
-	}
-	return r.Status
-}

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	v1 "kubevirt.io/api/core/v1"
@@ -212,20 +211,6 @@ func (cfg *session) check() (v *v1.VirtualMachineInstance, vm *v1.VirtualMachine
 	return v, vm, policy, specs, nil
 }
 
-// hostPaths is the run's: the --allow-host-path directories and, for a
-// guest taken over by migration, the directories of its source's hostDisks
-// (that run was allowed them; the manifest is the one it ran).
-func (cfg *session) hostPaths() userstorage.HostPaths {
-	dirs := slices.Concat(cfg.AllowHostPaths, cfg.guest.hostDirs())
-	return userstorage.HostPaths{Dirs: dirs, Owner: cfg.HostPathOwner}
-}
-
-// store is the volume store as the run uses it.
-func (cfg *session) store() userstorage.Store {
-	return userstorage.Store{Dir: cfg.VolumeStore, RecordDir: cfg.RecordDir, ImportCache: cfg.ImportCache,
-		ImageCache: cfg.ImageCache, Status: cfg.progressOut()}
-}
-
 // runOnce boots the guest once (or takes it over, cfg.source); started
 // reports whether its domain ran, migrated whether it went to another run.
 func runOnce(ctx context.Context, cfg session, v *v1.VirtualMachineInstance, vm *v1.VirtualMachine) (started, migrated bool, err error) {
@@ -360,59 +345,6 @@ type runner struct {
 	// virtiofs are the pod's virtiofs containers, for the VMI's
 	// filesystems (virtiofs.go).
 	virtiofs virtiofsContainers
-}
-
-// writeRecord records the run for `vlctl ps`, the verbs by name and vlctl
-// gc: first while it starts (st nil), then again once the guest runs.
-func (r *runner) writeRecord(st *Started) error {
-	pid, start, err := runrecord.Self()
-	if err != nil {
-		return err
-	}
-	pod, outside := podnet.NamespaceNames(r.pod.netName)
-	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
-		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.consoleSocket(), Control: r.controlSocket(),
-		VMI: r.vmi, VM: r.vm, NetNS: []string{pod, outside}, Keep: r.cfg.Keep, Emulation: r.emulation(), Images: r.cfg.pulled}
-	if root := r.launcherRoot(); root != r.workDir {
-		rec.LauncherRoot = root
-	}
-	for _, m := range r.cfg.Volumes {
-		if rec.Volumes == nil {
-			rec.Volumes = map[string]string{}
-		}
-		rec.Volumes[m.Name] = m.Path
-	}
-	if r.owner.lease != nil {
-		rec.UID = r.owner.lease.ID
-	}
-	for _, pb := range r.cfg.Publish {
-		rec.Published = append(rec.Published, pb.Recorded())
-	}
-	rec.Grants = r.storage.Grants()
-	if st != nil {
-		rec.Started = time.Now().UTC()
-		if st.PodAddress != "" {
-			rec.Addresses = append(rec.Addresses, runrecord.Address{IP: st.PodAddress, NetNS: st.OutsideNS})
-		}
-	}
-	if r.record == "" && r.owner.lease != nil {
-		// The lease names the record before it exists: the id stays
-		// leased until the record's clean-up is done, whichever record
-		// directory vlctl gc reads.
-		path, err := runrecord.Path(r.cfg.RecordDir, rec)
-		if err != nil {
-			return err
-		}
-		if err := r.owner.lease.SetRecord(path); err != nil {
-			return err
-		}
-	}
-	path, err := runrecord.Write(r.cfg.RecordDir, rec)
-	if err != nil {
-		return err
-	}
-	r.record = path
-	return nil
 }
 
 // cleanup stops whatever is still running and removes what Run made.

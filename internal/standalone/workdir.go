@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
@@ -82,15 +81,6 @@ func (r *runner) fill() error {
 		}
 		return r.dir.MkdirAll(rel, 0o700)
 	})
-}
-
-// rel is p relative to the work dir, for the safefs calls on r.dir.
-func (r *runner) rel(p string) (string, error) {
-	rel, err := filepath.Rel(r.workDir, p)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", fmt.Errorf("%s is not below the work dir %s", p, r.workDir)
-	}
-	return rel, nil
 }
 
 // openWorkRoot makes the work root (0755) when missing and opens it. It is
