@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -117,4 +118,22 @@ func (s Selection) check() error {
 		}
 	}
 	return nil
+}
+
+// Shard is the i-th (1-based) of n shares of the specs texts: every n-th
+// of them in byte order. The order is the texts' own, not the suite's: a
+// dry run lists the specs in the order of its random seed, and shares dealt
+// from that order would overlap from one run to the next and leave specs
+// out of every share.
+func Shard(texts []string, i, n int) []string {
+	sorted := slices.Clone(texts)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	var mine []string
+	for k, t := range sorted {
+		if k%n == i-1 {
+			mine = append(mine, t)
+		}
+	}
+	return mine
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -124,5 +125,27 @@ JSON
 	}
 	if got, want := args[len(args)-3:], sel.FilterArgs(); !reflect.DeepEqual(got, want) {
 		t.Errorf("the binary's filters %q, want %q", got, want)
+	}
+}
+
+// TestShard: the shares of a list of specs partition it, and do not depend
+// on the order the dry run listed them in (its random seed's).
+func TestShard(t *testing.T) {
+	texts := []string{"e", "b", "a", "d", "c", "g", "f"}
+	shuffled := []string{"c", "g", "a", "f", "e", "d", "b"}
+	seen := map[string]int{}
+	for i := 1; i <= 3; i++ {
+		mine := Shard(texts, i, 3)
+		if other := Shard(shuffled, i, 3); !slices.Equal(mine, other) {
+			t.Errorf("share %d/3 is %q from one order and %q from another", i, mine, other)
+		}
+		for _, s := range mine {
+			seen[s]++
+		}
+	}
+	for _, s := range texts {
+		if seen[s] != 1 {
+			t.Errorf("spec %q is in %d shares, want 1", s, seen[s])
+		}
 	}
 }

@@ -270,8 +270,8 @@ func exitText(err error) string {
 }
 
 // applyShard narrows the selection to the I-th of N shares of its specs,
-// listed by a dry run of the suite (no cluster needed): every N-th spec in
-// ginkgo's order, as a focus of their whole texts.
+// listed by a dry run of the suite (no cluster needed) and dealt out by
+// functest.Shard, as a focus of their whole texts.
 func (r *runner) applyShard(ctx context.Context) error {
 	i, n, err := parseShard(r.o.shard)
 	if err != nil {
@@ -282,10 +282,8 @@ func (r *runner) applyShard(ctx context.Context) error {
 		return err
 	}
 	var mine []string
-	for k, t := range texts {
-		if k%n == i-1 {
-			mine = append(mine, regexp.QuoteMeta(t))
-		}
+	for _, t := range functest.Shard(texts, i, n) {
+		mine = append(mine, regexp.QuoteMeta(t))
 	}
 	if len(mine) == 0 {
 		return fmt.Errorf("-shard %s: no spec in this share (%d selected)", r.o.shard, len(texts))
