@@ -42,7 +42,7 @@ vet:
 test: deps vet build image
 	$(GO) test -count=1 -timeout 25m -tags=grpcnotrace,imagetest ./...
 
-# The live migrations of a guest that rewrites its memory (issue 17: the
+# The live migrations of a guest that rewrites its memory (the
 # workload-disruption pause, auto-converge, post-copy, post-copy refused), kept
 # out of make test: with QEMU < 9.0 under TCG a migration can lose the guest's
 # last memory writes when the machine is busy (a QEMU bug; docs/migration.md §8),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -75,6 +76,18 @@ func (id *Identity) Close() {
 			f.Close()
 		}
 	}
+}
+
+// removeIdentity removes what WriteIdentity wrote below IdentityDir of d,
+// as far as it got.
+func removeIdentity(d *safefs.Dir) error {
+	var errs []error
+	for _, name := range []string{IdentityDir + "/passwd", IdentityDir + "/group", IdentityDir} {
+		if err := d.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // withLine appends line to a passwd or group file's content.

@@ -14,6 +14,9 @@ import (
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 )
 
+// IdentityDir is where, below a Spec's Dir, OwnPasswd's files are.
+const IdentityDir = "identity"
+
 // Spec is a launcher pod: who runs it, where its directories are, what
 // root puts into them, its network and its monitor's command line. vlctl
 // run, the test harness and the bench each describe their pods with one
@@ -58,8 +61,14 @@ type Spec struct {
 	Networked func(*Network) error
 	// HandedOver runs after the hand-over, before the monitor starts.
 	HandedOver func() error
+	// OwnPasswd gives User a passwd and group entry of its own (Identity)
+	// for a user the host has no account for: Prepare writes them below
+	// Dir (IdentityDir), Start binds them over /etc/passwd and /etc/group
+	// for the monitor, and User.Groups list the user as a member.
+	OwnPasswd bool
 	// Enter are more steps for the thread that starts the monitor, run
-	// after it entered the pod's network and FixedRoot (Start).
+	// after it entered the pod's network, FixedRoot and OwnPasswd's
+	// mount namespace (Start).
 	Enter []func() error
 	// Cgroup, when set, is the cpuset cgroup the pod runs in.
 	Cgroup *hostcpu.Cgroup
@@ -123,6 +132,9 @@ type Pod struct {
 	// pod's cgroup (hostcpu.Cgroup.Place's done), if it does.
 	Unplaced error
 	dirs     *Dirs
+	// identity is OwnPasswd's passwd and group, open until the monitor
+	// has started with them or the pod is undone.
+	identity *Identity
 }
 
 // Launch makes the pod and starts it: Prepare, then Start. On error
@@ -138,7 +150,8 @@ func (s Spec) Launch(ctx context.Context) (*Pod, error) {
 	return p, nil
 }
 
-// Prepare makes the pod directories, fills them (Fill), makes the network
+// Prepare makes the pod directories, writes OwnPasswd's files, fills the
+// directories (Fill), makes the network
 // and runs Networked, hands the directories to the pod's user and runs
 // HandedOver. On error nothing it made is left: the network is removed
 // and the pod directories with all in them.
@@ -152,6 +165,11 @@ func (s Spec) Prepare(ctx context.Context) (*Pod, error) {
 	}
 	p := &Pod{Spec: s, dirs: dirs}
 	fail := func(err error) (*Pod, error) { return nil, errors.Join(err, p.Undo()) }
+	if s.OwnPasswd {
+		if p.identity, err = WriteIdentity(s.Dir, IdentityDir, int(s.User.Uid), int(s.User.Gid), s.User.Groups); err != nil {
+			return fail(fmt.Errorf("the pod user's passwd and group: %w", err))
+		}
+	}
 	if s.Fill != nil {
 		if err := s.Fill(); err != nil {
 			return fail(err)
@@ -179,8 +197,8 @@ func (s Spec) Prepare(ctx context.Context) (*Pod, error) {
 }
 
 // Start starts Cmd (Spec.Command when nil) from a thread in the pod's
-// namespaces: its network, FixedRoot bound, the Enter steps, its cgroup.
-// It undoes nothing: Undo does.
+// namespaces: its network, FixedRoot bound, OwnPasswd's files bound, the
+// Enter steps, its cgroup. It undoes nothing: Undo does.
 func (p *Pod) Start() error {
 	if p.Process != nil {
 		return errors.New("pod: started already")
@@ -189,12 +207,15 @@ func (p *Pod) Start() error {
 	if p.Cmd == nil {
 		p.Cmd = s.Command(p.Network)
 	}
-	enter := make([]func() error, 0, len(s.Enter)+3)
+	enter := make([]func() error, 0, len(s.Enter)+4)
 	if p.Network != nil {
 		enter = append(enter, NetNS(p.Network.NS))
 	}
 	if s.FixedRoot != "" {
 		enter = append(enter, BindAt(s.Dir.Path(), s.FixedRoot))
+	}
+	if p.identity != nil {
+		enter = append(enter, p.identity.Enter)
 	}
 	enter = append(enter, s.Enter...)
 	placed := func() error { return nil }
@@ -213,12 +234,17 @@ func (p *Pod) Start() error {
 		return fmt.Errorf("start %s: %w", p.Cmd.Path, err)
 	}
 	p.Process = proc
+	// The monitor's mount namespace holds the files now; root keeps no
+	// copy open.
+	p.identity.Close()
+	p.identity = nil
 	return nil
 }
 
 // Undo removes what Prepare made, for a pod whose processes are gone or
-// never started: the network, then the pod directories and all in them
-// (the pod's directory itself stays, root's and 0700 again).
+// never started: the network, then the pod directories and all in them,
+// and OwnPasswd's files (the pod's directory itself stays, root's and 0700
+// again).
 func (p *Pod) Undo() error {
 	var errs []error
 	if p.Network != nil {
@@ -226,6 +252,11 @@ func (p *Pod) Undo() error {
 	}
 	if p.dirs != nil {
 		errs = append(errs, p.dirs.Remove())
+	}
+	if p.Spec.OwnPasswd {
+		p.identity.Close()
+		p.identity = nil
+		errs = append(errs, removeIdentity(p.Spec.Dir))
 	}
 	return errors.Join(errs...)
 }

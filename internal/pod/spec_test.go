@@ -77,8 +77,8 @@ func TestSpecCommand(t *testing.T) {
 }
 
 // TestLaunchUndoes: a launch that fails midway leaves nothing it made: not
-// the pod directories (with what Fill put there), not the network's
-// namespaces, and the pod's directory is root's and 0700 again. It fails
+// the pod directories (with what Fill put there), not the pod user's
+// passwd and group, not the network's namespaces, and the pod's directory is root's and 0700 again. It fails
 // at each step in turn, the last being the start of a monitor binary that
 // does not exist.
 func TestLaunchUndoes(t *testing.T) {
@@ -101,7 +101,7 @@ func TestLaunchUndoes(t *testing.T) {
 			}
 			var net *Network
 			s := Spec{
-				Dir: d, Layout: layout.Under(dir), User: &syscall.Credential{Uid: 65534, Gid: 65534},
+				Dir: d, Layout: layout.Under(dir), User: &syscall.Credential{Uid: 65534, Gid: 65534}, OwnPasswd: true,
 				Monitor: dir + "/no-such-monitor", Launcher: dir + "/no-such-launcher",
 				Network: &NetworkConfig{Dir: dir, VMI: masqueradeVMI(), Privileged: netsetup.PrivilegedConfig{
 					QemuUID: 65534, QemuGID: 65534, CacheDir: layout.Under(dir).PrivateDir, StateDir: dir}},

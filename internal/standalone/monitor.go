@@ -17,7 +17,8 @@ import (
 // pod directories filled (fill), the pod network with the run's services
 // on it (networked), the hand-over to the VM's user, virtiofsd and the
 // VM's devices, then virt-launcher-monitor as the VM's user in the pod's
-// namespaces: network, and a mount namespace with the VM's passwd.
+// namespaces: network, and a mount namespace with the VM's passwd
+// (OwnPasswd).
 func (r *runner) launch(ctx context.Context) error {
 	spec := r.podSpec(ctx)
 	// With --cpuset the pod runs in a cpuset cgroup of its own, where its
@@ -68,8 +69,10 @@ func (r *runner) podSpec(ctx context.Context) pod.Spec {
 			}
 			return r.pod.grantVFIO(r.cfg.vfioGroups, r.owner.UID)
 		},
-		Enter: []func() error{r.pod.identity.Enter},
-		Env:   r.cfg.deviceEnv,
+		// The VM's uid has no account on the machine, yet libvirt
+		// looks up every client's user.
+		OwnPasswd: true,
+		Env:       r.cfg.deviceEnv,
 		// launcher.log takes the monitor's, the launcher's and QEMU's
 		// output.
 		Stdout: r.pod.logFile, Stderr: r.pod.logFile,

@@ -27,13 +27,10 @@ type vmPod struct {
 	// output, both staged before the hand-over.
 	bins    [2]string
 	logFile *os.File
-	// identity is the VM's passwd and group (pod.Identity), open until
-	// the monitor has started.
-	identity *pod.Identity
-	net      *pod.Network
-	cgroup   *hostcpu.Cgroup      // the pod's cpuset cgroup (--cpuset), once made
-	vfio     []*userstorage.Grant // the VM's access to its IOMMU groups (--device)
-	monitor  *pod.Process         // nil until started
+	net     *pod.Network
+	cgroup  *hostcpu.Cgroup      // the pod's cpuset cgroup (--cpuset), once made
+	vfio    []*userstorage.Grant // the VM's access to its IOMMU groups (--device)
+	monitor *pod.Process         // nil until started
 }
 
 // closeStaged lets go of root's copies of what the monitor starts with,
@@ -44,7 +41,6 @@ func (p *vmPod) closeStaged() {
 	}
 	p.logFile.Close()
 	p.logFile = nil
-	p.identity.Close()
 }
 
 // grantVFIO lets the VM's user (uid) open its IOMMU groups' nodes (groups)

@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/virtlauncher/virtlauncher/internal/layout"
-	"github.com/virtlauncher/virtlauncher/internal/pod"
 	"github.com/virtlauncher/virtlauncher/internal/safefs"
 	"github.com/virtlauncher/virtlauncher/internal/userstorage"
 	"github.com/virtlauncher/virtlauncher/internal/vmuser"
@@ -236,7 +235,8 @@ func (r *runner) localImages(l layout.Layout) ([]link, error) {
 // what the monitor starts with: copies of the binaries when the launcher's
 // user cannot reach the build's, and launcher.log, the output of the
 // monitor, launcher and QEMU (a fresh file, O_EXCL and never through a
-// link: the fd is handed to QEMU).
+// link: the fd is handed to QEMU). The VM's passwd and group are the
+// pod's to write (pod.Spec.OwnPasswd).
 func (r *runner) stageLauncher() error {
 	for i, name := range []string{"virt-launcher-monitor", "virt-launcher"} {
 		b, err := r.stageBinary(name, "launcher binaries (build them with `make build`)")
@@ -250,9 +250,6 @@ func (r *runner) stageLauncher() error {
 		return fmt.Errorf("launcher log: %w", err)
 	}
 	r.pod.logFile = f
-	if r.pod.identity, err = pod.WriteIdentity(r.dir, "identity", r.owner.UID, r.owner.GID, r.owner.Groups); err != nil {
-		return fmt.Errorf("the VM's passwd and group: %w", err)
-	}
 	return nil
 }
 
