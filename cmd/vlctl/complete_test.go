@@ -50,10 +50,10 @@ func TestCompleteVMNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []runrecord.Record{
-		{Name: "web", Namespace: "default", PID: pid, PIDStart: start, WorkDir: "/run/vl/a"},
-		{Name: "db", Namespace: "prod", PID: pid, PIDStart: start, WorkDir: "/run/vl/b"},
-		{Name: "web", Namespace: "prod", PID: pid, PIDStart: start, WorkDir: "/run/vl/c"},
-		{Name: "old", Namespace: "default", PID: gone.Process.Pid, PIDStart: start, WorkDir: "/run/vl/d"},
+		{Name: "web", Namespace: "default", Process: runrecord.Process{PID: pid, PIDStart: start}, WorkDir: "/run/vl/a"},
+		{Name: "db", Namespace: "prod", Process: runrecord.Process{PID: pid, PIDStart: start}, WorkDir: "/run/vl/b"},
+		{Name: "web", Namespace: "prod", Process: runrecord.Process{PID: pid, PIDStart: start}, WorkDir: "/run/vl/c"},
+		{Name: "old", Namespace: "default", Process: runrecord.Process{PID: gone.Process.Pid, PIDStart: start}, WorkDir: "/run/vl/d"},
 	} {
 		if _, err := runrecord.Write(dir, &r); err != nil {
 			t.Fatal(err)

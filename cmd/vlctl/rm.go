@@ -173,7 +173,7 @@ func stopForRm(cmd *cobra.Command, n *nameFlags, ns, name string, force bool) er
 	if b, _ := runrecord.MatchBackground(bgs, full, ""); b != nil && b.Running && len(live) == 0 {
 		// Its supervisor, with no run recorded (starting, or waiting
 		// to boot the guest again).
-		live = append(live, &runrecord.Entry{Record: runrecord.Record{Name: name, Namespace: ns, PID: b.PID, PIDStart: b.PIDStart}})
+		live = append(live, &runrecord.Entry{Record: runrecord.Record{Name: name, Namespace: ns, Process: runrecord.Process{PID: b.PID, PIDStart: b.PIDStart}}})
 	}
 	if len(live) == 0 {
 		return nil

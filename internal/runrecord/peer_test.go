@@ -20,7 +20,7 @@ func TestPeerOwnedBy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &Record{Name: "vm", Namespace: "ns", PID: pid, PIDStart: st.StartTime}
+		return &Record{Name: "vm", Namespace: "ns", Process: Process{PID: pid, PIDStart: st.StartTime}}
 	}
 	other := exec.Command("sleep", "60")
 	if err := other.Start(); err != nil {

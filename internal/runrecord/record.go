@@ -36,28 +36,19 @@ import (
 const DefaultDir = "/run/vlctl"
 
 // Record describes one running `vlctl run`.
+//
+// Its JSON is vlctl's on-disk interface: `vlctl ps`, `vlctl gc`, the verbs
+// that find a VM by name and `vlctl run --migrate-from` read records that
+// an older vlctl, still running, may have written. The groups below are
+// embedded so that encoding/json flattens them: the keys, their order and
+// their omitempty stay those of one flat object (TestRecordJSON pins them).
 type Record struct {
 	Name      string `json:"name"`
 	Namespace string `json:"namespace"`
-	// PID is the `vlctl run` process; PIDStart its start time (clock ticks
-	// after boot, /proc/<pid>/stat), which tells it from a later process
-	// that reuses the pid.
-	PID      int    `json:"pid"`
-	PIDStart uint64 `json:"pidStart"`
-	WorkDir  string `json:"workDir"`
-	// Socket is the launcher's command socket, Console the guest's serial
-	// console socket.
-	Socket  string `json:"socket"`
-	Console string `json:"console"`
-	// Control is the run's own socket, where vlctl addvolume and
-	// removevolume ask it to change the running VM (root only).
-	Control string `json:"control,omitempty"`
-	// Addresses are where the guest is reachable, each with the network
-	// namespace it is reachable from.
-	Addresses []Address `json:"addresses,omitempty"`
-	// Published are the host ports forwarded to the guest (--publish),
-	// as "HOST:PORT->GUESTPORT/tcp".
-	Published []string `json:"published,omitempty"`
+	Process
+	WorkDir string `json:"workDir"`
+	Sockets
+	Endpoints
 	// Started is when the guest's domain started.
 	Started time.Time `json:"started"`
 	// VMI is the VMI as the launcher was synced with: the pause and
@@ -66,10 +57,45 @@ type Record struct {
 	// VM is the VirtualMachine the VMI comes from (nil for a VMI
 	// manifest): a run that takes the guest over keeps its run strategy.
 	VM *v1.VirtualMachine `json:"vm,omitempty"`
+	Cleanup
+	Takeover
+}
 
-	// What the run made outside its work dir, for `vlctl gc` to undo when
-	// the run could not (SIGKILL): the network namespaces of its pod
-	// network, and the ACL entries it added to the user's disk files.
+// Process is the run's own `vlctl run` process.
+type Process struct {
+	// PID is the `vlctl run` process; PIDStart its start time (clock ticks
+	// after boot, /proc/<pid>/stat), which tells it from a later process
+	// that reuses the pid.
+	PID      int    `json:"pid"`
+	PIDStart uint64 `json:"pidStart"`
+}
+
+// Sockets are where vlctl talks to the run and its guest.
+type Sockets struct {
+	// Socket is the launcher's command socket, Console the guest's serial
+	// console socket.
+	Socket  string `json:"socket"`
+	Console string `json:"console"`
+	// Control is the run's own socket, where vlctl addvolume and
+	// removevolume ask it to change the running VM (root only).
+	Control string `json:"control,omitempty"`
+}
+
+// Endpoints are where the guest is reachable.
+type Endpoints struct {
+	// Addresses are where the guest is reachable, each with the network
+	// namespace it is reachable from.
+	Addresses []Address `json:"addresses,omitempty"`
+	// Published are the host ports forwarded to the guest (--publish),
+	// as "HOST:PORT->GUESTPORT/tcp".
+	Published []string `json:"published,omitempty"`
+}
+
+// Cleanup is what the run made outside its work dir, for `vlctl gc` to
+// undo when the run could not (SIGKILL).
+type Cleanup struct {
+	// NetNS are the network namespaces of the run's pod network, Grants
+	// the ACL entries it added to the user's disk files.
 	NetNS  []string `json:"netns,omitempty"`
 	Grants []Grant  `json:"grants,omitempty"`
 	// Keep: the run was asked to keep its work dir (--keep).
@@ -77,12 +103,16 @@ type Record struct {
 	// UID is the user (and group) id the run's VM runs as, leased from
 	// the machine's pool (uidpool) until the run's clean-up is done.
 	UID uint32 `json:"uid,omitempty"`
+}
+
+// Takeover is what a run that takes the guest over (vlctl run
+// --migrate-from) must reuse.
+type Takeover struct {
 	// LauncherRoot is the path the run's launcher sees its work dir at
 	// (its own mount namespace): "" for the work dir itself; for a run
-	// that took its guest over by live migration (vlctl run
-	// --migrate-from), the first run's work dir, whose paths the guest's
-	// domain names. That directory is kept, empty, for as long as a run
-	// of the VM uses it.
+	// that took its guest over by live migration, the first run's work
+	// dir, whose paths the guest's domain names. That directory is kept,
+	// empty, for as long as a run of the VM uses it.
 	LauncherRoot string `json:"launcherRoot,omitempty"`
 	// Emulation: the guest runs under TCG, not KVM. A run that takes
 	// it over must too.

@@ -13,13 +13,13 @@ import (
 
 func TestMatch(t *testing.T) {
 	entries := []Entry{
-		{Record: Record{Name: "web", Namespace: "default", PID: 10}, Path: "/r/10.json"},
-		{Record: Record{Name: "web", Namespace: "prod", PID: 11}, Path: "/r/11.json"},
-		{Record: Record{Name: "db", Namespace: "default", PID: 12}, Path: "/r/12.json"},
-		{Record: Record{Name: "old", Namespace: "default", PID: 13}, Path: "/r/13.json", Stale: true},
-		{Record: Record{Name: "db", Namespace: "prod", PID: 14}, Path: "/r/14.json", Stale: true},
-		{Record: Record{Name: "twice", Namespace: "a", PID: 15}, Path: "/r/15.json"},
-		{Record: Record{Name: "twice", Namespace: "a", PID: 16}, Path: "/r/16.json"},
+		{Record: Record{Name: "web", Namespace: "default", Process: Process{PID: 10}}, Path: "/r/10.json"},
+		{Record: Record{Name: "web", Namespace: "prod", Process: Process{PID: 11}}, Path: "/r/11.json"},
+		{Record: Record{Name: "db", Namespace: "default", Process: Process{PID: 12}}, Path: "/r/12.json"},
+		{Record: Record{Name: "old", Namespace: "default", Process: Process{PID: 13}}, Path: "/r/13.json", Stale: true},
+		{Record: Record{Name: "db", Namespace: "prod", Process: Process{PID: 14}}, Path: "/r/14.json", Stale: true},
+		{Record: Record{Name: "twice", Namespace: "a", Process: Process{PID: 15}}, Path: "/r/15.json"},
+		{Record: Record{Name: "twice", Namespace: "a", Process: Process{PID: 16}}, Path: "/r/16.json"},
 	}
 	cases := []struct {
 		query, ns string
@@ -67,8 +67,8 @@ func TestWriteList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := &Record{Name: "vm", Namespace: "ns", PID: pid, PIDStart: start, WorkDir: "/run/vl/ab12",
-		Socket: "/run/vl/ab12/s", Addresses: []Address{{IP: "192.168.67.2", NetNS: "vlout-x"}}, Started: time.Now().UTC().Truncate(time.Second)}
+	live := &Record{Name: "vm", Namespace: "ns", Process: Process{PID: pid, PIDStart: start}, WorkDir: "/run/vl/ab12",
+		Sockets: Sockets{Socket: "/run/vl/ab12/s"}, Endpoints: Endpoints{Addresses: []Address{{IP: "192.168.67.2", NetNS: "vlout-x"}}}, Started: time.Now().UTC().Truncate(time.Second)}
 	path, err := Write(dir, live)
 	if err != nil {
 		t.Fatal(err)
@@ -85,10 +85,10 @@ func TestWriteList(t *testing.T) {
 	if err := sh.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Write(dir, &Record{Name: "gone", Namespace: "ns", PID: sh.Process.Pid, PIDStart: start, WorkDir: "/run/vl/cd34"}); err != nil {
+	if _, err := Write(dir, &Record{Name: "gone", Namespace: "ns", Process: Process{PID: sh.Process.Pid, PIDStart: start}, WorkDir: "/run/vl/cd34"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Write(dir, &Record{Name: "reused", Namespace: "ns", PID: pid, PIDStart: start + 1, WorkDir: "/run/vl/ef56"}); err != nil {
+	if _, err := Write(dir, &Record{Name: "reused", Namespace: "ns", Process: Process{PID: pid, PIDStart: start + 1}, WorkDir: "/run/vl/ef56"}); err != nil {
 		t.Fatal(err)
 	}
 	// Not taken: a record others may write, a symlink.
@@ -147,7 +147,7 @@ func TestRecordsPrivate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &Record{Name: "vm", Namespace: "ns", PID: pid, PIDStart: start, WorkDir: "/run/vl/ab12"}
+	rec := &Record{Name: "vm", Namespace: "ns", Process: Process{PID: pid, PIDStart: start}, WorkDir: "/run/vl/ab12"}
 
 	t.Run("open directory closed", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "records")

@@ -206,7 +206,8 @@ func TestVlctlVerbsByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	ghost, err := runrecord.Write(records, &runrecord.Record{Name: "ghost", Namespace: "default",
-		PID: sleeper.Process.Pid, PIDStart: st.StartTime - 1, WorkDir: "/run/vl/dead", Socket: "/run/vl/dead/sock"})
+		Process: runrecord.Process{PID: sleeper.Process.Pid, PIDStart: st.StartTime - 1},
+		WorkDir: "/run/vl/dead", Sockets: runrecord.Sockets{Socket: "/run/vl/dead/sock"}})
 	if err != nil {
 		t.Fatal(err)
 	}

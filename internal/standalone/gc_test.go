@@ -40,8 +40,8 @@ func newDeadRun(t *testing.T, id uint32) *deadRun {
 	if err := os.MkdirAll(d.workDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	rec := &runrecord.Record{Name: "gc", Namespace: "default", PID: os.Getpid(), PIDStart: start + 1,
-		WorkDir: d.workDir, UID: id}
+	rec := &runrecord.Record{Name: "gc", Namespace: "default", Process: runrecord.Process{PID: os.Getpid(), PIDStart: start + 1},
+		WorkDir: d.workDir, Cleanup: runrecord.Cleanup{UID: id}}
 	if d.record, err = runrecord.Write(d.records, rec); err != nil {
 		t.Fatal(err)
 	}

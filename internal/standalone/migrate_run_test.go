@@ -213,7 +213,8 @@ func TestGCMigratedRuns(t *testing.T) {
 	a, b := dir("a", "launcher.log"), dir("b", "launcher.log")
 	c, a2 := dir("c", "launcher.log"), dir("a2")
 	write := func(workDir, launcherRoot string, alive bool) {
-		r := &runrecord.Record{Name: "m", Namespace: "default", PID: pid, PIDStart: start, WorkDir: workDir, LauncherRoot: launcherRoot}
+		r := &runrecord.Record{Name: "m", Namespace: "default", Process: runrecord.Process{PID: pid, PIDStart: start},
+			WorkDir: workDir, Takeover: runrecord.Takeover{LauncherRoot: launcherRoot}}
 		if !alive {
 			r.PIDStart++ // another process that had the pid: the run is gone
 		}

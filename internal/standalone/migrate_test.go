@@ -19,7 +19,7 @@ func TestMigratable(t *testing.T) {
 		v := &v1.VirtualMachineInstance{}
 		v.Spec.Networks = []v1.Network{*v1.DefaultPodNetwork()}
 		v.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}}
-		return &runrecord.Record{Control: "/run/vl/x/control.sock", Started: time.Now(), VMI: v}
+		return &runrecord.Record{Sockets: runrecord.Sockets{Control: "/run/vl/x/control.sock"}, Started: time.Now(), VMI: v}
 	}
 	for _, c := range []struct {
 		name string
@@ -95,7 +95,7 @@ func TestSourceImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := &runrecord.Entry{Record: runrecord.Record{Name: "m", Namespace: "default",
-		Images: map[string]string{"registry.example/disk:1": disk}}}
+		Takeover: runrecord.Takeover{Images: map[string]string{"registry.example/disk:1": disk}}}}
 	got, err := sourceImages(src)
 	if err != nil || got["registry.example/disk:1"] != disk {
 		t.Errorf("got %v, %v; want the recorded file", got, err)

@@ -18,9 +18,11 @@ func (r *runner) writeRecord(st *Started) error {
 		return err
 	}
 	pod, outside := podnet.NamespaceNames(r.pod.netName)
-	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, PID: pid, PIDStart: start,
-		WorkDir: r.workDir, Socket: r.layout.ReadySocket(), Console: r.consoleSocket(), Control: r.controlSocket(),
-		VMI: r.vmi, VM: r.vm, NetNS: []string{pod, outside}, Keep: r.cfg.Keep, Emulation: r.emulation(), Images: r.cfg.pulled}
+	rec := &runrecord.Record{Name: r.vmi.Name, Namespace: r.vmi.Namespace, WorkDir: r.workDir, VMI: r.vmi, VM: r.vm,
+		Process:  runrecord.Process{PID: pid, PIDStart: start},
+		Sockets:  runrecord.Sockets{Socket: r.layout.ReadySocket(), Console: r.consoleSocket(), Control: r.controlSocket()},
+		Cleanup:  runrecord.Cleanup{NetNS: []string{pod, outside}, Keep: r.cfg.Keep},
+		Takeover: runrecord.Takeover{Emulation: r.emulation(), Images: r.cfg.pulled}}
 	if root := r.launcherRoot(); root != r.workDir {
 		rec.LauncherRoot = root
 	}

@@ -69,8 +69,8 @@ func TestRemoveVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &runrecord.Record{Name: "vm1", Namespace: "default", PID: pid, PIDStart: start, WorkDir: "/run/vl/abcd",
-		Volumes: map[string]string{"rootdv": vol}}
+	rec := &runrecord.Record{Name: "vm1", Namespace: "default", Process: runrecord.Process{PID: pid, PIDStart: start}, WorkDir: "/run/vl/abcd",
+		Takeover: runrecord.Takeover{Volumes: map[string]string{"rootdv": vol}}}
 	path, err := runrecord.Write(records, rec)
 	if err != nil {
 		t.Fatal(err)

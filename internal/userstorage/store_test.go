@@ -19,8 +19,8 @@ func TestStoreInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	vol := "/var/lib/vl/default/vm1/rootdv.img"
-	rec := &runrecord.Record{Name: "vm1", Namespace: "default", PID: pid, PIDStart: start, WorkDir: "/run/vl/abcd",
-		Volumes: map[string]string{"rootdv": vol}}
+	rec := &runrecord.Record{Name: "vm1", Namespace: "default", Process: runrecord.Process{PID: pid, PIDStart: start}, WorkDir: "/run/vl/abcd",
+		Takeover: runrecord.Takeover{Volumes: map[string]string{"rootdv": vol}}}
 	if _, err := runrecord.Write(dir, rec); err != nil {
 		t.Fatal(err)
 	}
