@@ -15,7 +15,7 @@ import (
 // boots its VMIs from (tests/containerdisk, standInGuestRepo) that the e2e
 // cluster stands in for: their real images cannot be pulled here.
 // Each boots from a BIOS disk with the login of the image it stands in
-// for; only the one with test tooling runs the guest agent, as the real
+// for; only the ones with test tooling run the guest agent, as the real
 // images do.
 var standInGuests = []struct {
 	name string
@@ -24,6 +24,7 @@ var standInGuests = []struct {
 	{testguest.LoginAlpine, []string{testguest.OptLogin(testguest.LoginAlpine), testguest.OptNoAgent}},
 	{testguest.LoginCirros, []string{testguest.OptLogin(testguest.LoginCirros), testguest.OptNoAgent}},
 	{testguest.LoginAlpineTestTooling, []string{testguest.OptLogin(testguest.LoginAlpineTestTooling)}},
+	{testguest.LoginFedoraTestTooling, []string{testguest.OptLogin(testguest.LoginFedoraTestTooling)}},
 }
 
 // PushStandInGuests pushes, under the names KubeVirt's functional suite
@@ -31,11 +32,11 @@ var standInGuests = []struct {
 // KubeVirtVersion), a disk the VMI's BIOS boots: the test guest on
 // testguest.BIOSDisk with the login of the image it stands in for
 // (testguest.OptLogin: the issue line, "<host> login: ", the user and
-// password, a root prompt) and, as those images, a guest agent only in
-// alpine-with-test-tooling. It is a
-// test fixture, not alpine or cirros: no package manager, busybox's tools
-// only, and whatever a spec runs beyond the login and the commands the
-// login helpers run may answer differently (e2e/README.md).
+// password, the image's prompts) and, as those images, a guest agent only
+// in alpine-with-test-tooling and fedora-with-test-tooling. It is a test
+// fixture, not alpine, cirros or Fedora: no package manager, busybox's
+// tools only, and whatever a spec runs beyond the login and the commands
+// the login helpers run may answer differently (e2e/README.md).
 func (e *Env) PushStandInGuests(ctx context.Context) error {
 	g, err := testguest.Build(ctx, testguest.DefaultCacheDir())
 	if err != nil {
@@ -75,7 +76,8 @@ func (e *Env) StandInGuestImage(name string) string {
 // demo images are <name>-container-disk-demo, the ones with test tooling
 // <name>-container-disk.
 func standInGuestRepo(name string) string {
-	if name == testguest.LoginAlpineTestTooling {
+	switch name {
+	case testguest.LoginAlpineTestTooling, testguest.LoginFedoraTestTooling:
 		return name + "-container-disk"
 	}
 	return name + "-container-disk-demo"

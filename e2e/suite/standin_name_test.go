@@ -15,6 +15,7 @@ func TestStandInGuestRepo(t *testing.T) {
 		testguest.LoginAlpine:            "alpine-container-disk-demo",
 		testguest.LoginCirros:            "cirros-container-disk-demo",
 		testguest.LoginAlpineTestTooling: "alpine-with-test-tooling-container-disk",
+		testguest.LoginFedoraTestTooling: "fedora-with-test-tooling-container-disk",
 	}
 	if len(standInGuests) != len(want) {
 		t.Fatalf("%d stand-in guests, the test knows %d", len(standInGuests), len(want))

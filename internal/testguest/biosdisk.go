@@ -23,7 +23,7 @@ const BIOSDiskSize = 48 << 20
 // sector and loader, EFIKernel (the bzImage: SYSLINUX cannot start the PVH
 // vmlinux), Initrd and a syslinux.cfg that starts the kernel at once with
 // DefaultCmdline and opts. The guest has no root disk; with
-// OptLogin it stands in for KubeVirt's alpine or cirros test image.
+// OptLogin it stands in for KubeVirt's alpine, cirros or Fedora test image.
 func (g *Guest) BIOSDisk(ctx context.Context, path string, opts ...string) error {
 	for _, t := range BIOSDiskTools() {
 		if _, err := exec.LookPath(t); err != nil {

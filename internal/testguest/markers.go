@@ -86,7 +86,7 @@ const (
 	// "VL-FAKE-AGENT <garbage|silent> /dev/vportNpM": a fake agent runs
 	// on the port instead of the real one (OptAgentGarbage, OptAgentSilent).
 	MarkerFakeAgent = "VL-FAKE-AGENT"
-	// "VL-LOGIN <alpine|cirros> <host name>": a login waits on the console
+	// "VL-LOGIN <flavour> <host name>": a login waits on the console
 	// (OptLogin) instead of the shell.
 	MarkerLogin = "VL-LOGIN"
 	// "VL-REBOOT": the console shell's reboot (OptLogin); reboot -f follows.
@@ -121,7 +121,7 @@ func OptAgentBlock(commands ...string) string {
 }
 
 // Login flavours (OptLogin): what KubeVirt's functional tests expect of
-// its alpine and cirros test images on the serial console.
+// its alpine, cirros and Fedora test images on the serial console.
 const (
 	LoginAlpine = "alpine" // root, no password, "Welcome to Alpine" issue
 	// LoginAlpineTestTooling is alpine's login with a /bin/bash (busybox's
@@ -129,11 +129,18 @@ const (
 	// and expect the guest agent in: give the guest one (no OptNoAgent).
 	LoginAlpineTestTooling = "alpine-with-test-tooling"
 	LoginCirros            = "cirros" // cirros / gocubsgo, cirros' issue line, sudo
+	// LoginFedoraTestTooling is Fedora's login: fedora / fedora, Fedora's
+	// issue line, bash's "[fedora@<host> ~]$ " prompt, a sudo without a
+	// password ("sudo su": "[root@<host> fedora]# "), the user fedora as
+	// cloud-init's default user, and an /etc/os-release naming Fedora;
+	// the image has the guest agent: give the guest one (no OptNoAgent).
+	LoginFedoraTestTooling = "fedora-with-test-tooling"
 )
 
 // OptLogin replaces the console shell with a getty login as the flavour
-// (LoginAlpine, LoginAlpineTestTooling, LoginCirros) has it: the image's /etc/issue, "<host name>
-// login: ", its user and password, a prompt ending in "# ", a host name
+// (LoginAlpine, LoginAlpineTestTooling, LoginCirros,
+// LoginFedoraTestTooling) has it: the image's /etc/issue, "<host name>
+// login: ", its user and password, its shell prompt, a host name
 // from DHCP or NoCloud meta-data (else localhost); poweroff and reboot in
 // that shell work.
 func OptLogin(flavour string) string { return "vl.login=" + flavour }

@@ -3,12 +3,14 @@ package testguest
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -147,6 +149,39 @@ func (v *qemuVM) waitText(from int, text string, timeout time.Duration) int {
 		return i >= 0
 	})
 	return end
+}
+
+// expect waits, as goexpect's ExpectSwitchCase does for KubeVirt's
+// console helpers, until one of res matches the console output after
+// from: they are tried in order, the first that matches anywhere wins. It
+// returns that one's index, or -1 when none matched within timeout, and
+// the offset past all the output read so far, which goexpect drops from
+// its buffer either way.
+func (v *qemuVM) expect(from int, timeout time.Duration, res ...*regexp.Regexp) (int, int) {
+	deadline := time.After(timeout)
+	for {
+		v.mu.Lock()
+		out, ch := v.out.String(), v.changed
+		v.mu.Unlock()
+		for i, re := range res {
+			if re.MatchString(out[from:]) {
+				return i, len(out)
+			}
+		}
+		select {
+		case <-ch:
+		case <-v.exited:
+			out = v.output()
+			for i, re := range res {
+				if re.MatchString(out[from:]) {
+					return i, len(out)
+				}
+			}
+			return -1, len(out)
+		case <-deadline:
+			return -1, len(v.output())
+		}
+	}
 }
 
 // send types s on the serial console.
@@ -529,9 +564,10 @@ func BenchmarkBoot(b *testing.B) {
 }
 
 // TestBIOSDiskLogin boots BIOSDisk by SeaBIOS alone (no -kernel) and logs in
-// on the console as KubeVirt's functional tests log in to their alpine and
-// cirros images (tests/console: LoginToAlpine, LoginToCirros and the
-// console set-up after them), then powers off or reboots from that shell.
+// on the console as KubeVirt's functional tests log in to their alpine,
+// cirros and Fedora images (tests/console: LoginToAlpine, LoginToCirros,
+// LoginToFedora and the console set-up after them), then powers off or
+// reboots from that shell.
 func TestBIOSDiskLogin(t *testing.T) {
 	g := buildGuest(t)
 	for _, tool := range BIOSDiskTools() {
@@ -546,6 +582,8 @@ func TestBIOSDiskLogin(t *testing.T) {
 		leave         string                  // the command that ends the guest
 		marker        string                  // and what the guest prints then, if anything
 		more          func(v *qemuVM, at int) // what else the flavour's specs run
+		busyboxNC     bool                    // the image's nc is busybox's (alpine's, cirros')
+		agent         *osInfo                 // the image runs the guest agent, telling this
 	}{
 		{LoginAlpine, "vlalpine", func(v *qemuVM, at int) int {
 			v.send("\n")
@@ -555,7 +593,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 		}, "# ", "", []string{"-device", "i6300esb", "-action", "watchdog=poweroff"},
 			// What KubeVirt's watchdog spec runs: the watchdog, fed, then
 			// killed; its device then powers the machine off.
-			"watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", "", nil},
+			"watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", "", nil, true, nil},
 		{LoginCirros, "vlcirros", func(v *qemuVM, at int) int {
 			v.send("\n")
 			at = v.waitText(at, "login as 'cirros' user. default password: 'gocubsgo'. use 'sudo' for root.", 3*time.Minute)
@@ -579,7 +617,13 @@ func TestBIOSDiskLogin(t *testing.T) {
 			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
 			v.send("ip -4 addr show dev eth0 | grep -c inet; echo rc=$?\n")
 			v.waitText(at, "\n1\nrc=0\n", 30*time.Second)
-		}},
+		}, true, nil},
+		{flavour: LoginFedoraTestTooling, host: "vlfedora", login: loginToFedora, prompt: "# ",
+			leave: "poweroff", marker: MarkerPowerOff, agent: &osInfo{ID: "fedora", Name: "Fedora Linux"}, more: func(v *qemuVM, at int) {
+				// The image's sudo asks fedora for no password.
+				v.send("su fedora -c 'id -un; sudo id -u'; echo rc=$?\n")
+				v.waitText(at, "\nfedora\n0\nrc=0\n", 30*time.Second)
+			}},
 	} {
 		t.Run(tc.flavour, func(t *testing.T) {
 			t.Parallel()
@@ -587,11 +631,19 @@ func TestBIOSDiskLogin(t *testing.T) {
 			disk := filepath.Join(dir, "disk.qcow2")
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := g.BIOSDisk(ctx, disk, OptLogin(tc.flavour), OptNoAgent); err != nil {
+			opts := []string{OptLogin(tc.flavour), OptNoAgent}
+			qemu := tc.qemu
+			agentSock := filepath.Join(dir, "ga.sock")
+			if tc.agent != nil {
+				opts = opts[:1]
+				qemu = append(qemu, "-chardev", "socket,id=ga,path="+agentSock+",server=on,wait=off",
+					"-device", "virtio-serial-pci", "-device", "virtserialport,chardev=ga,name=org.qemu.guest_agent.0")
+			}
+			if err := g.BIOSDisk(ctx, disk, opts...); err != nil {
 				t.Fatal(err)
 			}
 			v := startQEMU(t, dir, append([]string{"-drive", "file=" + disk + ",if=virtio,format=qcow2",
-				"-netdev", "user,id=n0,hostname=" + tc.host, "-device", "virtio-net-pci,netdev=n0"}, tc.qemu...)...)
+				"-netdev", "user,id=n0,hostname=" + tc.host, "-device", "virtio-net-pci,netdev=n0"}, qemu...)...)
 			if got, _ := v.waitFor(MarkerLogin, 3*time.Minute); got != tc.flavour+" "+tc.host {
 				t.Fatalf("%s %q, want %q", MarkerLogin, got, tc.flavour+" "+tc.host)
 			}
@@ -603,21 +655,31 @@ func TestBIOSDiskLogin(t *testing.T) {
 			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
 			v.send(tc.sudo + "dmesg -n 1; echo rc=$?\n")
 			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
-			// The TCP server KubeVirt's network tests start (vmnetserver),
-			// and two connections to it: -k keeps it listening.
-			v.send(`nc  -klp 8080 -e echo -e "Hello World!"&` + "\n")
-			// The spec's clients come from another guest well after the
-			// server started; here they would race its bind, so wait for
-			// the listener (port 8080 is 1F90, state 0A LISTEN; busybox
-			// nc listens on IPv6's any address where the kernel has it).
-			v.send("until cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q ':1F90 [0-9A-F]*:0000 0A'; do sleep 1; done; echo listen-rc=$?\n")
-			at = v.waitText(at, "\nlisten-rc=0\n", 30*time.Second)
-			for range 2 {
-				v.send("echo test | nc 127.0.0.1 8080 -i 1 -w 1; echo rc=$?\n")
-				at = v.waitText(at, "\nHello World!\nrc=0\n", 30*time.Second)
+			if tc.busyboxNC {
+				// The TCP server KubeVirt's network tests start (vmnetserver),
+				// and two connections to it: -k keeps it listening.
+				v.send(`nc  -klp 8080 -e echo -e "Hello World!"&` + "\n")
+				// The spec's clients come from another guest well after the
+				// server started; here they would race its bind, so wait for
+				// the listener (port 8080 is 1F90, state 0A LISTEN; busybox
+				// nc listens on IPv6's any address where the kernel has it).
+				v.send("until cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q ':1F90 [0-9A-F]*:0000 0A'; do sleep 1; done; echo listen-rc=$?\n")
+				at = v.waitText(at, "\nlisten-rc=0\n", 30*time.Second)
+				for range 2 {
+					v.send("echo test | nc 127.0.0.1 8080 -i 1 -w 1; echo rc=$?\n")
+					at = v.waitText(at, "\nHello World!\nrc=0\n", 30*time.Second)
+				}
 			}
 			if tc.more != nil {
 				tc.more(v, at)
+			}
+			if tc.agent != nil {
+				// KubeVirt reports the agent's guest-get-osinfo as the
+				// VMI's guestOSInfo; a Fedora spec looks for "Fedora" in
+				// its name.
+				if info := agentOSInfo(t, agentSock); info != *tc.agent {
+					t.Errorf("guest-get-osinfo: %+v, want %+v", info, *tc.agent)
+				}
 			}
 			v.send(tc.leave + "\n")
 			if tc.marker != "" {
@@ -626,4 +688,110 @@ func TestBIOSDiskLogin(t *testing.T) {
 			v.waitExit(time.Minute)
 		})
 	}
+}
+
+// loginToFedora logs in as KubeVirt's console.LoginToFedora does, with its
+// regular expressions (the VMI's name and host name being the guest's,
+// vlfedora), and sets the console up as its configureConsole does; then
+// calls it once more, which must find the root prompt and do nothing.
+// The console output here has no carriage returns: the helper's "\r\n"
+// is "\n".
+func loginToFedora(v *qemuVM, at int) int {
+	v.t.Helper()
+	loggedIn := regexp.MustCompile(`(\[fedora@(localhost|fedora|vlfedora|vlfedora) ~\]\$ |\[root@(localhost|fedora|vlfedora|vlfedora) fedora\]\# )`)
+	prompt := regexp.MustCompile(`(\$ |\# )`)
+	retZero := regexp.MustCompile(`[\n]0\n.*(\$ |\# )`)
+	// Not logged in yet: the helper's check for a prompt finds none.
+	v.send("\n")
+	v.send("\n")
+	i, at := v.expect(at, 5*time.Second, loggedIn)
+	if i >= 0 {
+		v.t.Fatal("a logged-in prompt before any login")
+	}
+	v.send("\n")
+	v.send("\n")
+	// The helper's cases, in its order; each but the last may match ten
+	// times (Rt: 10).
+	cases := []*regexp.Regexp{
+		regexp.MustCompile(`(localhost|fedora|vlfedora|vlfedora) login: `),
+		regexp.MustCompile(`Password:`),
+		regexp.MustCompile(`Login incorrect`),
+		loggedIn,
+	}
+	var matched [2]int
+	for done := false; !done; {
+		i, at = v.expect(at, 2*time.Minute, cases...)
+		switch i {
+		case -1:
+			v.t.Fatal("LoginToFedora: no login prompt, password prompt or fedora's prompt within 2m")
+		case 0, 1:
+			if matched[i]++; matched[i] > 10 {
+				v.t.Fatalf("LoginToFedora: %q matched more than the 10 times the helper allows", cases[i])
+			}
+			v.send("fedora\n")
+		case 2:
+			v.t.Fatal("LoginToFedora: Login incorrect (user fedora, password fedora)")
+		case 3:
+			done = true
+		}
+	}
+	step := func(send string, want *regexp.Regexp, timeout time.Duration) {
+		v.t.Helper()
+		v.send(send)
+		if i, at = v.expect(at, timeout, want); i < 0 {
+			v.t.Fatalf("LoginToFedora: sent %q, no %q within %v", send, want, timeout)
+		}
+	}
+	step("sudo su\n", prompt, 2*time.Minute)
+	// configureConsole, without its sudo.
+	for _, cmd := range []string{"stty cols 500 rows 500\n", "dmesg -n 1\n"} {
+		step(cmd, prompt, 30*time.Second)
+		step("echo $?\n", retZero, 30*time.Second)
+	}
+	// The next LoginToFedora of a spec: root's prompt tells it is logged
+	// in already.
+	v.send("\n")
+	step("\n", loggedIn, 5*time.Second)
+	return at
+}
+
+// osInfo is what of the guest agent's guest-get-osinfo answer KubeVirt
+// shows in a VMI's status (guestOSInfo id and name).
+type osInfo struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// agentOSInfo asks the guest agent on the QEMU chardev socket sock for
+// guest-get-osinfo, again until it answers (the agent may still be
+// starting: what the host sends before it opens its port is lost).
+func agentOSInfo(t *testing.T, sock string) osInfo {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if _, err := io.WriteString(c, `{"execute":"guest-get-osinfo"}`+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			continue
+		}
+		var resp struct {
+			Return *osInfo `json:"return"`
+		}
+		if err := json.Unmarshal(line, &resp); err == nil && resp.Return != nil {
+			return *resp.Return
+		}
+	}
+	t.Fatal("the guest agent did not answer guest-get-osinfo within 1m")
+	return osInfo{}
 }
