@@ -16,7 +16,8 @@ import (
 // cluster stands in for: their real images cannot be pulled here.
 // Each boots from a BIOS disk with the login of the image it stands in
 // for; only the ones with test tooling run the guest agent, as the real
-// images do.
+// images do; Fedora's agent shuts its guest down (guest-shutdown), as
+// systemd does in the real image.
 var standInGuests = []struct {
 	name string
 	opts []string
@@ -24,7 +25,7 @@ var standInGuests = []struct {
 	{testguest.LoginAlpine, []string{testguest.OptLogin(testguest.LoginAlpine), testguest.OptNoAgent}},
 	{testguest.LoginCirros, []string{testguest.OptLogin(testguest.LoginCirros), testguest.OptNoAgent}},
 	{testguest.LoginAlpineTestTooling, []string{testguest.OptLogin(testguest.LoginAlpineTestTooling)}},
-	{testguest.LoginFedoraTestTooling, []string{testguest.OptLogin(testguest.LoginFedoraTestTooling)}},
+	{testguest.LoginFedoraTestTooling, []string{testguest.OptLogin(testguest.LoginFedoraTestTooling), testguest.OptAgentShutdown}},
 }
 
 // PushStandInGuests pushes, under the names KubeVirt's functional suite

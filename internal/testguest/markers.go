@@ -133,7 +133,8 @@ const (
 	// issue line, bash's "[fedora@<host> ~]$ " prompt, a sudo without a
 	// password ("sudo su": "[root@<host> fedora]# "), the user fedora as
 	// cloud-init's default user, and an /etc/os-release naming Fedora;
-	// the image has the guest agent: give the guest one (no OptNoAgent).
+	// the image has the guest agent, which can shut it down: give the
+	// guest one (no OptNoAgent) and OptAgentShutdown.
 	LoginFedoraTestTooling = "fedora-with-test-tooling"
 )
 

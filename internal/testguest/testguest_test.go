@@ -579,11 +579,11 @@ func TestBIOSDiskLogin(t *testing.T) {
 		prompt        string                  // how the shell's prompt ends
 		sudo          string                  // what configureConsole puts before dmesg
 		qemu          []string                // more QEMU arguments
-		leave         string                  // the command that ends the guest
+		leave         string                  // the command that ends the guest ("": the agent's guest-shutdown)
 		marker        string                  // and what the guest prints then, if anything
 		more          func(v *qemuVM, at int) // what else the flavour's specs run
 		busyboxNC     bool                    // the image's nc is busybox's (alpine's, cirros')
-		agent         *osInfo                 // the image runs the guest agent, telling this
+		agent         *osInfo                 // the image runs the guest agent (as its stand-in: OptAgentShutdown), telling this
 	}{
 		{LoginAlpine, "vlalpine", func(v *qemuVM, at int) int {
 			v.send("\n")
@@ -619,7 +619,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 			v.waitText(at, "\n1\nrc=0\n", 30*time.Second)
 		}, true, nil},
 		{flavour: LoginFedoraTestTooling, host: "vlfedora", login: loginToFedora, prompt: "# ",
-			leave: "poweroff", marker: MarkerPowerOff, agent: &osInfo{ID: "fedora", Name: "Fedora Linux"}, more: func(v *qemuVM, at int) {
+			marker: MarkerAgentShutdown, agent: &osInfo{ID: "fedora", Name: "Fedora Linux"}, more: func(v *qemuVM, at int) {
 				// The image's sudo asks fedora for no password.
 				v.send("su fedora -c 'id -un; sudo id -u'; echo rc=$?\n")
 				v.waitText(at, "\nfedora\n0\nrc=0\n", 30*time.Second)
@@ -635,7 +635,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 			qemu := tc.qemu
 			agentSock := filepath.Join(dir, "ga.sock")
 			if tc.agent != nil {
-				opts = opts[:1]
+				opts = []string{OptLogin(tc.flavour), OptAgentShutdown}
 				qemu = append(qemu, "-chardev", "socket,id=ga,path="+agentSock+",server=on,wait=off",
 					"-device", "virtio-serial-pci", "-device", "virtserialport,chardev=ga,name=org.qemu.guest_agent.0")
 			}
@@ -681,7 +681,13 @@ func TestBIOSDiskLogin(t *testing.T) {
 					t.Errorf("guest-get-osinfo: %+v, want %+v", info, *tc.agent)
 				}
 			}
-			v.send(tc.leave + "\n")
+			if tc.leave != "" {
+				v.send(tc.leave + "\n")
+			} else {
+				// As KubeVirt's stop with the agent connected: the image
+				// powers off when its agent is told to.
+				agentCommand(t, agentSock, `{"execute":"guest-shutdown","arguments":{"mode":"powerdown"}}`)
+			}
 			if tc.marker != "" {
 				v.waitFor(tc.marker, time.Minute)
 			}
@@ -760,6 +766,20 @@ func loginToFedora(v *qemuVM, at int) int {
 type osInfo struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
+}
+
+// agentCommand sends the guest agent on the QEMU chardev socket sock a
+// command that has no answer on success.
+func agentCommand(t *testing.T, sock, cmd string) {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, cmd+"\n"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // agentOSInfo asks the guest agent on the QEMU chardev socket sock for
