@@ -25,7 +25,7 @@ var standInGuests = []struct {
 	{testguest.LoginAlpine, []string{testguest.OptLogin(testguest.LoginAlpine), testguest.OptNoAgent}},
 	{testguest.LoginCirros, []string{testguest.OptLogin(testguest.LoginCirros), testguest.OptNoAgent}},
 	{testguest.LoginAlpineTestTooling, []string{testguest.OptLogin(testguest.LoginAlpineTestTooling)}},
-	{testguest.LoginFedoraTestTooling, []string{testguest.OptLogin(testguest.LoginFedoraTestTooling), testguest.OptAgentShutdown}},
+	{testguest.LoginFedoraTestTooling, []string{testguest.OptLogin(testguest.LoginFedoraTestTooling), testguest.OptAgentShutdown, testguest.OptTooling}},
 }
 
 // PushStandInGuests pushes, under the names KubeVirt's functional suite

@@ -167,13 +167,22 @@ func addPrograms(c *cpioWriter, h hostPrograms) error {
 		c.File(strings.TrimPrefix(dst, "/"), 0o755, data)
 	}
 	for _, f := range h.libs {
-		data, err := os.ReadFile(f)
-		if err != nil {
+		if err := addLib(c, f); err != nil {
 			return err
 		}
-		rel := strings.TrimPrefix(filepath.Clean(f), "/")
-		c.Parents(rel)
-		c.File(rel, 0o755, data)
 	}
+	return nil
+}
+
+// addLib writes the library at host path f at the same path, with its
+// directories.
+func addLib(c *cpioWriter, f string) error {
+	data, err := os.ReadFile(f)
+	if err != nil {
+		return err
+	}
+	rel := strings.TrimPrefix(filepath.Clean(f), "/")
+	c.Parents(rel)
+	c.File(rel, 0o755, data)
 	return nil
 }

@@ -3,9 +3,11 @@ package testguest
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -24,6 +26,7 @@ const BIOSDiskSize = 48 << 20
 // vmlinux), Initrd and a syslinux.cfg that starts the kernel at once with
 // DefaultCmdline and opts. The guest has no root disk; with
 // OptLogin it stands in for KubeVirt's alpine, cirros or Fedora test image.
+// With OptTooling the disk's initramfs is Initrd followed by Tooling.
 func (g *Guest) BIOSDisk(ctx context.Context, path string, opts ...string) error {
 	for _, t := range BIOSDiskTools() {
 		if _, err := exec.LookPath(t); err != nil {
@@ -46,6 +49,16 @@ func (g *Guest) BIOSDisk(ctx context.Context, path string, opts ...string) error
 	if err != nil {
 		return fmt.Errorf("BIOS disk: %w", err)
 	}
+	// With OptTooling the kernel unpacks the tooling archive after the
+	// base one: one file holding both (the kernel reads concatenated
+	// archives), so that the loader needs no list of initrds.
+	initrd := g.Initrd
+	if slices.Contains(opts, OptTooling) {
+		initrd = filepath.Join(dir, "initrd.img")
+		if err := concatFiles(initrd, g.Initrd, g.Tooling); err != nil {
+			return fmt.Errorf("BIOS disk: %w", err)
+		}
+	}
 	cfg := filepath.Join(dir, "syslinux.cfg")
 	cmdline := strings.Join(append([]string{DefaultCmdline}, opts...), " ")
 	// SERIAL: the loader's own messages go to the serial console too;
@@ -60,7 +73,7 @@ func (g *Guest) BIOSDisk(ctx context.Context, path string, opts ...string) error
 	steps := [][]string{
 		{"mkfs.vfat", "-n", "VLBOOT", img},
 		{"mcopy", "-i", img, g.EFIKernel, "::vmlinuz"},
-		{"mcopy", "-i", img, g.Initrd, "::initrd.img"},
+		{"mcopy", "-i", img, initrd, "::initrd.img"},
 		{"mcopy", "-i", img, cfg, "::syslinux.cfg"},
 		{"syslinux", "--install", img},
 		// Written beside path, then renamed over it: never half a disk.
@@ -79,4 +92,26 @@ func (g *Guest) BIOSDisk(ctx context.Context, path string, opts ...string) error
 		return fmt.Errorf("BIOS disk: %w", err)
 	}
 	return nil
+}
+
+// concatFiles writes the files srcs one after the other to dst.
+func concatFiles(dst string, srcs ...string) error {
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	for _, src := range srcs {
+		in, err := os.Open(src)
+		if err != nil {
+			out.Close()
+			return err
+		}
+		_, err = io.Copy(out, in)
+		in.Close()
+		if err != nil {
+			out.Close()
+			return fmt.Errorf("%s: %w", src, err)
+		}
+	}
+	return out.Close()
 }

@@ -91,6 +91,9 @@ const (
 	MarkerLogin = "VL-LOGIN"
 	// "VL-REBOOT": the console shell's reboot (OptLogin); reboot -f follows.
 	MarkerReboot = "VL-REBOOT"
+	// "VL-SERVICE qemu-guest-agent <started|stopped>": the Fedora
+	// stand-in's systemctl (OptTooling) started or stopped the agent.
+	MarkerService = "VL-SERVICE"
 )
 
 // Kernel command-line options the init understands.

@@ -79,9 +79,13 @@ type Guest struct {
 	// PVH vmlinux.
 	EFIKernel string
 	Initrd    string // gzip-compressed newc cpio
-	RootDisk  string // raw ext4 image labelled RootLabel
+	// Tooling is a second initramfs (gzip-compressed newc cpio) that a
+	// BIOSDisk with OptTooling loads after Initrd: ToolingPrograms and
+	// the Fedora stand-in's systemctl.
+	Tooling  string
+	RootDisk string // raw ext4 image labelled RootLabel
 	// KernelDir holds "vmlinuz", "vmlinuz.efi" and "initrd.img", the
-	// layout of a KubeVirt kernelBoot container.
+	// layout of a KubeVirt kernelBoot container (and ToolingName).
 	KernelDir     string
 	KernelVersion string
 }
@@ -98,6 +102,9 @@ type Sources struct {
 	Mkfs       string // mkfs.ext4; default from PATH
 	Agent      string // qemu-ga; default /usr/sbin/qemu-ga
 	SSHD       string // dropbear; default /usr/sbin/dropbear
+	// Tooling is the tooling initramfs' programs (path in the guest ->
+	// host path); default ToolingPrograms.
+	Tooling map[string]string
 }
 
 func (s Sources) withDefaults() Sources {
@@ -118,6 +125,9 @@ func (s Sources) withDefaults() Sources {
 	}
 	if s.SSHD == "" {
 		s.SSHD = "/usr/sbin/dropbear"
+	}
+	if s.Tooling == nil {
+		s.Tooling = ToolingPrograms
 	}
 	return s
 }
@@ -181,7 +191,18 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := cacheKey(kver, kernel, s.Busybox, modDir, mods, progs.files())
+	tools, err := findPrograms(ctx, s.Tooling)
+	if err != nil {
+		return nil, err
+	}
+	applets, err := exec.CommandContext(ctx, s.Busybox, "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list: %w", s.Busybox, err)
+	}
+	if err := checkToolingNames(s.Tooling, strings.Fields(string(applets))); err != nil {
+		return nil, err
+	}
+	key, err := cacheKey(kver, kernel, s.Busybox, modDir, mods, append(progs.files(), tools.files()...))
 	if err != nil {
 		return nil, err
 	}
@@ -213,6 +234,9 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	if err := writeInitrd(filepath.Join(tmp, "initrd.img"), kver, s.Busybox, modDir, mods, progs); err != nil {
 		return nil, fmt.Errorf("test guest initrd: %w", err)
 	}
+	if err := writeTooling(filepath.Join(tmp, ToolingName), tools, progs); err != nil {
+		return nil, fmt.Errorf("test guest tooling: %w", err)
+	}
 	if err := makeRootDisk(ctx, s.Mkfs, filepath.Join(tmp, "root.img")); err != nil {
 		return nil, fmt.Errorf("test guest root disk: %w", err)
 	}
@@ -235,11 +259,12 @@ func load(dir, kver string) (*Guest, error) {
 		Kernel:        filepath.Join(dir, "vmlinuz"),
 		EFIKernel:     filepath.Join(dir, EFIKernelName),
 		Initrd:        filepath.Join(dir, "initrd.img"),
+		Tooling:       filepath.Join(dir, ToolingName),
 		RootDisk:      filepath.Join(dir, "root.img"),
 		KernelDir:     dir,
 		KernelVersion: kver,
 	}
-	for _, f := range []string{g.Kernel, g.EFIKernel, g.Initrd, g.RootDisk} {
+	for _, f := range []string{g.Kernel, g.EFIKernel, g.Initrd, g.Tooling, g.RootDisk} {
 		if _, err := os.Stat(f); err != nil {
 			return nil, err
 		}
@@ -276,6 +301,7 @@ func cacheKey(kver, kernel, busybox, modDir string, mods, progFiles []string) (s
 	h.Write(shutdownScript)
 	h.Write(chpasswdScript)
 	h.Write(getentScript)
+	h.Write(systemctlScript)
 	for _, a := range accounts {
 		h.Write([]byte(a.data))
 	}

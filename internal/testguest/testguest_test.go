@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -584,6 +585,8 @@ func TestBIOSDiskLogin(t *testing.T) {
 		more          func(v *qemuVM, at int) // what else the flavour's specs run
 		busyboxNC     bool                    // the image's nc is busybox's (alpine's, cirros')
 		agent         *osInfo                 // the image runs the guest agent (as its stand-in: OptAgentShutdown), telling this
+		tooling       bool                    // the image has the Fedora test tooling (OptTooling)
+		userData      string                  // a NoCloud disk with this user-data, if any
 	}{
 		{LoginAlpine, "vlalpine", func(v *qemuVM, at int) int {
 			v.send("\n")
@@ -593,7 +596,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 		}, "# ", "", []string{"-device", "i6300esb", "-action", "watchdog=poweroff"},
 			// What KubeVirt's watchdog spec runs: the watchdog, fed, then
 			// killed; its device then powers the machine off.
-			"watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", "", nil, true, nil},
+			"watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", "", nil, true, nil, false, ""},
 		{LoginCirros, "vlcirros", func(v *qemuVM, at int) int {
 			v.send("\n")
 			at = v.waitText(at, "login as 'cirros' user. default password: 'gocubsgo'. use 'sudo' for root.", 3*time.Minute)
@@ -617,12 +620,22 @@ func TestBIOSDiskLogin(t *testing.T) {
 			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
 			v.send("ip -4 addr show dev eth0 | grep -c inet; echo rc=$?\n")
 			v.waitText(at, "\n1\nrc=0\n", 30*time.Second)
-		}, true, nil},
+		}, true, nil, false, ""},
 		{flavour: LoginFedoraTestTooling, host: "vlfedora", login: loginToFedora, prompt: "# ",
-			marker: MarkerAgentShutdown, agent: &osInfo{ID: "fedora", Name: "Fedora Linux"}, more: func(v *qemuVM, at int) {
+			// KubeVirt's Fedora VMIs have 512Mi; the SMBIOS is what the
+			// SMBIOS and chassis specs set and read back.
+			qemu: []string{"-m", "512", "-smbios", "type=1,manufacturer=KubeVirt,product=None,family=KubeVirt",
+				"-smbios", "type=3,asset=Test-123"},
+			// Passwords as cloud-init sets them: password: for the default
+			// user (here vluser: fedora keeps its own for the login) and
+			// chpasswd's list for a user the user-data adds.
+			userData: "#cloud-config\nuser: vluser\npassword: s3cret\nusers:\n  - default\n  - name: tester\n" +
+				"chpasswd:\n  expire: False\n  list: |\n    tester:t3st\n",
+			marker: MarkerAgentShutdown, agent: &osInfo{ID: "fedora", Name: "Fedora Linux"}, tooling: true, more: func(v *qemuVM, at int) {
 				// The image's sudo asks fedora for no password.
 				v.send("su fedora -c 'id -un; sudo id -u'; echo rc=$?\n")
-				v.waitText(at, "\nfedora\n0\nrc=0\n", 30*time.Second)
+				at = v.waitText(at, "\nfedora\n0\nrc=0\n", 30*time.Second)
+				fedoraTooling(v, at)
 			}},
 	} {
 		t.Run(tc.flavour, func(t *testing.T) {
@@ -636,6 +649,12 @@ func TestBIOSDiskLogin(t *testing.T) {
 			agentSock := filepath.Join(dir, "ga.sock")
 			if tc.agent != nil {
 				opts = []string{OptLogin(tc.flavour), OptAgentShutdown}
+			}
+			if tc.tooling {
+				opts = append(opts, OptTooling)
+			}
+			if tc.userData != "" {
+				qemu = append(qemu, "-drive", "file="+cloudInitISO(t, dir, tc.userData, false)+",if=virtio,format=raw,readonly=on")
 				qemu = append(qemu, "-chardev", "socket,id=ga,path="+agentSock+",server=on,wait=off",
 					"-device", "virtio-serial-pci", "-device", "virtserialport,chardev=ga,name=org.qemu.guest_agent.0")
 			}
@@ -814,4 +833,87 @@ func agentOSInfo(t *testing.T, sock string) osInfo {
 	}
 	t.Fatal("the guest agent did not answer guest-get-osinfo within 1m")
 	return osInfo{}
+}
+
+// run types cmd on the console's shell and waits up to timeout for its
+// exit code, which it returns with the lines cmd printed (the echoed
+// command line left out) and the offset past them.
+func (v *qemuVM) run(at int, cmd string, timeout time.Duration) (string, int, int) {
+	v.t.Helper()
+	v.send(cmd + "; echo vl-rc=$?\n")
+	re := regexp.MustCompile(`\nvl-rc=([0-9]+)\n`)
+	var m []int
+	var out string
+	v.wait("the exit code of "+cmd, timeout, func(o string) bool {
+		out = o[at:]
+		m = re.FindStringSubmatchIndex(out)
+		return m != nil
+	})
+	// A line typed before the prompt shows twice: echoed by the
+	// terminal, then by the line editor.
+	printed := out[:m[0]+1]
+	if i := strings.LastIndex(printed, "; echo vl-rc=$?\n"); i >= 0 {
+		printed = printed[i+len("; echo vl-rc=$?\n"):]
+	}
+	rc, _ := strconv.Atoi(out[m[2]:m[3]])
+	return printed, rc, at + m[1]
+}
+
+// fedoraTooling runs, as root on the Fedora stand-in's console, what
+// KubeVirt's specs run in its Fedora image beyond the login (OptTooling),
+// each as the spec has it where it can run here: every failure is
+// reported, not only the first.
+func fedoraTooling(v *qemuVM, at int) {
+	t := v.t
+	t.Helper()
+	check := func(cmd, want string, wantRC int) {
+		t.Helper()
+		var out string
+		var rc int
+		out, rc, at = v.run(at, cmd, 2*time.Minute)
+		if rc != wantRC || (want != "" && out != want) {
+			t.Errorf("%s: rc %d, printed %q; want rc %d, %q", cmd, rc, out, wantRC, want)
+		}
+	}
+	// The SMBIOS and chassis specs (2751, 2927), the values QEMU was given.
+	check(`[ "$(sudo dmidecode -s system-family | tr -s ' ')" = "KubeVirt" ] && echo 'pass'`, "pass\n", 0)
+	check(`[ "$(sudo dmidecode -s system-product-name | tr -s ' ')" = "None" ] && echo 'pass'`, "pass\n", 0)
+	check(`[ "$(sudo dmidecode -s system-manufacturer | tr -s ' ')" = "KubeVirt" ] && echo 'pass'`, "pass\n", 0)
+	check(`[ $(sudo dmidecode -s chassis-asset-tag | tr -s ' ') = Test-123 ] && echo 'pass'`, "pass\n", 0)
+	// The hidden-KVM spec (5271) runs virt-what's helper; under TCG the
+	// hypervisor's signature is QEMU's TCG one, not KVM's.
+	check("/usr/libexec/virt-what-cpuid-helper > /dev/null 2>&1 && echo 'pass'", "pass\n", 0)
+	check("$(sudo /usr/libexec/virt-what-cpuid-helper | grep -q KVMKVMKVM) || echo 'pass'", "pass\n", 0)
+	check("/usr/libexec/virt-what-cpuid-helper", "TCGTCGTCGTCG\n", 0)
+	// The migration specs' load (runStressTest), for a few seconds
+	// instead of in the background until the guest stops.
+	check("stress-ng --vm 1 --vm-bytes 100M --vm-keep -t 3 >/dev/null 2>&1", "", 0)
+	// The storage specs' size check, on this disk.
+	check(`lsblk /dev/vda -o SIZE -n | sed -e "s/ //g"`, fmt.Sprintf("%dM\n", BIOSDiskSize>>20), 0)
+	// The agent's service, stopped and started as the guest agent specs
+	// do (4625, 4628, 6741, 9299); the agent check after this finds it
+	// answering again.
+	check("systemctl stop qemu-guest-agent", "", 0)
+	v.waitFor(MarkerService, 30*time.Second)
+	check("systemctl is-active qemu-guest-agent", "inactive\n", 3)
+	check("pidof qemu-ga", "", 1)
+	check("sudo systemctl start qemu-guest-agent", "", 0)
+	check("systemctl is-active qemu-guest-agent", "active\n", 0)
+	check("systemctl stop sshd", "", 1)
+	// The cloud-config's passwords (the user-password and cloud-init
+	// specs log in with them): each user's shadow hash is the password's
+	// under its salt.
+	for _, up := range [][2]string{{"vluser", "s3cret"}, {"tester", "t3st"}} {
+		check(fmt.Sprintf(`h=$(awk -F: '$1 == "%s" { print $2 }' /etc/shadow); [ "$(mkpasswd -m sha512 '%s' "$(echo "$h" | cut -d'$' -f3)")" = "$h" ] && echo 'pass'`, up[0], up[1]), "pass\n", 0)
+	}
+	// cloud-init's instance-id, NoCloud's meta-data's (the instance-id
+	// spec reads it before and after a restart).
+	md, _ := Between(v.output(), MarkerMetaDataBegin, MarkerMetaDataEnd)
+	var meta struct {
+		InstanceID string `json:"instance-id"`
+	}
+	if err := json.Unmarshal([]byte(md), &meta); err != nil || meta.InstanceID == "" {
+		t.Errorf("NoCloud meta-data %q: %v, no instance-id", md, err)
+	}
+	check("cat /var/lib/cloud/data/instance-id", meta.InstanceID+"\n", 0)
 }

@@ -1,0 +1,101 @@
+package testguest
+
+import (
+	"bytes"
+	"compress/gzip"
+	_ "embed"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"slices"
+	"strings"
+)
+
+// systemctlScript is the Fedora stand-in's systemctl, for the one service
+// KubeVirt's tests stop and start in that image: qemu-guest-agent.
+//
+//go:embed files/systemctl
+var systemctlScript []byte
+
+// OptTooling gives a BIOSDisk the test tooling of KubeVirt's Fedora image
+// (ToolingPrograms and a systemctl for the guest agent's service): BIOSDisk
+// loads the Tooling initramfs after Initrd. On the kernel command line the
+// option only marks the disk; the init does nothing with it.
+const OptTooling = "vl.tooling=1"
+
+// ToolingName is the file name of Guest.Tooling in KernelDir.
+const ToolingName = "tooling.img"
+
+// ToolingPrograms are the host programs (Debian's, with the libraries they
+// link) in the tooling initramfs, by their path in the guest: what
+// KubeVirt's functional tests run in their Fedora image beyond busybox,
+// qemu-ga and dropbear. None is a busybox applet: the tooling archive is
+// unpacked over the initramfs, where an applet's name is a link to
+// busybox, and a file written there would overwrite busybox itself.
+var ToolingPrograms = map[string]string{
+	// The migration specs' load (runStressTest: stress-ng --vm 1
+	// --vm-bytes N --vm-keep), which slows a migration down.
+	"/bin/stress-ng": "/usr/bin/stress-ng",
+	// The SMBIOS and chassis specs: dmidecode -s system-family etc.
+	"/bin/dmidecode": "/usr/sbin/dmidecode",
+	// The hidden-KVM spec runs it at this path (virt-what's).
+	"/usr/libexec/virt-what-cpuid-helper": "/usr/libexec/virt-what-cpuid-helper",
+	// util-linux's, for the storage and postcopy specs.
+	"/bin/lsblk": "/usr/bin/lsblk",
+}
+
+// writeTooling writes the tooling initramfs (a gzip-compressed newc cpio
+// that the kernel unpacks after the base one): the programs, the libraries
+// of theirs that base does not carry already, and the systemctl script.
+func writeTooling(file string, tools, base hostPrograms) error {
+	var buf bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	c := &cpioWriter{w: gz}
+	// The base archive has these directories already.
+	c.dirs = map[string]bool{"bin": true, "lib": true, "usr": true}
+	c.File("bin/systemctl", 0o755, systemctlScript)
+	for _, dst := range slices.Sorted(maps.Keys(tools.bins)) {
+		data, err := os.ReadFile(tools.bins[dst])
+		if err != nil {
+			return err
+		}
+		rel := strings.TrimPrefix(dst, "/")
+		c.Parents(rel)
+		c.File(rel, 0o755, data)
+	}
+	have := map[string]bool{}
+	for _, l := range base.libs {
+		have[l] = true
+	}
+	for _, f := range tools.libs {
+		if have[f] {
+			continue
+		}
+		if err := addLib(c, f); err != nil {
+			return err
+		}
+	}
+	if err := c.Close(); err != nil {
+		return err
+	}
+	if err := gz.Close(); err != nil {
+		return err
+	}
+	return os.WriteFile(file, buf.Bytes(), 0o644)
+}
+
+// checkToolingNames refuses a tooling program named as a busybox applet
+// (see ToolingPrograms), and the systemctl script likewise.
+func checkToolingNames(tools map[string]string, applets []string) error {
+	names := []string{"systemctl"}
+	for dst := range tools {
+		names = append(names, path.Base(dst))
+	}
+	for _, n := range names {
+		if slices.Contains(applets, n) {
+			return fmt.Errorf("test guest tooling: %s is a busybox applet too, whose link the tooling's file would overwrite busybox through", n)
+		}
+	}
+	return nil
+}
