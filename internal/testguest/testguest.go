@@ -40,9 +40,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -202,7 +204,7 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	if err := checkToolingNames(s.Tooling, strings.Fields(string(applets))); err != nil {
 		return nil, err
 	}
-	key, err := cacheKey(kver, kernel, s.Busybox, modDir, mods, append(progs.files(), tools.files()...))
+	key, err := cacheKey(kver, kernel, s.Busybox, modDir, mods, slices.Concat(progs.files(), tools.files(), toolingLibs))
 	if err != nil {
 		return nil, err
 	}
@@ -302,6 +304,9 @@ func cacheKey(kver, kernel, busybox, modDir string, mods, progFiles []string) (s
 	h.Write(chpasswdScript)
 	h.Write(getentScript)
 	h.Write(systemctlScript)
+	for _, l := range slices.Sorted(maps.Keys(ToolingLinks)) {
+		fmt.Fprintf(h, "%s\x00%s\x00", l, ToolingLinks[l])
+	}
 	for _, a := range accounts {
 		h.Write([]byte(a.data))
 	}

@@ -649,14 +649,18 @@ func TestBIOSDiskLogin(t *testing.T) {
 			agentSock := filepath.Join(dir, "ga.sock")
 			if tc.agent != nil {
 				opts = []string{OptLogin(tc.flavour), OptAgentShutdown}
+				qemu = append(qemu, "-chardev", "socket,id=ga,path="+agentSock+",server=on,wait=off",
+					"-device", "virtio-serial-pci", "-device", "virtserialport,chardev=ga,name=org.qemu.guest_agent.0")
 			}
 			if tc.tooling {
 				opts = append(opts, OptTooling)
+				// A TPM, for the TPM specs' tpm2-tools: swtpm, as
+				// libvirt runs it for a VMI's devices.tpm.
+				qemu = append(qemu, "-chardev", "socket,id=tpm,path="+startSwtpm(t, dir),
+					"-tpmdev", "emulator,id=tpm0,chardev=tpm", "-device", "tpm-tis,tpmdev=tpm0")
 			}
 			if tc.userData != "" {
 				qemu = append(qemu, "-drive", "file="+cloudInitISO(t, dir, tc.userData, false)+",if=virtio,format=raw,readonly=on")
-				qemu = append(qemu, "-chardev", "socket,id=ga,path="+agentSock+",server=on,wait=off",
-					"-device", "virtio-serial-pci", "-device", "virtserialport,chardev=ga,name=org.qemu.guest_agent.0")
 			}
 			if err := g.BIOSDisk(ctx, disk, opts...); err != nil {
 				t.Fatal(err)
@@ -900,6 +904,21 @@ func fedoraTooling(v *qemuVM, at int) {
 	check("sudo systemctl start qemu-guest-agent", "", 0)
 	check("systemctl is-active qemu-guest-agent", "active\n", 0)
 	check("systemctl stop sshd", "", 1)
+	// The TPM spec (8607): the device, PCR 15 read, extended and read
+	// again, as its own commands and the values it expects.
+	checkHas := func(cmd, want string) {
+		t.Helper()
+		var out string
+		var rc int
+		out, rc, at = v.run(at, cmd, 2*time.Minute)
+		if rc != 0 || !strings.Contains(out, want) {
+			t.Errorf("%s: rc %d, printed %q; want rc 0 and %q in it", cmd, rc, out, want)
+		}
+	}
+	checkHas("ls /dev/tpm*", "/dev/tpm0")
+	checkHas("tpm2_pcrread sha256:15", "0x0000000000000000000000000000000000000000000000000000000000000000")
+	checkHas("tpm2_pcrextend 15:sha256=54d626e08c1c802b305dad30b7e54a82f102390cc92c7d4db112048935236e9c && echo 'do''ne'", "done\n")
+	checkHas("tpm2_pcrread sha256:15", "0x1EE66777C372B96BC74AC4CB892E0879FA3CCF6A2F53DB1D00FD18B264797F49")
 	// The cloud-config's passwords (the user-password and cloud-init
 	// specs log in with them): each user's shadow hash is the password's
 	// under its salt.
@@ -916,4 +935,36 @@ func fedoraTooling(v *qemuVM, at int) {
 		t.Errorf("NoCloud meta-data %q: %v, no instance-id", md, err)
 	}
 	check("cat /var/lib/cloud/data/instance-id", meta.InstanceID+"\n", 0)
+}
+
+// startSwtpm runs a TPM 2.0 emulator (swtpm) for one QEMU, its state in
+// dir, and returns its control socket; it ends with that QEMU
+// (--terminate) or the test.
+func startSwtpm(t *testing.T, dir string) string {
+	t.Helper()
+	if _, err := exec.LookPath("swtpm"); err != nil {
+		t.Fatalf("swtpm: %v (install swtpm)", err)
+	}
+	state := filepath.Join(dir, "tpm")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(state, "ctrl.sock")
+	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+state,
+		"--ctrl", "type=unixio,path="+sock, "--terminate")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // only the swtpm this test started
+		_ = cmd.Wait()
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			return sock
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("swtpm made no control socket within 10s")
+		}
+	}
 }

@@ -43,7 +43,27 @@ var ToolingPrograms = map[string]string{
 	"/usr/libexec/virt-what-cpuid-helper": "/usr/libexec/virt-what-cpuid-helper",
 	// util-linux's, for the storage and postcopy specs.
 	"/bin/lsblk": "/usr/bin/lsblk",
+	// tpm2-tools' one program, which does what its name says
+	// (ToolingLinks: tpm2_pcrread is tpm2 pcrread): the TPM specs read and
+	// extend PCRs, seal, and write NV indices.
+	"/bin/tpm2": "/usr/bin/tpm2",
 }
+
+// ToolingLinks are the tooling's symbolic links (path in the guest ->
+// target): the tpm2-tools commands KubeVirt's TPM specs run.
+var ToolingLinks = map[string]string{}
+
+func init() {
+	for _, c := range []string{"pcrread", "pcrextend", "createprimary", "create", "load", "evictcontrol",
+		"unseal", "nvdefine", "nvwrite", "nvread"} {
+		ToolingLinks["/bin/tpm2_"+c] = "tpm2"
+	}
+}
+
+// toolingLibs are libraries the tooling's programs load at run time
+// (dlopen), which ldd does not list: tpm2-tools' TCTI for /dev/tpm0 and
+// /dev/tpmrm0 (its own libraries are tpm2's, there already).
+var toolingLibs = []string{"/lib/x86_64-linux-gnu/libtss2-tcti-device.so.0"}
 
 // writeTooling writes the tooling initramfs (a gzip-compressed newc cpio
 // that the kernel unpacks after the base one): the programs, the libraries
@@ -55,6 +75,9 @@ func writeTooling(file string, tools, base hostPrograms) error {
 	// The base archive has these directories already.
 	c.dirs = map[string]bool{"bin": true, "lib": true, "usr": true}
 	c.File("bin/systemctl", 0o755, systemctlScript)
+	for _, dst := range slices.Sorted(maps.Keys(ToolingLinks)) {
+		c.Symlink(strings.TrimPrefix(dst, "/"), ToolingLinks[dst])
+	}
 	for _, dst := range slices.Sorted(maps.Keys(tools.bins)) {
 		data, err := os.ReadFile(tools.bins[dst])
 		if err != nil {
@@ -68,10 +91,11 @@ func writeTooling(file string, tools, base hostPrograms) error {
 	for _, l := range base.libs {
 		have[l] = true
 	}
-	for _, f := range tools.libs {
+	for _, f := range append(slices.Clone(tools.libs), toolingLibs...) {
 		if have[f] {
 			continue
 		}
+		have[f] = true
 		if err := addLib(c, f); err != nil {
 			return err
 		}
@@ -89,6 +113,9 @@ func writeTooling(file string, tools, base hostPrograms) error {
 // (see ToolingPrograms), and the systemctl script likewise.
 func checkToolingNames(tools map[string]string, applets []string) error {
 	names := []string{"systemctl"}
+	for dst := range ToolingLinks {
+		names = append(names, path.Base(dst))
+	}
 	for dst := range tools {
 		names = append(names, path.Base(dst))
 	}
