@@ -894,6 +894,11 @@ func fedoraTooling(v *qemuVM, at int) {
 	check("stress-ng --vm 1 --vm-bytes 100M --vm-keep -t 3 >/dev/null 2>&1", "", 0)
 	// The storage specs' size check, on this disk.
 	check(`lsblk /dev/vda -o SIZE -n | sed -e "s/ //g"`, fmt.Sprintf("%dM\n", BIOSDiskSize>>20), 0)
+	// The config-disk spec's labels (786) and the cloud-init specs' mount
+	// by label: the boot disk and the NoCloud disk here.
+	check("blkid -s LABEL -o value /dev/vda", "VLBOOT\n", 0)
+	check("blkid -s LABEL -o value /dev/vdb", "cidata\n", 0)
+	check("mount $(blkid  -L cidata) /mnt/ && ls /mnt/ | sort && umount /mnt/", "meta-data\nuser-data\n", 0)
 	// The agent's service, stopped and started as the guest agent specs
 	// do (4625, 4628, 6741, 9299); the agent check after this finds it
 	// answering again.

@@ -41,8 +41,11 @@ var ToolingPrograms = map[string]string{
 	"/bin/dmidecode": "/usr/sbin/dmidecode",
 	// The hidden-KVM spec runs it at this path (virt-what's).
 	"/usr/libexec/virt-what-cpuid-helper": "/usr/libexec/virt-what-cpuid-helper",
-	// util-linux's, for the storage and postcopy specs.
+	// util-linux's, for the storage and postcopy specs; and its blkid,
+	// whose -s LABEL -o value the config-disk spec runs (this busybox has
+	// no blkid applet).
 	"/bin/lsblk": "/usr/bin/lsblk",
+	"/bin/blkid": "/usr/sbin/blkid",
 	// tpm2-tools' one program, which does what its name says
 	// (ToolingLinks: tpm2_pcrread is tpm2 pcrread): the TPM specs read and
 	// extend PCRs, seal, and write NV indices.
