@@ -304,6 +304,7 @@ func cacheKey(kver, kernel, busybox, modDir string, mods, progFiles []string) (s
 	h.Write(chpasswdScript)
 	h.Write(getentScript)
 	h.Write(systemctlScript)
+	h.Write(dhclientScript)
 	for _, l := range slices.Sorted(maps.Keys(ToolingLinks)) {
 		fmt.Fprintf(h, "%s\x00%s\x00", l, ToolingLinks[l])
 	}

@@ -587,6 +587,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 		agent         *osInfo                 // the image runs the guest agent (as its stand-in: OptAgentShutdown), telling this
 		tooling       bool                    // the image has the Fedora test tooling (OptTooling)
 		userData      string                  // a NoCloud disk with this user-data, if any
+		dhcp          string                  // more options of QEMU's user network (its DHCP server's)
 	}{
 		{LoginAlpine, "vlalpine", func(v *qemuVM, at int) int {
 			v.send("\n")
@@ -596,7 +597,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 		}, "# ", "", []string{"-device", "i6300esb", "-action", "watchdog=poweroff"},
 			// What KubeVirt's watchdog spec runs: the watchdog, fed, then
 			// killed; its device then powers the machine off.
-			"watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", "", nil, true, nil, false, ""},
+			"watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", "", nil, true, nil, false, "", ""},
 		{LoginCirros, "vlcirros", func(v *qemuVM, at int) int {
 			v.send("\n")
 			at = v.waitText(at, "login as 'cirros' user. default password: 'gocubsgo'. use 'sudo' for root.", 3*time.Minute)
@@ -620,7 +621,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
 			v.send("ip -4 addr show dev eth0 | grep -c inet; echo rc=$?\n")
 			v.waitText(at, "\n1\nrc=0\n", 30*time.Second)
-		}, true, nil, false, ""},
+		}, true, nil, false, "", ""},
 		{flavour: LoginFedoraTestTooling, host: "vlfedora", login: loginToFedora, prompt: "# ",
 			// KubeVirt's Fedora VMIs have 512Mi; the SMBIOS is what the
 			// SMBIOS and chassis specs set and read back.
@@ -631,6 +632,10 @@ func TestBIOSDiskLogin(t *testing.T) {
 			// chpasswd's list for a user the user-data adds.
 			userData: "#cloud-config\nuser: vluser\npassword: s3cret\nusers:\n  - default\n  - name: tester\n" +
 				"chpasswd:\n  expire: False\n  list: |\n    tester:t3st\n",
+			// DHCP options for dhclient to show (QEMU's DHCP server sends
+			// the TFTP server's name as an option, the boot file in the
+			// header).
+			dhcp:   ",tftp-server-name=tftp.kubevirt.io,bootfile=config",
 			marker: MarkerAgentShutdown, agent: &osInfo{ID: "fedora", Name: "Fedora Linux"}, tooling: true, more: func(v *qemuVM, at int) {
 				// The image's sudo asks fedora for no password.
 				v.send("su fedora -c 'id -un; sudo id -u'; echo rc=$?\n")
@@ -666,7 +671,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 				t.Fatal(err)
 			}
 			v := startQEMU(t, dir, append([]string{"-drive", "file=" + disk + ",if=virtio,format=qcow2",
-				"-netdev", "user,id=n0,hostname=" + tc.host, "-device", "virtio-net-pci,netdev=n0"}, qemu...)...)
+				"-netdev", "user,id=n0,hostname=" + tc.host + tc.dhcp, "-device", "virtio-net-pci,netdev=n0"}, qemu...)...)
 			if got, _ := v.waitFor(MarkerLogin, 3*time.Minute); got != tc.flavour+" "+tc.host {
 				t.Fatalf("%s %q, want %q", MarkerLogin, got, tc.flavour+" "+tc.host)
 			}
@@ -909,6 +914,13 @@ func fedoraTooling(v *qemuVM, at int) {
 	check("sudo systemctl start qemu-guest-agent", "", 0)
 	check("systemctl is-active qemu-guest-agent", "active\n", 0)
 	check("systemctl stop sshd", "", 1)
+	// The DHCP-options spec (1778): a release, then a lease whose options
+	// env prints.
+	check("dhclient -1 -r -d eth0 >/dev/null 2>&1", "", 0)
+	check("dhclient -1 -sf /usr/bin/env --request-options subnet-mask,broadcast-address,time-offset,routers,domain-search,domain-name,domain-name-servers,host-name,nis-domain,nis-servers,ntp-servers,interface-mtu,tftp-server-name,bootfile-name eth0 | tee /dhcp-env >/dev/null", "", 0)
+	check("grep -q 'new_tftp_server_name=tftp.kubevirt.io' /dhcp-env; echo $?", "0\n", 0)
+	check("grep -q 'new_filename=config' /dhcp-env; echo $?", "0\n", 0)
+	check("grep -q 'new_host_name=vlfedora' /dhcp-env; echo $?", "0\n", 0)
 	// The TPM spec (8607): the device, PCR 15 read, extended and read
 	// again, as its own commands and the values it expects.
 	checkHas := func(cmd, want string) {

@@ -18,6 +18,12 @@ import (
 //go:embed files/systemctl
 var systemctlScript []byte
 
+// dhclientScript is the Fedora stand-in's dhclient: ISC's with Fedora's
+// --request-options.
+//
+//go:embed files/dhclient
+var dhclientScript []byte
+
 // OptTooling gives a BIOSDisk the test tooling of KubeVirt's Fedora image
 // (ToolingPrograms and a systemctl for the guest agent's service): BIOSDisk
 // loads the Tooling initramfs after Initrd. On the kernel command line the
@@ -50,6 +56,11 @@ var ToolingPrograms = map[string]string{
 	// (ToolingLinks: tpm2_pcrread is tpm2 pcrread): the TPM specs read and
 	// extend PCRs, seal, and write NV indices.
 	"/bin/tpm2": "/usr/bin/tpm2",
+	// ISC's DHCP client, which the DHCP-options spec runs with env as its
+	// script to see the options' values (busybox has udhcpc only); it is
+	// run through files/dhclient (/bin/dhclient), which adds Fedora's
+	// --request-options.
+	"/usr/libexec/dhclient": "/sbin/dhclient",
 }
 
 // ToolingLinks are the tooling's symbolic links (path in the guest ->
@@ -78,6 +89,11 @@ func writeTooling(file string, tools, base hostPrograms) error {
 	// The base archive has these directories already.
 	c.dirs = map[string]bool{"bin": true, "lib": true, "usr": true}
 	c.File("bin/systemctl", 0o755, systemctlScript)
+	c.File("bin/dhclient", 0o755, dhclientScript)
+	// dhclient's lease database.
+	for _, d := range []string{"var", "var/lib", "var/lib/dhcp"} {
+		c.Dir(d, 0o755)
+	}
 	for _, dst := range slices.Sorted(maps.Keys(ToolingLinks)) {
 		c.Symlink(strings.TrimPrefix(dst, "/"), ToolingLinks[dst])
 	}
@@ -115,7 +131,7 @@ func writeTooling(file string, tools, base hostPrograms) error {
 // checkToolingNames refuses a tooling program named as a busybox applet
 // (see ToolingPrograms), and the systemctl script likewise.
 func checkToolingNames(tools map[string]string, applets []string) error {
-	names := []string{"systemctl"}
+	names := []string{"systemctl", "dhclient"}
 	for dst := range ToolingLinks {
 		names = append(names, path.Base(dst))
 	}
