@@ -305,6 +305,7 @@ func cacheKey(kver, kernel, busybox, modDir string, mods, progFiles []string) (s
 	h.Write(getentScript)
 	h.Write(systemctlScript)
 	h.Write(dhclientScript)
+	h.Write([]byte(sysconfigQemuGA))
 	for _, l := range slices.Sorted(maps.Keys(ToolingLinks)) {
 		fmt.Fprintf(h, "%s\x00%s\x00", l, ToolingLinks[l])
 	}

@@ -577,17 +577,18 @@ func TestBIOSDiskLogin(t *testing.T) {
 	for _, tc := range []struct {
 		flavour, host string
 		login         func(v *qemuVM, at int) int
-		prompt        string                  // how the shell's prompt ends
-		sudo          string                  // what configureConsole puts before dmesg
-		qemu          []string                // more QEMU arguments
-		leave         string                  // the command that ends the guest ("": the agent's guest-shutdown)
-		marker        string                  // and what the guest prints then, if anything
-		more          func(v *qemuVM, at int) // what else the flavour's specs run
-		busyboxNC     bool                    // the image's nc is busybox's (alpine's, cirros')
-		agent         *osInfo                 // the image runs the guest agent (as its stand-in: OptAgentShutdown), telling this
-		tooling       bool                    // the image has the Fedora test tooling (OptTooling)
-		userData      string                  // a NoCloud disk with this user-data, if any
-		dhcp          string                  // more options of QEMU's user network (its DHCP server's)
+		prompt        string                                    // how the shell's prompt ends
+		sudo          string                                    // what configureConsole puts before dmesg
+		qemu          []string                                  // more QEMU arguments
+		leave         string                                    // the command that ends the guest ("": the agent's guest-shutdown)
+		marker        string                                    // and what the guest prints then, if anything
+		more          func(v *qemuVM, at int, agentSock string) // what else the flavour's specs run
+		busyboxNC     bool                                      // the image's nc is busybox's (alpine's, cirros')
+		agent         *osInfo                                   // the image runs the guest agent (as its stand-in: OptAgentShutdown), telling this
+		tooling       bool                                      // the image has the Fedora test tooling (OptTooling)
+		userData      string                                    // a NoCloud disk with this user-data, if any
+		dhcp          string                                    // more options of QEMU's user network (its DHCP server's)
+		name          string                                    // the subtest's name, if not the flavour
 	}{
 		{LoginAlpine, "vlalpine", func(v *qemuVM, at int) int {
 			v.send("\n")
@@ -597,7 +598,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 		}, "# ", "", []string{"-device", "i6300esb", "-action", "watchdog=poweroff"},
 			// What KubeVirt's watchdog spec runs: the watchdog, fed, then
 			// killed; its device then powers the machine off.
-			"watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", "", nil, true, nil, false, "", ""},
+			"watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", "", nil, true, nil, false, "", "", ""},
 		{LoginCirros, "vlcirros", func(v *qemuVM, at int) int {
 			v.send("\n")
 			at = v.waitText(at, "login as 'cirros' user. default password: 'gocubsgo'. use 'sudo' for root.", 3*time.Minute)
@@ -609,7 +610,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 			// LoginToCirros looks for a "$" first to tell it is logged in
 			// already, as a second login in one spec is.
 			return v.waitText(v.waitText(at, "vlcirros:", 30*time.Second), "$ ", 30*time.Second)
-		}, "$ ", "sudo ", nil, "sudo reboot", MarkerReboot, func(v *qemuVM, at int) {
+		}, "$ ", "sudo ", nil, "sudo reboot", MarkerReboot, func(v *qemuVM, at int, _ string) {
 			// KubeVirt's masquerade migration spec, after the migration:
 			// the lease dropped, then a new one (slirp's 10.0.2.15 here).
 			v.send("sudo cirros-dhcpc down eth0; echo rc=$?\n")
@@ -621,7 +622,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
 			v.send("ip -4 addr show dev eth0 | grep -c inet; echo rc=$?\n")
 			v.waitText(at, "\n1\nrc=0\n", 30*time.Second)
-		}, true, nil, false, "", ""},
+		}, true, nil, false, "", "", ""},
 		{flavour: LoginFedoraTestTooling, host: "vlfedora", login: loginToFedora, prompt: "# ",
 			// KubeVirt's Fedora VMIs have 512Mi; the SMBIOS is what the
 			// SMBIOS and chassis specs set and read back.
@@ -636,14 +637,32 @@ func TestBIOSDiskLogin(t *testing.T) {
 			// the TFTP server's name as an option, the boot file in the
 			// header).
 			dhcp:   ",tftp-server-name=tftp.kubevirt.io,bootfile=config",
-			marker: MarkerAgentShutdown, agent: &osInfo{ID: "fedora", Name: "Fedora Linux"}, tooling: true, more: func(v *qemuVM, at int) {
+			marker: MarkerAgentShutdown, agent: &osInfo{ID: "fedora", Name: "Fedora Linux"}, tooling: true, more: func(v *qemuVM, at int, agentSock string) {
 				// The image's sudo asks fedora for no password.
 				v.send("su fedora -c 'id -un; sudo id -u'; echo rc=$?\n")
 				at = v.waitText(at, "\nfedora\n0\nrc=0\n", 30*time.Second)
-				fedoraTooling(v, at)
+				fedoraTooling(v, at, agentSock)
+			}},
+		// The agent specs' user-data (5267: GetFedoraToolsGuestAgentBlacklistUserData),
+		// which appends a BLACKLIST_RPC to the agent service's settings
+		// before the agent starts: it must start with that command
+		// blocked. The agent cannot power it off then: poweroff does.
+		{flavour: LoginFedoraTestTooling, name: "fedora-agent-blocklist", host: "vlfedora", login: loginToFedora, prompt: "# ",
+			qemu:     []string{"-m", "512"},
+			userData: "#!/bin/bash\n            echo -e \"\\n\\nBLACKLIST_RPC=guest-shutdown\" | sudo tee -a /etc/sysconfig/qemu-ga\n",
+			leave:    "poweroff", marker: MarkerPowerOff, agent: &osInfo{ID: "fedora", Name: "Fedora Linux"}, tooling: true,
+			more: func(v *qemuVM, _ int, agentSock string) {
+				if got := agentEnabled(v.t, agentSock); got["guest-shutdown"] || !got["guest-get-osinfo"] {
+					v.t.Errorf("the agent's guest-shutdown enabled %v, guest-get-osinfo %v; want false, true",
+						got["guest-shutdown"], got["guest-get-osinfo"])
+				}
 			}},
 	} {
-		t.Run(tc.flavour, func(t *testing.T) {
+		name := tc.flavour
+		if tc.name != "" {
+			name = tc.name
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			disk := filepath.Join(dir, "disk.qcow2")
@@ -699,7 +718,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 				}
 			}
 			if tc.more != nil {
-				tc.more(v, at)
+				tc.more(v, at, agentSock)
 			}
 			if tc.agent != nil {
 				// KubeVirt reports the agent's guest-get-osinfo as the
@@ -815,6 +834,35 @@ func agentCommand(t *testing.T, sock, cmd string) {
 // starting: what the host sends before it opens its port is lost).
 func agentOSInfo(t *testing.T, sock string) osInfo {
 	t.Helper()
+	var info osInfo
+	agentCall(t, sock, "guest-get-osinfo", &info)
+	return info
+}
+
+// agentEnabled asks the guest agent for guest-info and returns whether
+// each command it knows is enabled (qemu-ga's -b blocks one).
+func agentEnabled(t *testing.T, sock string) map[string]bool {
+	t.Helper()
+	var info struct {
+		Commands []struct {
+			Name    string `json:"name"`
+			Enabled bool   `json:"enabled"`
+		} `json:"supported_commands"`
+	}
+	agentCall(t, sock, "guest-info", &info)
+	enabled := map[string]bool{}
+	for _, c := range info.Commands {
+		enabled[c.Name] = c.Enabled
+	}
+	return enabled
+}
+
+// agentCall sends the guest agent on the QEMU chardev socket sock the
+// command cmd (no arguments) and decodes its answer's return into ret,
+// sending again until it answers (the agent may still be starting: what
+// the host sends before it opens its port is lost).
+func agentCall(t *testing.T, sock, cmd string, ret any) {
+	t.Helper()
 	c, err := net.Dial("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -823,7 +871,7 @@ func agentOSInfo(t *testing.T, sock string) osInfo {
 	r := bufio.NewReader(c)
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		if _, err := io.WriteString(c, `{"execute":"guest-get-osinfo"}`+"\n"); err != nil {
+		if _, err := io.WriteString(c, `{"execute":"`+cmd+`"}`+"\n"); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
@@ -834,14 +882,16 @@ func agentOSInfo(t *testing.T, sock string) osInfo {
 			continue
 		}
 		var resp struct {
-			Return *osInfo `json:"return"`
+			Return json.RawMessage `json:"return"`
 		}
 		if err := json.Unmarshal(line, &resp); err == nil && resp.Return != nil {
-			return *resp.Return
+			if err := json.Unmarshal(resp.Return, ret); err != nil {
+				t.Fatalf("%s: %v: %s", cmd, err, resp.Return)
+			}
+			return
 		}
 	}
-	t.Fatal("the guest agent did not answer guest-get-osinfo within 1m")
-	return osInfo{}
+	t.Fatalf("the guest agent did not answer %s within 1m", cmd)
 }
 
 // run types cmd on the console's shell and waits up to timeout for its
@@ -872,7 +922,7 @@ func (v *qemuVM) run(at int, cmd string, timeout time.Duration) (string, int, in
 // KubeVirt's specs run in its Fedora image beyond the login (OptTooling),
 // each as the spec has it where it can run here: every failure is
 // reported, not only the first.
-func fedoraTooling(v *qemuVM, at int) {
+func fedoraTooling(v *qemuVM, at int, agentSock string) {
 	t := v.t
 	t.Helper()
 	check := func(cmd, want string, wantRC int) {
@@ -914,6 +964,15 @@ func fedoraTooling(v *qemuVM, at int) {
 	check("sudo systemctl start qemu-guest-agent", "", 0)
 	check("systemctl is-active qemu-guest-agent", "active\n", 0)
 	check("systemctl stop sshd", "", 1)
+	// The agent's blocked commands as its service reads them at a start:
+	// 6958's user-data line (guest-set-password is no command of this
+	// qemu-ga's, which ignores it), then a restart.
+	check(`echo -e "\n\nBLACKLIST_RPC=guest-exec,guest-set-password" | sudo tee -a /etc/sysconfig/qemu-ga >/dev/null`, "", 0)
+	check("systemctl restart qemu-guest-agent", "", 0)
+	if got := agentEnabled(t, agentSock); got["guest-exec"] || !got["guest-exec-status"] || !got["guest-get-osinfo"] {
+		t.Errorf("after the restart, the agent's guest-exec enabled %v, guest-exec-status %v, guest-get-osinfo %v; want false, true, true",
+			got["guest-exec"], got["guest-exec-status"], got["guest-get-osinfo"])
+	}
 	// The DHCP-options spec (1778): a release, then a lease whose options
 	// env prints.
 	check("dhclient -1 -r -d eth0 >/dev/null 2>&1", "", 0)

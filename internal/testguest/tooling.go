@@ -79,6 +79,12 @@ func init() {
 // /dev/tpmrm0 (its own libraries are tpm2's, there already).
 var toolingLibs = []string{"/lib/x86_64-linux-gnu/libtss2-tcti-device.so.0"}
 
+// sysconfigQemuGA is the Fedora image's /etc/sysconfig/qemu-ga as far as
+// the stand-in reads it: no command blocked.
+const sysconfigQemuGA = "# Settings of the qemu-guest-agent service (the test guest's init and\n" +
+	"# systemctl read BLACKLIST_RPC: comma-separated commands to block; the last\n" +
+	"# one counts).\nBLACKLIST_RPC=\n"
+
 // writeTooling writes the tooling initramfs (a gzip-compressed newc cpio
 // that the kernel unpacks after the base one): the programs, the libraries
 // of theirs that base does not carry already, and the systemctl script.
@@ -87,13 +93,17 @@ func writeTooling(file string, tools, base hostPrograms) error {
 	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	c := &cpioWriter{w: gz}
 	// The base archive has these directories already.
-	c.dirs = map[string]bool{"bin": true, "lib": true, "usr": true}
+	c.dirs = map[string]bool{"bin": true, "etc": true, "lib": true, "usr": true}
 	c.File("bin/systemctl", 0o755, systemctlScript)
 	c.File("bin/dhclient", 0o755, dhclientScript)
 	// dhclient's lease database.
 	for _, d := range []string{"var", "var/lib", "var/lib/dhcp"} {
 		c.Dir(d, 0o755)
 	}
+	// The agent service's settings, which KubeVirt's tests append a
+	// BLACKLIST_RPC to (the init and systemctl read it).
+	c.Dir("etc/sysconfig", 0o755)
+	c.File("etc/sysconfig/qemu-ga", 0o644, []byte(sysconfigQemuGA))
 	for _, dst := range slices.Sorted(maps.Keys(ToolingLinks)) {
 		c.Symlink(strings.TrimPrefix(dst, "/"), ToolingLinks[dst])
 	}
