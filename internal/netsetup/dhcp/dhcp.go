@@ -119,6 +119,7 @@ func searchDomains(vmi *v1.VirtualMachineInstance, search []string) []string {
 
 // Lease4 is the complete DHCPv4 answer for one guest.
 type Lease4 struct {
+	// ClientMAC is the only client answered; nil answers any (anyClient).
 	ClientMAC net.HardwareAddr
 	Addr      net.IPNet
 	Router    net.IP // nil: no router option
@@ -134,6 +135,17 @@ type Lease4 struct {
 	// Custom are the interface's dhcpOptions (customOptions4).
 	Custom []dhcpv4.Option
 }
+
+// anyClient says whether the DHCP server of an interface bound so answers
+// any client rather than only the guest's MAC, as KubeVirt's launcher
+// does: a masquerade interface's server has no MAC to hold to. Its guest
+// keeps the MAC its first pod gave it (that pod's interface's, unless the
+// VMI names one) through every migration, while each target pod's
+// interface has a MAC of its own; and the bridge it serves is the pod's
+// own, with the guest the only client on it. A bridge binding's guest
+// keeps the MAC virt-handler chose (the VMI's status), so its server holds
+// to it.
+func anyClient(binding string) bool { return binding == plan.BindingMasquerade }
 
 // lease4From turns a vif cache into the guest's lease.
 func lease4From(c *plan.VifCache, dns DNSConfig, hostname string, search []string) (Lease4, error) {
@@ -266,7 +278,7 @@ func customOptions4(o *v1.DHCPOptions, field string) ([]dhcpv4.Option, error) {
 // Reply4 answers one request, or returns nil when the request is not for
 // this guest or needs no answer.
 func (l Lease4) Reply4(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
-	if req.OpCode != dhcpv4.OpcodeBootRequest || !bytes.Equal(req.ClientHWAddr, l.ClientMAC) {
+	if req.OpCode != dhcpv4.OpcodeBootRequest || (l.ClientMAC != nil && !bytes.Equal(req.ClientHWAddr, l.ClientMAC)) {
 		return nil, nil
 	}
 	var typ dhcpv4.MessageType
@@ -490,6 +502,9 @@ func (s *Servers) start(vmi *v1.VirtualMachineInstance, it plan.Iface, resolvers
 	l4, err := lease4From(c, dns, GuestHostname(vmi), search)
 	if err != nil {
 		return served{}, err
+	}
+	if anyClient(it.Binding) {
+		l4.ClientMAC = nil
 	}
 	for i, iface := range vmi.Spec.Domain.Devices.Interfaces {
 		if iface.Name == it.Name {

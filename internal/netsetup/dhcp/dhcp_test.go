@@ -143,6 +143,33 @@ func TestLease4FromRejectsIncompleteCache(t *testing.T) {
 	}
 }
 
+// TestAnyClient: only a masquerade interface's server answers a MAC
+// other than the one it was given.
+func TestAnyClient(t *testing.T) {
+	for b, want := range map[string]bool{plan.BindingMasquerade: true, plan.BindingBridge: false} {
+		if got := anyClient(b); got != want {
+			t.Errorf("anyClient(%v) = %v, want %v", b, got, want)
+		}
+	}
+	// A masquerade guest migrated in keeps its first pod's MAC, which is
+	// not the MAC of the target pod's interface.
+	l := Lease4{Addr: *mustCIDR("10.0.2.2/24"), ServerID: net.ParseIP("10.0.2.1").To4(), LeaseTime: InfiniteLease}
+	for typ, want := range map[dhcpv4.MessageType]dhcpv4.MessageType{
+		dhcpv4.MessageTypeDiscover: dhcpv4.MessageTypeOffer,
+		dhcpv4.MessageTypeRequest:  dhcpv4.MessageTypeAck,
+	} {
+		req, err := dhcpv4.New(dhcpv4.WithHwAddr(net.HardwareAddr{2, 0, 0, 0, 0, 8}), dhcpv4.WithMessageType(typ),
+			dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.ParseIP("10.0.2.2"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := l.Reply4(req)
+		if err != nil || resp == nil || resp.MessageType() != want {
+			t.Errorf("any client, %s: reply %v (%v), want %s", typ, resp, err, want)
+		}
+	}
+}
+
 func TestReply4(t *testing.T) {
 	mac := net.HardwareAddr{2, 0, 0, 0, 0, 9}
 	l := Lease4{ClientMAC: mac, Addr: *mustCIDR("10.0.2.2/24"), Router: net.ParseIP("10.0.2.1").To4(),
