@@ -91,6 +91,12 @@ const (
 	MarkerLogin = "VL-LOGIN"
 	// "VL-REBOOT": the console shell's reboot (OptLogin); reboot -f follows.
 	MarkerReboot = "VL-REBOOT"
+	// "VL-METADATA-KEYS <user> <n>": n SSH keys of the cloud-init
+	// meta-data (public-keys, public_keys) went to the default user.
+	MarkerMetaDataKeys = "VL-METADATA-KEYS"
+	// "VL-BOOT-MOUNT-FAILED </srv|/boot>": the Fedora stand-in could not
+	// mount its data image at /srv or its boot disk at /boot.
+	MarkerBootMountFailed = "VL-BOOT-MOUNT-FAILED"
 	// "VL-SERVICE qemu-guest-agent <started|stopped>": the Fedora
 	// stand-in's systemctl (OptTooling) started or stopped the agent.
 	MarkerService = "VL-SERVICE"

@@ -31,6 +31,13 @@ var optionalModules = []string{
 	"i6300esb",
 }
 
+// toolingModules are the tooling initramfs' modules (OptTooling), loaded
+// after the base ones: vfat and the code page and character set it mounts
+// with by default (437, ascii), for the Fedora stand-in's boot disk, and
+// loop, for its data image (ToolingDataName), which it mounts as the real
+// image has its disk mounted.
+var toolingModules = []string{"vfat", "nls_cp437", "nls_ascii", "loop"}
+
 // modName is a module's name as modprobe spells it.
 func modName(path string) string {
 	b := filepath.Base(path)
@@ -38,11 +45,24 @@ func modName(path string) string {
 	return strings.ReplaceAll(b, "-", "_")
 }
 
-// moduleOrder resolves the wanted modules and their dependencies from
-// modules.dep into the order insmod must load them (dependencies first), as
-// paths relative to the kernel's module directory. Built-in modules are
-// skipped; a required module that is neither there nor built in is an error.
+// moduleOrder resolves the base initramfs' modules (requiredModules,
+// optionalModules) and their dependencies from modules.dep into the order
+// insmod must load them (dependencies first), as paths relative to the
+// kernel's module directory. Built-in modules are skipped; a required
+// module that is neither there nor built in is an error.
 func moduleOrder(modDir string) ([]string, error) {
+	return resolveModules(modDir, requiredModules, optionalModules, nil)
+}
+
+// toolingModuleOrder resolves toolingModules as moduleOrder does (all
+// required), leaving out those base, the base initramfs' order, has.
+func toolingModuleOrder(modDir string, base []string) ([]string, error) {
+	return resolveModules(modDir, toolingModules, nil, base)
+}
+
+// resolveModules is moduleOrder's resolution of required and optional
+// modules, skipping the paths in have.
+func resolveModules(modDir string, required, optional, have []string) ([]string, error) {
 	deps := map[string][]string{} // module path -> dependency paths
 	byName := map[string]string{} // module name -> path
 	f, err := os.Open(filepath.Join(modDir, "modules.dep"))
@@ -72,6 +92,9 @@ func moduleOrder(modDir string) ([]string, error) {
 
 	var order []string
 	seen := map[string]bool{}
+	for _, p := range have {
+		seen[p] = true
+	}
 	var visit func(path string) error
 	visit = func(path string) error {
 		if seen[path] {
@@ -92,7 +115,7 @@ func moduleOrder(modDir string) ([]string, error) {
 		order = append(order, path)
 		return nil
 	}
-	for _, m := range requiredModules {
+	for _, m := range required {
 		p, ok := byName[m]
 		switch {
 		case ok:
@@ -104,7 +127,7 @@ func moduleOrder(modDir string) ([]string, error) {
 			return nil, fmt.Errorf("kernel module %s: neither in %s/modules.dep nor built in", m, modDir)
 		}
 	}
-	for _, m := range optionalModules {
+	for _, m := range optional {
 		if p, ok := byName[m]; ok {
 			if err := visit(p); err != nil {
 				return nil, err

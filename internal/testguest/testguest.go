@@ -82,8 +82,8 @@ type Guest struct {
 	EFIKernel string
 	Initrd    string // gzip-compressed newc cpio
 	// Tooling is a second initramfs (gzip-compressed newc cpio) that a
-	// BIOSDisk with OptTooling loads after Initrd: ToolingPrograms and
-	// the Fedora stand-in's systemctl.
+	// BIOSDisk with OptTooling loads after Initrd: the Fedora stand-in's
+	// tooling (OptTooling).
 	Tooling  string
 	RootDisk string // raw ext4 image labelled RootLabel
 	// KernelDir holds "vmlinuz", "vmlinuz.efi" and "initrd.img", the
@@ -204,7 +204,11 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	if err := checkToolingNames(s.Tooling, strings.Fields(string(applets))); err != nil {
 		return nil, err
 	}
-	key, err := cacheKey(kver, kernel, s.Busybox, modDir, mods, slices.Concat(progs.files(), tools.files(), toolingLibs))
+	toolMods, err := toolingModuleOrder(modDir, mods)
+	if err != nil {
+		return nil, err
+	}
+	key, err := cacheKey(kver, kernel, s.Busybox, modDir, slices.Concat(mods, toolMods), slices.Concat(progs.files(), tools.files(), toolingLibs))
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +240,7 @@ func (s Sources) Build(ctx context.Context, cacheDir string) (*Guest, error) {
 	if err := writeInitrd(filepath.Join(tmp, "initrd.img"), kver, s.Busybox, modDir, mods, progs); err != nil {
 		return nil, fmt.Errorf("test guest initrd: %w", err)
 	}
-	if err := writeTooling(filepath.Join(tmp, ToolingName), tools, progs); err != nil {
+	if err := writeTooling(ctx, filepath.Join(tmp, ToolingName), s.Mkfs, tools, progs, kver, modDir, toolMods); err != nil {
 		return nil, fmt.Errorf("test guest tooling: %w", err)
 	}
 	if err := makeRootDisk(ctx, s.Mkfs, filepath.Join(tmp, "root.img")); err != nil {

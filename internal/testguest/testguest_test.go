@@ -229,6 +229,41 @@ func buildGuest(t *testing.T) *Guest {
 	return g
 }
 
+// cloudInitISOKeys builds a NoCloud ISO as cloudInitISO does, with keys as
+// an access credential's secret propagated by NoCloud (the meta-data's
+// public-keys).
+func cloudInitISOKeys(t *testing.T, dir, userData string, keys map[string]string) string {
+	t.Helper()
+	if len(keys) == 0 {
+		return cloudInitISO(t, dir, userData, false)
+	}
+	p := &disks.Preparer{Layout: layout.Under(dir)}
+	src := p.Layout.SecretSource("keys-access-cred")
+	if err := os.MkdirAll(src, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, key := range keys {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(key), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vmi := &v1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "guest", Namespace: "test"},
+		Spec: v1.VirtualMachineInstanceSpec{
+			Volumes: []v1.Volume{{Name: "cloudinitdisk", VolumeSource: v1.VolumeSource{
+				CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: userData}}}},
+			AccessCredentials: []v1.AccessCredential{{SSHPublicKey: &v1.SSHPublicKeyAccessCredential{
+				Source:            v1.SSHPublicKeyAccessCredentialSource{Secret: &v1.AccessCredentialSecretSource{SecretName: "keys"}},
+				PropagationMethod: v1.SSHPublicKeyAccessCredentialPropagationMethod{NoCloud: &v1.NoCloudSSHPublicKeyAccessCredentialPropagation{}},
+			}}},
+		},
+	}
+	if _, err := p.Prepare(context.Background(), vmi, nil); err != nil {
+		t.Fatal(err)
+	}
+	return p.Layout.CloudInitNoCloudISO("test", "guest")
+}
+
 // cloudInitISO builds a NoCloud (or, configDrive, ConfigDrive) ISO with the
 // disks package, as the launcher does.
 func cloudInitISO(t *testing.T, dir, userData string, configDrive bool) string {
@@ -589,17 +624,18 @@ func TestBIOSDiskLogin(t *testing.T) {
 		userData      string                                    // a NoCloud disk with this user-data, if any
 		dhcp          string                                    // more options of QEMU's user network (its DHCP server's)
 		name          string                                    // the subtest's name, if not the flavour
+		mdKeys        map[string]string                         // the NoCloud meta-data's public keys (access credentials')
 	}{
-		{LoginAlpine, "vlalpine", func(v *qemuVM, at int) int {
+		{flavour: LoginAlpine, host: "vlalpine", login: func(v *qemuVM, at int) int {
 			v.send("\n")
 			at = v.waitText(at, "vlalpine login: ", 3*time.Minute)
 			v.send("root\n")
 			return v.waitText(at, "vlalpine:~# ", 30*time.Second)
-		}, "# ", "", []string{"-device", "i6300esb", "-action", "watchdog=poweroff"},
+		}, prompt: "# ", qemu: []string{"-device", "i6300esb", "-action", "watchdog=poweroff"},
 			// What KubeVirt's watchdog spec runs: the watchdog, fed, then
 			// killed; its device then powers the machine off.
-			"watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", "", nil, true, nil, false, "", "", ""},
-		{LoginCirros, "vlcirros", func(v *qemuVM, at int) int {
+			leave: "watchdog -t 2000ms -T 4000ms /dev/watchdog && sleep 5 && killall -9 watchdog", busyboxNC: true},
+		{flavour: LoginCirros, host: "vlcirros", login: func(v *qemuVM, at int) int {
 			v.send("\n")
 			at = v.waitText(at, "login as 'cirros' user. default password: 'gocubsgo'. use 'sudo' for root.", 3*time.Minute)
 			v.send("\n")
@@ -610,7 +646,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 			// LoginToCirros looks for a "$" first to tell it is logged in
 			// already, as a second login in one spec is.
 			return v.waitText(v.waitText(at, "vlcirros:", 30*time.Second), "$ ", 30*time.Second)
-		}, "$ ", "sudo ", nil, "sudo reboot", MarkerReboot, func(v *qemuVM, at int, _ string) {
+		}, prompt: "$ ", sudo: "sudo ", leave: "sudo reboot", marker: MarkerReboot, more: func(v *qemuVM, at int, _ string) {
 			// KubeVirt's masquerade migration spec, after the migration:
 			// the lease dropped, then a new one (slirp's 10.0.2.15 here).
 			v.send("sudo cirros-dhcpc down eth0; echo rc=$?\n")
@@ -622,7 +658,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 			at = v.waitText(at, "\nrc=0\n", 30*time.Second)
 			v.send("ip -4 addr show dev eth0 | grep -c inet; echo rc=$?\n")
 			v.waitText(at, "\n1\nrc=0\n", 30*time.Second)
-		}, true, nil, false, "", "", ""},
+		}, busyboxNC: true},
 		{flavour: LoginFedoraTestTooling, host: "vlfedora", login: loginToFedora, prompt: "# ",
 			// KubeVirt's Fedora VMIs have 512Mi; the SMBIOS is what the
 			// SMBIOS and chassis specs set and read back.
@@ -633,6 +669,10 @@ func TestBIOSDiskLogin(t *testing.T) {
 			// chpasswd's list for a user the user-data adds.
 			userData: "#cloud-config\nuser: vluser\npassword: s3cret\nusers:\n  - default\n  - name: tester\n" +
 				"chpasswd:\n  expire: False\n  list: |\n    tester:t3st\n",
+			// Access credentials' keys, which KubeVirt puts in the
+			// meta-data for NoCloud propagation: the default user's.
+			mdKeys: map[string]string{"my-key1": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMdKey1 vl-md-key1",
+				"my-key2": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMdKey2 vl-md-key2"},
 			// DHCP options for dhclient to show (QEMU's DHCP server sends
 			// the TFTP server's name as an option, the boot file in the
 			// header).
@@ -684,7 +724,7 @@ func TestBIOSDiskLogin(t *testing.T) {
 					"-tpmdev", "emulator,id=tpm0,chardev=tpm", "-device", "tpm-tis,tpmdev=tpm0")
 			}
 			if tc.userData != "" {
-				qemu = append(qemu, "-drive", "file="+cloudInitISO(t, dir, tc.userData, false)+",if=virtio,format=raw,readonly=on")
+				qemu = append(qemu, "-drive", "file="+cloudInitISOKeys(t, dir, tc.userData, tc.mdKeys)+",if=virtio,format=raw,readonly=on")
 			}
 			if err := g.BIOSDisk(ctx, disk, opts...); err != nil {
 				t.Fatal(err)
@@ -1011,6 +1051,45 @@ func fedoraTooling(v *qemuVM, at int, agentSock string) {
 		t.Errorf("NoCloud meta-data %q: %v, no instance-id", md, err)
 	}
 	check("cat /var/lib/cloud/data/instance-id", meta.InstanceID+"\n", 0)
+	// The meta-data's keys (6224's and the NoCloud credentials spec's
+	// propagation), in the default user's authorized_keys.
+	check("grep -c ' vl-md-key[12]$' /home/vluser/.ssh/authorized_keys", "2\n", 0)
+	// The file systems standing in for the image's disk: the boot disk at
+	// /boot, which the agent lists (4627, 4630: a name, a mount point and
+	// a disk with a bus type), and the ext4 image at /srv, which it
+	// freezes and thaws (the freeze specs: FAT and ISO 9660 do not).
+	var fsinfo []struct {
+		Name       string `json:"name"`
+		Mountpoint string `json:"mountpoint"`
+		Type       string `json:"type"`
+		Disk       []struct {
+			BusType string `json:"bus-type"`
+		} `json:"disk"`
+	}
+	agentCall(t, agentSock, "guest-get-fsinfo", &fsinfo)
+	// 4630 takes the first; the NoCloud disk is mounted here too.
+	if len(fsinfo) == 0 || fsinfo[0].Name == "" || fsinfo[0].Mountpoint == "" || len(fsinfo[0].Disk) == 0 || fsinfo[0].Disk[0].BusType == "" {
+		t.Errorf("guest-get-fsinfo: %+v; want the first with a name, a mount point and a disk with a bus", fsinfo)
+	}
+	var boot, srv bool
+	for _, fs := range fsinfo {
+		boot = boot || fs.Mountpoint == "/boot" && fs.Type == "vfat" && fs.Name == "vda" && len(fs.Disk) > 0 && fs.Disk[0].BusType == "virtio"
+		srv = srv || fs.Mountpoint == "/srv" && fs.Type == "ext4"
+	}
+	if !boot || !srv {
+		t.Errorf("guest-get-fsinfo: %+v; want /boot (vfat on vda, virtio) and /srv (ext4)", fsinfo)
+	}
+	for _, c := range []struct {
+		cmd  string
+		want any
+	}{{"guest-fsfreeze-freeze", float64(1)}, {"guest-fsfreeze-status", "frozen"}, {"guest-fsfreeze-thaw", float64(1)},
+		{"guest-fsfreeze-status", "thawed"}} {
+		var got any
+		agentCall(t, agentSock, c.cmd, &got)
+		if got != c.want {
+			t.Errorf("%s: %v, want %v", c.cmd, got, c.want)
+		}
+	}
 }
 
 // startSwtpm runs a TPM 2.0 emulator (swtpm) for one QEMU, its state in

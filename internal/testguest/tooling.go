@@ -3,11 +3,14 @@ package testguest
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	_ "embed"
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -25,13 +28,23 @@ var systemctlScript []byte
 var dhclientScript []byte
 
 // OptTooling gives a BIOSDisk the test tooling of KubeVirt's Fedora image
-// (ToolingPrograms and a systemctl for the guest agent's service): BIOSDisk
-// loads the Tooling initramfs after Initrd. On the kernel command line the
+// (ToolingPrograms, the systemctl and dhclient scripts, the agent service's
+// settings, and the modules and data image the Fedora stand-in mounts):
+// BIOSDisk loads the Tooling initramfs after Initrd. On the kernel command line the
 // option only marks the disk; the init does nothing with it.
 const OptTooling = "vl.tooling=1"
 
 // ToolingName is the file name of Guest.Tooling in KernelDir.
 const ToolingName = "tooling.img"
+
+// ToolingDataName is the tooling's ext4 image (in the guest below
+// /usr/lib/vl-tooling), which the Fedora stand-in mounts at /srv on a loop
+// device: a file system its guest agent can freeze. ToolingDataSize is its
+// size.
+const (
+	ToolingDataName = "data.img"
+	ToolingDataSize = 4 << 20
+)
 
 // ToolingPrograms are the host programs (Debian's, with the libraries they
 // link) in the tooling initramfs, by their path in the guest: what
@@ -87,8 +100,11 @@ const sysconfigQemuGA = "# Settings of the qemu-guest-agent service (the test gu
 
 // writeTooling writes the tooling initramfs (a gzip-compressed newc cpio
 // that the kernel unpacks after the base one): the programs, the libraries
-// of theirs that base does not carry already, and the systemctl script.
-func writeTooling(file string, tools, base hostPrograms) error {
+// of theirs that base does not carry already, the scripts, the modules
+// mods (paths below modDir, in load order) with their list,
+// /etc/vl-tooling-modules, which the init loads after its own, and an ext4
+// image (ToolingDataName) made with mkfs.
+func writeTooling(ctx context.Context, file, mkfs string, tools, base hostPrograms, kver, modDir string, mods []string) error {
 	var buf bytes.Buffer
 	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	c := &cpioWriter{w: gz}
@@ -104,6 +120,24 @@ func writeTooling(file string, tools, base hostPrograms) error {
 	// BLACKLIST_RPC to (the init and systemctl read it).
 	c.Dir("etc/sysconfig", 0o755)
 	c.File("etc/sysconfig/qemu-ga", 0o644, []byte(sysconfigQemuGA))
+	var order bytes.Buffer
+	for _, m := range mods {
+		data, err := os.ReadFile(filepath.Join(modDir, m))
+		if err != nil {
+			return err
+		}
+		p := "lib/modules/" + kver + "/" + m
+		c.Parents(p)
+		c.File(p, 0o644, data)
+		fmt.Fprintf(&order, "%s/%s\n", kver, m)
+	}
+	c.File("etc/vl-tooling-modules", 0o644, order.Bytes())
+	data, err := makeDataImage(ctx, mkfs, filepath.Dir(file))
+	if err != nil {
+		return err
+	}
+	c.Parents("usr/lib/vl-tooling/" + ToolingDataName)
+	c.File("usr/lib/vl-tooling/"+ToolingDataName, 0o644, data)
 	for _, dst := range slices.Sorted(maps.Keys(ToolingLinks)) {
 		c.Symlink(strings.TrimPrefix(dst, "/"), ToolingLinks[dst])
 	}
@@ -138,8 +172,30 @@ func writeTooling(file string, tools, base hostPrograms) error {
 	return os.WriteFile(file, buf.Bytes(), 0o644)
 }
 
-// checkToolingNames refuses a tooling program named as a busybox applet
-// (see ToolingPrograms), and the systemctl script likewise.
+// makeDataImage returns an empty ext4 file system of ToolingDataSize
+// labelled vldata, made in dir.
+func makeDataImage(ctx context.Context, mkfs, dir string) ([]byte, error) {
+	f, err := os.CreateTemp(dir, ".data-*.img")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	err = f.Truncate(ToolingDataSize)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.CommandContext(ctx, mkfs, "-q", "-F", "-L", "vldata", "-E", "root_owner=0:0", f.Name()).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %s", mkfs, err, bytes.TrimSpace(out))
+	}
+	return os.ReadFile(f.Name())
+}
+
+// checkToolingNames refuses a tooling program or link named as a busybox
+// applet (see ToolingPrograms), and the scripts likewise.
 func checkToolingNames(tools map[string]string, applets []string) error {
 	names := []string{"systemctl", "dhclient"}
 	for dst := range ToolingLinks {
