@@ -45,20 +45,7 @@ func start(t *testing.T, m cmdserver.Manager) (*cmdclient.Client, string) {
 // startWith is start with the server's options given.
 func startWith(t *testing.T, m cmdserver.Manager, opts ...cmdserver.Option) (*cmdclient.Client, string) {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "launcher-sock")
-	lis, err := cmdserver.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cmdserver.New(m, quietLog(), opts...).Serve(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	sock := cmdservertest.StartWith(t, m, opts...)
 	c, err := cmdclient.Dial(context.Background(), sock)
 	if err != nil {
 		t.Fatal(err)

@@ -294,8 +294,15 @@ func (f *Fake) AbandonTarget() { _ = f.op("AbandonTarget", &v1.VirtualMachineIns
 var _ cmdserver.Manager = (*Fake)(nil)
 
 // Start serves m on a socket in a temporary directory until the test ends
-// and returns the socket path.
+// and returns the socket path. The server skips its VMI validation on Sync
+// (cmdserver.WithoutSyncValidation): the fakes' VMIs are minimal.
 func Start(t testing.TB, m cmdserver.Manager) string {
+	t.Helper()
+	return StartWith(t, m, cmdserver.WithoutSyncValidation())
+}
+
+// StartWith is Start with exactly the server options opts.
+func StartWith(t testing.TB, m cmdserver.Manager, opts ...cmdserver.Option) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "launcher-sock")
 	lis, err := cmdserver.Listen(sock)
@@ -305,7 +312,7 @@ func Start(t testing.TB, m cmdserver.Manager) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- cmdserver.New(m, slog.New(slog.NewTextHandler(io.Discard, nil)), cmdserver.WithoutSyncValidation()).Serve(ctx, lis)
+		done <- cmdserver.New(m, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...).Serve(ctx, lis)
 	}()
 	t.Cleanup(func() {
 		cancel()
