@@ -27,15 +27,22 @@ import (
 // path.
 func testGuestManifest(t *testing.T, name string, args ...string) string {
 	t.Helper()
+	file := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(file, []byte(testGuestText(t, name, args...)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// testGuestText is the manifest `vlctl testguest --name name args...`
+// prints, for a test that edits it before writing it.
+func testGuestText(t *testing.T, name string, args ...string) string {
+	t.Helper()
 	code, manifest, stderr := vlctl(t, time.Minute, append([]string{"testguest", "--name", name}, args...)...)
 	if code != 0 {
 		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
 	}
-	file := filepath.Join(t.TempDir(), name+".yaml")
-	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return file
+	return manifest
 }
 
 // checkNoRunLeft: of the runs with this work root and record dir nothing

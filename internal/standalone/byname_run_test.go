@@ -38,10 +38,7 @@ func TestVlctlVerbsByName(t *testing.T) {
 	}
 	vms := []*vm{{name: "alpha", ns: "default"}, {name: "beta", ns: "team"}}
 	for _, v := range vms {
-		code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", v.name)
-		if code != 0 {
-			t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-		}
+		manifest := testGuestText(t, v.name)
 		if !strings.Contains(manifest, "namespace: default\n") {
 			t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)
 		}

@@ -23,10 +23,7 @@ func TestVlctlRunCPUSet(t *testing.T) {
 	if _, err := testguest.Build(context.Background(), testguest.DefaultCacheDir()); err != nil {
 		t.Fatalf("test guest: %v", err)
 	}
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--no-network", "--name", "dcpu")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
+	manifest := testGuestText(t, "dcpu", "--no-network")
 	manifest = strings.Replace(manifest, "  domain:\n", "  domain:\n    cpu:\n      dedicatedCpuPlacement: true\n", 1)
 	if !strings.Contains(manifest, "dedicatedCpuPlacement") {
 		t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)
@@ -37,7 +34,7 @@ func TestVlctlRunCPUSet(t *testing.T) {
 	}
 	root := workRoot(t)
 
-	code, _, stderr = vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
+	code, _, stderr := vlctl(t, time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
 	if code != 1 {
 		t.Errorf("without --cpuset: exit %d, want 1", code)
 	}

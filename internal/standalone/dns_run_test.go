@@ -2,8 +2,6 @@ package standalone_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,14 +22,7 @@ func TestVlctlRunDNS(t *testing.T) {
 	web := testnet.FarHost(t, "VL-EGRESS-PAGE")
 	hostSvc := testnet.HostService(t, "VL-HOST-PAGE")
 
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "dns")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
-	file := filepath.Join(t.TempDir(), "dns.yaml")
-	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := testGuestManifest(t, "dns")
 	root, records := workRoot(t), workRoot(t)
 	cmd, stdout, errOut, exited := startVlctl(t, "run", "--emulation", "--workdir", root, "--record-dir", records, "--dns", dns, file)
 	waitFor(t, "the guest", 4*time.Minute, exited, func() bool {

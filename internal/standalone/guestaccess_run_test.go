@@ -46,10 +46,7 @@ func TestVlctlGuestAccess(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
 	key, pub := sshKeyPair(t, tmp, "vlctl-test")
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "ga")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
+	manifest := testGuestText(t, "ga")
 	doc := strings.NewReplacer(
 		"        - port: 80\n", "        - port: 80\n        - port: 22\n",
 		"spec:\n", "spec:\n  accessCredentials:\n  - sshPublicKey:\n      source: {secret: {secretName: ga-keys}}\n      propagationMethod: {qemuGuestAgent: {users: ["+testguest.GuestUser+"]}}\n",

@@ -30,14 +30,7 @@ func TestVlctlAddRemoveVolume(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	records := workRoot(t)
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--no-network", "--name", "hot")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
-	file := filepath.Join(t.TempDir(), "hot.yaml")
-	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := testGuestManifest(t, "hot", "--no-network")
 	// The user's disk: root's, 0600, in a directory QEMU's user may enter.
 	dir := userDir(t, "vlhot")
 	const size = 24 << 20
@@ -158,14 +151,7 @@ func TestVlctlAddRemoveInterface(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	records := workRoot(t)
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "nic")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
-	file := filepath.Join(t.TempDir(), "nic.yaml")
-	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := testGuestManifest(t, "nic")
 	root := workRoot(t)
 	ptm, stdout, errOut, exited := runOnPTY(t, "run", "--emulation", "--workdir", root, "--record-dir", records, file)
 	waitFor(t, "the guest's shell", 4*time.Minute, exited, func() bool {
@@ -194,7 +180,7 @@ func TestVlctlAddRemoveInterface(t *testing.T) {
 			t.Errorf("vlctl %s: exit %d, %q; want a failure saying %q", strings.Join(bad.args, " "), code, stderr, bad.want)
 		}
 	}
-	code, _, stderr = vlctl(t, 2*time.Minute, add...)
+	code, _, stderr := vlctl(t, 2*time.Minute, add...)
 	if code != 0 || !strings.Contains(stderr, "interface blue plugged into default/nic") || !strings.Contains(stderr, "leases 192.168.67.2") {
 		t.Fatalf("vlctl addinterface: exit %d: %s", code, stderr)
 	}

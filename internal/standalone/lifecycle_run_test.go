@@ -104,10 +104,7 @@ func TestVlctlRunSecondInterrupt(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	const grace = 120
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--no-network", "--name", "twice")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
+	manifest := testGuestText(t, "twice", "--no-network")
 	args := testguest.DefaultCmdline + " " + testguest.OptNoDHCP + " " + testguest.OptNoACPI
 	manifest = strings.Replace(manifest, `kernelArgs: "`+testguest.DefaultCmdline, `kernelArgs: "`+args, 1)
 	manifest = strings.Replace(manifest, "terminationGracePeriodSeconds: 10", fmt.Sprintf("terminationGracePeriodSeconds: %d", grace), 1)

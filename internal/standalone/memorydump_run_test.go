@@ -29,14 +29,7 @@ func TestVlctlMemoryDump(t *testing.T) {
 	testenv.Programs(t, "readelf")
 	t.Parallel()
 	records := workRoot(t)
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--no-network", "--name", "dump")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
-	file := filepath.Join(t.TempDir(), "dump.yaml")
-	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := testGuestManifest(t, "dump", "--no-network")
 	dir := userDir(t, "vldump")
 	closed := filepath.Join(dir, "closed")
 	if err := os.Mkdir(closed, 0o700); err != nil {
@@ -69,7 +62,7 @@ func TestVlctlMemoryDump(t *testing.T) {
 	}
 
 	out := filepath.Join(dir, "guest.core")
-	code, _, stderr = vlctl(t, 2*time.Minute, "memory-dump", "dump", out, "--record-dir", records)
+	code, _, stderr := vlctl(t, 2*time.Minute, "memory-dump", "dump", out, "--record-dir", records)
 	if code != 0 || !strings.Contains(stderr, "dumped to "+out) {
 		t.Fatalf("vlctl memory-dump: exit %d: %s", code, stderr)
 	}

@@ -38,10 +38,7 @@ func TestVlctlRunMigrate(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	root, records := workRoot(t), workRoot(t)
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--name", "mover")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
+	manifest := testGuestText(t, "mover")
 	const hello = `        echo "hello from user-data on $(uname -r)"` + "\n"
 	if !strings.Contains(manifest, hello) {
 		t.Fatalf("manifest of vlctl testguest changed shape:\n%s", manifest)

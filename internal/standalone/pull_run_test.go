@@ -80,10 +80,7 @@ func TestVlctlRunPulledContainerDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--poweroff", "--no-network", "--name", "pulled")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
+	manifest := testGuestText(t, "pulled", "--poweroff", "--no-network")
 	if !strings.Contains(manifest, "image: "+g.RootDisk+"\n") {
 		t.Fatalf("the test guest's manifest does not name %s as its containerDisk:\n%s", g.RootDisk, manifest)
 	}
@@ -111,7 +108,7 @@ func TestVlctlRunPulledContainerDisk(t *testing.T) {
 	cache := filepath.Join(tmp, "images")
 	root := workRoot(t)
 	// (with a cache of its own: it pulls the containerDisk first)
-	code, _, stderr = vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), "--image-cache", filepath.Join(tmp, "images2"), linked)
+	code, _, stderr := vlctl(t, 4*time.Minute, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), "--image-cache", filepath.Join(tmp, "images2"), linked)
 	if want := "spec.domain.firmware.kernelBoot.container.kernelPath: image " + kernelRef + ": /boot/vmlinuz-link is a link in the image (to vmlinuz): name the file itself"; code == 0 || !strings.Contains(stderr, want) {
 		t.Errorf("a kernelPath naming a link in the image: exit %d, %q; want a failure saying %q", code, stderr, want)
 	}

@@ -129,14 +129,7 @@ func TestVlctlRunPowerOff(t *testing.T) {
 	if err != nil {
 		t.Fatalf("test guest: %v", err)
 	}
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--poweroff", "--no-network", "--name", "pw")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
-	file := filepath.Join(t.TempDir(), "pw.yaml")
-	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := testGuestManifest(t, "pw", "--poweroff", "--no-network")
 	root := workRoot(t)
 	start := time.Now()
 	// No --bin-dir: vlctl finds the launcher binaries next to itself.
@@ -418,10 +411,7 @@ func TestVlctlRunInterrupt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--no-network", "--name", tc.name)
-			if code != 0 {
-				t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-			}
+			manifest := testGuestText(t, tc.name, "--no-network")
 			args := testguest.DefaultCmdline + " " + testguest.OptNoDHCP + " " + tc.opts
 			manifest = strings.Replace(manifest, `kernelArgs: "`+testguest.DefaultCmdline, `kernelArgs: "`+args, 1)
 			manifest = strings.Replace(manifest, "terminationGracePeriodSeconds: 10", fmt.Sprintf("terminationGracePeriodSeconds: %d", grace), 1)

@@ -3,7 +3,6 @@ package standalone_test
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,14 +41,7 @@ func openPTY(t *testing.T) (ptm, pts *os.File) {
 func TestVlctlRunTerminal(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
-	code, manifest, stderr := vlctl(t, time.Minute, "testguest", "--no-network", "--name", "tty")
-	if code != 0 {
-		t.Fatalf("vlctl testguest: exit %d: %s", code, stderr)
-	}
-	file := filepath.Join(t.TempDir(), "tty.yaml")
-	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := testGuestManifest(t, "tty", "--no-network")
 	root := workRoot(t)
 	ptm, stdout, errOut, exited := runOnPTY(t, "run", "--emulation", "--workdir", root, "--record-dir", workRoot(t), file)
 	waitFor(t, "the guest's shell", 4*time.Minute, exited, func() bool {
