@@ -375,20 +375,14 @@ func writeInitrd(path, kver, busybox, modDir string, mods []string, progs hostPr
 	// Modules keep their paths below lib/modules/<version>, with a
 	// modules.dep of just these, so busybox modprobe works too.
 	kdir := "lib/modules/" + kver
-	var order, dep bytes.Buffer
+	if err := writeModules(c, kver, modDir, mods, "etc/vl-modules"); err != nil {
+		return err
+	}
+	var dep bytes.Buffer
 	for _, m := range mods {
-		data, err := os.ReadFile(filepath.Join(modDir, m))
-		if err != nil {
-			return err
-		}
-		p := kdir + "/" + m
-		c.Parents(p)
-		c.File(p, 0o644, data)
-		fmt.Fprintf(&order, "%s/%s\n", kver, m)
 		fmt.Fprintf(&dep, "%s:\n", m)
 	}
 	c.File(kdir+"/modules.dep", 0o644, dep.Bytes())
-	c.File("etc/vl-modules", 0o644, order.Bytes())
 	if err := c.Close(); err != nil {
 		return err
 	}
@@ -423,22 +417,50 @@ func makeRootDisk(ctx context.Context, mkfs, path string) error {
 	if err := os.WriteFile(filepath.Join(content, "README"), []byte("virtlauncher test guest root disk\n"), 0o644); err != nil {
 		return err
 	}
+	if err := makeExt4(ctx, mkfs, path, RootDiskSize, RootLabel, "-d", content); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o644)
+}
+
+// makeExt4 makes path an ext4 file system of size bytes labelled label,
+// owned by root, with mkfs and its further arguments args.
+func makeExt4(ctx context.Context, mkfs, path string, size int64, label string, args ...string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	err = f.Truncate(RootDiskSize)
+	err = f.Truncate(size)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return err
 	}
-	out, err := exec.CommandContext(ctx, mkfs, "-q", "-F", "-L", RootLabel, "-d", content, "-E", "root_owner=0:0", path).CombinedOutput()
+	out, err := exec.CommandContext(ctx, mkfs, append(append([]string{"-q", "-F", "-L", label}, args...), "-E", "root_owner=0:0", path)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s: %w: %s", mkfs, err, bytes.TrimSpace(out))
 	}
-	return os.Chmod(path, 0o644)
+	return nil
+}
+
+// writeModules puts the modules mods (paths below modDir, in load order)
+// below lib/modules/<kver> of c, and their list, one "<kver>/<path>" a
+// line, at list, which the init loads in that order.
+func writeModules(c *cpioWriter, kver, modDir string, mods []string, list string) error {
+	var order bytes.Buffer
+	for _, m := range mods {
+		data, err := os.ReadFile(filepath.Join(modDir, m))
+		if err != nil {
+			return err
+		}
+		p := "lib/modules/" + kver + "/" + m
+		c.Parents(p)
+		c.File(p, 0o644, data)
+		fmt.Fprintf(&order, "%s/%s\n", kver, m)
+	}
+	c.File(list, 0o644, order.Bytes())
+	return nil
 }
 
 // copyFile copies src to dst (mode 0644), leaving holes where src has

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -120,18 +119,9 @@ func writeTooling(ctx context.Context, file, mkfs string, tools, base hostProgra
 	// BLACKLIST_RPC to (the init and systemctl read it).
 	c.Dir("etc/sysconfig", 0o755)
 	c.File("etc/sysconfig/qemu-ga", 0o644, []byte(sysconfigQemuGA))
-	var order bytes.Buffer
-	for _, m := range mods {
-		data, err := os.ReadFile(filepath.Join(modDir, m))
-		if err != nil {
-			return err
-		}
-		p := "lib/modules/" + kver + "/" + m
-		c.Parents(p)
-		c.File(p, 0o644, data)
-		fmt.Fprintf(&order, "%s/%s\n", kver, m)
+	if err := writeModules(c, kver, modDir, mods, "etc/vl-tooling-modules"); err != nil {
+		return err
 	}
-	c.File("etc/vl-tooling-modules", 0o644, order.Bytes())
 	data, err := makeDataImage(ctx, mkfs, filepath.Dir(file))
 	if err != nil {
 		return err
@@ -179,19 +169,13 @@ func makeDataImage(ctx context.Context, mkfs, dir string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(f.Name())
-	err = f.Truncate(ToolingDataSize)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	name := f.Name()
+	f.Close()
+	defer os.Remove(name)
+	if err := makeExt4(ctx, mkfs, name, ToolingDataSize, "vldata"); err != nil {
 		return nil, err
 	}
-	out, err := exec.CommandContext(ctx, mkfs, "-q", "-F", "-L", "vldata", "-E", "root_owner=0:0", f.Name()).CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %s", mkfs, err, bytes.TrimSpace(out))
-	}
-	return os.ReadFile(f.Name())
+	return os.ReadFile(name)
 }
 
 // checkToolingNames refuses a tooling program or link named as a busybox
